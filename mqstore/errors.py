@@ -1,0 +1,89 @@
+"""Every error mqstore raises on purpose.
+
+Each class says who raises it, when, and what the caller should do. Callers that
+serve a wire protocol map these classes to status codes in one table; nothing here
+knows about gRPC or the CLI.
+"""
+
+from __future__ import annotations
+
+
+class MqStoreError(Exception):
+    """Base class: anything mqstore raises deliberately derives from it."""
+
+
+class InvalidMessageError(MqStoreError, ValueError):
+    """A message (or a batch) breaks a documented rule: bad topic name, body too
+    large, properties too long, a queue id out of range.
+
+    Raised by ``CommitLog.append`` before any byte is written, so the store is
+    unchanged. The caller should fix the input; retrying the same batch fails again.
+    Compare RocketMQ's MESSAGE_ILLEGAL / PROPERTIES_SIZE_EXCEEDED statuses.
+    """
+
+
+class InvalidTopicError(InvalidMessageError):
+    """A topic name is empty, too long, or uses a character outside RocketMQ's
+    set ``[%|a-zA-Z0-9_-]``. Such a name can never become a path outside the store."""
+
+
+class MessageTooLargeError(InvalidMessageError):
+    """A body exceeds ``max_message_bytes`` (4 MiB by default) or an encoded record
+    exceeds the body limit plus 64 KiB."""
+
+
+class PropertiesTooLongError(InvalidMessageError):
+    """The encoded properties string is longer than 32,767 bytes (a signed short)."""
+
+
+class DecodeError(MqStoreError, ValueError):
+    """Bytes that should hold a record, a msgId or a file name do not.
+
+    Raised by the format layer with what was wrong and where. Readers of store
+    files get an outcome enum instead where damage is expected (recovery)."""
+
+
+class CorruptFileError(MqStoreError):
+    """A store file breaks a documented invariant; the message names the file and
+    byte offset. Raised by reads that land on damaged bytes and by open() for damage
+    recovery must not repair on its own (a segment with the wrong size)."""
+
+
+class StoreClosedError(MqStoreError):
+    """The store was closed; no call but ``close()`` may follow. Open it again."""
+
+
+class StoreLockedError(MqStoreError):
+    """Another process holds the store's lock file. Stop that process first; two
+    writers would corrupt the commitlog."""
+
+
+class StoreNotWritableError(MqStoreError):
+    """The store refuses writes: the disk is full (ENOSPC) or a flush failed.
+
+    Raised by ``append`` before anything of the batch is acknowledged; what was
+    acknowledged earlier stays intact and readable. ``cause`` names the reason."""
+
+    def __init__(self, message: str, *, cause: str) -> None:
+        super().__init__(message)
+        self.cause = cause
+
+
+class ConfigError(MqStoreError, ValueError):
+    """A configuration value is out of range, or disagrees with the files on disk
+    (for instance a segment size that differs from the existing segments)."""
+
+
+__all__ = [
+    "ConfigError",
+    "CorruptFileError",
+    "DecodeError",
+    "InvalidMessageError",
+    "InvalidTopicError",
+    "MessageTooLargeError",
+    "MqStoreError",
+    "PropertiesTooLongError",
+    "StoreClosedError",
+    "StoreLockedError",
+    "StoreNotWritableError",
+]

@@ -1,0 +1,97 @@
+"""The message properties string (RocketMQ MessageDecoder.messageProperties2String).
+
+Layout, UTF-8 on disk, stored after a signed 16-bit length (so at most 32,767 bytes):
+
+    name \\x01 value \\x02 name \\x01 value \\x02 ...
+
+Every entry ends with ``\\x02``, the last one included. Order carries no meaning
+(Java writes HashMap order); entries whose value is None are skipped.
+
+Parsing follows Java's quirks exactly: split on ``\\x02``; a part counts only if it is
+at least 3 characters long and has a ``\\x01`` with at least one character before and
+after it; the value is everything after the *first* ``\\x01`` (so it may hold more
+``\\x01``); later duplicates win; a missing final ``\\x02`` is tolerated.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+NAME_VALUE_SEPARATOR = "\x01"
+PROPERTY_SEPARATOR = "\x02"
+MAX_PROPERTIES_BYTES = 32767
+
+# Keys the store itself reads (MessageConst).
+KEYS = "KEYS"
+TAGS = "TAGS"
+UNIQ_KEY = "UNIQ_KEY"
+WAIT = "WAIT"
+DELAY = "DELAY"
+REAL_TOPIC = "REAL_TOPIC"
+REAL_QID = "REAL_QID"
+TRAN_MSG = "TRAN_MSG"
+KEY_SEPARATOR = " "
+
+
+def serialize_properties(items: Mapping[str, str | None] | Iterable[tuple[str, str | None]]) -> str:
+    """Properties to their on-disk string, keeping the given order.
+
+    >>> serialize_properties({"TAGS": "TagA", "KEYS": "k1 k2"})
+    'TAGS\\x01TagA\\x02KEYS\\x01k1 k2\\x02'
+    """
+    pairs = items.items() if isinstance(items, Mapping) else items
+    return "".join(f"{k}\x01{v}\x02" for k, v in pairs if v is not None)
+
+
+def parse_properties(s: str) -> dict[str, str]:
+    """The on-disk string back to a dict, with Java's parsing rules (module doc)."""
+    out: dict[str, str] = {}
+    for part in s.split(PROPERTY_SEPARATOR):
+        if len(part) < 3:
+            continue
+        i = part.find(NAME_VALUE_SEPARATOR)
+        if 0 < i < len(part) - 1:
+            out[part[:i]] = part[i + 1 :]
+    return out
+
+
+CRC32_PROPERTY = "__CRC32#"
+CRC32_RESERVED_BYTES = 20
+
+
+def crc32_property(crc: int) -> bytes:
+    """The optional 5.2+ whole-record CRC property (``enabledAppendPropCRC``).
+
+    The value is the CRC's 10 decimal digits, least significant first, padded with
+    zeros at the end (CRC 1234567 -> ``7654321000``), framed as one property entry.
+
+    >>> crc32_property(1234567)
+    b'__CRC32#\\x017654321000\\x02'
+    """
+    digits = str(crc & 0x7FFFFFFF)[::-1].ljust(10, "0")
+    return f"{CRC32_PROPERTY}{NAME_VALUE_SEPARATOR}{digits}{PROPERTY_SEPARATOR}".encode()
+
+
+def split_keys(keys: str | None) -> list[str]:
+    """The non-empty entries of a KEYS value (space separated), as the index uses them."""
+    return [k for k in keys.split(KEY_SEPARATOR) if k] if keys else []
+
+
+__all__ = [
+    "CRC32_PROPERTY",
+    "CRC32_RESERVED_BYTES",
+    "DELAY",
+    "KEYS",
+    "KEY_SEPARATOR",
+    "MAX_PROPERTIES_BYTES",
+    "REAL_QID",
+    "REAL_TOPIC",
+    "TAGS",
+    "TRAN_MSG",
+    "UNIQ_KEY",
+    "WAIT",
+    "crc32_property",
+    "parse_properties",
+    "serialize_properties",
+    "split_keys",
+]
