@@ -43,6 +43,12 @@ class DecodeError(MqStoreError, ValueError):
     files get an outcome enum instead where damage is expected (recovery)."""
 
 
+class OffsetError(MqStoreError, ValueError):
+    """A read asked for a commitlog offset where no record starts: below the oldest
+    kept segment, at or past the write position, or inside a record. The caller
+    should ask for an offset it got from the store (an append result, a queue unit)."""
+
+
 class CorruptFileError(MqStoreError):
     """A store file breaks a documented invariant; the message names the file and
     byte offset. Raised by reads that land on damaged bytes and by open() for damage
@@ -82,6 +88,7 @@ __all__ = [
     "InvalidTopicError",
     "MessageTooLargeError",
     "MqStoreError",
+    "OffsetError",
     "PropertiesTooLongError",
     "StoreClosedError",
     "StoreLockedError",

@@ -284,6 +284,7 @@ def scan_records(
     check_crc: bool = True,
     max_records: int | None = None,
     max_bytes: int | None = None,
+    base_offset: int | None = None,
 ) -> ScanResult:
     """Walk records from ``start`` up to ``end`` (the end of written data) and
     validate them in bulk.
@@ -292,7 +293,9 @@ def scan_records(
     are then checked for all records at once. Stops at a BLANK record
     (END_OF_SEGMENT), at the first invalid record (INVALID: nothing from there on is
     trusted), or with LIMIT at ``end``, after ``max_records`` or before a record that
-    would take the walk past ``start + max_bytes``.
+    would take the walk past ``start + max_bytes``. With ``base_offset`` (the
+    buffer's commitlog offset) a record whose PHYSICALOFFSET field is not its own
+    position is invalid too: stale bytes left past a truncation never pass.
     """
     positions: list[int] = []
     unpack = _SIZE_MAGIC.unpack_from
@@ -337,9 +340,11 @@ def scan_records(
     props_len_at = np.where(bad, pos_arr, props_len_at)
     props_len = _be_int(u8, props_len_at, 2)
     bad |= (props_len < 0) | (props_len_at + 2 + props_len != rec_end)
+    if base_offset is not None:
+        bad |= _be_int8(u8, pos_arr + 28) != pos_arr + base_offset
     first_bad = int(np.argmax(bad)) if bad.any() else len(positions)
     if first_bad < len(positions):
-        reason = f"record at {positions[first_bad]}: lengths do not add up to TOTALSIZE {int(sizes[first_bad])}"
+        reason = f"record at {positions[first_bad]}: fields disagree with TOTALSIZE {int(sizes[first_bad])} or its position"
     if check_crc and first_bad:
         n = first_bad
         stored = _be_int(u8, pos_arr[:n] + 8, 4)
@@ -359,12 +364,68 @@ def scan_records(
     return ScanResult(pos_arr, sizes, pos, outcome, reason)
 
 
+class RecordFields(NamedTuple):
+    """Columns of the records at ``positions`` (already validated by a scan)."""
+
+    queue_ids: np.ndarray
+    queue_offsets: np.ndarray
+    sysflags: np.ndarray
+    store_timestamps: np.ndarray
+    topic_codes: np.ndarray  # index into ``topics`` for each record
+    topics: list[str]
+
+
+def record_fields(buf: bytes | memoryview, positions: np.ndarray) -> RecordFields:
+    """Gather the fields that key a record (topic, queue) for many records at once.
+
+    Topics repeat, so each distinct topic is decoded once: topic bytes are gathered
+    into a fixed-width matrix and made unique as rows.
+    """
+    n = len(positions)
+    if n == 0:
+        empty = np.zeros(0, np.int64)
+        return RecordFields(empty, empty, empty, empty, empty, [])
+    u8 = np.frombuffer(buf, np.uint8)
+    magic = _be_int(u8, positions + 4, 4)
+    sysflag = _be_int(u8, positions + 36, 4)
+    born = np.where(sysflag & 0x10, 20, 8)
+    store_ts = _be_int8(u8, positions + 48 + born)
+    body_len_at = positions + 68 + born + np.where(sysflag & 0x20, 20, 8)
+    topic_len_at = body_len_at + 4 + _be_int(u8, body_len_at, 4)
+    v2 = magic == MAGIC_V2
+    topic_len = np.where(v2, _be_int(u8, topic_len_at, 2), _be_int(u8, topic_len_at, 1))
+    topic_at = topic_len_at + np.where(v2, 2, 1)
+    width = int(topic_len.max())
+    cols = np.arange(width)
+    idx = np.minimum(topic_at[:, None] + cols, len(u8) - 1)
+    mat = np.where(cols < topic_len[:, None], u8[idx], 0).astype(np.uint8)
+    rows = np.ascontiguousarray(mat).view(f"V{width}").ravel() if width else np.zeros(n, "V1")
+    uniq, codes = np.unique(rows, return_inverse=True)
+    topics = [bytes(u).rstrip(b"\x00").decode("utf-8", "replace") for u in uniq.tolist()] if width else [""]
+    return RecordFields(
+        _be_int(u8, positions + 12, 4),
+        _be_int8(u8, positions + 20),
+        sysflag,
+        store_ts,
+        codes.astype(np.int64).ravel(),
+        topics,
+    )
+
+
+def _be_int8(u8: np.ndarray, at: np.ndarray) -> np.ndarray:
+    """Gather big-endian int64 at byte offsets ``at``."""
+    hi = _be_int(u8, at, 4)
+    lo = _be_int(u8, at + 4, 4) & 0xFFFFFFFF
+    return (hi << 32) | lo
+
+
 class PreparedRecords:
-    """Records encoded up to the three fields known only under the put lock.
+    """Records encoded up to the fields known only under the put lock.
 
     RocketMQ encodes a message before it takes the put lock and patches QUEUEOFFSET,
     PHYSICALOFFSET and STORETIMESTAMP afterwards; this class does the same for a whole
-    batch with numpy. All records of one instance share the host families (IPv4 or
+    batch with numpy, and patches QUEUEID too (automatic queues are picked under the
+    lock). All records of one instance share the host families (IPv4 or
     IPv6 born host, IPv4 or IPv6 store host); callers split mixed batches into runs.
     Not thread-safe: one caller (the CommitLog under its put lock) renders it.
     """
@@ -375,7 +436,6 @@ class PreparedRecords:
         topics: Sequence[bytes],
         bodies: Sequence[bytes],
         properties: Sequence[bytes],
-        queue_ids: np.ndarray | int,
         flags: np.ndarray | int,
         sysflags: np.ndarray | int,
         born_timestamps: np.ndarray | int,
@@ -397,7 +457,6 @@ class PreparedRecords:
         head["total_size"] = self.sizes
         head["magic"] = MAGIC_V1
         head["body_crc"] = np.fromiter(map(zlib.crc32, bodies), np.int64, n) & 0x7FFFFFFF
-        head["queue_id"] = queue_ids
         head["flag"] = flags
         v6_bits = (SysFlag.BORNHOST_V6 if born_v6 else 0) | (SysFlag.STOREHOST_V6 if store_v6 else 0)
         head["sysflag"] = (np.asarray(sysflags, np.int64) & ~0x30) | v6_bits
@@ -423,11 +482,13 @@ class PreparedRecords:
         hi: int,
         *,
         physical_offsets: np.ndarray,
+        queue_ids: np.ndarray,
         queue_offsets: np.ndarray,
         store_timestamp: int,
     ) -> bytes:
         """The bytes of records ``lo:hi`` back to back, with the patched fields."""
         head = self.head[lo:hi]
+        head["queue_id"] = queue_ids
         head["physical_offset"] = physical_offsets
         head["queue_offset"] = queue_offsets
         head["store_timestamp"] = store_timestamp
@@ -448,6 +509,7 @@ __all__ = [
     "MIN_RECORD_BYTES",
     "MessageRecord",
     "PreparedRecords",
+    "RecordFields",
     "ScanOutcome",
     "ScanResult",
     "SysFlag",
@@ -456,6 +518,7 @@ __all__ = [
     "body_crc",
     "decode_record",
     "header_dtype",
+    "record_fields",
     "record_size",
     "scan_records",
     "transaction_type",

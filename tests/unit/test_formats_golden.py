@@ -73,7 +73,6 @@ def test_every_golden_message_encodes_byte_for_byte(golden: dict) -> None:
             topics=[rec.topic.encode()],
             bodies=[rec.body],
             properties=[_props_as_java_wrote_them(raw, rec)],
-            queue_ids=rec.queue_id,
             flags=rec.flag,
             sysflags=rec.sysflag,
             born_timestamps=rec.born_timestamp,
@@ -86,6 +85,7 @@ def test_every_golden_message_encodes_byte_for_byte(golden: dict) -> None:
             0,
             1,
             physical_offsets=np.array([rec.physical_offset]),
+            queue_ids=np.array([rec.queue_id]),
             queue_offsets=np.array([rec.queue_offset]),
             store_timestamp=rec.store_timestamp,
         )

@@ -1,0 +1,10 @@
+"""mqstore: Apache RocketMQ's broker store (CommitLog, ConsumeQueue, IndexFile), in Python.
+
+>>> from mqstore import CommitLog, MessageBatch  # doctest: +SKIP
+"""
+
+from mqstore.errors import MqStoreError
+from mqstore.store import CommitLog, FlushMode, Message, MessageBatch, PutStatus, StoreConfig
+
+__version__ = "0.1.0"
+__all__ = ["CommitLog", "FlushMode", "Message", "MessageBatch", "MqStoreError", "PutStatus", "StoreConfig", "__version__"]

@@ -1,0 +1,576 @@
+"""The CommitLog: every message of every topic, appended in arrival order.
+
+Plain Python, usable in one process; the services wrap it later. Files:
+
+    <store>/commitlog/<20-digit offset>   segments (segments.py, mapped_file.py)
+    <store>/checkpoint                    flush timestamps (checkpoint_file.py)
+    <store>/abort, <store>/lock           crash marker, one-process lock (lockfile.py)
+
+Who calls what: any number of threads may call ``append`` (serialised by the put
+lock, as RocketMQ's putMessageLock) and the read methods (no lock: they only see
+bytes below ``wrote``). ``close`` once, after the others have returned.
+
+Append path (RocketMQ CommitLog.asyncPutMessage): validate and encode the batch
+outside the lock; under the lock take the store time, pick automatic queue ids,
+assign queue offsets and physical offsets (a record that does not fit the current
+segment with 8 bytes to spare is preceded by a BLANK and goes to the next segment),
+create any segment the batch needs *before* writing a byte (so a full disk fails the
+whole batch and leaves no partial one), copy the bytes into the map, then advance
+``wrote``. Sync flush waits for the group fsync after the lock is released.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import structlog
+
+from mqstore.errors import (
+    InvalidMessageError,
+    MessageTooLargeError,
+    OffsetError,
+    PropertiesTooLongError,
+    StoreClosedError,
+    StoreNotWritableError,
+)
+from mqstore.formats.checkpoint import Checkpoint
+from mqstore.formats.message import (
+    BLANK_RECORD_BYTES,
+    TRANSACTION_TYPE_MASK,
+    MessageRecord,
+    PreparedRecords,
+    ScanOutcome,
+    blank_record,
+    decode_record,
+    scan_records,
+)
+from mqstore.formats.msgid import Host, UniqKeyGenerator, encode_host, offset_msg_id_prefix
+from mqstore.formats.names import check_topic
+from mqstore.formats.properties import MAX_PROPERTIES_BYTES, serialize_properties
+from mqstore.store.checkpoint_file import read_checkpoint, write_checkpoint
+from mqstore.store.clock import Clock, SystemClock
+from mqstore.store.config import FlushMode, StoreConfig
+from mqstore.store.flush import FlushService
+from mqstore.store.lockfile import StoreLock, create_abort_marker, last_exit_was_clean, remove_abort_marker
+from mqstore.store.messages import AUTO_QUEUE, AppendResult, MessageBatch, PutStatus
+from mqstore.store.recovery import QueueKey, RecoveryReport, recover
+from mqstore.store.segments import SegmentQueue
+from mqstore.store.tuning import tune_allocator
+
+log = structlog.get_logger(__name__)
+
+COMMITLOG_DIR = "commitlog"
+_DEFAULT_BORN_HOST = encode_host(Host("127.0.0.1", 0))
+_SEPARATORS = ("\x01", "\x02")
+
+
+@dataclass(frozen=True)
+class CommitLogStats:
+    """A snapshot of the commitlog's watermarks (bytes are commitlog offsets)."""
+
+    min_offset: int
+    wrote: int
+    flushed: int
+    segments: int
+    segment_bytes: int
+    flush_mode: str
+    writable: bool
+    error: str | None
+
+
+@dataclass(frozen=True)
+class ReadBatch:
+    """Records decoded by ``read_range``; ``next_offset`` is where to continue."""
+
+    records: list[MessageRecord]
+    next_offset: int
+
+
+class _Prepared:
+    """A batch validated and encoded outside the put lock."""
+
+    __slots__ = ("runs", "n", "topics", "topic_codes", "queue_ids", "advances", "unique_keys", "sizes")
+
+    def __init__(self, runs, n, topics, topic_codes, queue_ids, advances, unique_keys, sizes):
+        self.runs: list[PreparedRecords] = runs
+        self.n = n
+        self.topics: list[str] = topics  # distinct topics of the batch
+        self.topic_codes: np.ndarray = topic_codes  # index into topics, per message
+        self.queue_ids: np.ndarray = queue_ids  # AUTO_QUEUE where the store picks
+        self.advances: np.ndarray | None = advances  # None: every message takes a queue offset
+        self.unique_keys: list[str] = unique_keys
+        self.sizes: np.ndarray = sizes
+
+
+def _broadcast(value, n: int) -> list:
+    if value is None or isinstance(value, (str, bytes, int, Host, dict)):
+        return [value] * n
+    if len(value) != n:
+        raise InvalidMessageError(f"a column has {len(value)} values for {n} messages")
+    return list(value)
+
+
+def _int_column(value, n: int, name: str) -> np.ndarray | int:
+    if isinstance(value, (int, np.integer)):
+        return int(value)
+    arr = np.asarray(value, dtype=np.int64)
+    if arr.shape != (n,):
+        raise InvalidMessageError(f"{name} has {arr.size} values for {n} messages")
+    return arr
+
+
+def _check_no_separators(what: str, values) -> None:
+    joined = "".join(v for v in values if v)
+    if "\x01" in joined or "\x02" in joined:
+        raise InvalidMessageError(f"{what} must not contain the property separators \\x01 or \\x02")
+
+
+class CommitLog:
+    """An open commitlog; see the module docstring for the rules and the threads."""
+
+    def __init__(self, store_dir: str | Path, config: StoreConfig | None = None, *, clock: Clock | None = None) -> None:
+        self.store_dir = Path(store_dir)
+        self.config = config or StoreConfig()
+        self._clock = clock or SystemClock()
+        self._closed = True
+        tune_allocator()
+        self.store_dir.mkdir(parents=True, exist_ok=True)
+        self._lock_file = StoreLock(self.store_dir)
+        try:
+            self._open()
+        except BaseException:
+            self._lock_file.release()
+            raise
+
+    def _open(self) -> None:
+        cfg = self.config
+        clean = last_exit_was_clean(self.store_dir)
+        checkpoint = read_checkpoint(self.store_dir)
+        self._segments = SegmentQueue(self.store_dir / COMMITLOG_DIR, cfg.segment_bytes, preallocate=cfg.preallocate_segments)
+        self._segments.load()
+        try:
+            self.recovery: RecoveryReport = recover(
+                self._segments, checkpoint, clean_shutdown=clean, check_crc=cfg.check_crc_on_recover
+            )
+            # Whatever recovery kept is made durable before anything new is acknowledged.
+            self._segments.sync_range(self._segments.min_offset, self.recovery.write_position)
+        except BaseException:
+            self._segments.close()
+            raise
+        self._checkpoint = checkpoint
+        self._queue_offsets: dict[QueueKey, int] = dict(self.recovery.queue_offsets)
+        self._round_robin: dict[str, int] = {}
+        self._topic_queue_nums: dict[str, int] = {}
+        self._known_topics: set[str] = set()
+        self._put_lock = threading.Lock()
+        self._checkpoint_lock = threading.Lock()
+        self._wrote = self.recovery.write_position
+        self._last_store_ts = self.recovery.last_store_timestamp
+        self._wrote_state = (self._wrote, self._last_store_ts)
+        self._uniq = UniqKeyGenerator(cfg.store_host)
+        self._msg_id_prefix = offset_msg_id_prefix(cfg.store_host)
+        self._store_host = encode_host(cfg.store_host)
+        self._last_checkpoint_write = -1e18
+        self._flusher = FlushService(
+            cfg,
+            wrote=lambda: self._wrote_state,
+            sync=self._segments.sync_range,
+            on_flushed=self._on_flushed,
+            flushed=self._wrote,
+            monotonic=self._clock.monotonic,
+        )
+        create_abort_marker(self.store_dir)
+        self._closed = False
+        self._flusher.start()
+        log.info("commitlog_opened", store=str(self.store_dir), wrote=self._wrote, flush_mode=cfg.flush_mode.value)
+
+    # ------------------------------------------------------------------ append
+
+    def set_queue_nums(self, topic: str, queue_nums: int) -> None:
+        """How many queues automatic queue ids spread ``topic`` over (default from config)."""
+        check_topic(topic)
+        if not 0 < queue_nums <= self.config.max_queue_id + 1:
+            raise InvalidMessageError(f"queue_nums must be in 1..{self.config.max_queue_id + 1}, got {queue_nums}")
+        self._topic_queue_nums[topic] = queue_nums
+
+    def append(self, batch: MessageBatch) -> AppendResult:
+        """Append a batch; returns per-message offsets and ids once the flush policy
+        is met. Raises InvalidMessageError (and subclasses) before writing anything
+        for bad input, StoreNotWritableError when the disk is full or failed,
+        StoreClosedError after close."""
+        self._check_open()
+        prep = self._prepare(batch)
+        if prep.n == 0:
+            empty = np.zeros(0, np.int64)
+            return AppendResult(PutStatus.PUT_OK, empty, empty, empty, empty, 0, [], self._msg_id_prefix)
+        with self._put_lock:
+            self._check_open()
+            if self._flusher.error is not None:
+                raise StoreNotWritableError(f"store is not writable: a flush failed ({self._flusher.error})", cause="flush_failed")
+            now = max(self._clock.now_ms(), self._last_store_ts)
+            queue_ids = self._pick_queues(prep)
+            queue_offsets, commit_offsets = self._assign_queue_offsets(prep, queue_ids)
+            physical = self._write(prep, queue_ids, queue_offsets, now)
+            commit_offsets()
+            self._last_store_ts = now
+            end = int(physical[-1] + prep.sizes[-1])
+            self._wrote = end
+            self._wrote_state = (end, now)
+        status = PutStatus.PUT_OK
+        if self.config.flush_mode is FlushMode.SYNC:
+            try:
+                ok = self._flusher.wait_flushed(end, self.config.sync_flush_timeout_ms / 1000)
+            except OSError as e:
+                raise StoreNotWritableError(f"flush failed, batch not durable: {e}", cause="flush_failed") from e
+            if not ok:
+                status = PutStatus.FLUSH_DISK_TIMEOUT
+        return AppendResult(
+            status, physical, prep.sizes, queue_ids, queue_offsets, now, prep.unique_keys, self._msg_id_prefix
+        )
+
+    def _prepare(self, batch: MessageBatch) -> _Prepared:
+        cfg = self.config
+        bodies = batch.bodies
+        n = len(bodies)
+        if n == 0:
+            return _Prepared([], 0, [], np.zeros(0, np.int64), np.zeros(0, np.int64), None, [], np.zeros(0, np.int64))
+        if isinstance(bodies, (bytes, str)):
+            raise InvalidMessageError("bodies must be a sequence of bytes, one per message")
+        # Topics: validate each distinct name once.
+        if isinstance(batch.topics, str):
+            topics = [batch.topics]
+            codes = np.zeros(n, np.int64)
+        else:
+            if len(batch.topics) != n:
+                raise InvalidMessageError(f"topics has {len(batch.topics)} values for {n} messages")
+            index: dict[str, int] = {}
+            codes = np.fromiter((index.setdefault(t, len(index)) for t in batch.topics), np.int64, n)
+            topics = list(index)
+        for t in topics:
+            if t not in self._known_topics:
+                check_topic(t)
+                self._known_topics.add(t)
+        encoded_topics = [t.encode() for t in topics]
+        topic_bytes = [encoded_topics[0]] * n if len(topics) == 1 else [encoded_topics[c] for c in codes.tolist()]
+        # Queue ids.
+        if batch.queue_ids is None:
+            queue_ids = np.full(n, AUTO_QUEUE, np.int64)
+        else:
+            queue_ids = np.broadcast_to(np.asarray(batch.queue_ids, np.int64), (n,)).copy()
+            bad = (queue_ids < AUTO_QUEUE) | (queue_ids > cfg.max_queue_id)
+            if bad.any():
+                i = int(np.argmax(bad))
+                raise InvalidMessageError(f"message {i}: queue id {int(queue_ids[i])} is outside 0..{cfg.max_queue_id}")
+        # Properties, with a UNIQ_KEY for every message.
+        uniq = [] if batch.unique_keys is None else list(batch.unique_keys)
+        if batch.unique_keys is None or None in uniq:
+            fresh = self._uniq.batch(n, now_ms=self._clock.now_ms())
+            uniq = fresh if not uniq else [u or f for u, f in zip(uniq, fresh)]
+        elif len(uniq) != n:
+            raise InvalidMessageError(f"unique_keys has {len(uniq)} values for {n} messages")
+        props = self._encode_properties(batch, n, uniq)
+        sysflags = _int_column(batch.sysflags, n, "sysflags")
+        advances = None
+        if not isinstance(sysflags, int):
+            tx = sysflags & TRANSACTION_TYPE_MASK
+            if ((tx == 0x4) | (tx == 0xC)).any():
+                advances = (tx % 8) == 0
+        elif sysflags & TRANSACTION_TYPE_MASK in (0x4, 0xC):
+            advances = np.zeros(n, bool)
+        born_ts = self._clock.now_ms() if batch.born_timestamps is None else _int_column(batch.born_timestamps, n, "born_timestamps")
+        # Hosts: runs of one address family each (a record's head layout depends on it).
+        if batch.born_hosts is None:
+            host_runs = [(0, n, _DEFAULT_BORN_HOST)]
+        elif isinstance(batch.born_hosts, Host):
+            host_runs = [(0, n, encode_host(batch.born_hosts))]
+        else:
+            hosts = [encode_host(h) for h in _broadcast(batch.born_hosts, n)]
+            host_runs = []
+            start = 0
+            for i in range(1, n + 1):
+                if i == n or len(hosts[i]) != len(hosts[start]):
+                    host_runs.append((start, i, hosts[start:i]))
+                    start = i
+        try:
+            runs = []
+            for lo, hi, born in host_runs:
+                def col(v):
+                    return v if isinstance(v, int) else v[lo:hi]
+                runs.append(
+                    PreparedRecords(
+                        topics=topic_bytes[lo:hi], bodies=bodies[lo:hi], properties=props[lo:hi],
+                        flags=col(_int_column(batch.flags, n, "flags")), sysflags=col(sysflags),
+                        born_timestamps=col(born_ts), born_hosts=born, store_host=self._store_host,
+                        reconsume_times=col(_int_column(batch.reconsume_times, n, "reconsume_times")),
+                        prepared_transaction_offsets=col(_int_column(batch.prepared_transaction_offsets, n, "prepared_transaction_offsets")),
+                    )  # fmt: skip
+                )
+        except TypeError as e:
+            raise InvalidMessageError(f"every body must be bytes: {e}") from e
+        sizes = runs[0].sizes if len(runs) == 1 else np.concatenate([r.sizes for r in runs])
+        self._check_sizes(runs, sizes)
+        return _Prepared(runs, n, topics, codes, queue_ids, advances, uniq, sizes)
+
+    def _check_sizes(self, runs: list[PreparedRecords], sizes: np.ndarray) -> None:
+        cfg = self.config
+        body_lens = np.concatenate([r.body_lens for r in runs])
+        props_lens = np.concatenate([r.props_lens for r in runs])
+        if (body_lens > cfg.max_message_bytes).any():
+            i = int(np.argmax(body_lens > cfg.max_message_bytes))
+            raise MessageTooLargeError(f"message {i}: body of {int(body_lens[i])} bytes exceeds max_message_bytes {cfg.max_message_bytes}")
+        if (props_lens > MAX_PROPERTIES_BYTES).any():
+            i = int(np.argmax(props_lens > MAX_PROPERTIES_BYTES))
+            raise PropertiesTooLongError(f"message {i}: properties of {int(props_lens[i])} bytes exceed {MAX_PROPERTIES_BYTES}")
+        limit = min(cfg.max_record_bytes, cfg.segment_bytes - BLANK_RECORD_BYTES)
+        if (sizes > limit).any():
+            i = int(np.argmax(sizes > limit))
+            raise MessageTooLargeError(f"message {i}: record of {int(sizes[i])} bytes exceeds the limit of {limit} bytes")
+
+    def _encode_properties(self, batch: MessageBatch, n: int, uniq: list[str]) -> list[bytes]:
+        tags = _broadcast(batch.tags, n)
+        keys = _broadcast(batch.keys, n)
+        _check_no_separators("tags", tags)
+        _check_no_separators("keys", keys)
+        _check_no_separators("unique keys", uniq)
+        if batch.properties is None and all(tags) and all(keys):
+            return [f"TAGS\x01{t}\x02KEYS\x01{k}\x02UNIQ_KEY\x01{u}\x02".encode() for t, k, u in zip(tags, keys, uniq)]
+        user = _broadcast(batch.properties, n)
+        out = []
+        for t, k, u, p in zip(tags, keys, uniq, user):
+            d = {}
+            if p:
+                _check_no_separators("property names and values", list(p.keys()) + list(p.values()))
+                d.update(p)
+            if t:
+                d["TAGS"] = t
+            if k:
+                d["KEYS"] = k
+            d["UNIQ_KEY"] = u
+            out.append(serialize_properties(d).encode())
+        return out
+
+    def _pick_queues(self, prep: _Prepared) -> np.ndarray:
+        qids = prep.queue_ids
+        auto = qids == AUTO_QUEUE
+        if not auto.any():
+            return qids
+        qids = qids.copy()
+        default = self.config.default_queue_nums
+        for code in np.unique(prep.topic_codes[auto]).tolist():
+            topic = prep.topics[code]
+            sel = auto & (prep.topic_codes == code)
+            count = int(sel.sum())
+            start = self._round_robin.get(topic, 0)
+            qids[sel] = (start + np.arange(count)) % self._topic_queue_nums.get(topic, default)
+            self._round_robin[topic] = start + count
+        return qids
+
+    def _assign_queue_offsets(self, prep: _Prepared, queue_ids: np.ndarray):
+        """Queue offsets for the batch, and a function that commits the table."""
+        table = self._queue_offsets
+        n = prep.n
+        out = np.zeros(n, np.int64)
+        sel = np.arange(n) if prep.advances is None else np.flatnonzero(prep.advances)
+        if not len(sel):
+            return out, lambda: None
+        width = self.config.max_queue_id + 1
+        key = prep.topic_codes[sel] * width + queue_ids[sel]
+        uniq, inv, counts = np.unique(key, return_inverse=True, return_counts=True)
+        keys = [(prep.topics[k // width], k % width) for k in uniq.tolist()]
+        base = np.array([table.get(k, 0) for k in keys], np.int64)
+        if len(uniq) == 1:
+            rank = np.arange(len(sel))
+        else:
+            order = np.argsort(inv, kind="stable")
+            rank = np.empty(len(sel), np.int64)
+            rank[order] = np.arange(len(sel)) - np.repeat(np.cumsum(counts) - counts, counts)
+        out[sel] = base[inv] + rank
+
+        def commit() -> None:
+            for k, nxt in zip(keys, (base + counts).tolist()):
+                table[k] = nxt
+
+        return out, commit
+
+    def _write(self, prep: _Prepared, queue_ids: np.ndarray, queue_offsets: np.ndarray, store_ts: int) -> np.ndarray:
+        """Lay the records out from ``wrote``, create the segments they need, copy them in."""
+        seg_bytes = self.config.segment_bytes
+        sizes = prep.sizes
+        n = prep.n
+        physical = np.empty(n, np.int64)
+        blanks: list[int] = []  # commitlog offsets where a BLANK ends a segment
+        pos = self._wrote
+        i = 0
+        while i < n:
+            room = seg_bytes - pos % seg_bytes
+            ends = np.cumsum(sizes[i:])
+            k = int(np.searchsorted(ends + BLANK_RECORD_BYTES, room, side="right"))
+            physical[i : i + k] = pos + ends[:k] - sizes[i : i + k]
+            if k:
+                pos += int(ends[k - 1])
+            i += k
+            if i < n:
+                blanks.append(pos)
+                pos += seg_bytes - pos % seg_bytes
+        self._ensure_segments(pos - 1)
+        for b in blanks:
+            seg = self._segments.find(b)
+            seg.write(b - seg.base_offset, blank_record(seg.end_offset - b))
+        lo = 0
+        for run in prep.runs:
+            hi = lo + len(run)
+            j = lo
+            while j < hi:  # one render per segment the run touches
+                seg = self._segments.find(int(physical[j]))
+                k = j + int(np.searchsorted(physical[j:hi], seg.end_offset, side="left"))
+                data = run.render(
+                    j - lo, k - lo, physical_offsets=physical[j:k], queue_ids=queue_ids[j:k],
+                    queue_offsets=queue_offsets[j:k], store_timestamp=store_ts,
+                )  # fmt: skip
+                seg.write(int(physical[j]) - seg.base_offset, data)
+                j = k
+            lo = hi
+        return physical
+
+    def _ensure_segments(self, last_byte: int) -> None:
+        segs = self._segments
+        seg_bytes = self.config.segment_bytes
+        while segs.last() is None or segs.last().end_offset <= last_byte:
+            last = segs.last()
+            base = last.end_offset if last is not None else self._wrote - self._wrote % seg_bytes
+            segs.create_next(base)
+            if last is not None:
+                log.info("segment_rolled", base_offset=base)
+
+    # ------------------------------------------------------------------ reads
+
+    def read(self, physical_offset: int) -> MessageRecord:
+        """The record that starts at ``physical_offset``; OffsetError if none does."""
+        self._check_open()
+        seg = self._segment_for_read(physical_offset)
+        try:
+            return decode_record(seg.mm, physical_offset - seg.base_offset, check_crc=False)
+        except ValueError as e:
+            raise OffsetError(f"no record starts at commitlog offset {physical_offset}: {e}") from e
+
+    def read_range(self, offset: int, *, max_records: int = 1000, max_bytes: int = 4 << 20) -> ReadBatch:
+        """Decode records from ``offset`` on, across segments, stopping at the write
+        position, after ``max_records`` or before exceeding ``max_bytes`` (at least
+        one record is returned if one exists). ``next_offset`` continues the walk."""
+        self._check_open()
+        if max_records <= 0 or max_bytes <= 0:
+            raise ValueError("max_records and max_bytes must be > 0")
+        out: list[MessageRecord] = []
+        pos, used = offset, 0
+        wrote = self._wrote
+        if pos < wrote:
+            self._segment_for_read(pos)
+        while pos < wrote and len(out) < max_records and used < max_bytes:
+            seg = self._segments.find(pos)
+            local = pos - seg.base_offset
+            end = min(seg.size, wrote - seg.base_offset)
+            res = scan_records(seg.mm, local, end, check_crc=False, max_records=max_records - len(out),
+                               max_bytes=max(max_bytes - used, 1) if out else None)  # fmt: skip
+            for p in res.positions.tolist():
+                out.append(decode_record(seg.mm, p, check_crc=False))
+            used += int(res.sizes.sum())
+            pos = seg.base_offset + res.stop
+            if res.outcome is ScanOutcome.END_OF_SEGMENT:
+                pos = seg.end_offset
+            elif res.outcome is ScanOutcome.INVALID:
+                raise OffsetError(f"no record at commitlog offset {pos}: {res.reason}")
+            elif not len(res.positions):
+                break
+        return ReadBatch(out, pos)
+
+    def _segment_for_read(self, offset: int):
+        if not self._segments.min_offset <= offset < self._wrote:
+            raise OffsetError(f"commitlog offset {offset} is outside [{self._segments.min_offset}, {self._wrote})")
+        seg = self._segments.find(offset)
+        if seg is None:
+            raise OffsetError(f"commitlog offset {offset} is in no segment")
+        return seg
+
+    # ------------------------------------------------------------------ durability & lifecycle
+
+    def flush(self) -> int:
+        """Make everything appended so far durable now; returns the flushed offset."""
+        self._check_open()
+        target = self._wrote
+        self._flusher.wait_flushed(target, self.config.sync_flush_timeout_ms / 1000)
+        return self._flusher.flushed
+
+    def _on_flushed(self, offset: int, store_ts: int) -> None:
+        now = self._clock.monotonic()
+        if now - self._last_checkpoint_write < self.config.checkpoint_interval_ms / 1000 and not self._closed:
+            return
+        self._write_checkpoint(store_ts)
+        self._last_checkpoint_write = now
+
+    def _write_checkpoint(self, physic_ts: int) -> None:
+        with self._checkpoint_lock:
+            cp = self._checkpoint
+            self._checkpoint = Checkpoint(
+                physic_msg_timestamp=max(cp.physic_msg_timestamp, physic_ts),
+                logics_msg_timestamp=cp.logics_msg_timestamp,
+                index_msg_timestamp=cp.index_msg_timestamp,
+                master_flushed_offset=cp.master_flushed_offset,
+                confirm_phy_offset=self._flusher.flushed,
+            )
+            write_checkpoint(self.store_dir, self._checkpoint)
+
+    @property
+    def wrote(self) -> int:
+        return self._wrote
+
+    @property
+    def flushed(self) -> int:
+        return self._flusher.flushed
+
+    @property
+    def min_offset(self) -> int:
+        return self._segments.min_offset
+
+    def queue_offset(self, topic: str, queue_id: int) -> int:
+        """The next queue offset ``(topic, queue_id)`` will get (0 if never used)."""
+        return self._queue_offsets.get((topic, queue_id), 0)
+
+    def stats(self) -> CommitLogStats:
+        err = self._flusher.error
+        return CommitLogStats(
+            min_offset=self.min_offset, wrote=self._wrote, flushed=self._flusher.flushed,
+            segments=len(self._segments.segments), segment_bytes=self.config.segment_bytes,
+            flush_mode=self.config.flush_mode.value, writable=err is None, error=None if err is None else str(err),
+        )  # fmt: skip
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise StoreClosedError(f"commitlog at {self.store_dir} is closed")
+
+    def close(self) -> None:
+        """Flush everything, write the checkpoint, remove the abort marker, release the lock."""
+        if self._closed:
+            return
+        with self._put_lock:
+            self._closed = True
+        self._flusher.stop()
+        clean = self._flusher.error is None
+        if clean:
+            self._write_checkpoint(self._last_store_ts)
+        self._segments.close()
+        if clean:
+            remove_abort_marker(self.store_dir)
+        self._lock_file.release()
+        log.info("commitlog_closed", store=str(self.store_dir), wrote=self._wrote, clean=clean)
+
+    def __enter__(self) -> CommitLog:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+__all__ = ["COMMITLOG_DIR", "CommitLog", "CommitLogStats", "ReadBatch"]

@@ -1,0 +1,65 @@
+"""Configuration of the store core: one frozen dataclass, checked on construction.
+
+Defaults follow RocketMQ's MessageStoreConfig (spec section 14) unless noted.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+from mqstore.errors import ConfigError
+from mqstore.formats.msgid import Host
+
+GIB = 1 << 30
+PAGE_BYTES = 4096
+
+
+class FlushMode(enum.Enum):
+    """How appends become durable (RocketMQ flushDiskType)."""
+
+    ASYNC = "async"  # acknowledged once in the page cache; a flusher thread fsyncs every interval
+    SYNC = "sync"  # acknowledged only after an fdatasync covered the bytes (group commit)
+
+
+@dataclass(frozen=True, kw_only=True)
+class StoreConfig:
+    """Everything that shapes a store's files and its durability.
+
+    ``segment_bytes`` shapes files: an existing store is opened with the size its
+    segments already have, and a different value is an error.
+    """
+
+    segment_bytes: int = GIB
+    flush_mode: FlushMode = FlushMode.ASYNC
+    flush_interval_ms: int = 500
+    flush_least_pages: int = 4
+    flush_thorough_interval_ms: int = 10_000
+    sync_flush_timeout_ms: int = 5_000
+    checkpoint_interval_ms: int = 1_000
+    max_message_bytes: int = 4 * 1024 * 1024
+    default_queue_nums: int = 4
+    max_queue_id: int = 65_535
+    check_crc_on_recover: bool = True
+    preallocate_segments: bool = True
+    store_host: Host = Host("127.0.0.1", 10911)
+
+    def __post_init__(self) -> None:
+        if self.segment_bytes < PAGE_BYTES or self.segment_bytes % PAGE_BYTES:
+            raise ConfigError(f"segment_bytes must be a positive multiple of {PAGE_BYTES}, got {self.segment_bytes}")
+        for name in ("flush_interval_ms", "sync_flush_timeout_ms", "checkpoint_interval_ms", "max_message_bytes",
+                     "default_queue_nums", "flush_thorough_interval_ms"):  # fmt: skip
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"{name} must be > 0, got {getattr(self, name)}")
+        if self.flush_least_pages < 0:
+            raise ConfigError(f"flush_least_pages must be >= 0, got {self.flush_least_pages}")
+        if not 0 < self.default_queue_nums <= self.max_queue_id + 1:
+            raise ConfigError(f"default_queue_nums must be in 1..{self.max_queue_id + 1}")
+
+    @property
+    def max_record_bytes(self) -> int:
+        """RocketMQ accepts an encoded record up to the body limit plus 64 KiB."""
+        return self.max_message_bytes + 64 * 1024
+
+
+__all__ = ["GIB", "PAGE_BYTES", "FlushMode", "StoreConfig"]

@@ -1,0 +1,131 @@
+"""Making appended bytes durable: one background thread per commitlog.
+
+Watermarks (one vocabulary across the store; always flushed <= wrote):
+    wrote    end of the bytes copied into the mapped segments (under the put lock)
+    flushed  end of the bytes an fdatasync has covered
+
+``FlushService`` runs one of two loops (RocketMQ GroupCommitService / FlushRealTimeService):
+  SYNC   group commit: appenders call ``wait_flushed(end)``; the thread wakes, fsyncs
+         up to the latest ``wrote`` (covering every appender waiting so far) and wakes
+         them all. Concurrent appenders share one fdatasync.
+  ASYNC  every ``flush_interval_ms`` fsync if at least ``flush_least_pages`` pages are
+         dirty, or everything after ``flush_thorough_interval_ms``.
+After a flush the checkpoint's physicMsgTimestamp is written at most every
+``checkpoint_interval_ms``. A failed fdatasync is never retried and trusted: the
+service records the error, wakes every waiter, and the store refuses writes.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+
+import structlog
+
+from mqstore.store.config import PAGE_BYTES, FlushMode, StoreConfig
+
+log = structlog.get_logger(__name__)
+
+
+class FlushService:
+    """The flusher thread. Who calls what: appenders call ``wait_flushed``; the
+    CommitLog calls ``start`` and ``stop``; only the thread calls ``sync``."""
+
+    def __init__(
+        self,
+        config: StoreConfig,
+        *,
+        wrote: Callable[[], tuple[int, int]],
+        sync: Callable[[int, int], None],
+        on_flushed: Callable[[int, int], None],
+        flushed: int,
+        monotonic: Callable[[], float],
+    ) -> None:
+        self._config = config
+        self._wrote = wrote  # -> (wrote offset, store timestamp of the last record)
+        self._sync = sync  # (from, to): fdatasync the segments holding those bytes
+        self._on_flushed = on_flushed  # (offset, store timestamp) after each flush
+        self._monotonic = monotonic
+        self.flushed = flushed
+        self.error: BaseException | None = None
+        self._cond = threading.Condition()
+        self._wanted = flushed
+        self._stopping = False
+        self._thread = threading.Thread(target=self._run, name="mqstore-flush", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def wait_flushed(self, end: int, timeout_s: float) -> bool:
+        """Block until ``flushed >= end`` (True) or the timeout passes (False).
+        Raises the flush error if the disk failed."""
+        with self._cond:
+            if end > self._wanted:
+                self._wanted = end
+                self._cond.notify_all()
+            ok = self._cond.wait_for(lambda: self.flushed >= end or self.error is not None, timeout_s)
+            if self.error is not None:
+                raise self.error
+            return ok
+
+    def stop(self) -> None:
+        """Flush everything written so far, then end the thread."""
+        with self._cond:
+            self._stopping = True
+            self._cond.notify_all()
+        self._thread.join()
+        if self.error is None:
+            self._flush_now()
+
+    def _flush_now(self) -> None:
+        target, ts = self._wrote()
+        if target <= self.flushed:
+            self._on_flushed(self.flushed, ts)
+            return
+        try:
+            self._sync(self.flushed, target)
+        except OSError as e:
+            log.error("flush_failed", error=str(e), flushed=self.flushed, target=target)
+            with self._cond:
+                self.error = e
+                self._cond.notify_all()
+            return
+        with self._cond:
+            self.flushed = target
+            self._cond.notify_all()
+        self._on_flushed(target, ts)
+
+    def _run(self) -> None:
+        if self._config.flush_mode is FlushMode.SYNC:
+            self._run_group_commit()
+        else:
+            self._run_periodic()
+
+    def _run_group_commit(self) -> None:
+        while True:
+            with self._cond:
+                self._cond.wait_for(lambda: self._stopping or self._wanted > self.flushed, 0.1)
+                if self._stopping or self.error is not None:
+                    return
+            self._flush_now()
+
+    def _run_periodic(self) -> None:
+        cfg = self._config
+        interval = cfg.flush_interval_ms / 1000
+        least = cfg.flush_least_pages * PAGE_BYTES
+        thorough = cfg.flush_thorough_interval_ms / 1000
+        last_full = self._monotonic()
+        while True:
+            with self._cond:
+                self._cond.wait_for(lambda: self._stopping or self._wanted > self.flushed, interval)
+                if self._stopping or self.error is not None:
+                    return
+                asked = self._wanted > self.flushed
+            now = self._monotonic()
+            dirty = self._wrote()[0] - self.flushed
+            if asked or (dirty > 0 and (dirty >= least or now - last_full >= thorough)):
+                self._flush_now()
+                last_full = now
+
+
+__all__ = ["FlushService"]

@@ -1,0 +1,58 @@
+"""The store's ``lock`` and ``abort`` files (RocketMQ DefaultMessageStore).
+
+``lock``: an exclusive advisory lock held while a process has the store open, so a
+second process gets StoreLockedError instead of a corrupted commitlog.
+``abort``: an empty marker that exists while the store runs. Finding it at open means
+the last run did not shut down cleanly, and recovery must be the abnormal kind.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+from pathlib import Path
+
+from mqstore.errors import StoreLockedError
+from mqstore.store.mapped_file import fsync_dir
+
+LOCK_FILE = "lock"
+ABORT_FILE = "abort"
+
+
+class StoreLock:
+    """Holds ``<store>/lock`` for the lifetime of one open store."""
+
+    def __init__(self, store_dir: Path) -> None:
+        self._path = store_dir / LOCK_FILE
+        self._fd = os.open(self._path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(self._fd)
+            raise StoreLockedError(f"{store_dir} is already open in another process (lock file {self._path} is held)") from None
+        os.ftruncate(self._fd, 0)
+        os.write(self._fd, b"lock")
+
+    def release(self) -> None:
+        if self._fd >= 0:
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+            os.close(self._fd)
+            self._fd = -1
+
+
+def last_exit_was_clean(store_dir: Path) -> bool:
+    """Read the abort marker once, at open: absent means a clean shutdown."""
+    return not (store_dir / ABORT_FILE).exists()
+
+
+def create_abort_marker(store_dir: Path) -> None:
+    (store_dir / ABORT_FILE).touch()
+    fsync_dir(store_dir)
+
+
+def remove_abort_marker(store_dir: Path) -> None:
+    (store_dir / ABORT_FILE).unlink(missing_ok=True)
+    fsync_dir(store_dir)
+
+
+__all__ = ["ABORT_FILE", "LOCK_FILE", "StoreLock", "create_abort_marker", "last_exit_was_clean", "remove_abort_marker"]

@@ -1,0 +1,117 @@
+"""One commitlog segment: a pre-allocated file, memory-mapped, named by its start offset.
+
+Who calls what: one writer (the CommitLog, under its put lock) calls ``write``;
+the flusher thread calls ``sync``; readers call ``read`` and get copies, so a
+segment can be closed while results are still in use.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import mmap
+import os
+from pathlib import Path
+
+import structlog
+
+from mqstore.errors import CorruptFileError, StoreNotWritableError
+
+log = structlog.get_logger(__name__)
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_fallocate = _libc.fallocate
+_fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64]
+_FALLOC_FL_KEEP_SIZE = 0x01
+_FALLOC_FL_PUNCH_HOLE = 0x02
+_ZERO_CHUNK = 1 << 20
+
+
+def fsync_dir(path: Path) -> None:
+    """Make a directory entry (a created, renamed or deleted file) durable."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class Segment:
+    """A mapped file of fixed size; see the module docstring for its callers."""
+
+    def __init__(self, path: Path, base_offset: int, size: int, fd: int) -> None:
+        self.path = path
+        self.base_offset = base_offset
+        self.size = size
+        self._fd = fd
+        self.mm = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+
+    @classmethod
+    def create(cls, path: Path, base_offset: int, size: int, *, preallocate: bool = True) -> Segment:
+        """Create a new zero-filled file of ``size`` bytes, blocks reserved up front
+        so that running out of disk shows here, not as a SIGBUS in a later write."""
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+        try:
+            if preallocate:
+                os.posix_fallocate(fd, 0, size)
+            else:
+                os.ftruncate(fd, size)
+            fsync_dir(path.parent)
+        except OSError as e:
+            os.close(fd)
+            path.unlink(missing_ok=True)
+            if e.errno in (errno.ENOSPC, errno.EDQUOT):
+                raise StoreNotWritableError(f"disk full: cannot allocate segment {path.name} ({size} bytes)", cause="disk_full") from e
+            raise
+        log.info("segment_created", segment=path.name, bytes=size)
+        return cls(path, base_offset, size, fd)
+
+    @classmethod
+    def open(cls, path: Path, base_offset: int, size: int) -> Segment:
+        """Map an existing segment, which must have exactly ``size`` bytes."""
+        actual = path.stat().st_size
+        if actual != size:
+            raise CorruptFileError(f"{path}: segment has {actual} bytes, expected {size}; refusing to open the store")
+        return cls(path, base_offset, size, os.open(path, os.O_RDWR))
+
+    @property
+    def end_offset(self) -> int:
+        return self.base_offset + self.size
+
+    def write(self, pos: int, data: bytes) -> None:
+        self.mm[pos : pos + len(data)] = data
+
+    def read(self, pos: int, n: int) -> bytes:
+        return self.mm[pos : pos + n]
+
+    def sync(self) -> None:
+        """fdatasync: every byte written through the map so far is on disk after this."""
+        os.fdatasync(self._fd)
+
+    def zero_from(self, pos: int) -> None:
+        """Zero bytes [pos, size): a truncated tail must not look like records later."""
+        if pos >= self.size:
+            return
+        n = self.size - pos
+        if _fallocate(self._fd, _FALLOC_FL_PUNCH_HOLE | _FALLOC_FL_KEEP_SIZE, pos, n) == 0:
+            os.posix_fallocate(self._fd, pos, n)  # reserve the blocks again
+            return
+        zeros = bytes(_ZERO_CHUNK)
+        while pos < self.size:
+            k = min(_ZERO_CHUNK, self.size - pos)
+            self.mm[pos : pos + k] = zeros[:k]
+            pos += k
+
+    def close(self) -> None:
+        if self._fd < 0:
+            return
+        self.mm.close()
+        os.close(self._fd)
+        self._fd = -1
+
+    def delete(self) -> None:
+        self.close()
+        self.path.unlink(missing_ok=True)
+
+
+__all__ = ["Segment", "fsync_dir"]

@@ -1,0 +1,116 @@
+"""The commitlog's segment files as one logical byte stream (RocketMQ MappedFileQueue).
+
+Segments are equally sized and named by their 20-digit start offset; segment ``i``
+of the list starts at ``first_base + i * segment_bytes``, so an offset finds its
+segment by one division. Called by the CommitLog only (under its put lock for
+changes); readers may call ``find`` concurrently with appends.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import structlog
+
+from mqstore.errors import ConfigError, CorruptFileError
+from mqstore.formats.names import file_name_to_offset, offset_to_file_name
+from mqstore.store.mapped_file import Segment, fsync_dir
+
+log = structlog.get_logger(__name__)
+
+
+class SegmentQueue:
+    """An ordered, gap-free list of equally sized segments."""
+
+    def __init__(self, directory: Path, segment_bytes: int, *, preallocate: bool = True) -> None:
+        self.directory = directory
+        self.segment_bytes = segment_bytes
+        self._preallocate = preallocate
+        self.segments: list[Segment] = []
+
+    def load(self) -> None:
+        """Map every existing segment; refuse gaps, stray names and wrong sizes."""
+        self.directory.mkdir(parents=True, exist_ok=True)
+        bases = []
+        for p in self.directory.iterdir():
+            if p.name.endswith(".tmp"):
+                continue
+            try:
+                bases.append(file_name_to_offset(p.name))
+            except ValueError:
+                log.warning("stray_file_ignored", path=str(p))
+        bases.sort()
+        for i, base in enumerate(bases):
+            path = self.directory / offset_to_file_name(base)
+            if base % self.segment_bytes:
+                raise CorruptFileError(f"{path}: start offset is not a multiple of segment_bytes {self.segment_bytes}")
+            if i and base != bases[i - 1] + self.segment_bytes:
+                raise CorruptFileError(f"{self.directory}: segments are not contiguous at {path.name}")
+            size = path.stat().st_size
+            if size != self.segment_bytes:
+                raise ConfigError(
+                    f"{path}: segment has {size} bytes but segment_bytes is {self.segment_bytes}; "
+                    "open the store with the segment size it was created with"
+                )
+            self.segments.append(Segment.open(path, base, self.segment_bytes))
+
+    @property
+    def min_offset(self) -> int:
+        return self.segments[0].base_offset if self.segments else 0
+
+    def find(self, offset: int) -> Segment | None:
+        """The segment holding ``offset``, or None: O(1)."""
+        segs = self.segments
+        if not segs:
+            return None
+        i = (offset - segs[0].base_offset) // self.segment_bytes
+        return segs[i] if 0 <= i < len(segs) else None
+
+    def last(self) -> Segment | None:
+        return self.segments[-1] if self.segments else None
+
+    def create_next(self, base_offset: int) -> Segment:
+        """Append a new segment starting at ``base_offset`` (its predecessor's end)."""
+        last = self.last()
+        if last is not None and base_offset != last.end_offset:
+            raise AssertionError(f"new segment at {base_offset} would leave a gap after {last.end_offset}")
+        seg = Segment.create(
+            self.directory / offset_to_file_name(base_offset), base_offset, self.segment_bytes,
+            preallocate=self._preallocate,
+        )  # fmt: skip
+        self.segments.append(seg)
+        return seg
+
+    def truncate_after(self, offset: int) -> list[str]:
+        """Delete segments that start after ``offset``; zero the tail of the one
+        holding it. Returns the names of deleted segments."""
+        deleted = []
+        while self.segments and self.segments[-1].base_offset > offset:
+            seg = self.segments.pop()
+            deleted.append(seg.path.name)
+            seg.delete()
+        if deleted:
+            fsync_dir(self.directory)
+        seg = self.find(offset)
+        if seg is not None:
+            seg.zero_from(offset - seg.base_offset)
+            seg.sync()
+        return deleted
+
+    def sync_range(self, start: int, end: int) -> None:
+        """fdatasync every segment holding bytes of [start, end)."""
+        if end <= start or not self.segments:
+            return
+        first = self.segments[0].base_offset
+        lo = max(0, (start - first) // self.segment_bytes)
+        hi = min(len(self.segments) - 1, (end - 1 - first) // self.segment_bytes)
+        for seg in self.segments[lo : hi + 1]:
+            seg.sync()
+
+    def close(self) -> None:
+        for seg in self.segments:
+            seg.close()
+        self.segments = []
+
+
+__all__ = ["SegmentQueue"]
