@@ -1,0 +1,1 @@
+"""Benchmarks behind ``mqstore bench``: deterministic workloads, figures as JSON."""

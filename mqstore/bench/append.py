@@ -1,0 +1,132 @@
+"""``mqstore bench append``: P producer threads append a deterministic workload.
+
+Prints one JSON line. ``seconds`` runs from the first append to the last
+acknowledgement (the final close, which flushes the async tail, is reported apart as
+``close_seconds``); latencies are per append call (a batch is acknowledged at once).
+``bytes`` counts encoded records; MB is 10^6 bytes.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import structlog
+
+from mqstore.bench.acklog import AckLog
+from mqstore.bench.workload import Workload
+from mqstore.store.commitlog import CommitLog
+from mqstore.store.config import FlushMode, StoreConfig
+from mqstore.store.messages import PutStatus
+
+log = structlog.get_logger(__name__)
+
+
+@dataclass(frozen=True, kw_only=True)
+class AppendBench:
+    store: Path
+    messages: int
+    body_size: int = 128
+    topics: int = 1
+    queues: int = 4
+    flush: FlushMode = FlushMode.ASYNC
+    producers: int = 1
+    batch: int = 1000
+    segment_bytes: int = 1 << 30
+    ack_log: Path | None = None
+
+    def __post_init__(self) -> None:
+        if self.messages < 0 or self.producers < 1 or self.batch < 1:
+            raise ValueError("messages must be >= 0, producers and batch >= 1")
+
+
+def run_append_bench(b: AppendBench) -> dict:
+    workload = Workload(body_size=b.body_size, topics=b.topics, queues=b.queues)
+    config = StoreConfig(segment_bytes=b.segment_bytes, flush_mode=b.flush, default_queue_nums=b.queues)
+    ack = AckLog(b.ack_log) if b.ack_log else None
+    cl = CommitLog(b.store, config)
+    lock = threading.Lock()
+    next_start = [0]
+    latencies: list[float] = []
+    totals = {"bytes": 0, "timeouts": 0, "acked": 0}
+    errors: list[BaseException] = []
+    progress_every = max(b.messages // 10, 1)
+
+    def producer() -> None:
+        my_lat: list[float] = []
+        nbytes = timeouts = acked = 0
+        try:
+            while True:
+                with lock:
+                    start = next_start[0]
+                    if start >= b.messages:
+                        break
+                    count = min(b.batch, b.messages - start)
+                    next_start[0] = start + count
+                batch = workload.batch(start, count)
+                t0 = time.perf_counter()
+                res = cl.append(batch)
+                my_lat.append(time.perf_counter() - t0)
+                nbytes += int(res.sizes.sum())
+                if res.status is PutStatus.PUT_OK:
+                    acked += count
+                    if ack is not None:
+                        topics = [batch.topics] * count if isinstance(batch.topics, str) else batch.topics
+                        ack.write_lines([
+                            f'{{"msg_id":"{m}","physical_offset":{p},"topic":"{t}","queue_id":{q},"queue_offset":{o}}}\n'
+                            for m, p, t, q, o in zip(res.msg_ids, res.physical_offsets.tolist(), topics,
+                                                     res.queue_ids.tolist(), res.queue_offsets.tolist())
+                        ])  # fmt: skip
+                else:
+                    timeouts += count
+                if (start // progress_every) != ((start + count) // progress_every):
+                    log.info("bench_progress", appended=start + count, of=b.messages)
+        except BaseException as e:  # surfaced to the caller after the threads join
+            errors.append(e)
+        with lock:
+            latencies.extend(my_lat)
+            totals["bytes"] += nbytes
+            totals["timeouts"] += timeouts
+            totals["acked"] += acked
+
+    threads = [threading.Thread(target=producer, name=f"producer-{i}") for i in range(b.producers)]
+    t0 = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    seconds = time.perf_counter() - t0
+    t1 = time.perf_counter()
+    cl.close()
+    close_seconds = time.perf_counter() - t1
+    if ack is not None:
+        ack.close()
+    if errors:
+        raise errors[0]
+    lat_ms = np.array(latencies) * 1000 if latencies else np.zeros(1)
+    n = b.messages
+    return {
+        "messages": n,
+        "bytes": totals["bytes"],
+        "seconds": round(seconds, 4),
+        "msgs_per_s": round(n / seconds, 1) if seconds else 0.0,
+        "mb_per_s": round(totals["bytes"] / 1e6 / seconds, 2) if seconds else 0.0,
+        "p50_ms": round(float(np.percentile(lat_ms, 50)), 3),
+        "p99_ms": round(float(np.percentile(lat_ms, 99)), 3),
+        "acked": totals["acked"],
+        "flush_timeouts": totals["timeouts"],
+        "close_seconds": round(close_seconds, 4),
+        "flush": b.flush.value,
+        "producers": b.producers,
+        "batch": b.batch,
+        "body_size": b.body_size,
+        "topics": b.topics,
+        "queues": b.queues,
+        "segment_bytes": b.segment_bytes,
+    }
+
+
+__all__ = ["AppendBench", "run_append_bench"]

@@ -1,0 +1,1 @@
+"""The ``mqstore`` command line."""
