@@ -1,6 +1,7 @@
 """The format layer: RocketMQ's on-disk bytes <-> Python values. No I/O policy here."""
 
 from mqstore.formats.checkpoint import CHECKPOINT_BYTES, Checkpoint
+from mqstore.formats.crc import body_crc
 from mqstore.formats.javahash import index_key_hash, java_string_hash, tags_code
 from mqstore.formats.message import (
     BLANK_MAGIC,
@@ -13,7 +14,6 @@ from mqstore.formats.message import (
     ScanResult,
     SysFlag,
     blank_record,
-    body_crc,
     decode_record,
     record_size,
     scan_records,

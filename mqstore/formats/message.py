@@ -34,13 +34,13 @@ from __future__ import annotations
 import enum
 import functools
 import struct
-import zlib
 from collections.abc import Sequence
 from typing import NamedTuple
 
 import numpy as np
 
 from mqstore.errors import DecodeError
+from mqstore.formats.crc import CRC_MASK, body_crc, crc32
 from mqstore.formats.msgid import Host, decode_host, offset_msg_id_prefix
 from mqstore.formats.properties import parse_properties
 
@@ -78,11 +78,6 @@ def transaction_type(sysflag: int) -> int:
 def advances_queue_offset(sysflag: int) -> bool:
     """Prepared and rollback records keep queue offset 0 and get no consume-queue unit."""
     return transaction_type(sysflag) in (0x0, 0x8)
-
-
-def body_crc(body: bytes | memoryview) -> int:
-    """BODYCRC as RocketMQ stores it (UtilAll.crc32): CRC-32/IEEE masked to 31 bits."""
-    return zlib.crc32(body) & 0x7FFFFFFF if len(body) else 0
 
 
 def host_bytes(sysflag: int, flag: int) -> int:
@@ -238,7 +233,7 @@ def decode_record(buf: bytes | memoryview, pos: int = 0, *, check_crc: bool = Tr
         raise DecodeError(f"record at {pos}: {e}") from e
     if p - pos != total:
         raise DecodeError(f"record at {pos}: TOTALSIZE {total} but the fields add up to {p - pos}")
-    if check_crc and body_len and zlib.crc32(body) & 0x7FFFFFFF != crc:
+    if check_crc and body_len and crc32(body) & CRC_MASK != crc:
         raise DecodeError(f"record at {pos}: body CRC mismatch (stored {crc})")
     return MessageRecord(
         total, magic, crc, queue_id, flag, queue_offset, phys, sysflag, born_ts, born_host,
@@ -349,11 +344,11 @@ def scan_records(
         n = first_bad
         stored = _be_int(u8, pos_arr[:n] + 8, 4)
         mv = memoryview(buf)
-        crc = zlib.crc32
+        crc = crc32
         starts = (body_len_at[:n] + 4).tolist()
         lens = body_len[:n].tolist()
         actual = np.fromiter(
-            (crc(mv[a : a + n_]) & 0x7FFFFFFF if n_ else 0 for a, n_ in zip(starts, lens)), np.int64, n
+            (crc(mv[a : a + n_]) & CRC_MASK if n_ else 0 for a, n_ in zip(starts, lens)), np.int64, n
         )
         mismatch = np.flatnonzero(actual != stored)
         if mismatch.size:
@@ -419,6 +414,14 @@ def _be_int8(u8: np.ndarray, at: np.ndarray) -> np.ndarray:
     return (hi << 32) | lo
 
 
+def topic_field(topic: str) -> bytes:
+    """A V1 record's topic field: the length byte, then the UTF-8 name."""
+    raw = topic.encode("utf-8")
+    if len(raw) > MAX_TOPIC_BYTES_V1:
+        raise ValueError(f"a V1 topic has at most {MAX_TOPIC_BYTES_V1} bytes, got {len(raw)}")
+    return bytes((len(raw),)) + raw
+
+
 class PreparedRecords:
     """Records encoded up to the fields known only under the put lock.
 
@@ -427,6 +430,9 @@ class PreparedRecords:
     batch with numpy, and patches QUEUEID too (automatic queues are picked under the
     lock). All records of one instance share the host families (IPv4 or
     IPv6 born host, IPv4 or IPv6 store host); callers split mixed batches into runs.
+    ``topics`` holds each record's topic field (:func:`topic_field`); repeating the
+    same object for every message of a topic costs nothing. ``topic_lens`` (the
+    topics' byte lengths) may be given when the caller knows them already.
     Not thread-safe: one caller (the CommitLog under its put lock) renders it.
     """
 
@@ -434,6 +440,7 @@ class PreparedRecords:
         self,
         *,
         topics: Sequence[bytes],
+        topic_lens: np.ndarray | None = None,
         bodies: Sequence[bytes],
         properties: Sequence[bytes],
         flags: np.ndarray | int,
@@ -450,13 +457,14 @@ class PreparedRecords:
         dtype = header_dtype(born_v6, store_v6)
         self.body_lens = np.fromiter(map(len, bodies), np.int64, n)
         props_lens = np.fromiter(map(len, properties), np.int64, n)
-        topic_lens = np.fromiter(map(len, topics), np.int64, n)
+        if topic_lens is None:
+            topic_lens = np.fromiter(map(len, topics), np.int64, n) - 1
         self.props_lens = props_lens
         self.sizes = dtype.itemsize + self.body_lens + 1 + topic_lens + 2 + props_lens
         head = np.zeros(n, dtype)
         head["total_size"] = self.sizes
         head["magic"] = MAGIC_V1
-        head["body_crc"] = np.fromiter(map(zlib.crc32, bodies), np.int64, n) & 0x7FFFFFFF
+        head["body_crc"] = np.fromiter(map(crc32, bodies), np.int64, n) & CRC_MASK
         head["flag"] = flags
         v6_bits = (SysFlag.BORNHOST_V6 if born_v6 else 0) | (SysFlag.STOREHOST_V6 if store_v6 else 0)
         head["sysflag"] = (np.asarray(sysflags, np.int64) & ~0x30) | v6_bits
@@ -469,7 +477,7 @@ class PreparedRecords:
         self.head = head
         self._void = f"V{dtype.itemsize}"
         self.bodies = bodies
-        self.topics = [bytes((len(t),)) + t for t in topics] if n else []
+        self.topics = topics
         self.props_len_bytes = props_lens.astype(">u2").view("V2").tolist()
         self.properties = properties
 
@@ -521,5 +529,6 @@ __all__ = [
     "record_fields",
     "record_size",
     "scan_records",
+    "topic_field",
     "transaction_type",
 ]

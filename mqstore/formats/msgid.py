@@ -120,13 +120,24 @@ class UniqKeyGenerator:
 
     def batch(self, n: int, *, now_ms: int) -> list[str]:
         """``n`` fresh keys for messages sent at ``now_ms``."""
+        head, tails = self.reserve(n, now_ms=now_ms)
+        return [head + t for t in tails]
+
+    def reserve(self, n: int, *, now_ms: int) -> tuple[str, list[str]]:
+        """``n`` fresh keys as one shared head and ``n`` 4-digit tails, for callers
+        that splice the parts into bigger strings without building each key."""
         if not self._month_start <= now_ms < self._month_end:
             self._month_start = _month_start_ms(now_ms)
             self._month_end = self._month_start + 28 * 86_400_000  # re-check at least monthly
         head = f"{self._prefix}{(now_ms - self._month_start) & 0xFFFFFFFF:08X}"
-        first = self._counter
+        first = self._counter & 0xFFFF
         self._counter += n
-        return [head + _HEX4[(first + i) & 0xFFFF] for i in range(n)]
+        tails: list[str] = []
+        while len(tails) < n:  # the 16-bit counter wraps
+            take = min(n - len(tails), 0x10000 - first)
+            tails += _HEX4[first : first + take]
+            first = 0
+        return head, tails
 
 
 __all__ = [

@@ -46,6 +46,7 @@ from mqstore.formats.message import (
     blank_record,
     decode_record,
     scan_records,
+    topic_field,
 )
 from mqstore.formats.msgid import Host, UniqKeyGenerator, encode_host, offset_msg_id_prefix
 from mqstore.formats.names import check_topic
@@ -56,6 +57,7 @@ from mqstore.store.config import FlushMode, StoreConfig
 from mqstore.store.flush import FlushService
 from mqstore.store.lockfile import StoreLock, create_abort_marker, last_exit_was_clean, remove_abort_marker
 from mqstore.store.messages import AUTO_QUEUE, AppendResult, MessageBatch, PutStatus
+from mqstore.store.prefault import Prefaulter
 from mqstore.store.recovery import QueueKey, RecoveryReport, recover
 from mqstore.store.segments import SegmentQueue
 from mqstore.store.tuning import tune_allocator
@@ -94,14 +96,14 @@ class _Prepared:
 
     __slots__ = ("runs", "n", "topics", "topic_codes", "queue_ids", "advances", "unique_keys", "sizes")
 
-    def __init__(self, runs, n, topics, topic_codes, queue_ids, advances, unique_keys, sizes):
+    def __init__(self, runs, n, topics, topic_codes, queue_ids, advances, unique_keys, sizes):  # noqa: PLR0913
         self.runs: list[PreparedRecords] = runs
         self.n = n
         self.topics: list[str] = topics  # distinct topics of the batch
         self.topic_codes: np.ndarray = topic_codes  # index into topics, per message
         self.queue_ids: np.ndarray = queue_ids  # AUTO_QUEUE where the store picks
         self.advances: np.ndarray | None = advances  # None: every message takes a queue offset
-        self.unique_keys: list[str] = unique_keys
+        self.unique_keys: tuple[str, list[str]] = unique_keys  # (head, tails)
         self.sizes: np.ndarray = sizes
 
 
@@ -123,7 +125,7 @@ def _int_column(value, n: int, name: str) -> np.ndarray | int:
 
 
 def _check_no_separators(what: str, values) -> None:
-    joined = "".join(v for v in values if v)
+    joined = "".join(filter(None, values))
     if "\x01" in joined or "\x02" in joined:
         raise InvalidMessageError(f"{what} must not contain the property separators \\x01 or \\x02")
 
@@ -182,6 +184,8 @@ class CommitLog:
             flushed=self._wrote,
             monotonic=self._clock.monotonic,
         )
+        self._prefaulter = Prefaulter(cfg.prefault_window_bytes) if cfg.prefault_window_bytes > 0 else None
+        self._advance_prefault()
         create_abort_marker(self.store_dir)
         self._closed = False
         self._flusher.start()
@@ -205,7 +209,7 @@ class CommitLog:
         prep = self._prepare(batch)
         if prep.n == 0:
             empty = np.zeros(0, np.int64)
-            return AppendResult(PutStatus.PUT_OK, empty, empty, empty, empty, 0, [], self._msg_id_prefix)
+            return AppendResult(PutStatus.PUT_OK, empty, empty, empty, empty, 0, ("", []), self._msg_id_prefix)
         with self._put_lock:
             self._check_open()
             if self._flusher.error is not None:
@@ -219,6 +223,7 @@ class CommitLog:
             end = int(physical[-1] + prep.sizes[-1])
             self._wrote = end
             self._wrote_state = (end, now)
+            self._advance_prefault()
         status = PutStatus.PUT_OK
         if self.config.flush_mode is FlushMode.SYNC:
             try:
@@ -236,7 +241,7 @@ class CommitLog:
         bodies = batch.bodies
         n = len(bodies)
         if n == 0:
-            return _Prepared([], 0, [], np.zeros(0, np.int64), np.zeros(0, np.int64), None, [], np.zeros(0, np.int64))
+            return _Prepared([], 0, [], np.zeros(0, np.int64), np.zeros(0, np.int64), None, ("", []), np.zeros(0, np.int64))
         if isinstance(bodies, (bytes, str)):
             raise InvalidMessageError("bodies must be a sequence of bytes, one per message")
         # Topics: validate each distinct name once.
@@ -253,8 +258,9 @@ class CommitLog:
             if t not in self._known_topics:
                 check_topic(t)
                 self._known_topics.add(t)
-        encoded_topics = [t.encode() for t in topics]
-        topic_bytes = [encoded_topics[0]] * n if len(topics) == 1 else [encoded_topics[c] for c in codes.tolist()]
+        fields = [topic_field(t) for t in topics]
+        topic_bytes = [fields[0]] * n if len(topics) == 1 else [fields[c] for c in codes.tolist()]
+        topic_lens = np.array([len(f) - 1 for f in fields], np.int64)[codes]
         # Queue ids.
         if batch.queue_ids is None:
             queue_ids = np.full(n, AUTO_QUEUE, np.int64)
@@ -265,13 +271,20 @@ class CommitLog:
                 i = int(np.argmax(bad))
                 raise InvalidMessageError(f"message {i}: queue id {int(queue_ids[i])} is outside 0..{cfg.max_queue_id}")
         # Properties, with a UNIQ_KEY for every message.
-        uniq = [] if batch.unique_keys is None else list(batch.unique_keys)
-        if batch.unique_keys is None or None in uniq:
-            fresh = self._uniq.batch(n, now_ms=self._clock.now_ms())
-            uniq = fresh if not uniq else [u or f for u, f in zip(uniq, fresh)]
-        elif len(uniq) != n:
-            raise InvalidMessageError(f"unique_keys has {len(uniq)} values for {n} messages")
-        props = self._encode_properties(batch, n, uniq)
+        if batch.unique_keys is None:
+            uniq = self._uniq.reserve(n, now_ms=self._clock.now_ms())
+        else:
+            given = list(batch.unique_keys)
+            if len(given) != n:
+                raise InvalidMessageError(f"unique_keys has {len(given)} values for {n} messages")
+            if None in given:
+                head, tails = self._uniq.reserve(n, now_ms=self._clock.now_ms())
+                given = [u or head + t for u, t in zip(given, tails)]
+            uniq = ("", given)
+        try:
+            props = self._encode_properties(batch, n, uniq)
+        except TypeError as e:
+            raise InvalidMessageError(f"tags, keys, unique keys and properties must be strings: {e}") from e
         sysflags = _int_column(batch.sysflags, n, "sysflags")
         advances = None
         if not isinstance(sysflags, int):
@@ -301,7 +314,7 @@ class CommitLog:
                     return v if isinstance(v, int) else v[lo:hi]
                 runs.append(
                     PreparedRecords(
-                        topics=topic_bytes[lo:hi], bodies=bodies[lo:hi], properties=props[lo:hi],
+                        topics=topic_bytes[lo:hi], topic_lens=topic_lens[lo:hi], bodies=bodies[lo:hi], properties=props[lo:hi],
                         flags=col(_int_column(batch.flags, n, "flags")), sysflags=col(sysflags),
                         born_timestamps=col(born_ts), born_hosts=born, store_host=self._store_host,
                         reconsume_times=col(_int_column(batch.reconsume_times, n, "reconsume_times")),
@@ -329,17 +342,33 @@ class CommitLog:
             i = int(np.argmax(sizes > limit))
             raise MessageTooLargeError(f"message {i}: record of {int(sizes[i])} bytes exceeds the limit of {limit} bytes")
 
-    def _encode_properties(self, batch: MessageBatch, n: int, uniq: list[str]) -> list[bytes]:
+    def _encode_properties(self, batch: MessageBatch, n: int, uniq: tuple[str, list[str]]) -> list[bytes]:
+        """Each message's properties bytes (TAGS, KEYS, UNIQ_KEY and the user's)."""
         tags = _broadcast(batch.tags, n)
         keys = _broadcast(batch.keys, n)
+        head, tails = uniq
+        if batch.properties is None and all(tags) and all(keys):
+            # The common case in bulk: one join for the whole batch, one encode, one
+            # split on NUL (checked absent from user text; UNIQ_KEY parts are hex).
+            pieces: list[str | None] = [None] * (6 * n)
+            pieces[0::6] = tags
+            pieces[1::6] = ["\x02KEYS\x01"] * n
+            pieces[2::6] = keys
+            pieces[3::6] = [f"\x02UNIQ_KEY\x01{head}"] * n
+            pieces[4::6] = tails
+            pieces[5::6] = ["\x02\x00TAGS\x01"] * n
+            big = ("TAGS\x01" + "".join(pieces)).encode()  # type: ignore[arg-type]
+            user_text = "".join(tags) + "".join(keys)  # the only parts not generated here
+            if "\x00" not in user_text and "\x01" not in user_text and "\x02" not in user_text:
+                out = big.split(b"\x00")
+                out.pop()
+                return out
         _check_no_separators("tags", tags)
         _check_no_separators("keys", keys)
-        _check_no_separators("unique keys", uniq)
-        if batch.properties is None and all(tags) and all(keys):
-            return [f"TAGS\x01{t}\x02KEYS\x01{k}\x02UNIQ_KEY\x01{u}\x02".encode() for t, k, u in zip(tags, keys, uniq)]
+        _check_no_separators("unique keys", tails)
         user = _broadcast(batch.properties, n)
         out = []
-        for t, k, u, p in zip(tags, keys, uniq, user):
+        for t, k, u, p in zip(tags, keys, (head + t for t in tails), user):
             d = {}
             if p:
                 _check_no_separators("property names and values", list(p.keys()) + list(p.values()))
@@ -378,16 +407,17 @@ class CommitLog:
             return out, lambda: None
         width = self.config.max_queue_id + 1
         key = prep.topic_codes[sel] * width + queue_ids[sel]
-        uniq, inv, counts = np.unique(key, return_inverse=True, return_counts=True)
+        order = np.argsort(key, kind="stable")
+        ordered = key[order]
+        starts = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]])
+        counts = np.diff(np.r_[starts, len(ordered)])
+        uniq = ordered[starts]
+        group = np.repeat(np.arange(len(starts)), counts)
         keys = [(prep.topics[k // width], k % width) for k in uniq.tolist()]
         base = np.array([table.get(k, 0) for k in keys], np.int64)
-        if len(uniq) == 1:
-            rank = np.arange(len(sel))
-        else:
-            order = np.argsort(inv, kind="stable")
-            rank = np.empty(len(sel), np.int64)
-            rank[order] = np.arange(len(sel)) - np.repeat(np.cumsum(counts) - counts, counts)
-        out[sel] = base[inv] + rank
+        rank = np.empty(len(sel), np.int64)
+        rank[order] = base[group] + np.arange(len(sel)) - np.repeat(starts, counts)
+        out[sel] = rank
 
         def commit() -> None:
             for k, nxt in zip(keys, (base + counts).tolist()):
@@ -434,6 +464,11 @@ class CommitLog:
                 j = k
             lo = hi
         return physical
+
+    def _advance_prefault(self) -> None:
+        seg = self._segments.last()
+        if self._prefaulter is not None and seg is not None:
+            self._prefaulter.advance(seg, max(0, self._wrote - seg.base_offset))
 
     def _ensure_segments(self, last_byte: int) -> None:
         segs = self._segments
@@ -557,6 +592,8 @@ class CommitLog:
         with self._put_lock:
             self._closed = True
         self._flusher.stop()
+        if self._prefaulter is not None:
+            self._prefaulter.stop()
         clean = self._flusher.error is None
         if clean:
             self._write_checkpoint(self._last_store_ts)

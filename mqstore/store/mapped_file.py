@@ -22,6 +22,9 @@ log = structlog.get_logger(__name__)
 _libc = ctypes.CDLL(None, use_errno=True)
 _fallocate = _libc.fallocate
 _fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64]
+_madvise = _libc.madvise
+_madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+_MADV_POPULATE_WRITE = 23  # Linux 5.14+
 _FALLOC_FL_KEEP_SIZE = 0x01
 _FALLOC_FL_PUNCH_HOLE = 0x02
 _ZERO_CHUNK = 1 << 20
@@ -45,6 +48,8 @@ class Segment:
         self.size = size
         self._fd = fd
         self.mm = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+        self._pin: ctypes.Array | None = (ctypes.c_char * size).from_buffer(self.mm)  # for the map's address
+        self._addr = ctypes.addressof(self._pin)
 
     @classmethod
     def create(cls, path: Path, base_offset: int, size: int, *, preallocate: bool = True) -> Segment:
@@ -75,6 +80,10 @@ class Segment:
         return cls(path, base_offset, size, os.open(path, os.O_RDWR))
 
     @property
+    def closed(self) -> bool:
+        return self._fd < 0
+
+    @property
     def end_offset(self) -> int:
         return self.base_offset + self.size
 
@@ -83,6 +92,15 @@ class Segment:
 
     def read(self, pos: int, n: int) -> bytes:
         return self.mm[pos : pos + n]
+
+    def populate(self, pos: int, n: int) -> bool:
+        """Fault pages [pos, pos+n) in for writing without changing their bytes
+        (MADV_POPULATE_WRITE), so the writer later copies into ready pages. Runs
+        without the GIL. False if the kernel does not support it."""
+        if self._pin is None or n <= 0:
+            return False
+        start = pos - pos % mmap.PAGESIZE
+        return _madvise(self._addr + start, min(self.size - start, n + pos - start), _MADV_POPULATE_WRITE) == 0
 
     def sync(self) -> None:
         """fdatasync: every byte written through the map so far is on disk after this."""
@@ -105,6 +123,7 @@ class Segment:
     def close(self) -> None:
         if self._fd < 0:
             return
+        self._pin = None
         self.mm.close()
         os.close(self._fd)
         self._fd = -1

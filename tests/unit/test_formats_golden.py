@@ -27,6 +27,7 @@ from mqstore.formats import (
     serialize_properties,
     tags_code,
 )
+from mqstore.formats.message import topic_field
 from mqstore.formats.properties import crc32_property
 from tests.conftest import GOLDEN_DIR
 
@@ -70,7 +71,7 @@ def test_every_golden_message_encodes_byte_for_byte(golden: dict) -> None:
         raw = bytes.fromhex(vec["hex"])
         rec = decode_record(raw, 0)
         batch = PreparedRecords(
-            topics=[rec.topic.encode()],
+            topics=[topic_field(rec.topic)],
             bodies=[rec.body],
             properties=[_props_as_java_wrote_them(raw, rec)],
             flags=rec.flag,
