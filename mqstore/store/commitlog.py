@@ -118,7 +118,10 @@ def _broadcast(value, n: int) -> list:
 def _int_column(value, n: int, name: str) -> np.ndarray | int:
     if isinstance(value, (int, np.integer)):
         return int(value)
-    arr = np.asarray(value, dtype=np.int64)
+    try:
+        arr = np.asarray(value, dtype=np.int64)
+    except (TypeError, ValueError, OverflowError) as e:
+        raise InvalidMessageError(f"{name} must be integers: {e}") from e
     if arr.shape != (n,):
         raise InvalidMessageError(f"{name} has {arr.size} values for {n} messages")
     return arr
@@ -179,7 +182,7 @@ class CommitLog:
         self._flusher = FlushService(
             cfg,
             wrote=lambda: self._wrote_state,
-            sync=self._segments.sync_range,
+            sync=lambda start, end: self._segments.sync_range(start, end),  # looked up per call: a seam for fault tests
             on_flushed=self._on_flushed,
             flushed=self._wrote,
             monotonic=self._clock.monotonic,
@@ -293,7 +296,14 @@ class CommitLog:
                 advances = (tx % 8) == 0
         elif sysflags & TRANSACTION_TYPE_MASK in (0x4, 0xC):
             advances = np.zeros(n, bool)
-        born_ts = self._clock.now_ms() if batch.born_timestamps is None else _int_column(batch.born_timestamps, n, "born_timestamps")
+        born_ts = batch.born_timestamps
+        if born_ts is None:
+            born_ts = self._clock.now_ms()
+        else:
+            if not isinstance(born_ts, int) and None in list(born_ts):
+                now = self._clock.now_ms()
+                born_ts = [now if t is None else t for t in born_ts]
+            born_ts = _int_column(born_ts, n, "born_timestamps")
         # Hosts: runs of one address family each (a record's head layout depends on it).
         if batch.born_hosts is None:
             host_runs = [(0, n, _DEFAULT_BORN_HOST)]
@@ -508,7 +518,7 @@ class CommitLog:
             local = pos - seg.base_offset
             end = min(seg.size, wrote - seg.base_offset)
             res = scan_records(seg.mm, local, end, check_crc=False, max_records=max_records - len(out),
-                               max_bytes=max(max_bytes - used, 1) if out else None)  # fmt: skip
+                               max_bytes=max_bytes - used)  # fmt: skip
             for p in res.positions.tolist():
                 out.append(decode_record(seg.mm, p, check_crc=False))
             used += int(res.sizes.sum())
