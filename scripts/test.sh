@@ -1,0 +1,7 @@
+#!/usr/bin/env bash
+# Installs everything the tests need into ./.venv, then runs the whole suite.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+export RAY_AUTH_MODE=disabled
+exec .venv/bin/python -m pytest "$@"
