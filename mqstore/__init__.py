@@ -1,6 +1,7 @@
 """mqstore: Apache RocketMQ's broker store (CommitLog, ConsumeQueue, IndexFile), in Python.
 
->>> from mqstore import CommitLog, MessageBatch  # doctest: +SKIP
+The format layer is ``mqstore.formats`` (bytes only), the store core ``mqstore.store``
+(plain Python, one process). See README.md for a tour.
 """
 
 from mqstore.errors import MqStoreError

@@ -22,6 +22,8 @@ from mqstore.store.config import StoreConfig
 _CHILD = """
 import sys, json
 from pathlib import Path
+from mqstore.logging import configure_logging
+configure_logging(level="warning")
 from mqstore.bench.workload import Workload
 from mqstore.store.commitlog import CommitLog
 from mqstore.store.config import StoreConfig

@@ -12,7 +12,7 @@ import numpy as np
 
 from mqstore.store.messages import MessageBatch
 
-_TAGS = [f"Tag{i}" for i in range(16)]
+_TAGS = np.array([f"Tag{i}" for i in range(16)], dtype=object)
 
 
 def topic_name(i: int) -> str:
@@ -41,8 +41,16 @@ class Workload:
         rows[:] = self._pattern
         rows[:, :8] = idx.astype(">u8").view(np.uint8).reshape(count, 8)
         bodies = rows[:, :b].copy().view(f"V{b}").ravel().tolist() if b else [b""] * count
-        tags = [_TAGS[k] for k in (idx % 16).tolist()]
-        keys = [f"ord{i} usr{i % 9973}" for i in idx.tolist()]
+        tags = _TAGS[idx % 16].tolist()
+        # "ord<i> usr<i % 9973>" for every message: one join and one split, not n f-strings.
+        pieces: list[str] = [""] * (5 * count)
+        pieces[0::5] = ["ord"] * count
+        pieces[1::5] = map(str, range(start, start + count))
+        pieces[2::5] = [" usr"] * count
+        pieces[3::5] = map(str, (idx % 9973).tolist())
+        pieces[4::5] = ["\x00"] * count
+        keys = "".join(pieces).split("\x00")
+        keys.pop()
         return MessageBatch(topics=topics, bodies=bodies, queue_ids=queues, tags=tags, keys=keys)
 
 

@@ -262,13 +262,48 @@ class ScanResult(NamedTuple):
 MIN_RECORD_BYTES = record_size(body_len=0, topic_len=0, props_len=0)
 
 
-def _be_int(u8: np.ndarray, at: np.ndarray, width: int) -> np.ndarray:
-    """Gather big-endian signed ints of ``width`` bytes at byte offsets ``at``."""
-    v = np.zeros(at.shape, np.int64)
-    for k in range(width):
-        v = (v << 8) | u8[at + k]
-    sign = np.int64(1) << (8 * width - 1)
-    return (v ^ sign) - sign
+class _Fields:
+    """Big-endian ints at arbitrary byte offsets of one buffer, gathered in bulk.
+
+    ``np.ndarray(..., strides=(1,))`` views the buffer as "the int starting at every
+    byte", so reading a field of many records is a single fancy index."""
+
+    def __init__(self, buf: bytes | memoryview) -> None:
+        self._buf = buf
+        self._n = len(buf)
+        self._views: dict[str, np.ndarray] = {}
+
+    def get(self, at: np.ndarray, fmt: str) -> np.ndarray:
+        view = self._views.get(fmt)
+        if view is None:
+            width = np.dtype(fmt).itemsize
+            view = np.ndarray((self._n - width + 1,), dtype=fmt, buffer=self._buf, strides=(1,))
+            self._views[fmt] = view
+        return view[at].astype(np.int64)
+
+    def heads(self, at: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(head, store_timestamp, body_len_at)`` of the records at ``at``: the
+        fixed head in one pass (one copy of 88 bytes per record, not a gather per
+        field); the two fields an IPv6 host moves are re-read for those records only.
+        Every record at ``at`` must hold at least MIN_RECORD_BYTES."""
+        dtype = header_dtype(False, False)
+        view = self._views.get("head")
+        if view is None:
+            view = np.ndarray((self._n - dtype.itemsize + 1,), dtype=dtype, buffer=self._buf, strides=(1,))
+            self._views["head"] = view
+        head = view[at]
+        store_ts = head["store_timestamp"].astype(np.int64)
+        body_len_at = at + (dtype.itemsize - 4)
+        v6 = np.flatnonzero(head["sysflag"] & 0x30)
+        if v6.size:
+            sf = head["sysflag"][v6].astype(np.int64)
+            born = np.where(sf & 0x10, 20, 8)
+            store_ts[v6] = self.get(at[v6] + 48 + born, ">i8")
+            body_len_at[v6] = at[v6] + 68 + born + np.where(sf & 0x20, 20, 8)
+        return head, store_ts, body_len_at
+
+    def release(self) -> None:
+        self._views.clear()
 
 
 def scan_records(
@@ -284,79 +319,122 @@ def scan_records(
     """Walk records from ``start`` up to ``end`` (the end of written data) and
     validate them in bulk.
 
-    The walk follows TOTALSIZE (the only sequential part); layout, lengths and CRCs
-    are then checked for all records at once. Stops at a BLANK record
-    (END_OF_SEGMENT), at the first invalid record (INVALID: nothing from there on is
-    trusted), or with LIMIT at ``end``, after ``max_records`` or before a record that
-    would take the walk past ``start + max_bytes``. With ``base_offset`` (the
-    buffer's commitlog offset) a record whose PHYSICALOFFSET field is not its own
-    position is invalid too: stale bytes left past a truncation never pass.
+    The walk follows TOTALSIZE (the only sequential part); magic, layout, lengths,
+    positions and CRCs are then checked for all records at once. Stops at a BLANK
+    record (END_OF_SEGMENT), at the first invalid record (INVALID: nothing from there
+    on is trusted), or with LIMIT at ``end``, after ``max_records`` or before a record
+    that would take the walk past ``start + max_bytes`` (one record at least). With
+    ``base_offset`` (the buffer's commitlog offset) a record whose PHYSICALOFFSET field
+    is not its own position is invalid too: stale bytes past a truncation never pass.
     """
+    positions = _walk(buf, start, end, max_records, max_bytes)
+    pos_arr = np.array(positions, np.int64)
+    n = len(positions)
+    stop = positions[-1] + _SIZE_MAGIC.unpack_from(buf, positions[-1])[0] if n else start
+    if n == 0:
+        return _scan_stop_without_records(buf, start, end, pos_arr)
+    f = _Fields(buf)
+    try:
+        return _validate(buf, f, pos_arr, positions, stop, end, check_crc, base_offset)
+    finally:
+        f.release()
+
+
+def _walk(buf, start: int, end: int, max_records: int | None, max_bytes: int | None) -> list[int]:
+    """Record starts from ``start``, following TOTALSIZE; stops at an impossible size
+    (zeros, garbage), a record running past ``end`` or a limit. Validation follows."""
     positions: list[int] = []
-    unpack = _SIZE_MAGIC.unpack_from
+    append = positions.append
+    unpack = _I32.unpack_from
     pos = start
-    outcome, reason = ScanOutcome.LIMIT, ""
+    last = end - 8
+    if max_records is None and max_bytes is None:
+        while pos <= last:
+            size = unpack(buf, pos)[0]
+            if size < BLANK_RECORD_BYTES or pos + size > end:
+                break
+            append(pos)
+            pos += size
+        return positions
     budget = max_records if max_records is not None else -1
     byte_limit = start + max_bytes if max_bytes is not None else end
-    while pos + 8 <= end and budget != 0:
-        size, magic = unpack(buf, pos)
-        if magic == BLANK_MAGIC:
-            outcome = ScanOutcome.END_OF_SEGMENT
+    while pos <= last and budget:
+        size = unpack(buf, pos)[0]
+        if size < BLANK_RECORD_BYTES or pos + size > end or (pos + size > byte_limit and positions):
             break
-        if magic != MAGIC_V1 and magic != MAGIC_V2:
-            outcome, reason = ScanOutcome.INVALID, f"unknown magic code {magic & 0xFFFFFFFF:#010x} at {pos}"
-            break
-        if size < MIN_RECORD_BYTES or pos + size > end:
-            outcome, reason = ScanOutcome.INVALID, f"record at {pos} has size {size}, past the end of data {end}"
-            break
-        if pos + size > byte_limit and positions:
-            break
-        positions.append(pos)
+        append(pos)
         pos += size
         budget -= 1
-    pos_arr = np.array(positions, np.int64)
-    if not positions:
-        return ScanResult(pos_arr, pos_arr.copy(), pos, outcome, reason)
-    u8 = np.frombuffer(buf, np.uint8)
-    sizes = _be_int(u8, pos_arr, 4)
-    rec_end = pos_arr + sizes
-    magic = _be_int(u8, pos_arr + 4, 4)
-    sysflag = _be_int(u8, pos_arr + 36, 4)
-    body_len_at = pos_arr + 68 + np.where(sysflag & 0x10, 20, 8) + np.where(sysflag & 0x20, 20, 8)
+    return positions
+
+
+def _scan_stop_without_records(buf, start: int, end: int, empty: np.ndarray) -> ScanResult:
+    if start + 8 > end:
+        return ScanResult(empty, empty.copy(), start, ScanOutcome.LIMIT, "")
+    size, magic = _SIZE_MAGIC.unpack_from(buf, start)
+    if magic == BLANK_MAGIC:
+        return ScanResult(empty, empty.copy(), start, ScanOutcome.END_OF_SEGMENT, "")
+    if magic in (MAGIC_V1, MAGIC_V2) and size >= MIN_RECORD_BYTES and start + size > end:
+        reason = f"record at {start} of {size} bytes runs past the end of data {end}"
+    elif magic in (MAGIC_V1, MAGIC_V2) and size >= MIN_RECORD_BYTES:
+        return ScanResult(empty, empty.copy(), start, ScanOutcome.LIMIT, "")
+    else:
+        reason = f"no record at {start} (size {size}, magic {magic & 0xFFFFFFFF:#010x})"
+    return ScanResult(empty, empty.copy(), start, ScanOutcome.INVALID, reason)
+
+
+def _validate(buf, f: _Fields, pos_arr: np.ndarray, positions: list[int], stop: int, end: int,
+              check_crc: bool, base_offset: int | None) -> ScanResult:  # fmt: skip
+    n = len(positions)
+    all_sizes = f.get(pos_arr, ">i4")
+    all_magic = f.get(pos_arr + 4, ">i4")
+    # Only whole message records are inspected further: cut at the first BLANK or bad head.
+    head_bad = ((all_magic != MAGIC_V1) & (all_magic != MAGIC_V2)) | (all_sizes < MIN_RECORD_BYTES)
+    first = np.flatnonzero(head_bad)
+    k = int(first[0]) if first.size else n
+    at, sizes, magic = pos_arr[:k], all_sizes[:k], all_magic[:k]
+    rec_end = at + sizes
+    head, _, body_len_at = f.heads(at)
     bad = body_len_at + 4 > rec_end
-    body_len_at = np.where(bad, pos_arr, body_len_at)
-    body_len = _be_int(u8, body_len_at, 4)
+    body_len_at = np.where(bad, at, body_len_at)
+    body_len = f.get(body_len_at, ">i4")
     bad |= (body_len < 0) | (body_len_at + 4 + body_len + 3 > rec_end)
-    topic_len_at = np.where(bad, pos_arr, body_len_at + 4 + body_len)
+    topic_len_at = np.where(bad, at, body_len_at + 4 + body_len)
     v2 = magic == MAGIC_V2
-    topic_len = np.where(v2, _be_int(u8, topic_len_at, 2), _be_int(u8, topic_len_at, 1))
+    topic_len = np.where(v2, f.get(topic_len_at, ">i2"), f.get(topic_len_at, "i1"))
     props_len_at = topic_len_at + np.where(v2, 2, 1) + topic_len
     bad |= (topic_len < 0) | (props_len_at + 2 > rec_end)
-    props_len_at = np.where(bad, pos_arr, props_len_at)
-    props_len = _be_int(u8, props_len_at, 2)
+    props_len_at = np.where(bad, at, props_len_at)
+    props_len = f.get(props_len_at, ">i2")
     bad |= (props_len < 0) | (props_len_at + 2 + props_len != rec_end)
     if base_offset is not None:
-        bad |= _be_int8(u8, pos_arr + 28) != pos_arr + base_offset
-    first_bad = int(np.argmax(bad)) if bad.any() else len(positions)
-    if first_bad < len(positions):
-        reason = f"record at {positions[first_bad]}: fields disagree with TOTALSIZE {int(sizes[first_bad])} or its position"
-    if check_crc and first_bad:
-        n = first_bad
-        stored = _be_int(u8, pos_arr[:n] + 8, 4)
+        bad |= head["physical_offset"] != at + base_offset
+    reason = ""
+    layout_bad = np.flatnonzero(bad)
+    if layout_bad.size:
+        k = int(layout_bad[0])
+        reason = f"record at {positions[k]} of {int(sizes[k])} bytes: its fields disagree with TOTALSIZE or its position"
+    if check_crc and k:
+        stored = head["body_crc"][:k].astype(np.int64)
+        starts = (body_len_at[:k] + 4).tolist()
+        ends = (body_len_at[:k] + 4 + body_len[:k]).tolist()
         mv = memoryview(buf)
-        crc = crc32
-        starts = (body_len_at[:n] + 4).tolist()
-        lens = body_len[:n].tolist()
-        actual = np.fromiter(
-            (crc(mv[a : a + n_]) & CRC_MASK if n_ else 0 for a, n_ in zip(starts, lens)), np.int64, n
-        )
-        mismatch = np.flatnonzero(actual != stored)
+        try:
+            actual = np.array([crc32(mv[a:b]) for a, b in zip(starts, ends)], np.int64) & CRC_MASK
+        finally:
+            mv.release()
+        mismatch = np.flatnonzero((actual != stored) & (body_len[:k] > 0))
         if mismatch.size:
-            first_bad = int(mismatch[0])
-            reason = f"record at {positions[first_bad]}: body CRC mismatch"
-    if first_bad < len(positions):
-        return ScanResult(pos_arr[:first_bad], sizes[:first_bad], positions[first_bad], ScanOutcome.INVALID, reason)
-    return ScanResult(pos_arr, sizes, pos, outcome, reason)
+            k = int(mismatch[0])
+            reason = f"record at {positions[k]}: body CRC mismatch"
+    if k < n:
+        if reason:
+            return ScanResult(pos_arr[:k], all_sizes[:k], positions[k], ScanOutcome.INVALID, reason)
+        tail = _scan_stop_without_records(buf, positions[k], end, pos_arr[:0])
+        return ScanResult(pos_arr[:k], all_sizes[:k], positions[k], tail.outcome, tail.reason)
+    # The walk ended on its own: classify what lies at ``stop``.
+    tail = _scan_stop_without_records(buf, stop, end, pos_arr[:0])
+    return ScanResult(pos_arr, all_sizes, stop, tail.outcome, tail.reason)
 
 
 class RecordFields(NamedTuple):
@@ -374,44 +452,42 @@ def record_fields(buf: bytes | memoryview, positions: np.ndarray) -> RecordField
     """Gather the fields that key a record (topic, queue) for many records at once.
 
     Topics repeat, so each distinct topic is decoded once: topic bytes are gathered
-    into a fixed-width matrix and made unique as rows.
+    into fixed-width rows (in chunks, to bound memory) and made unique as rows.
     """
     n = len(positions)
     if n == 0:
         empty = np.zeros(0, np.int64)
         return RecordFields(empty, empty, empty, empty, empty, [])
+    f = _Fields(buf)
+    try:
+        head, store_ts, body_len_at = f.heads(positions)
+        sysflag = head["sysflag"].astype(np.int64)
+        topic_len_at = body_len_at + 4 + f.get(body_len_at, ">i4")
+        v2 = head["magic"] == MAGIC_V2
+        topic_len = np.where(v2, f.get(topic_len_at, ">i2"), f.get(topic_len_at, "i1"))
+        topic_at = topic_len_at + np.where(v2, 2, 1)
+        queue_ids = head["queue_id"].astype(np.int64)
+        queue_offsets = head["queue_offset"].astype(np.int64)
+    finally:
+        f.release()
+    width = max(int(topic_len.max()), 1)
     u8 = np.frombuffer(buf, np.uint8)
-    magic = _be_int(u8, positions + 4, 4)
-    sysflag = _be_int(u8, positions + 36, 4)
-    born = np.where(sysflag & 0x10, 20, 8)
-    store_ts = _be_int8(u8, positions + 48 + born)
-    body_len_at = positions + 68 + born + np.where(sysflag & 0x20, 20, 8)
-    topic_len_at = body_len_at + 4 + _be_int(u8, body_len_at, 4)
-    v2 = magic == MAGIC_V2
-    topic_len = np.where(v2, _be_int(u8, topic_len_at, 2), _be_int(u8, topic_len_at, 1))
-    topic_at = topic_len_at + np.where(v2, 2, 1)
-    width = int(topic_len.max())
+    codes = np.empty(n, np.int64)
+    index: dict[bytes, int] = {}
     cols = np.arange(width)
-    idx = np.minimum(topic_at[:, None] + cols, len(u8) - 1)
-    mat = np.where(cols < topic_len[:, None], u8[idx], 0).astype(np.uint8)
-    rows = np.ascontiguousarray(mat).view(f"V{width}").ravel() if width else np.zeros(n, "V1")
-    uniq, codes = np.unique(rows, return_inverse=True)
-    topics = [bytes(u).rstrip(b"\x00").decode("utf-8", "replace") for u in uniq.tolist()] if width else [""]
-    return RecordFields(
-        _be_int(u8, positions + 12, 4),
-        _be_int8(u8, positions + 20),
-        sysflag,
-        store_ts,
-        codes.astype(np.int64).ravel(),
-        topics,
-    )
+    for lo in range(0, n, _ROW_CHUNK):
+        at, lens = topic_at[lo : lo + _ROW_CHUNK], topic_len[lo : lo + _ROW_CHUNK]
+        idx = np.minimum(at[:, None] + cols, len(u8) - 1)
+        rows = np.where(cols < lens[:, None], u8[idx], 0).astype(np.uint8).view(f"V{width}").ravel()
+        uniq, inv = np.unique(rows, return_inverse=True)
+        local = np.array([index.setdefault(bytes(u), len(index)) for u in uniq.tolist()], np.int64)
+        codes[lo : lo + len(at)] = local[inv.ravel()]
+    del u8
+    topics = [k.rstrip(b"\x00").decode("utf-8", "replace") for k in index]
+    return RecordFields(queue_ids, queue_offsets, sysflag, store_ts, codes, topics)
 
 
-def _be_int8(u8: np.ndarray, at: np.ndarray) -> np.ndarray:
-    """Gather big-endian int64 at byte offsets ``at``."""
-    hi = _be_int(u8, at, 4)
-    lo = _be_int(u8, at + 4, 4) & 0xFFFFFFFF
-    return (hi << 32) | lo
+_ROW_CHUNK = 1 << 16
 
 
 def topic_field(topic: str) -> bytes:
