@@ -240,95 +240,43 @@ class CommitLog:
         )
 
     def _prepare(self, batch: MessageBatch) -> _Prepared:
-        cfg = self.config
+        """Validate and encode a batch (outside the put lock)."""
         bodies = batch.bodies
         n = len(bodies)
         if n == 0:
             return _Prepared([], 0, [], np.zeros(0, np.int64), np.zeros(0, np.int64), None, ("", []), np.zeros(0, np.int64))
         if isinstance(bodies, (bytes, str)):
             raise InvalidMessageError("bodies must be a sequence of bytes, one per message")
-        # Topics: validate each distinct name once.
-        if isinstance(batch.topics, str):
-            topics = [batch.topics]
-            codes = np.zeros(n, np.int64)
-        else:
-            if len(batch.topics) != n:
-                raise InvalidMessageError(f"topics has {len(batch.topics)} values for {n} messages")
-            index: dict[str, int] = {}
-            codes = np.fromiter((index.setdefault(t, len(index)) for t in batch.topics), np.int64, n)
-            topics = list(index)
-        for t in topics:
-            if t not in self._known_topics:
-                check_topic(t)
-                self._known_topics.add(t)
+        topics, codes = self._topics(batch.topics, n)
         fields = [topic_field(t) for t in topics]
         topic_bytes = [fields[0]] * n if len(topics) == 1 else [fields[c] for c in codes.tolist()]
         topic_lens = np.array([len(f) - 1 for f in fields], np.int64)[codes]
-        # Queue ids.
-        if batch.queue_ids is None:
-            queue_ids = np.full(n, AUTO_QUEUE, np.int64)
-        else:
-            queue_ids = np.broadcast_to(np.asarray(batch.queue_ids, np.int64), (n,)).copy()
-            bad = (queue_ids < AUTO_QUEUE) | (queue_ids > cfg.max_queue_id)
-            if bad.any():
-                i = int(np.argmax(bad))
-                raise InvalidMessageError(f"message {i}: queue id {int(queue_ids[i])} is outside 0..{cfg.max_queue_id}")
-        # Properties, with a UNIQ_KEY for every message.
-        if batch.unique_keys is None:
-            uniq = self._uniq.reserve(n, now_ms=self._clock.now_ms())
-        else:
-            given = list(batch.unique_keys)
-            if len(given) != n:
-                raise InvalidMessageError(f"unique_keys has {len(given)} values for {n} messages")
-            if None in given:
-                head, tails = self._uniq.reserve(n, now_ms=self._clock.now_ms())
-                given = [u or head + t for u, t in zip(given, tails)]
-            uniq = ("", given)
+        queue_ids = self._queue_ids(batch.queue_ids, n)
+        uniq = self._unique_keys(batch.unique_keys, n)
         try:
             props = self._encode_properties(batch, n, uniq)
         except TypeError as e:
             raise InvalidMessageError(f"tags, keys, unique keys and properties must be strings: {e}") from e
         sysflags = _int_column(batch.sysflags, n, "sysflags")
-        advances = None
-        if not isinstance(sysflags, int):
-            tx = sysflags & TRANSACTION_TYPE_MASK
-            if ((tx == 0x4) | (tx == 0xC)).any():
-                advances = (tx % 8) == 0
-        elif sysflags & TRANSACTION_TYPE_MASK in (0x4, 0xC):
-            advances = np.zeros(n, bool)
-        born_ts = batch.born_timestamps
-        if born_ts is None:
-            born_ts = self._clock.now_ms()
-        else:
-            if not isinstance(born_ts, int) and None in list(born_ts):
-                now = self._clock.now_ms()
-                born_ts = [now if t is None else t for t in born_ts]
-            born_ts = _int_column(born_ts, n, "born_timestamps")
-        # Hosts: runs of one address family each (a record's head layout depends on it).
-        if batch.born_hosts is None:
-            host_runs = [(0, n, _DEFAULT_BORN_HOST)]
-        elif isinstance(batch.born_hosts, Host):
-            host_runs = [(0, n, encode_host(batch.born_hosts))]
-        else:
-            hosts = [encode_host(h) for h in _broadcast(batch.born_hosts, n)]
-            host_runs = []
-            start = 0
-            for i in range(1, n + 1):
-                if i == n or len(hosts[i]) != len(hosts[start]):
-                    host_runs.append((start, i, hosts[start:i]))
-                    start = i
+        tx = np.asarray(sysflags) & TRANSACTION_TYPE_MASK
+        # Prepared (0x4) and rollback (0xC) records take no queue offset.
+        advances = None if not ((tx == 0x4) | (tx == 0xC)).any() else np.broadcast_to(tx % 8 == 0, (n,))
+        born_ts = self._born_timestamps(batch.born_timestamps, n)
+        columns = {
+            "flags": _int_column(batch.flags, n, "flags"),
+            "sysflags": sysflags,
+            "born_timestamps": born_ts,
+            "reconsume_times": _int_column(batch.reconsume_times, n, "reconsume_times"),
+            "prepared_transaction_offsets": _int_column(batch.prepared_transaction_offsets, n, "prepared_transaction_offsets"),
+        }
+        runs = []
         try:
-            runs = []
-            for lo, hi, born in host_runs:
-                def col(v):
-                    return v if isinstance(v, int) else v[lo:hi]
+            for lo, hi, born in self._host_runs(batch.born_hosts, n):
+                part = {k: v if isinstance(v, int) else v[lo:hi] for k, v in columns.items()}
                 runs.append(
                     PreparedRecords(
-                        topics=topic_bytes[lo:hi], topic_lens=topic_lens[lo:hi], bodies=bodies[lo:hi], properties=props[lo:hi],
-                        flags=col(_int_column(batch.flags, n, "flags")), sysflags=col(sysflags),
-                        born_timestamps=col(born_ts), born_hosts=born, store_host=self._store_host,
-                        reconsume_times=col(_int_column(batch.reconsume_times, n, "reconsume_times")),
-                        prepared_transaction_offsets=col(_int_column(batch.prepared_transaction_offsets, n, "prepared_transaction_offsets")),
+                        topics=topic_bytes[lo:hi], topic_lens=topic_lens[lo:hi], bodies=bodies[lo:hi],
+                        properties=props[lo:hi], born_hosts=born, store_host=self._store_host, **part,
                     )  # fmt: skip
                 )
         except TypeError as e:
@@ -336,6 +284,73 @@ class CommitLog:
         sizes = runs[0].sizes if len(runs) == 1 else np.concatenate([r.sizes for r in runs])
         self._check_sizes(runs, sizes)
         return _Prepared(runs, n, topics, codes, queue_ids, advances, uniq, sizes)
+
+    def _topics(self, value: str | list[str], n: int) -> tuple[list[str], np.ndarray]:
+        """Distinct topics (each validated once per store) and each message's index into them."""
+        if isinstance(value, str):
+            topics, codes = [value], np.zeros(n, np.int64)
+        else:
+            if len(value) != n:
+                raise InvalidMessageError(f"topics has {len(value)} values for {n} messages")
+            index: dict[str, int] = {}
+            codes = np.fromiter((index.setdefault(t, len(index)) for t in value), np.int64, n)
+            topics = list(index)
+        for t in topics:
+            if t not in self._known_topics:
+                check_topic(t)
+                self._known_topics.add(t)
+        return topics, codes
+
+    def _queue_ids(self, value, n: int) -> np.ndarray:
+        if value is None:
+            return np.full(n, AUTO_QUEUE, np.int64)
+        try:
+            queue_ids = np.broadcast_to(np.asarray(value, np.int64), (n,)).copy()
+        except (TypeError, ValueError) as e:
+            raise InvalidMessageError(f"queue_ids must be integers, one per message: {e}") from e
+        bad = (queue_ids < AUTO_QUEUE) | (queue_ids > self.config.max_queue_id)
+        if bad.any():
+            i = int(np.argmax(bad))
+            raise InvalidMessageError(f"message {i}: queue id {int(queue_ids[i])} is outside 0..{self.config.max_queue_id}")
+        return queue_ids
+
+    def _unique_keys(self, value, n: int) -> tuple[str, list[str]]:
+        """UNIQ_KEYs as (head, tails): generated ones share a head; given ones have head ''."""
+        if value is None:
+            return self._uniq.reserve(n, now_ms=self._clock.now_ms())
+        given = list(value)
+        if len(given) != n:
+            raise InvalidMessageError(f"unique_keys has {len(given)} values for {n} messages")
+        if None in given:
+            head, tails = self._uniq.reserve(n, now_ms=self._clock.now_ms())
+            given = [u or head + t for u, t in zip(given, tails)]
+        return "", given
+
+    def _born_timestamps(self, value, n: int) -> np.ndarray | int:
+        if value is None:
+            return self._clock.now_ms()
+        if not isinstance(value, (int, np.ndarray)) and None in list(value):
+            now = self._clock.now_ms()
+            value = [now if t is None else t for t in value]
+        return _int_column(value, n, "born_timestamps")
+
+    @staticmethod
+    def _host_runs(value, n: int) -> list[tuple[int, int, bytes | list[bytes]]]:
+        """Runs of consecutive messages whose born hosts share an address family."""
+        try:
+            if value is None:
+                return [(0, n, _DEFAULT_BORN_HOST)]
+            if isinstance(value, Host):
+                return [(0, n, encode_host(value))]
+            hosts = [encode_host(h) for h in _broadcast(value, n)]
+        except (ValueError, TypeError) as e:
+            raise InvalidMessageError(f"bad born host: {e}") from e
+        runs, start = [], 0
+        for i in range(1, n + 1):
+            if i == n or len(hosts[i]) != len(hosts[start]):
+                runs.append((start, i, hosts[start:i]))
+                start = i
+        return runs
 
     def _check_sizes(self, runs: list[PreparedRecords], sizes: np.ndarray) -> None:
         cfg = self.config

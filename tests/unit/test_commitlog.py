@@ -246,6 +246,9 @@ def test_segment_size_mismatch_is_a_clear_error(tmp_path: Path) -> None:
         (MessageBatch(topics="T", bodies=[b"x"], tags="a\x02b"), InvalidMessageError, "separator"),
         (MessageBatch(topics="T", bodies=[b"x"], tags="ok", keys="k\x01"), InvalidMessageError, "separator"),
         (MessageBatch(topics=["T", "T"], bodies=[b"x"]), InvalidMessageError, "2 values"),
+        (MessageBatch(topics="T", bodies=[b"x"], born_hosts=Host("not-an-ip", 1)), InvalidMessageError, "born host"),
+        (MessageBatch(topics="T", bodies=[b"x"], queue_ids=["q"]), InvalidMessageError, "queue_ids"),
+        (MessageBatch(topics="T", bodies=[b"x"], flags=["f"]), InvalidMessageError, "flags"),
     ],
 )
 def test_bad_input_gets_a_typed_error_and_writes_nothing(tmp_path: Path, batch, error, match) -> None:
