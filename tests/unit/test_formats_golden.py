@@ -165,3 +165,29 @@ def test_bad_msg_ids_are_clear_errors(bad: str) -> None:
 
     with pytest.raises(DecodeError):
         parse_offset_msg_id(bad)
+
+
+def _as_v2(v1: bytes) -> bytes:
+    """Rewrite a V1 record (IPv4 hosts) as V2: magic 0xDAA320AB, 2-byte topic length."""
+    rec = decode_record(v1, 0)
+    body_end = 88 + len(rec.body)
+    topic_len = v1[body_end]
+    out = bytearray(v1[:body_end] + topic_len.to_bytes(2, "big") + v1[body_end + 1 :])
+    out[0:4] = len(out).to_bytes(4, "big")
+    out[4:8] = (0xDAA320AB).to_bytes(4, "big")
+    return bytes(out)
+
+
+def test_v2_records_are_read_like_v1(golden: dict) -> None:
+    from mqstore.formats import MAGIC_V2
+
+    v1 = bytes.fromhex(golden["messages"][0]["hex"])
+    v2 = _as_v2(v1)
+    a, b = decode_record(v1, 0), decode_record(v2, 0)
+    assert b.magic == MAGIC_V2 and b.total_size == a.total_size + 1
+    assert (b.topic, b.body, b.properties, b.queue_offset, b.store_timestamp) == (
+        a.topic, a.body, a.properties, a.queue_offset, a.store_timestamp,
+    )  # fmt: skip
+    buf = v1 + v2 + v1 + bytes(16)
+    res = scan_records(buf, 0, len(buf))
+    assert res.sizes.tolist() == [len(v1), len(v2), len(v1)]
