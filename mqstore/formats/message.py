@@ -219,13 +219,14 @@ def decode_record(buf: bytes | memoryview, pos: int = 0, *, check_crc: bool = Tr
             p += 1
         if topic_len < 0:
             raise DecodeError(f"record at {pos}: negative topic length {topic_len}")
-        topic = bytes(buf[p : p + topic_len]).decode("utf-8")
+        # Java's new String(bytes, UTF_8) never fails: bad bytes become U+FFFD.
+        topic = bytes(buf[p : p + topic_len]).decode("utf-8", "replace")
         p += topic_len
         props_len = _I16.unpack_from(buf, p)[0]
         p += 2
         if props_len < 0:
             raise DecodeError(f"record at {pos}: negative properties length {props_len}")
-        props = bytes(buf[p : p + props_len]).decode("utf-8") if props_len else ""
+        props = bytes(buf[p : p + props_len]).decode("utf-8", "replace") if props_len else ""
         p += props_len
     except (struct.error, UnicodeDecodeError, ValueError) as e:
         if isinstance(e, DecodeError):
@@ -528,6 +529,8 @@ class PreparedRecords:
         prepared_transaction_offsets: np.ndarray | int = 0,
     ) -> None:
         n = len(bodies)
+        if not isinstance(born_hosts, bytes) and len(set(map(len, born_hosts))) > 1:
+            raise ValueError("born hosts of one PreparedRecords must share an address family")
         born_v6 = len(born_hosts if isinstance(born_hosts, bytes) else born_hosts[0]) == 20 if n else False
         store_v6 = len(store_host) == 20
         dtype = header_dtype(born_v6, store_v6)
