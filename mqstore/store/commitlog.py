@@ -15,8 +15,10 @@ outside the lock; under the lock take the store time, pick automatic queue ids,
 assign queue offsets and physical offsets (a record that does not fit the current
 segment with 8 bytes to spare is preceded by a BLANK and goes to the next segment),
 create any segment the batch needs *before* writing a byte (so a full disk fails the
-whole batch and leaves no partial one), copy the bytes into the map, then advance
-``wrote``. Sync flush waits for the group fsync after the lock is released.
+whole batch and leaves no partial one), copy the bytes into the map with every
+TOTALSIZE still 0, then set the sizes (so a crash mid-copy leaves no record whose
+unchecked properties are torn), then advance ``wrote``. Sync flush waits for the
+group fsync after the lock is released.
 """
 
 from __future__ import annotations
@@ -483,9 +485,10 @@ class CommitLog:
                 k = j + int(np.searchsorted(physical[j:hi], seg.end_offset, side="left"))
                 data = run.render(
                     j - lo, k - lo, physical_offsets=physical[j:k], queue_ids=queue_ids[j:k],
-                    queue_offsets=queue_offsets[j:k], store_timestamp=store_ts,
+                    queue_offsets=queue_offsets[j:k], store_timestamp=store_ts, hold_sizes=True,
                 )  # fmt: skip
                 seg.write(int(physical[j]) - seg.base_offset, data)
+                seg.publish_sizes(physical[j:k] - seg.base_offset, sizes[j:k])
                 j = k
             lo = hi
         return physical

@@ -13,6 +13,7 @@ import mmap
 import os
 from pathlib import Path
 
+import numpy as np
 import structlog
 
 from mqstore.errors import CorruptFileError, StoreNotWritableError
@@ -50,21 +51,27 @@ class Segment:
         self.mm = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
         self._pin: ctypes.Array | None = (ctypes.c_char * size).from_buffer(self.mm)  # for the map's address
         self._addr = ctypes.addressof(self._pin)
+        self._int32_at: np.ndarray | None = None  # "the int32 at every byte", for publish_sizes
 
     @classmethod
     def create(cls, path: Path, base_offset: int, size: int, *, preallocate: bool = True) -> Segment:
         """Create a new zero-filled file of ``size`` bytes, blocks reserved up front
-        so that running out of disk shows here, not as a SIGBUS in a later write."""
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+        so that running out of disk shows here, not as a SIGBUS in a later write.
+
+        The file is sized under a ``.tmp`` name and renamed into place, so a crash
+        midway never leaves a segment of the wrong size (the store would not open)."""
+        tmp = path.with_name(path.name + ".tmp")
+        fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
         try:
             if preallocate:
                 os.posix_fallocate(fd, 0, size)
             else:
                 os.ftruncate(fd, size)
+            os.rename(tmp, path)
             fsync_dir(path.parent)
         except OSError as e:
             os.close(fd)
-            path.unlink(missing_ok=True)
+            tmp.unlink(missing_ok=True)
             if e.errno in (errno.ENOSPC, errno.EDQUOT):
                 raise StoreNotWritableError(f"disk full: cannot allocate segment {path.name} ({size} bytes)", cause="disk_full") from e
             raise
@@ -89,6 +96,13 @@ class Segment:
 
     def write(self, pos: int, data: bytes) -> None:
         self.mm[pos : pos + len(data)] = data
+
+    def publish_sizes(self, positions: np.ndarray, sizes: np.ndarray) -> None:
+        """Set the TOTALSIZE fields of records already copied in (see
+        PreparedRecords.render): only now do the walkers see them."""
+        if self._int32_at is None:
+            self._int32_at = np.ndarray((self.size - 3,), dtype=">i4", buffer=self.mm, strides=(1,))
+        self._int32_at[positions] = sizes
 
     def read(self, pos: int, n: int) -> bytes:
         return self.mm[pos : pos + n]
@@ -124,6 +138,7 @@ class Segment:
         if self._fd < 0:
             return
         self._pin = None
+        self._int32_at = None
         self.mm.close()
         os.close(self._fd)
         self._fd = -1

@@ -33,13 +33,19 @@ class SegmentQueue:
         self.directory.mkdir(parents=True, exist_ok=True)
         bases = []
         for p in self.directory.iterdir():
-            if p.name.endswith(".tmp"):
+            if p.name.endswith(".tmp"):  # a segment whose creation a crash cut short
+                log.warning("unfinished_segment_removed", path=str(p))
+                p.unlink()
                 continue
             try:
                 bases.append(file_name_to_offset(p.name))
             except ValueError:
                 log.warning("stray_file_ignored", path=str(p))
         bases.sort()
+        while bases and (last := self.directory / offset_to_file_name(bases[-1])).stat().st_size == 0:
+            log.warning("empty_segment_removed", path=str(last))  # as RocketMQ's load does
+            last.unlink()
+            bases.pop()
         for i, base in enumerate(bases):
             path = self.directory / offset_to_file_name(base)
             if base % self.segment_bytes:
