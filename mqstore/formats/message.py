@@ -343,29 +343,36 @@ def scan_records(
 
 def _walk(buf, start: int, end: int, max_records: int | None, max_bytes: int | None) -> list[int]:
     """Record starts from ``start``, following TOTALSIZE; stops at an impossible size
-    (zeros, garbage), a record running past ``end`` or a limit. Validation follows."""
+    (zeros, garbage), a record running past ``end`` or a limit (the first record is
+    taken even if it alone exceeds ``max_bytes``). Validation follows."""
     positions: list[int] = []
     append = positions.append
     unpack = _I32.unpack_from
     pos = start
     last = end - 8
-    if max_records is None and max_bytes is None:
+    limit = end if max_bytes is None else min(end, start + max_bytes)
+    if max_records is None:
         while pos <= last:
             size = unpack(buf, pos)[0]
-            if size < BLANK_RECORD_BYTES or pos + size > end:
+            nxt = pos + size
+            if size < BLANK_RECORD_BYTES or nxt > limit:
                 break
             append(pos)
-            pos += size
-        return positions
-    budget = max_records if max_records is not None else -1
-    byte_limit = start + max_bytes if max_bytes is not None else end
-    while pos <= last and budget:
+            pos = nxt
+    else:
+        budget = max_records
+        while pos <= last and budget:
+            size = unpack(buf, pos)[0]
+            nxt = pos + size
+            if size < BLANK_RECORD_BYTES or nxt > limit:
+                break
+            append(pos)
+            pos = nxt
+            budget -= 1
+    if not positions and limit < end and pos <= last:
         size = unpack(buf, pos)[0]
-        if size < BLANK_RECORD_BYTES or pos + size > end or (pos + size > byte_limit and positions):
-            break
-        append(pos)
-        pos += size
-        budget -= 1
+        if size >= BLANK_RECORD_BYTES and pos + size <= end:
+            append(pos)
     return positions
 
 
@@ -452,8 +459,9 @@ class RecordFields(NamedTuple):
 def record_fields(buf: bytes | memoryview, positions: np.ndarray) -> RecordFields:
     """Gather the fields that key a record (topic, queue) for many records at once.
 
-    Topics repeat, so each distinct topic is decoded once: topic bytes are gathered
-    into fixed-width rows (in chunks, to bound memory) and made unique as rows.
+    Topics repeat, so each distinct topic is decoded once. A topic of up to 16 bytes
+    is identified exactly by its length and its first and last 8 bytes (two strided
+    gathers); longer ones are compared as whole rows of bytes.
     """
     n = len(positions)
     if n == 0:
@@ -469,23 +477,48 @@ def record_fields(buf: bytes | memoryview, positions: np.ndarray) -> RecordField
         topic_at = topic_len_at + np.where(v2, 2, 1)
         queue_ids = head["queue_id"].astype(np.int64)
         queue_offsets = head["queue_offset"].astype(np.int64)
+        # Reads end at the topic's end (>= 68 record bytes precede any topic), so a
+        # short topic is the low bytes of the 8 that end it.
+        tail8 = f.get(topic_at + topic_len - 8, ">u8").view(np.uint64)
+        head8 = f.get(np.where(topic_len >= 8, topic_at, topic_at + topic_len - 8), ">u8").view(np.uint64)
     finally:
         f.release()
-    width = max(int(topic_len.max()), 1)
+    short = topic_len < 8
+    low_mask = (np.uint64(1) << (np.minimum(topic_len, 7) * 8).astype(np.uint64)) - np.uint64(1)
+    first8 = np.where(short, tail8 & low_mask, head8)
+    last8 = np.where(short, np.uint64(0), tail8)
+    key = np.empty(n, [("len", "<i8"), ("a", "<u8"), ("b", "<u8")])
+    key["len"], key["a"], key["b"] = topic_len, first8, last8
+    long_ = topic_len > 16
+    if long_.any():  # disambiguate long topics by their full bytes
+        key["len"][long_] += _long_topic_ids(buf, topic_at[long_], topic_len[long_]) << 8
+    if (key == key[0]).all():  # the common case in a chunk: one topic
+        first, codes = np.zeros(1, np.int64), np.zeros(n, np.int64)
+    else:
+        _, first, codes = np.unique(key, return_index=True, return_inverse=True)
+    topics = [
+        bytes(buf[int(topic_at[i]) : int(topic_at[i]) + int(topic_len[i])]).decode("utf-8", "replace")
+        for i in first.tolist()
+    ]
+    return RecordFields(queue_ids, queue_offsets, sysflag, store_ts, codes.astype(np.int64).ravel(), topics)
+
+
+def _long_topic_ids(buf, at: np.ndarray, lens: np.ndarray) -> np.ndarray:
+    """A distinct small integer per distinct topic byte string (chunked row compare)."""
     u8 = np.frombuffer(buf, np.uint8)
-    codes = np.empty(n, np.int64)
-    index: dict[bytes, int] = {}
+    width = int(lens.max())
     cols = np.arange(width)
-    for lo in range(0, n, _ROW_CHUNK):
-        at, lens = topic_at[lo : lo + _ROW_CHUNK], topic_len[lo : lo + _ROW_CHUNK]
-        idx = np.minimum(at[:, None] + cols, len(u8) - 1)
-        rows = np.where(cols < lens[:, None], u8[idx], 0).astype(np.uint8).view(f"V{width}").ravel()
+    ids = np.empty(len(at), np.int64)
+    index: dict[bytes, int] = {}
+    for lo in range(0, len(at), _ROW_CHUNK):
+        a, ln = at[lo : lo + _ROW_CHUNK], lens[lo : lo + _ROW_CHUNK]
+        idx = np.minimum(a[:, None] + cols, len(u8) - 1)
+        rows = np.where(cols < ln[:, None], u8[idx], 0).astype(np.uint8).view(f"V{width}").ravel()
         uniq, inv = np.unique(rows, return_inverse=True)
         local = np.array([index.setdefault(bytes(u), len(index)) for u in uniq.tolist()], np.int64)
-        codes[lo : lo + len(at)] = local[inv.ravel()]
+        ids[lo : lo + len(a)] = local[inv.ravel()]
     del u8
-    topics = [k.rstrip(b"\x00").decode("utf-8", "replace") for k in index]
-    return RecordFields(queue_ids, queue_offsets, sysflag, store_ts, codes, topics)
+    return ids
 
 
 _ROW_CHUNK = 1 << 16

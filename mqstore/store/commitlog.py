@@ -436,14 +436,17 @@ class CommitLog:
         key = prep.topic_codes[sel] * width + queue_ids[sel]
         order = np.argsort(key, kind="stable")
         ordered = key[order]
-        starts = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]])
-        counts = np.diff(np.r_[starts, len(ordered)])
+        new_group = np.empty(len(ordered), bool)
+        new_group[0] = True
+        np.not_equal(ordered[1:], ordered[:-1], out=new_group[1:])
+        starts = np.flatnonzero(new_group)
+        counts = np.diff(starts, append=len(ordered))
         uniq = ordered[starts]
-        group = np.repeat(np.arange(len(starts)), counts)
+        group = np.cumsum(new_group) - 1
         keys = [(prep.topics[k // width], k % width) for k in uniq.tolist()]
         base = np.array([table.get(k, 0) for k in keys], np.int64)
         rank = np.empty(len(sel), np.int64)
-        rank[order] = base[group] + np.arange(len(sel)) - np.repeat(starts, counts)
+        rank[order] = base[group] + np.arange(len(sel)) - starts[group]
         out[sel] = rank
 
         def commit() -> None:

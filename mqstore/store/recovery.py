@@ -90,6 +90,27 @@ def _merge_queue_offsets(table: dict[QueueKey, int], buf, positions: np.ndarray)
     return int(f.store_timestamps.max())
 
 
+_CHUNK_BYTES = 4 << 20  # the passes over one chunk stay within the CPU's caches and TLB
+_POPULATE_BYTES = 64 << 20
+
+
+def _scan_segment(seg, table: dict[QueueKey, int], *, check_crc: bool):
+    """Walk one segment in small chunks (bounded memory, cache-friendly; pages are
+    populated ahead in one call each), folding records into ``table``. Returns the
+    last scan result, the number of valid records and the newest store time."""
+    pos = count = last_ts = populated = 0
+    while True:
+        if pos + _CHUNK_BYTES > populated:
+            seg.populate(pos, _POPULATE_BYTES, write=False)
+            populated = pos + _POPULATE_BYTES
+        res = scan_records(seg.mm, pos, seg.size, check_crc=check_crc, max_bytes=_CHUNK_BYTES, base_offset=seg.base_offset)
+        last_ts = max(last_ts, _merge_queue_offsets(table, seg.mm, res.positions))
+        count += len(res.positions)
+        if res.outcome is not ScanOutcome.LIMIT or not len(res.positions):
+            return res, count, last_ts
+        pos = res.stop
+
+
 def recover(queue: SegmentQueue, checkpoint: Checkpoint, *, clean_shutdown: bool, check_crc: bool = True) -> RecoveryReport:
     """Validate the commitlog's tail, cut it at the first invalid record, and rebuild
     the write position and queue-offset table. See the module docstring."""
@@ -101,16 +122,16 @@ def recover(queue: SegmentQueue, checkpoint: Checkpoint, *, clean_shutdown: bool
     start = _choose_start(queue, checkpoint, clean_shutdown)
     last_ts = 0
     for seg in segs[:start]:
-        res = scan_records(seg.mm, 0, seg.size, check_crc=False)
-        last_ts = max(last_ts, _merge_queue_offsets(table, seg.mm, res.positions))
+        res, _, ts = _scan_segment(seg, table, check_crc=False)
+        last_ts = max(last_ts, ts)
     records = validated = 0
     stop = segs[start].base_offset
     reason = ""
     truncated = False
     for seg in segs[start:]:
-        res = scan_records(seg.mm, 0, seg.size, check_crc=check_crc, base_offset=seg.base_offset)
-        last_ts = max(last_ts, _merge_queue_offsets(table, seg.mm, res.positions))
-        records += len(res.positions)
+        res, count, ts = _scan_segment(seg, table, check_crc=check_crc)
+        last_ts = max(last_ts, ts)
+        records += count
         validated += res.stop
         if res.outcome is ScanOutcome.END_OF_SEGMENT:
             stop = seg.end_offset
