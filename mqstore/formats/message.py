@@ -258,6 +258,7 @@ class ScanResult(NamedTuple):
     stop: int  # where the next record would start / the first invalid byte
     outcome: ScanOutcome
     reason: str  # why INVALID (empty otherwise)
+    fields: RecordFields | None = None  # with scan_records(..., fields=True)
 
 
 MIN_RECORD_BYTES = record_size(body_len=0, topic_len=0, props_len=0)
@@ -316,6 +317,7 @@ def scan_records(
     max_records: int | None = None,
     max_bytes: int | None = None,
     base_offset: int | None = None,
+    fields: bool = False,
 ) -> ScanResult:
     """Walk records from ``start`` up to ``end`` (the end of written data) and
     validate them in bulk.
@@ -327,16 +329,19 @@ def scan_records(
     that would take the walk past ``start + max_bytes`` (one record at least). With
     ``base_offset`` (the buffer's commitlog offset) a record whose PHYSICALOFFSET field
     is not its own position is invalid too: stale bytes past a truncation never pass.
+    With ``fields`` the result carries the valid records' RecordFields, gathered in
+    the same passes.
     """
     positions = _walk(buf, start, end, max_records, max_bytes)
     pos_arr = np.array(positions, np.int64)
     n = len(positions)
     stop = positions[-1] + _SIZE_MAGIC.unpack_from(buf, positions[-1])[0] if n else start
     if n == 0:
-        return _scan_stop_without_records(buf, start, end, pos_arr)
+        res = _scan_stop_without_records(buf, start, end, pos_arr)
+        return res._replace(fields=_NO_FIELDS) if fields else res
     f = _Fields(buf)
     try:
-        return _validate(buf, f, pos_arr, positions, stop, end, check_crc, base_offset)
+        return _validate(buf, f, pos_arr, positions, stop, end, check_crc, base_offset, fields)
     finally:
         f.release()
 
@@ -392,7 +397,7 @@ def _scan_stop_without_records(buf, start: int, end: int, empty: np.ndarray) -> 
 
 
 def _validate(buf, f: _Fields, pos_arr: np.ndarray, positions: list[int], stop: int, end: int,
-              check_crc: bool, base_offset: int | None) -> ScanResult:  # fmt: skip
+              check_crc: bool, base_offset: int | None, want_fields: bool) -> ScanResult:  # fmt: skip
     n = len(positions)
     all_sizes = f.get(pos_arr, ">i4")
     all_magic = f.get(pos_arr + 4, ">i4")
@@ -402,7 +407,7 @@ def _validate(buf, f: _Fields, pos_arr: np.ndarray, positions: list[int], stop: 
     k = int(first[0]) if first.size else n
     at, sizes, magic = pos_arr[:k], all_sizes[:k], all_magic[:k]
     rec_end = at + sizes
-    head, _, body_len_at = f.heads(at)
+    head, store_ts, body_len_at = f.heads(at)
     bad = body_len_at + 4 > rec_end
     body_len_at = np.where(bad, at, body_len_at)
     body_len = f.get(body_len_at, ">i4")
@@ -435,14 +440,17 @@ def _validate(buf, f: _Fields, pos_arr: np.ndarray, positions: list[int], stop: 
         if mismatch.size:
             k = int(mismatch[0])
             reason = f"record at {positions[k]}: body CRC mismatch"
+    fields = None
+    if want_fields:
+        fields = _fields_of(buf, f, head[:k], store_ts[:k], topic_len_at[:k] + np.where(v2[:k], 2, 1), topic_len[:k]) if k else _NO_FIELDS
     if k < n:
         if reason:
-            return ScanResult(pos_arr[:k], all_sizes[:k], positions[k], ScanOutcome.INVALID, reason)
+            return ScanResult(pos_arr[:k], all_sizes[:k], positions[k], ScanOutcome.INVALID, reason, fields)
         tail = _scan_stop_without_records(buf, positions[k], end, pos_arr[:0])
-        return ScanResult(pos_arr[:k], all_sizes[:k], positions[k], tail.outcome, tail.reason)
+        return ScanResult(pos_arr[:k], all_sizes[:k], positions[k], tail.outcome, tail.reason, fields)
     # The walk ended on its own: classify what lies at ``stop``.
     tail = _scan_stop_without_records(buf, stop, end, pos_arr[:0])
-    return ScanResult(pos_arr, all_sizes, stop, tail.outcome, tail.reason)
+    return ScanResult(pos_arr, all_sizes, stop, tail.outcome, tail.reason, fields)
 
 
 class RecordFields(NamedTuple):
@@ -456,39 +464,44 @@ class RecordFields(NamedTuple):
     topics: list[str]
 
 
-def record_fields(buf: bytes | memoryview, positions: np.ndarray) -> RecordFields:
-    """Gather the fields that key a record (topic, queue) for many records at once.
+_EMPTY = np.zeros(0, np.int64)
+_NO_FIELDS = RecordFields(_EMPTY, _EMPTY, _EMPTY, _EMPTY, _EMPTY, [])
 
-    Topics repeat, so each distinct topic is decoded once. A topic of up to 16 bytes
-    is identified exactly by its length and its first and last 8 bytes (two strided
-    gathers); longer ones are compared as whole rows of bytes.
-    """
+
+def record_fields(buf: bytes | memoryview, positions: np.ndarray) -> RecordFields:
+    """Gather the fields that key a record (topic, queue) for many records at once."""
     n = len(positions)
     if n == 0:
-        empty = np.zeros(0, np.int64)
-        return RecordFields(empty, empty, empty, empty, empty, [])
+        return _NO_FIELDS
     f = _Fields(buf)
     try:
         head, store_ts, body_len_at = f.heads(positions)
-        sysflag = head["sysflag"].astype(np.int64)
         topic_len_at = body_len_at + 4 + f.get(body_len_at, ">i4")
         v2 = head["magic"] == MAGIC_V2
         topic_len = np.where(v2, f.get(topic_len_at, ">i2"), f.get(topic_len_at, "i1"))
-        topic_at = topic_len_at + np.where(v2, 2, 1)
-        queue_ids = head["queue_id"].astype(np.int64)
-        queue_offsets = head["queue_offset"].astype(np.int64)
-        # Reads end at the topic's end (>= 68 record bytes precede any topic), so a
-        # short topic is the low bytes of the 8 that end it.
-        tail8 = f.get(topic_at + topic_len - 8, ">u8").view(np.uint64)
-        head8 = f.get(np.where(topic_len >= 8, topic_at, topic_at + topic_len - 8), ">u8").view(np.uint64)
+        return _fields_of(buf, f, head, store_ts, topic_len_at + np.where(v2, 2, 1), topic_len)
     finally:
         f.release()
+
+
+def _fields_of(buf, f: _Fields, head: np.ndarray, store_ts: np.ndarray, topic_at: np.ndarray,
+               topic_len: np.ndarray) -> RecordFields:  # fmt: skip
+    """RecordFields from gathered heads and topic locations.
+
+    Topics repeat, so each distinct topic is decoded once. A topic of up to 16 bytes
+    is identified exactly by its length and its first and last 8 bytes (two strided
+    reads that end at the topic's end: >= 68 record bytes precede any topic, so a
+    short topic is the low bytes of the 8 that end it); longer ones by whole rows.
+    """
+    n = len(head)
+    tail8 = f.get(topic_at + topic_len - 8, ">u8").view(np.uint64)
+    head8 = f.get(np.where(topic_len >= 8, topic_at, topic_at + topic_len - 8), ">u8").view(np.uint64)
     short = topic_len < 8
     low_mask = (np.uint64(1) << (np.minimum(topic_len, 7) * 8).astype(np.uint64)) - np.uint64(1)
-    first8 = np.where(short, tail8 & low_mask, head8)
-    last8 = np.where(short, np.uint64(0), tail8)
     key = np.empty(n, [("len", "<i8"), ("a", "<u8"), ("b", "<u8")])
-    key["len"], key["a"], key["b"] = topic_len, first8, last8
+    key["len"] = topic_len
+    key["a"] = np.where(short, tail8 & low_mask, head8)
+    key["b"] = np.where(short, np.uint64(0), tail8)
     long_ = topic_len > 16
     if long_.any():  # disambiguate long topics by their full bytes
         key["len"][long_] += _long_topic_ids(buf, topic_at[long_], topic_len[long_]) << 8
@@ -500,7 +513,10 @@ def record_fields(buf: bytes | memoryview, positions: np.ndarray) -> RecordField
         bytes(buf[int(topic_at[i]) : int(topic_at[i]) + int(topic_len[i])]).decode("utf-8", "replace")
         for i in first.tolist()
     ]
-    return RecordFields(queue_ids, queue_offsets, sysflag, store_ts, codes.astype(np.int64).ravel(), topics)
+    return RecordFields(
+        head["queue_id"].astype(np.int64), head["queue_offset"].astype(np.int64), head["sysflag"].astype(np.int64),
+        store_ts, codes.astype(np.int64).ravel(), topics,
+    )  # fmt: skip
 
 
 def _long_topic_ids(buf, at: np.ndarray, lens: np.ndarray) -> np.ndarray:

@@ -29,6 +29,7 @@ from mqstore.formats.message import (
     MAGIC_V2,
     ScanOutcome,
     TRANSACTION_TYPE_MASK,
+    RecordFields,
     record_fields,
     scan_records,
 )
@@ -70,11 +71,10 @@ def _choose_start(queue: SegmentQueue, checkpoint: Checkpoint, clean: bool) -> i
     return 0
 
 
-def _merge_queue_offsets(table: dict[QueueKey, int], buf, positions: np.ndarray) -> int:
-    """Fold the records at ``positions`` into ``table``; returns the max store time."""
-    if not len(positions):
+def _merge_queue_offsets(table: dict[QueueKey, int], f: RecordFields) -> int:
+    """Fold records into ``table``; returns the max store time."""
+    if not len(f.queue_ids):
         return 0
-    f = record_fields(buf, positions)
     keep = (f.sysflags & TRANSACTION_TYPE_MASK) % 8 == 0  # NOT_TYPE 0 and COMMIT 8 advance
     if keep.any():
         key = (f.topic_codes[keep] << 32) | (f.queue_ids[keep] & 0xFFFFFFFF)
@@ -103,8 +103,9 @@ def _scan_segment(seg, table: dict[QueueKey, int], *, check_crc: bool):
         if pos + _CHUNK_BYTES > populated:
             seg.populate(pos, _POPULATE_BYTES, write=False)
             populated = pos + _POPULATE_BYTES
-        res = scan_records(seg.mm, pos, seg.size, check_crc=check_crc, max_bytes=_CHUNK_BYTES, base_offset=seg.base_offset)
-        last_ts = max(last_ts, _merge_queue_offsets(table, seg.mm, res.positions))
+        res = scan_records(seg.mm, pos, seg.size, check_crc=check_crc, max_bytes=_CHUNK_BYTES,
+                           base_offset=seg.base_offset, fields=True)  # fmt: skip
+        last_ts = max(last_ts, _merge_queue_offsets(table, res.fields))
         count += len(res.positions)
         if res.outcome is not ScanOutcome.LIMIT or not len(res.positions):
             return res, count, last_ts
