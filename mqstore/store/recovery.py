@@ -17,6 +17,9 @@ mqstore has no consume queues yet to take that table from.
 
 from __future__ import annotations
 
+import mmap
+import os
+import pickle
 import time
 from dataclasses import dataclass, field
 
@@ -27,6 +30,7 @@ from mqstore.formats.checkpoint import Checkpoint
 from mqstore.formats.message import (
     MAGIC_V1,
     MAGIC_V2,
+    MIN_RECORD_BYTES,
     ScanOutcome,
     TRANSACTION_TYPE_MASK,
     RecordFields,
@@ -92,24 +96,98 @@ def _merge_queue_offsets(table: dict[QueueKey, int], f: RecordFields) -> int:
 
 _CHUNK_BYTES = 4 << 20  # the passes over one chunk stay within the CPU's caches and TLB
 _POPULATE_BYTES = 64 << 20
+_PARALLEL_MIN_BYTES = 128 << 20  # below this a second process costs more than it saves
+_SPLIT_SEARCH_BYTES = 16 << 20
 
 
-def _scan_segment(seg, table: dict[QueueKey, int], *, check_crc: bool):
-    """Walk one segment in small chunks (bounded memory, cache-friendly; pages are
-    populated ahead in one call each), folding records into ``table``. Returns the
-    last scan result, the number of valid records and the newest store time."""
-    pos = count = last_ts = populated = 0
+def _scan_range(seg, start: int, end: int, table: dict[QueueKey, int], *, check_crc: bool):
+    """Walk ``seg`` from ``start`` in small chunks (bounded memory, cache-friendly;
+    pages populated ahead in one call each), folding records into ``table``, until
+    the data ends or the walk reaches ``end`` exactly (LIMIT). Returns the last scan
+    result, the number of valid records and the newest store time."""
+    pos, count, last_ts, populated = start, 0, 0, start
     while True:
         if pos + _CHUNK_BYTES > populated:
             seg.populate(pos, _POPULATE_BYTES, write=False)
             populated = pos + _POPULATE_BYTES
-        res = scan_records(seg.mm, pos, seg.size, check_crc=check_crc, max_bytes=_CHUNK_BYTES,
+        res = scan_records(seg.mm, pos, seg.size, check_crc=check_crc, max_bytes=min(_CHUNK_BYTES, max(end - pos, 1)),
                            base_offset=seg.base_offset, fields=True)  # fmt: skip
         last_ts = max(last_ts, _merge_queue_offsets(table, res.fields))
         count += len(res.positions)
-        if res.outcome is not ScanOutcome.LIMIT or not len(res.positions):
-            return res, count, last_ts
+        if res.outcome is not ScanOutcome.LIMIT or not len(res.positions) or res.stop >= end:
+            return res._replace(fields=None), count, last_ts
         pos = res.stop
+
+
+def _data_end_estimate(seg) -> int:
+    """Where written bytes seem to end (the last page that is not all zeros, found by
+    binary search). Only a hint for splitting work; correctness never depends on it."""
+    zero = bytes(mmap.PAGESIZE)
+    lo, hi = 0, seg.size // mmap.PAGESIZE
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if seg.mm[mid * mmap.PAGESIZE : (mid + 1) * mmap.PAGESIZE] == zero:
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo * mmap.PAGESIZE
+
+
+def _record_start_after(seg, at: int) -> int | None:
+    """The first position >= ``at`` that looks like a record start: a known magic and
+    a PHYSICALOFFSET equal to its own position (12 bytes no body is likely to hold by
+    chance; a crafted one is caught because the first half's walk must land on it)."""
+    n = min(_SPLIT_SEARCH_BYTES, seg.size - at - MIN_RECORD_BYTES)
+    if n <= 0:
+        return None
+    u8 = np.frombuffer(seg.mm, np.uint8, count=n, offset=at + 4)
+    cand = np.flatnonzero(u8 == 0xDA) + at
+    del u8
+    magic = np.ndarray((seg.size - 3,), dtype=">i4", buffer=seg.mm, strides=(1,))
+    phys = np.ndarray((seg.size - 7,), dtype=">i8", buffer=seg.mm, strides=(1,))
+    m = magic[cand + 4]
+    ok = ((m == MAGIC_V1) | (m == MAGIC_V2)) & (phys[cand + 28] == cand + seg.base_offset)
+    del magic, phys
+    hits = cand[ok]
+    return int(hits[0]) if hits.size else None
+
+
+def _scan_segment(seg, table: dict[QueueKey, int], *, check_crc: bool):
+    """Scan one segment, on two cores when it holds enough data: a forked child scans
+    the second half (from a record start found by signature) while this process scans
+    the first; the halves are joined only if the first walk lands exactly on the split."""
+    split = None
+    if (os.cpu_count() or 1) > 1 and hasattr(os, "fork"):
+        end = _data_end_estimate(seg)
+        if end >= _PARALLEL_MIN_BYTES:
+            split = _record_start_after(seg, end // 2)
+    if split is None:
+        return _scan_range(seg, 0, seg.size, table, check_crc=check_crc)
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # child: scan the second half, send the result, leave without cleanup
+        try:
+            os.close(r)
+            part: dict[QueueKey, int] = {}
+            with os.fdopen(w, "wb") as out:
+                pickle.dump((*_scan_range(seg, split, seg.size, part, check_crc=check_crc), part), out)
+        finally:
+            os._exit(0)
+    os.close(w)
+    first, count, last_ts = _scan_range(seg, 0, split, table, check_crc=check_crc)
+    with os.fdopen(r, "rb") as inp:
+        data = inp.read()
+    os.waitpid(pid, 0)
+    if not (first.outcome is ScanOutcome.LIMIT and first.stop == split):
+        if first.outcome is not ScanOutcome.LIMIT:
+            return first, count, last_ts  # the data ended (or broke) before the split
+        rest, more, ts = _scan_range(seg, first.stop, seg.size, table, check_crc=check_crc)  # split was not a record
+        return rest, count + more, max(last_ts, ts)
+    second, more, ts, part = pickle.loads(data)
+    for key, nxt in part.items():
+        if table.get(key, 0) < nxt:
+            table[key] = nxt
+    return second, count + more, max(last_ts, ts)
 
 
 def recover(queue: SegmentQueue, checkpoint: Checkpoint, *, clean_shutdown: bool, check_crc: bool = True) -> RecoveryReport:
