@@ -2,7 +2,7 @@
 
 Message ``i`` goes to topic ``i % topics`` and queue ``(i // topics) % queues``; its
 body is a fixed pseudo-random pattern with ``i`` in its first 8 bytes; it carries
-TAGS ``Tag<i % 16>``, two KEYS (``ord<i>`` and ``usr<i % 9973>``) and a UNIQ_KEY
+TAGS ``Tag<i % 16>``, two KEYS (``ord<i>`` and ``usr<i % 9973>``, zero-padded) and a UNIQ_KEY
 the store generates. Batches are made on demand, so memory stays flat for any count.
 """
 
@@ -17,6 +17,26 @@ _TAGS = np.array([f"Tag{i}" for i in range(16)], dtype=object)
 
 def topic_name(i: int) -> str:
     return f"BenchTopic{i}"
+
+
+_KEY_TEMPLATE = np.array([ord(c) for c in "ord0000000000 usr0000"], np.uint32)
+_ORD_DIGITS = np.arange(3, 13)
+_USR_DIGITS = np.arange(17, 21)
+
+
+def _digits(values: np.ndarray, width: int) -> np.ndarray:
+    """Zero-padded decimal digits of ``values`` as UTF-32 code points, one row each."""
+    powers = 10 ** np.arange(width - 1, -1, -1, dtype=np.int64)
+    return (values[:, None] // powers % 10 + 48).astype(np.uint32)
+
+
+def _keys(idx: np.ndarray) -> list[str]:
+    """KEYS ``ord<i> usr<i % 9973>`` (zero-padded) for every index, built as one
+    UTF-32 array and converted to str objects in a single call."""
+    rows = np.broadcast_to(_KEY_TEMPLATE, (len(idx), len(_KEY_TEMPLATE))).copy()
+    rows[:, _ORD_DIGITS] = _digits(idx, 10)
+    rows[:, _USR_DIGITS] = _digits(idx % 9973, 4)
+    return rows.view(f"U{len(_KEY_TEMPLATE)}").ravel().tolist()
 
 
 class Workload:
@@ -42,15 +62,7 @@ class Workload:
         rows[:, :8] = idx.astype(">u8").view(np.uint8).reshape(count, 8)
         bodies = rows[:, :b].copy().view(f"V{b}").ravel().tolist() if b else [b""] * count
         tags = _TAGS[idx % 16].tolist()
-        # "ord<i> usr<i % 9973>" for every message: one join and one split, not n f-strings.
-        pieces: list[str] = [""] * (5 * count)
-        pieces[0::5] = ["ord"] * count
-        pieces[1::5] = map(str, range(start, start + count))
-        pieces[2::5] = [" usr"] * count
-        pieces[3::5] = map(str, (idx % 9973).tolist())
-        pieces[4::5] = ["\x00"] * count
-        keys = "".join(pieces).split("\x00")
-        keys.pop()
+        keys = _keys(idx)
         return MessageBatch(topics=topics, bodies=bodies, queue_ids=queues, tags=tags, keys=keys)
 
 

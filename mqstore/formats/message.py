@@ -589,7 +589,7 @@ class PreparedRecords:
             topic_lens = np.fromiter(map(len, topics), np.int64, n) - 1
         self.props_lens = props_lens
         self.sizes = dtype.itemsize + self.body_lens + 1 + topic_lens + 2 + props_lens
-        head = np.zeros(n, dtype)
+        head = np.empty(n, dtype)  # every field is set below or in render()
         head["total_size"] = self.sizes
         head["magic"] = MAGIC_V1
         head["body_crc"] = np.fromiter(map(crc32, bodies), np.int64, n) & CRC_MASK
