@@ -80,12 +80,13 @@ def bench_disk(
     store: StoreOpt,
     total_bytes: Annotated[int, typer.Option("--bytes", min=1, help="Raw bytes to write.")] = 1 << 30,
     chunk_bytes: Annotated[int, typer.Option("--chunk-bytes", min=1, help="Bytes per write() call.")] = 1 << 20,
+    rounds: Annotated[int, typer.Option("--rounds", min=1, help="Repeat and report the median round.")] = 3,
 ) -> None:
     """Write and fdatasync raw bytes in the store directory (no encoding) and print
-    one JSON line with mb_per_s: the yardstick for append figures."""
+    one JSON line with mb_per_s (median of the rounds): the yardstick for append figures."""
     from mqstore.bench.disk import run_disk_bench
 
-    print(json.dumps(run_disk_bench(store, total_bytes=total_bytes, chunk_bytes=chunk_bytes)), flush=True)
+    print(json.dumps(run_disk_bench(store, total_bytes=total_bytes, chunk_bytes=chunk_bytes, rounds=rounds)), flush=True)
 
 
 @bench_app.command("recover")

@@ -189,7 +189,11 @@ class CommitLog:
             flushed=self._wrote,
             monotonic=self._clock.monotonic,
         )
-        self._prefaulter = Prefaulter(cfg.prefault_window_bytes) if cfg.prefault_window_bytes > 0 else None
+        self._prefaulter = (
+            Prefaulter(cfg.prefault_window_bytes, write=cfg.flush_mode is FlushMode.ASYNC)
+            if cfg.prefault_window_bytes > 0
+            else None
+        )
         self._advance_prefault()
         create_abort_marker(self.store_dir)
         self._closed = False

@@ -1,0 +1,85 @@
+"""The ``mqstore`` command, run as a real subprocess: output contracts and errors."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+
+def mq(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "mqstore.cli.main", *args], capture_output=True, text=True, timeout=120)
+
+
+def test_bench_append_prints_the_contracted_fields(tmp_path: Path) -> None:
+    ack = tmp_path / "acks"
+    p = mq("bench", "append", "--store", str(tmp_path / "s"), "--messages", "5000", "--body-size", "64",
+           "--topics", "3", "--queues", "2", "--batch", "700", "--producers", "2", "--segment-bytes", str(1 << 20),
+           "--ack-log", str(ack))  # fmt: skip
+    assert p.returncode == 0, p.stderr
+    out = json.loads(p.stdout.strip().splitlines()[-1])
+    for field in ("messages", "bytes", "seconds", "msgs_per_s", "mb_per_s", "p50_ms", "p99_ms"):
+        assert field in out
+    assert out["messages"] == 5000 and out["acked"] == 5000
+    lines = [json.loads(x) for x in ack.read_text().splitlines() if x.strip()]
+    assert len(lines) == 5000
+    assert set(lines[0]) == {"msg_id", "physical_offset", "topic", "queue_id", "queue_offset"}
+    per_queue: dict[tuple[str, int], list[int]] = {}
+    for rec in lines:
+        per_queue.setdefault((rec["topic"], rec["queue_id"]), []).append(rec["queue_offset"])
+    assert len(per_queue) == 6
+    assert all(sorted(v) == list(range(len(v))) for v in per_queue.values())
+
+
+def test_print_decodes_records_as_json(tmp_path: Path) -> None:
+    store = tmp_path / "s"
+    assert mq("bench", "append", "--store", str(store), "--messages", "20", "--segment-bytes", str(1 << 20)).returncode == 0
+    p = mq("print", "--store", str(store), "--count", "3")
+    assert p.returncode == 0, p.stderr
+    recs = [json.loads(x) for x in p.stdout.splitlines()]
+    assert len(recs) == 3
+    assert recs[0]["physical_offset"] == 0 and recs[1]["physical_offset"] == recs[0]["size"]
+    assert recs[0]["properties"]["TAGS"] == "Tag0" and "UNIQ_KEY" in recs[0]["properties"]
+    p2 = mq("print", "--store", str(store), "--offset", str(recs[1]["physical_offset"]), "--count", "1")
+    assert json.loads(p2.stdout)["msg_id"] == recs[1]["msg_id"]
+
+
+def test_bench_disk_reports_throughput(tmp_path: Path) -> None:
+    p = mq("bench", "disk", "--store", str(tmp_path), "--bytes", str(8 << 20), "--rounds", "2")
+    assert p.returncode == 0, p.stderr
+    out = json.loads(p.stdout)
+    assert out["bytes"] == 8 << 20 and out["mb_per_s"] > 0 and len(out["rounds_mb_per_s"]) == 2
+    assert not (tmp_path / "bench-disk.tmp").exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["print", "--store", "/nonexistent/store"], "is it a store"),
+        (["print", "--store", "{tmp}", "--offset", "7"], "offset"),
+    ],
+)
+def test_errors_are_one_line_and_exit_1(tmp_path: Path, args: list[str], message: str) -> None:
+    store = tmp_path / "s"
+    mq("bench", "append", "--store", str(store), "--messages", "3", "--segment-bytes", str(1 << 20))
+    p = mq(*[a.replace("{tmp}", str(store)) for a in args])
+    assert p.returncode == 1
+    assert p.stderr.startswith("mqstore: error:") and message in p.stderr
+    assert "Traceback" not in p.stderr
+
+
+def test_a_locked_store_is_a_clear_error(tmp_path: Path) -> None:
+    from mqstore.store import CommitLog
+
+    with CommitLog(tmp_path / "s"):
+        p = mq("bench", "append", "--store", str(tmp_path / "s"), "--messages", "3")
+    assert p.returncode == 1 and "already open" in p.stderr
+
+
+@pytest.mark.parametrize("cmd", [[], ["bench"], ["bench", "append"], ["bench", "disk"], ["bench", "recover"], ["print"]])
+def test_every_command_has_help(cmd: list[str]) -> None:
+    p = mq(*cmd, "--help")
+    assert p.returncode == 0 and "Usage" in p.stdout
