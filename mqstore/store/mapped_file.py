@@ -23,6 +23,9 @@ log = structlog.get_logger(__name__)
 _libc = ctypes.CDLL(None, use_errno=True)
 _fallocate = _libc.fallocate
 _fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64]
+_msync = _libc.msync
+_msync.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+_MS_SYNC = 4
 _madvise = _libc.madvise
 _madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
 _MADV_POPULATE_READ = 22  # Linux 5.14+
@@ -119,9 +122,25 @@ class Segment:
         advice = _MADV_POPULATE_WRITE if write else _MADV_POPULATE_READ
         return _madvise(self._addr + start, min(self.size - start, n + pos - start), advice) == 0
 
-    def sync(self) -> None:
-        """fdatasync: every byte written through the map so far is on disk after this."""
-        os.fdatasync(self._fd)
+    def sync(self, start: int = 0, end: int | None = None) -> None:
+        """Make bytes [start, end) of this segment durable (all of it by default).
+
+        msync(MS_SYNC) of just that range (vfs_fsync_range: the range's pages, then
+        the journal commit for the metadata they need), not fdatasync of the whole
+        file: that would also write back the zero pages the prefaulter dirtied ahead
+        of the writer and write-protect them again, so the writer faults on every
+        page. Called through ctypes, so the GIL is released meanwhile. Raises OSError
+        (EIO, ...) if the kernel reports the data did not reach the disk."""
+        end = self.size if end is None else min(end, self.size)
+        if self._pin is None:
+            os.fdatasync(self._fd)
+            return
+        lo = start - start % mmap.PAGESIZE
+        if end <= lo:
+            return
+        if _msync(self._addr + lo, end - lo, _MS_SYNC) != 0:
+            err = ctypes.get_errno()
+            raise OSError(err, f"msync of {self.path.name} [{lo}, {end}) failed: {os.strerror(err)}")
 
     def zero_from(self, pos: int) -> None:
         """Zero bytes [pos, size): a truncated tail must not look like records later."""

@@ -104,14 +104,14 @@ class SegmentQueue:
         return deleted
 
     def sync_range(self, start: int, end: int) -> None:
-        """fdatasync every segment holding bytes of [start, end)."""
+        """Make commitlog bytes [start, end) durable, segment by segment."""
         if end <= start or not self.segments:
             return
         first = self.segments[0].base_offset
         lo = max(0, (start - first) // self.segment_bytes)
         hi = min(len(self.segments) - 1, (end - 1 - first) // self.segment_bytes)
         for seg in self.segments[lo : hi + 1]:
-            seg.sync()
+            seg.sync(max(start, seg.base_offset) - seg.base_offset, min(end, seg.end_offset) - seg.base_offset)
 
     def close(self) -> None:
         for seg in self.segments:
