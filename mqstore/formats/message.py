@@ -621,16 +621,19 @@ class PreparedRecords:
         queue_ids: np.ndarray,
         queue_offsets: np.ndarray,
         store_timestamp: int,
-        hold_sizes: bool = False,
+        hold_first_size: bool = False,
     ) -> bytes:
         """The bytes of records ``lo:hi`` back to back, with the patched fields.
 
-        With ``hold_sizes`` every TOTALSIZE is left 0: the writer copies the bytes
-        first and sets the sizes afterwards, so a crash mid-copy leaves a record that
-        ends the valid data instead of one with torn properties (which no CRC covers).
+        With ``hold_first_size`` the first record's TOTALSIZE is left 0: the writer
+        copies the bytes first and sets that size afterwards, so a crash mid-copy
+        leaves a run whose first record ends the valid data, never a record with torn
+        properties (which no CRC covers).
         """
         head = self.head[lo:hi]
-        head["total_size"] = 0 if hold_sizes else self.sizes[lo:hi]
+        head["total_size"] = self.sizes[lo:hi]
+        if hold_first_size:
+            head["total_size"][0] = 0
         head["queue_id"] = queue_ids
         head["physical_offset"] = physical_offsets
         head["queue_offset"] = queue_offsets

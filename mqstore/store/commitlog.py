@@ -15,8 +15,8 @@ outside the lock; under the lock take the store time, pick automatic queue ids,
 assign queue offsets and physical offsets (a record that does not fit the current
 segment with 8 bytes to spare is preceded by a BLANK and goes to the next segment),
 create any segment the batch needs *before* writing a byte (so a full disk fails the
-whole batch and leaves no partial one), copy the bytes into the map with every
-TOTALSIZE still 0, then set the sizes (so a crash mid-copy leaves no record whose
+whole batch and leaves no partial one), write each run of records with its first
+TOTALSIZE still 0 and then set it (so a crash mid-copy leaves no record whose
 unchecked properties are torn), then advance ``wrote``. Sync flush waits for the
 group fsync after the lock is released.
 """
@@ -59,7 +59,6 @@ from mqstore.store.config import FlushMode, StoreConfig
 from mqstore.store.flush import FlushService
 from mqstore.store.lockfile import StoreLock, create_abort_marker, last_exit_was_clean, remove_abort_marker
 from mqstore.store.messages import AUTO_QUEUE, AppendResult, MessageBatch, PutStatus
-from mqstore.store.prefault import Prefaulter
 from mqstore.store.recovery import QueueKey, RecoveryReport, recover
 from mqstore.store.segments import SegmentQueue
 from mqstore.store.tuning import tune_allocator
@@ -189,12 +188,6 @@ class CommitLog:
             flushed=self._wrote,
             monotonic=self._clock.monotonic,
         )
-        self._prefaulter = (
-            Prefaulter(cfg.prefault_window_bytes, write=cfg.flush_mode is FlushMode.ASYNC)
-            if cfg.prefault_window_bytes > 0
-            else None
-        )
-        self._advance_prefault()
         create_abort_marker(self.store_dir)
         self._closed = False
         self._flusher.start()
@@ -232,7 +225,6 @@ class CommitLog:
             end = int(physical[-1] + prep.sizes[-1])
             self._wrote = end
             self._wrote_state = (end, now)
-            self._advance_prefault()
         status = PutStatus.PUT_OK
         if self.config.flush_mode is FlushMode.SYNC:
             try:
@@ -492,18 +484,14 @@ class CommitLog:
                 k = j + int(np.searchsorted(physical[j:hi], seg.end_offset, side="left"))
                 data = run.render(
                     j - lo, k - lo, physical_offsets=physical[j:k], queue_ids=queue_ids[j:k],
-                    queue_offsets=queue_offsets[j:k], store_timestamp=store_ts, hold_sizes=True,
+                    queue_offsets=queue_offsets[j:k], store_timestamp=store_ts, hold_first_size=True,
                 )  # fmt: skip
-                seg.write(int(physical[j]) - seg.base_offset, data)
-                seg.publish_sizes(physical[j:k] - seg.base_offset, sizes[j:k])
+                at = int(physical[j]) - seg.base_offset
+                seg.write(at, data)
+                seg.write(at, int(sizes[j]).to_bytes(4, "big"))  # only now is the run visible
                 j = k
             lo = hi
         return physical
-
-    def _advance_prefault(self) -> None:
-        seg = self._segments.last()
-        if self._prefaulter is not None and seg is not None:
-            self._prefaulter.advance(seg, max(0, self._wrote - seg.base_offset))
 
     def _ensure_segments(self, last_byte: int) -> None:
         segs = self._segments
@@ -627,8 +615,6 @@ class CommitLog:
         with self._put_lock:
             self._closed = True
         self._flusher.stop()
-        if self._prefaulter is not None:
-            self._prefaulter.stop()
         clean = self._flusher.error is None
         if clean:
             self._write_checkpoint(self._last_store_ts)

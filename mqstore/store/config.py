@@ -42,7 +42,6 @@ class StoreConfig:
     max_queue_id: int = 65_535
     check_crc_on_recover: bool = True
     preallocate_segments: bool = True
-    prefault_window_bytes: int = 64 << 20  # 0: no prefault thread (see store/prefault.py)
     store_host: Host = Host("127.0.0.1", 10911)
 
     def __post_init__(self) -> None:

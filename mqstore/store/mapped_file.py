@@ -13,7 +13,6 @@ import mmap
 import os
 from pathlib import Path
 
-import numpy as np
 import structlog
 
 from mqstore.errors import CorruptFileError, StoreNotWritableError
@@ -29,7 +28,6 @@ _MS_SYNC = 4
 _madvise = _libc.madvise
 _madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
 _MADV_POPULATE_READ = 22  # Linux 5.14+
-_MADV_POPULATE_WRITE = 23
 _FALLOC_FL_KEEP_SIZE = 0x01
 _FALLOC_FL_PUNCH_HOLE = 0x02
 _ZERO_CHUNK = 1 << 20
@@ -55,7 +53,6 @@ class Segment:
         self.mm = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
         self._pin: ctypes.Array | None = (ctypes.c_char * size).from_buffer(self.mm)  # for the map's address
         self._addr = ctypes.addressof(self._pin)
-        self._int32_at: np.ndarray | None = None  # "the int32 at every byte", for publish_sizes
 
     @classmethod
     def create(cls, path: Path, base_offset: int, size: int, *, preallocate: bool = True) -> Segment:
@@ -99,37 +96,34 @@ class Segment:
         return self.base_offset + self.size
 
     def write(self, pos: int, data: bytes) -> None:
-        self.mm[pos : pos + len(data)] = data
+        """pwrite into the page cache (readers of the map see it at once).
 
-    def publish_sizes(self, positions: np.ndarray, sizes: np.ndarray) -> None:
-        """Set the TOTALSIZE fields of records already copied in (see
-        PreparedRecords.render): only now do the walkers see them."""
-        if self._int32_at is None:
-            self._int32_at = np.ndarray((self.size - 3,), dtype=">i4", buffer=self.mm, strides=(1,))
-        self._int32_at[positions] = sizes
+        Not a copy into the map: measured here with 300 KB batches, pwrite ran at
+        5 GB/s with a p99 of 0.1 ms, map copies at 0.45-5 GB/s with a p99 up to
+        20 ms (first-touch page faults that wait on the journal), and pwrite
+        releases the GIL while it copies."""
+        if os.pwrite(self._fd, data, pos) != len(data):
+            raise OSError(f"short write to {self.path.name} at {pos}")
 
     def read(self, pos: int, n: int) -> bytes:
         return self.mm[pos : pos + n]
 
-    def populate(self, pos: int, n: int, *, write: bool = True) -> bool:
-        """Fault pages [pos, pos+n) in without changing their bytes, in one call
-        (MADV_POPULATE_WRITE for the writer ahead of its copies, _READ before a
-        scan: measured here, a walk over 305 MB took 0.47 s on a fresh map and 0.29 s
+    def populate(self, pos: int, n: int) -> bool:
+        """Map pages [pos, pos+n) in one call before a scan (MADV_POPULATE_READ:
+        measured here, a walk over 305 MB took 0.47 s on a fresh map and 0.29 s
         after a 2 ms populate). Runs without the GIL. False if unsupported."""
         if self._pin is None or n <= 0:
             return False
         start = pos - pos % mmap.PAGESIZE
-        advice = _MADV_POPULATE_WRITE if write else _MADV_POPULATE_READ
-        return _madvise(self._addr + start, min(self.size - start, n + pos - start), advice) == 0
+        return _madvise(self._addr + start, min(self.size - start, n + pos - start), _MADV_POPULATE_READ) == 0
 
     def sync(self, start: int = 0, end: int | None = None) -> None:
         """Make bytes [start, end) of this segment durable (all of it by default).
 
         msync(MS_SYNC) of just that range (vfs_fsync_range: the range's pages, then
         the journal commit for the metadata they need), not fdatasync of the whole
-        file: that would also write back the zero pages the prefaulter dirtied ahead
-        of the writer and write-protect them again, so the writer faults on every
-        page. Called through ctypes, so the GIL is released meanwhile. Raises OSError
+        file, so a group commit waits for its own bytes only. Called through ctypes,
+        so the GIL is released meanwhile. Raises OSError
         (EIO, ...) if the kernel reports the data did not reach the disk."""
         end = self.size if end is None else min(end, self.size)
         if self._pin is None:
@@ -160,7 +154,6 @@ class Segment:
         if self._fd < 0:
             return
         self._pin = None
-        self._int32_at = None
         self.mm.close()
         os.close(self._fd)
         self._fd = -1

@@ -108,7 +108,7 @@ def _scan_range(seg, start: int, end: int, table: dict[QueueKey, int], *, check_
     pos, count, last_ts, populated = start, 0, 0, start
     while True:
         if pos + _CHUNK_BYTES > populated:
-            seg.populate(pos, _POPULATE_BYTES, write=False)
+            seg.populate(pos, _POPULATE_BYTES)
             populated = pos + _POPULATE_BYTES
         res = scan_records(seg.mm, pos, seg.size, check_crc=check_crc, max_bytes=min(_CHUNK_BYTES, max(end - pos, 1)),
                            base_offset=seg.base_offset, fields=True)  # fmt: skip

@@ -374,7 +374,7 @@ def test_disk_full_is_an_error_and_the_store_stays_consistent(tiny_disk: Path) -
     from mqstore.errors import StoreNotWritableError
 
     store = tiny_disk / "store"
-    with CommitLog(store, StoreConfig(segment_bytes=256 * 1024, prefault_window_bytes=0)) as cl:
+    with CommitLog(store, StoreConfig(segment_bytes=256 * 1024)) as cl:
         acked = []
         with pytest.raises(StoreNotWritableError, match="disk full") as info:
             for _ in range(100):
