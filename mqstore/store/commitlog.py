@@ -303,12 +303,11 @@ class CommitLog:
         if value is None:
             return np.full(n, AUTO_QUEUE, np.int64)
         try:
-            queue_ids = np.broadcast_to(np.asarray(value, np.int64), (n,)).copy()
+            queue_ids = np.broadcast_to(np.asarray(value, np.int64), (n,))
         except (TypeError, ValueError) as e:
             raise InvalidMessageError(f"queue_ids must be integers, one per message: {e}") from e
-        bad = (queue_ids < AUTO_QUEUE) | (queue_ids > self.config.max_queue_id)
-        if bad.any():
-            i = int(np.argmax(bad))
+        if queue_ids.min() < AUTO_QUEUE or queue_ids.max() > self.config.max_queue_id:
+            i = int(np.argmax((queue_ids < AUTO_QUEUE) | (queue_ids > self.config.max_queue_id)))
             raise InvalidMessageError(f"message {i}: queue id {int(queue_ids[i])} is outside 0..{self.config.max_queue_id}")
         return queue_ids
 
@@ -352,6 +351,11 @@ class CommitLog:
 
     def _check_sizes(self, runs: list[PreparedRecords], sizes: np.ndarray) -> None:
         cfg = self.config
+        limit = min(cfg.max_record_bytes, cfg.segment_bytes - BLANK_RECORD_BYTES)
+        body_max = max(int(r.body_lens.max()) for r in runs)
+        props_max = max(int(r.props_lens.max()) for r in runs)
+        if body_max <= cfg.max_message_bytes and props_max <= MAX_PROPERTIES_BYTES and int(sizes.max()) <= limit:
+            return
         body_lens = np.concatenate([r.body_lens for r in runs])
         props_lens = np.concatenate([r.props_lens for r in runs])
         if (body_lens > cfg.max_message_bytes).any():
@@ -360,10 +364,8 @@ class CommitLog:
         if (props_lens > MAX_PROPERTIES_BYTES).any():
             i = int(np.argmax(props_lens > MAX_PROPERTIES_BYTES))
             raise PropertiesTooLongError(f"message {i}: properties of {int(props_lens[i])} bytes exceed {MAX_PROPERTIES_BYTES}")
-        limit = min(cfg.max_record_bytes, cfg.segment_bytes - BLANK_RECORD_BYTES)
-        if (sizes > limit).any():
-            i = int(np.argmax(sizes > limit))
-            raise MessageTooLargeError(f"message {i}: record of {int(sizes[i])} bytes exceeds the limit of {limit} bytes")
+        i = int(np.argmax(sizes > limit))
+        raise MessageTooLargeError(f"message {i}: record of {int(sizes[i])} bytes exceeds the limit of {limit} bytes")
 
     def _encode_properties(self, batch: MessageBatch, n: int, uniq: tuple[str, list[str]]) -> list[bytes]:
         """Each message's properties bytes (TAGS, KEYS, UNIQ_KEY and the user's)."""
@@ -436,9 +438,9 @@ class CommitLog:
         new_group[0] = True
         np.not_equal(ordered[1:], ordered[:-1], out=new_group[1:])
         starts = np.flatnonzero(new_group)
-        counts = np.diff(starts, append=len(ordered))
-        uniq = ordered[starts]
         group = np.cumsum(new_group) - 1
+        counts = np.bincount(group)
+        uniq = ordered[starts]
         keys = [(prep.topics[k // width], k % width) for k in uniq.tolist()]
         base = np.array([table.get(k, 0) for k in keys], np.int64)
         rank = np.empty(len(sel), np.int64)
