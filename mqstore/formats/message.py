@@ -75,9 +75,10 @@ def transaction_type(sysflag: int) -> int:
     return sysflag & TRANSACTION_TYPE_MASK
 
 
-def advances_queue_offset(sysflag: int) -> bool:
-    """Prepared and rollback records keep queue offset 0 and get no consume-queue unit."""
-    return transaction_type(sysflag) in (0x0, 0x8)
+def advances_queue_offset(sysflags: int | np.ndarray) -> bool | np.ndarray:
+    """NOT_TYPE and COMMIT records take a queue offset (and later a consume-queue
+    unit); prepared and rollback ones keep queue offset 0. Works on arrays too."""
+    return (np.asarray(sysflags) & TRANSACTION_TYPE_MASK) % 8 == 0
 
 
 def host_bytes(sysflag: int, flag: int) -> int:

@@ -41,10 +41,10 @@ from mqstore.errors import (
 from mqstore.formats.checkpoint import Checkpoint
 from mqstore.formats.message import (
     BLANK_RECORD_BYTES,
-    TRANSACTION_TYPE_MASK,
     MessageRecord,
     PreparedRecords,
     ScanOutcome,
+    advances_queue_offset,
     blank_record,
     decode_record,
     scan_records,
@@ -256,9 +256,8 @@ class CommitLog:
         except TypeError as e:
             raise InvalidMessageError(f"tags, keys, unique keys and properties must be strings: {e}") from e
         sysflags = _int_column(batch.sysflags, n, "sysflags")
-        tx = np.asarray(sysflags) & TRANSACTION_TYPE_MASK
-        # Prepared (0x4) and rollback (0xC) records take no queue offset.
-        advances = None if not ((tx == 0x4) | (tx == 0xC)).any() else np.broadcast_to(tx % 8 == 0, (n,))
+        takes_offset = advances_queue_offset(sysflags)
+        advances = None if takes_offset.all() else np.broadcast_to(takes_offset, (n,))
         born_ts = self._born_timestamps(batch.born_timestamps, n)
         columns = {
             "flags": _int_column(batch.flags, n, "flags"),

@@ -32,8 +32,8 @@ from mqstore.formats.message import (
     MAGIC_V2,
     MIN_RECORD_BYTES,
     ScanOutcome,
-    TRANSACTION_TYPE_MASK,
     RecordFields,
+    advances_queue_offset,
     record_fields,
     scan_records,
 )
@@ -79,7 +79,7 @@ def _merge_queue_offsets(table: dict[QueueKey, int], f: RecordFields) -> int:
     """Fold records into ``table``; returns the max store time."""
     if not len(f.queue_ids):
         return 0
-    keep = (f.sysflags & TRANSACTION_TYPE_MASK) % 8 == 0  # NOT_TYPE 0 and COMMIT 8 advance
+    keep = advances_queue_offset(f.sysflags)
     if keep.any():
         key = (f.topic_codes[keep] << 32) | (f.queue_ids[keep] & 0xFFFFFFFF)
         uniq, inv = np.unique(key, return_inverse=True)
