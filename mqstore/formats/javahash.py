@@ -10,6 +10,10 @@ salted ``hash()`` for anything on disk.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
+import numpy as np
+
 _MIN_INT = -(1 << 31)
 
 
@@ -41,4 +45,37 @@ def index_key_hash(key: str) -> int:
     return 0 if h == _MIN_INT else abs(h)
 
 
-__all__ = ["index_key_hash", "java_string_hash", "tags_code"]
+def java_string_hashes(strings: Sequence[str]) -> np.ndarray:
+    """``java_string_hash`` of many strings at once (int64 array of int32 values).
+
+    Horner's rule runs column by column over a matrix of UTF-16 code units, so the
+    Python work is one encode per string, not one step per character.
+    """
+    n = len(strings)
+    if n == 0:
+        return np.zeros(0, np.int64)
+    units = [np.frombuffer(s.encode("utf-16-be", "surrogatepass"), ">u2") for s in strings]
+    lens = np.fromiter(map(len, units), np.int64, n)
+    width = int(lens.max())
+    mat = np.zeros((n, width), np.uint32)
+    if width:
+        flat = np.concatenate(units).astype(np.uint32)
+        rows = np.repeat(np.arange(n), lens)
+        cols = np.arange(len(flat)) - np.repeat(np.cumsum(lens) - lens, lens)
+        mat[rows, cols] = flat
+    h = np.zeros(n, np.uint32)
+    for c in range(width):
+        live = c < lens  # shorter strings stop: Horner must not multiply past their end
+        h = np.where(live, h * np.uint32(31) + mat[:, c], h)
+    return h.astype(np.int32).astype(np.int64)
+
+
+def tags_codes(tags: Sequence[str | None]) -> np.ndarray:
+    """ConsumeQueue tagsCode of many TAGS values; each distinct value is hashed once."""
+    distinct = list(dict.fromkeys(t for t in tags if t))
+    codes = dict(zip(distinct, java_string_hashes(distinct).tolist()))
+    codes[None] = codes[""] = 0
+    return np.fromiter((codes[t] if t else 0 for t in tags), np.int64, len(tags))
+
+
+__all__ = ["index_key_hash", "java_string_hash", "java_string_hashes", "tags_code", "tags_codes"]

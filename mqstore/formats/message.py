@@ -465,10 +465,16 @@ class RecordFields(NamedTuple):
     store_timestamps: np.ndarray
     topic_codes: np.ndarray  # index into ``topics`` for each record
     topics: list[str]
+    properties_at: np.ndarray  # buffer position of each record's properties string
+    properties_len: np.ndarray
+
+    def properties(self, buf: bytes | memoryview) -> list[bytes]:
+        """Each record's raw properties bytes (see formats.properties.find_property)."""
+        return [bytes(buf[a:b]) for a, b in zip(self.properties_at.tolist(), (self.properties_at + self.properties_len).tolist())]
 
 
 _EMPTY = np.zeros(0, np.int64)
-_NO_FIELDS = RecordFields(_EMPTY, _EMPTY, _EMPTY, _EMPTY, _EMPTY, [])
+_NO_FIELDS = RecordFields(_EMPTY, _EMPTY, _EMPTY, _EMPTY, _EMPTY, [], _EMPTY, _EMPTY)
 
 
 def record_fields(buf: bytes | memoryview, positions: np.ndarray) -> RecordFields:
@@ -516,9 +522,10 @@ def _fields_of(buf, f: _Fields, head: np.ndarray, store_ts: np.ndarray, topic_at
         bytes(buf[int(topic_at[i]) : int(topic_at[i]) + int(topic_len[i])]).decode("utf-8", "replace")
         for i in first.tolist()
     ]
+    props_at = topic_at + topic_len + 2
     return RecordFields(
         head["queue_id"].astype(np.int64), head["queue_offset"].astype(np.int64), head["sysflag"].astype(np.int64),
-        store_ts, codes.astype(np.int64).ravel(), topics,
+        store_ts, codes.astype(np.int64).ravel(), topics, props_at, f.get(props_at - 2, ">i2"),
     )  # fmt: skip
 
 

@@ -72,6 +72,27 @@ def crc32_property(crc: int) -> bytes:
     return f"{CRC32_PROPERTY}{NAME_VALUE_SEPARATOR}{digits}{PROPERTY_SEPARATOR}".encode()
 
 
+def find_property(props: bytes, name: bytes) -> bytes | None:
+    """The value of ``name`` in a raw properties string, as Java's parse would give
+    it (the last complete entry wins), without parsing the rest.
+
+    >>> find_property(b"TAGS\\x01TagA\\x02KEYS\\x01k1 k2\\x02", b"KEYS")
+    b'k1 k2'
+    """
+    needle = name + b"\x01"
+    end = len(props)
+    while True:
+        i = props.rfind(needle, 0, end)
+        if i < 0:
+            return None
+        if i == 0 or props[i - 1] == 2:  # an entry starts here, not inside a value
+            j = props.find(b"\x02", i)
+            value = props[i + len(needle) : j if j >= 0 else len(props)]
+            if value:
+                return value
+        end = i
+
+
 def split_keys(keys: str | None) -> list[str]:
     """The non-empty entries of a KEYS value (space separated), as the index uses them."""
     return [k for k in keys.split(KEY_SEPARATOR) if k] if keys else []
@@ -91,6 +112,7 @@ __all__ = [
     "UNIQ_KEY",
     "WAIT",
     "crc32_property",
+    "find_property",
     "parse_properties",
     "serialize_properties",
     "split_keys",

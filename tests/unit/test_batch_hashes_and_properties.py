@@ -1,0 +1,40 @@
+"""Batch helpers the dispatcher uses: vectorised Java hashes, one-property lookups."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from mqstore.formats.javahash import java_string_hash, java_string_hashes, tags_code, tags_codes
+from mqstore.formats.properties import find_property, parse_properties, serialize_properties
+
+texts = st.text(st.characters(codec="utf-8"), max_size=40) | st.text(max_size=12)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(texts, max_size=30))
+def test_vectorised_hash_equals_scalar(strings: list[str]) -> None:
+    assert java_string_hashes(strings).tolist() == [java_string_hash(s) for s in strings]
+
+
+def test_golden_hashes_in_one_call(golden: dict) -> None:
+    vecs = golden["hashes"]
+    assert java_string_hashes([v["s"] for v in vecs]).tolist() == [v["java_hashCode"] for v in vecs]
+    assert tags_codes([v["s"] for v in vecs] + [None]).tolist() == [v["tagsCode"] for v in vecs] + [0]
+    assert tags_codes(["TagA", None, ""]).tolist() == [tags_code("TagA"), 0, 0]
+
+
+names = st.text(st.characters(exclude_characters="\x00\x01\x02", codec="utf-8"), min_size=1, max_size=8)
+values = st.text(st.characters(exclude_characters="\x00\x02", codec="utf-8"), min_size=0, max_size=12)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(names, values), max_size=8), names)
+def test_find_property_agrees_with_the_full_parse(pairs: list[tuple[str, str]], probe: str) -> None:
+    raw = serialize_properties(pairs)
+    parsed = parse_properties(raw)
+    data = raw.encode()
+    for name in {n for n, _ in pairs} | {probe}:
+        got = find_property(data, name.encode())
+        want = parsed.get(name)
+        assert (got.decode() if got is not None else None) == want, (raw, name)
