@@ -31,6 +31,7 @@ import numpy as np
 import structlog
 
 from mqstore.errors import (
+    CorruptFileError,
     InvalidMessageError,
     MessageTooLargeError,
     OffsetError,
@@ -40,8 +41,10 @@ from mqstore.errors import (
 )
 from mqstore.formats.checkpoint import Checkpoint
 from mqstore.formats.message import (
+    _NO_FIELDS,
     BLANK_RECORD_BYTES,
     MessageRecord,
+    RecordFields,
     PreparedRecords,
     ScanOutcome,
     advances_queue_offset,
@@ -66,6 +69,7 @@ from mqstore.store.tuning import tune_allocator
 log = structlog.get_logger(__name__)
 
 COMMITLOG_DIR = "commitlog"
+_NO_OFFSETS = np.zeros(0, np.int64)
 _DEFAULT_BORN_HOST = encode_host(Host("127.0.0.1", 0))
 _SEPARATORS = ("\x01", "\x02")
 
@@ -89,6 +93,18 @@ class ReadBatch:
     """Records decoded by ``read_range``; ``next_offset`` is where to continue."""
 
     records: list[MessageRecord]
+    next_offset: int
+
+
+@dataclass(frozen=True)
+class ScanChunk:
+    """Records found by ``CommitLog.scan``: their commitlog offsets, sizes, key
+    fields and raw properties, and where the next scan starts."""
+
+    physical_offsets: np.ndarray
+    sizes: np.ndarray
+    fields: RecordFields
+    properties: list[bytes]
     next_offset: int
 
 
@@ -545,6 +561,27 @@ class CommitLog:
                 break
         return ReadBatch(out, pos)
 
+    def scan(self, offset: int, *, limit: int | None = None, max_bytes: int = 4 << 20) -> ScanChunk:
+        """Records from ``offset`` (a record start, or a segment's BLANK) up to
+        ``limit`` (default: the write position), at most ``max_bytes`` of them (at
+        least one), with their key fields gathered in bulk: what the reput
+        dispatcher tails. A BLANK moves ``next_offset`` to the next segment."""
+        self._check_open()
+        end_of_data = self._wrote if limit is None else min(limit, self._wrote)
+        pos = max(offset, self._segments.min_offset)
+        while pos < end_of_data:
+            seg = self._segments.find(pos)
+            local = pos - seg.base_offset
+            res = scan_records(seg.mm, local, min(seg.size, end_of_data - seg.base_offset), check_crc=False,
+                               max_bytes=max_bytes, base_offset=seg.base_offset, fields=True)  # fmt: skip
+            if res.outcome is ScanOutcome.INVALID:
+                raise CorruptFileError(f"{seg.path}: no valid record at commitlog offset {pos}: {res.reason}")
+            nxt = seg.end_offset if res.outcome is ScanOutcome.END_OF_SEGMENT else seg.base_offset + res.stop
+            if len(res.positions):
+                return ScanChunk(res.positions + seg.base_offset, res.sizes, res.fields, res.fields.properties(seg.mm), nxt)
+            pos = nxt
+        return ScanChunk(_NO_OFFSETS, _NO_OFFSETS, _NO_FIELDS, [], pos)
+
     def _segment_for_read(self, offset: int):
         if not self._segments.min_offset <= offset < self._wrote:
             raise OffsetError(f"commitlog offset {offset} is outside [{self._segments.min_offset}, {self._wrote})")
@@ -632,4 +669,4 @@ class CommitLog:
         self.close()
 
 
-__all__ = ["COMMITLOG_DIR", "CommitLog", "CommitLogStats", "ReadBatch"]
+__all__ = ["COMMITLOG_DIR", "CommitLog", "CommitLogStats", "ReadBatch", "ScanChunk"]
