@@ -15,7 +15,9 @@ after it; the value is everything after the *first* ``\\x01`` (so it may hold mo
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
+
+import numpy as np
 
 NAME_VALUE_SEPARATOR = "\x01"
 PROPERTY_SEPARATOR = "\x02"
@@ -93,6 +95,66 @@ def find_property(props: bytes, name: bytes) -> bytes | None:
         end = i
 
 
+def locate_properties(
+    buf: bytes | memoryview, at: np.ndarray, lens: np.ndarray, names: Sequence[bytes]
+) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Where the values of ``names`` lie in many properties strings at once.
+
+    ``buf[at[i] : at[i] + lens[i]]`` is record i's properties string (records in
+    buffer order). For each name the result holds ``(starts, ends)``: the value's byte
+    range per record, -1 where the record has no such (valid) entry. Same rules as
+    :func:`parse_properties` (entries end at \x02, the value follows the first \x01,
+    empty names or values do not count, the last entry wins), found with numpy over
+    the whole range instead of a parse per record.
+    """
+    n = len(at)
+    out_missing = [(np.full(n, -1, np.int64), np.full(n, -1, np.int64)) for _ in names]
+    if n == 0:
+        return out_missing
+    rec_end = at + lens
+    lo, hi = int(at.min()), int(rec_end.max())
+    if hi <= lo:
+        return out_missing
+    u8 = np.frombuffer(buf, np.uint8, count=hi - lo, offset=lo)
+
+    def inside(pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        rec = np.searchsorted(at, pos, "right") - 1
+        ok = (rec >= 0) & (pos < rec_end[np.maximum(rec, 0)])
+        return pos[ok], rec[ok]
+
+    seps, _ = inside(np.flatnonzero(u8 == 1) + lo)
+    ends, end_rec = inside(np.flatnonzero(u8 == 2) + lo)
+    starts = np.concatenate([at, ends + 1])
+    srec = np.concatenate([np.arange(n), end_rec])
+    order = np.argsort(starts, kind="stable")
+    starts, srec = starts[order], srec[order]
+    k = np.searchsorted(ends, starts)
+    has_end = k < len(ends)
+    k_ok = np.minimum(k, max(len(ends) - 1, 0))
+    same = has_end & (end_rec[k_ok] == srec) if len(ends) else np.zeros(len(starts), bool)
+    entry_end = np.where(same, ends[k_ok] if len(ends) else 0, rec_end[srec])
+    j = np.searchsorted(seps, starts)
+    j_ok = np.minimum(j, max(len(seps) - 1, 0))
+    sep = np.where(j < len(seps), seps[j_ok] if len(seps) else 0, -1)
+    valid = (sep > starts) & (sep < entry_end - 1)  # name and value both non-empty
+    result = []
+    for name in names:
+        L = len(name)
+        cand = np.flatnonzero(valid & (sep - starts == L))
+        if cand.size:
+            rows = u8[(starts[cand] - lo)[:, None] + np.arange(L)]
+            cand = cand[(rows == np.frombuffer(name, np.uint8)).all(axis=1)]
+        vs, ve = np.full(n, -1, np.int64), np.full(n, -1, np.int64)
+        if cand.size:
+            recs = srec[cand]
+            last = len(cand) - 1 - np.unique(recs[::-1], return_index=True)[1]  # the last entry wins
+            vs[recs[last]] = sep[cand[last]] + 1
+            ve[recs[last]] = entry_end[cand[last]]
+        result.append((vs, ve))
+    del u8
+    return result
+
+
 def split_keys(keys: str | None) -> list[str]:
     """The non-empty entries of a KEYS value (space separated), as the index uses them."""
     return [k for k in keys.split(KEY_SEPARATOR) if k] if keys else []
@@ -113,6 +175,7 @@ __all__ = [
     "WAIT",
     "crc32_property",
     "find_property",
+    "locate_properties",
     "parse_properties",
     "serialize_properties",
     "split_keys",

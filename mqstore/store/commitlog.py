@@ -23,6 +23,7 @@ group fsync after the lock is released.
 
 from __future__ import annotations
 
+import mmap
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -98,13 +99,14 @@ class ReadBatch:
 
 @dataclass(frozen=True)
 class ScanChunk:
-    """Records found by ``CommitLog.scan``: their commitlog offsets, sizes, key
-    fields and raw properties, and where the next scan starts."""
+    """Records found by ``CommitLog.scan``: their commitlog offsets, sizes and key
+    fields, the segment buffer they lie in (``fields.properties_at`` etc. are
+    positions in it; valid while the store is open), and where the next scan starts."""
 
     physical_offsets: np.ndarray
     sizes: np.ndarray
     fields: RecordFields
-    properties: list[bytes]
+    buffer: bytes | mmap.mmap
     next_offset: int
 
 
@@ -578,9 +580,9 @@ class CommitLog:
                 raise CorruptFileError(f"{seg.path}: no valid record at commitlog offset {pos}: {res.reason}")
             nxt = seg.end_offset if res.outcome is ScanOutcome.END_OF_SEGMENT else seg.base_offset + res.stop
             if len(res.positions):
-                return ScanChunk(res.positions + seg.base_offset, res.sizes, res.fields, res.fields.properties(seg.mm), nxt)
+                return ScanChunk(res.positions + seg.base_offset, res.sizes, res.fields, seg.mm, nxt)
             pos = nxt
-        return ScanChunk(_NO_OFFSETS, _NO_OFFSETS, _NO_FIELDS, [], pos)
+        return ScanChunk(_NO_OFFSETS, _NO_OFFSETS, _NO_FIELDS, b"", pos)
 
     def _segment_for_read(self, offset: int):
         if not self._segments.min_offset <= offset < self._wrote:

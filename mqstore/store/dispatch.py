@@ -22,10 +22,11 @@ import numpy as np
 import structlog
 
 from mqstore.formats.javahash import java_string_hashes
-from mqstore.formats.properties import find_property
+from mqstore.formats.properties import locate_properties
 from mqstore.store.commitlog import CommitLog, ScanChunk
 
 log = structlog.get_logger(__name__)
+_DISPATCHED = (b"TAGS", b"KEYS", b"UNIQ_KEY")
 
 
 @dataclass(frozen=True)
@@ -55,23 +56,20 @@ class DispatchSink(Protocol):
 
 
 def build_dispatch_batch(chunk: ScanChunk) -> DispatchBatch:
-    """Columns for the sinks from one scanned chunk; TAGS are hashed once per value."""
-    props = chunk.properties
-    tags = [find_property(p, b"TAGS") for p in props]
+    """Columns for the sinks from one scanned chunk: TAGS, KEYS and UNIQ_KEY are
+    located for all records at once; each distinct TAGS value is hashed once."""
+    f, buf = chunk.fields, chunk.buffer
+    (ts, te), (ks, ke), (us, ue) = locate_properties(buf, f.properties_at, f.properties_len, _DISPATCHED)
+    tags = [buf[a:b] if a >= 0 else None for a, b in zip(ts.tolist(), te.tolist())]
     distinct = list(dict.fromkeys(t for t in tags if t))
     hashes = dict(zip(distinct, java_string_hashes([t.decode("utf-8", "replace") for t in distinct]).tolist()))
     tags_codes = np.fromiter((hashes[t] if t else 0 for t in tags), np.int64, len(tags))
-    keys = [_text(find_property(p, b"KEYS")) for p in props]
-    uniq = [_text(find_property(p, b"UNIQ_KEY")) for p in props]
-    f = chunk.fields
+    keys = [buf[a:b].decode("utf-8", "replace") if a >= 0 else None for a, b in zip(ks.tolist(), ke.tolist())]
+    uniq = [buf[a:b].decode("utf-8", "replace") if a >= 0 else None for a, b in zip(us.tolist(), ue.tolist())]
     return DispatchBatch(
         chunk.physical_offsets, chunk.sizes, f.topics, f.topic_codes, f.queue_ids, f.queue_offsets,
         f.sysflags, f.store_timestamps, tags_codes, keys, uniq,
     )  # fmt: skip
-
-
-def _text(raw: bytes | None) -> str | None:
-    return raw.decode("utf-8", "replace") if raw is not None else None
 
 
 class ReputLoop:

@@ -38,3 +38,28 @@ def test_find_property_agrees_with_the_full_parse(pairs: list[tuple[str, str]], 
         got = find_property(data, name.encode())
         want = parsed.get(name)
         assert (got.decode() if got is not None else None) == want, (raw, name)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.lists(st.tuples(names | st.sampled_from(["TAGS", "KEYS", "UNIQ_KEY"]), values), max_size=6),
+                          st.binary(max_size=20)), max_size=12))  # fmt: skip
+def test_locate_properties_agrees_with_the_full_parse(records) -> None:
+    """Many properties strings, separated by arbitrary bytes (as bodies separate them)."""
+    import numpy as np
+
+    from mqstore.formats.properties import locate_properties
+
+    buf, at, lens = b"", [], []
+    for pairs, filler in records:
+        raw = serialize_properties(pairs).encode()
+        buf += filler
+        at.append(len(buf))
+        lens.append(len(raw))
+        buf += raw
+    wanted = [b"TAGS", b"KEYS", b"UNIQ_KEY"]
+    got = locate_properties(buf, np.array(at, np.int64), np.array(lens, np.int64), wanted)
+    for i, (pairs, _) in enumerate(records):
+        parsed = parse_properties(serialize_properties(pairs))
+        for name, (starts, ends) in zip(wanted, got):
+            value = buf[starts[i] : ends[i]].decode() if starts[i] >= 0 else None
+            assert value == parsed.get(name.decode()), (pairs, name)
