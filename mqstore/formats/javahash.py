@@ -70,6 +70,32 @@ def java_string_hashes(strings: Sequence[str]) -> np.ndarray:
     return h.astype(np.int32).astype(np.int64)
 
 
+def java_hash_of_ranges(
+    buf: bytes | memoryview, starts: np.ndarray, ends: np.ndarray, *, prefix: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """``java_string_hash(p_i + buf[starts[i]:ends[i]].decode())`` for many ranges,
+    computed on the bytes: for ASCII text the UTF-16 code units are the bytes.
+
+    ``prefix`` holds each range's prefix hash h(p_i) (e.g. of ``"topic#"``). Returns
+    the hashes (int64 holding int32 values) and a mask of the ranges that are not
+    ASCII: their hash here is meaningless and the caller hashes their decoded text.
+    """
+    n = len(starts)
+    lens = ends - starts
+    h = np.zeros(n, np.uint32) if prefix is None else prefix.astype(np.uint32)  # Horner continues it
+    non_ascii = np.zeros(n, bool)
+    if n == 0:
+        return h.astype(np.int64), non_ascii
+    u8 = np.frombuffer(buf, np.uint8)
+    for c in range(int(lens.max())):  # Horner, one column of all ranges at a time
+        live = c < lens
+        byte = u8[np.where(live, starts + c, 0)].astype(np.uint32)
+        non_ascii |= live & (byte >= 0x80)
+        h = np.where(live, h * np.uint32(31) + byte, h)
+    del u8
+    return h.view(np.int32).astype(np.int64), non_ascii
+
+
 def tags_codes(tags: Sequence[str | None]) -> np.ndarray:
     """ConsumeQueue tagsCode of many TAGS values; each distinct value is hashed once."""
     distinct = list(dict.fromkeys(t for t in tags if t))
@@ -78,4 +104,4 @@ def tags_codes(tags: Sequence[str | None]) -> np.ndarray:
     return np.fromiter((codes[t] if t else 0 for t in tags), np.int64, len(tags))
 
 
-__all__ = ["index_key_hash", "java_string_hash", "java_string_hashes", "tags_code", "tags_codes"]
+__all__ = ["index_key_hash", "java_hash_of_ranges", "java_string_hash", "java_string_hashes", "tags_code", "tags_codes"]

@@ -13,15 +13,17 @@ thread.
 
 from __future__ import annotations
 
+import mmap
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 import numpy as np
 import structlog
 
-from mqstore.formats.javahash import java_string_hashes
+from mqstore.formats.javahash import java_hash_of_ranges, java_string_hash, java_string_hashes
+from mqstore.formats.message import TRANSACTION_TYPE_MASK
 from mqstore.formats.properties import locate_properties
 from mqstore.store.commitlog import CommitLog, ScanChunk
 
@@ -42,11 +44,85 @@ class DispatchBatch:
     sysflags: np.ndarray
     store_timestamps: np.ndarray
     tags_codes: np.ndarray  # ConsumeQueue tagsCode: Java hashCode of TAGS, 0 without
-    keys: list[str | None]  # raw KEYS values (space separated)
-    unique_keys: list[str | None]
+    buffer: bytes | mmap.mmap  # the KEYS and UNIQ_KEY values lie in it:
+    keys_at: np.ndarray  # [keys_at, keys_end) per record, -1 without KEYS
+    keys_end: np.ndarray
+    uniq_at: np.ndarray
+    uniq_end: np.ndarray
 
     def __len__(self) -> int:
         return len(self.physical_offsets)
+
+    @property
+    def keys(self) -> list[str | None]:
+        """Raw KEYS values (space separated), decoded on demand."""
+        return _texts(self.buffer, self.keys_at, self.keys_end)
+
+    @property
+    def unique_keys(self) -> list[str | None]:
+        return _texts(self.buffer, self.uniq_at, self.uniq_end)
+
+    def index_entries(self) -> IndexEntries:
+        """The IndexFile entries of this batch, in RocketMQ's order (per record:
+        ``topic#UNIQ_KEY``, then ``topic#k`` for each non-empty KEYS element), with
+        key hashes computed on the bytes. Rollback records are not indexed."""
+        return _index_entries(self)
+
+
+class IndexEntries(NamedTuple):
+    """Keys to index: hash (IndexFile keyHash, >= 0), record offset, store time."""
+
+    key_hashes: np.ndarray
+    physical_offsets: np.ndarray
+    store_timestamps: np.ndarray
+
+
+def _texts(buf, starts: np.ndarray, ends: np.ndarray) -> list[str | None]:
+    return [buf[a:b].decode("utf-8", "replace") if a >= 0 else None for a, b in zip(starts.tolist(), ends.tolist())]
+
+
+def _index_entries(b: DispatchBatch) -> IndexEntries:
+    indexed = (b.sysflags & TRANSACTION_TYPE_MASK) != 0xC  # prepared half messages are indexed, rollbacks not
+    rec_parts, start_parts, end_parts, order_parts = [], [], [], []
+    has_uniq = indexed & (b.uniq_at >= 0)
+    u = np.flatnonzero(has_uniq)
+    rec_parts.append(u)
+    start_parts.append(b.uniq_at[u])
+    end_parts.append(b.uniq_end[u])
+    order_parts.append(np.zeros(len(u), np.int64))
+    k = np.flatnonzero(indexed & (b.keys_at >= 0))
+    if len(k):  # split KEYS at spaces, all records at once
+        starts, ends = b.keys_at[k], b.keys_end[k]
+        lens = ends - starts
+        u8 = np.frombuffer(b.buffer, np.uint8)
+        cols = np.arange(int(lens.max()))
+        mat = u8[np.minimum(starts[:, None] + cols, len(u8) - 1)]
+        del u8
+        row, col = np.nonzero((mat == 0x20) & (cols < lens[:, None]))
+        # Pieces: between consecutive separators (record start and end included).
+        cut_rec = np.concatenate([np.arange(len(k)), row, np.arange(len(k))])
+        cut_pos = np.concatenate([starts - 1, starts[row] + col, ends])
+        order = np.lexsort((cut_pos, cut_rec))
+        cut_rec, cut_pos = cut_rec[order], cut_pos[order]
+        same = cut_rec[1:] == cut_rec[:-1]
+        piece_start, piece_end, piece_rec = cut_pos[:-1][same] + 1, cut_pos[1:][same], cut_rec[:-1][same]
+        keep = piece_end > piece_start  # empty elements ("a  b") are not keys
+        piece_rec = piece_rec[keep]
+        rec_parts.append(k[piece_rec])
+        start_parts.append(piece_start[keep])
+        end_parts.append(piece_end[keep])
+        order_parts.append(1 + np.arange(len(piece_rec)))  # keeps KEYS order after the sort below
+    rec = np.concatenate(rec_parts)
+    starts, ends, within = np.concatenate(start_parts), np.concatenate(end_parts), np.concatenate(order_parts)
+    sort = np.lexsort((within, rec))
+    rec, starts, ends = rec[sort], starts[sort], ends[sort]
+    prefixes = java_string_hashes([t + "#" for t in b.topics]).astype(np.uint32)
+    hashes, non_ascii = java_hash_of_ranges(b.buffer, starts, ends, prefix=prefixes[b.topic_codes[rec]])
+    for i in np.flatnonzero(non_ascii).tolist():
+        text = b.buffer[int(starts[i]) : int(ends[i])].decode("utf-8", "replace")
+        hashes[i] = java_string_hash(f"{b.topics[b.topic_codes[rec[i]]]}#{text}")
+    key_hashes = np.where(hashes == -(1 << 31), 0, np.abs(hashes))  # RocketMQ: abs, MIN_VALUE -> 0
+    return IndexEntries(key_hashes, b.physical_offsets[rec], b.store_timestamps[rec])
 
 
 class DispatchSink(Protocol):
@@ -64,11 +140,10 @@ def build_dispatch_batch(chunk: ScanChunk) -> DispatchBatch:
     distinct = list(dict.fromkeys(t for t in tags if t))
     hashes = dict(zip(distinct, java_string_hashes([t.decode("utf-8", "replace") for t in distinct]).tolist()))
     tags_codes = np.fromiter((hashes[t] if t else 0 for t in tags), np.int64, len(tags))
-    keys = [buf[a:b].decode("utf-8", "replace") if a >= 0 else None for a, b in zip(ks.tolist(), ke.tolist())]
-    uniq = [buf[a:b].decode("utf-8", "replace") if a >= 0 else None for a, b in zip(us.tolist(), ue.tolist())]
+
     return DispatchBatch(
         chunk.physical_offsets, chunk.sizes, f.topics, f.topic_codes, f.queue_ids, f.queue_offsets,
-        f.sysflags, f.store_timestamps, tags_codes, keys, uniq,
+        f.sysflags, f.store_timestamps, tags_codes, buf, ks, ke, us, ue,
     )  # fmt: skip
 
 
@@ -150,4 +225,4 @@ class ReputLoop:
             log.error("reput_failed", error=str(e), reput_offset=self.reput_offset)
 
 
-__all__ = ["DispatchBatch", "DispatchSink", "ReputLoop", "build_dispatch_batch"]
+__all__ = ["DispatchBatch", "DispatchSink", "IndexEntries", "ReputLoop", "build_dispatch_batch"]

@@ -63,3 +63,24 @@ def test_locate_properties_agrees_with_the_full_parse(records) -> None:
         for name, (starts, ends) in zip(wanted, got):
             value = buf[starts[i] : ends[i]].decode() if starts[i] >= 0 else None
             assert value == parsed.get(name.decode()), (pairs, name)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(texts, texts), max_size=20))
+def test_hash_of_byte_ranges_with_prefix(pairs: list[tuple[str, str]]) -> None:
+    import numpy as np
+
+    from mqstore.formats.javahash import java_hash_of_ranges
+
+    buf, starts, ends = b"", [], []
+    for _, text in pairs:
+        raw = text.encode()
+        starts.append(len(buf))
+        buf += raw
+        ends.append(len(buf))
+    prefix = java_string_hashes([p for p, _ in pairs]).astype(np.uint32) if pairs else None
+    got, non_ascii = java_hash_of_ranges(buf, np.array(starts, np.int64), np.array(ends, np.int64), prefix=prefix)
+    for i, (p, text) in enumerate(pairs):
+        assert bool(non_ascii[i]) == (not text.isascii())
+        if text.isascii():
+            assert got[i] == java_string_hash(p + text)

@@ -106,3 +106,32 @@ def test_thread_safety_smoke(tmp_path: Path) -> None:
         loop.stop()
         for q in (0, 1):
             assert [r[3] for r in sink.rows() if r[2] == q] == list(range(2000))
+
+
+def test_index_entries_follow_rocketmq_order_and_hashes(tmp_path: Path) -> None:
+    from mqstore.formats.javahash import index_key_hash
+    from mqstore.formats.properties import split_keys
+
+    msgs = [
+        Message("TopicTest", b"a", keys=["order-1", "order-2"]),
+        Message("TopicTest", b"b", keys="  spaced   keys "),
+        Message("T2", b"c", keys=["订单-中文", "😀emoji"]),  # non-ASCII: hashed from decoded text
+        Message("T2", b"d"),  # UNIQ_KEY only
+        Message("T2", b"e", keys="rolled", sysflag=0xC),  # rollback: not indexed
+        Message("T2", b"f", keys="half", sysflag=0x4),  # prepared half: indexed
+        Message("TopicTest", b"g", keys="aW_TRVQ"),  # hash MIN_VALUE -> 0
+    ]
+    with CommitLog(tmp_path) as cl:
+        cl.append(MessageBatch.of(msgs))
+        sink = Collect()
+        ReputLoop(cl, [sink], reput_offset=0).catch_up()
+        (batch,) = sink.batches
+        got = batch.index_entries()
+        want = []
+        for r in cl.read_range(0).records:
+            if r.sysflag & 0xC == 0xC:
+                continue
+            keys = ([r.unique_key] if r.unique_key else []) + split_keys(r.keys)
+            want += [(index_key_hash(f"{r.topic}#{k}"), r.physical_offset, r.store_timestamp) for k in keys]
+        assert list(zip(got.key_hashes.tolist(), got.physical_offsets.tolist(), got.store_timestamps.tolist())) == want
+        assert index_key_hash("TopicTest#aW_TRVQ") == 0 and 0 in got.key_hashes.tolist()

@@ -1,0 +1,653 @@
+"""One ConsumeQueue: the queue-offset index of one (topic, queue id) into the CommitLog.
+
+Files (format in mqstore.formats.consume_queue):
+
+    <store>/consumequeue/<topic>/<queueId>/<20-digit start byte offset>
+
+Every file has exactly ``file_bytes`` bytes, pre-allocated and zero-filled (created under
+``.tmp`` and renamed, mapped_file.Segment). Files are contiguous; the first may start
+anywhere on a file boundary once older ones are deleted. Positions, all logical byte
+offsets of the queue (unit ``n`` is at byte ``n * 20``):
+
+    min    first unit a reader may ask for (min_offset * 20)
+    wrote  where the next unit goes (max_offset * 20); bytes below it are valid units
+    flushed <= wrote: bytes below it were made durable by flush()
+
+Behaviour follows RocketMQ's ConsumeQueue (putMessagePositionInfo, fillPreBlank, recover,
+truncateDirtyLogicFiles, correctMinOffset, deleteExpiredFile, binarySearchInQueueByTime)
+with these differences, all on purpose: truncation zeroes the dropped bytes (RocketMQ
+leaves them), min and max physical offsets never count pre-blank units, and opening the
+queue finds the write position of the last file at once (RocketMQ assumes every file is
+full until recover()).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import structlog
+
+from mqstore.errors import CorruptFileError, InvalidMessageError, OffsetError, StoreClosedError
+from mqstore.formats.consume_queue import (
+    DEFAULT_FILE_BYTES,
+    PRE_BLANK_SIZE,
+    PRE_BLANK_UNIT,
+    UNIT,
+    UNIT_DTYPE,
+    UNIT_SIZE,
+    CqUnit,
+    decode_units,
+    encode_units,
+    file_bytes_for,
+    is_pre_blank,
+)
+from mqstore.formats.names import check_topic, file_name_to_offset, offset_to_file_name
+from mqstore.store.mapped_file import Segment, fsync_dir
+
+log = structlog.get_logger(__name__)
+
+CONSUME_QUEUE_DIR = "consumequeue"
+MAX_QUEUE_ID = 65535
+
+
+def queue_dir(store_dir: str | Path, topic: str, queue_id: int) -> Path:
+    """``<store_dir>/consumequeue/<topic>/<queue_id>``, after checking both names.
+
+    The topic must pass names.check_topic (no ``/``, ``.`` or NUL can appear) and the
+    queue id must be an int in 0..65535, so the result is always inside the store.
+    Raises InvalidTopicError or InvalidMessageError.
+    """
+    check_topic(topic)
+    if isinstance(queue_id, bool) or not isinstance(queue_id, (int, np.integer)) or not 0 <= queue_id <= MAX_QUEUE_ID:
+        raise InvalidMessageError(f"queue id {queue_id!r} is not an integer in 0..{MAX_QUEUE_ID}")
+    return Path(store_dir) / CONSUME_QUEUE_DIR / topic / str(int(queue_id))
+
+
+@dataclass(frozen=True)
+class PutResult:
+    """What ``put_units`` did with a batch; the four counts add up to the batch size.
+
+    ``gaps`` units were written although their queue offset was above the write
+    position (RocketMQ logs this as a bug and writes them at the position anyway)."""
+
+    written: int
+    already_built: int  # commitlog offset + size <= max_physical_offset: dispatched before
+    repeated: int  # queue offset below the write position
+    gaps: int
+
+
+@dataclass(frozen=True)
+class TruncateReport:
+    """The queue after ``recover`` or ``truncate_dirty``."""
+
+    max_offset: int
+    max_physical_offset: int
+    dropped_units: int  # valid units that were before the cut (0 for recover)
+    deleted_files: tuple[str, ...]
+
+
+class ConsumeQueue:
+    """The unit files of one (topic, queue id); see the module docstring for the layout.
+
+    Who calls what: one writer, the dispatcher (reput loop), calls ``put_units`` and
+    ``flush``; recovery calls ``recover``, ``truncate_dirty`` and ``correct_min_offset``
+    before readers start; the cleaner calls ``delete_files_below`` (and through it
+    ``correct_min_offset``) serialised with the writer. Any number of reader threads
+    may call ``read_units``, ``last_unit``, ``offset_at_time`` and the offset
+    properties at the same time. One internal lock keeps a file from being closed
+    while a reader copies from it; readers always get copies. ``close`` once, last.
+    """
+
+    def __init__(
+        self, store_dir: str | Path, topic: str, queue_id: int, *, file_bytes: int = DEFAULT_FILE_BYTES,
+        preallocate: bool = True,
+    ) -> None:  # fmt: skip
+        """Open (creating the directory if needed) the queue's files.
+
+        ``file_bytes`` is rounded up to a multiple of 20 as RocketMQ does; every existing
+        file must have that size (CorruptFileError otherwise, naming the file). Leftover
+        ``*.tmp`` files of an interrupted file creation are removed, an empty last file is
+        removed (as RocketMQ's load does), names that are not 20-digit offsets are ignored.
+        """
+        self.directory = queue_dir(store_dir, topic, queue_id)
+        self.topic = topic
+        self.queue_id = int(queue_id)
+        self.file_bytes = file_bytes_for(file_bytes)
+        self._preallocate = preallocate
+        self._log = log.bind(topic=topic, queue_id=self.queue_id)
+        self._lock = threading.Lock()
+        self._files: list[Segment] = []  # replaced, never changed in place
+        self._min = 0
+        self._wrote = 0
+        self._flushed = 0
+        self._max_phys = -1
+        self._closed = False
+        self._load()
+
+    # ------------------------------------------------------------------ open
+
+    def _load(self) -> None:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        bases = []
+        for p in self.directory.iterdir():
+            if p.name.endswith(".tmp"):
+                self._log.warning("unfinished_file_removed", path=str(p))
+                p.unlink()
+                continue
+            try:
+                bases.append(file_name_to_offset(p.name))
+            except ValueError:
+                self._log.warning("stray_file_ignored", path=str(p))
+        bases.sort()
+        if bases and (last := self.directory / offset_to_file_name(bases[-1])).stat().st_size == 0:
+            self._log.warning("empty_file_removed", path=str(last))
+            last.unlink()
+            bases.pop()
+        files = []
+        try:
+            for i, base in enumerate(bases):
+                path = self.directory / offset_to_file_name(base)
+                if base % self.file_bytes:
+                    raise CorruptFileError(f"{path}: start offset is not a multiple of the file size {self.file_bytes}")
+                if i and base != bases[i - 1] + self.file_bytes:
+                    raise CorruptFileError(f"{self.directory}: consume queue files are not contiguous at {path.name}")
+                size = path.stat().st_size
+                if size != self.file_bytes:
+                    raise CorruptFileError(
+                        f"{path}: consume queue file has {size} bytes, expected {self.file_bytes}; "
+                        "open the store with the file size it was created with"
+                    )
+                files.append(Segment.open(path, base, self.file_bytes))
+        except BaseException:
+            for seg in files:
+                seg.close()
+            raise
+        self._files = files
+        if not files:
+            return
+        last = files[-1]
+        self._wrote = last.base_offset + len(decode_units(last.read(0, last.size))) * UNIT_SIZE
+        self._flushed = self._wrote
+        self._min = self._first_real_byte(files[0].base_offset)
+        self._max_phys = self._last_real_end()
+
+    # ------------------------------------------------------------------ helpers (callers hold the lock or own the queue)
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise StoreClosedError(f"consume queue {self.topic}-{self.queue_id} is closed")
+
+    def _find(self, byte: int) -> Segment | None:
+        files = self._files
+        if not files:
+            return None
+        i = (byte - files[0].base_offset) // self.file_bytes
+        return files[i] if 0 <= i < len(files) else None
+
+    def _valid_units(self, seg: Segment, start: int = 0) -> np.ndarray:
+        """Valid units of ``seg`` from byte ``start`` up to the write position."""
+        end = min(seg.size, self._wrote - seg.base_offset)
+        return decode_units(seg.read(start, end - start)) if end > start else np.empty(0, UNIT_DTYPE)
+
+    def _first_real_byte(self, start: int) -> int:
+        """The first byte >= ``start`` whose unit is not a pre-blank (or ``wrote``)."""
+        seg = self._find(start)
+        if seg is None:
+            return self._wrote
+        units = self._valid_units(seg, start - seg.base_offset)
+        k = int(np.argmin(is_pre_blank(units))) if len(units) and not is_pre_blank(units).all() else len(units)
+        return start + k * UNIT_SIZE
+
+    def _last_real_end(self) -> int:
+        """commitlog offset + size of the last unit that is not a pre-blank; -1 if none."""
+        for seg in reversed(self._files[-2:]):  # pre-blanks live in one file only
+            units = self._valid_units(seg)
+            real = np.flatnonzero(~is_pre_blank(units))
+            if real.size:
+                u = units[real[-1]]
+                return int(u["commitlog_offset"]) + int(u["size"])
+        return -1
+
+    def _probe_locked(self, byte: int) -> tuple[int, int]:
+        """(commitlog offset, size) of the unit at logical ``byte`` (inside the files)."""
+        seg = self._find(byte)
+        o, s, _ = UNIT.unpack(seg.read(byte - seg.base_offset, UNIT_SIZE))
+        return o, s
+
+    def _cut(self, cut: int) -> list[str]:
+        """Delete files that start after ``cut``, zero the rest of the one holding it."""
+        deleted = []
+        files = list(self._files)
+        while files and files[-1].base_offset > cut:
+            seg = files.pop()
+            deleted.append(seg.path.name)
+            seg.delete()
+        self._files = files
+        if deleted:
+            fsync_dir(self.directory)
+        seg = self._find(cut)
+        if seg is not None and cut < seg.end_offset:
+            seg.zero_from(cut - seg.base_offset)
+            seg.sync()
+        return deleted
+
+    # ------------------------------------------------------------------ writes (the dispatcher)
+
+    def put_units(self, queue_offsets, phys_offsets, sizes, tags_codes) -> PutResult:
+        """Append units in order (RocketMQ putMessagePositionInfo, for a whole batch).
+
+        Per unit: skip it if ``phys + size <= max_physical_offset`` (already built, e.g.
+        re-dispatched after a restart); if the queue has no file yet, create the file that
+        holds its queue offset and fill the units before it with pre-blanks (min offset
+        becomes its queue offset); otherwise, unless its queue offset is 0 (RocketMQ
+        checks no position for offset 0), skip it if its queue offset is below the write
+        position ("repeated") and log a gap if above, then write it at the write position.
+
+        Encodes with numpy and issues one pwrite per file touched; files the batch needs
+        are created before any byte is written. Arguments are sequences of equal length
+        (scalars broadcast); commitlog offsets must be >= 0 and sizes > 0.
+        """
+        qo, phys, sizes_, tags = np.broadcast_arrays(
+            np.atleast_1d(np.asarray(queue_offsets, np.int64)), np.atleast_1d(np.asarray(phys_offsets, np.int64)),
+            np.atleast_1d(np.asarray(sizes, np.int64)), np.atleast_1d(np.asarray(tags_codes, np.int64)),
+        )  # fmt: skip
+        n = qo.shape[0]
+        if qo.ndim != 1:
+            raise ValueError(f"units are given as 1-D sequences, got shape {qo.shape}")
+        if n == 0:
+            return PutResult(0, 0, 0, 0)
+        if qo.min() < 0 or phys.min() < 0 or sizes_.min() <= 0:
+            raise ValueError("queue offsets and commitlog offsets must be >= 0 and sizes > 0")
+        ends = phys + sizes_
+        with self._lock:
+            self._check_open()
+            fresh = not self._files
+            cur = qo[0] * UNIT_SIZE if fresh else self._wrote
+            max_phys = self._max_phys
+            already = repeated = gaps = 0
+            if ends[0] > max_phys and (n == 1 or (np.diff(ends) > 0).all()) and (
+                qo == cur // UNIT_SIZE + np.arange(n)
+            ).all():
+                keep: slice | list[int] = slice(None)  # the usual case: a contiguous run
+                written = n
+            else:
+                keep = []
+                for i, (q, end) in enumerate(zip(qo.tolist(), ends.tolist(), strict=True)):
+                    if end <= max_phys:
+                        already += 1
+                        continue
+                    if fresh and not keep:
+                        cur = q * UNIT_SIZE
+                    elif q != 0:
+                        if q * UNIT_SIZE < cur:
+                            repeated += 1
+                            continue
+                        if q * UNIT_SIZE > cur:
+                            gaps += 1
+                            self._log.error("queue_offset_gap", queue_offset=q, write_position=cur // UNIT_SIZE)
+                    elif cur:
+                        self._log.warning("queue_offset_zero_appended", write_position=cur // UNIT_SIZE)
+                    keep.append(i)
+                    cur += UNIT_SIZE
+                    max_phys = end
+                written = len(keep)
+            if already or repeated:
+                self._log.info("units_skipped", already_built=already, repeated=repeated)
+            if not written:
+                return PutResult(0, already, repeated, gaps)
+            first = int(qo[keep][0]) * UNIT_SIZE
+            data = encode_units(phys[keep], sizes_[keep], tags[keep])
+            if fresh:
+                start = first - first % self.file_bytes
+                data = PRE_BLANK_UNIT * ((first - start) // UNIT_SIZE) + data
+                if first > start:
+                    self._log.info("pre_blank_filled", file=offset_to_file_name(start), units=(first - start) // UNIT_SIZE)
+            else:
+                start = self._wrote
+            self._write(start, data)
+            if fresh:
+                self._min = first
+                self._flushed = start
+            self._wrote = start + len(data)
+            self._max_phys = int(ends[keep][-1])
+            return PutResult(written, already, repeated, gaps)
+
+    def _write(self, start: int, data: bytes) -> None:
+        end = start + len(data)
+        files = list(self._files)
+        created: list[Segment] = []
+        next_base = files[-1].end_offset if files else start - start % self.file_bytes
+        try:
+            while next_base < end:  # every file first: a full disk fails before any byte is written
+                created.append(Segment.create(self.directory / offset_to_file_name(next_base), next_base,
+                                              self.file_bytes, preallocate=self._preallocate))  # fmt: skip
+                self._log.info("file_created", file=offset_to_file_name(next_base))
+                next_base += self.file_bytes
+        except BaseException:
+            for seg in created:  # an empty file after the last unit would look like a write position
+                seg.delete()
+            raise
+        self._files = files + created
+        byte = start
+        while byte < end:
+            seg = self._find(byte)
+            k = min(seg.end_offset, end) - byte
+            seg.write(byte - seg.base_offset, data[byte - start : byte - start + k])
+            byte += k
+
+    def flush(self) -> int:
+        """Make every unit written so far durable (msync of the written ranges);
+        returns the queue offset below which all units are durable."""
+        with self._lock:
+            self._check_open()
+            start, end = self._flushed, self._wrote
+            for seg in self._files:
+                lo, hi = max(start, seg.base_offset), min(end, seg.end_offset)
+                if lo < hi:
+                    seg.sync(lo - seg.base_offset, hi - seg.base_offset)
+            self._flushed = end
+            return end // UNIT_SIZE
+
+    # ------------------------------------------------------------------ reads (any thread)
+
+    @property
+    def min_offset(self) -> int:
+        """The first queue offset a reader may ask for."""
+        return self._min // UNIT_SIZE
+
+    @property
+    def max_offset(self) -> int:
+        """The queue offset the next unit gets (one past the last unit)."""
+        return self._wrote // UNIT_SIZE
+
+    @property
+    def max_physical_offset(self) -> int:
+        """commitlog offset + size of the last unit written (pre-blanks aside); -1 if none."""
+        return self._max_phys
+
+    @property
+    def flushed_offset(self) -> int:
+        """Units below this queue offset were made durable by ``flush``."""
+        return self._flushed // UNIT_SIZE
+
+    @property
+    def files(self) -> list[str]:
+        """Names of the queue's files, oldest first."""
+        return [seg.path.name for seg in self._files]
+
+    def read_units(self, queue_offset: int, max_count: int) -> np.ndarray:
+        """Up to ``max_count`` units from ``queue_offset`` on, across files (a copy, with
+        UNIT_DTYPE; unit ``i`` has queue offset ``queue_offset + i``).
+
+        Empty at or past ``max_offset``; OffsetError below ``min_offset``. Stops early
+        at an invalid unit (damage no recover() has cut yet)."""
+        if max_count <= 0:
+            raise ValueError(f"max_count must be > 0, got {max_count}")
+        with self._lock:
+            self._check_open()
+            if queue_offset < self._min // UNIT_SIZE:
+                raise OffsetError(
+                    f"queue offset {queue_offset} of {self.topic}-{self.queue_id} is below the min offset "
+                    f"{self._min // UNIT_SIZE}"
+                )
+            byte = queue_offset * UNIT_SIZE
+            end = min(self._wrote, byte + max_count * UNIT_SIZE)
+            chunks = []
+            while byte < end:
+                seg = self._find(byte)
+                if seg is None:
+                    break
+                k = min(seg.end_offset, end) - byte
+                chunks.append(seg.read(byte - seg.base_offset, k))
+                byte += k
+        return decode_units(b"".join(chunks))
+
+    def last_unit(self) -> CqUnit | None:
+        """The last unit written, or None if the queue holds none."""
+        with self._lock:
+            self._check_open()
+            byte = self._wrote - UNIT_SIZE
+            if byte < self._min or (seg := self._find(byte)) is None:
+                return None
+            o, s, t = UNIT.unpack(seg.read(byte - seg.base_offset, UNIT_SIZE))
+        return CqUnit(byte // UNIT_SIZE, o, s, t)
+
+    def _probe(self, seg: Segment, pos: int) -> tuple[int, int] | None:
+        """(commitlog offset, size) of the unit at ``pos`` of ``seg``; None if the file is gone."""
+        with self._lock:
+            if seg.closed:
+                return None
+            o, s, _ = UNIT.unpack(seg.read(pos, UNIT_SIZE))
+        return o, s
+
+    def offset_at_time(
+        self, timestamp: int, store_time_of: Callable[[np.ndarray], np.ndarray], *, commitlog_min_offset: int = 0
+    ) -> int:
+        """The first queue offset whose message was stored at or after ``timestamp`` (ms).
+
+        RocketMQ 5.x getOffsetInQueueByTime with BoundaryType.LOWER: pick the first file
+        (not the last) whose last unit's store time is >= timestamp, else the last file;
+        in it, if the last written unit is older, return the offset after it (so a time
+        after every message gives ``max_offset``); if the first unit is newer, return the
+        file's first offset (``min_offset`` for the first file: RocketMQ returns the
+        file's start even when pre-blanks or deleted messages lie before min); else binary
+        search, and on an exact hit step back over units with the same store time;
+        without one, the first unit after the time. Units pointing below
+        ``commitlog_min_offset`` are skipped to the right.
+
+        ``store_time_of`` maps an int64 array of commitlog offsets to their
+        STORETIMESTAMPs, -1 where it cannot read one. As in RocketMQ, a -1 met during
+        the binary search returns 0. An empty queue returns ``max_offset``.
+        """
+        with self._lock:
+            self._check_open()
+            files, wrote, min_byte = list(self._files), self._wrote, self._min
+        files = [seg for seg in files if seg.end_offset > min_byte and seg.base_offset < wrote]
+        if not files:
+            return wrote // UNIT_SIZE
+
+        def time_of(phys: int) -> int:
+            return int(np.asarray(store_time_of(np.array([phys], np.int64)))[0])
+
+        seg = files[-1]
+        if len(files) > 1:  # getConsumeQueueMappedFileByTime: the stop time of each full file
+            lasts = [self._probe(f, f.size - UNIT_SIZE) for f in files[:-1]]
+            if any(p is None for p in lasts):
+                return self.min_offset  # the cleaner deleted files meanwhile
+            phys = np.array([p[0] for p in lasts], np.int64)
+            times = np.asarray(store_time_of(phys), np.int64)
+            times = np.where(phys >= commitlog_min_offset, times, -1)
+            hits = np.flatnonzero(times >= timestamp)
+            if hits.size:
+                seg = files[int(hits[0])]
+        base = seg.base_offset
+        floor = low = max(min_byte - base, 0)
+        ceiling = high = min(seg.size, wrote - base) - UNIT_SIZE
+        if ceiling < floor:
+            return wrote // UNIT_SIZE
+        if (p := self._probe(seg, ceiling)) is None:
+            return self.min_offset
+        if time_of(p[0]) < timestamp:
+            return (base + ceiling + UNIT_SIZE) // UNIT_SIZE
+        if (p := self._probe(seg, floor)) is None:
+            return self.min_offset
+        if time_of(p[0]) > timestamp:
+            return (base + floor) // UNIT_SIZE
+        target = right = -1
+        while high >= low:
+            mid = (low + high) // (2 * UNIT_SIZE) * UNIT_SIZE
+            if (p := self._probe(seg, mid)) is None:
+                return self.min_offset
+            if p[0] < commitlog_min_offset:
+                low = mid + UNIT_SIZE
+                continue
+            t = time_of(p[0])
+            if t < 0:
+                self._log.warning("store_time_unreadable", commitlog_offset=p[0])
+                return 0
+            if t == timestamp:
+                target = mid
+                break
+            if t > timestamp:
+                high, right = mid - UNIT_SIZE, mid
+            else:
+                low = mid + UNIT_SIZE
+        if target < 0:
+            return (base + right) // UNIT_SIZE if right >= 0 else wrote // UNIT_SIZE
+        while target - UNIT_SIZE >= floor:
+            if (p := self._probe(seg, target - UNIT_SIZE)) is None or time_of(p[0]) != timestamp:
+                break
+            target -= UNIT_SIZE
+        return (base + target) // UNIT_SIZE
+
+    # ------------------------------------------------------------------ recovery and cleaning
+
+    def recover(self) -> TruncateReport:
+        """RocketMQ ConsumeQueue.recover: scan from the third-to-last file, stop at the
+        first invalid unit and cut there: the rest of that file is zeroed, later files
+        are deleted. A file that is valid to its end passes the scan to the next one."""
+        with self._lock:
+            self._check_open()
+            files = self._files
+            if not files:
+                self._max_phys = -1
+                return TruncateReport(0, -1, 0, ())
+            cut = files[-1].end_offset
+            for seg in files[max(0, len(files) - 3) :]:
+                n = len(decode_units(seg.read(0, seg.size)))
+                if n * UNIT_SIZE < seg.size:
+                    cut = seg.base_offset + n * UNIT_SIZE
+                    break
+            deleted = self._cut(cut)
+            if deleted or cut != self._wrote:
+                self._log.warning("consume_queue_truncated", at=cut // UNIT_SIZE, was=self._wrote // UNIT_SIZE,
+                                  deleted_files=deleted)  # fmt: skip
+            self._wrote = self._flushed = cut
+            self._min = min(self._min, cut)
+            self._max_phys = self._last_real_end()
+            return TruncateReport(cut // UNIT_SIZE, self._max_phys, 0, tuple(deleted))
+
+    def truncate_dirty(self, phys_offset: int) -> TruncateReport:
+        """RocketMQ truncateDirtyLogicFiles: drop every unit pointing at or after
+        ``phys_offset`` (the commitlog was cut there). From the last file backwards:
+        a file whose first unit is invalid or points at >= ``phys_offset`` is deleted;
+        in the first other one, units are kept while they point below it."""
+        with self._lock:
+            self._check_open()
+            before = self._wrote
+            files = list(self._files)
+            deleted: list[str] = []
+            cut = files[0].base_offset if files else 0
+            while files:
+                seg = files[-1]
+                units = decode_units(seg.read(0, seg.size))
+                hit = np.flatnonzero(units["commitlog_offset"] >= phys_offset)
+                keep = int(hit[0]) if hit.size else len(units)
+                if keep:
+                    cut = seg.base_offset + keep * UNIT_SIZE
+                    break
+                cut = seg.base_offset
+                files.pop()
+                deleted.append(seg.path.name)
+                seg.delete()
+            self._files = files
+            if deleted:
+                fsync_dir(self.directory)
+            if files:
+                self._cut(cut)
+            else:
+                cut = 0
+            dropped = max(0, before - cut) // UNIT_SIZE
+            if dropped or deleted:
+                self._log.warning("dirty_units_truncated", commitlog_offset=phys_offset, at=cut // UNIT_SIZE,
+                                  dropped_units=dropped, deleted_files=deleted)  # fmt: skip
+            self._wrote = cut
+            self._flushed = min(self._flushed, cut)
+            self._min = min(self._min, cut) if files else 0
+            self._max_phys = self._last_real_end()
+            return TruncateReport(cut // UNIT_SIZE, self._max_phys, dropped, tuple(deleted))
+
+    def correct_min_offset(self, commitlog_min_offset: int) -> int:
+        """RocketMQ correctMinOffset: move ``min_offset`` up to the first unit that points
+        at or after ``commitlog_min_offset`` (never down; pre-blanks are passed over).
+        If even the last unit points below it, min becomes ``max_offset``. Returns the
+        new min offset."""
+        with self._lock:
+            self._check_open()
+            self._correct_min(commitlog_min_offset)
+            return self._min // UNIT_SIZE
+
+    def _correct_min(self, commitlog_min_offset: int) -> None:
+        if not self._files:
+            self._min, self._max_phys = 0, -1
+            return
+        if self._min >= self._wrote:
+            return
+        last, _ = self._probe_locked(self._wrote - UNIT_SIZE)
+        first, size = self._probe_locked(self._min)
+        if last < commitlog_min_offset:  # nothing valid left: min points at the next unit
+            byte = self._wrote
+        elif first >= commitlog_min_offset and size != PRE_BLANK_SIZE:
+            return  # the usual case: min still points at a kept record
+        else:
+            byte = self._min
+            while byte < self._wrote:
+                seg = self._find(byte)
+                units = self._valid_units(seg, byte - seg.base_offset)
+                ok = np.flatnonzero((units["commitlog_offset"] >= commitlog_min_offset) & ~is_pre_blank(units))
+                if ok.size:
+                    byte += int(ok[0]) * UNIT_SIZE
+                    break
+                byte = seg.end_offset
+        new = min(byte, self._wrote)
+        if new != self._min:
+            self._log.info("min_offset_corrected", min_offset=new // UNIT_SIZE, commitlog_min_offset=commitlog_min_offset)
+            self._min = new
+
+    def delete_files_below(self, commitlog_min_offset: int) -> list[str]:
+        """RocketMQ deleteExpiredFile(offset): delete files from the oldest on while their
+        last unit points below ``commitlog_min_offset``; never the last file. Then
+        ``correct_min_offset``. Returns the names of the deleted files."""
+        with self._lock:
+            self._check_open()
+            files = list(self._files)
+            deleted = []
+            while len(files) > 1:
+                seg = files[0]
+                o, _, _ = UNIT.unpack(seg.read(seg.size - UNIT_SIZE, UNIT_SIZE))
+                if o >= commitlog_min_offset:
+                    break
+                files.pop(0)
+                deleted.append(seg.path.name)
+                seg.delete()
+            self._files = files
+            if deleted:
+                fsync_dir(self.directory)
+                self._log.info("files_deleted", files=deleted, commitlog_min_offset=commitlog_min_offset)
+                self._min = max(self._min, files[0].base_offset)
+            self._correct_min(commitlog_min_offset)
+            return deleted
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def close(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            for seg in self._files:
+                seg.close()
+            self._files = []
+            self._closed = True
+
+    def __enter__(self) -> ConsumeQueue:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+__all__ = ["CONSUME_QUEUE_DIR", "MAX_QUEUE_ID", "ConsumeQueue", "PutResult", "TruncateReport", "queue_dir"]
