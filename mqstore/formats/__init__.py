@@ -28,6 +28,7 @@ from mqstore.formats.msgid import (
 )
 from mqstore.formats.names import check_topic, file_name_to_offset, offset_to_file_name
 from mqstore.formats.properties import parse_properties, serialize_properties, split_keys
+from mqstore.formats.index_file import IndexFileView, IndexHeader, index_file_size, index_key_hashes
 
 __all__ = [
     "BLANK_MAGIC",
@@ -61,4 +62,8 @@ __all__ = [
     "serialize_properties",
     "split_keys",
     "tags_code",
+    "IndexFileView",
+    "IndexHeader",
+    "index_file_size",
+    "index_key_hashes",
 ]

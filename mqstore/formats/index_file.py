@@ -1,0 +1,361 @@
+"""IndexFile: a hash index from message keys to commitlog offsets (RocketMQ IndexFile).
+
+Big-endian and signed. Geometry (hash_slots, max_entries) is not stored in the file;
+RocketMQ's defaults are 5,000,000 slots and 20,000,000 entries (420,000,040 bytes).
+
+    offset                         size  field             meaning
+    0                              8     begin_timestamp   store time (ms) of the first entry
+    8                              8     end_timestamp     store time (ms) of the last entry
+    16                             8     begin_phy_offset  commitlog offset of the first entry
+    24                             8     end_phy_offset    commitlog offset (record *start*) of the last entry
+    32                             4     hash_slot_count   slots that ever went from empty to used
+    36                             4     index_count       next entry number: entries + 1 (0 read as 1)
+    40 + s*4                       4     slot s            newest entry number in bucket s; 0 = empty
+    40 + hash_slots*4 + n*20       20    entry n (n >= 1)  see below; entry 0 is never written
+
+    entry   offset  size  field      meaning
+            0       4     key_hash   index_key_hash(topic + "#" + key), >= 0
+            4       8     phy_offset commitlog offset of the message
+            12      4     time_diff  (store_timestamp - begin_timestamp) // 1000 in *seconds*,
+                                     clamped to [0, 2**31-1]; 0 while begin_timestamp <= 0
+            16      4     prev       previous entry number in the same bucket; 0 ends the chain
+
+Invariants: slot = key_hash % hash_slots; a bucket is a singly linked chain, newest first.
+A file is full when index_count >= max_entries, so it holds max_entries - 1 entries.
+A slot or prev value <= 0 or > index_count means "none". Files are pre-allocated and
+zero-filled; bytes past entry index_count - 1 are never read.
+
+Quirk kept for byte compatibility (spec 7.3): a file made after a full one starts with
+begin = end = the previous file's (end_phy_offset, end_timestamp); the first entry's
+time_diff is taken against that *old* begin_timestamp before begin is reset to the
+entry's own time, so its reconstructed time is later than the real one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import struct
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from mqstore.errors import DecodeError
+from mqstore.formats.javahash import index_key_hash
+
+INDEX_HEADER_BYTES = 40
+INDEX_SLOT_BYTES = 4
+INDEX_ENTRY_BYTES = 20
+DEFAULT_HASH_SLOTS = 5_000_000
+DEFAULT_MAX_ENTRIES = 20_000_000
+
+_HEADER = struct.Struct(">qqqqii")
+_SLOT = struct.Struct(">i")
+_ENTRY = struct.Struct(">iqii")
+assert _HEADER.size == INDEX_HEADER_BYTES
+assert _SLOT.size == INDEX_SLOT_BYTES
+assert _ENTRY.size == INDEX_ENTRY_BYTES
+
+INDEX_ENTRY_DTYPE = np.dtype([("key_hash", ">i4"), ("phy_offset", ">i8"), ("time_diff", ">i4"), ("prev", ">i4")])
+assert INDEX_ENTRY_DTYPE.itemsize == INDEX_ENTRY_BYTES
+
+_INT_MAX = (1 << 31) - 1
+_LONG_MAX = (1 << 63) - 1
+
+
+def _wrap64(v: int) -> int:
+    """Java long arithmetic: wrap to signed 64 bits."""
+    return ((v + (1 << 63)) & 0xFFFFFFFFFFFFFFFF) - (1 << 63)
+
+
+def index_file_size(hash_slots: int, max_entries: int) -> int:
+    """Bytes of an index file with this geometry.
+
+    >>> index_file_size(DEFAULT_HASH_SLOTS, DEFAULT_MAX_ENTRIES)
+    420000040
+    """
+    if hash_slots <= 0 or max_entries <= 0:
+        raise ValueError(f"hash_slots and max_entries must be > 0, got {hash_slots}, {max_entries}")
+    return INDEX_HEADER_BYTES + hash_slots * INDEX_SLOT_BYTES + max_entries * INDEX_ENTRY_BYTES
+
+
+@dataclass(frozen=True, kw_only=True)
+class IndexHeader:
+    """The 40-byte header; timestamps in ms, offsets in commitlog bytes.
+
+    ``decode`` is lossless (a new, never-written file holds index_count 0);
+    :attr:`entries` and :attr:`IndexFileView.header` read index_count <= 0 as 1, as
+    RocketMQ's IndexHeader.load does. Defaults are a fresh in-memory Java header.
+    """
+
+    begin_timestamp: int = 0
+    end_timestamp: int = 0
+    begin_phy_offset: int = 0
+    end_phy_offset: int = 0
+    hash_slot_count: int = 0
+    index_count: int = 1
+
+    @property
+    def entries(self) -> int:
+        """Entries held: index_count - 1, with index_count <= 0 read as 1."""
+        return max(self.index_count, 1) - 1
+
+    def encode(self) -> bytes:
+        return _HEADER.pack(
+            self.begin_timestamp,
+            self.end_timestamp,
+            self.begin_phy_offset,
+            self.end_phy_offset,
+            self.hash_slot_count,
+            self.index_count,
+        )
+
+    @classmethod
+    def decode(cls, raw: bytes | bytearray | memoryview) -> IndexHeader:
+        if len(raw) < INDEX_HEADER_BYTES:
+            raise DecodeError(f"an index header holds {INDEX_HEADER_BYTES} bytes, got {len(raw)}")
+        bt, et, bp, ep, slots, count = _HEADER.unpack_from(raw, 0)
+        return cls(
+            begin_timestamp=bt,
+            end_timestamp=et,
+            begin_phy_offset=bp,
+            end_phy_offset=ep,
+            hash_slot_count=slots,
+            index_count=count,
+        )
+
+
+def _java_string_hashes(keys: Sequence[str]) -> np.ndarray:
+    """java_string_hash of every key at once (int32), over UTF-16 code units.
+
+    h(key) = sum(unit[i] * 31**(n-1-i)) mod 2**32: numpy uint32 products and sums wrap
+    exactly like Java's int arithmetic. Same values as javahash.java_string_hashes, but
+    work and memory grow with the total number of units (prefix sums over one flat
+    array), not with count x longest key, so one long key does not slow a batch down.
+    """
+    count = len(keys)
+    if count == 0:
+        return np.zeros(0, np.int32)
+    joined = "".join(keys)
+    units = np.frombuffer(joined.encode("utf-16-be", "surrogatepass"), ">u2").astype(np.uint32)
+    char_lens = np.fromiter(map(len, keys), np.int64, count)
+    if units.size == len(joined):
+        unit_lens = char_lens  # no characters outside the BMP
+    else:
+        # A code point above U+FFFF is two UTF-16 units (a surrogate pair).
+        points = np.frombuffer(joined.encode("utf-32-be", "surrogatepass"), ">u4")
+        astral_before = np.zeros(points.size + 1, np.int64)
+        np.cumsum(points > 0xFFFF, out=astral_before[1:])
+        char_ends = np.cumsum(char_lens)
+        unit_lens = np.diff(char_ends + astral_before[char_ends], prepend=0)
+    ends = np.cumsum(unit_lens)
+    longest = int(unit_lens.max())
+    if longest == 0:
+        return np.zeros(count, np.int32)
+    pow31 = np.ones(longest, np.uint32)
+    pow31[1:] = np.cumprod(np.full(longest - 1, 31, np.uint32), dtype=np.uint32)
+    units_after = np.repeat(ends, unit_lens) - 1 - np.arange(units.size)
+    terms = units * pow31[units_after]
+    sums = np.zeros(units.size + 1, np.uint64)
+    np.cumsum(terms, dtype=np.uint64, out=sums[1:])
+    return ((sums[ends] - sums[ends - unit_lens]) & 0xFFFFFFFF).astype(np.uint32).view(np.int32)
+
+
+def index_key_hashes(keys: Sequence[str]) -> np.ndarray:
+    """index_key_hash of every key at once, as an int32 array.
+
+    >>> index_key_hashes(["polygenelubricants", "TagA", ""]).tolist()
+    [0, 2598919, 0]
+    """
+    hashes = np.abs(_java_string_hashes(keys))  # int32: abs(MIN_VALUE) stays negative, as in Java
+    hashes[hashes < 0] = 0
+    return hashes
+
+
+class IndexFileView:
+    """One index file's bytes in a buffer the caller owns (bytearray or mmap).
+
+    The view holds no state of its own: every call reads the header from the buffer
+    and every put writes entry, slot and header through at once, as RocketMQ's
+    IndexHeader setters do. A read-only buffer serves :meth:`select` and
+    :meth:`header`. The view keeps no buffer export, so an mmap can be closed under it.
+
+    One writer: whoever owns the current index file. ``select`` may run alongside a
+    put and then sees the file before or after that entry.
+    """
+
+    __slots__ = ("_buf", "_entries_at", "_hash_slots", "_max_entries")
+
+    def __init__(self, buf: bytearray | memoryview, hash_slots: int, max_entries: int) -> None:
+        """Open an existing file (RocketMQ IndexFile + load())."""
+        size = index_file_size(hash_slots, max_entries)
+        if len(buf) < size:
+            raise ValueError(
+                f"an index file of {hash_slots} slots x {max_entries} entries needs {size} bytes, got {len(buf)}"
+            )
+        self._buf = buf
+        self._hash_slots = hash_slots
+        self._max_entries = max_entries
+        self._entries_at = INDEX_HEADER_BYTES + hash_slots * INDEX_SLOT_BYTES
+
+    @classmethod
+    def create(
+        cls,
+        buf: bytearray | memoryview,
+        hash_slots: int,
+        max_entries: int,
+        *,
+        end_phy_offset: int = 0,
+        end_timestamp: int = 0,
+    ) -> IndexFileView:
+        """Start a new file as RocketMQ's IndexFile constructor does.
+
+        ``end_phy_offset`` / ``end_timestamp`` are the previous file's end values
+        (0 for the first file); each that is > 0 becomes both begin and end in the
+        header. Nothing else is written: index_count stays 0 on disk until the first
+        put, exactly like an unflushed Java file. ``buf`` should be a new zero-filled
+        file; the header and slot table are cleared here if they are not.
+        """
+        view = cls(buf, hash_slots, max_entries)
+        slots = np.frombuffer(buf, np.int32, hash_slots, INDEX_HEADER_BYTES)
+        if slots.any():
+            slots[:] = 0
+        del slots  # release the buffer export (an mmap refuses to close while one exists)
+        begin_phy = end_phy_offset if end_phy_offset > 0 else 0
+        begin_ts = end_timestamp if end_timestamp > 0 else 0
+        _HEADER.pack_into(buf, 0, begin_ts, begin_ts, begin_phy, begin_phy, 0, 0)
+        return view
+
+    @property
+    def hash_slots(self) -> int:
+        return self._hash_slots
+
+    @property
+    def max_entries(self) -> int:
+        return self._max_entries
+
+    @property
+    def header(self) -> IndexHeader:
+        """The header as RocketMQ loads it: index_count <= 0 is read as 1."""
+        h = IndexHeader.decode(self._buf)
+        return h if h.index_count > 0 else dataclasses.replace(h, index_count=1)
+
+    def _index_count(self) -> int:
+        count = _SLOT.unpack_from(self._buf, 36)[0]
+        return count if count > 0 else 1
+
+    def is_full(self) -> bool:
+        """RocketMQ isWriteFull: index_count >= max_entries (max_entries - 1 entries)."""
+        return self._index_count() >= self._max_entries
+
+    def is_time_matched(self, begin: int, end: int) -> bool:
+        """RocketMQ isTimeMatched: may [begin, end] hold entries of this file?"""
+        h = self.header
+        fb, fe = h.begin_timestamp, h.end_timestamp
+        return (begin < fb and end > fe) or fb <= begin <= fe or fb <= end <= fe
+
+    def put(self, key: str, phy_offset: int, store_timestamp: int) -> bool:
+        """RocketMQ putKey: index ``key`` (topic + "#" + key); False when the file is full."""
+        return self._put_hashed([index_key_hash(key)], [phy_offset], [store_timestamp]) == 1
+
+    def put_many(
+        self,
+        keys: Sequence[str],
+        phy_offsets: Sequence[int] | np.ndarray,
+        store_timestamps: Sequence[int] | np.ndarray,
+    ) -> int:
+        """put() each (key, offset, timestamp) in order; returns how many went in
+        before the file was full (the rest belong in the next file)."""
+        if not len(keys) == len(phy_offsets) == len(store_timestamps):
+            raise ValueError(
+                f"lengths differ: {len(keys)} keys, {len(phy_offsets)} offsets, {len(store_timestamps)} timestamps"
+            )
+        return self._put_hashed(
+            index_key_hashes(keys).tolist(),
+            np.asarray(phy_offsets, np.int64).tolist(),
+            np.asarray(store_timestamps, np.int64).tolist(),
+        )
+
+    def _put_hashed(self, key_hashes: list[int], phy_offsets: list[int], store_timestamps: list[int]) -> int:
+        buf, slots, max_entries, entries_at = self._buf, self._hash_slots, self._max_entries, self._entries_at
+        begin_ts, _, begin_phy, _, slot_count, count = _HEADER.unpack_from(buf, 0)
+        if count <= 0:
+            count = 1
+        done = 0
+        for key_hash, phy_offset, store_ts in zip(key_hashes, phy_offsets, store_timestamps, strict=True):
+            if count >= max_entries:
+                break
+            slot_at = INDEX_HEADER_BYTES + (key_hash % slots) * INDEX_SLOT_BYTES
+            prev = _SLOT.unpack_from(buf, slot_at)[0]
+            if prev <= 0 or prev > count:
+                prev = 0
+            # time_diff against the *current* begin_timestamp (the first-entry quirk).
+            if begin_ts <= 0:
+                time_diff = 0
+            else:
+                diff = _wrap64(store_ts - begin_ts)  # Java truncates toward zero; negatives clamp to 0 either way
+                time_diff = 0 if diff < 0 else min(diff // 1000, _INT_MAX)
+            _ENTRY.pack_into(buf, entries_at + count * INDEX_ENTRY_BYTES, key_hash, phy_offset, time_diff, prev)
+            _SLOT.pack_into(buf, slot_at, count)
+            if count <= 1:
+                begin_phy, begin_ts = phy_offset, store_ts
+            if prev == 0:
+                slot_count += 1
+            count += 1
+            _HEADER.pack_into(buf, 0, begin_ts, store_ts, begin_phy, phy_offset, slot_count, count)
+            done += 1
+        return done
+
+    def select(self, key: str, max_num: int, begin: int, end: int) -> list[int]:
+        """RocketMQ selectPhyOffset: commitlog offsets of entries whose key *hash*
+        equals ``key``'s and whose reconstructed time is in [begin, end], newest first,
+        at most ``max_num``.
+
+        Collisions are not resolved: the caller re-reads each message and compares
+        keys. The walk stops at max_num, at a negative time_diff, at the chain's end
+        (prev <= 0, > index_count, or pointing at itself) and after the first entry
+        older than ``begin``. Java's max_num counts offsets already found in newer
+        files; pass what is left. A corrupt chain with a cycle makes Java loop; this
+        walk gives up after index_count steps.
+        """
+        buf = self._buf
+        key_hash = index_key_hash(key)
+        begin_ts = _HEADER.unpack_from(buf, 0)[0]
+        count = self._index_count()
+        n = _SLOT.unpack_from(buf, INDEX_HEADER_BYTES + (key_hash % self._hash_slots) * INDEX_SLOT_BYTES)[0]
+        found: list[int] = []
+        if n <= 0 or n > count or count <= 1:
+            return found
+        for _ in range(count):  # bounded: a valid chain is shorter than index_count
+            if len(found) >= max_num or n >= self._max_entries:
+                break  # Java: an entry past the file's end throws, and what was found is kept
+            hash_read, phy_offset, time_diff, prev = _ENTRY.unpack_from(buf, self._entries_at + n * INDEX_ENTRY_BYTES)
+            if time_diff < 0:
+                break
+            time_read = _wrap64(begin_ts + time_diff * 1000)
+            if hash_read == key_hash and begin <= time_read <= end:
+                found.append(phy_offset)
+            if prev <= 0 or prev > count or prev == n or time_read < begin:
+                break
+            n = prev
+        return found
+
+    def entries(self) -> np.ndarray:
+        """Entries 1 .. index_count - 1 as an INDEX_ENTRY_DTYPE array (a copy), oldest first."""
+        count = min(self._index_count(), self._max_entries)
+        at = self._entries_at + INDEX_ENTRY_BYTES
+        return np.frombuffer(self._buf, INDEX_ENTRY_DTYPE, count - 1, at).copy()
+
+
+__all__ = [
+    "DEFAULT_HASH_SLOTS",
+    "DEFAULT_MAX_ENTRIES",
+    "INDEX_ENTRY_BYTES",
+    "INDEX_ENTRY_DTYPE",
+    "INDEX_HEADER_BYTES",
+    "INDEX_SLOT_BYTES",
+    "IndexFileView",
+    "IndexHeader",
+    "index_file_size",
+    "index_key_hashes",
+]
