@@ -41,7 +41,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from mqstore.errors import DecodeError
-from mqstore.formats.javahash import index_key_hash
+from mqstore.formats.javahash import index_key_hash, java_string_hashes
 
 INDEX_HEADER_BYTES = 40
 INDEX_SLOT_BYTES = 4
@@ -125,49 +125,13 @@ class IndexHeader:
         )
 
 
-def _java_string_hashes(keys: Sequence[str]) -> np.ndarray:
-    """java_string_hash of every key at once (int32), over UTF-16 code units.
-
-    h(key) = sum(unit[i] * 31**(n-1-i)) mod 2**32: numpy uint32 products and sums wrap
-    exactly like Java's int arithmetic. Same values as javahash.java_string_hashes, but
-    work and memory grow with the total number of units (prefix sums over one flat
-    array), not with count x longest key, so one long key does not slow a batch down.
-    """
-    count = len(keys)
-    if count == 0:
-        return np.zeros(0, np.int32)
-    joined = "".join(keys)
-    units = np.frombuffer(joined.encode("utf-16-be", "surrogatepass"), ">u2").astype(np.uint32)
-    char_lens = np.fromiter(map(len, keys), np.int64, count)
-    if units.size == len(joined):
-        unit_lens = char_lens  # no characters outside the BMP
-    else:
-        # A code point above U+FFFF is two UTF-16 units (a surrogate pair).
-        points = np.frombuffer(joined.encode("utf-32-be", "surrogatepass"), ">u4")
-        astral_before = np.zeros(points.size + 1, np.int64)
-        np.cumsum(points > 0xFFFF, out=astral_before[1:])
-        char_ends = np.cumsum(char_lens)
-        unit_lens = np.diff(char_ends + astral_before[char_ends], prepend=0)
-    ends = np.cumsum(unit_lens)
-    longest = int(unit_lens.max())
-    if longest == 0:
-        return np.zeros(count, np.int32)
-    pow31 = np.ones(longest, np.uint32)
-    pow31[1:] = np.cumprod(np.full(longest - 1, 31, np.uint32), dtype=np.uint32)
-    units_after = np.repeat(ends, unit_lens) - 1 - np.arange(units.size)
-    terms = units * pow31[units_after]
-    sums = np.zeros(units.size + 1, np.uint64)
-    np.cumsum(terms, dtype=np.uint64, out=sums[1:])
-    return ((sums[ends] - sums[ends - unit_lens]) & 0xFFFFFFFF).astype(np.uint32).view(np.int32)
-
-
 def index_key_hashes(keys: Sequence[str]) -> np.ndarray:
     """index_key_hash of every key at once, as an int32 array.
 
     >>> index_key_hashes(["polygenelubricants", "TagA", ""]).tolist()
     [0, 2598919, 0]
     """
-    hashes = np.abs(_java_string_hashes(keys))  # int32: abs(MIN_VALUE) stays negative, as in Java
+    hashes = np.abs(java_string_hashes(keys).astype(np.int32))  # int32: abs(MIN_VALUE) stays negative, as in Java
     hashes[hashes < 0] = 0
     return hashes
 

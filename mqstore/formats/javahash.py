@@ -45,29 +45,40 @@ def index_key_hash(key: str) -> int:
     return 0 if h == _MIN_INT else abs(h)
 
 
-def java_string_hashes(strings: Sequence[str]) -> np.ndarray:
+def java_string_hashes(keys: Sequence[str]) -> np.ndarray:
     """``java_string_hash`` of many strings at once (int64 array of int32 values).
 
-    Horner's rule runs column by column over a matrix of UTF-16 code units, so the
-    Python work is one encode per string, not one step per character.
+    h(key) = sum(unit[i] * 31**(n-1-i)) mod 2**32 over UTF-16 code units: numpy uint32
+    products and sums wrap exactly like Java's int arithmetic. Work and memory grow
+    with the total number of units (prefix sums over one flat array), not with
+    count x longest key, so one long key does not slow a batch down.
     """
-    n = len(strings)
-    if n == 0:
+    count = len(keys)
+    if count == 0:
         return np.zeros(0, np.int64)
-    units = [np.frombuffer(s.encode("utf-16-be", "surrogatepass"), ">u2") for s in strings]
-    lens = np.fromiter(map(len, units), np.int64, n)
-    width = int(lens.max())
-    mat = np.zeros((n, width), np.uint32)
-    if width:
-        flat = np.concatenate(units).astype(np.uint32)
-        rows = np.repeat(np.arange(n), lens)
-        cols = np.arange(len(flat)) - np.repeat(np.cumsum(lens) - lens, lens)
-        mat[rows, cols] = flat
-    h = np.zeros(n, np.uint32)
-    for c in range(width):
-        live = c < lens  # shorter strings stop: Horner must not multiply past their end
-        h = np.where(live, h * np.uint32(31) + mat[:, c], h)
-    return h.astype(np.int32).astype(np.int64)
+    joined = "".join(keys)
+    units = np.frombuffer(joined.encode("utf-16-be", "surrogatepass"), ">u2").astype(np.uint32)
+    char_lens = np.fromiter(map(len, keys), np.int64, count)
+    if units.size == len(joined):
+        unit_lens = char_lens  # no characters outside the BMP
+    else:
+        # A code point above U+FFFF is two UTF-16 units (a surrogate pair).
+        points = np.frombuffer(joined.encode("utf-32-be", "surrogatepass"), ">u4")
+        astral_before = np.zeros(points.size + 1, np.int64)
+        np.cumsum(points > 0xFFFF, out=astral_before[1:])
+        char_ends = np.cumsum(char_lens)
+        unit_lens = np.diff(char_ends + astral_before[char_ends], prepend=0)
+    ends = np.cumsum(unit_lens)
+    longest = int(unit_lens.max())
+    if longest == 0:
+        return np.zeros(count, np.int64)
+    pow31 = np.ones(longest, np.uint32)
+    pow31[1:] = np.cumprod(np.full(longest - 1, 31, np.uint32), dtype=np.uint32)
+    units_after = np.repeat(ends, unit_lens) - 1 - np.arange(units.size)
+    terms = units * pow31[units_after]
+    sums = np.zeros(units.size + 1, np.uint64)
+    np.cumsum(terms, dtype=np.uint64, out=sums[1:])
+    return ((sums[ends] - sums[ends - unit_lens]) & 0xFFFFFFFF).astype(np.uint32).view(np.int32).astype(np.int64)
 
 
 def java_hash_of_ranges(

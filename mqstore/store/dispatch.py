@@ -136,10 +136,10 @@ def build_dispatch_batch(chunk: ScanChunk) -> DispatchBatch:
     located for all records at once; each distinct TAGS value is hashed once."""
     f, buf = chunk.fields, chunk.buffer
     (ts, te), (ks, ke), (us, ue) = locate_properties(buf, f.properties_at, f.properties_len, _DISPATCHED)
-    tags = [buf[a:b] if a >= 0 else None for a, b in zip(ts.tolist(), te.tolist())]
-    distinct = list(dict.fromkeys(t for t in tags if t))
-    hashes = dict(zip(distinct, java_string_hashes([t.decode("utf-8", "replace") for t in distinct]).tolist()))
-    tags_codes = np.fromiter((hashes[t] if t else 0 for t in tags), np.int64, len(tags))
+    has_tags = ts >= 0
+    tags_codes, non_ascii = java_hash_of_ranges(buf, np.where(has_tags, ts, 0), np.where(has_tags, te, 0))
+    for i in np.flatnonzero(non_ascii).tolist():
+        tags_codes[i] = java_string_hash(buf[int(ts[i]) : int(te[i])].decode("utf-8", "replace"))
 
     return DispatchBatch(
         chunk.physical_offsets, chunk.sizes, f.topics, f.topic_codes, f.queue_ids, f.queue_offsets,
