@@ -2,6 +2,7 @@
 
 from mqstore.formats.checkpoint import CHECKPOINT_BYTES, Checkpoint
 from mqstore.formats.crc import body_crc
+from mqstore.formats.consume_queue import CqUnit, decode_units, encode_units, unit_position
 from mqstore.formats.javahash import index_key_hash, java_string_hash, tags_code
 from mqstore.formats.message import (
     BLANK_MAGIC,
@@ -66,4 +67,8 @@ __all__ = [
     "IndexHeader",
     "index_file_size",
     "index_key_hashes",
+    "CqUnit",
+    "decode_units",
+    "encode_units",
+    "unit_position",
 ]

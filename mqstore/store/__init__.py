@@ -2,6 +2,7 @@
 
 from mqstore.store.commitlog import COMMITLOG_DIR, CommitLog, CommitLogStats, ReadBatch
 from mqstore.store.config import FlushMode, StoreConfig
+from mqstore.store.consume_queue import ConsumeQueue, queue_dir
 from mqstore.store.messages import AUTO_QUEUE, AppendedMessage, AppendResult, Message, MessageBatch, PutStatus
 from mqstore.store.recovery import RecoveryReport
 
@@ -12,6 +13,7 @@ __all__ = [
     "AppendedMessage",
     "CommitLog",
     "CommitLogStats",
+    "ConsumeQueue",
     "FlushMode",
     "Message",
     "MessageBatch",
@@ -19,4 +21,5 @@ __all__ = [
     "ReadBatch",
     "RecoveryReport",
     "StoreConfig",
+    "queue_dir",
 ]

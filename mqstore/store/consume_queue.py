@@ -175,7 +175,7 @@ class ConsumeQueue:
         self._min = self._first_real_byte(files[0].base_offset)
         self._max_phys = self._last_real_end()
 
-    # ------------------------------------------------------------------ helpers (callers hold the lock or own the queue)
+    # ------------------------------------------------------------------ helpers (callers hold the lock)
 
     def _check_open(self) -> None:
         if self._closed:
@@ -305,7 +305,8 @@ class ConsumeQueue:
                 start = first - first % self.file_bytes
                 data = PRE_BLANK_UNIT * ((first - start) // UNIT_SIZE) + data
                 if first > start:
-                    self._log.info("pre_blank_filled", file=offset_to_file_name(start), units=(first - start) // UNIT_SIZE)
+                    self._log.info("pre_blank_filled", file=offset_to_file_name(start),
+                                   units=(first - start) // UNIT_SIZE)  # fmt: skip
             else:
                 start = self._wrote
             self._write(start, data)
@@ -605,7 +606,8 @@ class ConsumeQueue:
                 byte = seg.end_offset
         new = min(byte, self._wrote)
         if new != self._min:
-            self._log.info("min_offset_corrected", min_offset=new // UNIT_SIZE, commitlog_min_offset=commitlog_min_offset)
+            self._log.info("min_offset_corrected", min_offset=new // UNIT_SIZE,
+                           commitlog_min_offset=commitlog_min_offset)  # fmt: skip
             self._min = new
 
     def delete_files_below(self, commitlog_min_offset: int) -> list[str]:
