@@ -493,6 +493,21 @@ def record_fields(buf: bytes | memoryview, positions: np.ndarray) -> RecordField
         f.release()
 
 
+def record_heads(buf: bytes | memoryview, positions: np.ndarray) -> np.ndarray:
+    """The fixed heads (``header_dtype(False, False)`` layout) of records believed to
+    start at ``positions``, gathered in one pass; positions too close to the end of
+    ``buf`` for a whole head get an all-zero head (never a valid record)."""
+    dtype = header_dtype(False, False)
+    safe = (positions >= 0) & (positions <= len(buf) - dtype.itemsize)
+    f = _Fields(buf)
+    try:
+        head, _, _ = f.heads(np.where(safe, positions, 0))
+    finally:
+        f.release()
+    head[~safe] = np.zeros(1, dtype)
+    return head
+
+
 def _fields_of(buf, f: _Fields, head: np.ndarray, store_ts: np.ndarray, topic_at: np.ndarray,
                topic_len: np.ndarray) -> RecordFields:  # fmt: skip
     """RecordFields from gathered heads and topic locations.
@@ -675,6 +690,7 @@ __all__ = [
     "decode_record",
     "header_dtype",
     "record_fields",
+    "record_heads",
     "record_size",
     "scan_records",
     "topic_field",

@@ -44,6 +44,8 @@ from mqstore.formats.checkpoint import Checkpoint
 from mqstore.formats.message import (
     _NO_FIELDS,
     BLANK_RECORD_BYTES,
+    MAGIC_V1,
+    MAGIC_V2,
     MessageRecord,
     RecordFields,
     PreparedRecords,
@@ -51,6 +53,7 @@ from mqstore.formats.message import (
     advances_queue_offset,
     blank_record,
     decode_record,
+    record_heads,
     scan_records,
     topic_field,
 )
@@ -584,6 +587,36 @@ class CommitLog:
             pos = nxt
         return ScanChunk(_NO_OFFSETS, _NO_OFFSETS, _NO_FIELDS, b"", pos)
 
+    def matching_units(self, physical_offsets: np.ndarray, sizes: np.ndarray, queue_id: int, first_queue_offset: int) -> int:
+        """How many leading consume-queue units (of one queue, from queue offset
+        ``first_queue_offset``) point at a record of exactly that size, queue id and
+        queue offset, in increasing commitlog order. Pre-blank units (0, 0x7FFFFFFF)
+        pass. Recovery cuts a queue at the first unit that does not."""
+        n = len(physical_offsets)
+        if n == 0:
+            return 0
+        phys = np.asarray(physical_offsets, np.int64)
+        sizes = np.asarray(sizes, np.int64)
+        blank = (phys == 0) & (sizes == 0x7FFFFFFF)
+        ok = blank | ((phys >= self.min_offset) & (sizes > 0) & (phys + sizes <= self._wrote))
+        real = np.flatnonzero(~blank)
+        if len(real) > 1:
+            ok[real[1:]] &= phys[real[1:]] > phys[real[:-1]]
+        want_qo = first_queue_offset + np.arange(n)
+        seg_bytes = self.config.segment_bytes
+        first_base = self._segments.min_offset
+        check = np.flatnonzero(ok & ~blank)
+        seg_index = (phys[check] - first_base) // seg_bytes
+        for s in np.unique(seg_index).tolist():
+            sel = check[seg_index == s]
+            seg = self._segments.segments[s]
+            head = record_heads(seg.mm, phys[sel] - seg.base_offset)
+            good = (head["total_size"] == sizes[sel]) & (head["queue_id"] == queue_id) & (head["queue_offset"] == want_qo[sel])
+            good &= (head["magic"] == MAGIC_V1) | (head["magic"] == MAGIC_V2)
+            ok[sel] &= good
+        bad = np.flatnonzero(~ok)
+        return int(bad[0]) if bad.size else n
+
     def _segment_for_read(self, offset: int):
         if not self._segments.min_offset <= offset < self._wrote:
             raise OffsetError(f"commitlog offset {offset} is outside [{self._segments.min_offset}, {self._wrote})")
@@ -619,6 +652,25 @@ class CommitLog:
                 confirm_phy_offset=self._flusher.flushed,
             )
             write_checkpoint(self.store_dir, self._checkpoint)
+
+    @property
+    def checkpoint(self) -> Checkpoint:
+        """The checkpoint as last read or written (the file is written on flushes)."""
+        return self._checkpoint
+
+    def note_derived_progress(self, *, logics_timestamp: int | None = None, index_timestamp: int | None = None) -> None:
+        """Record how far the derived files are durable, for the next checkpoint
+        write: ``logics_timestamp`` is the store time of the last consume-queue unit
+        flushed, ``index_timestamp`` the end time of the last full (flushed) index file."""
+        with self._checkpoint_lock:
+            cp = self._checkpoint
+            self._checkpoint = Checkpoint(
+                physic_msg_timestamp=cp.physic_msg_timestamp,
+                logics_msg_timestamp=cp.logics_msg_timestamp if logics_timestamp is None else logics_timestamp,
+                index_msg_timestamp=cp.index_msg_timestamp if index_timestamp is None else index_timestamp,
+                master_flushed_offset=cp.master_flushed_offset,
+                confirm_phy_offset=cp.confirm_phy_offset,
+            )
 
     @property
     def wrote(self) -> int:

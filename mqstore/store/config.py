@@ -41,6 +41,11 @@ class StoreConfig:
     default_queue_nums: int = 4
     max_queue_id: int = 65_535
     check_crc_on_recover: bool = True
+    consume_queue_file_bytes: int = 300_000 * 20  # rounded up to whole 20-byte units
+    message_index_enable: bool = True
+    index_hash_slots: int = 5_000_000
+    index_max_entries: int = 20_000_000
+    flush_consume_queue_interval_ms: int = 1_000
     preallocate_segments: bool = True
     store_host: Host = Host("127.0.0.1", 10911)
 
@@ -48,11 +53,14 @@ class StoreConfig:
         if self.segment_bytes < PAGE_BYTES or self.segment_bytes % PAGE_BYTES:
             raise ConfigError(f"segment_bytes must be a positive multiple of {PAGE_BYTES}, got {self.segment_bytes}")
         for name in ("flush_interval_ms", "sync_flush_timeout_ms", "checkpoint_interval_ms", "max_message_bytes",
-                     "default_queue_nums", "flush_thorough_interval_ms"):  # fmt: skip
+                     "default_queue_nums", "flush_thorough_interval_ms", "consume_queue_file_bytes",
+                     "index_hash_slots", "index_max_entries", "flush_consume_queue_interval_ms"):  # fmt: skip
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name} must be > 0, got {getattr(self, name)}")
         if self.flush_least_pages < 0:
             raise ConfigError(f"flush_least_pages must be >= 0, got {self.flush_least_pages}")
+        if self.index_max_entries < 2:
+            raise ConfigError("index_max_entries must be >= 2 (entry 0 is never used)")
         if not 0 < self.default_queue_nums <= self.max_queue_id + 1:
             raise ConfigError(f"default_queue_nums must be in 1..{self.max_queue_id + 1}")
 

@@ -532,6 +532,23 @@ class ConsumeQueue:
             self._max_phys = self._last_real_end()
             return TruncateReport(cut // UNIT_SIZE, self._max_phys, 0, tuple(deleted))
 
+    def truncate_at(self, queue_offset: int) -> TruncateReport:
+        """Drop every unit from ``queue_offset`` on (recovery found them not to match
+        their records)."""
+        with self._lock:
+            self._check_open()
+            before = self._wrote
+            first = self._files[0].base_offset if self._files else 0
+            cut = min(max(queue_offset * UNIT_SIZE, first), before)
+            deleted = self._cut(cut)
+            dropped = (before - cut) // UNIT_SIZE
+            if dropped:
+                self._log.warning("bad_units_truncated", at=queue_offset, dropped_units=dropped, deleted_files=deleted)
+            self._wrote = cut
+            self._flushed = min(self._flushed, cut)
+            self._max_phys = self._last_real_end()
+            return TruncateReport(cut // UNIT_SIZE, self._max_phys, dropped, tuple(deleted))
+
     def truncate_dirty(self, phys_offset: int) -> TruncateReport:
         """RocketMQ truncateDirtyLogicFiles: drop every unit pointing at or after
         ``phys_offset`` (the commitlog was cut there). From the last file backwards:

@@ -1,0 +1,198 @@
+"""The whole store engine in one process (RocketMQ DefaultMessageStore):
+CommitLog, reput dispatcher, consume queues and (when the index is enabled) index files.
+
+Open (``load`` + ``recover`` + ``start`` in RocketMQ's words):
+  1. the CommitLog recovers itself (normal or abnormal, see recovery.py);
+  2. every consume queue cuts its torn tail, then every unit at or past the
+     commitlog's valid end (truncateDirtyLogicFiles), and corrects its min offset;
+  3. the dispatcher resumes at the point where every derived file is complete: the
+     newest consume-queue unit, no later than the index's end, and after an abnormal
+     exit no later than the segment abnormal recovery started from. Re-dispatching
+     what already exists is harmless (queues and index skip it); missing it is not.
+  4. the dispatcher catches up before ``__init__`` returns, then follows in a thread.
+
+Watermarks: ``commitlog.wrote`` >= ``commitlog.flushed``; the dispatcher never passes
+``wrote`` (async flush) or ``flushed`` (sync flush: nothing a crash can take back is
+ever visible to a consumer).
+
+Who calls what: any thread may append and read; ``close`` once, last.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import structlog
+
+from mqstore.errors import OffsetError, StoreClosedError
+from mqstore.formats.javahash import tags_code
+from mqstore.formats.message import MessageRecord
+from mqstore.store.clock import Clock, SystemClock
+from mqstore.store.commitlog import CommitLog
+from mqstore.store.config import FlushMode, StoreConfig
+from mqstore.store.consume_queues import ConsumeQueues
+from mqstore.store.dispatch import ReputLoop
+from mqstore.store.messages import AppendResult, MessageBatch
+
+log = structlog.get_logger(__name__)
+
+
+@dataclass(frozen=True)
+class PullResult:
+    """Messages of one queue from ``offset`` on; ``next_offset`` continues the pull."""
+
+    records: list[MessageRecord]
+    next_offset: int
+    min_offset: int
+    max_offset: int
+
+
+class MessageStore:
+    """See the module docstring."""
+
+    def __init__(
+        self,
+        store_dir: str | Path,
+        config: StoreConfig | None = None,
+        *,
+        clock: Clock | None = None,
+        background_dispatch: bool = True,
+    ) -> None:
+        self.store_dir = Path(store_dir)
+        self.config = cfg = config or StoreConfig()
+        self._clock = clock or SystemClock()
+        self.commitlog = CommitLog(self.store_dir, cfg, clock=self._clock)
+        self._closed = False
+        self._stop = threading.Event()
+        self._flusher: threading.Thread | None = None
+        try:
+            self.consume_queues = ConsumeQueues(self.store_dir, file_bytes=cfg.consume_queue_file_bytes)
+            self.consume_queues.load()
+            self.consume_queues.recover(self.commitlog, verify_tail=not self.commitlog.recovery.clean_shutdown)
+            sinks = [self.consume_queues]
+            reput_from = self._resume_offset()
+            limit = (lambda: self.commitlog.flushed) if cfg.flush_mode is FlushMode.SYNC else (lambda: self.commitlog.wrote)
+            self.dispatcher = ReputLoop(self.commitlog, sinks, reput_offset=reput_from, limit=limit)
+            caught_up = self.dispatcher.catch_up()
+            log.info("dispatch_recovered", reput_from=reput_from, records=caught_up, reput_offset=self.dispatcher.reput_offset)
+            self._flusher = threading.Thread(target=self._flush_loop, name="mqstore-cq-flush", daemon=True)
+            self._flusher.start()
+            if background_dispatch:
+                self.dispatcher.start()
+        except BaseException:
+            self._stop.set()
+            if self._flusher is not None:
+                self._flusher.join()
+            self.consume_queues.close()
+            self.commitlog.close()
+            raise
+
+    def _resume_offset(self) -> int:
+        rec = self.commitlog.recovery
+        candidates = [max(self.consume_queues.max_physical_offset(), self.commitlog.min_offset)]
+        if not rec.clean_shutdown and rec.start_segment is not None:
+            candidates.append(int(rec.start_segment))
+        return max(min(candidates), self.commitlog.min_offset)
+
+    # ------------------------------------------------------------------ writes
+
+    def append(self, batch: MessageBatch) -> AppendResult:
+        """Append to the commitlog (see CommitLog.append); dispatch follows."""
+        return self.commitlog.append(batch)
+
+    def wait_dispatched(self, timeout_s: float = 10.0) -> bool:
+        """Block until everything appended before this call is in the consume queues
+        and index (True), or the timeout passes (False)."""
+        target = self.commitlog.flushed if self.config.flush_mode is FlushMode.SYNC else self.commitlog.wrote
+        deadline = self._clock.monotonic() + timeout_s
+        while self.dispatcher.reput_offset < target:
+            if self.dispatcher.error is not None:
+                raise self.dispatcher.error
+            if self._clock.monotonic() > deadline:
+                return False
+            self._stop.wait(0.001)
+        return True
+
+    # ------------------------------------------------------------------ reads
+
+    def pull(self, topic: str, queue_id: int, offset: int, *, max_count: int = 32, tags: set[str] | None = None) -> PullResult:
+        """Up to ``max_count`` messages of (topic, queue_id) from queue offset
+        ``offset``; with ``tags``, only messages whose TAGS is one of them (matched by
+        tagsCode in the queue first, then exactly on the record, as RocketMQ does)."""
+        self._check_open()
+        cq = self.consume_queues.find(topic, queue_id)
+        if cq is None:
+            return PullResult([], offset, 0, 0)
+        lo, hi = cq.min_offset, cq.max_offset
+        start = min(max(offset, lo), hi)
+        units = cq.read_units(start, max_count if not tags else max(max_count * 4, 256))
+        codes = None if not tags else np.array([tags_code(t) for t in tags], np.int64)
+        records: list[MessageRecord] = []
+        nxt = start
+        for u in units:
+            nxt += 1
+            if int(u["size"]) == 0x7FFFFFFF:  # a pre-blank unit: no message
+                continue
+            if codes is not None and int(u["tags_code"]) not in codes:
+                continue
+            try:
+                rec = self.commitlog.read(int(u["commitlog_offset"]))
+            except OffsetError:
+                continue  # below the commitlog's min offset: deleted by retention
+            if tags and rec.tags not in tags:
+                continue
+            records.append(rec)
+            if len(records) >= max_count:
+                break
+        return PullResult(records, nxt, lo, hi)
+
+    def read_queue_offset(self, topic: str, queue_id: int, queue_offset: int) -> MessageRecord:
+        """The message at one queue offset (mqadmin queryMsgByOffset)."""
+        self._check_open()
+        cq = self.consume_queues.find(topic, queue_id)
+        if cq is None or not cq.min_offset <= queue_offset < cq.max_offset:
+            raise OffsetError(f"{topic}:{queue_id} has no message at queue offset {queue_offset}")
+        (unit,) = cq.read_units(queue_offset, 1)
+        return self.commitlog.read(int(unit["commitlog_offset"]))
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def _flush_loop(self) -> None:
+        interval = self.config.flush_consume_queue_interval_ms / 1000
+        while not self._stop.wait(interval):
+            self._flush_derived()
+
+    def _flush_derived(self) -> None:
+        ts = self.consume_queues.last_dispatched_timestamp  # sampled before the flush, as RocketMQ does
+        self.consume_queues.flush()
+        if ts:
+            self.commitlog.note_derived_progress(logics_timestamp=ts)
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise StoreClosedError(f"store at {self.store_dir} is closed")
+
+    def close(self) -> None:
+        """Dispatch everything, flush every file, write the checkpoint, release the lock."""
+        if self._closed:
+            return
+        self._closed = True
+        self.dispatcher.stop()
+        self._stop.set()
+        if self._flusher is not None:
+            self._flusher.join()
+        self._flush_derived()
+        self.consume_queues.close()
+        self.commitlog.close()
+
+    def __enter__(self) -> MessageStore:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+__all__ = ["MessageStore", "PullResult"]
