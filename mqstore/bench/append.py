@@ -20,6 +20,7 @@ from mqstore.bench.acklog import AckLog
 from mqstore.bench.workload import Workload
 from mqstore.store.commitlog import CommitLog
 from mqstore.store.config import FlushMode, StoreConfig
+from mqstore.store.message_store import MessageStore
 from mqstore.store.messages import PutStatus
 
 log = structlog.get_logger(__name__)
@@ -37,6 +38,9 @@ class AppendBench:
     batch: int = 1000
     segment_bytes: int = 1 << 30
     ack_log: Path | None = None
+    dispatch: bool = True  # run the reput dispatcher in-process (consume queues, index)
+    index_hash_slots: int = 5_000_000
+    index_max_entries: int = 20_000_000
 
     def __post_init__(self) -> None:
         if self.messages < 0 or self.producers < 1 or self.batch < 1:
@@ -45,9 +49,12 @@ class AppendBench:
 
 def run_append_bench(b: AppendBench) -> dict:
     workload = Workload(body_size=b.body_size, topics=b.topics, queues=b.queues)
-    config = StoreConfig(segment_bytes=b.segment_bytes, flush_mode=b.flush, default_queue_nums=b.queues)
+    config = StoreConfig(
+        segment_bytes=b.segment_bytes, flush_mode=b.flush, default_queue_nums=b.queues,
+        index_hash_slots=b.index_hash_slots, index_max_entries=b.index_max_entries,
+    )  # fmt: skip
     ack = AckLog(b.ack_log) if b.ack_log else None
-    cl = CommitLog(b.store, config)
+    cl = MessageStore(b.store, config) if b.dispatch else CommitLog(b.store, config)
     lock = threading.Lock()
     next_start = [0]
     latencies: list[float] = []
@@ -99,9 +106,13 @@ def run_append_bench(b: AppendBench) -> dict:
     for t in threads:
         t.join()
     seconds = time.perf_counter() - t0
+    lag = cl.dispatcher.lag if b.dispatch else 0
     t1 = time.perf_counter()
+    if b.dispatch:
+        cl.wait_dispatched(timeout_s=600)
+    dispatch_seconds = time.perf_counter() - t1
     cl.close()
-    close_seconds = time.perf_counter() - t1
+    close_seconds = time.perf_counter() - t1 - dispatch_seconds
     if ack is not None:
         ack.close()
     if errors:
@@ -119,6 +130,9 @@ def run_append_bench(b: AppendBench) -> dict:
         "acked": totals["acked"],
         "flush_timeouts": totals["timeouts"],
         "close_seconds": round(close_seconds, 4),
+        "dispatch": b.dispatch,
+        "dispatch_lag_bytes_at_end": lag,
+        "dispatch_catch_up_seconds": round(dispatch_seconds, 4),
         "flush": b.flush.value,
         "producers": b.producers,
         "batch": b.batch,

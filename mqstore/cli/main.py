@@ -7,7 +7,6 @@ structured logs to stderr.
 
 from __future__ import annotations
 
-import base64
 import json
 import sys
 from enum import Enum
@@ -59,6 +58,9 @@ def bench_append(
     batch: Annotated[int, typer.Option("--batch", min=1, help="Messages per append call.")] = 1000,
     segment_bytes: Annotated[int, typer.Option("--segment-bytes", min=4096, help="CommitLog segment size in bytes.")] = 1 << 30,
     ack_log: Annotated[Optional[Path], typer.Option("--ack-log", help="Write one JSON line per acknowledged message here.")] = None,
+    no_dispatch: Annotated[bool, typer.Option("--no-dispatch", help="CommitLog only: no dispatcher, consume queues or index.")] = False,
+    index_hash_slots: Annotated[int, typer.Option("--index-hash-slots", min=1, help="Hash slots per index file.")] = 5_000_000,
+    index_max_entries: Annotated[int, typer.Option("--index-max-entries", min=2, help="Entries per index file.")] = 20_000_000,
 ) -> None:
     """Append a deterministic workload (TAGS, two KEYS and a UNIQ_KEY per message) and
     print one JSON line: messages, bytes, seconds, msgs_per_s, mb_per_s, p50_ms, p99_ms, ..."""
@@ -69,7 +71,8 @@ def bench_append(
         AppendBench(
             store=store, messages=messages, body_size=body_size, topics=topics, queues=queues,
             flush=FlushMode(flush.value), producers=producers, batch=batch, segment_bytes=segment_bytes,
-            ack_log=ack_log,
+            ack_log=ack_log, dispatch=not no_dispatch, index_hash_slots=index_hash_slots,
+            index_max_entries=index_max_entries,
         )  # fmt: skip
     )
     print(json.dumps(result), flush=True)
@@ -102,36 +105,6 @@ def bench_recover(
     print(json.dumps(run_recover_bench(store, total_bytes=total_bytes, body_size=body_size)), flush=True)
 
 
-def _record_json(rec) -> str:
-    try:
-        text: str | None = rec.body.decode("utf-8")
-    except UnicodeDecodeError:
-        text = None
-    return json.dumps(
-        {
-            "msg_id": rec.msg_id,
-            "topic": rec.topic,
-            "queue_id": rec.queue_id,
-            "queue_offset": rec.queue_offset,
-            "physical_offset": rec.physical_offset,
-            "size": rec.total_size,
-            "sysflag": rec.sysflag,
-            "flag": rec.flag,
-            "body_crc": rec.body_crc,
-            "born_timestamp": rec.born_timestamp,
-            "born_host": str(rec.born_host),
-            "store_timestamp": rec.store_timestamp,
-            "store_host": str(rec.store_host),
-            "reconsume_times": rec.reconsume_times,
-            "prepared_transaction_offset": rec.prepared_transaction_offset,
-            "properties": rec.properties,
-            "body": text,
-            "body_base64": base64.b64encode(rec.body).decode(),
-        },
-        ensure_ascii=False,
-    )
-
-
 @app.command("print")
 def print_records(
     store: Annotated[Path, typer.Option("--store", help="Store directory to read (not modified, no lock taken).")],
@@ -139,15 +112,17 @@ def print_records(
     count: Annotated[int, typer.Option("--count", min=1, help="How many records to print at most.")] = 10,
 ) -> None:
     """Print decoded records as JSON lines (like mqadmin printMsg), read-only."""
+    import itertools
+
+    from mqstore.cli.render import print_records
     from mqstore.store.reader import CommitLogReader
 
-    reader = CommitLogReader(store)
-    out = sys.stdout
-    for i, rec in enumerate(reader.records(offset)):
-        if i >= count:
-            break
-        out.write(_record_json(rec) + "\n")
-    out.flush()
+    print_records(itertools.islice(CommitLogReader(store).records(offset), count))
+
+
+from mqstore.cli import queries as _queries  # noqa: E402  (registers the query commands)
+
+_queries.register(app)
 
 
 def main() -> None:

@@ -74,6 +74,17 @@ class ConsumeQueues:
             return self.get(topic, queue_id)
         return cq
 
+    def keys(self) -> list[tuple[str, int]]:
+        """(topic, queue id) of every queue open or on disk."""
+        on_disk = set()
+        root = self._store_dir / CONSUME_QUEUE_DIR
+        if root.is_dir():
+            for topic_dir in root.iterdir():
+                for qdir in topic_dir.iterdir() if topic_dir.is_dir() else ():
+                    if qdir.name.isdigit():
+                        on_disk.add((topic_dir.name, int(qdir.name)))
+        return sorted(on_disk | set(self._queues))
+
     def all(self) -> list[ConsumeQueue]:
         return list(self._queues.values())
 

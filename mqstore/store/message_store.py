@@ -30,14 +30,27 @@ import structlog
 from mqstore.errors import OffsetError, StoreClosedError
 from mqstore.formats.javahash import tags_code
 from mqstore.formats.message import MessageRecord
+from mqstore.formats.msgid import parse_offset_msg_id
 from mqstore.store.clock import Clock, SystemClock
 from mqstore.store.commitlog import CommitLog
 from mqstore.store.config import FlushMode, StoreConfig
 from mqstore.store.consume_queues import ConsumeQueues
 from mqstore.store.dispatch import ReputLoop
+from mqstore.store.layout import resolve_layout
 from mqstore.store.messages import AppendResult, MessageBatch
 
 log = structlog.get_logger(__name__)
+
+
+@dataclass(frozen=True)
+class QueueStatus:
+    """One queue of a topic: offsets and the newest message's store time (ms, 0 if none)."""
+
+    topic: str
+    queue_id: int
+    min_offset: int
+    max_offset: int
+    last_store_timestamp: int
 
 
 @dataclass(frozen=True)
@@ -62,7 +75,8 @@ class MessageStore:
         background_dispatch: bool = True,
     ) -> None:
         self.store_dir = Path(store_dir)
-        self.config = cfg = config or StoreConfig()
+        self.store_dir.mkdir(parents=True, exist_ok=True)
+        self.config = cfg = resolve_layout(self.store_dir, config or StoreConfig())
         self._clock = clock or SystemClock()
         self.commitlog = CommitLog(self.store_dir, cfg, clock=self._clock)
         self._closed = False
@@ -149,6 +163,29 @@ class MessageStore:
                 break
         return PullResult(records, nxt, lo, hi)
 
+    def read_msg_id(self, msg_id: str) -> MessageRecord:
+        """The record an offset msgId names (mqadmin queryMsgById)."""
+        self._check_open()
+        _, offset = parse_offset_msg_id(msg_id)
+        return self.commitlog.read(offset)
+
+    def topic_status(self, topic: str) -> list[QueueStatus]:
+        """Per queue of ``topic``: min and max offset and the last message's store time."""
+        self._check_open()
+        out = []
+        qids = sorted(q for t, q in self.consume_queues.keys() if t == topic)
+        for qid in qids:
+            cq = self.consume_queues.find(topic, qid)
+            last = cq.last_unit()
+            ts = 0
+            if last is not None and last.size != 0x7FFFFFFF:
+                try:
+                    ts = self.commitlog.read(last.commitlog_offset).store_timestamp
+                except OffsetError:
+                    ts = 0
+            out.append(QueueStatus(topic, qid, cq.min_offset, cq.max_offset, ts))
+        return out
+
     def read_queue_offset(self, topic: str, queue_id: int, queue_offset: int) -> MessageRecord:
         """The message at one queue offset (mqadmin queryMsgByOffset)."""
         self._check_open()
@@ -195,4 +232,4 @@ class MessageStore:
         self.close()
 
 
-__all__ = ["MessageStore", "PullResult"]
+__all__ = ["MessageStore", "PullResult", "QueueStatus"]

@@ -1,0 +1,66 @@
+"""The values that shape a store's files, kept next to them in ``config/mqstore.json``.
+
+Segment size, consume-queue file size and index geometry cannot be changed once
+files exist (RocketMQ reads them from its broker config; a wrong value corrupts
+reads). mqstore writes them when a store is created and, on every later open, takes
+them from this file, so tools can open a store without knowing how it was made.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from pathlib import Path
+
+import structlog
+
+from mqstore.errors import ConfigError
+from mqstore.store.config import StoreConfig
+from mqstore.store.mapped_file import fsync_dir
+
+log = structlog.get_logger(__name__)
+
+LAYOUT_FILE = Path("config") / "mqstore.json"
+SHAPING_FIELDS = ("segment_bytes", "consume_queue_file_bytes", "index_hash_slots", "index_max_entries")
+
+
+def resolve_layout(store_dir: Path, config: StoreConfig) -> StoreConfig:
+    """``config`` with its file-shaping values taken from the store if it has them
+    (and recorded there if it does not yet)."""
+    path = store_dir / LAYOUT_FILE
+    if path.exists():
+        try:
+            saved = json.loads(path.read_text())
+            values = {k: int(saved[k]) for k in SHAPING_FIELDS}
+        except (ValueError, KeyError, TypeError) as e:
+            raise ConfigError(f"{path} is unreadable ({e}); restore it or remove it to use the given config") from e
+        changed = {k: v for k, v in values.items() if getattr(config, k) != v}
+        if changed:
+            log.info("layout_from_store", store=str(store_dir), **changed)
+        return dataclasses.replace(config, **values)
+    config = dataclasses.replace(config, **_sizes_on_disk(store_dir))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps({k: getattr(config, k) for k in SHAPING_FIELDS}, indent=2) + "\n")
+    with open(tmp, "rb+") as f:
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    fsync_dir(path.parent)
+    return config
+
+
+def _sizes_on_disk(store_dir: Path) -> dict[str, int]:
+    """Segment and consume-queue file sizes of a store made without a layout file
+    (by RocketMQ, or an older mqstore): every file of a kind has the same size."""
+    found = {}
+    segments = sorted((store_dir / "commitlog").glob("[0-9]" * 20))
+    if segments:
+        found["segment_bytes"] = segments[0].stat().st_size
+    cq_files = sorted((store_dir / "consumequeue").glob("*/*/" + "[0-9]" * 20))
+    if cq_files:
+        found["consume_queue_file_bytes"] = cq_files[0].stat().st_size
+    return {k: v for k, v in found.items() if v > 0}
+
+
+__all__ = ["LAYOUT_FILE", "SHAPING_FIELDS", "resolve_layout"]
