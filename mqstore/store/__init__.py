@@ -2,6 +2,7 @@
 
 from mqstore.store.commitlog import COMMITLOG_DIR, CommitLog, CommitLogStats, ReadBatch
 from mqstore.store.config import FlushMode, StoreConfig
+from mqstore.store.config_files import ConsumerOffsets, DelayOffsets, TopicConfig, TopicConfigs, parse_delay_levels
 from mqstore.store.consume_queue import ConsumeQueue, queue_dir
 from mqstore.store.messages import AUTO_QUEUE, AppendedMessage, AppendResult, Message, MessageBatch, PutStatus
 from mqstore.store.recovery import RecoveryReport
@@ -14,6 +15,8 @@ __all__ = [
     "CommitLog",
     "CommitLogStats",
     "ConsumeQueue",
+    "ConsumerOffsets",
+    "DelayOffsets",
     "FlushMode",
     "Message",
     "MessageBatch",
@@ -21,5 +24,8 @@ __all__ = [
     "ReadBatch",
     "RecoveryReport",
     "StoreConfig",
+    "TopicConfig",
+    "TopicConfigs",
+    "parse_delay_levels",
     "queue_dir",
 ]
