@@ -100,58 +100,64 @@ def locate_properties(
 ) -> list[tuple[np.ndarray, np.ndarray]]:
     """Where the values of ``names`` lie in many properties strings at once.
 
-    ``buf[at[i] : at[i] + lens[i]]`` is record i's properties string (records in
-    buffer order). For each name the result holds ``(starts, ends)``: the value's byte
-    range per record, -1 where the record has no such (valid) entry. Same rules as
-    :func:`parse_properties` (entries end at \x02, the value follows the first \x01,
-    empty names or values do not count, the last entry wins), found with numpy over
-    the whole range instead of a parse per record.
+    ``buf[at[i] : at[i] + lens[i]]`` is record i's properties string. For each name
+    the result holds ``(starts, ends)``: the value's byte range in ``buf`` per record,
+    -1 where the record has no such (valid) entry. Same rules as
+    :func:`parse_properties` (entries end at \\x02, the value follows the first
+    \\x01, empty names or values do not count, the last entry wins), found with numpy
+    over all strings gathered into one array instead of a parse per record.
     """
     n = len(at)
-    out_missing = [(np.full(n, -1, np.int64), np.full(n, -1, np.int64)) for _ in names]
-    if n == 0:
-        return out_missing
-    rec_end = at + lens
-    lo, hi = int(at.min()), int(rec_end.max())
-    if hi <= lo:
-        return out_missing
-    u8 = np.frombuffer(buf, np.uint8, count=hi - lo, offset=lo)
-
-    def inside(pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        rec = np.searchsorted(at, pos, "right") - 1
-        ok = (rec >= 0) & (pos < rec_end[np.maximum(rec, 0)])
-        return pos[ok], rec[ok]
-
-    seps, _ = inside(np.flatnonzero(u8 == 1) + lo)
-    ends, end_rec = inside(np.flatnonzero(u8 == 2) + lo)
-    starts = np.concatenate([at, ends + 1])
-    srec = np.concatenate([np.arange(n), end_rec])
+    result = [(np.full(n, -1, np.int64), np.full(n, -1, np.int64)) for _ in names]
+    total = int(lens.sum()) if n else 0
+    if total == 0:
+        return result
+    # Gather every properties string into one compact array: record i's bytes start
+    # at base[i] there; src maps a compact position back to the buffer.
+    base = np.zeros(n, np.int64)
+    np.cumsum(lens[:-1], out=base[1:])
+    src = np.repeat(at - base, lens) + np.arange(total)
+    u8 = np.frombuffer(buf, np.uint8)
+    packed = u8[src]
+    del u8
+    ends = np.flatnonzero(packed == 2)
+    seps = np.flatnonzero(packed == 1)
+    rec_of_end = np.searchsorted(base, ends, "right") - 1
+    # Entry starts: each record's start, and the byte after each \x02 (unless that
+    # is the next record's start or the end: a trailing \x02 opens no entry).
+    after = ends + 1
+    opens = after < base[rec_of_end] + lens[rec_of_end]
+    starts = np.concatenate([base, after[opens]])
+    srec = np.concatenate([np.arange(n), rec_of_end[opens]])
     order = np.argsort(starts, kind="stable")
     starts, srec = starts[order], srec[order]
-    k = np.searchsorted(ends, starts)
-    has_end = k < len(ends)
-    k_ok = np.minimum(k, max(len(ends) - 1, 0))
-    same = has_end & (end_rec[k_ok] == srec) if len(ends) else np.zeros(len(starts), bool)
-    entry_end = np.where(same, ends[k_ok] if len(ends) else 0, rec_end[srec])
+    rec_end = base + lens
+    k = np.searchsorted(ends, starts)  # the first \x02 at or after the entry start
+    entry_end = rec_end[srec].copy()
+    has = k < len(ends)
+    if len(ends):
+        cand = ends[np.minimum(k, len(ends) - 1)]
+        has &= cand < rec_end[srec]
+        entry_end[has] = cand[has]
     j = np.searchsorted(seps, starts)
-    j_ok = np.minimum(j, max(len(seps) - 1, 0))
-    sep = np.where(j < len(seps), seps[j_ok] if len(seps) else 0, -1)
+    sep = np.full(len(starts), -1, np.int64)
+    if len(seps):
+        cand = seps[np.minimum(j, len(seps) - 1)]
+        ok = (j < len(seps)) & (cand < entry_end)
+        sep[ok] = cand[ok]
     valid = (sep > starts) & (sep < entry_end - 1)  # name and value both non-empty
-    result = []
-    for name in names:
-        L = len(name)
-        cand = np.flatnonzero(valid & (sep - starts == L))
+    for (vs, ve), name in zip(result, names):
+        size = len(name)
+        cand = np.flatnonzero(valid & (sep - starts == size))
         if cand.size:
-            rows = u8[(starts[cand] - lo)[:, None] + np.arange(L)]
+            rows = packed[starts[cand][:, None] + np.arange(size)]
             cand = cand[(rows == np.frombuffer(name, np.uint8)).all(axis=1)]
-        vs, ve = np.full(n, -1, np.int64), np.full(n, -1, np.int64)
         if cand.size:
             recs = srec[cand]
             last = len(cand) - 1 - np.unique(recs[::-1], return_index=True)[1]  # the last entry wins
-            vs[recs[last]] = sep[cand[last]] + 1
-            ve[recs[last]] = entry_end[cand[last]]
-        result.append((vs, ve))
-    del u8
+            shift = at[recs[last]] - base[recs[last]]  # compact -> buffer positions
+            vs[recs[last]] = sep[cand[last]] + 1 + shift
+            ve[recs[last]] = entry_end[cand[last]] + shift
     return result
 
 
