@@ -32,11 +32,11 @@ FormatArg = Annotated[Format, typer.Option("--format", help="json (JSON lines, e
 
 
 @contextlib.contextmanager
-def open_store(store: Path) -> Iterator:
+def open_store(store: Path, *, create: bool = False) -> Iterator:
     """The store at ``store``, opened for a query; a clear error if there is none."""
     from mqstore.store.message_store import MessageStore
 
-    if not (store / "commitlog").is_dir():
+    if not create and not (store / "commitlog").is_dir():
         raise FileNotFoundError(f"no store at {store} (it has no commitlog/ directory)")
     s = MessageStore(store, background_dispatch=False)
     try:
@@ -86,6 +86,26 @@ def register(app: typer.Typer) -> None:
             typer.echo(json.dumps({"next_offset": res.next_offset, "min_offset": res.min_offset,
                                    "max_offset": res.max_offset}), err=True)  # fmt: skip
 
+    @app.command("consumer-progress")
+    def consumer_progress(store: StoreArg, group: Annotated[str, typer.Option("--group", help="Consumer group.")],
+                          fmt: FormatArg = Format.table) -> None:  # fmt: skip
+        """Per queue of a consumer group: broker offset, consumer offset and lag."""
+        with open_store(store) as s:
+            rows = [r.__dict__ for r in s.consumer_progress(group)]
+        if not rows:
+            raise ValueError(f"consumer group {group!r} has no committed offsets in {store}")
+        _print_rows(rows, fmt)
+
+    @app.command("update-topic")
+    def update_topic(store: StoreArg, topic: TopicArg,
+                     read_queue_nums: Annotated[int, typer.Option("--read-queue-nums", min=1, max=65536)] = 4,
+                     write_queue_nums: Annotated[int, typer.Option("--write-queue-nums", min=1, max=65536)] = 4,
+                     perm: Annotated[int, typer.Option("--perm", min=0, max=15, help="2 write, 4 read, 6 both.")] = 6) -> None:  # fmt: skip
+        """Create or change a topic's config (config/topics.json)."""
+        with open_store(store, create=True) as s:
+            tc = s.update_topic(topic, read_queue_nums=read_queue_nums, write_queue_nums=write_queue_nums, perm=perm)
+        typer.echo(json.dumps(tc.to_json()))
+
     @app.command("topic-status")
     def topic_status(store: StoreArg, topic: TopicArg, fmt: FormatArg = Format.table) -> None:
         """Min and max offset and the last store time of every queue of a topic."""
@@ -93,11 +113,15 @@ def register(app: typer.Typer) -> None:
             rows = [q.__dict__ for q in s.topic_status(topic)]
         if not rows:
             raise ValueError(f"topic {topic!r} has no queues in {store}")
-        if fmt is Format.table:
-            print_table(rows)
-        else:
-            for r in rows:
-                typer.echo(json.dumps(r))
+        _print_rows(rows, fmt)
+
+
+def _print_rows(rows: list[dict], fmt: Format) -> None:
+    if fmt is Format.table:
+        print_table(rows)
+    else:
+        for r in rows:
+            typer.echo(json.dumps(r))
 
 
 __all__ = ["open_store", "parse_tag_expression", "register"]

@@ -34,6 +34,7 @@ from mqstore.formats.msgid import parse_offset_msg_id
 from mqstore.store.clock import Clock, SystemClock
 from mqstore.store.commitlog import CommitLog
 from mqstore.store.config import FlushMode, StoreConfig
+from mqstore.store.config_files import ConsumerOffsets, TopicConfigs
 from mqstore.store.consume_queues import ConsumeQueues
 from mqstore.store.dispatch import ReputLoop
 from mqstore.store.layout import resolve_layout
@@ -51,6 +52,17 @@ class QueueStatus:
     min_offset: int
     max_offset: int
     last_store_timestamp: int
+
+
+@dataclass(frozen=True)
+class ConsumerProgress:
+    """One queue of a consumer group: what the broker has, what the group consumed."""
+
+    topic: str
+    queue_id: int
+    broker_offset: int
+    consumer_offset: int
+    lag: int
 
 
 @dataclass(frozen=True)
@@ -83,6 +95,10 @@ class MessageStore:
         self._stop = threading.Event()
         self._flusher: threading.Thread | None = None
         try:
+            self.consumer_offsets = ConsumerOffsets(self.store_dir)
+            self.topics = TopicConfigs(self.store_dir, clock=self._clock)
+            for name, tc in self.topics.all().items():
+                self.commitlog.set_queue_nums(name, tc.write_queue_nums)
             self.consume_queues = ConsumeQueues(self.store_dir, file_bytes=cfg.consume_queue_file_bytes)
             self.consume_queues.load()
             self.consume_queues.recover(self.commitlog, verify_tail=not self.commitlog.recovery.clean_shutdown)
@@ -186,6 +202,35 @@ class MessageStore:
             out.append(QueueStatus(topic, qid, cq.min_offset, cq.max_offset, ts))
         return out
 
+    def update_topic(self, topic: str, *, read_queue_nums: int = 4, write_queue_nums: int = 4, perm: int = 6):
+        """Create or change a topic's config (persisted in config/topics.json); automatic
+        queue ids then spread over ``write_queue_nums`` queues."""
+        tc = self.topics.create_or_update(topic, read_queue_nums=read_queue_nums, write_queue_nums=write_queue_nums, perm=perm)
+        self.commitlog.set_queue_nums(topic, write_queue_nums)
+        return tc
+
+    def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+        """Record that ``group`` consumed (topic, queue_id) up to ``offset`` (the next
+        offset to read). An offset past the queue's max is refused: it would skip
+        messages not written yet (a crash can never make an acknowledged consumer
+        offset point past the end)."""
+        self._check_open()
+        cq = self.consume_queues.find(topic, queue_id)
+        top = cq.max_offset if cq is not None else 0
+        if offset > top:
+            raise OffsetError(f"consumer offset {offset} is past the max offset {top} of {topic}:{queue_id}")
+        self.consumer_offsets.commit(group, topic, queue_id, offset)
+
+    def consumer_progress(self, group: str) -> list[ConsumerProgress]:
+        """Per queue the group has an offset for: broker (max) offset, consumer offset, lag."""
+        self._check_open()
+        rows = []
+        for (topic, qid), consumed in sorted(self.consumer_offsets.offsets(group).items()):
+            cq = self.consume_queues.find(topic, qid)
+            broker = cq.max_offset if cq is not None else 0
+            rows.append(ConsumerProgress(topic, qid, broker, consumed, max(0, broker - consumed)))
+        return rows
+
     def read_queue_offset(self, topic: str, queue_id: int, queue_offset: int) -> MessageRecord:
         """The message at one queue offset (mqadmin queryMsgByOffset)."""
         self._check_open()
@@ -199,8 +244,13 @@ class MessageStore:
 
     def _flush_loop(self) -> None:
         interval = self.config.flush_consume_queue_interval_ms / 1000
+        ticks = 0
         while not self._stop.wait(interval):
             self._flush_derived()
+            ticks += 1
+            if ticks * interval >= 5:  # consumer offsets every 5 s, as RocketMQ persists them
+                self.consumer_offsets.persist()
+                ticks = 0
 
     def _flush_derived(self) -> None:
         ts = self.consume_queues.last_dispatched_timestamp  # sampled before the flush, as RocketMQ does
@@ -222,6 +272,7 @@ class MessageStore:
         if self._flusher is not None:
             self._flusher.join()
         self._flush_derived()
+        self.consumer_offsets.close()
         self.consume_queues.close()
         self.commitlog.close()
 
@@ -232,4 +283,4 @@ class MessageStore:
         self.close()
 
 
-__all__ = ["MessageStore", "PullResult", "QueueStatus"]
+__all__ = ["ConsumerProgress", "MessageStore", "PullResult", "QueueStatus"]

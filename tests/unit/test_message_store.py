@@ -114,3 +114,32 @@ def test_background_dispatch_keeps_up(tmp_path: Path, flush: str) -> None:
         s.dispatcher.stop()
         assert s.dispatcher.reput_offset == s.commitlog.wrote
         assert sum(cq.max_offset for cq in s.consume_queues.all()) == 10_000
+
+
+def test_consumer_offsets_and_topic_configs_persist(tmp_path: Path) -> None:
+    from mqstore.errors import OffsetError
+
+    with MessageStore(tmp_path, CFG) as s:
+        s.update_topic("Auto", write_queue_nums=2)
+        res = s.append(MessageBatch(topics="Auto", bodies=[b"x"] * 6))
+        assert sorted(set(res.queue_ids.tolist())) == [0, 1]  # spread over the topic's 2 queues
+        assert s.wait_dispatched()
+        s.commit_offset("g", "Auto", 0, 2)
+        with pytest.raises(OffsetError):
+            s.commit_offset("g", "Auto", 1, 4)  # only 3 messages there
+    with MessageStore(tmp_path, CFG) as s:
+        rows = {(r.topic, r.queue_id): (r.broker_offset, r.consumer_offset, r.lag) for r in s.consumer_progress("g")}
+        assert rows == {("Auto", 0): (3, 2, 1)}
+        assert s.topics.get("Auto").write_queue_nums == 2
+        res = s.append(MessageBatch(topics="Auto", bodies=[b"y"] * 4))
+        assert sorted(set(res.queue_ids.tolist())) == [0, 1]
+
+
+def test_layout_is_read_back_from_the_store(tmp_path: Path) -> None:
+    with MessageStore(tmp_path, CFG) as s:
+        s.append(MessageBatch(topics="T", bodies=[b"x"]))
+    with MessageStore(tmp_path) as s:  # default config: shaping values come from the store
+        assert s.config.segment_bytes == CFG.segment_bytes
+        assert s.config.consume_queue_file_bytes == CFG.consume_queue_file_bytes
+        (qid,) = [q for t, q in s.consume_queues.keys() if t == "T"]
+        assert s.read_queue_offset("T", qid, 0).body == b"x"
