@@ -562,6 +562,18 @@ class DelayOffsets:
         with self._lock:
             return dict(self._table)
 
+    @property
+    def commitlog_offset(self) -> int:
+        """The commitlog write position when the offsets were last set (an mqstore
+        field; RocketMQ readers ignore it): deliveries made after the last persist lie
+        past it, so a restart can find them instead of repeating them."""
+        with self._lock:
+            return int(self._extra.get("commitlogOffset", 0))
+
+    def set_commitlog_offset(self, offset: int) -> None:
+        with self._lock:
+            self._extra["commitlogOffset"] = int(offset)
+
     def persist(self) -> None:
         with self._write_lock:
             with self._lock:

@@ -26,6 +26,7 @@ from mqstore.formats.javahash import java_hash_of_ranges, java_string_hash, java
 from mqstore.formats.message import TRANSACTION_TYPE_MASK
 from mqstore.formats.properties import locate_properties
 from mqstore.store.commitlog import CommitLog, ScanChunk
+from mqstore.store.schedule import SCHEDULE_TOPIC, deliver_times
 
 log = structlog.get_logger(__name__)
 _DISPATCHED = (b"TAGS", b"KEYS", b"UNIQ_KEY")
@@ -131,7 +132,7 @@ class DispatchSink(Protocol):
     def dispatch(self, batch: DispatchBatch) -> None: ...
 
 
-def build_dispatch_batch(chunk: ScanChunk) -> DispatchBatch:
+def build_dispatch_batch(chunk: ScanChunk, delays_ms: list[int] | None = None) -> DispatchBatch:
     """Columns for the sinks from one scanned chunk: TAGS, KEYS and UNIQ_KEY are
     located for all records at once; each distinct TAGS value is hashed once."""
     f, buf = chunk.fields, chunk.buffer
@@ -140,11 +141,24 @@ def build_dispatch_batch(chunk: ScanChunk) -> DispatchBatch:
     tags_codes, non_ascii = java_hash_of_ranges(buf, np.where(has_tags, ts, 0), np.where(has_tags, te, 0))
     for i in np.flatnonzero(non_ascii).tolist():
         tags_codes[i] = java_string_hash(buf[int(ts[i]) : int(te[i])].decode("utf-8", "replace"))
+    if delays_ms is not None and SCHEDULE_TOPIC in f.topics:
+        # Delay-level messages: the unit's tagsCode is the deliver time (RocketMQ).
+        sched = np.flatnonzero(f.topic_codes == f.topics.index(SCHEDULE_TOPIC))
+        ((ds, de),) = locate_properties(buf, f.properties_at[sched], f.properties_len[sched], [b"DELAY"])
+        levels = np.array([_int_or_zero(buf[a:b]) if a >= 0 else 0 for a, b in zip(ds.tolist(), de.tolist())], np.int64)
+        tags_codes[sched] = deliver_times(f.store_timestamps[sched], levels, delays_ms)
 
     return DispatchBatch(
         chunk.physical_offsets, chunk.sizes, f.topics, f.topic_codes, f.queue_ids, f.queue_offsets,
         f.sysflags, f.store_timestamps, tags_codes, buf, ks, ke, us, ue,
     )  # fmt: skip
+
+
+def _int_or_zero(raw: bytes) -> int:
+    try:
+        return int(raw)
+    except ValueError:
+        return 0
 
 
 class ReputLoop:
@@ -164,7 +178,9 @@ class ReputLoop:
         limit: Callable[[], int] | None = None,
         chunk_bytes: int = 4 << 20,
         idle_sleep_s: float = 0.001,
+        delays_ms: list[int] | None = None,
     ) -> None:
+        self._delays = delays_ms
         self._log = commitlog
         self._sinks = list(sinks)
         self.reput_offset = max(reput_offset, commitlog.min_offset)
@@ -187,7 +203,7 @@ class ReputLoop:
             self.reput_offset = self._log.min_offset
         chunk = self._log.scan(self.reput_offset, limit=self._limit(), max_bytes=self._chunk_bytes)
         if len(chunk.sizes):
-            batch = build_dispatch_batch(chunk)
+            batch = build_dispatch_batch(chunk, self._delays)
             for sink in self._sinks:
                 sink.dispatch(batch)
             self.dispatched += len(batch)

@@ -34,10 +34,11 @@ from mqstore.formats.msgid import parse_offset_msg_id
 from mqstore.store.clock import Clock, SystemClock
 from mqstore.store.commitlog import CommitLog
 from mqstore.store.config import FlushMode, StoreConfig
-from mqstore.store.config_files import ConsumerOffsets, TopicConfigs
+from mqstore.store.config_files import ConsumerOffsets, TopicConfigs, parse_delay_levels
 from mqstore.store.consume_queues import ConsumeQueues
 from mqstore.store.dispatch import ReputLoop
 from mqstore.store.layout import resolve_layout
+from mqstore.store.schedule import DelayScheduler, rewrite_delayed
 from mqstore.store.messages import AppendResult, MessageBatch
 
 log = structlog.get_logger(__name__)
@@ -94,6 +95,8 @@ class MessageStore:
         self._closed = False
         self._stop = threading.Event()
         self._flusher: threading.Thread | None = None
+        self._rr: dict[str, int] = {}
+        self._rr_lock = threading.Lock()
         try:
             self.consumer_offsets = ConsumerOffsets(self.store_dir)
             self.topics = TopicConfigs(self.store_dir, clock=self._clock)
@@ -105,13 +108,16 @@ class MessageStore:
             sinks = [self.consume_queues]
             reput_from = self._resume_offset()
             limit = (lambda: self.commitlog.flushed) if cfg.flush_mode is FlushMode.SYNC else (lambda: self.commitlog.wrote)
-            self.dispatcher = ReputLoop(self.commitlog, sinks, reput_offset=reput_from, limit=limit)
+            self._delays_ms = parse_delay_levels(cfg.message_delay_level)
+            self.dispatcher = ReputLoop(self.commitlog, sinks, reput_offset=reput_from, limit=limit, delays_ms=self._delays_ms)
             caught_up = self.dispatcher.catch_up()
             log.info("dispatch_recovered", reput_from=reput_from, records=caught_up, reput_offset=self.dispatcher.reput_offset)
+            self.scheduler = DelayScheduler(self, self._delays_ms)
             self._flusher = threading.Thread(target=self._flush_loop, name="mqstore-cq-flush", daemon=True)
             self._flusher.start()
             if background_dispatch:
                 self.dispatcher.start()
+                self.scheduler.start()
         except BaseException:
             self._stop.set()
             if self._flusher is not None:
@@ -130,8 +136,18 @@ class MessageStore:
     # ------------------------------------------------------------------ writes
 
     def append(self, batch: MessageBatch) -> AppendResult:
-        """Append to the commitlog (see CommitLog.append); dispatch follows."""
-        return self.commitlog.append(batch)
+        """Append to the commitlog (see CommitLog.append); dispatch follows. Messages
+        with a DELAY property go to SCHEDULE_TOPIC_XXXX first (see schedule.py)."""
+        return self.commitlog.append(rewrite_delayed(batch, len(self._delays_ms), self._pick_queue))
+
+    def _pick_queue(self, topic: str) -> int:
+        """A real queue for a delayed message sent with an automatic queue id."""
+        tc = self.topics.get(topic)
+        nums = tc.write_queue_nums if tc is not None else self.config.default_queue_nums
+        with self._rr_lock:
+            i = self._rr.get(topic, 0)
+            self._rr[topic] = i + 1
+        return i % nums
 
     def wait_dispatched(self, timeout_s: float = 10.0) -> bool:
         """Block until everything appended before this call is in the consume queues
@@ -267,6 +283,7 @@ class MessageStore:
         if self._closed:
             return
         self._closed = True
+        self.scheduler.stop()
         self.dispatcher.stop()
         self._stop.set()
         if self._flusher is not None:
