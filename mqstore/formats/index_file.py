@@ -234,11 +234,108 @@ class IndexFileView:
             raise ValueError(
                 f"lengths differ: {len(keys)} keys, {len(phy_offsets)} offsets, {len(store_timestamps)} timestamps"
             )
-        return self._put_hashed(
-            index_key_hashes(keys).tolist(),
-            np.asarray(phy_offsets, np.int64).tolist(),
-            np.asarray(store_timestamps, np.int64).tolist(),
-        )
+        return self.put_hashes(index_key_hashes(keys), phy_offsets, store_timestamps)
+
+    def put_hashes(
+        self,
+        key_hashes: np.ndarray | Sequence[int],
+        phy_offsets: np.ndarray | Sequence[int],
+        store_timestamps: np.ndarray | Sequence[int],
+    ) -> int:
+        """putKey for many pre-hashed entries at once; returns how many went in before
+        the file was full (the rest belong in the next file).
+
+        The file ends up byte for byte as after calling the scalar putKey for each
+        entry in order. ``key_hashes`` are index key hashes (0 <= h <= 2**31-1, e.g.
+        :func:`index_key_hashes` or DispatchBatch.index_entries()); offsets and
+        timestamps are int64. How, for the m entries that fit (numbers c .. c+m-1,
+        c = index_count):
+
+        * prev: entries are stably sorted by slot; an entry's prev is the batch entry
+          before it in its slot, the first of each slot group gets the slot table's
+          value, read as 0 if <= 0 or > its own entry number (putKey checks against
+          the index_count of the moment, which is that number);
+        * time_diff: against the current begin_timestamp; in an empty file the first
+          entry still uses the begin the file was created with (the quirk) and begin
+          becomes the first entry's values for the rest;
+        * hash_slot_count grows by the groups whose checked slot value was 0.
+
+        Entries are written first, then the slot table, then the header, so a
+        concurrent ``select`` never follows a slot into unwritten entries; but one that
+        read the old header and then a new slot value finds nothing for that key in
+        this file (as with RocketMQ's putKey). Callers that query while writing hold a
+        lock around both (IndexService does). Raises ValueError for ragged or non 1-D
+        input or a hash outside [0, 2**31-1], before writing anything.
+
+        >>> view = IndexFileView.create(bytearray(index_file_size(4, 8)), 4, 8)
+        >>> view.put_hashes(np.array([1, 5, 2]), np.array([10, 20, 30]), np.array([1000, 2000, 3000]))
+        3
+        >>> view.entries()["prev"].tolist()  # 1 and 5 share slot 1
+        [0, 1, 0]
+        """
+        hashes = np.asarray(key_hashes, np.int64)
+        phys = np.asarray(phy_offsets, np.int64)
+        times = np.asarray(store_timestamps, np.int64)
+        if hashes.ndim != 1 or phys.ndim != 1 or times.ndim != 1:
+            raise ValueError(f"entries are given as 1-D arrays, got shapes {hashes.shape}, {phys.shape}, {times.shape}")
+        if not len(hashes) == len(phys) == len(times):
+            raise ValueError(f"lengths differ: {len(hashes)} hashes, {len(phys)} offsets, {len(times)} timestamps")
+        if len(hashes) and (hashes.min() < 0 or hashes.max() > _INT_MAX):
+            raise ValueError("key hashes must lie in [0, 2**31-1] (index_key_hash)")
+        buf, n_slots = self._buf, self._hash_slots
+        begin_ts, _, begin_phy, _, slot_count, count = _HEADER.unpack_from(buf, 0)
+        if count <= 0:
+            count = 1
+        m = min(len(hashes), max(0, self._max_entries - count))
+        if m == 0:
+            return 0
+        hashes, phys, times = hashes[:m], phys[:m], times[:m]
+        # Chains: group the batch by slot, keeping put order inside each group.
+        slots = hashes % n_slots
+        shift = m.bit_length()
+        if (n_slots - 1).bit_length() + shift < 63:  # sort (slot, position) packed in one int64: a vectorised
+            packed = (slots << shift) | np.arange(m)  # sort, and as stable as argsort(kind="stable")
+            packed.sort()
+            order, sorted_slots = packed & ((1 << shift) - 1), packed >> shift
+        else:
+            order = np.argsort(slots, kind="stable")
+            sorted_slots = slots[order]
+        starts = np.empty(m, bool)
+        starts[0] = True
+        np.not_equal(sorted_slots[1:], sorted_slots[:-1], out=starts[1:])
+        ends = np.empty(m, bool)
+        ends[-1] = True
+        ends[:-1] = starts[1:]
+        group_slots = sorted_slots[starts]
+        prev_sorted = np.empty(m, np.int64)
+        prev_sorted[1:] = count + order[:-1]  # the entry before in the same group...
+        table = np.frombuffer(buf, ">i4", n_slots, INDEX_HEADER_BYTES)
+        old = table[group_slots].astype(np.int64)
+        first_numbers = count + order[starts]
+        old[(old <= 0) | (old > first_numbers)] = 0  # putKey: a slot value <= 0 or > index_count means empty
+        prev_sorted[starts] = old  # ...or, for a group's first entry, what the slot held
+        prev = np.empty(m, np.int64)
+        prev[order] = prev_sorted
+        # time_diff against the current begin_timestamp (the first-entry quirk).
+        begins = np.full(m, begin_ts, np.int64)
+        if count <= 1:
+            begins[1:] = times[0]
+            begin_ts, begin_phy = int(times[0]), int(phys[0])
+        diffs = (times - begins) // 1000  # int64 wraps like Java long; negatives clamp to 0 either way
+        time_diffs = np.where(begins <= 0, 0, np.clip(diffs, 0, _INT_MAX))
+        new = np.empty(m, INDEX_ENTRY_DTYPE)
+        new["key_hash"] = hashes
+        new["phy_offset"] = phys
+        new["time_diff"] = time_diffs
+        new["prev"] = prev
+        at = self._entries_at + count * INDEX_ENTRY_BYTES
+        dst = np.frombuffer(buf, INDEX_ENTRY_DTYPE, m, at)
+        dst[:] = new
+        table[group_slots] = count + order[ends]  # each slot: its group's newest entry
+        del dst, table  # release the buffer exports (an mmap refuses to close while one exists)
+        slot_count += int(np.count_nonzero(old == 0))
+        _HEADER.pack_into(buf, 0, begin_ts, int(times[-1]), begin_phy, int(phys[-1]), slot_count, count + m)
+        return m
 
     def _put_hashed(self, key_hashes: list[int], phy_offsets: list[int], store_timestamps: list[int]) -> int:
         buf, slots, max_entries, entries_at = self._buf, self._hash_slots, self._max_entries, self._entries_at
@@ -303,6 +400,60 @@ class IndexFileView:
                 break
             n = prev
         return found
+
+    def entries_below(self, phy_offset: int) -> int:
+        """How many entries, oldest first, come before the first one whose commitlog
+        offset is >= ``phy_offset`` (entries are in commitlog order, so these are the
+        ones a cut of the commitlog at ``phy_offset`` leaves pointing at kept bytes)."""
+        count = min(self._index_count(), self._max_entries)
+        offsets = np.frombuffer(self._buf, INDEX_ENTRY_DTYPE, count - 1, self._entries_at + INDEX_ENTRY_BYTES)
+        hits = np.flatnonzero(offsets["phy_offset"] >= phy_offset)
+        return int(hits[0]) if hits.size else count - 1
+
+    def truncate(self, keep: int) -> None:
+        """Keep entries 1 .. ``keep`` and drop the rest, leaving the bytes a file that
+        only ever received those entries would hold, except end_timestamp.
+
+        Not a RocketMQ operation (RocketMQ never cuts an index file); used when the
+        commitlog was cut. The header gets index_count ``keep + 1``, end_phy_offset of
+        entry ``keep`` and hash_slot_count = kept entries with prev 0 (putKey counted
+        exactly those). Each slot that points at a dropped entry is walked down its
+        chain to the newest kept entry (0 if none). Dropped entries are zeroed. The
+        exact store time of entry ``keep`` is not in the file: end_timestamp becomes
+        its reconstructed time, begin_timestamp + time_diff * 1000 (seconds
+        resolution), or begin_timestamp when ``keep`` is 1 (whose time_diff may carry
+        the first-entry quirk). Written header first, then slots, then entries, so a
+        concurrent ``select`` never follows a dropped entry.
+
+        A file can not keep 0 entries (delete it instead): ValueError unless
+        1 <= keep <= entries.
+        """
+        buf = self._buf
+        count = min(self._index_count(), self._max_entries)
+        if not 1 <= keep <= count - 1:
+            raise ValueError(f"keep must be in 1..{count - 1} (the entries held), got {keep}")
+        if keep == count - 1:
+            return
+        begin_ts, _, begin_phy, _, _, _ = _HEADER.unpack_from(buf, 0)
+        entries = np.frombuffer(buf, INDEX_ENTRY_DTYPE, count, self._entries_at)
+        prev = entries["prev"].astype(np.int64)
+        last_phy = int(entries["phy_offset"][keep])
+        end_ts = begin_ts if keep == 1 else _wrap64(begin_ts + int(entries["time_diff"][keep]) * 1000)
+        slot_count = int(np.count_nonzero(prev[1 : keep + 1] == 0))
+        _HEADER.pack_into(buf, 0, begin_ts, end_ts, begin_phy, last_phy, slot_count, keep + 1)
+        table = np.frombuffer(buf, ">i4", self._hash_slots, INDEX_HEADER_BYTES)
+        stale = np.flatnonzero(table > keep)
+        heads = table[stale].astype(np.int64)
+        for _ in range(count):  # each step moves every stale head one entry down its chain
+            heads[(heads <= 0) | (heads >= count)] = 0  # putKey reads these as "none"
+            walking = heads > keep
+            if not walking.any():
+                break
+            heads[walking] = prev[heads[walking]]
+        heads[heads > keep] = 0  # a corrupt chain with a cycle: give up on it
+        table[stale] = heads
+        entries[keep + 1 :] = 0
+        del entries, table  # release the buffer exports
 
     def entries(self) -> np.ndarray:
         """Entries 1 .. index_count - 1 as an INDEX_ENTRY_DTYPE array (a copy), oldest first."""

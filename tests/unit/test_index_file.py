@@ -80,6 +80,31 @@ def test_golden_file_rebuilt_by_put_many(index_vec: dict) -> None:
     assert bytes(buf) == (GOLDEN_DIR / vec["file"]).read_bytes()
 
 
+@pytest.mark.parametrize("chunks", [1, 2, 5, 1000])
+def test_golden_file_rebuilt_by_put_hashes(index_vec: dict, chunks: int) -> None:
+    """The vectorised put, in one batch or several, writes RocketMQ's bytes; the puts
+    past the full file are refused in every split."""
+    vec = index_vec
+    buf = bytearray(vec["size"])
+    view = IndexFileView.create(
+        buf,
+        vec["hashSlotNum"],
+        vec["indexNum"],
+        end_phy_offset=vec["ctor_endPhyOffset"],
+        end_timestamp=vec["ctor_endTimestamp"],
+    )
+    puts = vec["puts"]
+    hashes = index_key_hashes([p["key"] for p in puts])
+    phys = np.array([p["phyOffset"] for p in puts], np.int64)
+    times = np.array([p["storeTimestamp"] for p in puts], np.int64)
+    done = sum(
+        view.put_hashes(h, o, t)
+        for h, o, t in zip(np.array_split(hashes, chunks), np.array_split(phys, chunks), np.array_split(times, chunks))
+    )
+    assert done == sum(p["ok"] for p in puts)
+    assert bytes(buf) == (GOLDEN_DIR / vec["file"]).read_bytes()
+
+
 def test_golden_lookups(index_vec: dict) -> None:
     _, built, _ = build_golden(index_vec)
     # The real file, opened read-only, answers the same as the rebuilt one.
@@ -154,6 +179,23 @@ def test_select_stops_after_first_entry_older_than_begin() -> None:
     assert view.select("k", 10, 1_150_000, LONG_MAX) == [30]  # stopped at "other" (1_101_000)
     assert view.select("k", 10, 1_150_000, 1_250_000) == []
     assert view.select("k", 0, 0, LONG_MAX) == []
+
+
+def test_put_hashes_rejects_bad_input() -> None:
+    buf = bytearray(index_file_size(2, 4))
+    view = IndexFileView.create(buf, 2, 4)
+    before = bytes(buf)
+    for args in (
+        ([1, 2], [1], [1, 2]),  # ragged
+        ([[1]], [[1]], [[1]]),  # not 1-D
+        ([-1], [1], [1]),  # a negative hash: Java's slot would be negative
+        ([INT_MAX + 1], [1], [1]),
+    ):
+        with pytest.raises(ValueError):
+            view.put_hashes(*args)
+    assert bytes(buf) == before
+    assert view.put_hashes([], [], []) == 0
+    assert bytes(buf) == before  # nothing written, not even index_count
 
 
 def test_put_many_rejects_ragged_input() -> None:
@@ -273,6 +315,111 @@ def test_select_matches_model(keys, hash_slots, max_entries, rolled_from, data, 
         kh = index_key_hash(key)
         want = [o for (k, o, _), t in newest_first if index_key_hash(k) == kh and lo <= t <= hi]
         assert view.select(key, max_num, lo, hi) == want[:max_num]
+
+
+# put_hashes against the scalar putKey: hashes with collisions in few slots, 0, the
+# largest hash; timestamps around 0 and at the int64 edges (Java long wrap-around).
+hash_st = st.sampled_from([0, 1, 2, 3, 7, 8, 16, INT_MAX, INT_MAX - 1]) | st.integers(0, INT_MAX)
+ts_st = (
+    st.integers(1_700_000_000_000, 1_700_000_100_000)
+    | st.sampled_from([0, -1, 1, 999, 1000, -(1 << 63), LONG_MAX, LONG_MAX - 999])
+    | st.integers(-(1 << 63), LONG_MAX)
+)
+phy_st = st.integers(0, 1 << 40) | st.sampled_from([-1, LONG_MAX])
+entry_st = st.tuples(hash_st, phy_st, ts_st)
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    hash_slots=st.integers(1, 8),
+    max_entries=st.integers(1, 24),
+    start=st.sampled_from(["fresh", "rolled", "rolled_ts_only", "junk_slots"]),
+    batches=st.lists(st.lists(entry_st, max_size=30), min_size=1, max_size=4),
+    data=st.data(),
+)
+def test_put_hashes_equals_scalar_puts(hash_slots, max_entries, start, batches, data) -> None:
+    """Batch after batch, put_hashes leaves exactly the bytes of putKey called once per
+    entry, and accepts exactly as many entries (batches overflow the small files)."""
+    size = index_file_size(hash_slots, max_entries)
+    vec_buf, loop_buf = bytearray(size), bytearray(size)
+    ctor = {
+        "fresh": {},
+        "rolled": {"end_phy_offset": 4242, "end_timestamp": 1_699_999_990_123},
+        "rolled_ts_only": {"end_timestamp": 1_700_000_050_000},
+        "junk_slots": {"end_timestamp": 5},
+    }[start]
+    vec = IndexFileView.create(vec_buf, hash_slots, max_entries, **ctor)
+    loop = IndexFileView.create(loop_buf, hash_slots, max_entries, **ctor)
+    if start == "junk_slots":  # stale slot values, some pointing past index_count
+        junk = data.draw(st.lists(st.integers(-3, max_entries + 2), min_size=hash_slots, max_size=hash_slots))
+        for buf in (vec_buf, loop_buf):
+            np.frombuffer(buf, ">i4", hash_slots, INDEX_HEADER_BYTES)[:] = junk
+    for batch in batches:
+        hashes, phys, times = (list(col) for col in zip(*batch)) if batch else ([], [], [])
+        want = sum(loop._put_hashed([h], [o], [t]) for h, o, t in batch)  # the scalar putKey, one entry a call
+        got = vec.put_hashes(np.array(hashes, np.int64), np.array(phys, np.int64), np.array(times, np.int64))
+        assert got == want
+        assert bytes(vec_buf) == bytes(loop_buf)
+    assert vec.is_full() == loop.is_full()
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    hash_slots=st.integers(1, 6),
+    max_entries=st.integers(2, 20),
+    rolled=st.booleans(),
+    data=st.data(),
+)
+def test_truncate_equals_never_having_put(hash_slots, max_entries, rolled, data) -> None:
+    """Cutting at a commitlog offset leaves the bytes of a file that only got the entries
+    below it (end_timestamp aside: reconstructed), and puts after the cut give the bytes
+    of a file that never held the dropped entries at all."""
+    n = data.draw(st.integers(1, max_entries - 1))
+    hashes = np.array(data.draw(st.lists(hash_st, min_size=n, max_size=n)), np.int64)
+    phys = np.cumsum(data.draw(st.lists(st.integers(0, 3), min_size=n, max_size=n))).astype(np.int64)
+    times = 1_700_000_000_000 + np.cumsum(data.draw(st.lists(st.integers(0, 2500), min_size=n, max_size=n)))
+    ctor = {"end_phy_offset": 7, "end_timestamp": 1_699_999_987_654} if rolled else {}
+    cut = data.draw(st.integers(int(phys[0]) + 1, int(phys[-1]) + 1))
+    keep = int(np.searchsorted(phys, cut))  # entries below the cut
+    size = index_file_size(hash_slots, max_entries)
+    cut_buf, ref_buf = bytearray(size), bytearray(size)
+    cut_view = IndexFileView.create(cut_buf, hash_slots, max_entries, **ctor)
+    ref_view = IndexFileView.create(ref_buf, hash_slots, max_entries, **ctor)
+    assert cut_view.put_hashes(hashes, phys, times) == n
+    assert ref_view.put_hashes(hashes[:keep], phys[:keep], times[:keep]) == keep
+    assert cut_view.entries_below(cut) == keep
+    cut_view.truncate(keep)
+    h = cut_view.header
+    assert cut_buf[:8] + cut_buf[16:] == ref_buf[:8] + ref_buf[16:]
+    begin = int(times[0])
+    if keep == n:  # nothing at or past the cut: the file is untouched
+        want_end = int(times[-1])
+    else:
+        want_end = begin if keep == 1 else begin + int(cut_view.entries()["time_diff"][-1]) * 1000
+    assert h.end_timestamp == want_end
+    assert 0 <= int(times[keep - 1]) - h.end_timestamp < (1000 if keep > 1 else 1)
+    # New entries after the cut: both files agree to the byte.
+    more = data.draw(st.lists(entry_st, max_size=max_entries))
+    if more:
+        mh, mp, mt = (np.array(col, np.int64) for col in zip(*more))
+        assert cut_view.put_hashes(mh, mp, mt) == ref_view.put_hashes(mh, mp, mt)
+        assert cut_buf == ref_buf
+
+
+def test_truncate_limits() -> None:
+    buf = bytearray(index_file_size(2, 8))
+    view = IndexFileView.create(buf, 2, 8)
+    assert view.entries_below(0) == 0
+    with pytest.raises(ValueError):
+        view.truncate(0)  # an empty file: nothing to keep
+    view.put_hashes([1, 2, 3], [10, 20, 30], [1000, 2000, 3000])
+    assert [view.entries_below(o) for o in (10, 11, 30, 31)] == [0, 1, 2, 3]
+    before = bytes(buf)
+    view.truncate(3)  # keeps everything: unchanged
+    assert bytes(buf) == before
+    for bad in (0, 4):
+        with pytest.raises(ValueError):
+            view.truncate(bad)
 
 
 any_text = st.text(

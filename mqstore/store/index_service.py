@@ -1,0 +1,512 @@
+"""The message-key index of a store: RocketMQ IndexService over ``<store>/index/``.
+
+Files (format in mqstore.formats.index_file):
+
+    <store>/index/<yyyyMMddHHmmssSSS>   creation time in the local time zone, 17 digits
+
+Every file has exactly ``index_file_size(hash_slots, max_entries)`` bytes (420,000,040 by
+default), pre-allocated, zero-filled and mapped read/write (mapped_file.Segment: created
+under ``.tmp`` and renamed). Files are ordered by name; the last one takes new entries
+until it holds ``max_entries - 1``, then the next is created with the previous file's
+end offset and end time (the first-entry quirk, spec 7.3). Entries are in commitlog
+order across all files.
+
+Two values leave the service:
+
+    max_physical_offset   end_phy_offset of the last file (-1 without files): entries
+                          with a smaller commitlog offset are taken as indexed already
+    index_msg_timestamp   the checkpoint's indexMsgTimestamp: end_timestamp of the last
+                          file that became full and was flushed; the caller persists it
+
+Behaviour follows RocketMQ IndexService and DefaultMessageStore.CommitLogDispatcherBuildIndex
+(buildIndex, getAndCreateLastIndexFile, queryOffset, load, deleteExpiredFile), with these
+differences, all on purpose:
+
+* puts come in batches (IndexFileView.put_hashes); the next file is created when an entry
+  needs it (RocketMQ: at the next dispatched message, keys or not);
+* the writer flushes a file that became full itself before moving index_msg_timestamp
+  (RocketMQ: a background thread), and ``close`` flushes every file (as 5.x does);
+* a file whose size differs from the configured one is refused (RocketMQ maps it anyway),
+  ``*.tmp`` leftovers are removed and names that are not 17 digits are ignored;
+* a new name that would equal or sort before the last one (same millisecond, clock set
+  back) becomes the last name plus 1 ms, so name order stays creation order;
+* ``truncate`` has no RocketMQ counterpart (RocketMQ leaves index entries that point past
+  a cut commitlog, and then skips the re-written messages below the stale end offset).
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+import threading
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+import structlog
+
+from mqstore.errors import ConfigError, CorruptFileError, StoreClosedError
+from mqstore.formats.index_file import DEFAULT_HASH_SLOTS, DEFAULT_MAX_ENTRIES, IndexFileView, index_file_size
+from mqstore.store.clock import Clock, SystemClock
+from mqstore.store.mapped_file import Segment, fsync_dir
+
+if TYPE_CHECKING:
+    from mqstore.store.dispatch import DispatchBatch, IndexEntries
+
+log = structlog.get_logger(__name__)
+
+INDEX_DIR = "index"
+MAX_QUERY_RESULTS = 64  # RocketMQ maxMsgsNumBatch: the cap on one query's offsets
+INDEX_NAME_DIGITS = 17
+_NAME_RE = re.compile(r"[0-9]{17}")
+_LONG_MAX = (1 << 63) - 1
+_INT_MAX = (1 << 31) - 1
+
+
+def index_file_name(ms: int) -> str:
+    """The file name of an index file created at ``ms`` (epoch milliseconds), in the
+    local time zone, as RocketMQ's UtilAll.timeMillisToHumanString."""
+    dt = datetime.fromtimestamp(ms // 1000)
+    return f"{dt:%Y%m%d%H%M%S}{ms % 1000:03d}"
+
+
+def _name_after(name: str) -> str:
+    """The name 1 ms after ``name`` (calendar arithmetic on the digits, no time zone)."""
+    try:
+        dt = datetime(int(name[:4]), int(name[4:6]), int(name[6:8]), int(name[8:10]), int(name[10:12]),
+                      int(name[12:14]), int(name[14:17]) * 1000) + timedelta(milliseconds=1)  # fmt: skip
+    except ValueError:  # not a date (a file someone else named): keep the order at least
+        return f"{int(name) + 1:0{INDEX_NAME_DIGITS}d}"
+    return f"{dt:%Y%m%d%H%M%S}{dt.microsecond // 1000:03d}"
+
+
+class _State(enum.Enum):
+    NEW = "new"  # load() not called yet
+    OPEN = "open"
+    CLOSED = "closed"
+
+
+@dataclass(eq=False)
+class _File:
+    name: str
+    seg: Segment
+    view: IndexFileView
+    dirty: bool = False  # written since its last msync
+
+
+@dataclass(frozen=True)
+class IndexPutResult:
+    """What ``put`` did with a batch: ``indexed + skipped`` is the batch size."""
+
+    indexed: int
+    skipped: int  # commitlog offset below the end offset at that point: indexed before (re-dispatch)
+    created_files: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class IndexLoadReport:
+    """The files ``load`` kept and the ones it deleted (abnormal exit, spec 7.5)."""
+
+    files: tuple[str, ...]
+    deleted_files: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class IndexTruncateReport:
+    """What ``truncate`` changed; ``max_physical_offset`` is the value after it."""
+
+    deleted_files: tuple[str, ...]
+    truncated_file: str | None  # the file that kept some of its entries
+    dropped_entries: int
+    max_physical_offset: int
+
+
+@dataclass(frozen=True)
+class IndexStats:
+    """A snapshot of the service.
+
+    files: index files held; entries: entries in them (index_count - 1 each);
+    index_msg_timestamp, max_physical_offset: as the properties of the same names."""
+
+    files: int
+    entries: int
+    index_msg_timestamp: int
+    max_physical_offset: int
+
+
+class IndexService:
+    """The index files of one store; see the module docstring for files and rules.
+
+    Who calls what: ``load`` once, first (store startup, before recovery); recovery may
+    then call ``truncate``. One writer, the dispatcher (reput loop), calls ``put`` (or
+    ``dispatch``) and ``flush``; the cleaner calls ``delete_files_below``, serialised
+    with the writer by an internal lock. ``query``, ``stats`` and the properties may be
+    called from any thread at any time: a query sees each file before or after a put's
+    entries for it, never half of them, and never a file being deleted. ``close`` once,
+    last. The caller persists ``index_msg_timestamp`` in the checkpoint.
+    """
+
+    def __init__(
+        self,
+        store_dir: str | Path,
+        *,
+        hash_slots: int = DEFAULT_HASH_SLOTS,
+        max_entries: int = DEFAULT_MAX_ENTRIES,
+        clock: Clock | None = None,
+        preallocate: bool = True,
+    ) -> None:
+        """Configure the service; nothing is read or created before ``load``.
+
+        ``hash_slots`` and ``max_entries`` are not stored in the files: open a store
+        with the values it was created with (a wrong size is refused at load). A file
+        must hold an entry, so ``max_entries`` >= 2 (ConfigError otherwise)."""
+        if hash_slots <= 0 or max_entries < 2:
+            raise ConfigError(f"index files need hash_slots >= 1 and max_entries >= 2, got {hash_slots}, {max_entries}")
+        self.directory = Path(store_dir) / INDEX_DIR
+        self.hash_slots = hash_slots
+        self.max_entries = max_entries
+        self.file_bytes = index_file_size(hash_slots, max_entries)
+        self._clock = clock or SystemClock()
+        self._preallocate = preallocate
+        self._log = log.bind(directory=str(self.directory))
+        self._write_lock = threading.Lock()  # one mutator at a time: put, truncate, delete, flush, close
+        self._lock = threading.Lock()  # the file list and the bytes of the files, against queries
+        self._files: list[_File] = []  # replaced, never changed in place
+        self._index_msg_timestamp = 0
+        self._state = _State.NEW
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def load(self, clean_shutdown: bool, index_msg_timestamp: int) -> IndexLoadReport:
+        """Open the files (RocketMQ IndexService.load), oldest first.
+
+        ``index_msg_timestamp`` is the checkpoint's value. After an abnormal exit
+        (``clean_shutdown`` False) every file whose end_timestamp is above it is deleted:
+        it was not flushed when full, usually the file being written. Every file must
+        have ``file_bytes`` bytes: CorruptFileError names the first that does not, and
+        nothing is deleted then."""
+        with self._write_lock:
+            if self._state is not _State.NEW:
+                raise RuntimeError(f"IndexService.load() runs once, on a new service (state {self._state.value})")
+            self.directory.mkdir(parents=True, exist_ok=True)
+            names = []
+            for p in self.directory.iterdir():
+                if p.name.endswith(".tmp"):
+                    self._log.warning("unfinished_file_removed", path=str(p))
+                    p.unlink()
+                elif _NAME_RE.fullmatch(p.name) and p.is_file():
+                    names.append(p.name)
+                else:
+                    self._log.warning("stray_file_ignored", path=str(p))
+            names.sort()
+            for name in names:
+                size = (self.directory / name).stat().st_size
+                if size != self.file_bytes:
+                    raise CorruptFileError(
+                        f"{self.directory / name}: index file has {size} bytes, expected {self.file_bytes} "
+                        f"({self.hash_slots} slots x {self.max_entries} entries); open the store with the "
+                        "geometry it was created with"
+                    )
+            files: list[_File] = []
+            deleted: list[str] = []
+            try:
+                for name in names:
+                    seg = Segment.open(self.directory / name, 0, self.file_bytes)
+                    f = _File(name, seg, IndexFileView(seg.mm, self.hash_slots, self.max_entries))
+                    end_ts = f.view.header.end_timestamp
+                    if not clean_shutdown and end_ts > index_msg_timestamp:
+                        self._log.warning("unflushed_index_file_deleted", file=name, end_timestamp=end_ts,
+                                          index_msg_timestamp=index_msg_timestamp)  # fmt: skip
+                        seg.delete()
+                        deleted.append(name)
+                        continue
+                    files.append(f)
+            except BaseException:
+                for f in files:
+                    f.seg.close()
+                raise
+            if deleted:
+                fsync_dir(self.directory)
+            with self._lock:
+                self._files = files
+                self._index_msg_timestamp = index_msg_timestamp
+                self._state = _State.OPEN
+            self._log.info("index_loaded", files=len(files), deleted_files=deleted)
+            return IndexLoadReport(tuple(f.name for f in files), tuple(deleted))
+
+    def flush(self) -> None:
+        """Make every entry put so far durable (msync of the files written since the
+        last flush). Does not move ``index_msg_timestamp``: only full files do."""
+        with self._write_lock:
+            self._check_open()
+            self._flush_dirty()
+
+    def close(self) -> None:
+        """Flush every file and unmap them (RocketMQ 5.x shutdown). Later calls raise
+        StoreClosedError; closing twice is allowed."""
+        with self._write_lock:
+            if self._state is _State.CLOSED:
+                return
+            if self._state is _State.OPEN:
+                self._flush_dirty()
+            with self._lock:
+                files, self._files = self._files, []
+                self._state = _State.CLOSED
+                for f in files:
+                    f.seg.close()
+
+    # ------------------------------------------------------------------ writes (the dispatcher)
+
+    def put(self, entries: IndexEntries) -> IndexPutResult:
+        """Index a batch of (key hash, commitlog offset, store time) in commitlog order
+        (RocketMQ buildIndex for each key of each message, in that order).
+
+        An entry whose offset is below the end offset of the moment (the last file's
+        end_phy_offset, raised by each entry put) is skipped: it was indexed before a
+        restart re-dispatched it. The entry *at* that offset is indexed again, as in
+        RocketMQ. When the last file is full the next one is created, started with the
+        full file's end offset and end time; a file that becomes full is flushed and its
+        end_timestamp becomes ``index_msg_timestamp``.
+
+        ``entries`` is DispatchBatch.index_entries() or any triple of equal-length
+        arrays; key hashes must be index key hashes (ValueError otherwise, before any
+        file is touched). If a new file can not be created (StoreNotWritableError) the
+        entries before it stay indexed: a retry of the batch skips them."""
+        hashes, phys, times = (np.asarray(col, np.int64) for col in entries)
+        if not hashes.ndim == phys.ndim == times.ndim == 1 or not len(hashes) == len(phys) == len(times):
+            raise ValueError(f"index entries are three 1-D arrays of one length, got shapes {hashes.shape}, "
+                             f"{phys.shape}, {times.shape}")  # fmt: skip
+        if len(hashes) and (hashes.min() < 0 or hashes.max() > _INT_MAX):
+            raise ValueError("key hashes must lie in [0, 2**31-1] (index_key_hash)")
+        with self._write_lock:
+            self._check_open()
+            n = len(phys)
+            if n == 0:
+                return IndexPutResult(0, 0, ())
+            files = self._files
+            end0 = files[-1].view.header.end_phy_offset if files else 0
+            floor = np.maximum.accumulate(np.concatenate(([end0], phys[:-1])))
+            keep = phys >= floor
+            skipped = n - int(np.count_nonzero(keep))
+            if skipped:
+                hashes, phys, times = hashes[keep], phys[keep], times[keep]
+                self._log.info("index_entries_skipped", skipped=skipped, end_phy_offset=end0)
+            created: list[str] = []
+            done = 0
+            while done < len(phys):
+                f = self._writable_file(created)
+                with self._lock:
+                    k = f.view.put_hashes(hashes[done:], phys[done:], times[done:])
+                f.dirty = True
+                done += k
+                if f.view.is_full():
+                    self._file_full(f)
+                elif k == 0:  # put_hashes only refuses entries when the file is full
+                    raise CorruptFileError(f"{f.seg.path}: index file took no entry but is not full")
+            return IndexPutResult(done, skipped, tuple(created))
+
+    def dispatch(self, batch: DispatchBatch) -> None:
+        """DispatchSink: index the keys of a dispatched batch (rollbacks are not indexed)."""
+        self.put(batch.index_entries())
+
+    def _writable_file(self, created: list[str]) -> _File:
+        """The last file if it has room, else a new one (getAndCreateLastIndexFile)."""
+        files = self._files
+        last = files[-1] if files else None
+        if last is not None and not last.view.is_full():
+            return last
+        end_phy, end_ts = (last.view.header.end_phy_offset, last.view.header.end_timestamp) if last else (0, 0)
+        if last is not None and self._index_msg_timestamp < end_ts:
+            self._file_full(last)  # loaded full, the checkpoint not moved yet: RocketMQ flushes it now too
+        name = index_file_name(self._clock.now_ms())
+        if last is not None and name <= last.name:
+            name = _name_after(last.name)
+        seg = Segment.create(self.directory / name, 0, self.file_bytes, preallocate=self._preallocate)
+        try:
+            view = IndexFileView.create(seg.mm, self.hash_slots, self.max_entries,
+                                        end_phy_offset=end_phy, end_timestamp=end_ts)  # fmt: skip
+        except BaseException:
+            seg.delete()
+            raise
+        f = _File(name, seg, view, dirty=True)
+        with self._lock:
+            self._files = [*files, f]
+        created.append(name)
+        self._log.info("index_file_created", file=name, begin_phy_offset=end_phy, begin_timestamp=end_ts)
+        return f
+
+    def _file_full(self, f: _File) -> None:
+        """A file became full: make it durable, then let the checkpoint move past it."""
+        f.seg.sync()
+        f.dirty = False
+        h = f.view.header
+        with self._lock:
+            self._index_msg_timestamp = h.end_timestamp
+        self._log.info("index_file_full", file=f.name, entries=h.entries, end_phy_offset=h.end_phy_offset,
+                       end_timestamp=h.end_timestamp)  # fmt: skip
+
+    def _flush_dirty(self) -> None:
+        for f in self._files:
+            if f.dirty:
+                f.seg.sync()
+                f.dirty = False
+
+    # ------------------------------------------------------------------ reads (any thread)
+
+    def query(self, topic: str, key: str, max_num: int = 32, begin: int = 0, end: int = _LONG_MAX) -> list[int]:
+        """Commitlog offsets of messages indexed under ``topic#key`` and stored in
+        [begin, end] (ms), newest first (RocketMQ IndexService.queryOffset).
+
+        At most min(max_num, 64). Files are searched newest to oldest, each only if
+        its time range may hold matches; the search ends after a file that begins
+        before ``begin``. Offsets are *hash* matches: the caller reads each message
+        and compares its keys. Times are the index's reconstructed ones (seconds
+        resolution, spec 7.4)."""
+        max_num = min(max_num, MAX_QUERY_RESULTS)
+        found: list[int] = []
+        if max_num <= 0:
+            return found
+        index_key = f"{topic}#{key}"
+        with self._lock:
+            self._check_open()
+            for f in reversed(self._files):
+                h = f.view.header
+                fb, fe = h.begin_timestamp, h.end_timestamp
+                if (begin < fb and end > fe) or fb <= begin <= fe or fb <= end <= fe:
+                    found += f.view.select(index_key, max_num - len(found), begin, end)
+                if fb < begin or len(found) >= max_num:
+                    break
+        return found
+
+    @property
+    def index_msg_timestamp(self) -> int:
+        """The checkpoint's indexMsgTimestamp: end time of the last file that became
+        full and was flushed (the value ``load`` got until then)."""
+        with self._lock:
+            return self._index_msg_timestamp
+
+    @property
+    def max_physical_offset(self) -> int:
+        """end_phy_offset of the last file (-1 without files): entries below it are
+        skipped by ``put`` as indexed already."""
+        with self._lock:
+            return self._files[-1].view.header.end_phy_offset if self._files else -1
+
+    @property
+    def files(self) -> list[str]:
+        """Names of the index files, oldest first."""
+        with self._lock:
+            return [f.name for f in self._files]
+
+    def stats(self) -> IndexStats:
+        with self._lock:
+            self._check_open()
+            return IndexStats(
+                files=len(self._files),
+                entries=sum(f.view.header.entries for f in self._files),
+                index_msg_timestamp=self._index_msg_timestamp,
+                max_physical_offset=self._files[-1].view.header.end_phy_offset if self._files else -1,
+            )
+
+    # ------------------------------------------------------------------ recovery and cleaning
+
+    def truncate(self, phys_offset: int) -> IndexTruncateReport:
+        """Drop every entry pointing at or after ``phys_offset``: recovery cut the
+        commitlog there, and re-dispatch will index what is written there again.
+
+        From the last file backwards: a file without an entry below ``phys_offset``
+        is deleted (that includes an empty last file); in the first other one, the
+        entries from the first one at or after ``phys_offset`` on are cut in place
+        (IndexFileView.truncate) and the file is flushed. Entries below the cut are
+        all kept, so nothing has to be re-dispatched from before ``phys_offset``, and
+        the end offset drops below it, so ``put`` takes the re-written messages instead
+        of skipping them as indexed. Deleting a whole file would be safe only if
+        re-dispatch started at that file's first entry; the reput offset (the consume
+        queues' end) is usually far later.
+
+        If anything changed, ``index_msg_timestamp`` is lowered to at most the new
+        last file's end_timestamp: every file left is durable now, and the first entry
+        put later lifts the last file above it, so after a crash it is treated as the
+        unflushed file again."""
+        with self._write_lock:
+            self._check_open()
+            deleted: list[str] = []
+            truncated: _File | None = None
+            dropped = 0
+            files = list(self._files)
+            while files:
+                f = files[-1]
+                h = f.view.header
+                keep = f.view.entries_below(phys_offset)
+                if keep == h.entries and (h.entries or h.end_phy_offset < phys_offset):
+                    break  # an empty file counts as cut when it was started with an end at or past the cut
+                held = h.entries
+                dropped += held - keep
+                if keep == 0:
+                    files.pop()
+                    deleted.append(f.name)
+                    with self._lock:
+                        self._files = list(files)
+                        f.seg.delete()
+                    continue
+                with self._lock:
+                    f.view.truncate(keep)
+                f.seg.sync()
+                f.dirty = False
+                truncated = f
+                break
+            if deleted:
+                fsync_dir(self.directory)
+            with self._lock:
+                if (deleted or truncated) and self._files:
+                    new_end = self._files[-1].view.header.end_timestamp
+                    self._index_msg_timestamp = min(self._index_msg_timestamp, new_end)
+                max_phys = self._files[-1].view.header.end_phy_offset if self._files else -1
+            if deleted or truncated:
+                self._log.warning("index_truncated", commitlog_offset=phys_offset, deleted_files=deleted,
+                                  truncated_file=truncated and truncated.name, dropped_entries=dropped)  # fmt: skip
+            return IndexTruncateReport(tuple(deleted), truncated and truncated.name, dropped, max_phys)
+
+    def delete_files_below(self, commitlog_min_offset: int) -> tuple[str, ...]:
+        """Delete the oldest files whose end_phy_offset is below ``commitlog_min_offset``
+        (their messages are gone), stopping at the first that is not; never the last
+        file (RocketMQ deleteExpiredFile). Returns the names deleted."""
+        with self._write_lock:
+            self._check_open()
+            files = self._files
+            n = 0
+            while n < len(files) - 1 and files[n].view.header.end_phy_offset < commitlog_min_offset:
+                n += 1
+            if not n:
+                return ()
+            gone = files[:n]
+            with self._lock:
+                self._files = files[n:]
+                for f in gone:
+                    f.seg.delete()
+            fsync_dir(self.directory)
+            names = tuple(f.name for f in gone)
+            self._log.info("expired_index_files_deleted", files=names, commitlog_min_offset=commitlog_min_offset)
+            return names
+
+    # ------------------------------------------------------------------ helpers
+
+    def _check_open(self) -> None:
+        if self._state is _State.NEW:
+            raise RuntimeError("IndexService.load() must run before the service is used")
+        if self._state is _State.CLOSED:
+            raise StoreClosedError(f"index service of {self.directory} is closed")
+
+
+__all__ = [
+    "INDEX_DIR",
+    "MAX_QUERY_RESULTS",
+    "IndexLoadReport",
+    "IndexPutResult",
+    "IndexService",
+    "IndexStats",
+    "IndexTruncateReport",
+    "index_file_name",
+]
