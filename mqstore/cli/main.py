@@ -78,6 +78,30 @@ def bench_append(
     print(json.dumps(result), flush=True)
 
 
+@bench_app.command("consume")
+def bench_consume(
+    store: StoreOpt,
+    batch: Annotated[int, typer.Option("--batch", min=1, help="Messages per pull.")] = 1000,
+) -> None:
+    """Pull every queue of the store to its end (encoded records, as a broker serves
+    them); last line JSON with messages, seconds, msgs_per_s."""
+    from mqstore.bench.consume import run_consume_bench
+
+    print(json.dumps(run_consume_bench(store, batch=batch)), flush=True)
+
+
+@bench_app.command("query")
+def bench_query(
+    store: StoreOpt,
+    lookups: Annotated[int, typer.Option("--lookups", min=1, help="How many random key lookups.")] = 10_000,
+) -> None:
+    """Random lookups of keys the store holds, through the index; last line JSON with
+    lookups, found, p50_us, p99_us."""
+    from mqstore.bench.consume import run_query_bench
+
+    print(json.dumps(run_query_bench(store, lookups=lookups)), flush=True)
+
+
 @bench_app.command("disk")
 def bench_disk(
     store: StoreOpt,
@@ -129,7 +153,7 @@ def main() -> None:
     """Console entry point: run the app, turning expected errors into a message and exit 1."""
     try:
         app()
-    except (MqStoreError, OSError, ValueError) as e:
+    except (MqStoreError, OSError, ValueError, LookupError) as e:
         print(f"mqstore: error: {e}", file=sys.stderr)
         sys.exit(1)
 

@@ -63,6 +63,30 @@ def register(app: typer.Typer) -> None:
         with open_store(store) as s:
             print_records([s.read_msg_id(msg_id)], fmt.value)
 
+    @app.command("query-msg-by-unique-key")
+    def query_msg_by_unique_key(store: StoreArg, topic: TopicArg,
+                                unique_key: Annotated[str, typer.Argument(help="UNIQ_KEY (the client message id).")],
+                                fmt: FormatArg = Format.json) -> None:  # fmt: skip
+        """Print the messages of a topic with this UNIQ_KEY (through the index)."""
+        with open_store(store) as s:
+            found = s.query_by_unique_key(topic, unique_key)
+            if not found:
+                raise LookupError(f"no message of {topic!r} has UNIQ_KEY {unique_key!r}")
+            print_records(found, fmt.value)
+
+    @app.command("query-msg-by-key")
+    def query_msg_by_key(store: StoreArg, topic: TopicArg, key: Annotated[str, typer.Argument(help="One of the message's KEYS.")],
+                         begin: Annotated[int, typer.Option("--begin", help="Earliest store time, ms since the epoch.")] = 0,
+                         end: Annotated[int, typer.Option("--end", help="Latest store time, ms since the epoch.")] = (1 << 63) - 1,
+                         max_count: Annotated[int, typer.Option("--max", min=1, max=64, help="At most this many (index limit 64).")] = 32,
+                         fmt: FormatArg = Format.json) -> None:  # fmt: skip
+        """Print the messages of a topic whose KEYS hold KEY, newest first (through the index)."""
+        with open_store(store) as s:
+            found = s.query_by_key(topic, key, begin=begin, end=end, max_num=max_count)
+            if not found:
+                raise LookupError(f"no message of {topic!r} has key {key!r} in that time range")
+            print_records(found, fmt.value)
+
     @app.command("query-msg-by-offset")
     def query_msg_by_offset(store: StoreArg, topic: TopicArg, queue: QueueArg,
                             offset: Annotated[int, typer.Option("--offset", min=0, help="Queue offset.")],

@@ -23,7 +23,9 @@ group fsync after the lock is released.
 
 from __future__ import annotations
 
+import enum
 import mmap
+import os
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -90,6 +92,24 @@ class CommitLogStats:
     flush_mode: str
     writable: bool
     error: str | None
+
+
+class DeleteReason(enum.Enum):
+    """Why retention deleted a segment."""
+
+    EXPIRED = "expired"  # file mtime older than the reserved time (RocketMQ fileReservedTime)
+    FORCED = "forced"  # not expired; deleted to free disk space (RocketMQ cleanImmediately)
+
+
+@dataclass(frozen=True)
+class DeletedSegment:
+    """A segment ``delete_segments`` removed: commitlog bytes [base_offset, end_offset)."""
+
+    name: str
+    base_offset: int
+    end_offset: int
+    modified_ms: int  # the file's mtime when it was judged
+    reason: DeleteReason
 
 
 @dataclass(frozen=True)
@@ -536,6 +556,23 @@ class CommitLog:
         except ValueError as e:
             raise OffsetError(f"no record starts at commitlog offset {physical_offset}: {e}") from e
 
+    def read_raw(self, physical_offsets: np.ndarray, sizes: np.ndarray) -> list[bytes]:
+        """The stored bytes of many records (what a broker sends to consumers: RocketMQ
+        pulls hand out commitlog bytes, clients decode). Offsets must come from the
+        store (consume-queue units); ones below the min offset raise OffsetError."""
+        self._check_open()
+        if len(physical_offsets) and int(physical_offsets.min()) < self._segments.min_offset:
+            raise OffsetError(f"commitlog offset {int(physical_offsets.min())} was deleted (min {self._segments.min_offset})")
+        seg_bytes = self.config.segment_bytes
+        first = self._segments.min_offset
+        segs = self._segments.segments
+        out = []
+        for p, n in zip(physical_offsets.tolist(), sizes.tolist()):
+            seg = segs[(p - first) // seg_bytes]
+            local = p - seg.base_offset
+            out.append(seg.mm[local : local + n])
+        return out
+
     def read_range(self, offset: int, *, max_records: int = 1000, max_bytes: int = 4 << 20) -> ReadBatch:
         """Decode records from ``offset`` on, across segments, stopping at the write
         position, after ``max_records`` or before exceeding ``max_bytes`` (at least
@@ -550,6 +587,8 @@ class CommitLog:
             self._segment_for_read(pos)
         while pos < wrote and len(out) < max_records and used < max_bytes:
             seg = self._segments.find(pos)
+            if seg is None:  # retention deleted it since the check above
+                raise OffsetError(f"commitlog offset {pos} is below the min offset {self._segments.min_offset}")
             local = pos - seg.base_offset
             end = min(seg.size, wrote - seg.base_offset)
             res = scan_records(seg.mm, local, end, check_crc=False, max_records=max_records - len(out),
@@ -576,6 +615,11 @@ class CommitLog:
         pos = max(offset, self._segments.min_offset)
         while pos < end_of_data:
             seg = self._segments.find(pos)
+            if seg is None:  # retention deleted it since ``pos`` was chosen: go on from the new min
+                if self._segments.min_offset <= pos:
+                    break
+                pos = self._segments.min_offset
+                continue
             local = pos - seg.base_offset
             res = scan_records(seg.mm, local, min(seg.size, end_of_data - seg.base_offset), check_crc=False,
                                max_bytes=max_bytes, base_offset=seg.base_offset, fields=True)  # fmt: skip
@@ -624,6 +668,62 @@ class CommitLog:
         if seg is None:
             raise OffsetError(f"commitlog offset {offset} is in no segment")
         return seg
+
+    # ------------------------------------------------------------------ retention
+
+    def delete_segments(
+        self, *, older_than_ms: int | None, now_ms: int, max_offset: int, force_count: int = 0, max_count: int = 10,
+    ) -> list[DeletedSegment]:  # fmt: skip
+        """Delete whole segments from the oldest on (RocketMQ deleteExpiredFileByTime);
+        returns what went, oldest first. Called by one retention thread at a time.
+
+        A segment goes if it is eligible and either expired (``now_ms`` minus its
+        file's mtime is >= ``older_than_ms``; RocketMQ judges by the file's last
+        modified time, not by the store time of its last record) or one of the first
+        ``force_count`` segments this call looks at (forced, to free space). Eligible:
+        not the last segment (it holds the write position) and entirely below
+        ``max_offset``, which the caller sets to the dispatcher's reput offset so no
+        undispatched record is ever deleted. The walk stops at the first segment that
+        stays, so the commitlog remains contiguous, and after ``max_count`` deletions
+        (RocketMQ DELETE_FILES_BATCH_MAX = 10).
+
+        Readers: ``min_offset`` moves up at once, so a read that starts later gets
+        OffsetError; a read that already found a deleted segment finishes on its map,
+        which stays valid until the last reference goes (SegmentQueue.release_detached).
+        """
+        self._check_open()
+        if max_count <= 0 or force_count < 0:
+            raise ValueError("max_count must be > 0 and force_count >= 0")
+        segs = self._segments.segments
+        limit = min(max_offset, self._wrote)
+        chosen: list[DeletedSegment] = []
+        for i, seg in enumerate(segs[:-1]):
+            if len(chosen) >= max_count or seg.end_offset > limit:
+                break
+            try:
+                modified_ms = os.stat(seg.path).st_mtime_ns // 1_000_000
+            except FileNotFoundError:
+                modified_ms = 0  # removed behind our back: nothing left to keep
+            if older_than_ms is not None and now_ms - modified_ms >= older_than_ms:
+                reason = DeleteReason.EXPIRED
+            elif i < force_count:
+                reason = DeleteReason.FORCED
+            else:
+                break
+            chosen.append(DeletedSegment(seg.path.name, seg.base_offset, seg.end_offset, modified_ms, reason))
+        if not chosen:
+            return []
+        with self._put_lock:  # appends add segments; the list is swapped under the same lock
+            self._check_open()
+            if any(a is not b for a, b in zip(self._segments.segments, segs[: len(chosen)])):
+                return []  # the queue changed under us (not expected: one retention thread); try next run
+            detached = self._segments.detach_first(len(chosen))
+        self._segments.release_detached(detached)
+        for d in chosen:
+            log_fn = log.warning if d.reason is DeleteReason.FORCED else log.info
+            log_fn("segment_deleted", segment=d.name, reason=d.reason.value, base_offset=d.base_offset,
+                   end_offset=d.end_offset, modified_ms=d.modified_ms, age_ms=now_ms - d.modified_ms)  # fmt: skip
+        return chosen
 
     # ------------------------------------------------------------------ durability & lifecycle
 
@@ -684,6 +784,19 @@ class CommitLog:
     def min_offset(self) -> int:
         return self._segments.min_offset
 
+    def raise_queue_offsets(self, next_offsets: dict[QueueKey, int]) -> None:
+        """Raise the next queue offset of each (topic, queue id) to at least the given
+        value (RocketMQ recoverTopicQueueTable takes the table from the consume queues'
+        max offsets). Recovery rebuilds the table from the segments it has, so once
+        retention deleted every record of a queue, only its consume queue remembers
+        how far it went; without this its next message would get queue offset 0 again.
+        The store calls it after the consume queues recovered, before appends start."""
+        with self._put_lock:
+            table = self._queue_offsets
+            for key, nxt in next_offsets.items():
+                if nxt > table.get(key, 0):
+                    table[key] = int(nxt)
+
     def queue_offset(self, topic: str, queue_id: int) -> int:
         """The next queue offset ``(topic, queue_id)`` will get (0 if never used)."""
         return self._queue_offsets.get((topic, queue_id), 0)
@@ -723,4 +836,4 @@ class CommitLog:
         self.close()
 
 
-__all__ = ["COMMITLOG_DIR", "CommitLog", "CommitLogStats", "ReadBatch", "ScanChunk"]
+__all__ = ["COMMITLOG_DIR", "CommitLog", "CommitLogStats", "DeleteReason", "DeletedSegment", "ReadBatch", "ScanChunk"]

@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 import structlog
 
-from mqstore.errors import OffsetError, StoreClosedError
+from mqstore.errors import ConfigError, OffsetError, StoreClosedError
 from mqstore.formats.javahash import tags_code
 from mqstore.formats.message import MessageRecord
 from mqstore.formats.msgid import parse_offset_msg_id
@@ -37,6 +37,7 @@ from mqstore.store.config import FlushMode, StoreConfig
 from mqstore.store.config_files import ConsumerOffsets, TopicConfigs, parse_delay_levels
 from mqstore.store.consume_queues import ConsumeQueues
 from mqstore.store.dispatch import ReputLoop
+from mqstore.store.index_service import IndexService
 from mqstore.store.layout import resolve_layout
 from mqstore.store.schedule import DelayScheduler, rewrite_delayed
 from mqstore.store.messages import AppendResult, MessageBatch
@@ -64,6 +65,16 @@ class ConsumerProgress:
     broker_offset: int
     consumer_offset: int
     lag: int
+
+
+@dataclass(frozen=True)
+class RawPullResult:
+    """Encoded messages of one queue (see ``MessageStore.pull_raw``)."""
+
+    messages: list[bytes]
+    next_offset: int
+    min_offset: int
+    max_offset: int
 
 
 @dataclass(frozen=True)
@@ -106,6 +117,13 @@ class MessageStore:
             self.consume_queues.load()
             self.consume_queues.recover(self.commitlog, verify_tail=not self.commitlog.recovery.clean_shutdown)
             sinks = [self.consume_queues]
+            self.index: IndexService | None = None
+            if cfg.message_index_enable:
+                self.index = IndexService(self.store_dir, hash_slots=cfg.index_hash_slots,
+                                          max_entries=cfg.index_max_entries, clock=self._clock)  # fmt: skip
+                self.index.load(self.commitlog.recovery.clean_shutdown, self.commitlog.checkpoint.index_msg_timestamp)
+                self.index.truncate(self.commitlog.wrote)
+                sinks.append(self.index)
             reput_from = self._resume_offset()
             limit = (lambda: self.commitlog.flushed) if cfg.flush_mode is FlushMode.SYNC else (lambda: self.commitlog.wrote)
             self._delays_ms = parse_delay_levels(cfg.message_delay_level)
@@ -122,6 +140,8 @@ class MessageStore:
             self._stop.set()
             if self._flusher is not None:
                 self._flusher.join()
+            if getattr(self, "index", None) is not None:
+                self.index.close()
             self.consume_queues.close()
             self.commitlog.close()
             raise
@@ -129,6 +149,8 @@ class MessageStore:
     def _resume_offset(self) -> int:
         rec = self.commitlog.recovery
         candidates = [max(self.consume_queues.max_physical_offset(), self.commitlog.min_offset)]
+        if self.index is not None:  # from the last indexed message on (it is indexed again: RocketMQ does too)
+            candidates.append(max(self.index.max_physical_offset, self.commitlog.min_offset))
         if not rec.clean_shutdown and rec.start_segment is not None:
             candidates.append(int(rec.start_segment))
         return max(min(candidates), self.commitlog.min_offset)
@@ -195,6 +217,25 @@ class MessageStore:
                 break
         return PullResult(records, nxt, lo, hi)
 
+    def pull_raw(self, topic: str, queue_id: int, offset: int, *, max_count: int = 32,
+                 tags_codes: set[int] | None = None) -> RawPullResult:  # fmt: skip
+        """Like ``pull`` but the messages stay encoded (the stored record bytes, as a
+        broker hands them to clients), filtered by tagsCode only, as RocketMQ's broker
+        does (clients check the tag strings). The fast path for consumers."""
+        self._check_open()
+        cq = self.consume_queues.find(topic, queue_id)
+        if cq is None:
+            return RawPullResult([], offset, 0, 0)
+        lo, hi = cq.min_offset, cq.max_offset
+        start = min(max(offset, lo), hi)
+        units = cq.read_units(start, max_count)
+        keep = units["size"] != 0x7FFFFFFF  # pre-blank units hold no message
+        if tags_codes is not None:
+            keep &= np.isin(units["tags_code"], np.fromiter(tags_codes, np.int64))
+        sel = units[keep]
+        data = self.commitlog.read_raw(sel["commitlog_offset"].astype(np.int64), sel["size"].astype(np.int64))
+        return RawPullResult(data, start + len(units), lo, hi)
+
     def read_msg_id(self, msg_id: str) -> MessageRecord:
         """The record an offset msgId names (mqadmin queryMsgById)."""
         self._check_open()
@@ -247,6 +288,29 @@ class MessageStore:
             rows.append(ConsumerProgress(topic, qid, broker, consumed, max(0, broker - consumed)))
         return rows
 
+    def query_by_key(self, topic: str, key: str, *, begin: int = 0, end: int = (1 << 63) - 1, max_num: int = 32) -> list[MessageRecord]:
+        """Messages of ``topic`` whose KEYS hold ``key``, stored in [begin, end] (ms),
+        newest first, at most ``max_num`` (RocketMQ caps index lookups at 64)."""
+        return self._query_index(topic, key, begin, end, max_num, lambda r: key in (r.keys or "").split(" "))
+
+    def query_by_unique_key(self, topic: str, unique_key: str, *, max_num: int = 32) -> list[MessageRecord]:
+        """Messages of ``topic`` with this UNIQ_KEY (the client's message id)."""
+        return self._query_index(topic, unique_key, 0, (1 << 63) - 1, max_num, lambda r: r.unique_key == unique_key)
+
+    def _query_index(self, topic, key, begin, end, max_num, matches) -> list[MessageRecord]:
+        self._check_open()
+        if self.index is None:
+            raise ConfigError("the message index is disabled for this store (message_index_enable=False)")
+        out = []
+        for offset in self.index.query(topic, key, max_num=max_num, begin=begin, end=end):
+            try:
+                rec = self.commitlog.read(offset)
+            except OffsetError:
+                continue  # deleted by retention
+            if rec.topic == topic and matches(rec) and begin <= rec.store_timestamp <= end:  # hash hits may collide
+                out.append(rec)
+        return out
+
     def read_queue_offset(self, topic: str, queue_id: int, queue_offset: int) -> MessageRecord:
         """The message at one queue offset (mqadmin queryMsgByOffset)."""
         self._check_open()
@@ -271,8 +335,12 @@ class MessageStore:
     def _flush_derived(self) -> None:
         ts = self.consume_queues.last_dispatched_timestamp  # sampled before the flush, as RocketMQ does
         self.consume_queues.flush()
-        if ts:
-            self.commitlog.note_derived_progress(logics_timestamp=ts)
+        index_ts = None
+        if self.index is not None:
+            self.index.flush()
+            index_ts = self.index.index_msg_timestamp or None
+        if ts or index_ts:
+            self.commitlog.note_derived_progress(logics_timestamp=ts or None, index_timestamp=index_ts)
 
     def _check_open(self) -> None:
         if self._closed:
@@ -290,6 +358,8 @@ class MessageStore:
             self._flusher.join()
         self._flush_derived()
         self.consumer_offsets.close()
+        if self.index is not None:
+            self.index.close()
         self.consume_queues.close()
         self.commitlog.close()
 
@@ -300,4 +370,4 @@ class MessageStore:
         self.close()
 
 
-__all__ = ["ConsumerProgress", "MessageStore", "PullResult", "QueueStatus"]
+__all__ = ["ConsumerProgress", "MessageStore", "PullResult", "QueueStatus", "RawPullResult"]

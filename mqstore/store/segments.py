@@ -8,6 +8,7 @@ changes); readers may call ``find`` concurrently with appends.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import structlog
@@ -105,13 +106,45 @@ class SegmentQueue:
 
     def sync_range(self, start: int, end: int) -> None:
         """Make commitlog bytes [start, end) durable, segment by segment."""
-        if end <= start or not self.segments:
+        segs = self.segments  # one snapshot: retention may replace the list meanwhile
+        if end <= start or not segs:
             return
-        first = self.segments[0].base_offset
+        first = segs[0].base_offset
         lo = max(0, (start - first) // self.segment_bytes)
-        hi = min(len(self.segments) - 1, (end - 1 - first) // self.segment_bytes)
-        for seg in self.segments[lo : hi + 1]:
+        hi = min(len(segs) - 1, (end - 1 - first) // self.segment_bytes)
+        for seg in segs[lo : hi + 1]:
             seg.sync(max(start, seg.base_offset) - seg.base_offset, min(end, seg.end_offset) - seg.base_offset)
+
+    def detach_first(self, count: int) -> list[Segment]:
+        """Take the ``count`` oldest segments out of the queue (retention); the caller
+        holds the writer's lock and passes them to ``release_detached`` afterwards.
+
+        The list is replaced, never changed in place, so a reader's snapshot
+        (``find``, ``sync_range``) stays consistent. The last segment is never taken:
+        it holds the write position, and an empty queue would report min offset 0."""
+        segs = self.segments
+        if not 0 <= count < len(segs):
+            raise ValueError(f"cannot detach {count} of {len(segs)} segments: the last one must stay")
+        self.segments = segs[count:]
+        return segs[:count]
+
+    def release_detached(self, detached: list[Segment]) -> None:
+        """Unlink detached segments, oldest first (a crash midway leaves a contiguous
+        queue), close their file descriptors and fsync the directory once.
+
+        Their maps are left open on purpose: a reader that found such a segment before
+        it was detached keeps reading valid bytes (the inode lives while it is mapped),
+        and CPython frees the map, and with it the disk space, when the last reference
+        to the segment or its map goes. This plays the part of RocketMQ's
+        ReferenceResource hold/release without a count, and no reader ever sees a
+        closed map. (Segment has no method that closes the fd alone, hence ``_fd``.)"""
+        for seg in detached:
+            seg.path.unlink(missing_ok=True)
+            if seg._fd >= 0:  # noqa: SLF001
+                os.close(seg._fd)  # noqa: SLF001
+                seg._fd = -1  # noqa: SLF001  # closed: close() will not touch the map
+        if detached:
+            fsync_dir(self.directory)
 
     def close(self) -> None:
         for seg in self.segments:

@@ -13,7 +13,7 @@ from mqstore.formats.javahash import tags_code
 from mqstore.store import Message, MessageBatch, StoreConfig
 from mqstore.store.message_store import MessageStore
 
-CFG = StoreConfig(segment_bytes=256 * 1024, consume_queue_file_bytes=20 * 50)
+CFG = StoreConfig(segment_bytes=256 * 1024, consume_queue_file_bytes=20 * 50, index_hash_slots=512, index_max_entries=2048)
 
 
 def fill(store: MessageStore, batches: int = 40) -> None:

@@ -10,7 +10,7 @@ from mqstore.store import Message, MessageBatch, StoreConfig
 from mqstore.store.message_store import MessageStore
 from mqstore.store.schedule import SCHEDULE_SOURCE, SCHEDULE_TOPIC
 
-CFG = StoreConfig(segment_bytes=256 * 1024)
+CFG = StoreConfig(segment_bytes=256 * 1024, index_hash_slots=512, index_max_entries=2048)
 
 
 class StepClock:

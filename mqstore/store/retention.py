@@ -1,0 +1,293 @@
+"""Commitlog retention and the cleaning of derived files below it
+(RocketMQ DefaultMessageStore.CleanCommitLogService + CleanConsumeQueueService).
+
+One ``run_once(now_ms)`` does, in this order:
+
+    1. disk usage u = disk_usage() (default: used/total of the commitlog's filesystem,
+       which is RocketMQ's (total - free)/total);
+    2. expired deletion, when the local hour of ``now_ms`` is listed in ``delete_when``
+       or u >= disk_max_used_ratio or u >= clean_forcibly_ratio: segments whose file
+       mtime is at least ``file_reserved_hours`` old, oldest first;
+    3. forced deletion, when u >= clean_forcibly_ratio (and clean_forcibly_enable): the
+       oldest remaining segments although not expired, one at a time, disk usage asked
+       again after each, until it is below clean_forcibly_ratio or nothing is eligible;
+       at most ``max_deletes_per_run`` deletions per run for steps 2 and 3 together
+       (RocketMQ DELETE_FILES_BATCH_MAX = 10; RocketMQ does not ask again and deletes
+       up to 10 per run while the disk stays above the threshold). Logged as errors;
+       the report names the commitlog range that went away;
+    4. consume-queue files whose last unit points below the new commitlog min offset
+       are deleted and every queue's min offset is corrected
+       (ConsumeQueue.delete_files_below), then the index's files
+       (``index.delete_files_below``), whenever the commitlog min offset moved up
+       since the last run (and on the first run, so files left over from before a
+       restart go too).
+
+Never deleted: the last commitlog segment (it holds the write position) and any segment
+not entirely below the dispatcher's reput offset (so the consume queues and the index
+never lose a record they have not been built from).
+
+u >= warning_ratio sets ``disk_full`` in the report and logs an error; RocketMQ then
+refuses writes (runningFlags.makeDiskFull). Refusing writes is the caller's decision.
+
+Who calls what: one thread (``start`` runs one, or the caller's scheduler) calls
+``run_once``; it may run while other threads append, dispatch and read. Stop it before
+the store closes.
+"""
+
+from __future__ import annotations
+
+import shutil
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import structlog
+
+from mqstore.errors import ConfigError
+from mqstore.formats.names import offset_to_file_name
+from mqstore.store.clock import Clock, SystemClock
+from mqstore.store.commitlog import COMMITLOG_DIR, CommitLog, DeletedSegment, DeleteReason
+from mqstore.store.consume_queues import ConsumeQueues
+
+log = structlog.get_logger(__name__)
+
+_HOUR_MS = 3_600_000
+
+
+@dataclass(frozen=True, kw_only=True)
+class RetentionConfig:
+    """When commitlog segments are deleted (RocketMQ MessageStoreConfig, spec section 14)."""
+
+    file_reserved_hours: int = 72  # fileReservedTime
+    delete_when: str = "04"  # deleteWhen: hours of the day, local time, ';'-separated
+    disk_max_used_ratio: float = 0.75  # diskMaxUsedSpaceRatio: expired files go at any hour
+    clean_forcibly_ratio: float = 0.85  # diskSpaceCleanForciblyRatio: unexpired files go too
+    warning_ratio: float = 0.90  # diskSpaceWarningLevelRatio: the disk counts as full
+    clean_forcibly_enable: bool = True  # cleanFileForciblyEnable
+    max_deletes_per_run: int = 10  # DELETE_FILES_BATCH_MAX (5.x deleteFileBatchMax)
+    check_interval_ms: int = 10_000  # cleanResourceInterval
+
+    def __post_init__(self) -> None:
+        if self.file_reserved_hours < 0:
+            raise ConfigError(f"file_reserved_hours must be >= 0, got {self.file_reserved_hours}")
+        self.delete_hours  # noqa: B018  # parses and checks delete_when
+        for name in ("disk_max_used_ratio", "clean_forcibly_ratio", "warning_ratio"):
+            if not 0 < getattr(self, name) <= 1:
+                raise ConfigError(f"{name} must be in (0, 1], got {getattr(self, name)}")
+        for name in ("max_deletes_per_run", "check_interval_ms"):
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"{name} must be > 0, got {getattr(self, name)}")
+
+    @property
+    def delete_hours(self) -> frozenset[int]:
+        """The hours of ``delete_when`` (RocketMQ UtilAll.isItTimeToDo: Integer.parseInt
+        of each ';'-separated part, compared with the local HOUR_OF_DAY)."""
+        hours = set()
+        for part in self.delete_when.split(";"):
+            try:
+                h = int(part.strip())
+            except ValueError:
+                raise ConfigError(f"delete_when must be ';'-separated hours 0-23, got {self.delete_when!r}") from None
+            if not 0 <= h <= 23:
+                raise ConfigError(f"delete_when hour {h} is not in 0-23")
+            hours.add(h)
+        return frozenset(hours)
+
+
+class IndexLike(Protocol):
+    """What retention needs of an index (IndexService): drop files wholly below an offset."""
+
+    def delete_files_below(self, commitlog_min_offset: int): ...
+
+
+@dataclass(frozen=True)
+class RetentionReport:
+    """What one ``run_once`` saw and did.
+
+    ``forced_range`` is the commitlog range [start, end) that forced deletion removed
+    (None if none): records there had not expired, so consumers that had not read them
+    lost them. ``queue_min_offsets`` maps each consume queue whose min offset moved to
+    (before, after): a group whose committed offset in that queue is below ``after``
+    lost the messages [max(offset, before), after), or [offset, after) if it had not
+    reached ``before``.
+    """
+
+    now_ms: int
+    disk_usage: float
+    time_to_delete: bool  # the local hour is in delete_when
+    space_to_delete: bool  # disk_usage >= disk_max_used_ratio
+    forced: bool  # disk_usage >= clean_forcibly_ratio (and clean_forcibly_enable)
+    disk_full: bool  # disk_usage >= warning_ratio
+    reput_offset: int
+    min_offset_before: int
+    min_offset_after: int
+    deleted: tuple[DeletedSegment, ...]
+    forced_range: tuple[int, int] | None
+    held_by_reput: bool  # a segment was due but not yet dispatched, so it stayed
+    consume_queue_files_deleted: dict[tuple[str, int], tuple[str, ...]] = field(default_factory=dict)
+    queue_min_offsets: dict[tuple[str, int], tuple[int, int]] = field(default_factory=dict)
+    index_files_deleted: tuple[str, ...] = ()
+
+
+def _default_disk_usage(commitlog: CommitLog) -> Callable[[], float]:
+    path = commitlog.store_dir / COMMITLOG_DIR
+
+    def usage() -> float:
+        u = shutil.disk_usage(path)
+        return u.used / u.total if u.total else 1.0
+
+    return usage
+
+
+def _local_hour(now_ms: int) -> int:
+    return time.localtime(now_ms / 1000).tm_hour
+
+
+class Retention:
+    """Deletes old commitlog segments and the derived files below them; see the module docstring."""
+
+    def __init__(
+        self,
+        commitlog: CommitLog,
+        consume_queues: ConsumeQueues,
+        *,
+        reput_offset: Callable[[], int],
+        index: IndexLike | None = None,
+        config: RetentionConfig | None = None,
+        clock: Clock | None = None,
+        disk_usage: Callable[[], float] | None = None,
+        local_hour: Callable[[int], int] = _local_hour,
+    ) -> None:
+        self._commitlog = commitlog
+        self._queues = consume_queues
+        self._reput_offset = reput_offset
+        self._index = index
+        self.config = config or RetentionConfig()
+        self._clock = clock or SystemClock()
+        self._disk_usage = disk_usage or _default_disk_usage(commitlog)
+        self._local_hour = local_hour
+        self._derived_min = -1  # commitlog min offset the derived files were last cleaned for
+        self._disk_full = False
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.error: BaseException | None = None  # the last failed run, if the loop hit one
+
+    # ------------------------------------------------------------------ one pass
+
+    def run_once(self, now_ms: int) -> RetentionReport:
+        """One pass of the steps in the module docstring at wall-clock time ``now_ms``."""
+        cfg = self.config
+        cl = self._commitlog
+        usage = self._disk_usage()
+        time_up = self._local_hour(now_ms) in cfg.delete_hours
+        space = usage >= cfg.disk_max_used_ratio
+        forced = cfg.clean_forcibly_enable and usage >= cfg.clean_forcibly_ratio
+        disk_full = usage >= cfg.warning_ratio
+        self._note_disk_state(usage, disk_full)
+        reput = self._reput_offset()
+        before = cl.min_offset
+        deleted: list[DeletedSegment] = []
+        if time_up or space or forced:
+            deleted += cl.delete_segments(older_than_ms=cfg.file_reserved_hours * _HOUR_MS, now_ms=now_ms,
+                                          max_offset=reput, max_count=cfg.max_deletes_per_run)  # fmt: skip
+        forced_deleted: list[DeletedSegment] = []
+        forced_stuck = False  # forced deletion wanted more but found nothing eligible
+        while forced and len(deleted) < cfg.max_deletes_per_run:
+            if deleted and self._disk_usage() < cfg.clean_forcibly_ratio:
+                break
+            got = cl.delete_segments(older_than_ms=None, now_ms=now_ms, max_offset=reput, force_count=1, max_count=1)
+            if not got:
+                forced_stuck = True
+                break
+            forced_deleted += got
+            deleted += got
+        forced_range = (forced_deleted[0].base_offset, forced_deleted[-1].end_offset) if forced_deleted else None
+        if forced_range is not None:
+            log.error("commitlog_forced_deletion", disk_usage=round(usage, 4), ratio=cfg.clean_forcibly_ratio,
+                      segments=[d.name for d in forced_deleted], lost_from=forced_range[0],
+                      lost_to=forced_range[1])  # fmt: skip
+        held = (time_up or space or forced) and self._held_by_reput(now_ms, reput, forced_stuck)
+        after = cl.min_offset
+        cq_files: dict[tuple[str, int], tuple[str, ...]] = {}
+        cq_mins: dict[tuple[str, int], tuple[int, int]] = {}
+        index_files: tuple[str, ...] = ()
+        if after > self._derived_min:
+            index_files = self._clean_derived(after, cq_files, cq_mins)
+            self._derived_min = after
+        if deleted:
+            log.info("retention_ran", deleted=len(deleted), min_offset=after, reput_offset=reput,
+                     disk_usage=round(usage, 4))  # fmt: skip
+        return RetentionReport(
+            now_ms=now_ms, disk_usage=usage, time_to_delete=time_up, space_to_delete=space, forced=forced,
+            disk_full=disk_full, reput_offset=reput, min_offset_before=before, min_offset_after=after,
+            deleted=tuple(deleted), forced_range=forced_range, held_by_reput=held,
+            consume_queue_files_deleted=cq_files, queue_min_offsets=cq_mins, index_files_deleted=index_files,
+        )  # fmt: skip
+
+    def _held_by_reput(self, now_ms: int, reput: int, forced: bool) -> bool:
+        """True if the oldest segment, not the last one, was due (expired, or any when
+        forced) but stayed because the dispatcher has not passed its end."""
+        cl = self._commitlog
+        first = cl.min_offset
+        end = first + cl.config.segment_bytes
+        if end <= reput or end >= cl.wrote:
+            return False
+        if not forced:
+            try:
+                mtime_ms = (cl.store_dir / COMMITLOG_DIR / offset_to_file_name(first)).stat().st_mtime_ns // 1_000_000
+            except FileNotFoundError:
+                return False
+            if now_ms - mtime_ms < self.config.file_reserved_hours * _HOUR_MS:
+                return False
+        log.warning("retention_held_by_reput", segment=offset_to_file_name(first), reput_offset=reput)
+        return True
+
+    def _clean_derived(self, commitlog_min: int, cq_files: dict, cq_mins: dict) -> tuple[str, ...]:
+        """Consume-queue files wholly below ``commitlog_min`` go, min offsets move up,
+        then the index's files (RocketMQ CleanConsumeQueueService.deleteExpiredFiles).
+        Fills ``cq_files`` and ``cq_mins``; returns the index files deleted."""
+        for cq in self._queues.all():
+            key = (cq.topic, cq.queue_id)
+            old_min = cq.min_offset
+            files = cq.delete_files_below(commitlog_min)  # also corrects the min offset
+            if files:
+                cq_files[key] = tuple(files)
+            if cq.min_offset != old_min:
+                cq_mins[key] = (old_min, cq.min_offset)
+        if self._index is None:
+            return ()
+        return tuple(self._index.delete_files_below(commitlog_min) or ())
+
+    def _note_disk_state(self, usage: float, full: bool) -> None:
+        if full and not self._disk_full:
+            log.error("disk_full", disk_usage=round(usage, 4), ratio=self.config.warning_ratio)
+        elif not full and self._disk_full:
+            log.info("disk_space_ok", disk_usage=round(usage, 4))
+        self._disk_full = full
+
+    # ------------------------------------------------------------------ background loop
+
+    def start(self) -> None:
+        """Run ``run_once(clock.now_ms())`` every ``check_interval_ms`` in a daemon thread."""
+        self._thread = threading.Thread(target=self._run, name="mqstore-retention", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop the loop after the pass in hand (call before closing the store)."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.config.check_interval_ms / 1000):
+            try:
+                self.run_once(self._clock.now_ms())
+                self.error = None
+            except Exception as e:  # a failed pass is retried next interval, as RocketMQ does
+                self.error = e
+                log.error("retention_failed", error=repr(e))
+
+
+__all__ = ["IndexLike", "Retention", "RetentionConfig", "RetentionReport"]
