@@ -561,11 +561,11 @@ class CommitLog:
         pulls hand out commitlog bytes, clients decode). Offsets must come from the
         store (consume-queue units); ones below the min offset raise OffsetError."""
         self._check_open()
-        if len(physical_offsets) and int(physical_offsets.min()) < self._segments.min_offset:
-            raise OffsetError(f"commitlog offset {int(physical_offsets.min())} was deleted (min {self._segments.min_offset})")
+        segs = self._segments.segments  # one snapshot: retention may replace the list meanwhile
+        first = segs[0].base_offset if segs else 0
+        if len(physical_offsets) and int(physical_offsets.min()) < first:
+            raise OffsetError(f"commitlog offset {int(physical_offsets.min())} was deleted (min {first})")
         seg_bytes = self.config.segment_bytes
-        first = self._segments.min_offset
-        segs = self._segments.segments
         out = []
         for p, n in zip(physical_offsets.tolist(), sizes.tolist()):
             seg = segs[(p - first) // seg_bytes]

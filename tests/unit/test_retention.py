@@ -12,6 +12,7 @@ import time
 import weakref
 from pathlib import Path
 
+import numpy as np
 import pytest
 from structlog.testing import capture_logs
 
@@ -321,6 +322,7 @@ def test_concurrent_reads_appends_and_deletes(tmp_path: Path) -> None:
     with MessageStore(tmp_path, CFG) as s:
         offsets = fill(s, 30)
         assert s.wait_dispatched()
+        sizes = {o: s.commitlog.read(o).total_size for o in offsets}
         stop = threading.Event()
         errors: list[BaseException] = []
         counts = {"ok": 0, "gone": 0, "pulled": 0}
@@ -336,6 +338,9 @@ def test_concurrent_reads_appends_and_deletes(tmp_path: Path) -> None:
                         elif kind == "range":
                             batch = s.commitlog.read_range(off, max_records=64)
                             assert batch.records[0].physical_offset == off
+                        elif kind == "raw":
+                            (raw,) = s.commitlog.read_raw(np.array([off]), np.array([sizes[off]]))
+                            assert int.from_bytes(raw[28:36], "big") == off  # PHYSICALOFFSET: the right bytes
                         else:
                             q = rng.randrange(QUEUES)
                             recs = s.pull("T", q, rng.randrange(200), max_count=16).records
@@ -355,7 +360,7 @@ def test_concurrent_reads_appends_and_deletes(tmp_path: Path) -> None:
             except BaseException as e:  # noqa: BLE001
                 errors.append(e)
 
-        threads = [threading.Thread(target=reader, args=(k,)) for k in ("read", "range", "pull", "read", "range")]
+        threads = [threading.Thread(target=reader, args=(k,)) for k in ("read", "range", "pull", "raw", "raw")]
         threads.append(threading.Thread(target=appender))
         for t in threads:
             t.start()
