@@ -93,18 +93,42 @@ def java_hash_of_ranges(
     """
     n = len(starts)
     lens = ends - starts
-    h = np.zeros(n, np.uint32) if prefix is None else prefix.astype(np.uint32)  # Horner continues it
-    non_ascii = np.zeros(n, bool)
     if n == 0:
-        return h.astype(np.int64), non_ascii
+        return np.zeros(0, np.int64), np.zeros(0, bool)
+    # All ranges' bytes in one flat array; h = prefix * 31**len + sum(byte * 31**(bytes after it)),
+    # summed per range with one cumulative sum (uint64 sums wrap, the low 32 bits stay exact).
+    total = int(lens.sum())
+    offs = np.zeros(n, np.int64)
+    np.cumsum(lens[:-1], out=offs[1:])
     u8 = np.frombuffer(buf, np.uint8)
-    for c in range(int(lens.max())):  # Horner, one column of all ranges at a time
-        live = c < lens
-        byte = u8[np.where(live, starts + c, 0)].astype(np.uint32)
-        non_ascii |= live & (byte >= 0x80)
-        h = np.where(live, h * np.uint32(31) + byte, h)
+    flat = u8[np.repeat(starts - offs, lens) + np.arange(total)].astype(np.uint32)
     del u8
+    ends_flat = offs + lens
+    after = np.repeat(ends_flat, lens) - 1 - np.arange(total)
+    sums = np.zeros(total + 1, np.uint64)
+    np.cumsum(flat * _pow31(int(lens.max()) + 1)[after], dtype=np.uint64, out=sums[1:])
+    h = ((sums[ends_flat] - sums[offs]) & 0xFFFFFFFF).astype(np.uint32)
+    if prefix is not None:
+        h = h + prefix.astype(np.uint32) * _pow31(int(lens.max()) + 1)[lens]
+    non_ascii = np.zeros(n, bool)
+    high = np.flatnonzero(flat >= 0x80)
+    if high.size:
+        non_ascii[np.searchsorted(ends_flat, high, "right")] = True
     return h.view(np.int32).astype(np.int64), non_ascii
+
+
+_POW31_CACHE = np.ones(1, np.uint32)
+
+
+def _pow31(n: int) -> np.ndarray:
+    """31**i mod 2**32 for i < n (uint32 products wrap)."""
+    global _POW31_CACHE
+    if len(_POW31_CACHE) < n:
+        size = max(n, 2 * len(_POW31_CACHE))
+        table = np.ones(size, np.uint32)
+        table[1:] = np.cumprod(np.full(size - 1, 31, np.uint32), dtype=np.uint32)
+        _POW31_CACHE = table
+    return _POW31_CACHE
 
 
 def tags_codes(tags: Sequence[str | None]) -> np.ndarray:

@@ -153,8 +153,8 @@ def locate_properties(
             rows = packed[starts[cand][:, None] + np.arange(size)]
             cand = cand[(rows == np.frombuffer(name, np.uint8)).all(axis=1)]
         if cand.size:
-            recs = srec[cand]
-            last = len(cand) - 1 - np.unique(recs[::-1], return_index=True)[1]  # the last entry wins
+            recs = srec[cand]  # ascending: entries are in buffer order
+            last = np.flatnonzero(np.append(recs[1:] != recs[:-1], True))  # the last entry wins
             shift = at[recs[last]] - base[recs[last]]  # compact -> buffer positions
             vs[recs[last]] = sep[cand[last]] + 1 + shift
             ve[recs[last]] = entry_end[cand[last]] + shift

@@ -46,6 +46,7 @@ class StoreConfig:
     index_hash_slots: int = 5_000_000
     index_max_entries: int = 20_000_000
     flush_consume_queue_interval_ms: int = 1_000
+    max_dispatch_lag_bytes: int = 32 << 20  # appends wait while the dispatcher is this far behind
     message_delay_level: str = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
     preallocate_segments: bool = True
     store_host: Host = Host("127.0.0.1", 10911)

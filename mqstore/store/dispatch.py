@@ -193,6 +193,11 @@ class ReputLoop:
         self.dispatched = 0
 
     @property
+    def running(self) -> bool:
+        """True while the background loop runs."""
+        return self._thread is not None and self._thread.is_alive() and not self._stop.is_set()
+
+    @property
     def lag(self) -> int:
         """Commitlog bytes written but not yet dispatched."""
         return max(0, self._limit() - self.reput_offset)

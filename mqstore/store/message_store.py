@@ -160,7 +160,21 @@ class MessageStore:
     def append(self, batch: MessageBatch) -> AppendResult:
         """Append to the commitlog (see CommitLog.append); dispatch follows. Messages
         with a DELAY property go to SCHEDULE_TOPIC_XXXX first (see schedule.py)."""
+        self._hold_back_for_dispatch()
         return self.commitlog.append(rewrite_delayed(batch, len(self._delays_ms), self._pick_queue))
+
+    def _hold_back_for_dispatch(self) -> None:
+        """Back-pressure: while the dispatcher is more than ``max_dispatch_lag_bytes``
+        behind, appends wait (up to a second at a time) until it is half that. In one
+        process the appender and the dispatcher share the GIL; without this the
+        appender takes nearly all of it and consume queues fall ever further behind."""
+        limit = self.config.max_dispatch_lag_bytes
+        d = self.dispatcher
+        if d.lag <= limit or not d.running:
+            return
+        deadline = self._clock.monotonic() + 1.0
+        while d.lag > limit // 2 and d.running and self._clock.monotonic() < deadline:
+            self._stop.wait(0.0005)
 
     def _pick_queue(self, topic: str) -> int:
         """A real queue for a delayed message sent with an automatic queue id."""
