@@ -58,7 +58,7 @@ def run_query_bench(store: Path, *, lookups: int = 10_000, seed: int = 7) -> dic
             cq = s.consume_queues.find(topic, qid)
             rec = s.read_queue_offset(topic, qid, rng.randrange(cq.min_offset, cq.max_offset))
             keys = (rec.keys or "").split()
-            probes.append((topic, rng.choice(keys) if keys else rec.unique_key, rec.physical_offset))
+            probes.append((topic, keys[0] if keys else rec.unique_key, rec.physical_offset))  # the first KEYS entry
         found = 0
         lat = np.empty(len(probes))
         query = s.index.query

@@ -39,6 +39,7 @@ from mqstore.store.consume_queues import ConsumeQueues
 from mqstore.store.dispatch import ReputLoop
 from mqstore.store.index_service import IndexService
 from mqstore.store.layout import resolve_layout
+from mqstore.store.retention import Retention, RetentionConfig
 from mqstore.store.schedule import DelayScheduler, rewrite_delayed
 from mqstore.store.messages import AppendResult, MessageBatch
 
@@ -97,6 +98,7 @@ class MessageStore:
         *,
         clock: Clock | None = None,
         background_dispatch: bool = True,
+        retention: RetentionConfig | None = None,
     ) -> None:
         self.store_dir = Path(store_dir)
         self.store_dir.mkdir(parents=True, exist_ok=True)
@@ -116,6 +118,10 @@ class MessageStore:
             self.consume_queues = ConsumeQueues(self.store_dir, file_bytes=cfg.consume_queue_file_bytes)
             self.consume_queues.load()
             self.consume_queues.recover(self.commitlog, verify_tail=not self.commitlog.recovery.clean_shutdown)
+            # Queue offsets continue from the consume queues too (RocketMQ takes them from
+            # there): after retention removed every record of a queue, the segments alone
+            # would restart it at 0.
+            self.commitlog.raise_queue_offsets({(cq.topic, cq.queue_id): cq.max_offset for cq in self.consume_queues.all()})
             sinks = [self.consume_queues]
             self.index: IndexService | None = None
             if cfg.message_index_enable:
@@ -131,11 +137,16 @@ class MessageStore:
             caught_up = self.dispatcher.catch_up()
             log.info("dispatch_recovered", reput_from=reput_from, records=caught_up, reput_offset=self.dispatcher.reput_offset)
             self.scheduler = DelayScheduler(self, self._delays_ms)
+            self.retention = Retention(
+                self.commitlog, self.consume_queues, reput_offset=lambda: self.dispatcher.reput_offset,
+                index=self.index, config=retention or RetentionConfig(), clock=self._clock,
+            )  # fmt: skip
             self._flusher = threading.Thread(target=self._flush_loop, name="mqstore-cq-flush", daemon=True)
             self._flusher.start()
             if background_dispatch:
                 self.dispatcher.start()
                 self.scheduler.start()
+                self.retention.start()
         except BaseException:
             self._stop.set()
             if self._flusher is not None:
@@ -208,9 +219,14 @@ class MessageStore:
         cq = self.consume_queues.find(topic, queue_id)
         if cq is None:
             return PullResult([], offset, 0, 0)
-        lo, hi = cq.min_offset, cq.max_offset
-        start = min(max(offset, lo), hi)
-        units = cq.read_units(start, max_count if not tags else max(max_count * 4, 256))
+        try:
+            lo, hi = cq.min_offset, cq.max_offset
+            start = min(max(offset, lo), hi)
+            units = cq.read_units(start, max_count if not tags else max(max_count * 4, 256))
+        except OffsetError:  # retention moved the queue's min offset meanwhile: start there
+            lo, hi = cq.min_offset, cq.max_offset
+            start = min(max(offset, lo), hi)
+            units = cq.read_units(start, max_count if not tags else max(max_count * 4, 256))
         codes = None if not tags else np.array([tags_code(t) for t in tags], np.int64)
         records: list[MessageRecord] = []
         nxt = start
@@ -243,7 +259,7 @@ class MessageStore:
         lo, hi = cq.min_offset, cq.max_offset
         start = min(max(offset, lo), hi)
         units = cq.read_units(start, max_count)
-        keep = units["size"] != 0x7FFFFFFF  # pre-blank units hold no message
+        keep = (units["size"] != 0x7FFFFFFF) & (units["commitlog_offset"] >= self.commitlog.min_offset)  # no pre-blanks, nothing retention removed
         if tags_codes is not None:
             keep &= np.isin(units["tags_code"], np.fromiter(tags_codes, np.int64))
         sel = units[keep]
@@ -365,6 +381,7 @@ class MessageStore:
         if self._closed:
             return
         self._closed = True
+        self.retention.stop()
         self.scheduler.stop()
         self.dispatcher.stop()
         self._stop.set()

@@ -83,3 +83,42 @@ def test_a_locked_store_is_a_clear_error(tmp_path: Path) -> None:
 def test_every_command_has_help(cmd: list[str]) -> None:
     p = mq(*cmd, "--help")
     assert p.returncode == 0 and "Usage" in p.stdout
+
+
+def test_store_query_commands(tmp_path: Path) -> None:
+    store = tmp_path / "s"
+    p = mq("bench", "append", "--store", str(store), "--messages", "3000", "--topics", "2", "--queues", "2",
+           "--segment-bytes", str(1 << 20), "--index-hash-slots", "512", "--index-max-entries", "4096")  # fmt: skip
+    assert p.returncode == 0, p.stderr
+    by_offset = json.loads(mq("query-msg-by-offset", "--store", str(store), "--topic", "BenchTopic1", "--queue", "0",
+                              "--offset", "5").stdout)  # fmt: skip
+    assert by_offset["queue_offset"] == 5 and by_offset["topic"] == "BenchTopic1"
+    by_id = json.loads(mq("query-msg-by-id", "--store", str(store), by_offset["msg_id"]).stdout)
+    assert by_id == by_offset
+    by_uniq = json.loads(mq("query-msg-by-unique-key", "--store", str(store), "--topic", "BenchTopic1",
+                            by_offset["unique_key"]).stdout)  # fmt: skip
+    assert by_uniq["msg_id"] == by_offset["msg_id"]
+    first_key = by_offset["keys"].split()[0]
+    by_key = [json.loads(x) for x in mq("query-msg-by-key", "--store", str(store), "--topic", "BenchTopic1", first_key).stdout.splitlines()]
+    assert [r["msg_id"] for r in by_key] == [by_offset["msg_id"]]
+    pulled = [json.loads(x) for x in mq("pull", "--store", str(store), "--topic", "BenchTopic1", "--queue", "0", "--offset", "0",
+                                        "--max", "50", "--tags", "Tag1 || Tag5").stdout.splitlines()]  # fmt: skip
+    assert pulled and {r["tags"] for r in pulled} <= {"Tag1", "Tag5"}
+    status = mq("topic-status", "--store", str(store), "--topic", "BenchTopic0", "--format", "json")
+    rows = [json.loads(x) for x in status.stdout.splitlines()]
+    assert [r["max_offset"] for r in rows] == [750, 750]
+    assert mq("update-topic", "--store", str(store), "--topic", "NewT", "--write-queue-nums", "8").returncode == 0
+    missing = mq("consumer-progress", "--store", str(store), "--group", "nobody")
+    assert missing.returncode == 1 and "no committed offsets" in missing.stderr
+    none = mq("query-msg-by-key", "--store", str(store), "--topic", "BenchTopic1", "absent-key")
+    assert none.returncode == 1 and "no message" in none.stderr
+
+
+def test_bench_consume_and_query(tmp_path: Path) -> None:
+    store = tmp_path / "s"
+    mq("bench", "append", "--store", str(store), "--messages", "4000", "--segment-bytes", str(1 << 20),
+       "--index-hash-slots", "512", "--index-max-entries", "20000")  # fmt: skip
+    consume = json.loads(mq("bench", "consume", "--store", str(store)).stdout.splitlines()[-1])
+    assert consume["messages"] == 4000 and consume["msgs_per_s"] > 0
+    query = json.loads(mq("bench", "query", "--store", str(store), "--lookups", "200").stdout.splitlines()[-1])
+    assert query["lookups"] == 200 and query["found"] == 200 and query["p99_us"] > 0

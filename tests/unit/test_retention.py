@@ -293,7 +293,6 @@ def test_queue_offsets_continue_after_retention_when_restored_from_the_consume_q
     assert _reopen_and_append_to_a_queue_whose_records_all_expired(tmp_path, restore=True) == 5
 
 
-@pytest.mark.xfail(strict=True, reason="MessageStore does not yet call CommitLog.raise_queue_offsets after recovery")
 def test_queue_offsets_continue_after_retention_through_the_store(tmp_path: Path) -> None:
     assert _reopen_and_append_to_a_queue_whose_records_all_expired(tmp_path, restore=False) == 5
 
