@@ -566,11 +566,14 @@ class CommitLog:
         if len(physical_offsets) and int(physical_offsets.min()) < first:
             raise OffsetError(f"commitlog offset {int(physical_offsets.min())} was deleted (min {first})")
         seg_bytes = self.config.segment_bytes
-        out = []
-        for p, n in zip(physical_offsets.tolist(), sizes.tolist()):
-            seg = segs[(p - first) // seg_bytes]
-            local = p - seg.base_offset
-            out.append(seg.mm[local : local + n])
+        which = (physical_offsets - first) // seg_bytes
+        out: list[bytes] = []
+        for i in np.unique(which).tolist() if len(which) else ():  # one slicing pass per segment
+            sel = which == i
+            seg = segs[i]
+            starts = physical_offsets[sel] - seg.base_offset
+            mm = seg.mm
+            out.extend(mm[a:b] for a, b in zip(starts.tolist(), (starts + sizes[sel]).tolist()))
         return out
 
     def read_range(self, offset: int, *, max_records: int = 1000, max_bytes: int = 4 << 20) -> ReadBatch:
