@@ -6,6 +6,17 @@ The format layer is ``mqstore.formats`` (bytes only), the store core ``mqstore.s
 
 from mqstore.errors import MqStoreError
 from mqstore.store import CommitLog, FlushMode, Message, MessageBatch, PutStatus, StoreConfig
+from mqstore.store.message_store import MessageStore
 
 __version__ = "0.1.0"
-__all__ = ["CommitLog", "FlushMode", "Message", "MessageBatch", "MqStoreError", "PutStatus", "StoreConfig", "__version__"]
+__all__ = [
+    "CommitLog",
+    "FlushMode",
+    "Message",
+    "MessageBatch",
+    "MessageStore",
+    "MqStoreError",
+    "PutStatus",
+    "StoreConfig",
+    "__version__",
+]
