@@ -266,6 +266,24 @@ class MessageStore:
         data = self.commitlog.read_raw(sel["commitlog_offset"].astype(np.int64), sel["size"].astype(np.int64))
         return RawPullResult(data, start + len(units), lo, hi)
 
+    def offset_at_time(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
+        """The first queue offset of (topic, queue_id) stored at or after
+        ``timestamp_ms`` (RocketMQ getOffsetInQueueByTime, boundary LOWER)."""
+        self._check_open()
+        cq = self.consume_queues.find(topic, queue_id)
+        if cq is None:
+            return 0
+        return cq.offset_at_time(timestamp_ms, self._store_times, commitlog_min_offset=self.commitlog.min_offset)
+
+    def _store_times(self, offsets: np.ndarray) -> np.ndarray:
+        out = np.full(len(offsets), -1, np.int64)
+        for i, off in enumerate(offsets.tolist()):
+            try:
+                out[i] = self.commitlog.read(off).store_timestamp
+            except OffsetError:
+                pass
+        return out
+
     def read_msg_id(self, msg_id: str) -> MessageRecord:
         """The record an offset msgId names (mqadmin queryMsgById)."""
         self._check_open()

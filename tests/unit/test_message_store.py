@@ -143,3 +143,37 @@ def test_layout_is_read_back_from_the_store(tmp_path: Path) -> None:
         assert s.config.consume_queue_file_bytes == CFG.consume_queue_file_bytes
         (qid,) = [q for t, q in s.consume_queues.keys() if t == "T"]
         assert s.read_queue_offset("T", qid, 0).body == b"x"
+
+
+def test_transaction_halves_are_indexed_but_not_queued(tmp_path: Path) -> None:
+    with MessageStore(tmp_path, CFG) as s:
+        s.append(MessageBatch(topics="Tx", bodies=[b"half", b"commit", b"rollback", b"plain"], queue_ids=0,
+                              keys=["kh", "kc", "kr", "kp"], sysflags=[0x4, 0x8, 0xC, 0x0]))  # fmt: skip
+        assert s.wait_dispatched()
+        assert [r.body for r in s.pull("Tx", 0, 0).records] == [b"commit", b"plain"]
+        assert [r.body for r in s.query_by_key("Tx", "kh")] == [b"half"]  # prepared halves are indexed
+        assert s.query_by_key("Tx", "kr") == []  # rollbacks are not
+
+
+def test_offset_at_time(tmp_path: Path) -> None:
+    import time as _time
+
+    class Step:
+        now = 1_700_000_000_000
+
+        def now_ms(self) -> int:
+            return self.now
+
+        def monotonic(self) -> float:
+            return _time.monotonic()
+
+    clock = Step()
+    with MessageStore(tmp_path, CFG, clock=clock) as s:
+        for i in range(10):
+            clock.now = 1_700_000_000_000 + i * 1000
+            s.append(MessageBatch(topics="T", bodies=[b"m"] * 3, queue_ids=0))
+        assert s.wait_dispatched()
+        assert s.offset_at_time("T", 0, 1_700_000_000_000) == 0
+        assert s.offset_at_time("T", 0, 1_700_000_004_000) == 12
+        assert s.offset_at_time("T", 0, 1_700_000_004_500) == 15
+        assert s.offset_at_time("T", 0, 1_800_000_000_000) == 30
