@@ -151,9 +151,9 @@ class MessageStore:
             self._stop.set()
             if self._flusher is not None:
                 self._flusher.join()
-            if getattr(self, "index", None) is not None:
-                self.index.close()
-            self.consume_queues.close()
+            for part in ("index", "consume_queues"):  # whatever was opened before the failure
+                if getattr(self, part, None) is not None:
+                    getattr(self, part).close()
             self.commitlog.close()
             raise
 
