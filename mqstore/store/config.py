@@ -46,6 +46,7 @@ class StoreConfig:
     index_hash_slots: int = 5_000_000
     index_max_entries: int = 20_000_000
     flush_consume_queue_interval_ms: int = 1_000
+    max_open_queue_files: int = 256  # consume-queue file descriptors open at once (LRU; no maps)
     max_dispatch_lag_bytes: int = 32 << 20  # appends wait while the dispatcher is this far behind
     message_delay_level: str = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
     preallocate_segments: bool = True
@@ -56,7 +57,8 @@ class StoreConfig:
             raise ConfigError(f"segment_bytes must be a positive multiple of {PAGE_BYTES}, got {self.segment_bytes}")
         for name in ("flush_interval_ms", "sync_flush_timeout_ms", "checkpoint_interval_ms", "max_message_bytes",
                      "default_queue_nums", "flush_thorough_interval_ms", "consume_queue_file_bytes",
-                     "index_hash_slots", "index_max_entries", "flush_consume_queue_interval_ms"):  # fmt: skip
+                     "index_hash_slots", "index_max_entries", "flush_consume_queue_interval_ms",
+                     "max_open_queue_files"):  # fmt: skip
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name} must be > 0, got {getattr(self, name)}")
         if self.flush_least_pages < 0:

@@ -46,7 +46,11 @@ from mqstore.formats.consume_queue import (
     is_pre_blank,
 )
 from mqstore.formats.names import check_topic, file_name_to_offset, offset_to_file_name
-from mqstore.store.mapped_file import Segment, fsync_dir
+from mqstore.store.file_pool import FilePool, PooledFile
+from mqstore.store.mapped_file import fsync_dir
+
+DEFAULT_POOL = FilePool(256)  # shared by queues opened without a pool of their own
+Segment = PooledFile  # the queue's files: pread/pwrite, descriptors bounded by the pool
 
 log = structlog.get_logger(__name__)
 
@@ -90,6 +94,20 @@ class TruncateReport:
     deleted_files: tuple[str, ...]
 
 
+def _valid_unit_count(seg: PooledFile) -> int:
+    """How many valid units a file starts with, reading only as far as they go
+    (64 KiB, then doubling): opening 100,000 queues must not read 6 MB each."""
+    count, chunk = 0, 64 * 1024 - (64 * 1024) % UNIT_SIZE
+    while count * UNIT_SIZE < seg.size:
+        n = min(chunk, seg.size - count * UNIT_SIZE)
+        got = len(decode_units(seg.read(count * UNIT_SIZE, n)))
+        count += got
+        if got * UNIT_SIZE < n:
+            break
+        chunk *= 2
+    return count
+
+
 class ConsumeQueue:
     """The unit files of one (topic, queue id); see the module docstring for the layout.
 
@@ -104,7 +122,7 @@ class ConsumeQueue:
 
     def __init__(
         self, store_dir: str | Path, topic: str, queue_id: int, *, file_bytes: int = DEFAULT_FILE_BYTES,
-        preallocate: bool = True,
+        preallocate: bool = True, pool: FilePool | None = None,
     ) -> None:  # fmt: skip
         """Open (creating the directory if needed) the queue's files.
 
@@ -118,6 +136,7 @@ class ConsumeQueue:
         self.queue_id = int(queue_id)
         self.file_bytes = file_bytes_for(file_bytes)
         self._preallocate = preallocate
+        self._pool = pool or DEFAULT_POOL
         self._log = log.bind(topic=topic, queue_id=self.queue_id)
         self._lock = threading.Lock()
         self._files: list[Segment] = []  # replaced, never changed in place
@@ -161,7 +180,7 @@ class ConsumeQueue:
                         f"{path}: consume queue file has {size} bytes, expected {self.file_bytes}; "
                         "open the store with the file size it was created with"
                     )
-                files.append(Segment.open(path, base, self.file_bytes))
+                files.append(PooledFile.open(path, base, self.file_bytes, self._pool))
         except BaseException:
             for seg in files:
                 seg.close()
@@ -170,7 +189,7 @@ class ConsumeQueue:
         if not files:
             return
         last = files[-1]
-        self._wrote = last.base_offset + len(decode_units(last.read(0, last.size))) * UNIT_SIZE
+        self._wrote = last.base_offset + _valid_unit_count(last) * UNIT_SIZE
         self._flushed = self._wrote
         self._min = self._first_real_byte(files[0].base_offset)
         self._max_phys = self._last_real_end()
@@ -196,14 +215,22 @@ class ConsumeQueue:
     def _first_real_byte(self, start: int) -> int:
         """The first byte >= ``start`` whose unit is not a pre-blank (or ``wrote``)."""
         seg = self._find(start)
-        if seg is None:
+        if seg is None or start >= self._wrote:
             return self._wrote
+        first = decode_units(seg.read(start - seg.base_offset, UNIT_SIZE))
+        if len(first) and not is_pre_blank(first)[0]:
+            return start  # the common case, without reading the file
         units = self._valid_units(seg, start - seg.base_offset)
         k = int(np.argmin(is_pre_blank(units))) if len(units) and not is_pre_blank(units).all() else len(units)
         return start + k * UNIT_SIZE
 
     def _last_real_end(self) -> int:
         """commitlog offset + size of the last unit that is not a pre-blank; -1 if none."""
+        last_seg = self._find(self._wrote - UNIT_SIZE) if self._wrote >= UNIT_SIZE else None
+        if last_seg is not None:
+            last = decode_units(last_seg.read(self._wrote - UNIT_SIZE - last_seg.base_offset, UNIT_SIZE))
+            if len(last) and not is_pre_blank(last)[0]:  # the common case: one unit read
+                return int(last["commitlog_offset"][0]) + int(last["size"][0])
         for seg in reversed(self._files[-2:]):  # pre-blanks live in one file only
             units = self._valid_units(seg)
             real = np.flatnonzero(~is_pre_blank(units))
@@ -324,8 +351,8 @@ class ConsumeQueue:
         next_base = files[-1].end_offset if files else start - start % self.file_bytes
         try:
             while next_base < end:  # every file first: a full disk fails before any byte is written
-                created.append(Segment.create(self.directory / offset_to_file_name(next_base), next_base,
-                                              self.file_bytes, preallocate=self._preallocate))  # fmt: skip
+                created.append(PooledFile.create(self.directory / offset_to_file_name(next_base), next_base,
+                                                 self.file_bytes, self._pool, preallocate=self._preallocate))  # fmt: skip
                 self._log.info("file_created", file=offset_to_file_name(next_base))
                 next_base += self.file_bytes
         except BaseException:

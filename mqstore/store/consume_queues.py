@@ -23,6 +23,7 @@ from mqstore.formats.names import check_topic
 from mqstore.store.commitlog import CommitLog
 from mqstore.store.consume_queue import ConsumeQueue
 from mqstore.store.dispatch import DispatchBatch
+from mqstore.store.file_pool import FilePool
 
 log = structlog.get_logger(__name__)
 
@@ -32,9 +33,10 @@ CONSUME_QUEUE_DIR = "consumequeue"
 class ConsumeQueues:
     """The store's consume queues; a DispatchSink."""
 
-    def __init__(self, store_dir: Path, *, file_bytes: int) -> None:
+    def __init__(self, store_dir: Path, *, file_bytes: int, max_open_files: int = 256) -> None:
         self._store_dir = store_dir
         self._file_bytes = file_bytes
+        self.pool = FilePool(max_open_files)  # bounds descriptors over all queues
         self._queues: dict[tuple[str, int], ConsumeQueue] = {}
         self._lock = threading.Lock()
         self.last_dispatched_timestamp = 0  # store time of the newest unit written
@@ -63,7 +65,7 @@ class ConsumeQueues:
             with self._lock:
                 cq = self._queues.get(key)
                 if cq is None:
-                    cq = ConsumeQueue(self._store_dir, topic, queue_id, file_bytes=self._file_bytes)
+                    cq = ConsumeQueue(self._store_dir, topic, queue_id, file_bytes=self._file_bytes, pool=self.pool)
                     self._queues[key] = cq
         return cq
 
@@ -133,6 +135,7 @@ class ConsumeQueues:
         for cq in self.all():
             cq.close()
         self._queues.clear()
+        self.pool.close_all()
 
 
 __all__ = ["CONSUME_QUEUE_DIR", "ConsumeQueues"]

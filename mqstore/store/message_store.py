@@ -115,7 +115,9 @@ class MessageStore:
             self.topics = TopicConfigs(self.store_dir, clock=self._clock)
             for name, tc in self.topics.all().items():
                 self.commitlog.set_queue_nums(name, tc.write_queue_nums)
-            self.consume_queues = ConsumeQueues(self.store_dir, file_bytes=cfg.consume_queue_file_bytes)
+            self.consume_queues = ConsumeQueues(
+                self.store_dir, file_bytes=cfg.consume_queue_file_bytes, max_open_files=cfg.max_open_queue_files
+            )
             self.consume_queues.load()
             self.consume_queues.recover(self.commitlog, verify_tail=not self.commitlog.recovery.clean_shutdown)
             # Queue offsets continue from the consume queues too (RocketMQ takes them from

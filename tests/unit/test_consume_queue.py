@@ -26,7 +26,7 @@ from mqstore.formats.consume_queue import (
     file_bytes_for,
     unit_position,
 )
-from mqstore.store import mapped_file
+from mqstore.store import file_pool
 from mqstore.store.consume_queue import ConsumeQueue, queue_dir
 
 FILE = 7 * UNIT_SIZE  # 140 bytes: 7 units a file
@@ -161,13 +161,13 @@ def test_rollover_read_across_files_and_reopen(tmp_path: Path) -> None:
 
 def test_one_pwrite_per_file_touched(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     calls = []
-    real = mapped_file.Segment.write
+    real = file_pool.PooledFile.write
 
     def write(self, pos: int, data: bytes) -> None:
         calls.append((self.path.name, pos, len(data)))
         real(self, pos, data)
 
-    monkeypatch.setattr(mapped_file.Segment, "write", write)
+    monkeypatch.setattr(file_pool.PooledFile, "write", write)
     with open_cq(tmp_path) as cq:
         put_range(cq, 0, 3)
         calls.clear()
