@@ -8,6 +8,7 @@ acknowledgement (the final close, which flushes the async tail, is reported apar
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from dataclasses import dataclass
@@ -107,6 +108,7 @@ def run_append_bench(b: AppendBench) -> dict:
         t.join()
     seconds = time.perf_counter() - t0
     lag = cl.dispatcher.lag if b.dispatch else 0
+    resources = _process_resources()
     t1 = time.perf_counter()
     if b.dispatch:
         cl.wait_dispatched(timeout_s=600)
@@ -140,7 +142,21 @@ def run_append_bench(b: AppendBench) -> dict:
         "topics": b.topics,
         "queues": b.queues,
         "segment_bytes": b.segment_bytes,
+        **resources,
     }
+
+
+def _process_resources() -> dict:
+    """Peak RSS, open descriptors and memory maps of this process right now (Linux)."""
+    import resource
+
+    try:
+        fds = len(os.listdir("/proc/self/fd"))
+        with open("/proc/self/maps") as f:
+            maps = sum(1 for _ in f)
+    except OSError:
+        fds = maps = -1
+    return {"max_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1), "open_files": fds, "maps": maps}
 
 
 __all__ = ["AppendBench", "run_append_bench"]

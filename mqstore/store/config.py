@@ -46,7 +46,7 @@ class StoreConfig:
     index_hash_slots: int = 5_000_000
     index_max_entries: int = 20_000_000
     flush_consume_queue_interval_ms: int = 1_000
-    max_open_queue_files: int = 256  # consume-queue file descriptors open at once (LRU; no maps)
+    max_open_queue_files: int = 512  # consume-queue file descriptors open at once (LRU; no maps)
     max_dispatch_lag_bytes: int = 32 << 20  # appends wait while the dispatcher is this far behind
     message_delay_level: str = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
     preallocate_segments: bool = True

@@ -278,6 +278,13 @@ class ConsumeQueue:
         are created before any byte is written. Arguments are sequences of equal length
         (scalars broadcast); commitlog offsets must be >= 0 and sizes > 0.
         """
+        cols = (queue_offsets, phys_offsets, sizes, tags_codes)
+        if all(isinstance(c, np.ndarray) and c.ndim == 1 for c in cols) and 0 < len(queue_offsets) <= 16 and (
+            len({len(c) for c in cols}) == 1
+        ):
+            done = self._put_few(*(c.tolist() for c in cols))
+            if done is not None:
+                return done
         qo, phys, sizes_, tags = np.broadcast_arrays(
             np.atleast_1d(np.asarray(queue_offsets, np.int64)), np.atleast_1d(np.asarray(phys_offsets, np.int64)),
             np.atleast_1d(np.asarray(sizes, np.int64)), np.atleast_1d(np.asarray(tags_codes, np.int64)),
@@ -344,6 +351,27 @@ class ConsumeQueue:
             self._max_phys = int(ends[keep][-1])
             return PutResult(written, already, repeated, gaps)
 
+    def _put_few(self, qo: list[int], phys: list[int], sizes: list[int], tags: list[int]) -> PutResult | None:
+        """The dispatcher's commonest call with many queues: a few units that simply
+        continue the queue. Plain Python (numpy's per-call cost dominates for 1-16
+        units); None when anything is unusual, for the general path to handle."""
+        if min(qo) < 0 or min(phys) < 0 or min(sizes) <= 0:
+            return None
+        with self._lock:
+            self._check_open()
+            if not self._files:
+                return None
+            first = self._wrote // UNIT_SIZE
+            end = self._max_phys
+            for i, (q, p, s) in enumerate(zip(qo, phys, sizes)):
+                if q != first + i or p + s <= end:
+                    return None
+                end = p + s
+            self._write(self._wrote, b"".join(map(UNIT.pack, phys, sizes, tags)))
+            self._wrote += len(qo) * UNIT_SIZE
+            self._max_phys = end
+            return PutResult(len(qo), 0, 0, 0)
+
     def _write(self, start: int, data: bytes) -> None:
         end = start + len(data)
         files = list(self._files)
@@ -367,12 +395,15 @@ class ConsumeQueue:
             seg.write(byte - seg.base_offset, data[byte - start : byte - start + k])
             byte += k
 
-    def flush(self) -> int:
-        """Make every unit written so far durable (msync of the written ranges);
-        returns the queue offset below which all units are durable."""
+    def flush(self, least_bytes: int = 0) -> int:
+        """Make every unit written so far durable, unless fewer than ``least_bytes``
+        are waiting (RocketMQ flushConsumeQueueLeastPages); returns the queue offset
+        below which all units are durable."""
         with self._lock:
             self._check_open()
             start, end = self._flushed, self._wrote
+            if end - start < max(least_bytes, 1):
+                return start // UNIT_SIZE
             for seg in self._files:
                 lo, hi = max(start, seg.base_offset), min(end, seg.end_offset)
                 if lo < hi:

@@ -33,7 +33,7 @@ CONSUME_QUEUE_DIR = "consumequeue"
 class ConsumeQueues:
     """The store's consume queues; a DispatchSink."""
 
-    def __init__(self, store_dir: Path, *, file_bytes: int, max_open_files: int = 256) -> None:
+    def __init__(self, store_dir: Path, *, file_bytes: int, max_open_files: int = 512) -> None:
         self._store_dir = store_dir
         self._file_bytes = file_bytes
         self.pool = FilePool(max_open_files)  # bounds descriptors over all queues
@@ -65,7 +65,10 @@ class ConsumeQueues:
             with self._lock:
                 cq = self._queues.get(key)
                 if cq is None:
-                    cq = ConsumeQueue(self._store_dir, topic, queue_id, file_bytes=self._file_bytes, pool=self.pool)
+                    # Sparse files, as RocketMQ's setLength makes them: 200,000 queues x 6 MB
+                    # pre-allocated would be 1.2 TB of blocks for nothing.
+                    cq = ConsumeQueue(self._store_dir, topic, queue_id, file_bytes=self._file_bytes, pool=self.pool,
+                                      preallocate=False)  # fmt: skip
                     self._queues[key] = cq
         return cq
 
@@ -106,9 +109,13 @@ class ConsumeQueues:
             cq.put_units(batch.queue_offsets[sel], batch.physical_offsets[sel], batch.sizes[sel], batch.tags_codes[sel])
         self.last_dispatched_timestamp = int(batch.store_timestamps[idx[-1]])
 
-    def flush(self) -> None:
+    def flush(self, *, thorough: bool = True) -> None:
+        """Flush every queue (``thorough``) or only those with at least two pages of
+        new units (RocketMQ's every-second flush; a thorough one every 60 s): with
+        thousands of queues an fsync for every queue every second would never end."""
+        least = 0 if thorough else 2 * 4096
         for cq in self.all():
-            cq.flush()
+            cq.flush(least)
 
     def max_physical_offset(self) -> int:
         """offset+size of the newest unit over all queues (-1 if there is none)."""

@@ -71,17 +71,19 @@ class FilePool:
 
     def _evict_for_one(self) -> None:
         """Close least recently used, unpinned files until one more fits."""
-        if len(self._open) < self.max_open:
-            return
-        for victim in list(self._open):
-            if len(self._open) < self.max_open:
-                return
-            if victim._pins == 0:
-                del self._open[victim]
-                os.close(victim._fd)
-                victim._fd = -1
-        # Everything is pinned: go over the bound rather than deadlock (logged once per case).
-        log.warning("file_pool_over_bound", open=len(self._open), max_open=self.max_open)
+        pinned = []
+        while len(self._open) >= self.max_open and self._open:
+            victim, _ = self._open.popitem(last=False)  # least recently used
+            if victim._pins:
+                pinned.append(victim)
+                continue
+            os.close(victim._fd)
+            victim._fd = -1
+        for f in pinned:  # in use right now: keep them, as the most recent
+            self._open[f] = None
+        if len(self._open) >= self.max_open:
+            # Everything is pinned: go over the bound rather than deadlock.
+            log.warning("file_pool_over_bound", open=len(self._open), max_open=self.max_open)
 
     def _forget(self, f: PooledFile) -> None:
         with self._lock:

@@ -375,16 +375,22 @@ class MessageStore:
     def _flush_loop(self) -> None:
         interval = self.config.flush_consume_queue_interval_ms / 1000
         ticks = 0
+        last_thorough = self._clock.monotonic()
         while not self._stop.wait(interval):
-            self._flush_derived()
+            thorough = self._clock.monotonic() - last_thorough >= 60
+            self._flush_derived(thorough=thorough)
+            if thorough:
+                last_thorough = self._clock.monotonic()
             ticks += 1
             if ticks * interval >= 5:  # consumer offsets every 5 s, as RocketMQ persists them
                 self.consumer_offsets.persist()
                 ticks = 0
 
-    def _flush_derived(self) -> None:
+    def _flush_derived(self, *, thorough: bool = True) -> None:
         ts = self.consume_queues.last_dispatched_timestamp  # sampled before the flush, as RocketMQ does
-        self.consume_queues.flush()
+        self.consume_queues.flush(thorough=thorough)
+        if not thorough:
+            ts = 0  # some queues may hold unflushed units: the checkpoint must not claim them
         index_ts = None
         if self.index is not None:
             self.index.flush()
