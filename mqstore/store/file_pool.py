@@ -72,7 +72,7 @@ class FilePool:
     def _evict_for_one(self) -> None:
         """Close least recently used, unpinned files until one more fits."""
         pinned = []
-        while len(self._open) >= self.max_open and self._open:
+        while len(self._open) + len(pinned) >= self.max_open and self._open:
             victim, _ = self._open.popitem(last=False)  # least recently used
             if victim._pins:
                 pinned.append(victim)
@@ -115,9 +115,12 @@ class PooledFile:
         self._deleted = False
 
     @classmethod
-    def create(cls, path: Path, base_offset: int, size: int, pool: FilePool, *, preallocate: bool = True) -> PooledFile:
+    def create(
+        cls, path: Path, base_offset: int, size: int, pool: FilePool, *, preallocate: bool = True, sync_dir: bool = True
+    ) -> PooledFile:
         """Create a zero-filled file under ``.tmp`` and rename it into place (a crash
-        midway never leaves a file of the wrong size)."""
+        midway never leaves a file of the wrong size). With ``sync_dir=False`` the
+        caller makes the directory entry durable later (one fsync for many files)."""
         tmp = path.with_name(path.name + ".tmp")
         fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
         try:
@@ -126,7 +129,8 @@ class PooledFile:
             else:
                 os.ftruncate(fd, size)
             os.rename(tmp, path)
-            fsync_dir(path.parent)
+            if sync_dir:
+                fsync_dir(path.parent)
         except OSError as e:
             tmp.unlink(missing_ok=True)
             if e.errno in (errno.ENOSPC, errno.EDQUOT):
