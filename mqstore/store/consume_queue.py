@@ -4,8 +4,9 @@ Files (format in mqstore.formats.consume_queue):
 
     <store>/consumequeue/<topic>/<queueId>/<20-digit start byte offset>
 
-Every file has exactly ``file_bytes`` bytes, pre-allocated and zero-filled (created under
-``.tmp`` and renamed, mapped_file.Segment). Files are contiguous; the first may start
+Every file has exactly ``file_bytes`` bytes, zero-filled (sparse unless pre-allocated;
+created under ``.tmp`` and renamed) and used through file_pool.PooledFile: no memory
+map, descriptors from a bounded pool. Files are contiguous; the first may start
 anywhere on a file boundary once older ones are deleted. Positions, all logical byte
 offsets of the queue (unit ``n`` is at byte ``n * 20``):
 
@@ -50,7 +51,6 @@ from mqstore.store.file_pool import FilePool, PooledFile
 from mqstore.store.mapped_file import fsync_dir
 
 DEFAULT_POOL = FilePool(256)  # shared by queues opened without a pool of their own
-Segment = PooledFile  # the queue's files: pread/pwrite, descriptors bounded by the pool
 
 log = structlog.get_logger(__name__)
 
@@ -140,7 +140,7 @@ class ConsumeQueue:
         self._dir_dirty = False  # a file was created since the directory was last fsynced
         self._log = log.bind(topic=topic, queue_id=self.queue_id)
         self._lock = threading.Lock()
-        self._files: list[Segment] = []  # replaced, never changed in place
+        self._files: list[PooledFile] = []  # replaced, never changed in place
         self._min = 0
         self._wrote = 0
         self._flushed = 0
@@ -201,14 +201,14 @@ class ConsumeQueue:
         if self._closed:
             raise StoreClosedError(f"consume queue {self.topic}-{self.queue_id} is closed")
 
-    def _find(self, byte: int) -> Segment | None:
+    def _find(self, byte: int) -> PooledFile | None:
         files = self._files
         if not files:
             return None
         i = (byte - files[0].base_offset) // self.file_bytes
         return files[i] if 0 <= i < len(files) else None
 
-    def _valid_units(self, seg: Segment, start: int = 0) -> np.ndarray:
+    def _valid_units(self, seg: PooledFile, start: int = 0) -> np.ndarray:
         """Valid units of ``seg`` from byte ``start`` up to the write position."""
         end = min(seg.size, self._wrote - seg.base_offset)
         return decode_units(seg.read(start, end - start)) if end > start else np.empty(0, UNIT_DTYPE)
@@ -376,7 +376,7 @@ class ConsumeQueue:
     def _write(self, start: int, data: bytes) -> None:
         end = start + len(data)
         files = list(self._files)
-        created: list[Segment] = []
+        created: list[PooledFile] = []
         next_base = files[-1].end_offset if files else start - start % self.file_bytes
         try:
             while next_base < end:  # every file first: a full disk fails before any byte is written
@@ -483,7 +483,7 @@ class ConsumeQueue:
             o, s, t = UNIT.unpack(seg.read(byte - seg.base_offset, UNIT_SIZE))
         return CqUnit(byte // UNIT_SIZE, o, s, t)
 
-    def _probe(self, seg: Segment, pos: int) -> tuple[int, int] | None:
+    def _probe(self, seg: PooledFile, pos: int) -> tuple[int, int] | None:
         """(commitlog offset, size) of the unit at ``pos`` of ``seg``; None if the file is gone."""
         with self._lock:
             if seg.closed:
