@@ -108,6 +108,9 @@ def _valid_unit_count(seg: PooledFile) -> int:
     return count
 
 
+_PENDING_BYTES = 64 * 1024  # small puts are buffered up to this much per queue (or the next flush)
+
+
 class ConsumeQueue:
     """The unit files of one (topic, queue id); see the module docstring for the layout.
 
@@ -138,6 +141,10 @@ class ConsumeQueue:
         self._preallocate = preallocate
         self._pool = pool or DEFAULT_POOL
         self._dir_dirty = False  # a file was created since the directory was last fsynced
+        # Units put by the small-put path, not yet written: [_pending_at, _wrote). Every
+        # other locked method writes them first (_drain), so files are complete there.
+        self._pending = bytearray()
+        self._pending_at = 0
         self._log = log.bind(topic=topic, queue_id=self.queue_id)
         self._lock = threading.Lock()
         self._files: list[PooledFile] = []  # replaced, never changed in place
@@ -299,6 +306,7 @@ class ConsumeQueue:
             raise ValueError("queue offsets and commitlog offsets must be >= 0 and sizes > 0")
         ends = phys + sizes_
         with self._lock:
+            self._drain()
             self._check_open()
             fresh = not self._files
             cur = qo[0] * UNIT_SIZE if fresh else self._wrote
@@ -368,10 +376,20 @@ class ConsumeQueue:
                 if q != first + i or p + s <= end:
                     return None
                 end = p + s
-            self._write(self._wrote, b"".join(map(UNIT.pack, phys, sizes, tags)))
+            if not self._pending:
+                self._pending_at = self._wrote
+            self._pending += b"".join(map(UNIT.pack, phys, sizes, tags))
             self._wrote += len(qo) * UNIT_SIZE
             self._max_phys = end
+            if len(self._pending) >= _PENDING_BYTES:
+                self._drain()
             return PutResult(len(qo), 0, 0, 0)
+
+    def _drain(self) -> None:
+        """Write the buffered units (caller holds the lock)."""
+        if self._pending:
+            data, self._pending = bytes(self._pending), bytearray()
+            self._write(self._pending_at, data)
 
     def _write(self, start: int, data: bytes) -> None:
         end = start + len(data)
@@ -403,6 +421,7 @@ class ConsumeQueue:
         are waiting (RocketMQ flushConsumeQueueLeastPages); returns the queue offset
         below which all units are durable."""
         with self._lock:
+            self._drain()
             self._check_open()
             start, end = self._flushed, self._wrote
             if end - start < max(least_bytes, 1):
@@ -455,6 +474,7 @@ class ConsumeQueue:
         if max_count <= 0:
             raise ValueError(f"max_count must be > 0, got {max_count}")
         with self._lock:
+            self._drain()
             self._check_open()
             if queue_offset < self._min // UNIT_SIZE:
                 raise OffsetError(
@@ -476,6 +496,7 @@ class ConsumeQueue:
     def last_unit(self) -> CqUnit | None:
         """The last unit written, or None if the queue holds none."""
         with self._lock:
+            self._drain()
             self._check_open()
             byte = self._wrote - UNIT_SIZE
             if byte < self._min or (seg := self._find(byte)) is None:
@@ -486,6 +507,7 @@ class ConsumeQueue:
     def _probe(self, seg: PooledFile, pos: int) -> tuple[int, int] | None:
         """(commitlog offset, size) of the unit at ``pos`` of ``seg``; None if the file is gone."""
         with self._lock:
+            self._drain()
             if seg.closed:
                 return None
             o, s, _ = UNIT.unpack(seg.read(pos, UNIT_SIZE))
@@ -511,6 +533,7 @@ class ConsumeQueue:
         the binary search returns 0. An empty queue returns ``max_offset``.
         """
         with self._lock:
+            self._drain()
             self._check_open()
             files, wrote, min_byte = list(self._files), self._wrote, self._min
         files = [seg for seg in files if seg.end_offset > min_byte and seg.base_offset < wrote]
@@ -578,6 +601,7 @@ class ConsumeQueue:
         first invalid unit and cut there: the rest of that file is zeroed, later files
         are deleted. A file that is valid to its end passes the scan to the next one."""
         with self._lock:
+            self._drain()
             self._check_open()
             files = self._files
             if not files:
@@ -602,6 +626,7 @@ class ConsumeQueue:
         """Drop every unit from ``queue_offset`` on (recovery found them not to match
         their records)."""
         with self._lock:
+            self._drain()
             self._check_open()
             before = self._wrote
             first = self._files[0].base_offset if self._files else 0
@@ -621,6 +646,7 @@ class ConsumeQueue:
         a file whose first unit is invalid or points at >= ``phys_offset`` is deleted;
         in the first other one, units are kept while they point below it."""
         with self._lock:
+            self._drain()
             self._check_open()
             before = self._wrote
             files = list(self._files)
@@ -661,6 +687,7 @@ class ConsumeQueue:
         If even the last unit points below it, min becomes ``max_offset``. Returns the
         new min offset."""
         with self._lock:
+            self._drain()
             self._check_open()
             self._correct_min(commitlog_min_offset)
             return self._min // UNIT_SIZE
@@ -698,6 +725,7 @@ class ConsumeQueue:
         last unit points below ``commitlog_min_offset``; never the last file. Then
         ``correct_min_offset``. Returns the names of the deleted files."""
         with self._lock:
+            self._drain()
             self._check_open()
             files = list(self._files)
             deleted = []
@@ -721,6 +749,7 @@ class ConsumeQueue:
 
     def close(self) -> None:
         with self._lock:
+            self._drain()
             if self._closed:
                 return
             for seg in self._files:
