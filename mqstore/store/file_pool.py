@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import errno
 import os
 import threading
 from collections import OrderedDict
@@ -24,8 +23,8 @@ from pathlib import Path
 
 import structlog
 
-from mqstore.errors import CorruptFileError, StoreClosedError, StoreNotWritableError
-from mqstore.store.mapped_file import fsync_dir
+from mqstore.errors import CorruptFileError, StoreClosedError
+from mqstore.store.mapped_file import create_sized_file
 
 log = structlog.get_logger(__name__)
 
@@ -121,23 +120,7 @@ class PooledFile:
         """Create a zero-filled file under ``.tmp`` and rename it into place (a crash
         midway never leaves a file of the wrong size). With ``sync_dir=False`` the
         caller makes the directory entry durable later (one fsync for many files)."""
-        tmp = path.with_name(path.name + ".tmp")
-        fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
-        try:
-            if preallocate:
-                os.posix_fallocate(fd, 0, size)
-            else:
-                os.ftruncate(fd, size)
-            os.rename(tmp, path)
-            if sync_dir:
-                fsync_dir(path.parent)
-        except OSError as e:
-            tmp.unlink(missing_ok=True)
-            if e.errno in (errno.ENOSPC, errno.EDQUOT):
-                raise StoreNotWritableError(f"disk full: cannot allocate {path.name} ({size} bytes)", cause="disk_full") from e
-            raise
-        finally:
-            os.close(fd)
+        create_sized_file(path, size, preallocate=preallocate, sync_dir=sync_dir)
         return cls(path, base_offset, size, pool)
 
     @classmethod

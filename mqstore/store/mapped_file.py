@@ -42,6 +42,34 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+def create_sized_file(path: Path, size: int, *, preallocate: bool, sync_dir: bool = True, keep_open: bool = False) -> int:
+    """Create ``path`` with ``size`` zero bytes: sized under ``<name>.tmp`` (blocks
+    reserved with ``preallocate``, else sparse), then renamed into place, so a crash
+    never leaves a file of the wrong size. A full disk raises StoreNotWritableError
+    and leaves nothing behind. Returns the open descriptor with ``keep_open``, else -1.
+    With ``sync_dir=False`` the caller makes the new name durable later."""
+    tmp = path.with_name(path.name + ".tmp")
+    fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        if preallocate:
+            os.posix_fallocate(fd, 0, size)
+        else:
+            os.ftruncate(fd, size)
+        os.rename(tmp, path)
+        if sync_dir:
+            fsync_dir(path.parent)
+    except OSError as e:
+        os.close(fd)
+        tmp.unlink(missing_ok=True)
+        if e.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise StoreNotWritableError(f"disk full: cannot allocate {path.name} ({size} bytes)", cause="disk_full") from e
+        raise
+    if keep_open:
+        return fd
+    os.close(fd)
+    return -1
+
+
 class Segment:
     """A mapped file of fixed size; see the module docstring for its callers."""
 
@@ -61,21 +89,7 @@ class Segment:
 
         The file is sized under a ``.tmp`` name and renamed into place, so a crash
         midway never leaves a segment of the wrong size (the store would not open)."""
-        tmp = path.with_name(path.name + ".tmp")
-        fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
-        try:
-            if preallocate:
-                os.posix_fallocate(fd, 0, size)
-            else:
-                os.ftruncate(fd, size)
-            os.rename(tmp, path)
-            fsync_dir(path.parent)
-        except OSError as e:
-            os.close(fd)
-            tmp.unlink(missing_ok=True)
-            if e.errno in (errno.ENOSPC, errno.EDQUOT):
-                raise StoreNotWritableError(f"disk full: cannot allocate segment {path.name} ({size} bytes)", cause="disk_full") from e
-            raise
+        fd = create_sized_file(path, size, preallocate=preallocate, keep_open=True)
         log.info("segment_created", segment=path.name, bytes=size)
         return cls(path, base_offset, size, fd)
 
@@ -163,4 +177,4 @@ class Segment:
         self.path.unlink(missing_ok=True)
 
 
-__all__ = ["Segment", "fsync_dir"]
+__all__ = ["Segment", "create_sized_file", "fsync_dir"]

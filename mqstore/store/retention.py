@@ -48,7 +48,7 @@ import structlog
 from mqstore.errors import ConfigError
 from mqstore.formats.names import offset_to_file_name
 from mqstore.store.clock import Clock, SystemClock
-from mqstore.store.commitlog import COMMITLOG_DIR, CommitLog, DeletedSegment, DeleteReason
+from mqstore.store.commitlog import COMMITLOG_DIR, CommitLog, DeletedSegment
 from mqstore.store.consume_queues import ConsumeQueues
 
 log = structlog.get_logger(__name__)
