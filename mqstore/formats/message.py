@@ -468,10 +468,6 @@ class RecordFields(NamedTuple):
     properties_at: np.ndarray  # buffer position of each record's properties string
     properties_len: np.ndarray
 
-    def properties(self, buf: bytes | memoryview) -> list[bytes]:
-        """Each record's raw properties bytes (see formats.properties.find_property)."""
-        return [bytes(buf[a:b]) for a, b in zip(self.properties_at.tolist(), (self.properties_at + self.properties_len).tolist())]
-
 
 _EMPTY = np.zeros(0, np.int64)
 _NO_FIELDS = RecordFields(_EMPTY, _EMPTY, _EMPTY, _EMPTY, _EMPTY, [], _EMPTY, _EMPTY)
