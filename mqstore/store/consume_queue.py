@@ -108,9 +108,6 @@ def _valid_unit_count(seg: PooledFile) -> int:
     return count
 
 
-_PENDING_BYTES = 64 * 1024  # small puts are buffered up to this much per queue (or the next flush)
-
-
 class ConsumeQueue:
     """The unit files of one (topic, queue id); see the module docstring for the layout.
 
@@ -125,9 +122,13 @@ class ConsumeQueue:
 
     def __init__(
         self, store_dir: str | Path, topic: str, queue_id: int, *, file_bytes: int = DEFAULT_FILE_BYTES,
-        preallocate: bool = True, pool: FilePool | None = None,
+        preallocate: bool = True, pool: FilePool | None = None, fresh: bool = False,
     ) -> None:  # fmt: skip
         """Open (creating the directory if needed) the queue's files.
+
+        ``fresh`` says the caller knows the queue has nothing on disk: nothing is read or
+        created until its first units are written out (a store with 200,000 queues must
+        not pay a directory walk and two mkdirs per new queue on the dispatch path).
 
         ``file_bytes`` is rounded up to a multiple of 20 as RocketMQ does; every existing
         file must have that size (CorruptFileError otherwise, naming the file). Leftover
@@ -145,7 +146,6 @@ class ConsumeQueue:
         # other locked method writes them first (_drain), so files are complete there.
         self._pending = bytearray()
         self._pending_at = 0
-        self._log = log.bind(topic=topic, queue_id=self.queue_id)
         self._lock = threading.Lock()
         self._files: list[PooledFile] = []  # replaced, never changed in place
         self._min = 0
@@ -153,12 +153,18 @@ class ConsumeQueue:
         self._flushed = 0
         self._max_phys = -1
         self._closed = False
-        self._load()
+        if not fresh:
+            self._load()
+
+    @property
+    def _log(self):  # bound on use: most queues never log, and 200,000 bound loggers cost memory
+        return log.bind(topic=self.topic, queue_id=self.queue_id)
 
     # ------------------------------------------------------------------ open
 
     def _load(self) -> None:
-        self.directory.mkdir(parents=True, exist_ok=True)
+        if not self.directory.is_dir():
+            return  # nothing yet: the directory is made with the first file
         bases = []
         for p in self.directory.iterdir():
             if p.name.endswith(".tmp"):
@@ -263,7 +269,7 @@ class ConsumeQueue:
             seg.delete()
         self._files = files
         if deleted:
-            fsync_dir(self.directory)
+            self._fsync_dirs(self.directory)
         seg = self._find(cut)
         if seg is not None and cut < seg.end_offset:
             seg.zero_from(cut - seg.base_offset)
@@ -286,13 +292,6 @@ class ConsumeQueue:
         are created before any byte is written. Arguments are sequences of equal length
         (scalars broadcast); commitlog offsets must be >= 0 and sizes > 0.
         """
-        cols = (queue_offsets, phys_offsets, sizes, tags_codes)
-        if all(isinstance(c, np.ndarray) and c.ndim == 1 for c in cols) and 0 < len(queue_offsets) <= 16 and (
-            len({len(c) for c in cols}) == 1
-        ):
-            done = self._put_few(*(c.tolist() for c in cols))
-            if done is not None:
-                return done
         qo, phys, sizes_, tags = np.broadcast_arrays(
             np.atleast_1d(np.asarray(queue_offsets, np.int64)), np.atleast_1d(np.asarray(phys_offsets, np.int64)),
             np.atleast_1d(np.asarray(sizes, np.int64)), np.atleast_1d(np.asarray(tags_codes, np.int64)),
@@ -360,30 +359,63 @@ class ConsumeQueue:
             self._max_phys = int(ends[keep][-1])
             return PutResult(written, already, repeated, gaps)
 
-    def _put_few(self, qo: list[int], phys: list[int], sizes: list[int], tags: list[int]) -> PutResult | None:
-        """The dispatcher's commonest call with many queues: a few units that simply
-        continue the queue. Plain Python (numpy's per-call cost dominates for 1-16
-        units); None when anything is unusual, for the general path to handle."""
-        if min(qo) < 0 or min(phys) < 0 or min(sizes) <= 0:
-            return None
+    def append_run(self, first_offset: int, count: int, first_end: int, last_end: int, data) -> int:
+        """The dispatcher's path: ``count`` encoded units (``data``, 20 bytes each) that
+        continue the queue exactly: the first has queue offset ``first_offset`` (the
+        write position, or anything for a queue with no units yet) and ends past
+        ``max_physical_offset`` in the commitlog (``first_end``), the rest follow it
+        (the caller checked). They are only buffered: written out by ``write_behind``,
+        ``flush`` or any read, so a unit costs a bytes append and a new queue no disk
+        access here. Returns the bytes now buffered, or -1 when the run does not simply
+        continue the queue (``put_units`` then sorts out repeats and gaps)."""
         with self._lock:
-            self._check_open()
-            if not self._files:
-                return None
-            first = self._wrote // UNIT_SIZE
-            end = self._max_phys
-            for i, (q, p, s) in enumerate(zip(qo, phys, sizes)):
-                if q != first + i or p + s <= end:
-                    return None
-                end = p + s
-            if not self._pending:
-                self._pending_at = self._wrote
-            self._pending += b"".join(map(UNIT.pack, phys, sizes, tags))
-            self._wrote += len(qo) * UNIT_SIZE
-            self._max_phys = end
-            if len(self._pending) >= _PENDING_BYTES:
-                self._drain()
-            return PutResult(len(qo), 0, 0, 0)
+            if self._closed or first_end <= self._max_phys:
+                return -1
+            first = first_offset * UNIT_SIZE
+            if not self._files and not self._pending:  # a new queue: pre-blanks up to its first unit
+                start = first - first % self.file_bytes
+                self._min, self._flushed, self._pending_at = first, start, start
+                if first > start:
+                    self._pending += PRE_BLANK_UNIT * ((first - start) // UNIT_SIZE)
+                    self._log.info("pre_blank_filled", file=offset_to_file_name(start),
+                                   units=(first - start) // UNIT_SIZE)  # fmt: skip
+            elif first != self._wrote:
+                return -1
+            elif not self._pending:
+                self._pending_at = first
+            self._pending += data
+            self._wrote = first + count * UNIT_SIZE
+            self._max_phys = last_end
+            return len(self._pending)
+
+    def write_behind(self) -> int:
+        """Write out buffered units (creating the queue's directory and files as needed);
+        returns how many bytes were written. The flusher calls this off the dispatch path."""
+        with self._lock:
+            if self._closed:
+                return 0
+            n = len(self._pending)
+            self._drain()
+            return n
+
+    @property
+    def buffered_bytes(self) -> int:
+        """Units put but not written out yet (bytes)."""
+        return len(self._pending)
+
+    def _fsync_dirs(self, *dirs: Path) -> None:
+        with self._pool.transient():  # directory descriptors count against the pool's bound too
+            for d in dirs:
+                fsync_dir(d)
+
+    def _make_directory(self) -> None:
+        try:
+            self.directory.mkdir()
+        except FileNotFoundError:
+            self.directory.mkdir(parents=True, exist_ok=True)
+        except FileExistsError:
+            return
+        self._dir_dirty = True
 
     def _drain(self) -> None:
         """Write the buffered units (caller holds the lock)."""
@@ -396,13 +428,17 @@ class ConsumeQueue:
         files = list(self._files)
         created: list[PooledFile] = []
         next_base = files[-1].end_offset if files else start - start % self.file_bytes
+        if not files and next_base < end:
+            self._make_directory()
         try:
-            while next_base < end:  # every file first: a full disk fails before any byte is written
+            while next_base < end:  # every file first: a full disk fails before the queue moves on
+                lo, hi = max(start, next_base), min(end, next_base + self.file_bytes)
                 created.append(PooledFile.create(self.directory / offset_to_file_name(next_base), next_base,
                                                  self.file_bytes, self._pool, preallocate=self._preallocate,
-                                                 sync_dir=False))  # fmt: skip
+                                                 sync_dir=False, data=data[lo - start : hi - start],
+                                                 at=lo - next_base))  # fmt: skip
                 self._dir_dirty = True  # made durable by the next flush: one fsync, off the hot path
-                self._log.info("file_created", file=offset_to_file_name(next_base))
+                self._log.debug("file_created", file=offset_to_file_name(next_base))
                 next_base += self.file_bytes
         except BaseException:
             for seg in created:  # an empty file after the last unit would look like a write position
@@ -410,6 +446,7 @@ class ConsumeQueue:
             raise
         self._files = files + created
         byte = start
+        end = min(end, created[0].base_offset) if created else end  # new files got their bytes at creation
         while byte < end:
             seg = self._find(byte)
             k = min(seg.end_offset, end) - byte
@@ -427,9 +464,7 @@ class ConsumeQueue:
             if end - start < max(least_bytes, 1):
                 return start // UNIT_SIZE
             if self._dir_dirty:  # new files' names, and the queue's directories themselves
-                fsync_dir(self.directory)
-                fsync_dir(self.directory.parent)
-                fsync_dir(self.directory.parent.parent)
+                self._fsync_dirs(self.directory, self.directory.parent, self.directory.parent.parent)
                 self._dir_dirty = False
             for seg in self._files:
                 lo, hi = max(start, seg.base_offset), min(end, seg.end_offset)
@@ -437,6 +472,24 @@ class ConsumeQueue:
                     seg.sync(lo - seg.base_offset, hi - seg.base_offset)
             self._flushed = end
             return end // UNIT_SIZE
+
+    def prepare_flush(self, least_bytes: int = 0) -> int | None:
+        """``flush`` without the fsync, for a caller that makes the whole file system
+        durable at once (one syncfs for thousands of queues): writes out buffered units
+        and returns the queue offset they reach, to hand to ``mark_flushed`` after the
+        sync; None if fewer than ``least_bytes`` are waiting."""
+        with self._lock:
+            self._drain()
+            self._check_open()
+            if self._wrote - self._flushed < max(least_bytes, 1):
+                return None
+            self._dir_dirty = False  # the caller's sync covers the names made so far
+            return self._wrote // UNIT_SIZE
+
+    def mark_flushed(self, queue_offset: int) -> None:
+        """Units below ``queue_offset`` were made durable by the caller (see ``flush``)."""
+        with self._lock:
+            self._flushed = max(self._flushed, min(queue_offset * UNIT_SIZE, self._wrote))
 
     # ------------------------------------------------------------------ reads (any thread)
 
@@ -459,6 +512,11 @@ class ConsumeQueue:
     def flushed_offset(self) -> int:
         """Units below this queue offset were made durable by ``flush``."""
         return self._flushed // UNIT_SIZE
+
+    @property
+    def has_files(self) -> bool:
+        """False until the queue's first units are written out."""
+        return bool(self._files)
 
     @property
     def files(self) -> list[str]:
@@ -666,7 +724,7 @@ class ConsumeQueue:
                 seg.delete()
             self._files = files
             if deleted:
-                fsync_dir(self.directory)
+                self._fsync_dirs(self.directory)
             if files:
                 self._cut(cut)
             else:
@@ -739,7 +797,7 @@ class ConsumeQueue:
                 seg.delete()
             self._files = files
             if deleted:
-                fsync_dir(self.directory)
+                self._fsync_dirs(self.directory)
                 self._log.info("files_deleted", files=deleted, commitlog_min_offset=commitlog_min_offset)
                 self._min = max(self._min, files[0].base_offset)
             self._correct_min(commitlog_min_offset)

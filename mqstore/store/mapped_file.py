@@ -42,6 +42,23 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+_syncfs = _libc.syncfs
+_syncfs.argtypes = [ctypes.c_int]
+
+
+def sync_file_system(path: Path) -> None:
+    """syncfs(2) on the file system holding ``path``: every file's data and every
+    directory entry on it made durable in one call. Cheaper than one fsync per file
+    once thousands of small files are dirty (consume queues of many topics)."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        if _syncfs(fd) != 0:
+            err = ctypes.get_errno()
+            raise OSError(err, f"syncfs of {path}: {os.strerror(err)}")
+    finally:
+        os.close(fd)
+
+
 def create_sized_file(path: Path, size: int, *, preallocate: bool, sync_dir: bool = True, keep_open: bool = False) -> int:
     """Create ``path`` with ``size`` zero bytes: sized under ``<name>.tmp`` (blocks
     reserved with ``preallocate``, else sparse), then renamed into place, so a crash

@@ -168,7 +168,7 @@ class Retention:
         self._clock = clock or SystemClock()
         self._disk_usage = disk_usage or _default_disk_usage(commitlog)
         self._local_hour = local_hour
-        self._derived_min = -1  # commitlog min offset the derived files were last cleaned for
+        self._derived_min = 0  # commitlog min offset the derived files were last cleaned for (none point below 0)
         self._disk_full = False
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None

@@ -160,20 +160,28 @@ def test_rollover_read_across_files_and_reopen(tmp_path: Path) -> None:
 
 
 def test_one_pwrite_per_file_touched(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A batch costs one pwrite per file it touches; a file it creates gets its bytes
+    with the creation."""
     calls = []
-    real = file_pool.PooledFile.write
+    real_write, real_pwrite = file_pool.PooledFile.write, file_pool.os.pwrite
 
     def write(self, pos: int, data: bytes) -> None:
-        calls.append((self.path.name, pos, len(data)))
-        real(self, pos, data)
+        calls.append(("write", self.path.name, pos, len(data)))
+        real_write(self, pos, data)
+
+    def pwrite(fd: int, data: bytes, pos: int) -> int:
+        calls.append(("pwrite", pos, len(data)))
+        return real_pwrite(fd, data, pos)
 
     monkeypatch.setattr(file_pool.PooledFile, "write", write)
+    monkeypatch.setattr(file_pool.os, "pwrite", pwrite)
     with open_cq(tmp_path) as cq:
         put_range(cq, 0, 3)
         calls.clear()
-        put_range(cq, 3, 17)  # 4 units in file 0, 7 in file 1, 3 in file 2
-        names = [offset_to_file_name(b) for b in (0, 140, 280)]
-        assert calls == [(names[0], 60, 80), (names[1], 0, 140), (names[2], 0, 60)]
+        put_range(cq, 3, 17)  # 4 units in file 0, 7 in new file 1, 3 in new file 2
+        name0 = offset_to_file_name(0)
+        assert calls == [("pwrite", 0, 140), ("pwrite", 0, 60), ("write", name0, 60, 80), ("pwrite", 60, 80)]
+        assert offsets(cq.read_units(0, 100)) == [q * MSG for q in range(17)]
 
 
 def test_fill_pre_blank_when_first_unit_is_not_zero(tmp_path: Path) -> None:
