@@ -535,10 +535,11 @@ def _fields_of(buf, f: _Fields, head: np.ndarray, store_ts: np.ndarray, topic_at
         codes = codes.ravel()
         if not (key[first[codes]] == key).all():
             _, first, codes = np.unique(key, return_index=True, return_inverse=True)
-    topics = [
-        bytes(buf[int(topic_at[i]) : int(topic_at[i]) + int(topic_len[i])]).decode("utf-8", "replace")
-        for i in first.tolist()
-    ]
+    with memoryview(buf) as mv:  # released at once: a segment's map cannot close while viewed
+        topics = [
+            bytes(mv[a : a + ln]).decode("utf-8", "replace")
+            for a, ln in zip(topic_at[first].tolist(), topic_len[first].tolist(), strict=True)
+        ]
     props_at = topic_at + topic_len + 2
     return RecordFields(
         head["queue_id"].astype(np.int64), head["queue_offset"].astype(np.int64), head["sysflag"].astype(np.int64),

@@ -24,6 +24,7 @@ full until recover()).
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -68,7 +69,7 @@ def queue_dir(store_dir: str | Path, topic: str, queue_id: int) -> Path:
     check_topic(topic)
     if isinstance(queue_id, bool) or not isinstance(queue_id, (int, np.integer)) or not 0 <= queue_id <= MAX_QUEUE_ID:
         raise InvalidMessageError(f"queue id {queue_id!r} is not an integer in 0..{MAX_QUEUE_ID}")
-    return Path(store_dir) / CONSUME_QUEUE_DIR / topic / str(int(queue_id))
+    return Path(f"{store_dir}/{CONSUME_QUEUE_DIR}/{topic}/{int(queue_id)}")  # one parse: made for every new queue
 
 
 @dataclass(frozen=True)
@@ -96,8 +97,8 @@ class TruncateReport:
 
 def _valid_unit_count(seg: PooledFile) -> int:
     """How many valid units a file starts with, reading only as far as they go
-    (64 KiB, then doubling): opening 100,000 queues must not read 6 MB each."""
-    count, chunk = 0, 64 * 1024 - (64 * 1024) % UNIT_SIZE
+    (4 KiB, then doubling): opening 200,000 queues must not read 6 MB each."""
+    count, chunk = 0, 4096 - 4096 % UNIT_SIZE
     while count * UNIT_SIZE < seg.size:
         n = min(chunk, seg.size - count * UNIT_SIZE)
         got = len(decode_units(seg.read(count * UNIT_SIZE, n)))
@@ -163,38 +164,42 @@ class ConsumeQueue:
     # ------------------------------------------------------------------ open
 
     def _load(self) -> None:
-        if not self.directory.is_dir():
+        try:
+            names = os.listdir(self.directory)
+        except FileNotFoundError:
             return  # nothing yet: the directory is made with the first file
         bases = []
-        for p in self.directory.iterdir():
-            if p.name.endswith(".tmp"):
-                self._log.warning("unfinished_file_removed", path=str(p))
-                p.unlink()
+        for name in names:
+            if name.endswith(".tmp"):
+                self._log.warning("unfinished_file_removed", path=f"{self.directory}/{name}")
+                os.unlink(self.directory / name)
                 continue
             try:
-                bases.append(file_name_to_offset(p.name))
+                bases.append(file_name_to_offset(name))
             except ValueError:
-                self._log.warning("stray_file_ignored", path=str(p))
+                self._log.warning("stray_file_ignored", path=f"{self.directory}/{name}")
         bases.sort()
-        if bases and (last := self.directory / offset_to_file_name(bases[-1])).stat().st_size == 0:
+        sizes = [os.stat(self.directory / offset_to_file_name(b)).st_size for b in bases]  # one stat per file
+        if bases and sizes[-1] == 0:
+            last = self.directory / offset_to_file_name(bases[-1])
             self._log.warning("empty_file_removed", path=str(last))
             last.unlink()
             bases.pop()
+            sizes.pop()
         files = []
         try:
-            for i, base in enumerate(bases):
+            for i, (base, size) in enumerate(zip(bases, sizes, strict=True)):
                 path = self.directory / offset_to_file_name(base)
                 if base % self.file_bytes:
                     raise CorruptFileError(f"{path}: start offset is not a multiple of the file size {self.file_bytes}")
                 if i and base != bases[i - 1] + self.file_bytes:
                     raise CorruptFileError(f"{self.directory}: consume queue files are not contiguous at {path.name}")
-                size = path.stat().st_size
                 if size != self.file_bytes:
                     raise CorruptFileError(
                         f"{path}: consume queue file has {size} bytes, expected {self.file_bytes}; "
                         "open the store with the file size it was created with"
                     )
-                files.append(PooledFile.open(path, base, self.file_bytes, self._pool))
+                files.append(PooledFile(path, base, self.file_bytes, self._pool, sparse=not self._preallocate))
         except BaseException:
             for seg in files:
                 seg.close()
@@ -654,10 +659,16 @@ class ConsumeQueue:
 
     # ------------------------------------------------------------------ recovery and cleaning
 
-    def recover(self) -> TruncateReport:
+    def recover(self, *, zero_tail: bool = True) -> TruncateReport:
         """RocketMQ ConsumeQueue.recover: scan from the third-to-last file, stop at the
-        first invalid unit and cut there: the rest of that file is zeroed, later files
-        are deleted. A file that is valid to its end passes the scan to the next one."""
+        first invalid unit and cut there: later files are deleted and the rest of the
+        file holding the cut is zeroed. A file that is valid to its end passes the scan
+        to the next one. Files before the last are read whole; the last one only as far
+        as its units go (opening 200,000 queues must not read 6 MB each).
+
+        ``zero_tail=False`` (after a clean shutdown) leaves the bytes after a cut in the
+        last file alone: this process wrote them, and a cut there only means its
+        units end where the file's do."""
         with self._lock:
             self._drain()
             self._check_open()
@@ -665,13 +676,17 @@ class ConsumeQueue:
             if not files:
                 self._max_phys = -1
                 return TruncateReport(0, -1, 0, ())
-            cut = files[-1].end_offset
-            for seg in files[max(0, len(files) - 3) :]:
+            cut = None
+            for seg in files[max(0, len(files) - 3) : -1]:
                 n = len(decode_units(seg.read(0, seg.size)))
                 if n * UNIT_SIZE < seg.size:
                     cut = seg.base_offset + n * UNIT_SIZE
                     break
-            deleted = self._cut(cut)
+            if cut is None:
+                cut = files[-1].base_offset + _valid_unit_count(files[-1]) * UNIT_SIZE
+                deleted = self._cut(cut) if zero_tail else []
+            else:
+                deleted = self._cut(cut)
             if deleted or cut != self._wrote:
                 self._log.warning("consume_queue_truncated", at=cut // UNIT_SIZE, was=self._wrote // UNIT_SIZE,
                                   deleted_files=deleted)  # fmt: skip
@@ -707,12 +722,15 @@ class ConsumeQueue:
             self._drain()
             self._check_open()
             before = self._wrote
+            if self._wrote > self._min and self._probe_locked(self._wrote - UNIT_SIZE)[0] < phys_offset:
+                # The usual case: the newest unit points below the cut, so every unit does.
+                return TruncateReport(before // UNIT_SIZE, self._max_phys, 0, ())
             files = list(self._files)
             deleted: list[str] = []
             cut = files[0].base_offset if files else 0
             while files:
                 seg = files[-1]
-                units = decode_units(seg.read(0, seg.size))
+                units = self._valid_units(seg)
                 hit = np.flatnonzero(units["commitlog_offset"] >= phys_offset)
                 keep = int(hit[0]) if hit.size else len(units)
                 if keep:

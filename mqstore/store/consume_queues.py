@@ -234,7 +234,7 @@ class ConsumeQueues:
         happens to look like units (offset >= 0, size > 0) is cut too, and the
         dispatcher rebuilds what follows."""
         for cq in self.all():
-            cq.recover()
+            cq.recover(zero_tail=verify_tail)
             cq.truncate_dirty(commitlog.wrote)
             cq.correct_min_offset(commitlog.min_offset)
             if verify_tail and cq.max_offset > cq.min_offset:

@@ -176,7 +176,7 @@ class ReputLoop:
         *,
         reput_offset: int,
         limit: Callable[[], int] | None = None,
-        chunk_bytes: int = 4 << 20,
+        chunk_bytes: int = 8 << 20,
         idle_sleep_s: float = 0.001,
         delays_ms: list[int] | None = None,
     ) -> None:

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import structlog
 
-from mqstore.errors import CorruptFileError, StoreClosedError
+from mqstore.errors import StoreClosedError
 from mqstore.store.mapped_file import create_sized_file, fsync_dir
 
 log = structlog.get_logger(__name__)
@@ -151,8 +151,9 @@ class PooledFile:
     """A fixed-size, pre-allocated file read and written with pread/pwrite through a
     ``FilePool``. Same surface as ``mapped_file.Segment`` for the consume queues."""
 
-    def __init__(self, path: Path, base_offset: int, size: int, pool: FilePool) -> None:
+    def __init__(self, path: Path, base_offset: int, size: int, pool: FilePool, *, sparse: bool = False) -> None:
         self.path = path
+        self.sparse = sparse  # blocks are not reserved: zeroing punches holes and allocates nothing
         self.base_offset = base_offset
         self.size = size
         self._pool = pool
@@ -190,15 +191,7 @@ class PooledFile:
             os.close(fd)  # reopened through the pool on use
             if sync_dir and not preallocate:
                 fsync_dir(path.parent)
-        return cls(path, base_offset, size, pool)
-
-    @classmethod
-    def open(cls, path: Path, base_offset: int, size: int, pool: FilePool) -> PooledFile:
-        """An existing file of exactly ``size`` bytes (nothing is opened yet)."""
-        actual = path.stat().st_size
-        if actual != size:
-            raise CorruptFileError(f"{path}: file has {actual} bytes, expected {size}")
-        return cls(path, base_offset, size, pool)
+        return cls(path, base_offset, size, pool, sparse=not preallocate)
 
     @property
     def end_offset(self) -> int:
@@ -237,11 +230,15 @@ class PooledFile:
             os.fdatasync(fd)
 
     def zero_from(self, pos: int) -> None:
+        """Zero the file from ``pos`` on: a punched hole (a sparse file stays sparse; a
+        pre-allocated one gets its blocks back), or written zeros where holes are not
+        supported."""
         if pos >= self.size:
             return
         with self._fd_in_use() as fd:
             if _fallocate(fd, _PUNCH_HOLE_KEEP_SIZE, pos, self.size - pos) == 0:
-                os.posix_fallocate(fd, pos, self.size - pos)
+                if not self.sparse:
+                    os.posix_fallocate(fd, pos, self.size - pos)
             else:
                 os.pwrite(fd, bytes(self.size - pos), pos)
 
