@@ -463,11 +463,11 @@ class ConsumeQueue:
         are waiting (RocketMQ flushConsumeQueueLeastPages); returns the queue offset
         below which all units are durable."""
         with self._lock:
-            self._drain()
             self._check_open()
             start, end = self._flushed, self._wrote
             if end - start < max(least_bytes, 1):
-                return start // UNIT_SIZE
+                return start // UNIT_SIZE  # buffered units stay buffered too
+            self._drain()
             if self._dir_dirty:  # new files' names, and the queue's directories themselves
                 self._fsync_dirs(self.directory, self.directory.parent, self.directory.parent.parent)
                 self._dir_dirty = False
@@ -484,10 +484,10 @@ class ConsumeQueue:
         and returns the queue offset they reach, to hand to ``mark_flushed`` after the
         sync; None if fewer than ``least_bytes`` are waiting."""
         with self._lock:
-            self._drain()
             self._check_open()
             if self._wrote - self._flushed < max(least_bytes, 1):
                 return None
+            self._drain()
             self._dir_dirty = False  # the caller's sync covers the names made so far
             return self._wrote // UNIT_SIZE
 
