@@ -54,7 +54,6 @@ class ConsumeQueues:
         self._queues: dict[tuple[str, int], ConsumeQueue] = {}
         self._lock = threading.Lock()
         self._dirty: set[ConsumeQueue] = set()  # queues with units buffered since the last write_behind
-        self._unsynced: set[ConsumeQueue] = set()  # queues written since their last flush (maybe)
         self._writers: ThreadPoolExecutor | None = None
         self._loaded = False
         self.last_dispatched_timestamp = 0  # store time of the newest unit written
@@ -186,8 +185,6 @@ class ConsumeQueues:
                 self._dirty.update(dirty.difference(now))
         else:
             now = list(dirty)
-        with self._lock:
-            self._unsynced.update(now)
         if len(now) <= _WRITE_OUT_SERIAL_UP_TO:
             _write_behind_all(now)
         else:
@@ -199,29 +196,26 @@ class ConsumeQueues:
         return len(now)
 
     def flush(self, *, thorough: bool = True) -> None:
-        """Write out buffered units, then make them durable: in every queue
-        (``thorough``), or only in those with at least two pages of new units
-        (RocketMQ's every-second flush; a thorough one every 60 s). Past a few
-        queues, one syncfs makes all of them (and their new directories) durable at
-        once: with thousands of queues an fsync per queue would never end."""
+        """Write out buffered units (``write_behind``); with ``thorough`` (every 60 s,
+        and on close) write out all of them and make every queue durable.
+
+        The every-second step fsyncs nothing: what makes consume queues safe is the
+        checkpoint, whose logics timestamp only a thorough flush advances, so a crash
+        re-dispatches everything after it. An fsync per queue per second (RocketMQ
+        flushes each queue with two pages dirty) costs a disk round trip per queue,
+        and with thousands of queues would never end; one syncfs past a few queues
+        makes all of them, and their new directories, durable at once."""
         self.write_behind(everything=thorough)
-        with self._lock:
-            candidates = self.all() if thorough else list(self._unsynced)
-            if thorough:
-                self._unsynced = set()
-        least = 0 if thorough else 2 * 4096
-        ready = [(cq, offset) for cq in candidates if (offset := cq.prepare_flush(least)) is not None]
-        if not ready:
+        if not thorough:
             return
+        ready = [(cq, offset) for cq in self.all() if (offset := cq.prepare_flush()) is not None]
         if len(ready) <= _FSYNC_EACH_UP_TO:
             for cq, _ in ready:
                 cq.flush()
-        else:
-            sync_file_system(self._store_dir)
-        with self._lock:
-            for cq, offset in ready:
-                cq.mark_flushed(offset)
-                self._unsynced.discard(cq)
+            return
+        sync_file_system(self._store_dir)
+        for cq, offset in ready:
+            cq.mark_flushed(offset)
 
     def max_physical_offset(self) -> int:
         """offset+size of the newest unit over all queues (-1 if there is none)."""
