@@ -144,9 +144,11 @@ def print_records(
     print_records(itertools.islice(CommitLogReader(store).records(offset), count))
 
 
+from mqstore.cli import maintenance as _maintenance  # noqa: E402  (registers verify and repair)
 from mqstore.cli import queries as _queries  # noqa: E402  (registers the query commands)
 
 _queries.register(app)
+_maintenance.register(app)
 
 
 def main() -> None:

@@ -139,6 +139,40 @@ def read_config_json(path: Path, *, parse: Callable[[Any], T] | None = None) -> 
     return None
 
 
+@dataclass(frozen=True)
+class ConfigFileState:
+    """How one config file reads, for tools that report on a store (verify).
+
+    ``source`` is where the store's managers take the table from: ``"file"``,
+    ``"bak"`` (the file is missing or unusable, its ``.bak`` is fine) or ``"none"``
+    (neither: the store starts with an empty table). ``value`` is the parsed table
+    (None with ``"none"``); ``problem`` says why the file itself is unusable (None
+    if it is fine or simply absent, as in a fresh store)."""
+
+    path: Path
+    source: str
+    value: Any
+    problem: str | None
+
+
+def inspect_config_file(store_dir: Path, name: str) -> ConfigFileState:
+    """Read ``<store>/config/<name>`` (one of the three files) as the store's
+    manager would, with the same fallback to ``.bak``, without logging or changing
+    anything. ``value`` has the shape the manager's parser returns."""
+    parse = _PARSERS[name]
+    path = Path(store_dir) / CONFIG_DIR / name
+    value, reason = _load_one(path, parse)
+    if reason is None:
+        return ConfigFileState(path, "file", value, None)
+    problem = None if reason == "missing" else reason
+    bak_value, bak_reason = _load_one(path.with_name(path.name + BAK_SUFFIX), parse)
+    if bak_reason is None:
+        return ConfigFileState(path, "bak", bak_value, problem)
+    if problem is None and bak_reason != "missing":
+        problem = f"missing, and its {BAK_SUFFIX} is {bak_reason}"
+    return ConfigFileState(path, "none", None, problem)
+
+
 def _encode(obj: object) -> bytes:
     # fastjson's PrettyFormat: tab indentation, no blank after ':'.
     return json.dumps(obj, indent="\t", separators=(",", ":"), ensure_ascii=False).encode("utf-8")
@@ -584,6 +618,13 @@ class DelayOffsets:
         self.persist()
 
 
+_PARSERS: dict[str, Callable[[Any], Any]] = {
+    CONSUMER_OFFSET_FILE: _parse_offset_file,
+    TOPICS_FILE: _parse_topics_file,
+    DELAY_OFFSET_FILE: _parse_delay_file,
+}
+
+
 # ---------------------------------------------------------------------------
 # messageDelayLevel
 
@@ -624,12 +665,14 @@ __all__ = [
     "DELAY_OFFSET_FILE",
     "GROUP_MAX_CHARS",
     "TOPICS_FILE",
+    "ConfigFileState",
     "ConsumerOffsets",
     "DataVersion",
     "DelayOffsets",
     "TopicConfig",
     "TopicConfigs",
     "check_group",
+    "inspect_config_file",
     "parse_delay_levels",
     "quote_int_keys",
     "read_config_json",

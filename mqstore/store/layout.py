@@ -25,16 +25,35 @@ LAYOUT_FILE = Path("config") / "mqstore.json"
 SHAPING_FIELDS = ("segment_bytes", "consume_queue_file_bytes", "index_hash_slots", "index_max_entries")
 
 
+def saved_layout(store_dir: Path) -> dict[str, int] | None:
+    """The shaping values recorded in the store (None if it has no layout file);
+    ConfigError if the file is unreadable. Reads only."""
+    path = store_dir / LAYOUT_FILE
+    if not path.exists():
+        return None
+    try:
+        saved = json.loads(path.read_text())
+        return {k: int(saved[k]) for k in SHAPING_FIELDS}
+    except (ValueError, KeyError, TypeError) as e:
+        raise ConfigError(f"{path} is unreadable ({e}); restore it or remove it to use the given config") from e
+
+
+def layout_for_reading(store_dir: Path) -> StoreConfig:
+    """The default config with the store's shaping values: recorded ones, else the
+    sizes of its files. Unlike :func:`resolve_layout` it writes nothing, for tools
+    that must not change a store (verify)."""
+    values = saved_layout(store_dir)
+    if values is None:
+        values = _sizes_on_disk(store_dir)
+    return dataclasses.replace(StoreConfig(), **values)
+
+
 def resolve_layout(store_dir: Path, config: StoreConfig) -> StoreConfig:
     """``config`` with its file-shaping values taken from the store if it has them
     (and recorded there if it does not yet)."""
     path = store_dir / LAYOUT_FILE
-    if path.exists():
-        try:
-            saved = json.loads(path.read_text())
-            values = {k: int(saved[k]) for k in SHAPING_FIELDS}
-        except (ValueError, KeyError, TypeError) as e:
-            raise ConfigError(f"{path} is unreadable ({e}); restore it or remove it to use the given config") from e
+    values = saved_layout(store_dir)
+    if values is not None:
         changed = {k: v for k, v in values.items() if getattr(config, k) != v}
         if changed:
             log.info("layout_from_store", store=str(store_dir), **changed)
@@ -63,4 +82,4 @@ def _sizes_on_disk(store_dir: Path) -> dict[str, int]:
     return {k: v for k, v in found.items() if v > 0}
 
 
-__all__ = ["LAYOUT_FILE", "SHAPING_FIELDS", "resolve_layout"]
+__all__ = ["LAYOUT_FILE", "SHAPING_FIELDS", "layout_for_reading", "resolve_layout", "saved_layout"]

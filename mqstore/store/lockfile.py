@@ -40,6 +40,33 @@ class StoreLock:
             self._fd = -1
 
 
+def lock_holder(store_dir: Path) -> int | None:
+    """The pid of a process that holds ``<store>/lock`` (0 if it is held from another
+    pid namespace), or None if nobody does, or it cannot be told.
+
+    Reads Linux's ``/proc/locks`` instead of trying the lock: a tool that only reads
+    (verify) must never take it, not even for an instant, or a store starting at
+    that moment would fail to open."""
+    try:
+        st = os.stat(store_dir / LOCK_FILE)
+        with open("/proc/locks") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return None
+    want = (os.major(st.st_dev), os.minor(st.st_dev), st.st_ino)
+    for line in lines:
+        fields = line.replace("->", " ").split()
+        if len(fields) < 6 or fields[1] != "FLOCK":
+            continue
+        try:
+            major, minor, inode = fields[5].split(":")
+            if (int(major, 16), int(minor, 16), int(inode)) == want:
+                return int(fields[4])
+        except ValueError:
+            continue
+    return None
+
+
 def last_exit_was_clean(store_dir: Path) -> bool:
     """Read the abort marker once, at open: absent means a clean shutdown."""
     return not (store_dir / ABORT_FILE).exists()
@@ -55,4 +82,12 @@ def remove_abort_marker(store_dir: Path) -> None:
     fsync_dir(store_dir)
 
 
-__all__ = ["ABORT_FILE", "LOCK_FILE", "StoreLock", "create_abort_marker", "last_exit_was_clean", "remove_abort_marker"]
+__all__ = [
+    "ABORT_FILE",
+    "LOCK_FILE",
+    "StoreLock",
+    "create_abort_marker",
+    "last_exit_was_clean",
+    "lock_holder",
+    "remove_abort_marker",
+]

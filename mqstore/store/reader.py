@@ -36,6 +36,11 @@ class CommitLogReader:
     def min_offset(self) -> int:
         return self._segments[0][0] if self._segments else 0
 
+    @property
+    def segments(self) -> list[tuple[int, Path]]:
+        """(base offset, path) of every file named like a segment, oldest first."""
+        return list(self._segments)
+
     def records(self, offset: int | None = None, *, check_crc: bool = True) -> Iterator[MessageRecord]:
         """Records from ``offset`` (default: the first) to the end of valid data."""
         start = self.min_offset if offset is None else offset

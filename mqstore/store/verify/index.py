@@ -1,0 +1,222 @@
+"""Verify's check of the index files (``<store>/index/``) against the commitlog.
+
+Per file, with the geometry the store was made with (layout file): the size is
+``index_file_size``; the header agrees with the entries (index_count in range,
+begin/end offsets of the first/last entry, hash_slot_count = entries that start a
+chain); every chain is exactly what putKey builds (each entry's prev is the entry
+before it in the same slot, each slot holds its newest entry), so every entry is
+reachable by a query; entries are in commitlog order, also across files; each
+entry points at a record start, or below the commitlog's min offset (retention).
+Then the keys: the index entries the dispatcher makes for the sampled records
+(``RecordTable.index_phys/index_hashes``, UNIQ_KEY and each KEYS element) are in
+the files, for records the index covers (up to the last file's end offset; later
+ones are indexed when the store next opens).
+
+    kind                   severity  meaning
+    index_file_size        error     the store refuses to open the index
+    index_header           error     the header disagrees with the entries
+    index_chain            error     a chain or slot is not what putKey builds: entries unreachable
+    index_order            error     entries not in commitlog order
+    index_entry_dangling   error     no record starts where the entry points
+    index_key_missing      error     a record's key is not in the index
+    index_entry_beyond_end warning   entries past the commitlog's valid end (the store drops them)
+    index_stray_file       warning   the store ignores or removes it
+    index_in_flux          info      the last file of a running store disagrees with itself (being written)
+"""
+
+from __future__ import annotations
+
+import mmap
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from mqstore.formats.index_file import INDEX_HEADER_BYTES, IndexFileView, IndexHeader, index_file_size
+from mqstore.store.index_service import INDEX_DIR
+from mqstore.store.verify.records import RecordTable
+from mqstore.store.verify.report import Damage, Findings
+
+_NAME = re.compile(r"[0-9]{17}")
+
+
+@dataclass
+class IndexSummary:
+    files: int
+    entries: int
+    keys_checked: int
+
+
+def index_files(store_dir: Path) -> list[Path] | None:
+    """The index files, oldest first; None if the store has no index directory."""
+    d = Path(store_dir) / INDEX_DIR
+    if not d.is_dir():
+        return None
+    return sorted(p for p in d.iterdir() if _NAME.fullmatch(p.name) and p.is_file())
+
+
+def index_end_offset(store_dir: Path) -> int | None:
+    """What IndexService.max_physical_offset would be: the last file's
+    end_phy_offset (-1 without files); None without an index directory."""
+    files = index_files(store_dir)
+    if files is None:
+        return None
+    if not files:
+        return -1
+    with files[-1].open("rb") as f:
+        head = f.read(INDEX_HEADER_BYTES)
+    return IndexHeader.decode(head).end_phy_offset if len(head) == INDEX_HEADER_BYTES else -1
+
+
+def check_index(store_dir: Path, hash_slots: int, max_entries: int, table: RecordTable, findings: Findings,
+                damage: Damage, *, running: bool) -> IndexSummary:  # fmt: skip
+    """Check every index file and the sampled keys; see the module docstring."""
+    d = Path(store_dir) / INDEX_DIR
+    files = index_files(store_dir)
+    if files is None:
+        return IndexSummary(0, 0, 0)
+    for p in sorted(d.iterdir()):
+        if p not in files:
+            tmp = p.name.endswith(".tmp")
+            what = "an unfinished file; the store removes it on open" if tmp else "not an index file; the store ignores it"
+            findings.warning("index_stray_file", f"{INDEX_DIR}/{p.name}", what)
+            if not p.name.endswith(".tmp"):
+                damage.stray_files.append(f"{INDEX_DIR}/{p.name}")
+    size = index_file_size(hash_slots, max_entries)
+    phys_parts, hash_parts = [], []
+    last_phy = -1
+    end_offset = -1
+    for path in files:
+        loc = f"{INDEX_DIR}/{path.name}"
+        if (actual := path.stat().st_size) != size:
+            findings.error("index_file_size", loc, f"{actual} bytes, expected {size} ({hash_slots} slots x {max_entries} "
+                           "entries); the store refuses to open the index")  # fmt: skip
+            damage.index_bad = True
+            continue
+        with path.open("rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+            in_flux = running and path == files[-1]  # a running store may be putting entries into it right now
+            entries = _check_file(mm, loc, hash_slots, max_entries, findings, damage, in_flux=in_flux)
+        if entries is None:
+            continue
+        phy = entries["phy_offset"].astype(np.int64)
+        if len(phy):
+            if phy[0] < last_phy:
+                detail = f"its first entry points at {int(phy[0])}, before the previous file's last ({last_phy})"
+                findings.error("index_order", loc, detail)
+                damage.index_bad = True
+            last_phy = int(phy[-1])
+            end_offset = last_phy
+        _check_targets(phy, loc, table, findings, damage, running=running)
+        phys_parts.append(phy)
+        hash_parts.append(entries["key_hash"].astype(np.int64))
+    actual_phys = np.concatenate(phys_parts) if phys_parts else np.zeros(0, np.int64)
+    actual_hash = np.concatenate(hash_parts) if hash_parts else np.zeros(0, np.int64)
+    checked = _check_keys(actual_phys, actual_hash, end_offset, table, findings, damage)
+    return IndexSummary(len(files), len(actual_phys), checked)
+
+
+def _check_file(mm: mmap.mmap, loc: str, hash_slots: int, max_entries: int, findings: Findings, damage: Damage, *,
+                in_flux: bool = False) -> np.ndarray | None:  # fmt: skip
+    """Header and chain checks of one file; its entries (None if unreadable).
+    ``in_flux``: the file is being written, so disagreements are only info."""
+    raw = IndexHeader.decode(mm[:INDEX_HEADER_BYTES])
+    if not 0 <= raw.index_count <= max_entries:
+        findings.error("index_header", loc, f"index_count {raw.index_count} is outside 0..{max_entries}")
+        damage.index_bad = True
+        return None
+    view = IndexFileView(mm, hash_slots, max_entries)
+    entries = view.entries()
+    n = len(entries)
+    numbers = np.arange(1, n + 1)
+    hashes = entries["key_hash"].astype(np.int64)
+    prev = entries["prev"].astype(np.int64)
+    phy = entries["phy_offset"].astype(np.int64)
+    problems = []
+    if n:
+        if raw.begin_phy_offset != phy[0] or raw.end_phy_offset != phy[-1]:
+            detail = (f"begin/end offsets {raw.begin_phy_offset}/{raw.end_phy_offset} are not the first/last "
+                      f"entry's ({int(phy[0])}/{int(phy[-1])})")  # fmt: skip
+            problems.append(("index_header", detail))
+        if raw.begin_timestamp > raw.end_timestamp:
+            problems.append(("index_header", f"begin time {raw.begin_timestamp} is after end time {raw.end_timestamp}"))
+        if (np.diff(phy) < 0).any():
+            i = int(np.flatnonzero(np.diff(phy) < 0)[0]) + 1
+            problems.append(("index_order", f"entry {i + 1} points at {int(phy[i])}, before entry {i} ({int(phy[i - 1])})"))
+    if raw.hash_slot_count != int(np.count_nonzero(prev == 0)):
+        chains = int(np.count_nonzero(prev == 0))
+        problems.append(("index_header", f"hash_slot_count {raw.hash_slot_count}, but {chains} entries start a chain"))
+    if (hashes < 0).any():
+        problems.append(("index_chain", f"{int((hashes < 0).sum())} entries have a negative key hash"))
+    # The chains putKey builds: per slot, entries in put order, each pointing at the one before.
+    slots = np.where(hashes >= 0, hashes, 0) % hash_slots
+    order = np.lexsort((numbers, slots))
+    s_sorted = slots[order]
+    starts = np.ones(n, bool)
+    starts[1:] = s_sorted[1:] != s_sorted[:-1]
+    want_prev = np.zeros(n, np.int64)
+    want_prev[order[~starts]] = numbers[order][np.flatnonzero(~starts) - 1]
+    if (bad := np.flatnonzero(want_prev != prev)).size:
+        i = int(bad[0])
+        detail = (f"{bad.size} entries link to the wrong previous entry (entry {i + 1}: prev {int(prev[i])}, "
+                  f"putKey would have written {int(want_prev[i])})")  # fmt: skip
+        problems.append(("index_chain", detail))
+    table = np.frombuffer(mm, ">i4", hash_slots, INDEX_HEADER_BYTES).astype(np.int64)
+    want_table = np.zeros(hash_slots, np.int64)
+    ends = np.append(starts[1:], True) if n else starts  # the last entry of each slot group
+    want_table[s_sorted[ends]] = numbers[order][ends]
+    if (bad := np.flatnonzero(want_table != table)).size:
+        s = int(bad[0])
+        detail = f"{bad.size} slots do not hold their newest entry (slot {s}: {int(table[s])}, expected {int(want_table[s])})"
+        problems.append(("index_chain", detail))
+    for kind, detail in problems:
+        if in_flux:
+            findings.info("index_in_flux", loc, f"{detail} (the store is running and may be writing this file)")
+        else:
+            findings.error(kind, loc, detail)
+    if problems and not in_flux:
+        damage.index_bad = True
+    return entries
+
+
+def _check_targets(phy: np.ndarray, loc: str, table: RecordTable, findings: Findings, damage: Damage, *, running: bool) -> None:
+    sel = np.flatnonzero(phy >= table.min_offset)
+    nrec = len(table.phys)
+    idx = np.minimum(np.searchsorted(table.phys, phy[sel]), max(nrec - 1, 0))
+    found = (table.phys[idx] == phy[sel]) if nrec else np.zeros(len(sel), bool)
+    beyond = ~found & (phy[sel] >= table.data_end)
+    if beyond.any() and not running:
+        findings.warning("index_entry_beyond_end", loc, f"{int(beyond.sum())} entries point at or past the end of the "
+                         f"commitlog's valid data ({table.data_end}); the store drops them on open")  # fmt: skip
+    for i in sel[~found & ~beyond].tolist():
+        detail = f"entry {i + 1} points at commitlog offset {int(phy[i])}, where no record starts"
+        findings.error("index_entry_dangling", f"{loc}#{i + 1}", detail)
+        damage.index_bad = True
+
+
+def _check_keys(actual_phys: np.ndarray, actual_hash: np.ndarray, end_offset: int, table: RecordTable,
+                findings: Findings, damage: Damage) -> int:  # fmt: skip
+    """The expected (offset, key hash) pairs of records up to ``end_offset`` must
+    all be among the files' entries. Returns how many were checked."""
+    covered = (table.index_phys >= table.min_offset) & (table.index_phys <= end_offset)
+    want_phys, want_hash = table.index_phys[covered], table.index_hashes[covered]
+    if not len(want_phys):
+        return 0
+    # One int64 per (record, key hash): the record's position in the table, then the
+    # 31-bit hash. Entries that point at no record start can match nothing.
+    nrec = len(table.phys)
+    at = np.minimum(np.searchsorted(table.phys, actual_phys), nrec - 1)
+    hit = table.phys[at] == actual_phys
+    have = np.sort((at[hit] << 32) | (actual_hash[hit] & 0xFFFFFFFF))
+    want = (np.searchsorted(table.phys, want_phys) << 32) | (want_hash & 0xFFFFFFFF)
+    present = have[np.minimum(np.searchsorted(have, want), len(have) - 1)] == want if len(have) else np.zeros(len(want), bool)
+    missing = np.flatnonzero(~present)
+    for i in missing.tolist():
+        findings.error("index_key_missing", f"{INDEX_DIR}", f"the record at commitlog offset {int(want_phys[i])} has a key "
+                       f"(hash {int(want_hash[i])}) that no index entry holds; a query by that key misses it")  # fmt: skip
+    if missing.size:
+        damage.index_bad = True
+    return len(want)
+
+
+__all__ = ["IndexSummary", "check_index", "index_end_offset", "index_files"]
