@@ -129,6 +129,20 @@ def bench_recover(
     print(json.dumps(run_recover_bench(store, total_bytes=total_bytes, body_size=body_size)), flush=True)
 
 
+@bench_app.command("reopen")
+def bench_reopen(
+    store: Annotated[Path, typer.Option("--store", help="An existing store (closed, or left by kill -9).")],
+    sample: Annotated[int, typer.Option("--sample", min=0, help="Queues whose every unit is checked against its record.")] = 1000,
+    delete_segments: Annotated[int, typer.Option("--delete-segments", min=0, help="Let retention delete up to this many of the oldest segments.")] = 0,
+) -> None:
+    """Open a store (recovery, consume-queue load, catch-up dispatch), check a sample of
+    queues against the commitlog, optionally run retention, and print one JSON line:
+    open_seconds, queues, mismatches, open files, maps, RSS, ..."""
+    from mqstore.bench.reopen import ReopenBench, run_reopen_bench
+
+    print(json.dumps(run_reopen_bench(ReopenBench(store=store, sample=sample, delete_segments=delete_segments))), flush=True)
+
+
 @app.command("print")
 def print_records(
     store: Annotated[Path, typer.Option("--store", help="Store directory to read (not modified, no lock taken).")],

@@ -123,3 +123,20 @@ def test_bench_consume_and_query(tmp_path: Path) -> None:
     assert consume["messages"] == 4000 and consume["msgs_per_s"] > 0
     query = json.loads(mq("bench", "query", "--store", str(store), "--lookups", "200").stdout.splitlines()[-1])
     assert query["lookups"] == 200 and query["found"] == 200 and query["p99_us"] > 0
+
+
+def test_bench_reopen_checks_queues_and_runs_retention(tmp_path: Path) -> None:
+    store = tmp_path / "s"
+    p = mq("bench", "append", "--store", str(store), "--messages", "20000", "--body-size", "64", "--topics", "300",
+           "--segment-bytes", str(1 << 20))  # fmt: skip
+    assert p.returncode == 0, p.stderr
+    p = mq("bench", "reopen", "--store", str(store), "--sample", "100", "--delete-segments", "2")
+    assert p.returncode == 0, p.stderr
+    out = json.loads(p.stdout.strip().splitlines()[-1])
+    assert out["clean_shutdown"] and out["queues"] == 1200 and out["sampled_queues"] == 100
+    assert out["mismatches"] == 0 and out["checked_units"] > 0
+    assert out["segments_deleted"] == 2 and out["queue_mins_moved"] > 0
+    assert out["mismatches_after_retention"] == 0 and 0 < out["checked_units_after_retention"] < out["checked_units"]
+    assert out["peak_queue_files_open"] <= out["max_open_queue_files"]
+    p = mq("bench", "reopen", "--store", str(tmp_path / "nothing"))
+    assert p.returncode == 1 and "is it a store" in p.stderr and "Traceback" not in p.stderr
