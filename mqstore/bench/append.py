@@ -109,6 +109,9 @@ def run_append_bench(b: AppendBench) -> dict:
     seconds = time.perf_counter() - t0
     lag = cl.dispatcher.lag if b.dispatch else 0
     resources = _process_resources()
+    if b.dispatch:  # the bound on consume-queue descriptors, and how close the run came to it
+        resources.update(max_open_queue_files=cl.config.max_open_queue_files,
+                         peak_queue_files_open=cl.consume_queues.pool.peak_open)  # fmt: skip
     t1 = time.perf_counter()
     if b.dispatch:
         cl.wait_dispatched(timeout_s=600)
