@@ -142,6 +142,7 @@ class MessageStore:
             self.retention = Retention(
                 self.commitlog, self.consume_queues, reput_offset=lambda: self.dispatcher.reput_offset,
                 index=self.index, config=retention or RetentionConfig(), clock=self._clock,
+                consumer_offsets=self.consumer_offsets,
             )  # fmt: skip
             self._flusher = threading.Thread(target=self._flush_loop, name="mqstore-cq-flush", daemon=True)
             self._flusher.start()

@@ -129,6 +129,26 @@ class RetentionReport:
     consume_queue_files_deleted: dict[tuple[str, int], tuple[str, ...]] = field(default_factory=dict)
     queue_min_offsets: dict[tuple[str, int], tuple[int, int]] = field(default_factory=dict)
     index_files_deleted: tuple[str, ...] = ()
+    consumer_losses: tuple[ConsumerLoss, ...] = ()  # per group: messages deleted before it read them
+
+
+@dataclass(frozen=True)
+class ConsumerLoss:
+    """Queue offsets [from_offset, to_offset) of one queue that ``group`` had not consumed
+    when retention deleted them; ``forced`` if they had not even expired (disk high
+    watermark)."""
+
+    group: str
+    topic: str
+    queue_id: int
+    from_offset: int
+    to_offset: int
+    forced: bool
+
+
+class ConsumerOffsetsLike(Protocol):
+    def groups(self) -> list[str]: ...
+    def offsets(self, group: str) -> dict[tuple[str, int], int]: ...
 
 
 def _default_disk_usage(commitlog: CommitLog) -> Callable[[], float]:
@@ -159,6 +179,7 @@ class Retention:
         clock: Clock | None = None,
         disk_usage: Callable[[], float] | None = None,
         local_hour: Callable[[int], int] = _local_hour,
+        consumer_offsets: ConsumerOffsetsLike | None = None,
     ) -> None:
         self._commitlog = commitlog
         self._queues = consume_queues
@@ -168,6 +189,7 @@ class Retention:
         self._clock = clock or SystemClock()
         self._disk_usage = disk_usage or _default_disk_usage(commitlog)
         self._local_hour = local_hour
+        self._consumer_offsets = consumer_offsets
         self._derived_min = 0  # commitlog min offset the derived files were last cleaned for (none point below 0)
         self._disk_full = False
         self._stop = threading.Event()
@@ -216,6 +238,7 @@ class Retention:
         if after > self._derived_min:
             index_files = self._clean_derived(after, cq_files, cq_mins)
             self._derived_min = after
+        losses = self._consumer_losses(cq_mins, forced=forced_range is not None)
         if deleted:
             log.info("retention_ran", deleted=len(deleted), min_offset=after, reput_offset=reput,
                      disk_usage=round(usage, 4))  # fmt: skip
@@ -224,7 +247,30 @@ class Retention:
             disk_full=disk_full, reput_offset=reput, min_offset_before=before, min_offset_after=after,
             deleted=tuple(deleted), forced_range=forced_range, held_by_reput=held,
             consume_queue_files_deleted=cq_files, queue_min_offsets=cq_mins, index_files_deleted=index_files,
+            consumer_losses=losses,
         )  # fmt: skip
+
+    def _consumer_losses(self, cq_mins: dict[tuple[str, int], tuple[int, int]], *, forced: bool) -> tuple[ConsumerLoss, ...]:
+        """Every (group, queue) whose committed offset the queue's new min offset passed:
+        the messages [max(offset, old min), new min) are gone unread. Logged one line
+        per group (error when forced), never silent."""
+        if self._consumer_offsets is None or not cq_mins:
+            return ()
+        losses = []
+        for group in self._consumer_offsets.groups():
+            for (topic, qid), offset in self._consumer_offsets.offsets(group).items():
+                moved = cq_mins.get((topic, qid))
+                if moved is not None and offset < moved[1]:
+                    losses.append(ConsumerLoss(group, topic, qid, max(offset, moved[0]), moved[1], forced))
+        by_group: dict[str, list[ConsumerLoss]] = {}
+        for loss in losses:
+            by_group.setdefault(loss.group, []).append(loss)
+        for group, items in by_group.items():
+            (log.error if forced else log.warning)(
+                "unconsumed_messages_deleted", group=group, forced=forced, messages=sum(x.to_offset - x.from_offset for x in items),
+                ranges=[f"{x.topic}-{x.queue_id}:[{x.from_offset},{x.to_offset})" for x in items[:100]],
+            )  # fmt: skip
+        return tuple(losses)
 
     def _held_by_reput(self, now_ms: int, reput: int, forced: bool) -> bool:
         """True if the oldest segment, not the last one, was due (expired, or any when
@@ -290,4 +336,4 @@ class Retention:
                 log.error("retention_failed", error=repr(e))
 
 
-__all__ = ["IndexLike", "Retention", "RetentionConfig", "RetentionReport"]
+__all__ = ["ConsumerLoss", "IndexLike", "Retention", "RetentionConfig", "RetentionReport"]

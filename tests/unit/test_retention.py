@@ -22,7 +22,7 @@ from mqstore.formats.message import decode_record
 from mqstore.store import MessageBatch, StoreConfig
 from mqstore.store.commitlog import DeleteReason
 from mqstore.store.message_store import MessageStore
-from mqstore.store.retention import Retention, RetentionConfig
+from mqstore.store.retention import ConsumerLoss, Retention, RetentionConfig
 
 CFG = StoreConfig(segment_bytes=64 * 1024, consume_queue_file_bytes=20 * 50)
 HOUR_MS = 3_600_000
@@ -61,6 +61,7 @@ def retention(store: MessageStore, *, usage=0.1, index=None, **config) -> Retent
     return Retention(
         store.commitlog, store.consume_queues, reput_offset=lambda: store.dispatcher.reput_offset, index=index,
         config=RetentionConfig(**config), disk_usage=usage if callable(usage) else (lambda: usage),
+        consumer_offsets=store.consumer_offsets,
     )  # fmt: skip
 
 
@@ -185,6 +186,11 @@ def test_forced_deletion_until_under_the_threshold(tmp_path: Path) -> None:
         before, after = rep.queue_min_offsets[("T", 0)]
         assert before == 0 and after > 3
         assert s.pull("T", 0, 3).records[0].queue_offset == after
+        # ... is reported exactly, per group, and loudly; queues it never read are not its loss.
+        assert rep.consumer_losses == (ConsumerLoss("G", "T", 0, 3, after, True),)
+        (lost,) = [e for e in logs if e["event"] == "unconsumed_messages_deleted"]
+        assert lost["log_level"] == "error" and lost["group"] == "G" and lost["messages"] == after - 3
+        assert lost["ranges"] == [f"T-0:[3,{after})"]
 
 
 def test_forced_deletion_is_capped_per_run(tmp_path: Path) -> None:
