@@ -60,15 +60,16 @@ from mqstore.formats.message import (
     topic_field,
 )
 from mqstore.formats.msgid import Host, UniqKeyGenerator, encode_host, offset_msg_id_prefix
-from mqstore.formats.names import check_topic
+from mqstore.formats.names import check_topic, file_name_to_offset
 from mqstore.formats.properties import MAX_PROPERTIES_BYTES, serialize_properties
+from mqstore.store import faults
 from mqstore.store.checkpoint_file import read_checkpoint, write_checkpoint
 from mqstore.store.clock import Clock, SystemClock
 from mqstore.store.config import FlushMode, StoreConfig
 from mqstore.store.flush import FlushService
 from mqstore.store.lockfile import StoreLock, create_abort_marker, last_exit_was_clean, remove_abort_marker
 from mqstore.store.messages import AUTO_QUEUE, AppendResult, MessageBatch, PutStatus
-from mqstore.store.recovery import QueueKey, RecoveryReport, recover
+from mqstore.store.recovery import QueueKey, RecoveryProgress, RecoveryReport, recover
 from mqstore.store.segments import SegmentQueue
 from mqstore.store.tuning import tune_allocator
 
@@ -178,7 +179,17 @@ def _check_no_separators(what: str, values) -> None:
 class CommitLog:
     """An open commitlog; see the module docstring for the rules and the threads."""
 
-    def __init__(self, store_dir: str | Path, config: StoreConfig | None = None, *, clock: Clock | None = None) -> None:
+    def __init__(
+        self, store_dir: str | Path, config: StoreConfig | None = None, *, clock: Clock | None = None,
+        queue_offsets_from_derived: bool = False, progress: RecoveryProgress | None = None,
+    ) -> None:  # fmt: skip
+        """Open (and recover) the commitlog under ``store_dir``.
+
+        ``queue_offsets_from_derived``: the caller restores the queue-offset table from
+        its consume queues (``raise_queue_offsets``), so recovery does not walk the
+        segments before its start for it. ``progress`` is updated while recovery runs."""
+        self._derived_offsets = queue_offsets_from_derived
+        self._progress = progress
         self.store_dir = Path(store_dir)
         self.config = config or StoreConfig()
         self._clock = clock or SystemClock()
@@ -200,10 +211,13 @@ class CommitLog:
         self._segments.load()
         try:
             self.recovery: RecoveryReport = recover(
-                self._segments, checkpoint, clean_shutdown=clean, check_crc=cfg.check_crc_on_recover
-            )
-            # Whatever recovery kept is made durable before anything new is acknowledged.
-            self._segments.sync_range(self._segments.min_offset, self.recovery.write_position)
+                self._segments, checkpoint, clean_shutdown=clean, check_crc=cfg.check_crc_on_recover,
+                rebuild_queue_offsets=not self._derived_offsets, progress=self._progress,
+            )  # fmt: skip
+            # Whatever recovery kept is made durable before anything new is acknowledged
+            # (segments before the recovery start were flushed before the checkpoint said so).
+            start = file_name_to_offset(self.recovery.start_segment) if self.recovery.start_segment else 0
+            self._segments.sync_range(max(self._segments.min_offset, start), self.recovery.write_position)
         except BaseException:
             self._segments.close()
             raise
@@ -266,6 +280,7 @@ class CommitLog:
             end = int(physical[-1] + prep.sizes[-1])
             self._wrote = end
             self._wrote_state = (end, now)
+        faults.hit("commitlog.written")  # in the page cache, not yet flushed nor acknowledged
         status = PutStatus.PUT_OK
         if self.config.flush_mode is FlushMode.SYNC:
             try:
@@ -517,6 +532,7 @@ class CommitLog:
         for b in blanks:
             seg = self._segments.find(b)
             seg.write(b - seg.base_offset, blank_record(seg.end_offset - b))
+            faults.hit("segment.rollover")  # the BLANK ends the old segment; the new one holds nothing yet
         lo = 0
         for run in prep.runs:
             hi = lo + len(run)

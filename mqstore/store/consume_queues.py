@@ -232,7 +232,8 @@ class ConsumeQueues:
             cq.truncate_dirty(commitlog.wrote)
             cq.correct_min_offset(commitlog.min_offset)
             if verify_tail and cq.max_offset > cq.min_offset:
-                start = max(cq.min_offset, cq.max_offset - cq.max_offset % (cq.file_bytes // 20))
+                per_file = cq.file_bytes // UNIT_SIZE  # the last file's units (a full one when it just filled)
+                start = max(cq.min_offset, cq.max_offset - (cq.max_offset % per_file or per_file))
                 units = cq.read_units(start, cq.max_offset - start)
                 good = commitlog.matching_units(units["commitlog_offset"], units["size"], cq.queue_id, start)
                 if good < len(units):

@@ -121,6 +121,7 @@ class FilePool:
             victim._fd = -1
         for f in pinned:  # in use right now: keep them, as the most recent
             self._open[f] = None
+        self.peak_open = max(self.peak_open, len(self._open) + self._opening)
         if len(self._open) + self._opening > self.max_open:
             # Everything is pinned: go over the bound rather than deadlock.
             log.warning("file_pool_over_bound", open=len(self._open), max_open=self.max_open)

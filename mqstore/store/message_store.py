@@ -35,10 +35,11 @@ from mqstore.store.clock import Clock, SystemClock
 from mqstore.store.commitlog import CommitLog
 from mqstore.store.config import FlushMode, StoreConfig
 from mqstore.store.config_files import ConsumerOffsets, TopicConfigs, parse_delay_levels
-from mqstore.store.consume_queues import ConsumeQueues
+from mqstore.store.consume_queues import CONSUME_QUEUE_DIR, ConsumeQueues
 from mqstore.store.dispatch import ReputLoop
 from mqstore.store.index_service import IndexService
 from mqstore.store.layout import resolve_layout
+from mqstore.store.recovery import RecoveryProgress
 from mqstore.store.retention import Retention, RetentionConfig
 from mqstore.store.schedule import DelayScheduler, rewrite_delayed
 from mqstore.store.messages import AppendResult, MessageBatch
@@ -99,12 +100,18 @@ class MessageStore:
         clock: Clock | None = None,
         background_dispatch: bool = True,
         retention: RetentionConfig | None = None,
+        progress: RecoveryProgress | None = None,
     ) -> None:
         self.store_dir = Path(store_dir)
         self.store_dir.mkdir(parents=True, exist_ok=True)
         self.config = cfg = resolve_layout(self.store_dir, config or StoreConfig())
         self._clock = clock or SystemClock()
-        self.commitlog = CommitLog(self.store_dir, cfg, clock=self._clock)
+        self.progress = progress or RecoveryProgress()  # readable from other threads while this opens
+        # With consume queues on disk the queue-offset table comes from them (after the
+        # catch-up dispatch too), so recovery reads only the commitlog after the checkpoint.
+        has_queues = any((self.store_dir / CONSUME_QUEUE_DIR).glob("*/*"))
+        self.commitlog = CommitLog(self.store_dir, cfg, clock=self._clock, queue_offsets_from_derived=has_queues,
+                                   progress=self.progress)  # fmt: skip
         self._closed = False
         self._stop = threading.Event()
         self._flusher: threading.Thread | None = None
@@ -118,6 +125,7 @@ class MessageStore:
             self.consume_queues = ConsumeQueues(
                 self.store_dir, file_bytes=cfg.consume_queue_file_bytes, max_open_files=cfg.max_open_queue_files
             )
+            self.progress.set_phase("consume_queues")
             self.consume_queues.load()
             self.consume_queues.recover(self.commitlog, verify_tail=not self.commitlog.recovery.clean_shutdown)
             # Queue offsets continue from the consume queues too (RocketMQ takes them from
@@ -136,7 +144,10 @@ class MessageStore:
             limit = (lambda: self.commitlog.flushed) if cfg.flush_mode is FlushMode.SYNC else (lambda: self.commitlog.wrote)
             self._delays_ms = parse_delay_levels(cfg.message_delay_level)
             self.dispatcher = ReputLoop(self.commitlog, sinks, reput_offset=reput_from, limit=limit, delays_ms=self._delays_ms)
+            self.progress.set_phase("dispatch", max(self.commitlog.wrote - reput_from, 0))
             caught_up = self.dispatcher.catch_up()
+            # Queues the catch-up rebuilt (derived files moved away by a repair) raise the table too.
+            self.commitlog.raise_queue_offsets({(cq.topic, cq.queue_id): cq.max_offset for cq in self.consume_queues.all()})
             log.info("dispatch_recovered", reput_from=reput_from, records=caught_up, reput_offset=self.dispatcher.reput_offset)
             self.scheduler = DelayScheduler(self, self._delays_ms)
             self.retention = Retention(
@@ -150,6 +161,9 @@ class MessageStore:
                 self.dispatcher.start()
                 self.scheduler.start()
                 self.retention.start()
+            self.progress.set_phase("ready")
+            log.info("store_opened", recovery_seconds=round(self.commitlog.recovery.seconds, 3),
+                     clean_shutdown=self.commitlog.recovery.clean_shutdown)  # fmt: skip
         except BaseException:
             self._stop.set()
             if self._flusher is not None:

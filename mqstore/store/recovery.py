@@ -11,8 +11,13 @@ Where the validated walk starts:
   normal    the third-to-last segment (RocketMQ 4.9 - 5.3.1);
   abnormal  from the last segment backwards, the first whose first record is valid,
             has a store time != 0 and <= checkpoint.min_timestamp(); else segment 0.
-Segments before the start are only walked for the queue-offset table (no CRC):
-mqstore has no consume queues yet to take that table from.
+Segments before the start are walked for the queue-offset table only (no CRC), and
+only when the caller has no consume queues to take that table from (a CommitLog on
+its own); a MessageStore skips that walk, as RocketMQ does, so recovery time grows
+with the data after the checkpoint, not with the whole store.
+
+Progress (bytes validated, rate, percent) is logged about once a second and kept in
+a ``RecoveryProgress`` the caller may read from another thread.
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ from mqstore.formats.message import (
     record_fields,
     scan_records,
 )
+from mqstore.store import faults
 from mqstore.store.segments import SegmentQueue
 
 log = structlog.get_logger(__name__)
@@ -59,6 +65,38 @@ class RecoveryReport:
     seconds: float
     last_store_timestamp: int
     queue_offsets: dict[QueueKey, int] = field(repr=False)  # next queue offset per (topic, queue id)
+
+
+class RecoveryProgress:
+    """Where an open of the store is: ``phase`` is "commitlog" (validating the tail),
+    "consume_queues", "dispatch" (catching up derived files) or "ready". Written by
+    the opening thread, read by any (status endpoints); plain ints, no lock needed."""
+
+    def __init__(self) -> None:
+        self.phase = "starting"
+        self.bytes_done = 0
+        self.bytes_total = 0
+        self.started = time.monotonic()
+        self._last_log = self.started
+
+    @property
+    def percent(self) -> float:
+        return 100.0 if self.bytes_total <= 0 else round(min(100.0, 100.0 * self.bytes_done / self.bytes_total), 1)
+
+    def set_phase(self, phase: str, total: int = 0) -> None:
+        self.phase, self.bytes_done, self.bytes_total = phase, 0, total
+        self.started = self._last_log = time.monotonic()
+
+    def advance(self, nbytes: int) -> None:
+        self.bytes_done += nbytes
+        now = time.monotonic()
+        if now - self._last_log >= 1.0:
+            self._last_log = now
+            log.info("recovery_progress", phase=self.phase, bytes=self.bytes_done, percent=self.percent,
+                     mb_per_s=round(self.bytes_done / 1e6 / max(now - self.started, 1e-9), 1))  # fmt: skip
+
+    def as_dict(self) -> dict:
+        return {"phase": self.phase, "bytes_done": self.bytes_done, "bytes_total": self.bytes_total, "percent": self.percent}
 
 
 def _choose_start(queue: SegmentQueue, checkpoint: Checkpoint, clean: bool) -> int:
@@ -100,7 +138,8 @@ _PARALLEL_MIN_BYTES = 128 << 20  # below this a second process costs more than i
 _SPLIT_SEARCH_BYTES = 16 << 20
 
 
-def _scan_range(seg, start: int, end: int, table: dict[QueueKey, int], *, check_crc: bool):
+def _scan_range(seg, start: int, end: int, table: dict[QueueKey, int], *, check_crc: bool,
+                progress: RecoveryProgress | None = None):  # fmt: skip
     """Walk ``seg`` from ``start`` in small chunks (bounded memory, cache-friendly;
     pages populated ahead in one call each), folding records into ``table``, until
     the data ends or the walk reaches ``end`` exactly (LIMIT). Returns the last scan
@@ -114,6 +153,8 @@ def _scan_range(seg, start: int, end: int, table: dict[QueueKey, int], *, check_
                            base_offset=seg.base_offset, fields=True)  # fmt: skip
         last_ts = max(last_ts, _merge_queue_offsets(table, res.fields))
         count += len(res.positions)
+        if progress is not None:
+            progress.advance(res.stop - pos)
         if res.outcome is not ScanOutcome.LIMIT or not len(res.positions) or res.stop >= end:
             return res._replace(fields=None), count, last_ts
         pos = res.stop
@@ -152,17 +193,18 @@ def _record_start_after(seg, at: int) -> int | None:
     return int(hits[0]) if hits.size else None
 
 
-def _scan_segment(seg, table: dict[QueueKey, int], *, check_crc: bool):
+def _scan_segment(seg, table: dict[QueueKey, int], *, check_crc: bool, progress: RecoveryProgress | None = None):
     """Scan one segment, on two cores when it holds enough data: a forked child scans
     the second half (from a record start found by signature) while this process scans
     the first; the halves are joined only if the first walk lands exactly on the split."""
+    faults.hit("recovery.scan_segment", seg.path)  # also lets tests count the segments read
     split = None
     if (os.cpu_count() or 1) > 1 and hasattr(os, "fork"):
         end = _data_end_estimate(seg)
         if end >= _PARALLEL_MIN_BYTES:
             split = _record_start_after(seg, end // 2)
     if split is None:
-        return _scan_range(seg, 0, seg.size, table, check_crc=check_crc)
+        return _scan_range(seg, 0, seg.size, table, check_crc=check_crc, progress=progress)
     r, w = os.pipe()
     pid = os.fork()
     if pid == 0:  # child: scan the second half, send the result, leave without cleanup
@@ -174,7 +216,7 @@ def _scan_segment(seg, table: dict[QueueKey, int], *, check_crc: bool):
         finally:
             os._exit(0)
     os.close(w)
-    first, count, last_ts = _scan_range(seg, 0, split, table, check_crc=check_crc)
+    first, count, last_ts = _scan_range(seg, 0, split, table, check_crc=check_crc, progress=progress)
     with os.fdopen(r, "rb") as inp:
         data = inp.read()
     os.waitpid(pid, 0)
@@ -184,15 +226,22 @@ def _scan_segment(seg, table: dict[QueueKey, int], *, check_crc: bool):
         rest, more, ts = _scan_range(seg, first.stop, seg.size, table, check_crc=check_crc)  # split was not a record
         return rest, count + more, max(last_ts, ts)
     second, more, ts, part = pickle.loads(data)
+    if progress is not None:
+        progress.advance(second.stop - split)
     for key, nxt in part.items():
         if table.get(key, 0) < nxt:
             table[key] = nxt
     return second, count + more, max(last_ts, ts)
 
 
-def recover(queue: SegmentQueue, checkpoint: Checkpoint, *, clean_shutdown: bool, check_crc: bool = True) -> RecoveryReport:
+def recover(
+    queue: SegmentQueue, checkpoint: Checkpoint, *, clean_shutdown: bool, check_crc: bool = True,
+    rebuild_queue_offsets: bool = True, progress: RecoveryProgress | None = None,
+) -> RecoveryReport:  # fmt: skip
     """Validate the commitlog's tail, cut it at the first invalid record, and rebuild
-    the write position and queue-offset table. See the module docstring."""
+    the write position and queue-offset table (from the tail only, without
+    ``rebuild_queue_offsets``: the caller takes the rest from its consume queues).
+    See the module docstring."""
     t0 = time.perf_counter()
     segs = queue.segments
     table: dict[QueueKey, int] = {}
@@ -200,15 +249,17 @@ def recover(queue: SegmentQueue, checkpoint: Checkpoint, *, clean_shutdown: bool
         return RecoveryReport(clean_shutdown, None, 0, None, "no segments", [], 0, 0, 0.0, 0, table)
     start = _choose_start(queue, checkpoint, clean_shutdown)
     last_ts = 0
-    for seg in segs[:start]:
+    for seg in segs[:start] if rebuild_queue_offsets else ():
         res, _, ts = _scan_segment(seg, table, check_crc=False)
         last_ts = max(last_ts, ts)
+    if progress is not None:
+        progress.set_phase("commitlog", sum(seg.size for seg in segs[start:-1]) + _data_end_estimate(segs[-1]))
     records = validated = 0
     stop = segs[start].base_offset
     reason = ""
     truncated = False
     for seg in segs[start:]:
-        res, count, ts = _scan_segment(seg, table, check_crc=check_crc)
+        res, count, ts = _scan_segment(seg, table, check_crc=check_crc, progress=progress)
         last_ts = max(last_ts, ts)
         records += count
         validated += res.stop
@@ -223,6 +274,8 @@ def recover(queue: SegmentQueue, checkpoint: Checkpoint, *, clean_shutdown: bool
         break
     else:
         reason = "end of the last segment"
+    if not last_ts and start and not rebuild_queue_offsets:  # the tail held no record: the newest is before it
+        last_ts = _scan_segment(segs[start - 1], {}, check_crc=False)[2]
     later = [s for s in segs if s.base_offset > stop]
     truncated = truncated or any(_has_data(s) for s in later)
     deleted = queue.truncate_after(stop)
@@ -253,4 +306,4 @@ def _has_data(seg) -> bool:
     return size != 0 or magic in (MAGIC_V1, MAGIC_V2)
 
 
-__all__ = ["QueueKey", "RecoveryReport", "recover"]
+__all__ = ["QueueKey", "RecoveryProgress", "RecoveryReport", "recover"]

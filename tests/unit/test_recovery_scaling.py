@@ -1,0 +1,86 @@
+"""Opening a store reads the commitlog after its checkpoint, not the whole store: with
+consume queues on disk the queue-offset table comes from them (as RocketMQ does), and
+only when they are gone is every segment walked for it."""
+
+from __future__ import annotations
+
+import shutil
+import time
+from pathlib import Path
+
+from mqstore.store import MessageBatch, StoreConfig, faults
+from mqstore.store.message_store import MessageStore
+from mqstore.store.recovery import RecoveryProgress
+
+CFG = StoreConfig(segment_bytes=64 * 1024, consume_queue_file_bytes=20 * 100, index_hash_slots=512,
+                  index_max_entries=4096)  # fmt: skip
+
+
+class Past:
+    """Store time starting an hour ago, one second per batch: the data spans minutes, so
+    the checkpoint's 3-second margin covers the last segments only."""
+
+    def __init__(self) -> None:
+        self.t = time.time_ns() // 1_000_000 - 3_600_000
+
+    def now_ms(self) -> int:
+        return self.t
+
+    def monotonic(self) -> float:
+        return time.monotonic()
+
+
+def fill(path: Path) -> dict[int, int]:
+    """~40 segments of 1 KB messages over 4 queues; returns the next offset per queue."""
+    clock = Past()
+    with MessageStore(path, CFG, clock=clock) as s:
+        for i in range(100):
+            clock.t += 1000
+            s.append(MessageBatch(topics="T", bodies=[bytes([i]) * 1000] * 25, queue_ids=[j % 4 for j in range(25)]))
+        assert s.wait_dispatched()
+        return {q: s.consume_queues.find("T", q).max_offset for q in range(4)}
+
+
+def segments_read_on_open(path: Path) -> tuple[int, MessageStore]:
+    faults.install("nothing.fires.here=EIO")  # a plan, so hits are counted
+    try:
+        s = MessageStore(path, CFG, progress=RecoveryProgress())
+        return faults.hits().get("recovery.scan_segment", 0), s
+    finally:
+        faults.install(None)
+
+
+def appended_offsets(s: MessageStore) -> list[int]:
+    res = s.append(MessageBatch(topics="T", bodies=[b"x"] * 4, queue_ids=[0, 1, 2, 3]))
+    return res.queue_offsets.tolist()
+
+
+def test_clean_reopen_reads_the_last_segments_only(tmp_path: Path) -> None:
+    nxt = fill(tmp_path)
+    assert len(list((tmp_path / "commitlog").iterdir())) > 30
+    read, s = segments_read_on_open(tmp_path)
+    with s:
+        assert read == 3  # RocketMQ's normal recovery window, nothing before it
+        assert s.progress.phase == "ready"
+        assert appended_offsets(s) == [nxt[q] for q in range(4)]  # queue offsets continue from the queues
+
+
+def test_abnormal_reopen_reads_from_the_checkpoint_on(tmp_path: Path) -> None:
+    nxt = fill(tmp_path)
+    (tmp_path / "abort").touch()  # as a kill -9 leaves it
+    read, s = segments_read_on_open(tmp_path)
+    with s:
+        assert not s.commitlog.recovery.clean_shutdown
+        assert read <= 3
+        assert appended_offsets(s) == [nxt[q] for q in range(4)]
+
+
+def test_without_consume_queues_every_segment_is_walked_and_rebuilt(tmp_path: Path) -> None:
+    nxt = fill(tmp_path)
+    shutil.rmtree(tmp_path / "consumequeue")
+    shutil.rmtree(tmp_path / "index")
+    read, s = segments_read_on_open(tmp_path)
+    with s:
+        assert read == len(list((tmp_path / "commitlog").iterdir()))
+        assert {q: s.consume_queues.find("T", q).max_offset for q in range(4)} == nxt  # rebuilt by the catch-up
+        assert appended_offsets(s) == [nxt[q] for q in range(4)]
