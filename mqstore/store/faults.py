@@ -21,6 +21,34 @@ Plan syntax, comma-separated rules::
 
 ``hits()`` tells a test how often each point was reached (only while a plan is
 installed), so a harness can enumerate the points a workload passes through.
+
+The file layer's points (each is hit just before the real call, with the file or
+directory as ``path``; what the store does when it fails is in README "Faults"):
+
+    point              where                                          the real call
+    commitlog.sync     mapped_file.Segment.sync of a commitlog        msync(MS_SYNC) of a range: group commit,
+                       segment (flush.py via SegmentQueue.sync_range,  periodic flush, close, recovery's sync
+                       segments.truncate_after)
+    segment.create     mapped_file.create_sized_file, for a new       posix_fallocate / ftruncate, rename
+                       commitlog segment (segments.create_next)
+    index.sync         mapped_file.Segment.sync of an index file      msync of the whole file
+    index.create       mapped_file.create_sized_file, new index file  posix_fallocate / ftruncate, rename
+    cq.sync            file_pool.PooledFile.sync                      fdatasync of a consume-queue file
+    cq.create          file_pool.PooledFile.create                    create + size a consume-queue file
+    syncfs             mapped_file.sync_file_system                   syncfs(2) (consume queues, >64 dirty)
+    dir.fsync          mapped_file.fsync_dir                          fsync of a directory
+    checkpoint.write   checkpoint_file.write_checkpoint               write + fdatasync of checkpoint.tmp
+    config.write       config_files.write_config_json,                write + fsync of <file>.tmp
+                       layout.py (config/mqstore.json)
+
+Other points: ``recovery.scan_segment`` (recovery.py, counts segments read).
+
+Power-loss test mode (``power_loss.py``): ``enable_power_loss(store, image)`` in the
+writing process (or ``MQSTORE_POWER_STORE`` + ``MQSTORE_POWER_IMAGE`` in its
+environment) makes every successful sync copy what it covered into ``image``;
+after a kill -9 of the writer, ``power_cut(store, image)`` leaves the store as a
+power cut would. The file layer reports syncs through ``synced``, ``dir_synced``
+and ``fs_synced``, which cost one global lookup while the mode is off.
 """
 
 from __future__ import annotations
@@ -32,6 +60,8 @@ import threading
 from dataclasses import dataclass
 
 ENV = "MQSTORE_FAULTS"
+POWER_STORE_ENV = "MQSTORE_POWER_STORE"
+POWER_IMAGE_ENV = "MQSTORE_POWER_IMAGE"
 
 
 @dataclass
@@ -100,8 +130,69 @@ def hit(point: str, path: object = None) -> None:
     raise OSError(code, f"injected {rule.action} at {point}", *(() if path is None else (str(path),)))
 
 
+# ---------------------------------------------------------------------- power-loss mode
+
+_power = None  # a power_loss.PowerImage while the mode is on
+
+
+def enable_power_loss(store_dir: str | os.PathLike, image_dir: str | os.PathLike) -> None:
+    """From now on every sync of a file under ``store_dir`` copies what it covered
+    into ``image_dir`` (see power_loss.py). The image starts as a copy of the store."""
+    global _power
+    from mqstore.store.power_loss import PowerImage
+
+    _power = PowerImage(store_dir, image_dir)
+
+
+def disable_power_loss() -> None:
+    global _power
+    _power = None
+
+
+def power_cut(store_dir: str | os.PathLike, image_dir: str | os.PathLike) -> None:
+    """Leave ``store_dir`` as a power cut would have: only what syncs covered."""
+    from mqstore.store.power_loss import power_cut as cut
+
+    cut(store_dir, image_dir)
+
+
+def synced(path: object, start: int = 0, end: int | None = None) -> None:
+    """A sync of bytes [start, end) of ``path`` (all of it by default) returned."""
+    if _power is not None:
+        _power.file_synced(path, start, end)
+
+
+def dir_synced(path: object) -> None:
+    """An fsync of directory ``path`` returned."""
+    if _power is not None:
+        _power.dir_synced(path)
+
+
+def fs_synced(path: object) -> None:
+    """A syncfs of the file system holding ``path`` returned."""
+    if _power is not None:
+        _power.fs_synced(path)
+
+
 if os.environ.get(ENV):
     install(os.environ[ENV])
+if os.environ.get(POWER_STORE_ENV) and os.environ.get(POWER_IMAGE_ENV):
+    enable_power_loss(os.environ[POWER_STORE_ENV], os.environ[POWER_IMAGE_ENV])
 
 
-__all__ = ["ENV", "Rule", "hit", "hits", "install", "parse"]
+__all__ = [
+    "ENV",
+    "POWER_IMAGE_ENV",
+    "POWER_STORE_ENV",
+    "Rule",
+    "dir_synced",
+    "disable_power_loss",
+    "enable_power_loss",
+    "fs_synced",
+    "hit",
+    "hits",
+    "install",
+    "parse",
+    "power_cut",
+    "synced",
+]

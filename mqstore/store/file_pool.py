@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import errno
 import os
 import threading
 from collections import OrderedDict
@@ -23,8 +24,9 @@ from pathlib import Path
 
 import structlog
 
-from mqstore.errors import StoreClosedError
-from mqstore.store.mapped_file import create_sized_file, fsync_dir
+from mqstore.errors import StoreClosedError, StoreNotWritableError
+from mqstore.store import faults
+from mqstore.store.mapped_file import create_sized_file, fsync_dir, note_sync_failure
 
 log = structlog.get_logger(__name__)
 
@@ -174,20 +176,26 @@ class PooledFile:
         so they skip the rename (two syscalls fewer for each of thousands of new
         queues): a crash before the ftruncate leaves an empty file, which a queue's
         load removes, and after it a zero file. With ``sync_dir=False`` the caller
-        makes the directory entry durable later (one fsync for many files)."""
+        makes the directory entry durable later (one fsync for many files).
+
+        A full disk raises StoreNotWritableError (cause "disk_full") and leaves no file;
+        the fault point is "cq.create"."""
         with pool.transient():
             if preallocate:
-                fd = create_sized_file(path, size, preallocate=True, sync_dir=sync_dir, keep_open=True)
+                fd = create_sized_file(path, size, preallocate=True, sync_dir=sync_dir, keep_open=True, fault_point="cq.create")
             else:
+                faults.hit("cq.create", path)
                 fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
             try:
                 if not preallocate:
                     os.ftruncate(fd, size)
                 if data and os.pwrite(fd, data, at) != len(data):
-                    raise OSError(f"short write to {path.name} at {at}")
-            except BaseException:
+                    raise OSError(errno.ENOSPC, f"short write to {path.name} at {at}")
+            except BaseException as e:
                 os.close(fd)
                 path.unlink(missing_ok=True)
+                if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT):
+                    raise StoreNotWritableError(f"disk full: cannot create {path}", cause="disk_full") from e
                 raise
             os.close(fd)  # reopened through the pool on use
             if sync_dir and not preallocate:
@@ -226,9 +234,16 @@ class PooledFile:
             self._pool._unpin(self)
 
     def sync(self, start: int = 0, end: int | None = None) -> None:
-        """fdatasync (the files are small; a range buys nothing here)."""
+        """fdatasync (the files are small; a range buys nothing here). Fault point
+        "cq.sync"; a failure is logged and remembered (mapped_file.sync_failures)."""
         with self._fd_in_use() as fd:
-            os.fdatasync(fd)
+            try:
+                faults.hit("cq.sync", self.path)
+                os.fdatasync(fd)
+            except OSError as e:
+                note_sync_failure("cq.sync", self.path, e)
+                raise
+            faults.synced(self.path)
 
     def zero_from(self, pos: int) -> None:
         """Zero the file from ``pos`` on: a punched hole (a sparse file stays sparse; a

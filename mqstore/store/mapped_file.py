@@ -3,6 +3,16 @@
 Who calls what: one writer (the CommitLog, under its put lock) calls ``write``;
 the flusher thread calls ``sync``; readers call ``read`` and get copies, so a
 segment can be closed while results are still in use.
+
+Also the file layer's other durability primitives (``fsync_dir``,
+``sync_file_system``, ``create_sized_file``) and the record of failed syncs: a sync
+that reports an error (EIO, EROFS...) is logged and remembered per store
+(``note_sync_failure`` / ``sync_failures``), because after a failed fsync the kernel
+may have dropped the dirty pages and marked them clean, so a second fsync that
+"succeeds" proves nothing. The owner of the data decides what follows (the
+CommitLog stops acknowledging writes; a failure on a derived file makes the next
+start a recovery that rebuilds it). Fault points and the power-loss test mode are
+in ``faults.py``.
 """
 
 from __future__ import annotations
@@ -11,11 +21,13 @@ import ctypes
 import errno
 import mmap
 import os
+import threading
 from pathlib import Path
 
 import structlog
 
 from mqstore.errors import CorruptFileError, StoreNotWritableError
+from mqstore.store import faults
 
 log = structlog.get_logger(__name__)
 
@@ -33,13 +45,45 @@ _FALLOC_FL_PUNCH_HOLE = 0x02
 _ZERO_CHUNK = 1 << 20
 
 
+_failures: dict[str, tuple[str, OSError]] = {}  # absolute path -> (what failed, error)
+_failures_lock = threading.Lock()
+
+
+def note_sync_failure(what: str, path: object, err: OSError) -> None:
+    """Log and remember that a sync of ``path`` failed (see the module docstring)."""
+    where = os.path.abspath(str(path))
+    code = errno.errorcode.get(err.errno or 0, str(err.errno))
+    log.error("sync_failed", what=what, path=where, errno=code, error=str(err))
+    with _failures_lock:
+        _failures.setdefault(where, (what, err))
+
+
+def sync_failures(root: str | Path) -> dict[str, tuple[str, OSError]]:
+    """Syncs that failed under ``root`` since ``forget_sync_failures(root)``."""
+    prefix = os.path.join(os.path.abspath(str(root)), "")
+    with _failures_lock:
+        return {p: f for p, f in _failures.items() if p.startswith(prefix) or p == prefix[:-1]}
+
+
+def forget_sync_failures(root: str | Path) -> None:
+    """Called when a store opens: a new run starts from what is on disk."""
+    for p in sync_failures(root):
+        with _failures_lock:
+            _failures.pop(p, None)
+
+
 def fsync_dir(path: Path) -> None:
     """Make a directory entry (a created, renamed or deleted file) durable."""
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
     try:
+        faults.hit("dir.fsync", path)
         os.fsync(fd)
+    except OSError as e:
+        note_sync_failure("dir.fsync", path, e)
+        raise
     finally:
         os.close(fd)
+    faults.dir_synced(path)
 
 
 _syncfs = _libc.syncfs
@@ -52,32 +96,48 @@ def sync_file_system(path: Path) -> None:
     once thousands of small files are dirty (consume queues of many topics)."""
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
     try:
+        faults.hit("syncfs", path)
         if _syncfs(fd) != 0:
             err = ctypes.get_errno()
             raise OSError(err, f"syncfs of {path}: {os.strerror(err)}")
+    except OSError as e:
+        note_sync_failure("syncfs", path, e)
+        raise
     finally:
         os.close(fd)
+    faults.fs_synced(path)
 
 
-def create_sized_file(path: Path, size: int, *, preallocate: bool, sync_dir: bool = True, keep_open: bool = False) -> int:
+def create_sized_file(
+    path: Path, size: int, *, preallocate: bool, sync_dir: bool = True, keep_open: bool = False,
+    fault_point: str | None = None,
+) -> int:  # fmt: skip
     """Create ``path`` with ``size`` zero bytes: sized under ``<name>.tmp`` (blocks
     reserved with ``preallocate``, else sparse), then renamed into place, so a crash
     never leaves a file of the wrong size. A full disk raises StoreNotWritableError
-    and leaves nothing behind. Returns the open descriptor with ``keep_open``, else -1.
-    With ``sync_dir=False`` the caller makes the new name durable later."""
+    (cause "disk_full") and any failure leaves nothing behind (not even the renamed
+    file when the directory fsync fails). Returns the open descriptor with
+    ``keep_open``, else -1. With ``sync_dir=False`` the caller makes the new name
+    durable later. ``fault_point`` names the point (faults.py) hit before sizing."""
     tmp = path.with_name(path.name + ".tmp")
     fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+    renamed = False
     try:
+        if fault_point is not None:
+            faults.hit(fault_point, path)
         if preallocate:
             os.posix_fallocate(fd, 0, size)
         else:
             os.ftruncate(fd, size)
         os.rename(tmp, path)
+        renamed = True
         if sync_dir:
             fsync_dir(path.parent)
     except OSError as e:
         os.close(fd)
         tmp.unlink(missing_ok=True)
+        if renamed:
+            path.unlink(missing_ok=True)
         if e.errno in (errno.ENOSPC, errno.EDQUOT):
             raise StoreNotWritableError(f"disk full: cannot allocate {path.name} ({size} bytes)", cause="disk_full") from e
         raise
@@ -87,11 +147,17 @@ def create_sized_file(path: Path, size: int, *, preallocate: bool, sync_dir: boo
     return -1
 
 
+# Fault points (faults.py) of mapped files, by the name of the directory they live in.
+_SYNC_POINTS = {"commitlog": "commitlog.sync", "index": "index.sync"}
+_CREATE_POINTS = {"commitlog": "segment.create", "index": "index.create"}
+
+
 class Segment:
     """A mapped file of fixed size; see the module docstring for its callers."""
 
     def __init__(self, path: Path, base_offset: int, size: int, fd: int) -> None:
         self.path = path
+        self.sync_point = _SYNC_POINTS.get(path.parent.name, "segment.sync")
         self.base_offset = base_offset
         self.size = size
         self._fd = fd
@@ -106,7 +172,8 @@ class Segment:
 
         The file is sized under a ``.tmp`` name and renamed into place, so a crash
         midway never leaves a segment of the wrong size (the store would not open)."""
-        fd = create_sized_file(path, size, preallocate=preallocate, keep_open=True)
+        point = _CREATE_POINTS.get(path.parent.name, "segment.create")
+        fd = create_sized_file(path, size, preallocate=preallocate, keep_open=True, fault_point=point)
         log.info("segment_created", segment=path.name, bytes=size)
         return cls(path, base_offset, size, fd)
 
@@ -155,17 +222,24 @@ class Segment:
         the journal commit for the metadata they need), not fdatasync of the whole
         file, so a group commit waits for its own bytes only. Called through ctypes,
         so the GIL is released meanwhile. Raises OSError
-        (EIO, ...) if the kernel reports the data did not reach the disk."""
+        (EIO, ...) if the kernel reports the data did not reach the disk; the failure
+        is logged and remembered (``sync_failures``). The fault point ``sync_point``
+        (faults.py) is hit first."""
         end = self.size if end is None else min(end, self.size)
-        if self._pin is None:
-            os.fdatasync(self._fd)
-            return
-        lo = start - start % mmap.PAGESIZE
+        lo = 0 if self._pin is None else start - start % mmap.PAGESIZE
         if end <= lo:
             return
-        if _msync(self._addr + lo, end - lo, _MS_SYNC) != 0:
-            err = ctypes.get_errno()
-            raise OSError(err, f"msync of {self.path.name} [{lo}, {end}) failed: {os.strerror(err)}")
+        try:
+            faults.hit(self.sync_point, self.path)
+            if self._pin is None:
+                os.fdatasync(self._fd)
+            elif _msync(self._addr + lo, end - lo, _MS_SYNC) != 0:
+                err = ctypes.get_errno()
+                raise OSError(err, f"msync of {self.path.name} [{lo}, {end}) failed: {os.strerror(err)}", str(self.path))
+        except OSError as e:
+            note_sync_failure(self.sync_point, self.path, e)
+            raise
+        faults.synced(self.path, lo, end)
 
     def zero_from(self, pos: int) -> None:
         """Zero bytes [pos, size): a truncated tail must not look like records later."""
@@ -194,4 +268,12 @@ class Segment:
         self.path.unlink(missing_ok=True)
 
 
-__all__ = ["Segment", "create_sized_file", "fsync_dir"]
+__all__ = [
+    "Segment",
+    "create_sized_file",
+    "forget_sync_failures",
+    "fsync_dir",
+    "note_sync_failure",
+    "sync_failures",
+    "sync_file_system",
+]
