@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import dataclasses
 import struct
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -241,9 +241,13 @@ class IndexFileView:
         key_hashes: np.ndarray | Sequence[int],
         phy_offsets: np.ndarray | Sequence[int],
         store_timestamps: np.ndarray | Sequence[int],
+        *,
+        before_header: Callable[[], object] | None = None,
     ) -> int:
         """putKey for many pre-hashed entries at once; returns how many went in before
-        the file was full (the rest belong in the next file).
+        the file was full (the rest belong in the next file). ``before_header`` is
+        called once the entries and slots are written, before the header that makes
+        them count (a fault point for crash tests: IndexService passes one).
 
         The file ends up byte for byte as after calling the scalar putKey for each
         entry in order. ``key_hashes`` are index key hashes (0 <= h <= 2**31-1, e.g.
@@ -333,6 +337,8 @@ class IndexFileView:
         dst[:] = new
         table[group_slots] = count + order[ends]  # each slot: its group's newest entry
         del dst, table  # release the buffer exports (an mmap refuses to close while one exists)
+        if before_header is not None:
+            before_header()
         slot_count += int(np.count_nonzero(old == 0))
         _HEADER.pack_into(buf, 0, begin_ts, int(times[-1]), begin_phy, int(phys[-1]), slot_count, count + m)
         return m

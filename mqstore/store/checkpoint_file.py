@@ -13,6 +13,7 @@ import structlog
 
 from mqstore.errors import DecodeError
 from mqstore.formats.checkpoint import Checkpoint
+from mqstore.store import faults
 from mqstore.store.mapped_file import fsync_dir
 
 log = structlog.get_logger(__name__)
@@ -40,6 +41,7 @@ def write_checkpoint(store_dir: Path, checkpoint: Checkpoint) -> None:
         os.fdatasync(fd)
     finally:
         os.close(fd)
+    faults.hit("checkpoint.write.tmp", tmp)  # the new checkpoint is durable under .tmp; the old one still rules
     os.replace(tmp, path)
     fsync_dir(store_dir)
 

@@ -43,6 +43,7 @@ import structlog
 
 from mqstore.errors import ConfigError, InvalidMessageError, StoreClosedError
 from mqstore.formats.names import check_topic
+from mqstore.store import faults
 from mqstore.store.clock import Clock, SystemClock
 from mqstore.store.mapped_file import fsync_dir
 
@@ -210,9 +211,11 @@ def write_config_json(path: Path, obj: object) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+    faults.hit("config.write.tmp", tmp)  # step 1 done: <file> is still the old content
     if _is_decodable(path):
         os.replace(path, bak)
         fsync_dir(parent)
+        faults.hit("config.write.bak", bak)  # step 2 done: <file> is missing, .bak is the old content
     os.replace(tmp, path)
     fsync_dir(parent)
 

@@ -48,6 +48,7 @@ from mqstore.formats.consume_queue import (
     is_pre_blank,
 )
 from mqstore.formats.names import check_topic, file_name_to_offset, offset_to_file_name
+from mqstore.store import faults
 from mqstore.store.file_pool import FilePool, PooledFile
 from mqstore.store.mapped_file import fsync_dir
 
@@ -455,7 +456,12 @@ class ConsumeQueue:
         while byte < end:
             seg = self._find(byte)
             k = min(seg.end_offset, end) - byte
-            seg.write(byte - seg.base_offset, data[byte - start : byte - start + k])
+            if k > UNIT_SIZE and faults.armed("cq.write"):  # crash tests: a torn write, cut inside a unit
+                k = k // 2 + UNIT_SIZE // 2 - (k // 2) % UNIT_SIZE
+                seg.write(byte - seg.base_offset, data[byte - start : byte - start + k])
+                faults.hit("cq.write", seg.path)
+            else:
+                seg.write(byte - seg.base_offset, data[byte - start : byte - start + k])
             byte += k
 
     def flush(self, least_bytes: int = 0) -> int:

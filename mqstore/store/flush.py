@@ -22,6 +22,7 @@ from collections.abc import Callable
 
 import structlog
 
+from mqstore.store import faults
 from mqstore.store.config import PAGE_BYTES, FlushMode, StoreConfig
 
 log = structlog.get_logger(__name__)
@@ -93,6 +94,7 @@ class FlushService:
         with self._cond:
             self.flushed = target
             self._cond.notify_all()
+        faults.hit("commitlog.flushed_before_checkpoint")  # durable and acknowledged; the checkpoint lags
         self._on_flushed(target, ts)
 
     def _run(self) -> None:

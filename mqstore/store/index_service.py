@@ -49,6 +49,7 @@ import structlog
 
 from mqstore.errors import ConfigError, CorruptFileError, StoreClosedError
 from mqstore.formats.index_file import DEFAULT_HASH_SLOTS, DEFAULT_MAX_ENTRIES, IndexFileView, index_file_size
+from mqstore.store import faults
 from mqstore.store.clock import Clock, SystemClock
 from mqstore.store.mapped_file import Segment, fsync_dir
 
@@ -63,6 +64,10 @@ INDEX_NAME_DIGITS = 17
 _NAME_RE = re.compile(r"[0-9]{17}")
 _LONG_MAX = (1 << 63) - 1
 _INT_MAX = (1 << 31) - 1
+
+
+def _put_point() -> None:
+    faults.hit("index.put")  # entries and slots written, the header not yet: a put cut short
 
 
 def index_file_name(ms: int) -> str:
@@ -298,7 +303,7 @@ class IndexService:
             while done < len(phys):
                 f = self._writable_file(created)
                 with self._lock:
-                    k = f.view.put_hashes(hashes[done:], phys[done:], times[done:])
+                    k = f.view.put_hashes(hashes[done:], phys[done:], times[done:], before_header=_put_point)
                 f.dirty = True
                 done += k
                 if f.view.is_full():

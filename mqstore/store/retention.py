@@ -47,6 +47,7 @@ import structlog
 
 from mqstore.errors import ConfigError
 from mqstore.formats.names import offset_to_file_name
+from mqstore.store import faults
 from mqstore.store.clock import Clock, SystemClock
 from mqstore.store.commitlog import COMMITLOG_DIR, CommitLog, DeletedSegment
 from mqstore.store.consume_queues import ConsumeQueues
@@ -230,6 +231,8 @@ class Retention:
             log.error("commitlog_forced_deletion", disk_usage=round(usage, 4), ratio=cfg.clean_forcibly_ratio,
                       segments=[d.name for d in forced_deleted], lost_from=forced_range[0],
                       lost_to=forced_range[1])  # fmt: skip
+        if deleted:
+            faults.hit("retention.delete")  # segments gone, derived files below them not cleaned yet
         held = (time_up or space or forced) and self._held_by_reput(now_ms, reput, forced_stuck)
         after = cl.min_offset
         cq_files: dict[tuple[str, int], tuple[str, ...]] = {}
