@@ -14,7 +14,7 @@ import structlog
 from mqstore.errors import DecodeError
 from mqstore.formats.checkpoint import Checkpoint
 from mqstore.store import faults
-from mqstore.store.mapped_file import fsync_dir
+from mqstore.store.mapped_file import fsync_dir, note_sync_failure
 
 log = structlog.get_logger(__name__)
 CHECKPOINT_FILE = "checkpoint"
@@ -33,14 +33,22 @@ def read_checkpoint(store_dir: Path) -> Checkpoint:
 
 
 def write_checkpoint(store_dir: Path, checkpoint: Checkpoint) -> None:
+    """Replace the checkpoint (module docstring). Raises OSError if the disk fails
+    (fault point "checkpoint.write"); the old checkpoint then stays in force."""
     path = store_dir / CHECKPOINT_FILE
     tmp = path.with_name(CHECKPOINT_FILE + ".tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
+        faults.hit("checkpoint.write", tmp)
         os.write(fd, checkpoint.encode())
         os.fdatasync(fd)
-    finally:
+    except OSError as e:
+        note_sync_failure("checkpoint.write", tmp, e)
         os.close(fd)
+        tmp.unlink(missing_ok=True)  # the old checkpoint stays in force
+        raise
+    os.close(fd)
+    faults.synced(tmp)
     faults.hit("checkpoint.write.tmp", tmp)  # the new checkpoint is durable under .tmp; the old one still rules
     os.replace(tmp, path)
     fsync_dir(store_dir)

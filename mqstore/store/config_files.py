@@ -29,6 +29,7 @@ replaces a good ``.bak``. This is the 5.x order (4.9 copies instead and never fs
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
@@ -45,7 +46,7 @@ from mqstore.errors import ConfigError, InvalidMessageError, StoreClosedError
 from mqstore.formats.names import check_topic
 from mqstore.store import faults
 from mqstore.store.clock import Clock, SystemClock
-from mqstore.store.mapped_file import fsync_dir
+from mqstore.store.mapped_file import fsync_dir, note_sync_failure
 
 T = TypeVar("T")
 
@@ -205,12 +206,18 @@ def write_config_json(path: Path, obj: object) -> None:
     bak = path.with_name(path.name + BAK_SUFFIX)
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
+        faults.hit("config.write", tmp)
         view = memoryview(data)
         while view:
             view = view[os.write(fd, view) :]
         os.fsync(fd)
-    finally:
+    except OSError as e:
+        note_sync_failure("config.write", tmp, e)
         os.close(fd)
+        tmp.unlink(missing_ok=True)  # <file> (or its .bak) keeps the old content
+        raise
+    os.close(fd)
+    faults.synced(tmp)
     faults.hit("config.write.tmp", tmp)  # step 1 done: <file> is still the old content
     if _is_decodable(path):
         os.replace(path, bak)
@@ -218,6 +225,17 @@ def write_config_json(path: Path, obj: object) -> None:
         faults.hit("config.write.bak", bak)  # step 2 done: <file> is missing, .bak is the old content
     os.replace(tmp, path)
     fsync_dir(parent)
+
+
+def _persist_logged(path: Path, obj: object) -> bool:
+    """write_config_json for tables persisted in the background: an OSError is
+    logged (the previous file stays readable), not raised."""
+    try:
+        write_config_json(path, obj)
+    except OSError as e:
+        _log().error("config_persist_failed", file=str(path), errno=errno.errorcode.get(e.errno or 0), error=str(e))
+        return False
+    return True
 
 
 def _split_extra(obj: Mapping[str, Any], known: tuple[str, ...]) -> dict[str, Any]:
@@ -341,15 +359,20 @@ class ConsumerOffsets:
                     out.update({(topic, qid): off for qid, off in queues.items()})
         return out
 
-    def persist(self) -> None:
-        """Write the table to disk (crash-safe, see :func:`write_config_json`)."""
+    def persist(self) -> bool:
+        """Write the table to disk (crash-safe, see :func:`write_config_json`).
+
+        A failing disk (EIO, ENOSPC, EROFS...) is logged, not raised: the file keeps
+        its previous content, the table stays in memory, and the next persist writes
+        it whole again (at-least-once: a crash now only means redelivery from the
+        previous persist). Returns whether the file was written."""
         with self._write_lock:
             with self._lock:
                 obj = {
                     **self._extra,
                     "offsetTable": {k: {str(q): o for q, o in sorted(v.items())} for k, v in self._table.items()},
                 }
-            write_config_json(self.path, obj)
+            return _persist_logged(self.path, obj)
 
     def close(self) -> None:
         """Persist, then refuse further commits. Closing twice is harmless."""
@@ -611,11 +634,13 @@ class DelayOffsets:
         with self._lock:
             self._extra["commitlogOffset"] = int(offset)
 
-    def persist(self) -> None:
+    def persist(self) -> bool:
+        """Write the table; like ConsumerOffsets.persist, a failing disk is logged and
+        False returned (deliveries since the previous persist may then repeat)."""
         with self._write_lock:
             with self._lock:
                 obj = {**self._extra, "offsetTable": {str(k): v for k, v in sorted(self._table.items())}}
-            write_config_json(self.path, obj)
+            return _persist_logged(self.path, obj)
 
     def close(self) -> None:
         self.persist()

@@ -17,7 +17,8 @@ import structlog
 
 from mqstore.errors import ConfigError
 from mqstore.store.config import StoreConfig
-from mqstore.store.mapped_file import fsync_dir
+from mqstore.store import faults
+from mqstore.store.mapped_file import fsync_dir, note_sync_failure
 
 log = structlog.get_logger(__name__)
 
@@ -63,7 +64,13 @@ def resolve_layout(store_dir: Path, config: StoreConfig) -> StoreConfig:
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps({k: getattr(config, k) for k in SHAPING_FIELDS}, indent=2) + "\n")
     with open(tmp, "rb+") as f:
-        os.fsync(f.fileno())
+        try:
+            faults.hit("config.write", tmp)
+            os.fsync(f.fileno())
+        except OSError as e:
+            note_sync_failure("config.write", tmp, e)
+            raise
+    faults.synced(tmp)
     os.replace(tmp, path)
     fsync_dir(path.parent)
     return config
