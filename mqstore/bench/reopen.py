@@ -42,6 +42,7 @@ def run_reopen_bench(b: ReopenBench) -> dict:
     t0 = time.perf_counter()
     store = MessageStore(b.store, retention=retention)
     open_seconds = time.perf_counter() - t0
+    store.retention.stop()  # retention runs once, below, where the bench says: not also in the background
     try:
         store.wait_dispatched(timeout_s=600)
         keys = store.consume_queues.keys()

@@ -11,6 +11,7 @@ readers call ``get`` from any thread.
 
 from __future__ import annotations
 
+import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -59,21 +60,47 @@ class ConsumeQueues:
         self.last_dispatched_timestamp = 0  # store time of the newest unit written
 
     def load(self) -> None:
+        """Open every queue on disk, a few topics at a time on the writer threads (each
+        queue is a directory listing, a stat and a read or three: on a cold disk these
+        wait on metadata reads, which overlap across threads)."""
         self._loaded = True  # from now on a queue not in self._queues has no directory
         root = self._store_dir / CONSUME_QUEUE_DIR
         if not root.is_dir():
             return
-        for topic_dir in sorted(root.iterdir()):
+        topics = []
+        for name in sorted(os.listdir(root)):
             try:
-                check_topic(topic_dir.name)
+                check_topic(name)
             except InvalidTopicError:
-                log.warning("consume_queue_dir_ignored", path=str(topic_dir))
+                log.warning("consume_queue_dir_ignored", path=str(root / name))
                 continue
-            for qdir in sorted(topic_dir.iterdir()):
-                if not (qdir.name.isdigit() and int(qdir.name) <= 65535):
-                    log.warning("consume_queue_dir_ignored", path=str(qdir))
+            topics.append(name)
+        self._on_writers(self._load_topics, topics)
+
+    def _load_topics(self, topics: list[str]) -> None:
+        root = self._store_dir / CONSUME_QUEUE_DIR
+        for topic in topics:
+            try:
+                names = sorted(os.listdir(root / topic))
+            except NotADirectoryError:
+                log.warning("consume_queue_dir_ignored", path=str(root / topic))
+                continue
+            for name in names:
+                if not (name.isdigit() and int(name) <= 65535):
+                    log.warning("consume_queue_dir_ignored", path=str(root / topic / name))
                     continue
-                self.get(topic_dir.name, int(qdir.name))
+                self.get(topic, int(name))
+
+    def _on_writers(self, work, items: list) -> None:
+        """Run ``work`` over ``items`` split across the writer threads (in this thread
+        when there are few); the first error is raised here."""
+        if len(items) <= _WRITE_OUT_SERIAL_UP_TO:
+            work(items)
+            return
+        if self._writers is None:
+            self._writers = ThreadPoolExecutor(_WRITER_THREADS, thread_name_prefix="mqstore-cq-write")
+        for done in [self._writers.submit(work, items[i::_WRITER_THREADS]) for i in range(_WRITER_THREADS)]:
+            done.result()
 
     def get(self, topic: str, queue_id: int, *, new: bool = False) -> ConsumeQueue:
         """The queue of (topic, queue_id), opened (and created) on first use. ``new``:
@@ -185,14 +212,7 @@ class ConsumeQueues:
                 self._dirty.update(dirty.difference(now))
         else:
             now = list(dirty)
-        if len(now) <= _WRITE_OUT_SERIAL_UP_TO:
-            _write_behind_all(now)
-        else:
-            if self._writers is None:
-                self._writers = ThreadPoolExecutor(_WRITER_THREADS, thread_name_prefix="mqstore-cq-write")
-            slices = [now[i::_WRITER_THREADS] for i in range(_WRITER_THREADS)]
-            for done in [self._writers.submit(_write_behind_all, part) for part in slices]:
-                done.result()
+        self._on_writers(_write_behind_all, now)
         return len(now)
 
     def flush(self, *, thorough: bool = True) -> None:
@@ -226,8 +246,12 @@ class ConsumeQueues:
         With ``verify_tail`` (after an abnormal exit) the last file's units are also
         checked against their records (size, queue id, queue offset): garbage that
         happens to look like units (offset >= 0, size > 0) is cut too, and the
-        dispatcher rebuilds what follows."""
-        for cq in self.all():
+        dispatcher rebuilds what follows. Queues are recovered on the writer threads."""
+        self._on_writers(lambda queues: self._recover_queues(queues, commitlog, verify_tail), self.all())
+
+    @staticmethod
+    def _recover_queues(queues: list[ConsumeQueue], commitlog: CommitLog, verify_tail: bool) -> None:
+        for cq in queues:
             cq.recover(zero_tail=verify_tail)
             cq.truncate_dirty(commitlog.wrote)
             cq.correct_min_offset(commitlog.min_offset)

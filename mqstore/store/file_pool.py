@@ -48,6 +48,7 @@ class FilePool:
         self.opened = 0  # how many times a descriptor was opened (tests and stats)
         self.peak_open = 0
         self._opening = 0  # descriptors being opened outside the lock
+        self._opened_one = threading.Condition(self._lock)  # a file in flight was installed
 
     @property
     def open_count(self) -> int:
@@ -58,6 +59,8 @@ class FilePool:
         happen outside the lock: on a cold disk they wait for metadata reads, and many
         writer threads must not queue up behind one of them."""
         with self._lock:
+            while f._in_flight:  # another thread is opening it: one descriptor per file, never two
+                self._opened_one.wait()
             f._pins += 1
             if f._fd >= 0:
                 self._open.move_to_end(f)
@@ -65,6 +68,7 @@ class FilePool:
             if f._deleted:
                 f._pins -= 1
                 raise StoreClosedError(f"{f.path} was closed")
+            f._in_flight = True
             victims = self._make_room()
         try:
             self._close_fds(victims)
@@ -73,6 +77,8 @@ class FilePool:
             with self._lock:
                 f._pins -= 1
                 self._opening -= 1
+                f._in_flight = False
+                self._opened_one.notify_all()
             raise
         self._install(f, fd)
         with self._lock:
@@ -97,6 +103,9 @@ class FilePool:
     def _install(self, f: PooledFile, fd: int) -> None:
         with self._lock:
             self._opening -= 1
+            if f._in_flight:
+                f._in_flight = False
+                self._opened_one.notify_all()
             if f._fd >= 0 or f._deleted:  # another thread opened it meanwhile, or it is gone
                 os.close(fd)
                 return
@@ -162,6 +171,7 @@ class PooledFile:
         self._pool = pool
         self._fd = -1
         self._pins = 0
+        self._in_flight = False  # a thread is opening its descriptor outside the pool's lock
         self._deleted = False
 
     @classmethod
