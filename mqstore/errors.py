@@ -68,7 +68,17 @@ class StoreNotWritableError(MqStoreError):
     """The store refuses writes: the disk is full (ENOSPC) or a flush failed.
 
     Raised by ``append`` before anything of the batch is acknowledged; what was
-    acknowledged earlier stays intact and readable. ``cause`` names the reason."""
+    acknowledged earlier stays intact and readable. ``cause`` names the reason:
+
+        disk_full     ENOSPC/EDQUOT allocating a segment or writing; writes resume by
+                      themselves once space is freed (retried at most once a second)
+        flush_failed  an fdatasync/msync of the commitlog failed (EIO...): the batch
+                      may not be durable; every later append fails until a restart
+        read_only     EROFS (the file system went read-only); until a restart
+        io_error      a write or allocation failed otherwise; until a restart
+
+    ``MessageStore.unwritable_cause`` / ``CommitLog.unwritable_cause`` report the
+    same state without an append."""
 
     def __init__(self, message: str, *, cause: str) -> None:
         super().__init__(message)

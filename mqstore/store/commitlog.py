@@ -19,14 +19,25 @@ whole batch and leaves no partial one), write each run of records with its first
 TOTALSIZE still 0 and then set it (so a crash mid-copy leaves no record whose
 unchecked properties are torn), then advance ``wrote``. Sync flush waits for the
 group fsync after the lock is released.
+
+When the disk fails (README "Faults"): a failed commitlog sync (EIO, EROFS...) or
+a failed write makes the commitlog refuse every later append at once with
+StoreNotWritableError naming the cause ("flush_failed", "read_only", "io_error");
+it is never retried (a restart is the way back) and reads go on. A full disk
+(ENOSPC on a segment allocation or a write) refuses appends with cause "disk_full"
+until space is back: the allocation is retried at most once a second, so writes
+resume by themselves. ``writable`` / ``unwritable_cause`` report the state; the
+changes are logged ("store_not_writable", "store_writable_again").
 """
 
 from __future__ import annotations
 
 import enum
+import errno
 import mmap
 import os
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -68,6 +79,7 @@ from mqstore.store.clock import Clock, SystemClock
 from mqstore.store.config import FlushMode, StoreConfig
 from mqstore.store.flush import FlushService
 from mqstore.store.lockfile import StoreLock, create_abort_marker, last_exit_was_clean, remove_abort_marker
+from mqstore.store.mapped_file import forget_sync_failures, sync_failures
 from mqstore.store.messages import AUTO_QUEUE, AppendResult, MessageBatch, PutStatus
 from mqstore.store.recovery import QueueKey, RecoveryProgress, RecoveryReport, recover
 from mqstore.store.segments import SegmentQueue
@@ -79,6 +91,22 @@ COMMITLOG_DIR = "commitlog"
 _NO_OFFSETS = np.zeros(0, np.int64)
 _DEFAULT_BORN_HOST = encode_host(Host("127.0.0.1", 0))
 _SEPARATORS = ("\x01", "\x02")
+_DISK_RETRY_S = 1.0  # a full disk: appends try to allocate again at most this often
+
+
+def _cause_of(err: BaseException, default: str) -> str:
+    """The StoreNotWritableError cause for an OSError from the disk."""
+    code = getattr(err, "errno", None)
+    if code in (errno.ENOSPC, errno.EDQUOT):
+        return "disk_full"
+    if code == errno.EROFS:
+        return "read_only"
+    return default
+
+
+def _errno_name(err: BaseException) -> str | None:
+    code = getattr(err, "errno", None)
+    return None if code is None else errno.errorcode.get(code, str(code))
 
 
 @dataclass(frozen=True)
@@ -93,6 +121,7 @@ class CommitLogStats:
     flush_mode: str
     writable: bool
     error: str | None
+    unwritable_cause: str | None = None  # see StoreNotWritableError
 
 
 class DeleteReason(enum.Enum):
@@ -205,6 +234,15 @@ class CommitLog:
 
     def _open(self) -> None:
         cfg = self.config
+        forget_sync_failures(self.store_dir)  # a new run: what failed in an earlier one is on disk or cut
+        self._not_writable: StoreNotWritableError | None = None  # sticky: a sync or write failed
+        self._disk_full: StoreNotWritableError | None = None  # clears once an allocation succeeds
+        self._disk_retry_at = 0.0  # appends retry the allocation from then on
+        self._disk_probe_at = 0.0  # unwritable_cause looks at the free space from then on
+        self._disk_need = 0
+        self._write_high = 0  # how far the append in progress wrote (to undo it if it fails)
+        self._unclean: list[str] = []  # why close must leave the abort marker
+        self._derived_frozen = False
         clean = last_exit_was_clean(self.store_dir)
         checkpoint = read_checkpoint(self.store_dir)
         self._segments = SegmentQueue(self.store_dir / COMMITLOG_DIR, cfg.segment_bytes, preallocate=cfg.preallocate_segments)
@@ -242,6 +280,7 @@ class CommitLog:
             on_flushed=self._on_flushed,
             flushed=self._wrote,
             monotonic=self._clock.monotonic,
+            on_error=self._flush_failed,
         )
         create_abort_marker(self.store_dir)
         self._closed = False
@@ -269,12 +308,17 @@ class CommitLog:
             return AppendResult(PutStatus.PUT_OK, empty, empty, empty, empty, 0, ("", []), self._msg_id_prefix)
         with self._put_lock:
             self._check_open()
-            if self._flusher.error is not None:
-                raise StoreNotWritableError(f"store is not writable: a flush failed ({self._flusher.error})", cause="flush_failed")
+            self._check_writable()
             now = max(self._clock.now_ms(), self._last_store_ts)
             queue_ids = self._pick_queues(prep)
             queue_offsets, commit_offsets = self._assign_queue_offsets(prep, queue_ids)
-            physical = self._write(prep, queue_ids, queue_offsets, now)
+            self._write_high = self._wrote
+            try:
+                physical = self._write(prep, queue_ids, queue_offsets, now)
+            except (OSError, StoreNotWritableError) as e:
+                raise self._write_failed(e) from e
+            if self._disk_full is not None:
+                self._disk_back()
             commit_offsets()
             self._last_store_ts = now
             end = int(physical[-1] + prep.sizes[-1])
@@ -285,8 +329,11 @@ class CommitLog:
         if self.config.flush_mode is FlushMode.SYNC:
             try:
                 ok = self._flusher.wait_flushed(end, self.config.sync_flush_timeout_ms / 1000)
-            except OSError as e:
-                raise StoreNotWritableError(f"flush failed, batch not durable: {e}", cause="flush_failed") from e
+            except Exception as e:
+                raise StoreNotWritableError(
+                    f"flush failed, batch not durable: {e}; the store accepts no more writes until it is restarted",
+                    cause=_cause_of(e, "flush_failed"),
+                ) from e
             if not ok:
                 status = PutStatus.FLUSH_DISK_TIMEOUT
         return AppendResult(
@@ -531,6 +578,7 @@ class CommitLog:
         self._ensure_segments(pos - 1)
         for b in blanks:
             seg = self._segments.find(b)
+            self._write_high = seg.end_offset
             seg.write(b - seg.base_offset, blank_record(seg.end_offset - b))
             faults.hit("segment.rollover")  # the BLANK ends the old segment; the new one holds nothing yet
         lo = 0
@@ -545,11 +593,129 @@ class CommitLog:
                     queue_offsets=queue_offsets[j:k], store_timestamp=store_ts, hold_first_size=True,
                 )  # fmt: skip
                 at = int(physical[j]) - seg.base_offset
+                self._write_high = max(self._write_high, int(physical[j]) + len(data))
                 seg.write(at, data)
                 seg.write(at, int(sizes[j]).to_bytes(4, "big"))  # only now is the run visible
                 j = k
             lo = hi
         return physical
+
+    # ------------------------------------------------------------------ when the disk fails
+
+    def _check_writable(self) -> None:
+        """Raise at once (under the put lock) while the store refuses writes."""
+        nw = self._not_writable
+        if nw is not None:
+            raise StoreNotWritableError(str(nw), cause=nw.cause)
+        full = self._disk_full
+        if full is not None:
+            now = time.monotonic()
+            if now < self._disk_retry_at:
+                raise StoreNotWritableError(
+                    f"{full}; writes resume once space is freed (tried again at most once a second)", cause="disk_full"
+                )
+            self._disk_retry_at = now + _DISK_RETRY_S  # this append is the retry
+
+    def _set_unwritable(self, cause: str, message: str, err: BaseException | None) -> None:
+        if self._not_writable is not None:
+            return
+        self._not_writable = StoreNotWritableError(message, cause=cause)
+        self._unclean.append(cause)
+        log.error("store_not_writable", store=str(self.store_dir), cause=cause, errno=_errno_name(err) if err else None,
+                  error=message, wrote=self._wrote, flushed=self._flusher.flushed if hasattr(self, "_flusher") else None)  # fmt: skip
+
+    def _flush_failed(self, err: BaseException) -> None:
+        """The flusher's fdatasync/msync failed (called in its thread, once)."""
+        cause = _cause_of(err, "flush_failed")
+        if cause == "disk_full":
+            cause = "flush_failed"  # ENOSPC from a flush: data is lost, not merely space missing
+        self._set_unwritable(cause, f"commitlog flush failed ({err}); restart the store to write again", err)
+
+    def _write_failed(self, err: BaseException) -> StoreNotWritableError:
+        """An append's segment allocation or write failed; returns the error to raise.
+        Bytes the attempt wrote past ``wrote`` are zeroed first (best effort), so no
+        part of it can ever look like a record."""
+        self._zero_attempt(self._wrote, self._write_high)
+        if isinstance(err, StoreNotWritableError):
+            cause = err.cause
+        else:
+            cause = _cause_of(err, "io_error")
+        if cause == "disk_full":
+            if isinstance(err, StoreNotWritableError) and self.config.preallocate_segments:
+                need = self.config.segment_bytes  # a segment allocation
+            else:
+                need = max(self._write_high - self._wrote, mmap.PAGESIZE)
+            now = time.monotonic()
+            if self._disk_full is None:
+                log.error("store_not_writable", store=str(self.store_dir), cause="disk_full", errno=_errno_name(err.__cause__ or err),
+                          error=str(err), wrote=self._wrote)  # fmt: skip
+            self._disk_full = StoreNotWritableError(f"disk full: {err}", cause="disk_full")
+            self._disk_retry_at = self._disk_probe_at = now + _DISK_RETRY_S
+            self._disk_need = need
+            return StoreNotWritableError(f"disk full, batch not written: {err}", cause="disk_full")
+        self._set_unwritable(cause, f"commitlog write failed ({err}); restart the store to write again", err)
+        return StoreNotWritableError(f"write failed, batch not written: {err}", cause=cause)
+
+    def _zero_attempt(self, start: int, end: int) -> None:
+        try:
+            pos = start
+            while pos < end:
+                seg = self._segments.find(pos)
+                if seg is None:
+                    break
+                n = min(end, seg.end_offset) - pos
+                seg.zero_range(pos - seg.base_offset, n)
+                pos += n
+        except OSError as e:  # the range stays as it is: nothing points at it (wrote did not move)
+            log.warning("failed_append_not_zeroed", start=start, end=end, error=str(e))
+
+    def _disk_back(self) -> None:
+        self._disk_full = None
+        log.warning("store_writable_again", store=str(self.store_dir), cause="disk_full")
+
+    @property
+    def writable(self) -> bool:
+        """False while appends are refused (``unwritable_cause`` says why)."""
+        return self.unwritable_cause is None
+
+    @property
+    def unwritable_cause(self) -> str | None:
+        """None when writable; else "flush_failed", "read_only" or "io_error" (until a
+        restart) or "disk_full" (until space is back: once a second this checks the
+        free space, and the next append retries the allocation)."""
+        nw = self._not_writable
+        if nw is not None:
+            return nw.cause
+        if self._disk_full is None:
+            return None
+        if time.monotonic() >= self._disk_probe_at:
+            try:
+                st = os.statvfs(self._segments.directory)
+                free = st.f_bavail * st.f_frsize
+            except OSError:
+                free = 0
+            if free >= self._disk_need:
+                with self._put_lock:
+                    if self._disk_full is not None:
+                        self._disk_retry_at = 0.0
+                        self._disk_back()
+                return None
+            self._disk_probe_at = time.monotonic() + _DISK_RETRY_S
+        return "disk_full"
+
+    @property
+    def unwritable_error(self) -> StoreNotWritableError | None:
+        """The error appends get now (message and cause), or None."""
+        if self._not_writable is not None:
+            return self._not_writable
+        return self._disk_full if self.unwritable_cause == "disk_full" else None
+
+    def mark_unclean(self, reason: str) -> None:
+        """Make ``close`` leave the abort marker, so the next open runs the recovery
+        that checks and rebuilds derived files (the store calls this when flushing a
+        consume queue or index file failed)."""
+        if reason not in self._unclean:
+            self._unclean.append(reason)
 
     def _ensure_segments(self, last_byte: int) -> None:
         segs = self._segments
@@ -750,14 +916,21 @@ class CommitLog:
         """Make everything appended so far durable now; returns the flushed offset."""
         self._check_open()
         target = self._wrote
-        self._flusher.wait_flushed(target, self.config.sync_flush_timeout_ms / 1000)
+        try:
+            self._flusher.wait_flushed(target, self.config.sync_flush_timeout_ms / 1000)
+        except Exception as e:
+            raise StoreNotWritableError(f"flush failed: {e}", cause=_cause_of(e, "flush_failed")) from e
         return self._flusher.flushed
 
     def _on_flushed(self, offset: int, store_ts: int) -> None:
         now = self._clock.monotonic()
         if now - self._last_checkpoint_write < self.config.checkpoint_interval_ms / 1000 and not self._closed:
             return
-        self._write_checkpoint(store_ts)
+        try:
+            self._write_checkpoint(store_ts)
+        except OSError as e:  # the old checkpoint stays (recovery starts earlier: safe); tried again next flush
+            log.error("checkpoint_write_failed", store=str(self.store_dir), errno=_errno_name(e), error=str(e))
+            return
         self._last_checkpoint_write = now
 
     def _write_checkpoint(self, physic_ts: int) -> None:
@@ -780,7 +953,17 @@ class CommitLog:
     def note_derived_progress(self, *, logics_timestamp: int | None = None, index_timestamp: int | None = None) -> None:
         """Record how far the derived files are durable, for the next checkpoint
         write: ``logics_timestamp`` is the store time of the last consume-queue unit
-        flushed, ``index_timestamp`` the end time of the last full (flushed) index file."""
+        flushed, ``index_timestamp`` the end time of the last full (flushed) index file.
+
+        Once any sync under the store failed in this run (mapped_file.sync_failures)
+        the derived timestamps stay where they are: a consume queue or index file that
+        "flushed" after a failed fsync may still lack data, and the checkpoint must not
+        claim it (the next start re-dispatches from there)."""
+        if not self._derived_frozen and sync_failures(self.store_dir):
+            self._derived_frozen = True
+            log.error("derived_progress_frozen", store=str(self.store_dir), failed=sorted(sync_failures(self.store_dir)))
+        if self._derived_frozen:
+            return
         with self._checkpoint_lock:
             cp = self._checkpoint
             self._checkpoint = Checkpoint(
@@ -821,11 +1004,13 @@ class CommitLog:
         return self._queue_offsets.get((topic, queue_id), 0)
 
     def stats(self) -> CommitLogStats:
-        err = self._flusher.error
+        cause = self.unwritable_cause
+        err = self.unwritable_error
         return CommitLogStats(
             min_offset=self.min_offset, wrote=self._wrote, flushed=self._flusher.flushed,
             segments=len(self._segments.segments), segment_bytes=self.config.segment_bytes,
-            flush_mode=self.config.flush_mode.value, writable=err is None, error=None if err is None else str(err),
+            flush_mode=self.config.flush_mode.value, writable=cause is None,
+            error=None if err is None else str(err), unwritable_cause=cause,
         )  # fmt: skip
 
     def _check_open(self) -> None:
@@ -839,14 +1024,27 @@ class CommitLog:
         with self._put_lock:
             self._closed = True
         self._flusher.stop()
-        clean = self._flusher.error is None
-        if clean:
-            self._write_checkpoint(self._last_store_ts)
+        unclean = list(self._unclean)
+        if self._flusher.error is not None and "flush_failed" not in unclean:
+            unclean.append("flush_failed")
+        unclean += sorted({what for what, _ in sync_failures(self.store_dir).values()} - set(unclean))
+        if not unclean:
+            try:
+                self._write_checkpoint(self._last_store_ts)
+            except OSError as e:
+                log.error("checkpoint_write_failed", store=str(self.store_dir), errno=_errno_name(e), error=str(e))
+                unclean.append("checkpoint.write")
         self._segments.close()
-        if clean:
-            remove_abort_marker(self.store_dir)
+        if not unclean:
+            try:
+                remove_abort_marker(self.store_dir)
+            except OSError as e:  # the marker may stay: the next open recovers as after a crash
+                log.error("abort_marker_not_removed", store=str(self.store_dir), error=str(e))
         self._lock_file.release()
-        log.info("commitlog_closed", store=str(self.store_dir), wrote=self._wrote, clean=clean)
+        if unclean:  # the abort marker stays: the next open checks the files as after a crash
+            log.warning("commitlog_closed", store=str(self.store_dir), wrote=self._wrote, clean=False, because=unclean)
+        else:
+            log.info("commitlog_closed", store=str(self.store_dir), wrote=self._wrote, clean=True)
 
     def __enter__(self) -> CommitLog:
         return self

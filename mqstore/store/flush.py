@@ -11,8 +11,12 @@ Watermarks (one vocabulary across the store; always flushed <= wrote):
   ASYNC  every ``flush_interval_ms`` fsync if at least ``flush_least_pages`` pages are
          dirty, or everything after ``flush_thorough_interval_ms``.
 After a flush the checkpoint's physicMsgTimestamp is written at most every
-``checkpoint_interval_ms``. A failed fdatasync is never retried and trusted: the
-service records the error, wakes every waiter, and the store refuses writes.
+``checkpoint_interval_ms``. A failed fdatasync is never retried and trusted (after
+EIO the kernel may have marked the lost pages clean, so a second fsync would
+"succeed"): the service records the error, tells the CommitLog (``on_error``: the
+store stops acknowledging writes), wakes every waiter whose bytes are not durable
+with that error, and ends; only a restart flushes again. In async mode the
+periodic flush failing does the same.
 """
 
 from __future__ import annotations
@@ -41,8 +45,10 @@ class FlushService:
         on_flushed: Callable[[int, int], None],
         flushed: int,
         monotonic: Callable[[], float],
+        on_error: Callable[[BaseException], None] | None = None,
     ) -> None:
         self._config = config
+        self._on_error = on_error  # called once, in the flusher thread, before waiters wake
         self._wrote = wrote  # -> (wrote offset, store timestamp of the last record)
         self._sync = sync  # (from, to): fdatasync the segments holding those bytes
         self._on_flushed = on_flushed  # (offset, store timestamp) after each flush
@@ -59,12 +65,14 @@ class FlushService:
 
     def wait_flushed(self, end: int, timeout_s: float) -> bool:
         """Block until ``flushed >= end`` (True) or the timeout passes (False).
-        Raises the flush error if the disk failed."""
+        Raises the flush error if the disk failed before ``end`` was durable."""
         with self._cond:
             if end > self._wanted:
                 self._wanted = end
                 self._cond.notify_all()
             ok = self._cond.wait_for(lambda: self.flushed >= end or self.error is not None, timeout_s)
+            if self.flushed >= end:
+                return True
             if self.error is not None:
                 raise self.error
             return ok
@@ -85,8 +93,10 @@ class FlushService:
             return
         try:
             self._sync(self.flushed, target)
-        except OSError as e:
+        except Exception as e:  # OSError from the disk; anything else is treated the same
             log.error("flush_failed", error=str(e), flushed=self.flushed, target=target)
+            if self._on_error is not None:
+                self._on_error(e)
             with self._cond:
                 self.error = e
                 self._cond.notify_all()

@@ -417,22 +417,50 @@ class MessageStore:
         if self._closed:
             raise StoreClosedError(f"store at {self.store_dir} is closed")
 
+    @property
+    def writable(self) -> bool:
+        """False while appends are refused; ``unwritable_cause`` says why."""
+        return self.commitlog.writable
+
+    @property
+    def unwritable_cause(self) -> str | None:
+        """None, or the cause appends fail with (StoreNotWritableError.cause):
+        "flush_failed", "read_only", "io_error" (until a restart) or "disk_full"
+        (until space is freed). Reads work in every case."""
+        return self.commitlog.unwritable_cause
+
     def close(self) -> None:
-        """Dispatch everything, flush every file, write the checkpoint, release the lock."""
+        """Dispatch everything, flush every file, write the checkpoint, release the lock.
+
+        A step that fails (a failing disk under a consume queue, the index or a config
+        file) is logged and the others still run, so the lock is always released; the
+        commitlog then leaves the abort marker, and the next open checks and rebuilds
+        the derived files as after a crash."""
         if self._closed:
             return
         self._closed = True
-        self.retention.stop()
-        self.scheduler.stop()
-        self.dispatcher.stop()
+        failed: list[str] = []
+
+        def step(name: str, fn) -> None:
+            try:
+                fn()
+            except Exception as e:
+                failed.append(name)
+                log.error("close_step_failed", store=str(self.store_dir), step=name, error=str(e))
+
+        step("retention", self.retention.stop)
+        step("scheduler", self.scheduler.stop)
+        step("dispatch", self.dispatcher.stop)
         self._stop.set()
         if self._flusher is not None:
             self._flusher.join()
-        self._flush_derived()
-        self.consumer_offsets.close()
+        step("flush_derived", self._flush_derived)
+        step("consumer_offsets", self.consumer_offsets.close)
         if self.index is not None:
-            self.index.close()
-        self.consume_queues.close()
+            step("index", self.index.close)
+        step("consume_queues", self.consume_queues.close)
+        if failed:
+            self.commitlog.mark_unclean("close:" + ",".join(failed))
         self.commitlog.close()
 
     def __enter__(self) -> MessageStore:
