@@ -18,6 +18,7 @@ from pathlib import Path
 from mqstore.formats.message import record_size
 from mqstore.store.commitlog import CommitLog
 from mqstore.store.config import StoreConfig
+from mqstore.store.message_store import MessageStore
 
 _CHILD = """
 import sys, json
@@ -72,4 +73,63 @@ def run_recover_bench(store: Path, *, total_bytes: int, body_size: int, segment_
     }
 
 
-__all__ = ["run_recover_bench"]
+_STORE_CHILD = """
+import sys, json
+from pathlib import Path
+from mqstore.logging import configure_logging
+configure_logging(level="warning")
+from mqstore.bench.workload import Workload
+from mqstore.store.config import StoreConfig
+from mqstore.store.message_store import MessageStore
+store, before, after, body, seg = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+s = MessageStore(Path(store), StoreConfig(segment_bytes=seg))
+w = Workload(body_size=body, topics=4, queues=4)
+i = 0
+while s.commitlog.wrote < before:
+    s.append(w.batch(i, 1000)); i += 1000
+s.wait_dispatched(600)
+s._flush_derived(thorough=True)  # what the 60 s flush does: the checkpoint now covers everything
+s.commitlog.flush()
+checkpointed = s.commitlog.wrote
+while s.commitlog.wrote < checkpointed + after:
+    s.append(w.batch(i, 1000)); i += 1000
+print(json.dumps({"checkpointed": checkpointed, "wrote": s.commitlog.wrote}), flush=True)
+sys.stdin.read()
+"""
+
+
+def run_reopen_after_checkpoint_bench(store: Path, *, before_bytes: int, after_bytes: int, body_size: int,
+                                      segment_bytes: int = 1 << 30) -> dict:  # fmt: skip
+    """A MessageStore (consume queues, index) holds ``before_bytes`` covered by its
+    checkpoint and ``after_bytes`` more when the writer is killed with SIGKILL; time the
+    next open. It should grow with the bytes after the checkpoint only."""
+    if (store / "commitlog").exists():
+        raise ValueError(f"{store} already holds a commitlog; give an empty directory")
+    child = subprocess.Popen(
+        [sys.executable, "-c", _STORE_CHILD, str(store), str(before_bytes), str(after_bytes), str(body_size),
+         str(segment_bytes)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+    )  # fmt: skip
+    line = child.stdout.readline()
+    os.kill(child.pid, signal.SIGKILL)
+    child.wait()
+    if not line:
+        raise RuntimeError("the writer process died before writing its store")
+    state = json.loads(line)
+    t0 = time.perf_counter()
+    ms = MessageStore(store, StoreConfig(segment_bytes=segment_bytes))
+    seconds = time.perf_counter() - t0
+    rep = ms.commitlog.recovery
+    ms.close()
+    return {
+        "bytes": state["wrote"],
+        "bytes_before_checkpoint": state["checkpointed"],
+        "bytes_after_checkpoint": state["wrote"] - state["checkpointed"],
+        "bytes_validated": rep.bytes_validated,
+        "recovery_seconds": round(rep.seconds, 4),
+        "open_seconds": round(seconds, 4),
+        "clean_shutdown": rep.clean_shutdown,
+        "body_size": body_size,
+    }
+
+
+__all__ = ["run_recover_bench", "run_reopen_after_checkpoint_bench"]

@@ -121,12 +121,20 @@ def bench_recover(
     store: StoreOpt,
     total_bytes: Annotated[int, typer.Option("--bytes", min=1, help="CommitLog bytes to write before the kill.")] = 1 << 30,
     body_size: Annotated[int, typer.Option("--body-size", min=0, help="Body bytes per message.")] = 1024,
+    before_checkpoint: Annotated[int, typer.Option("--before-checkpoint", min=0, help="Write a whole store (consume queues, index) with this many bytes covered by its checkpoint first; --bytes more follow before the kill, and the next open is timed.")] = 0,
 ) -> None:
     """Write a commitlog in a child process, kill -9 it, then time the abnormal
-    recovery (CRC checked) and print one JSON line with gb_per_s."""
-    from mqstore.bench.recover import run_recover_bench
+    recovery (CRC checked) and print one JSON line with gb_per_s. With
+    --before-checkpoint: time the open of a whole store whose checkpoint covers all
+    but the last --bytes (open_seconds should follow those bytes only)."""
+    from mqstore.bench.recover import run_recover_bench, run_reopen_after_checkpoint_bench
 
-    print(json.dumps(run_recover_bench(store, total_bytes=total_bytes, body_size=body_size)), flush=True)
+    if before_checkpoint:
+        result = run_reopen_after_checkpoint_bench(store, before_bytes=before_checkpoint, after_bytes=total_bytes,
+                                                   body_size=body_size)  # fmt: skip
+    else:
+        result = run_recover_bench(store, total_bytes=total_bytes, body_size=body_size)
+    print(json.dumps(result), flush=True)
 
 
 @bench_app.command("reopen")
@@ -141,6 +149,22 @@ def bench_reopen(
     from mqstore.bench.reopen import ReopenBench, run_reopen_bench
 
     print(json.dumps(run_reopen_bench(ReopenBench(store=store, sample=sample, delete_segments=delete_segments))), flush=True)
+
+
+@bench_app.command("retention")
+def bench_retention(
+    store: Annotated[Path, typer.Option("--store", help="An empty directory for the store.")],
+    segment_bytes: Annotated[int, typer.Option("--segment-bytes", min=1 << 20, help="CommitLog segment size.")] = 64 << 20,
+    fill_segments: Annotated[int, typer.Option("--fill-segments", min=2, help="Segments written before the timed rounds (all but the last go).")] = 12,
+    round_messages: Annotated[int, typer.Option("--round-messages", min=1000, help="Messages in the idle round.")] = 300_000,
+) -> None:
+    """Time appends with retention idle, then while it deletes old segments (and the
+    consume-queue and index files behind them); print one JSON line with p99_idle_ms,
+    p99_deleting_ms and p99_ratio."""
+    from mqstore.bench.retention import RetentionBench, run_retention_bench
+
+    b = RetentionBench(store=store, segment_bytes=segment_bytes, fill_segments=fill_segments, round_messages=round_messages)
+    print(json.dumps(run_retention_bench(b)), flush=True)
 
 
 @app.command("print")
