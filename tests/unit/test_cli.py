@@ -140,3 +140,21 @@ def test_bench_reopen_checks_queues_and_runs_retention(tmp_path: Path) -> None:
     assert out["peak_queue_files_open"] <= out["max_open_queue_files"]
     p = mq("bench", "reopen", "--store", str(tmp_path / "nothing"))
     assert p.returncode == 1 and "is it a store" in p.stderr and "Traceback" not in p.stderr
+
+
+def test_bench_retention_reports_both_rounds(tmp_path: Path) -> None:
+    p = mq("bench", "retention", "--store", str(tmp_path / "s"), "--segment-bytes", str(1 << 20), "--fill-segments", "4",
+           "--round-messages", "2000")  # fmt: skip
+    assert p.returncode == 0, p.stderr
+    out = json.loads(p.stdout.strip().splitlines()[-1])
+    assert out["segments_deleted"] >= 3 and out["batches_while_deleting"] >= 1
+    assert out["p99_idle_ms"] > 0 and out["p99_deleting_ms"] > 0 and out["p99_ratio"] > 0
+
+
+def test_bench_recover_before_checkpoint_times_the_open(tmp_path: Path) -> None:
+    p = mq("bench", "recover", "--store", str(tmp_path / "s"), "--before-checkpoint", str(8 << 20),
+           "--bytes", str(1 << 20), "--body-size", "512")  # fmt: skip
+    assert p.returncode == 0, p.stderr
+    out = json.loads(p.stdout.strip().splitlines()[-1])
+    assert out["bytes_before_checkpoint"] >= 8 << 20 and out["bytes_after_checkpoint"] >= 1 << 20
+    assert not out["clean_shutdown"] and out["open_seconds"] > 0
