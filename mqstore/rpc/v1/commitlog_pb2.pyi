@@ -1,0 +1,122 @@
+from mqstore.rpc.v1 import common_pb2 as _common_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class AppendBatchRequest(_message.Message):
+    __slots__ = ("messages",)
+    MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    messages: _common_pb2.MessageColumns
+    def __init__(self, messages: _Optional[_Union[_common_pb2.MessageColumns, _Mapping]] = ...) -> None: ...
+
+class AppendBatchResponse(_message.Message):
+    __slots__ = ("result",)
+    RESULT_FIELD_NUMBER: _ClassVar[int]
+    result: _common_pb2.AppendResult
+    def __init__(self, result: _Optional[_Union[_common_pb2.AppendResult, _Mapping]] = ...) -> None: ...
+
+class ReadRequest(_message.Message):
+    __slots__ = ("offsets", "raw", "skip_missing", "sizes")
+    OFFSETS_FIELD_NUMBER: _ClassVar[int]
+    RAW_FIELD_NUMBER: _ClassVar[int]
+    SKIP_MISSING_FIELD_NUMBER: _ClassVar[int]
+    SIZES_FIELD_NUMBER: _ClassVar[int]
+    offsets: _containers.RepeatedScalarFieldContainer[int]
+    raw: bool
+    skip_missing: bool
+    sizes: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, offsets: _Optional[_Iterable[int]] = ..., raw: _Optional[bool] = ..., skip_missing: _Optional[bool] = ..., sizes: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class ReadResponse(_message.Message):
+    __slots__ = ("offsets", "records", "raw_records")
+    OFFSETS_FIELD_NUMBER: _ClassVar[int]
+    RECORDS_FIELD_NUMBER: _ClassVar[int]
+    RAW_RECORDS_FIELD_NUMBER: _ClassVar[int]
+    offsets: _containers.RepeatedScalarFieldContainer[int]
+    records: _containers.RepeatedCompositeFieldContainer[_common_pb2.Record]
+    raw_records: _containers.RepeatedScalarFieldContainer[bytes]
+    def __init__(self, offsets: _Optional[_Iterable[int]] = ..., records: _Optional[_Iterable[_Union[_common_pb2.Record, _Mapping]]] = ..., raw_records: _Optional[_Iterable[bytes]] = ...) -> None: ...
+
+class ReadRangeRequest(_message.Message):
+    __slots__ = ("offset", "max_bytes", "wait_ms")
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    MAX_BYTES_FIELD_NUMBER: _ClassVar[int]
+    WAIT_MS_FIELD_NUMBER: _ClassVar[int]
+    offset: int
+    max_bytes: int
+    wait_ms: int
+    def __init__(self, offset: _Optional[int] = ..., max_bytes: _Optional[int] = ..., wait_ms: _Optional[int] = ...) -> None: ...
+
+class ReadRangeResponse(_message.Message):
+    __slots__ = ("offset", "data", "record_count", "next_offset", "incarnation", "confirm_offset")
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    RECORD_COUNT_FIELD_NUMBER: _ClassVar[int]
+    NEXT_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    INCARNATION_FIELD_NUMBER: _ClassVar[int]
+    CONFIRM_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    offset: int
+    data: bytes
+    record_count: int
+    next_offset: int
+    incarnation: int
+    confirm_offset: int
+    def __init__(self, offset: _Optional[int] = ..., data: _Optional[bytes] = ..., record_count: _Optional[int] = ..., next_offset: _Optional[int] = ..., incarnation: _Optional[int] = ..., confirm_offset: _Optional[int] = ...) -> None: ...
+
+class GetOffsetsRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class GetOffsetsResponse(_message.Message):
+    __slots__ = ("min_offset", "wrote_offset", "flushed_offset", "confirm_offset", "dispatched_offset", "incarnation", "flush_mode", "writable", "unwritable_cause", "clean_shutdown", "recovery_seconds", "msg_id_prefix")
+    MIN_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    WROTE_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    FLUSHED_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    CONFIRM_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    DISPATCHED_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    INCARNATION_FIELD_NUMBER: _ClassVar[int]
+    FLUSH_MODE_FIELD_NUMBER: _ClassVar[int]
+    WRITABLE_FIELD_NUMBER: _ClassVar[int]
+    UNWRITABLE_CAUSE_FIELD_NUMBER: _ClassVar[int]
+    CLEAN_SHUTDOWN_FIELD_NUMBER: _ClassVar[int]
+    RECOVERY_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    MSG_ID_PREFIX_FIELD_NUMBER: _ClassVar[int]
+    min_offset: int
+    wrote_offset: int
+    flushed_offset: int
+    confirm_offset: int
+    dispatched_offset: int
+    incarnation: int
+    flush_mode: str
+    writable: bool
+    unwritable_cause: str
+    clean_shutdown: bool
+    recovery_seconds: float
+    msg_id_prefix: str
+    def __init__(self, min_offset: _Optional[int] = ..., wrote_offset: _Optional[int] = ..., flushed_offset: _Optional[int] = ..., confirm_offset: _Optional[int] = ..., dispatched_offset: _Optional[int] = ..., incarnation: _Optional[int] = ..., flush_mode: _Optional[str] = ..., writable: _Optional[bool] = ..., unwritable_cause: _Optional[str] = ..., clean_shutdown: _Optional[bool] = ..., recovery_seconds: _Optional[float] = ..., msg_id_prefix: _Optional[str] = ...) -> None: ...
+
+class UpdateTopicRequest(_message.Message):
+    __slots__ = ("config",)
+    CONFIG_FIELD_NUMBER: _ClassVar[int]
+    config: _common_pb2.TopicConfig
+    def __init__(self, config: _Optional[_Union[_common_pb2.TopicConfig, _Mapping]] = ...) -> None: ...
+
+class UpdateTopicResponse(_message.Message):
+    __slots__ = ("config",)
+    CONFIG_FIELD_NUMBER: _ClassVar[int]
+    config: _common_pb2.TopicConfig
+    def __init__(self, config: _Optional[_Union[_common_pb2.TopicConfig, _Mapping]] = ...) -> None: ...
+
+class ListTopicsRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ListTopicsResponse(_message.Message):
+    __slots__ = ("configs",)
+    CONFIGS_FIELD_NUMBER: _ClassVar[int]
+    configs: _containers.RepeatedCompositeFieldContainer[_common_pb2.TopicConfig]
+    def __init__(self, configs: _Optional[_Iterable[_Union[_common_pb2.TopicConfig, _Mapping]]] = ...) -> None: ...

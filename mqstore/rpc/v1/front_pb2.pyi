@@ -1,0 +1,252 @@
+from mqstore.rpc.v1 import common_pb2 as _common_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class PullStatus(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    PULL_STATUS_UNSPECIFIED: _ClassVar[PullStatus]
+    FOUND: _ClassVar[PullStatus]
+    NO_NEW_MESSAGE: _ClassVar[PullStatus]
+    NO_MATCHED_MESSAGE: _ClassVar[PullStatus]
+    OFFSET_TOO_SMALL: _ClassVar[PullStatus]
+    OFFSET_OVERFLOW: _ClassVar[PullStatus]
+    NO_MESSAGE_IN_QUEUE: _ClassVar[PullStatus]
+PULL_STATUS_UNSPECIFIED: PullStatus
+FOUND: PullStatus
+NO_NEW_MESSAGE: PullStatus
+NO_MATCHED_MESSAGE: PullStatus
+OFFSET_TOO_SMALL: PullStatus
+OFFSET_OVERFLOW: PullStatus
+NO_MESSAGE_IN_QUEUE: PullStatus
+
+class SendBatchRequest(_message.Message):
+    __slots__ = ("messages",)
+    MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    messages: _common_pb2.MessageColumns
+    def __init__(self, messages: _Optional[_Union[_common_pb2.MessageColumns, _Mapping]] = ...) -> None: ...
+
+class ShardError(_message.Message):
+    __slots__ = ("shard", "code", "message")
+    SHARD_FIELD_NUMBER: _ClassVar[int]
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    shard: int
+    code: str
+    message: str
+    def __init__(self, shard: _Optional[int] = ..., code: _Optional[str] = ..., message: _Optional[str] = ...) -> None: ...
+
+class SendBatchResponse(_message.Message):
+    __slots__ = ("result", "shard_errors")
+    RESULT_FIELD_NUMBER: _ClassVar[int]
+    SHARD_ERRORS_FIELD_NUMBER: _ClassVar[int]
+    result: _common_pb2.AppendResult
+    shard_errors: _containers.RepeatedCompositeFieldContainer[ShardError]
+    def __init__(self, result: _Optional[_Union[_common_pb2.AppendResult, _Mapping]] = ..., shard_errors: _Optional[_Iterable[_Union[ShardError, _Mapping]]] = ...) -> None: ...
+
+class PullRequest(_message.Message):
+    __slots__ = ("topic", "queue_id", "offset", "max_messages", "tag_expression", "raw")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    MAX_MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    TAG_EXPRESSION_FIELD_NUMBER: _ClassVar[int]
+    RAW_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    queue_id: int
+    offset: int
+    max_messages: int
+    tag_expression: str
+    raw: bool
+    def __init__(self, topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., offset: _Optional[int] = ..., max_messages: _Optional[int] = ..., tag_expression: _Optional[str] = ..., raw: _Optional[bool] = ...) -> None: ...
+
+class PullResponse(_message.Message):
+    __slots__ = ("status", "records", "raw_records", "next_offset", "min_offset", "max_offset")
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    RECORDS_FIELD_NUMBER: _ClassVar[int]
+    RAW_RECORDS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    MIN_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    MAX_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    status: PullStatus
+    records: _containers.RepeatedCompositeFieldContainer[_common_pb2.Record]
+    raw_records: _containers.RepeatedScalarFieldContainer[bytes]
+    next_offset: int
+    min_offset: int
+    max_offset: int
+    def __init__(self, status: _Optional[_Union[PullStatus, str]] = ..., records: _Optional[_Iterable[_Union[_common_pb2.Record, _Mapping]]] = ..., raw_records: _Optional[_Iterable[bytes]] = ..., next_offset: _Optional[int] = ..., min_offset: _Optional[int] = ..., max_offset: _Optional[int] = ...) -> None: ...
+
+class QueryByMsgIdRequest(_message.Message):
+    __slots__ = ("msg_id",)
+    MSG_ID_FIELD_NUMBER: _ClassVar[int]
+    msg_id: str
+    def __init__(self, msg_id: _Optional[str] = ...) -> None: ...
+
+class QueryByUniqueKeyRequest(_message.Message):
+    __slots__ = ("topic", "unique_key", "max_num")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    UNIQUE_KEY_FIELD_NUMBER: _ClassVar[int]
+    MAX_NUM_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    unique_key: str
+    max_num: int
+    def __init__(self, topic: _Optional[str] = ..., unique_key: _Optional[str] = ..., max_num: _Optional[int] = ...) -> None: ...
+
+class QueryByKeyRequest(_message.Message):
+    __slots__ = ("topic", "key", "begin_ms", "end_ms", "max_num")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    BEGIN_MS_FIELD_NUMBER: _ClassVar[int]
+    END_MS_FIELD_NUMBER: _ClassVar[int]
+    MAX_NUM_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    key: str
+    begin_ms: int
+    end_ms: int
+    max_num: int
+    def __init__(self, topic: _Optional[str] = ..., key: _Optional[str] = ..., begin_ms: _Optional[int] = ..., end_ms: _Optional[int] = ..., max_num: _Optional[int] = ...) -> None: ...
+
+class QueryByOffsetRequest(_message.Message):
+    __slots__ = ("topic", "queue_id", "offset")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    queue_id: int
+    offset: int
+    def __init__(self, topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., offset: _Optional[int] = ...) -> None: ...
+
+class QueryResponse(_message.Message):
+    __slots__ = ("records",)
+    RECORDS_FIELD_NUMBER: _ClassVar[int]
+    records: _containers.RepeatedCompositeFieldContainer[_common_pb2.Record]
+    def __init__(self, records: _Optional[_Iterable[_Union[_common_pb2.Record, _Mapping]]] = ...) -> None: ...
+
+class GetOffsetByTimeRequest(_message.Message):
+    __slots__ = ("topic", "queue_id", "timestamp_ms")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    TIMESTAMP_MS_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    queue_id: int
+    timestamp_ms: int
+    def __init__(self, topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., timestamp_ms: _Optional[int] = ...) -> None: ...
+
+class GetOffsetByTimeResponse(_message.Message):
+    __slots__ = ("offset",)
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    offset: int
+    def __init__(self, offset: _Optional[int] = ...) -> None: ...
+
+class FrontCommitOffsetRequest(_message.Message):
+    __slots__ = ("group", "topic", "queue_id", "offset")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    topic: str
+    queue_id: int
+    offset: int
+    def __init__(self, group: _Optional[str] = ..., topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., offset: _Optional[int] = ...) -> None: ...
+
+class FrontCommitOffsetResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class FrontFetchOffsetRequest(_message.Message):
+    __slots__ = ("group", "topic", "queue_id")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    topic: str
+    queue_id: int
+    def __init__(self, group: _Optional[str] = ..., topic: _Optional[str] = ..., queue_id: _Optional[int] = ...) -> None: ...
+
+class FrontFetchOffsetResponse(_message.Message):
+    __slots__ = ("offset",)
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    offset: int
+    def __init__(self, offset: _Optional[int] = ...) -> None: ...
+
+class ConsumerProgressRequest(_message.Message):
+    __slots__ = ("group",)
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    def __init__(self, group: _Optional[str] = ...) -> None: ...
+
+class ConsumerProgressResponse(_message.Message):
+    __slots__ = ("rows",)
+    ROWS_FIELD_NUMBER: _ClassVar[int]
+    rows: _containers.RepeatedCompositeFieldContainer[_common_pb2.GroupOffset]
+    def __init__(self, rows: _Optional[_Iterable[_Union[_common_pb2.GroupOffset, _Mapping]]] = ...) -> None: ...
+
+class CreateOrUpdateTopicRequest(_message.Message):
+    __slots__ = ("config",)
+    CONFIG_FIELD_NUMBER: _ClassVar[int]
+    config: _common_pb2.TopicConfig
+    def __init__(self, config: _Optional[_Union[_common_pb2.TopicConfig, _Mapping]] = ...) -> None: ...
+
+class CreateOrUpdateTopicResponse(_message.Message):
+    __slots__ = ("config",)
+    CONFIG_FIELD_NUMBER: _ClassVar[int]
+    config: _common_pb2.TopicConfig
+    def __init__(self, config: _Optional[_Union[_common_pb2.TopicConfig, _Mapping]] = ...) -> None: ...
+
+class TopicStatusRequest(_message.Message):
+    __slots__ = ("topic",)
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    def __init__(self, topic: _Optional[str] = ...) -> None: ...
+
+class TopicStatusResponse(_message.Message):
+    __slots__ = ("queues",)
+    QUEUES_FIELD_NUMBER: _ClassVar[int]
+    queues: _containers.RepeatedCompositeFieldContainer[_common_pb2.QueueRange]
+    def __init__(self, queues: _Optional[_Iterable[_Union[_common_pb2.QueueRange, _Mapping]]] = ...) -> None: ...
+
+class StoreStatusRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ShardStatus(_message.Message):
+    __slots__ = ("shard", "endpoint", "state", "min_offset", "wrote_offset", "flushed_offset", "confirm_offset", "dispatched_offset", "writable", "unwritable_cause", "reput_offset", "dispatch_lag_bytes", "error")
+    SHARD_FIELD_NUMBER: _ClassVar[int]
+    ENDPOINT_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    MIN_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    WROTE_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    FLUSHED_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    CONFIRM_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    DISPATCHED_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    WRITABLE_FIELD_NUMBER: _ClassVar[int]
+    UNWRITABLE_CAUSE_FIELD_NUMBER: _ClassVar[int]
+    REPUT_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    DISPATCH_LAG_BYTES_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    shard: int
+    endpoint: str
+    state: str
+    min_offset: int
+    wrote_offset: int
+    flushed_offset: int
+    confirm_offset: int
+    dispatched_offset: int
+    writable: bool
+    unwritable_cause: str
+    reput_offset: int
+    dispatch_lag_bytes: int
+    error: str
+    def __init__(self, shard: _Optional[int] = ..., endpoint: _Optional[str] = ..., state: _Optional[str] = ..., min_offset: _Optional[int] = ..., wrote_offset: _Optional[int] = ..., flushed_offset: _Optional[int] = ..., confirm_offset: _Optional[int] = ..., dispatched_offset: _Optional[int] = ..., writable: _Optional[bool] = ..., unwritable_cause: _Optional[str] = ..., reput_offset: _Optional[int] = ..., dispatch_lag_bytes: _Optional[int] = ..., error: _Optional[str] = ...) -> None: ...
+
+class StoreStatusResponse(_message.Message):
+    __slots__ = ("shards",)
+    SHARDS_FIELD_NUMBER: _ClassVar[int]
+    shards: _containers.RepeatedCompositeFieldContainer[ShardStatus]
+    def __init__(self, shards: _Optional[_Iterable[_Union[ShardStatus, _Mapping]]] = ...) -> None: ...

@@ -1,0 +1,53 @@
+from google.protobuf.internal import containers as _containers
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable
+from typing import ClassVar as _ClassVar, Optional as _Optional
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class PutKeysRequest(_message.Message):
+    __slots__ = ("key_hashes", "physical_offsets", "store_timestamps", "from_offset", "to_offset", "incarnation")
+    KEY_HASHES_FIELD_NUMBER: _ClassVar[int]
+    PHYSICAL_OFFSETS_FIELD_NUMBER: _ClassVar[int]
+    STORE_TIMESTAMPS_FIELD_NUMBER: _ClassVar[int]
+    FROM_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    TO_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    INCARNATION_FIELD_NUMBER: _ClassVar[int]
+    key_hashes: _containers.RepeatedScalarFieldContainer[int]
+    physical_offsets: _containers.RepeatedScalarFieldContainer[int]
+    store_timestamps: _containers.RepeatedScalarFieldContainer[int]
+    from_offset: int
+    to_offset: int
+    incarnation: int
+    def __init__(self, key_hashes: _Optional[_Iterable[int]] = ..., physical_offsets: _Optional[_Iterable[int]] = ..., store_timestamps: _Optional[_Iterable[int]] = ..., from_offset: _Optional[int] = ..., to_offset: _Optional[int] = ..., incarnation: _Optional[int] = ...) -> None: ...
+
+class PutKeysResponse(_message.Message):
+    __slots__ = ("indexed", "skipped", "progress_offset")
+    INDEXED_FIELD_NUMBER: _ClassVar[int]
+    SKIPPED_FIELD_NUMBER: _ClassVar[int]
+    PROGRESS_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    indexed: int
+    skipped: int
+    progress_offset: int
+    def __init__(self, indexed: _Optional[int] = ..., skipped: _Optional[int] = ..., progress_offset: _Optional[int] = ...) -> None: ...
+
+class IndexQueryRequest(_message.Message):
+    __slots__ = ("topic", "key", "begin_ms", "end_ms", "max_num")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    BEGIN_MS_FIELD_NUMBER: _ClassVar[int]
+    END_MS_FIELD_NUMBER: _ClassVar[int]
+    MAX_NUM_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    key: str
+    begin_ms: int
+    end_ms: int
+    max_num: int
+    def __init__(self, topic: _Optional[str] = ..., key: _Optional[str] = ..., begin_ms: _Optional[int] = ..., end_ms: _Optional[int] = ..., max_num: _Optional[int] = ...) -> None: ...
+
+class IndexQueryResponse(_message.Message):
+    __slots__ = ("physical_offsets",)
+    PHYSICAL_OFFSETS_FIELD_NUMBER: _ClassVar[int]
+    physical_offsets: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, physical_offsets: _Optional[_Iterable[int]] = ...) -> None: ...
