@@ -38,6 +38,7 @@ def write_checkpoint(store_dir: Path, checkpoint: Checkpoint) -> None:
     path = store_dir / CHECKPOINT_FILE
     tmp = path.with_name(CHECKPOINT_FILE + ".tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    faults.created(fd)
     try:
         faults.hit("checkpoint.write", tmp)
         os.write(fd, checkpoint.encode())

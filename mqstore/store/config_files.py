@@ -205,6 +205,7 @@ def write_config_json(path: Path, obj: object) -> None:
     tmp = path.with_name(path.name + TMP_SUFFIX)
     bak = path.with_name(path.name + BAK_SUFFIX)
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    faults.created(fd)
     try:
         faults.hit("config.write", tmp)
         view = memoryview(data)

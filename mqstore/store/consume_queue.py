@@ -494,13 +494,16 @@ class ConsumeQueue:
             if self._wrote - self._flushed < max(least_bytes, 1):
                 return None
             self._drain()
-            self._dir_dirty = False  # the caller's sync covers the names made so far
             return self._wrote // UNIT_SIZE
 
     def mark_flushed(self, queue_offset: int) -> None:
-        """Units below ``queue_offset`` were made durable by the caller (see ``flush``)."""
+        """Units below ``queue_offset`` were made durable by the caller (see ``flush``),
+        and the names made so far (a caller that calls ``flush`` instead after
+        ``prepare_flush`` still gets the directory fsyncs: a power-loss test lost
+        every queue directory when ``prepare_flush`` cleared them)."""
         with self._lock:
             self._flushed = max(self._flushed, min(queue_offset * UNIT_SIZE, self._wrote))
+            self._dir_dirty = False  # the caller's syncfs covered the names too
 
     # ------------------------------------------------------------------ reads (any thread)
 

@@ -48,7 +48,8 @@ writing process (or ``MQSTORE_POWER_STORE`` + ``MQSTORE_POWER_IMAGE`` in its
 environment) makes every successful sync copy what it covered into ``image``;
 after a kill -9 of the writer, ``power_cut(store, image)`` leaves the store as a
 power cut would. The file layer reports syncs through ``synced``, ``dir_synced``
-and ``fs_synced``, which cost one global lookup while the mode is off.
+and ``fs_synced`` and new files through ``created``, which cost one global lookup
+while the mode is off.
 """
 
 from __future__ import annotations
@@ -115,6 +116,14 @@ def hits() -> dict[str, int]:
         return dict(_counts)
 
 
+def armed(point: str) -> bool:
+    """True while the installed plan has a rule for ``point``: code that splits one
+    operation in two only to give a test a point between the halves (a torn write)
+    asks first, so without a plan it runs unsplit."""
+    plan = _plan
+    return plan is not None and point in plan
+
+
 def hit(point: str, path: object = None) -> None:
     """A fault point: does nothing unless an installed rule says this hit fails."""
     if _plan is None:
@@ -156,6 +165,13 @@ def power_cut(store_dir: str | os.PathLike, image_dir: str | os.PathLike) -> Non
     cut(store_dir, image_dir)
 
 
+def created(what: object) -> None:
+    """A file (path or open descriptor) was just created (power-loss mode: its inode
+    number may be one a deleted file had)."""
+    if _power is not None:
+        _power.created(what)
+
+
 def synced(path: object, start: int = 0, end: int | None = None) -> None:
     """A sync of bytes [start, end) of ``path`` (all of it by default) returned."""
     if _power is not None:
@@ -185,6 +201,8 @@ __all__ = [
     "POWER_IMAGE_ENV",
     "POWER_STORE_ENV",
     "Rule",
+    "armed",
+    "created",
     "dir_synced",
     "disable_power_loss",
     "enable_power_loss",

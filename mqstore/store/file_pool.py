@@ -196,6 +196,7 @@ class PooledFile:
             else:
                 faults.hit("cq.create", path)
                 fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+                faults.created(fd)
             try:
                 if not preallocate:
                     os.ftruncate(fd, size)

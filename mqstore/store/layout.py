@@ -63,6 +63,7 @@ def resolve_layout(store_dir: Path, config: StoreConfig) -> StoreConfig:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps({k: getattr(config, k) for k in SHAPING_FIELDS}, indent=2) + "\n")
+    faults.created(tmp)
     with open(tmp, "rb+") as f:
         try:
             faults.hit("config.write", tmp)

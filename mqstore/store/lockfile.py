@@ -13,6 +13,7 @@ import os
 from pathlib import Path
 
 from mqstore.errors import StoreLockedError
+from mqstore.store import faults
 from mqstore.store.mapped_file import fsync_dir
 
 LOCK_FILE = "lock"
@@ -25,6 +26,7 @@ class StoreLock:
     def __init__(self, store_dir: Path) -> None:
         self._path = store_dir / LOCK_FILE
         self._fd = os.open(self._path, os.O_RDWR | os.O_CREAT, 0o644)
+        faults.created(self._fd)
         try:
             fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -74,6 +76,7 @@ def last_exit_was_clean(store_dir: Path) -> bool:
 
 def create_abort_marker(store_dir: Path) -> None:
     (store_dir / ABORT_FILE).touch()
+    faults.created(store_dir / ABORT_FILE)
     fsync_dir(store_dir)
 
 

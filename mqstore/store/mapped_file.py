@@ -121,6 +121,7 @@ def create_sized_file(
     durable later. ``fault_point`` names the point (faults.py) hit before sizing."""
     tmp = path.with_name(path.name + ".tmp")
     fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+    faults.created(fd)
     renamed = False
     try:
         if fault_point is not None:

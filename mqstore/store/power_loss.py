@@ -15,22 +15,27 @@ image: the files, names and bytes a real power cut would have left if the disk k
 no more than it was told to (the strictest reading of POSIX; real file systems
 usually keep more). The model:
 
-* File contents are kept per inode (``data/<inode>``), so data synced under one name
-  follows a rename made durable later (the ``.tmp`` + rename + directory fsync idiom).
-  A file whose name becomes durable before any of its data gets its size as it was
-  then, all zeros (a journaled file system commits the size with the entry).
+* File contents are kept per file, not per name (``data/<id>``, the id made of the
+  inode number, the writer's pid and a count), so data synced under one name
+  follows a rename made durable later (the ``.tmp`` + rename + directory fsync
+  idiom). The file layer reports every file it creates (``faults.created``): a new
+  file gets a new id even when the kernel reuses the inode number of a deleted one
+  whose old name is still durable (checkpoints replace themselves several times a
+  second, so this is common). A file whose name becomes durable before any of its
+  data gets its size as it was then, all zeros (a journaled file system commits the
+  size with the entry).
 * A name exists after the cut only if a fsync of its directory (or a syncfs)
   recorded it: creations, renames and deletions become durable only then. A
   directory nobody fsynced after its creation comes back empty, or not at all.
 * The image starts as a copy of the store when the mode is first enabled (what was
   there before the writer started counts as durable).
-* Limits: inode numbers reused within one run (a file deleted, its entry not yet
-  made durable, its number given to a new file) would mix two files' data; a sync
-  is copied after it returned, so bytes changed between the two would be copied as
-  changed (the store never rewrites synced bytes, except for zeroing cut tails).
+* Limits: a file created outside the file layer's functions (tests, tools) is not
+  reported, so a reused inode number could mix two files' data; a sync is copied
+  after it returned, so bytes changed between the two would be copied as changed
+  (the store never rewrites synced bytes, except for zeroing cut tails).
 
-Layout of the image directory: ``ROOT`` (the store path), ``data/<inode>``, and
-``dirs/<quoted relative path>.json`` (the entries: ``{"name": ["f", inode] | ["d"]}``).
+Layout of the image directory: ``ROOT`` (the store path), ``data/<id>``, and
+``dirs/<quoted relative path>.json`` (the entries: ``{"name": ["f", id] | ["d"]}``).
 Every update is a small write or an atomic rename, so a kill -9 of the writer in
 the middle of one leaves the image as a power cut in the middle of that sync would.
 """
@@ -59,6 +64,8 @@ class PowerImage:
         self.root = os.path.realpath(store_dir)
         self.image = Path(image_dir)
         self._lock = threading.Lock()
+        self._ids: dict[int, str] = {}  # inode number -> id of the file that has it now
+        self._count = 0
         (self.image / "data").mkdir(parents=True, exist_ok=True)
         (self.image / "dirs").mkdir(exist_ok=True)
         marker = self.image / "ROOT"
@@ -78,6 +85,16 @@ class PowerImage:
         if p.startswith(self.root + os.sep):
             return os.path.relpath(p, self.root)
         return None  # not in the store (an ack log, another store): not modelled
+
+    def created(self, what: object) -> None:
+        """A file (path or open descriptor) was just created: whatever its inode
+        number held before belongs to another file."""
+        try:
+            st = os.fstat(what) if isinstance(what, int) else os.stat(str(what))
+        except OSError:
+            return
+        with self._lock:
+            self._ids[st.st_ino] = self._new_id(st.st_ino)
 
     def file_synced(self, path: object, start: int = 0, end: int | None = None) -> None:
         """Bytes [start, end) of ``path`` (all of it by default) are durable now."""
@@ -101,6 +118,26 @@ class PowerImage:
 
     # ------------------------------------------------------------------ work
 
+    def _new_id(self, ino: int) -> str:
+        self._count += 1
+        return f"{ino}.{os.getpid()}.{self._count}"
+
+    def _id(self, path: str, ino: int) -> str:
+        """The id of the file at ``path`` with inode ``ino``: known, or the one a
+        durable entry of that name already has (a file from before this process), or new."""
+        fid = self._ids.get(ino)
+        if fid is None:
+            rel = self._rel(path)
+            entry = None
+            if rel is not None and rel != ".":
+                entry = (_entries(self.image, os.path.dirname(rel) or ".") or {}).get(os.path.basename(rel))
+            if entry and entry[0] == "f" and str(entry[1]).split(".")[0] == str(ino):
+                fid = str(entry[1])
+            else:
+                fid = self._new_id(ino)
+            self._ids[ino] = fid
+        return fid
+
     def _copy_data(self, path: str, start: int, end: int | None) -> None:
         try:
             src = os.open(path, os.O_RDONLY)
@@ -110,7 +147,7 @@ class PowerImage:
             st = os.fstat(src)
             size = st.st_size
             end = size if end is None else min(end, size)
-            dst = os.open(self.image / "data" / str(st.st_ino), os.O_RDWR | os.O_CREAT, 0o644)
+            dst = os.open(self.image / "data" / self._id(path, st.st_ino), os.O_RDWR | os.O_CREAT, 0o644)
             try:
                 if os.fstat(dst).st_size != size:
                     os.ftruncate(dst, size)
@@ -140,8 +177,9 @@ class PowerImage:
             if stat.S_ISDIR(st.st_mode):
                 entries[name] = ["d"]
             elif stat.S_ISREG(st.st_mode):
-                entries[name] = ["f", st.st_ino]
-                data = self.image / "data" / str(st.st_ino)
+                fid = self._id(os.path.join(path, name), st.st_ino)
+                entries[name] = ["f", fid]
+                data = self.image / "data" / fid
                 if not data.exists():  # the name is durable before any of its data: size only
                     with open(data, "wb") as f:
                         f.truncate(st.st_size)
