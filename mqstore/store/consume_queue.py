@@ -426,8 +426,8 @@ class ConsumeQueue:
     def _drain(self) -> None:
         """Write the buffered units (caller holds the lock)."""
         if self._pending:
-            data, self._pending = bytes(self._pending), bytearray()
-            self._write(self._pending_at, data)
+            self._write(self._pending_at, bytes(self._pending))  # a failure (a full disk) keeps them for the next drain
+            self._pending = bytearray()
 
     def _write(self, start: int, data: bytes) -> None:
         end = start + len(data)

@@ -194,8 +194,13 @@ class PooledFile:
             if preallocate:
                 fd = create_sized_file(path, size, preallocate=True, sync_dir=sync_dir, keep_open=True, fault_point="cq.create")
             else:
-                faults.hit("cq.create", path)
-                fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+                try:
+                    faults.hit("cq.create", path)
+                    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+                except OSError as e:
+                    if e.errno in (errno.ENOSPC, errno.EDQUOT):  # no inode left
+                        raise StoreNotWritableError(f"disk full: cannot create {path}", cause="disk_full") from e
+                    raise
                 faults.created(fd)
             try:
                 if not preallocate:

@@ -477,3 +477,24 @@ def test_power_cut_under_async_flush_loses_only_what_no_flush_covered(tmp_path: 
     assert flushed > 0
     missing = _check_after_power_cut(tmp_path, store, acks, durable_end=flushed)
     assert missing < len(acks)  # bounded: only messages past the last flush
+
+
+def test_consume_queue_keeps_buffered_units_when_its_file_cannot_be_made(tmp_path: Path, plan) -> None:
+    """A full disk while a queue writes its buffered units out (a new file) loses no
+    unit: they stay buffered and go out once a file can be made."""
+    from mqstore.formats.consume_queue import encode_units
+    from mqstore.store.consume_queue import ConsumeQueue
+
+    with ConsumeQueue(tmp_path, "T", 0, file_bytes=20 * 10, preallocate=False) as cq:
+        for k in range(8):
+            cq.append_run(k, 1, 100 * k + 50, 100 * k + 50, encode_units([100 * k], [50], [0]))
+        cq.write_behind()
+        for k in range(8, 25):  # units 10.. need two new files
+            cq.append_run(k, 1, 100 * k + 50, 100 * k + 50, encode_units([100 * k], [50], [0]))
+        plan("cq.create=ENOSPCx0")
+        with pytest.raises(StoreNotWritableError, match="disk full"):
+            cq.write_behind()
+        assert cq.buffered_bytes == 17 * 20
+        plan(None)
+        cq.write_behind()
+        assert cq.read_units(0, 100)["commitlog_offset"].tolist() == [100 * k for k in range(25)]
