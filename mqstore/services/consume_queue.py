@@ -1,0 +1,171 @@
+"""ConsumeQueueService: units in (from the dispatcher), units out by queue offset,
+queue ranges, lookups by time and consumer offsets (proto/mqstore/v1/consume_queue.proto)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from mqstore.errors import OffsetError
+from mqstore.formats.names import check_topic
+from mqstore.rpc.v1 import common_pb2, consume_queue_pb2_grpc
+from mqstore.rpc.v1 import consume_queue_pb2 as pb
+from mqstore.services import validate
+from mqstore.services.errors import Aborted, BadRequest, Precondition, rpc
+from mqstore.services.server import Registration
+from mqstore.services.shard import Shard
+from mqstore.store.dispatch import DispatchBatch
+from mqstore.store.message_store import MessageStore
+
+SERVICE = "mqstore.v1.ConsumeQueueService"
+MAX_UNITS = 100_000
+PRE_BLANK_SIZE = 0x7FFFFFFF
+
+
+class ConsumeQueueServicer(consume_queue_pb2_grpc.ConsumeQueueServiceServicer):
+    def __init__(self, shard: Shard) -> None:
+        self.shard = shard
+
+    def registration(self) -> Registration:
+        return Registration(consume_queue_pb2_grpc.add_ConsumeQueueServiceServicer_to_server, self, SERVICE)
+
+    @rpc
+    async def PutUnits(self, request: pb.PutUnitsRequest, context) -> pb.PutUnitsResponse:
+        store = self.shard.ready()
+        if request.incarnation != self.shard.incarnation:
+            raise Aborted(f"units read from shard incarnation {request.incarnation}; the shard reopened "
+                          f"(incarnation {self.shard.incarnation}): resume from its dispatched offset")  # fmt: skip
+        batch = _dispatch_batch(request, store)
+        if request.from_offset > self.shard.cq_progress:
+            raise Precondition(f"units from commitlog offset {request.from_offset}, but the consume queues are "
+                               f"complete only up to {self.shard.cq_progress}: the batch would leave a gap")  # fmt: skip
+        progress = await self.shard.call(self.shard.put_units, batch, request.to_offset)
+        return pb.PutUnitsResponse(progress_offset=progress, dispatched_offset=self.shard.dispatched_offset)
+
+    @rpc
+    async def GetUnits(self, request: pb.GetUnitsRequest, context) -> pb.GetUnitsResponse:
+        store = self.shard.ready()
+        validate.topic(request.topic)
+        validate.queue_id(request.queue_id)
+        validate.offset(request.offset)
+        n = validate.count(request.max_units, default=32, high=MAX_UNITS, what="max_units")
+        return await self.shard.call(_get_units, store, request.topic, request.queue_id, request.offset, n)
+
+    @rpc
+    async def MinMax(self, request: pb.MinMaxRequest, context) -> pb.MinMaxResponse:
+        store = self.shard.ready()
+        validate.topic(request.topic)
+        for q in request.queue_ids:
+            validate.queue_id(q)
+        return await self.shard.call(self._min_max, store, request.topic, list(request.queue_ids))
+
+    def _min_max(self, store: MessageStore, topic: str, queue_ids: list[int]) -> pb.MinMaxResponse:
+        cqs = store.consume_queues
+        qids = queue_ids or sorted(q for t, q in cqs.keys() if t == topic)  # noqa: SIM118 (not a dict)
+        out = pb.MinMaxResponse()
+        for qid in qids:
+            cq = cqs.find(topic, qid)
+            if cq is None:
+                continue
+            last = cq.last_unit()
+            last_phys = last.commitlog_offset if last is not None and last.size != PRE_BLANK_SIZE else -1
+            out.queues.append(common_pb2.QueueRange(topic=topic, queue_id=qid, min_offset=cq.min_offset,
+                                                    max_offset=cq.max_offset, last_physical_offset=last_phys,
+                                                    shard=self.shard.index))  # fmt: skip
+        return out
+
+    @rpc
+    async def OffsetAtTime(self, request: pb.OffsetAtTimeRequest, context) -> pb.OffsetAtTimeResponse:
+        store = self.shard.ready()
+        validate.topic(request.topic)
+        validate.queue_id(request.queue_id)
+        off = await self.shard.call(store.offset_at_time, request.topic, request.queue_id, request.timestamp_ms)
+        return pb.OffsetAtTimeResponse(offset=off)
+
+    @rpc
+    async def CommitOffset(self, request: pb.CommitOffsetRequest, context) -> pb.CommitOffsetResponse:
+        store = self.shard.ready()
+        validate.group(request.group)
+        validate.topic(request.topic)
+        validate.queue_id(request.queue_id)
+        validate.offset(request.offset, "consumer offset")
+        await self.shard.call(store.commit_offset, request.group, request.topic, request.queue_id, request.offset)
+        return pb.CommitOffsetResponse()
+
+    @rpc
+    async def FetchOffset(self, request: pb.FetchOffsetRequest, context) -> pb.FetchOffsetResponse:
+        store = self.shard.ready()
+        validate.group(request.group)
+        validate.topic(request.topic)
+        validate.queue_id(request.queue_id)
+        return pb.FetchOffsetResponse(offset=store.consumer_offsets.fetch(request.group, request.topic, request.queue_id))
+
+    @rpc
+    async def GroupOffsets(self, request: pb.GroupOffsetsRequest, context) -> pb.GroupOffsetsResponse:
+        store = self.shard.ready()
+        validate.group(request.group)
+        rows = await self.shard.call(store.consumer_progress, request.group)
+        return pb.GroupOffsetsResponse(offsets=[
+            common_pb2.GroupOffset(topic=r.topic, queue_id=r.queue_id, broker_offset=r.broker_offset,
+                                   consumer_offset=r.consumer_offset, lag=r.lag, shard=self.shard.index)
+            for r in rows
+        ])  # fmt: skip
+
+
+def _get_units(store: MessageStore, topic: str, qid: int, offset: int, n: int) -> pb.GetUnitsResponse:
+    cq = store.consume_queues.find(topic, qid)
+    if cq is None:
+        return pb.GetUnitsResponse(first_offset=offset, exists=False)
+    for _ in range(3):  # retention may move the min offset between the read of it and the read of units
+        lo, hi = cq.min_offset, cq.max_offset
+        start = min(max(offset, lo), hi)
+        try:
+            units = cq.read_units(start, n) if start < hi else None
+            break
+        except OffsetError:
+            continue
+    else:
+        raise OffsetError(f"{topic}:{qid} moved its min offset three times during one read; try again")
+    out = pb.GetUnitsResponse(first_offset=start, min_offset=lo, max_offset=hi, exists=True)
+    if units is not None and len(units):
+        out.physical_offsets.extend(units["commitlog_offset"].tolist())
+        out.sizes.extend(units["size"].tolist())
+        out.tags_codes.extend(units["tags_code"].tolist())
+    return out
+
+
+def _dispatch_batch(r: pb.PutUnitsRequest, store: MessageStore) -> DispatchBatch:
+    """The consume-queue columns of a DispatchBatch from a PutUnits request, checked
+    (a bad batch must fail before any unit is written)."""
+    n = validate.same_lengths(topic_codes=r.topic_codes, queue_ids=r.queue_ids, queue_offsets=r.queue_offsets,
+                              physical_offsets=r.physical_offsets, sizes=r.sizes, tags_codes=r.tags_codes,
+                              store_timestamps=r.store_timestamps, sysflags=r.sysflags)  # fmt: skip
+    if r.to_offset < r.from_offset:
+        raise BadRequest(f"to_offset {r.to_offset} is before from_offset {r.from_offset}")
+    for t in r.topics:
+        check_topic(t)
+    codes = np.asarray(r.topic_codes, np.int64)
+    qids = np.asarray(r.queue_ids, np.int64)
+    phys = np.asarray(r.physical_offsets, np.int64)
+    sizes = np.asarray(r.sizes, np.int64)
+    qo = np.asarray(r.queue_offsets, np.int64)
+    if n:
+        if codes.min() < 0 or codes.max() >= len(r.topics):
+            raise BadRequest(f"topic_codes must index topics (0..{len(r.topics) - 1})")
+        if qids.min() < 0 or qids.max() > validate.MAX_QUEUE_ID:
+            raise BadRequest("queue ids must be in 0..65535")
+        if qo.min() < 0 or sizes.min() <= 0:
+            raise BadRequest("queue offsets must be >= 0 and sizes > 0")
+        if phys.min() < r.from_offset or (phys + sizes).max() > r.to_offset:
+            raise BadRequest(f"units must point into [from_offset, to_offset) = [{r.from_offset}, {r.to_offset})")
+    if r.to_offset > store.commitlog.wrote:
+        raise BadRequest(f"to_offset {r.to_offset} is past the commitlog's write position {store.commitlog.wrote}")
+    none = np.full(n, -1, np.int64)
+    return DispatchBatch(
+        physical_offsets=phys, sizes=sizes, topics=list(r.topics), topic_codes=codes, queue_ids=qids,
+        queue_offsets=qo, sysflags=np.asarray(r.sysflags, np.int64),
+        store_timestamps=np.asarray(r.store_timestamps, np.int64), tags_codes=np.asarray(r.tags_codes, np.int64),
+        buffer=b"", keys_at=none, keys_end=none, uniq_at=none, uniq_end=none,
+    )  # fmt: skip
+
+
+__all__ = ["SERVICE", "ConsumeQueueServicer"]

@@ -1,0 +1,217 @@
+"""The reput dispatcher as its own process (RocketMQ ReputMessageService), and its
+DispatcherService (proto/mqstore/v1/dispatcher.proto).
+
+``RemoteDispatcher`` tails one shard's commitlog over gRPC: CommitLogService.ReadRange
+hands it raw records (up to 8 MiB, waiting for new ones), it decodes them in bulk
+(``scan_records`` + ``build_dispatch_batch``, the same code as the in-process loop)
+and sends the consume-queue columns to ConsumeQueueService.PutUnits and the index
+keys to IndexService.PutKeys, both at once, while the next ReadRange is already in
+flight. Only when both answered does its reput offset move.
+
+Where it resumes: at the shard's ``dispatched_offset`` (GetOffsets), which the shard
+sets at open from MessageStore's resume rule (``_resume_offset``: the newest unit
+of the consume queues, no later than the index's end, no later than where abnormal
+recovery started) followed by the in-process catch-up, and which every PutUnits /
+PutKeys acknowledged since then raised. So a restart of the dispatcher resends
+nothing the shard has and skips nothing it lacks, and a restart of the shard (new
+incarnation: batches read from the old one are refused with ABORTED) makes the
+dispatcher read the resume point again. Units sent twice anyway (a retry after a
+lost answer) are skipped by the consume queues and the index.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+
+import grpc
+import structlog
+
+from mqstore.formats.message import scan_records
+from mqstore.rpc.v1 import (
+    commitlog_pb2,
+    commitlog_pb2_grpc,
+    consume_queue_pb2,
+    consume_queue_pb2_grpc,
+    dispatcher_pb2_grpc,
+    index_pb2,
+    index_pb2_grpc,
+)
+from mqstore.rpc.v1 import dispatcher_pb2 as pb
+from mqstore.services.errors import rpc
+from mqstore.services.server import Registration, channel
+from mqstore.store.commitlog import ScanChunk
+from mqstore.store.dispatch import DispatchBatch, build_dispatch_batch
+
+log = structlog.get_logger(__name__)
+SERVICE = "mqstore.v1.DispatcherService"
+_RESYNC_CODES = {grpc.StatusCode.ABORTED, grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.INVALID_ARGUMENT,
+                 grpc.StatusCode.NOT_FOUND}  # fmt: skip
+
+
+class _Resync(Exception):
+    """The shard reopened (or refused a batch): read the resume offset again."""
+
+
+class RemoteDispatcher:
+    """See the module docstring. ``resolve`` returns the shard's ``host:port``
+    (asked again after the shard stops answering: it may come back elsewhere)."""
+
+    def __init__(self, resolve: Callable[[], Awaitable[str]], *, shard: int = 0, delays_ms: list[int] | None = None,
+                 chunk_bytes: int = 8 << 20, wait_ms: int = 200) -> None:  # fmt: skip
+        self._resolve = resolve
+        self.shard = shard
+        self._delays = delays_ms
+        self._chunk = chunk_bytes
+        self._wait_ms = wait_ms
+        self.reput_offset = -1
+        self.confirm_offset = 0
+        self.incarnation = 0
+        self.dispatched_records = 0
+        self.batches = 0
+        self.resyncs = 0
+        self.last_error = ""
+        self.running = False
+        self._channel: grpc.aio.Channel | None = None
+        self._task: asyncio.Task | None = None
+
+    # ------------------------------------------------------------------ lifecycle (on the event loop)
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run(), name=f"dispatcher-{self.shard}")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+        await self._drop_channel()
+
+    async def _drop_channel(self) -> None:
+        ch, self._channel = self._channel, None
+        if ch is not None:
+            await ch.close()
+
+    async def _stubs(self):
+        if self._channel is None:
+            endpoint = await self._resolve()
+            self._channel = channel(endpoint)
+            self._cl = commitlog_pb2_grpc.CommitLogServiceStub(self._channel)
+            self._cq = consume_queue_pb2_grpc.ConsumeQueueServiceStub(self._channel)
+            self._ix = index_pb2_grpc.IndexServiceStub(self._channel)
+        return self._cl, self._cq, self._ix
+
+    async def _run(self) -> None:
+        self.running = True
+        backoff = 0.05
+        try:
+            while True:
+                try:
+                    await self._follow()
+                except asyncio.CancelledError:
+                    raise
+                except _Resync as e:
+                    self.incarnation = 0
+                    self.last_error = str(e)
+                    continue
+                except grpc.aio.AioRpcError as e:
+                    self.last_error = f"{e.code().name}: {e.details()}"
+                    self.incarnation = 0
+                    if e.code() not in _RESYNC_CODES:
+                        await self._drop_channel()  # the shard may have moved: resolve it again
+                except Exception as e:
+                    self.last_error = f"{type(e).__name__}: {e}"
+                    self.incarnation = 0
+                    log.error("dispatch_failed", shard=self.shard, error=self.last_error, exc_info=e)
+                log.warning("dispatch_retry", shard=self.shard, error=self.last_error, backoff_s=backoff)
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, 2.0)
+        finally:
+            self.running = False
+
+    async def _follow(self) -> None:
+        """Resync, then tail until something fails (raises)."""
+        cl, cq, ix = await self._stubs()
+        offsets = await cl.GetOffsets(commitlog_pb2.GetOffsetsRequest(), timeout=10)
+        self.incarnation, self.reput_offset = offsets.incarnation, offsets.dispatched_offset
+        self.confirm_offset = offsets.confirm_offset
+        self.resyncs += 1
+        log.info("dispatch_resumed", shard=self.shard, reput_offset=self.reput_offset, incarnation=self.incarnation)
+        read = asyncio.ensure_future(self._read(cl, self.reput_offset))
+        try:
+            while True:
+                r = await read
+                if r.incarnation != self.incarnation:
+                    raise _Resync(f"shard reopened (incarnation {r.incarnation}, was {self.incarnation})")
+                self.confirm_offset = r.confirm_offset
+                if r.next_offset == self.reput_offset and not r.record_count:
+                    read = asyncio.ensure_future(self._read(cl, self.reput_offset))  # nothing new: wait again
+                    continue
+                read = asyncio.ensure_future(self._read(cl, r.next_offset))  # the next chunk, meanwhile
+                units, keys = self._requests(r)
+                await asyncio.gather(cq.PutUnits(units, timeout=60), ix.PutKeys(keys, timeout=60))
+                self.reput_offset = r.next_offset
+                self.dispatched_records += r.record_count
+                self.batches += 1
+        finally:
+            if not read.done():
+                read.cancel()
+            else:
+                read.exception() if not read.cancelled() else None  # consume it: no "never retrieved" warnings
+
+    async def _read(self, cl, offset: int) -> commitlog_pb2.ReadRangeResponse:
+        req = commitlog_pb2.ReadRangeRequest(offset=offset, max_bytes=self._chunk, wait_ms=self._wait_ms)
+        return await cl.ReadRange(req, timeout=self._wait_ms / 1000 + 30)
+
+    def _requests(self, r: commitlog_pb2.ReadRangeResponse):
+        frm, to, inc = self.reput_offset, r.next_offset, self.incarnation
+        if not r.record_count:  # a BLANK (end of a segment) or retention moved the start: progress only
+            return (consume_queue_pb2.PutUnitsRequest(from_offset=frm, to_offset=to, incarnation=inc),
+                    index_pb2.PutKeysRequest(from_offset=frm, to_offset=to, incarnation=inc))  # fmt: skip
+        b = decode_range(r.data, r.offset, r.next_offset, self._delays)
+        if len(b) != r.record_count:
+            raise _Resync(f"ReadRange said {r.record_count} records at {r.offset}, {len(b)} decoded")
+        units = consume_queue_pb2.PutUnitsRequest(
+            topics=b.topics, topic_codes=b.topic_codes.tolist(), queue_ids=b.queue_ids.tolist(),
+            queue_offsets=b.queue_offsets.tolist(), physical_offsets=b.physical_offsets.tolist(),
+            sizes=b.sizes.tolist(), tags_codes=b.tags_codes.tolist(), store_timestamps=b.store_timestamps.tolist(),
+            sysflags=b.sysflags.tolist(), from_offset=frm, to_offset=to, incarnation=inc,
+        )  # fmt: skip
+        e = b.index_entries()
+        keys = index_pb2.PutKeysRequest(key_hashes=e.key_hashes.tolist(), physical_offsets=e.physical_offsets.tolist(),
+                                        store_timestamps=e.store_timestamps.tolist(), from_offset=frm, to_offset=to,
+                                        incarnation=inc)  # fmt: skip
+        return units, keys
+
+    def status(self) -> pb.DispatcherStatusResponse:
+        return pb.DispatcherStatusResponse(
+            reput_offset=self.reput_offset, confirm_offset=self.confirm_offset,
+            lag_bytes=max(0, self.confirm_offset - self.reput_offset) if self.reput_offset >= 0 else 0,
+            dispatched_records=self.dispatched_records, batches=self.batches, running=self.running,
+            last_error=self.last_error, incarnation=self.incarnation, resyncs=self.resyncs,
+        )  # fmt: skip
+
+
+def decode_range(data: bytes, offset: int, next_offset: int, delays_ms: list[int] | None) -> DispatchBatch:
+    """The DispatchBatch of a ReadRange answer: ``data`` holds whole records, the
+    first at commitlog offset ``offset``."""
+    res = scan_records(data, 0, len(data), check_crc=False, base_offset=offset, fields=True)
+    chunk = ScanChunk(res.positions + offset, res.sizes, res.fields, data, next_offset)
+    return build_dispatch_batch(chunk, delays_ms)
+
+
+class DispatcherServicer(dispatcher_pb2_grpc.DispatcherServiceServicer):
+    def __init__(self, dispatcher: RemoteDispatcher) -> None:
+        self.dispatcher = dispatcher
+
+    def registration(self) -> Registration:
+        return Registration(dispatcher_pb2_grpc.add_DispatcherServiceServicer_to_server, self, SERVICE)
+
+    @rpc
+    async def Status(self, request, context) -> pb.DispatcherStatusResponse:
+        return self.dispatcher.status()
+
+
+__all__ = ["SERVICE", "DispatcherServicer", "RemoteDispatcher", "decode_range"]

@@ -1,0 +1,138 @@
+"""Every error a servicer can meet becomes a gRPC status here, in one table.
+
+Servicer methods are wrapped with :func:`rpc`: whatever they raise is mapped by
+:func:`status_of` and the call ends with ``context.abort(code, message)``; the
+server itself never sees the exception, so a malformed request can not kill it.
+Servicers raise :class:`RpcError` (or its subclasses) for conditions that are
+not store errors (a bad column length, a shard that is still recovering).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+import grpc
+import structlog
+
+from mqstore.errors import (
+    ConfigError,
+    CorruptFileError,
+    DecodeError,
+    InvalidMessageError,
+    MessageTooLargeError,
+    OffsetError,
+    PropertiesTooLongError,
+    StoreClosedError,
+    StoreLockedError,
+    StoreNotWritableError,
+)
+
+log = structlog.get_logger(__name__)
+Code = grpc.StatusCode
+
+
+class RpcError(Exception):
+    """A request fails with ``code`` and ``message`` (raised by servicers)."""
+
+    code = Code.INTERNAL
+
+    def __init__(self, message: str, code: grpc.StatusCode | None = None) -> None:
+        super().__init__(message)
+        if code is not None:
+            self.code = code
+
+
+class BadRequest(RpcError):
+    """INVALID_ARGUMENT: the request breaks a documented rule."""
+
+    code = Code.INVALID_ARGUMENT
+
+
+class NotFound(RpcError):
+    """NOT_FOUND: nothing at that msgId, key or offset."""
+
+    code = Code.NOT_FOUND
+
+
+class TooLarge(RpcError):
+    """RESOURCE_EXHAUSTED: a batch over the limits."""
+
+    code = Code.RESOURCE_EXHAUSTED
+
+
+class Unavailable(RpcError):
+    """UNAVAILABLE: recovering, closing, or a shard that does not answer."""
+
+    code = Code.UNAVAILABLE
+
+
+class Precondition(RpcError):
+    """FAILED_PRECONDITION: a feature the store has disabled, an out-of-order batch."""
+
+    code = Code.FAILED_PRECONDITION
+
+
+class Aborted(RpcError):
+    """ABORTED: the work was meant for an earlier incarnation of the shard."""
+
+    code = Code.ABORTED
+
+
+# The table: most specific class first (the first isinstance match wins).
+_TABLE: tuple[tuple[type[BaseException], grpc.StatusCode], ...] = (
+    (MessageTooLargeError, Code.RESOURCE_EXHAUSTED),
+    (PropertiesTooLongError, Code.RESOURCE_EXHAUSTED),
+    (InvalidMessageError, Code.INVALID_ARGUMENT),  # bad topic, queue id, group, columns
+    (OffsetError, Code.INVALID_ARGUMENT),
+    (DecodeError, Code.INVALID_ARGUMENT),  # a malformed msgId
+    (ConfigError, Code.INVALID_ARGUMENT),  # an out-of-range topic config value
+    (CorruptFileError, Code.DATA_LOSS),
+    (StoreClosedError, Code.UNAVAILABLE),
+    (StoreLockedError, Code.UNAVAILABLE),
+    (asyncio.TimeoutError, Code.DEADLINE_EXCEEDED),
+    (ValueError, Code.INVALID_ARGUMENT),
+    (TypeError, Code.INVALID_ARGUMENT),
+)
+
+
+def status_of(exc: BaseException) -> tuple[grpc.StatusCode, str]:
+    """The status code and message a call that raised ``exc`` ends with."""
+    if isinstance(exc, RpcError):
+        return exc.code, str(exc)
+    if isinstance(exc, grpc.aio.AioRpcError):  # a downstream call (front -> shard) failed: pass it on
+        return exc.code(), exc.details() or exc.code().name
+    if isinstance(exc, StoreNotWritableError):  # a full disk is a resource; the rest need a restart
+        code = Code.RESOURCE_EXHAUSTED if exc.cause == "disk_full" else Code.UNAVAILABLE
+        return code, f"store not writable ({exc.cause}): {exc}"
+    for cls, code in _TABLE:
+        if isinstance(exc, cls):
+            return code, str(exc) or cls.__name__
+    return Code.INTERNAL, f"{type(exc).__name__}: {exc}"
+
+
+F = TypeVar("F", bound=Callable[..., Awaitable[Any]])
+
+
+def rpc(method: F) -> F:
+    """Wrap an async servicer method: map any exception to a status (one log line
+    for INTERNAL and DATA_LOSS, which are the server's problems, not the caller's)."""
+
+    @functools.wraps(method)
+    async def wrapper(self, request, context):
+        try:
+            return await method(self, request, context)
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:
+            code, message = status_of(e)
+            if code in (Code.INTERNAL, Code.DATA_LOSS):
+                log.error("rpc_failed", method=method.__qualname__, code=code.name, error=message, exc_info=e)
+        await context.abort(code, message)
+
+    return wrapper  # type: ignore[return-value]
+
+
+__all__ = ["Aborted", "BadRequest", "NotFound", "Precondition", "RpcError", "TooLarge", "Unavailable", "rpc", "status_of"]

@@ -1,0 +1,193 @@
+"""Components with their gRPC servers, each on its own event-loop thread, without
+Ray: ``ShardHost`` (CommitLog + ConsumeQueue + Index services over one store),
+``DispatcherHost`` (the remote dispatcher + DispatcherService), ``FrontHost`` (the
+public API). The Ray actors (actors.py) are thin wrappers around them; tests and
+embedding use them directly, and ``LocalStack`` wires a whole deployment in one
+process (every hop still over gRPC on loopback).
+
+A host is ready to be called once constructed: its server is listening (``endpoint``)
+and answers health checks; a shard's services answer UNAVAILABLE ("recovering")
+and its health is NOT_SERVING until the store is open.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
+
+import structlog
+
+from mqstore.services.commitlog import CommitLogServicer
+from mqstore.services.consume_queue import ConsumeQueueServicer
+from mqstore.services.dispatcher import DispatcherServicer, RemoteDispatcher
+from mqstore.services.front import FrontServicer, ShardClient
+from mqstore.services.index import IndexServicer
+from mqstore.services.routing import STORE_PORT_BASE, shard_dir
+from mqstore.services.server import ServerThread, start_grpc_server
+from mqstore.services.shard import Shard, ShardState
+from mqstore.store.config import StoreConfig
+from mqstore.store.config_files import parse_delay_levels
+from mqstore.store.retention import RetentionConfig
+
+log = structlog.get_logger(__name__)
+Resolver = Callable[[], Awaitable[str]]
+
+
+def fixed(endpoint: str) -> Resolver:
+    """A resolver that always answers ``endpoint``."""
+
+    async def resolve() -> str:
+        return endpoint
+
+    return resolve
+
+
+class ShardHost:
+    """One shard's store and its CommitLog, ConsumeQueue and Index services on one
+    server. The store opens (recovers) in the background."""
+
+    def __init__(self, store_dir: str | Path, config: StoreConfig | None = None, *, index: int = 0,
+                 host: str = "127.0.0.1", port: int = 0, retention: RetentionConfig | None = None) -> None:  # fmt: skip
+        self.thread = ServerThread(f"mqstore-shard{index}")
+        self.shard = Shard(store_dir, config, index=index, retention=retention)
+        servicers = [CommitLogServicer(self.shard), ConsumeQueueServicer(self.shard), IndexServicer(self.shard)]
+        self.server = self.thread.run(start_grpc_server(host, port, [s.registration() for s in servicers],
+                                                        serving=False))  # fmt: skip
+        self.endpoint = f"{host}:{self.server.port}"
+        self._ready = threading.Event()
+        self._opener = threading.Thread(target=self._open, name=f"mqstore-shard{index}-open", daemon=True)
+        self._opener.start()
+        log.info("shard_listening", shard=index, endpoint=self.endpoint, store=str(store_dir))
+
+    def _open(self) -> None:
+        try:
+            self.shard.open()
+            self.thread.run(self.server.set_serving(True))
+        except Exception as e:  # noqa: BLE001 - reported through state/error (status(), health NOT_SERVING)
+            log.error("shard_not_serving", shard=self.shard.index, error=str(e))
+        finally:
+            self._ready.set()
+
+    def wait_ready(self, timeout: float | None = None) -> bool:
+        """True once the store is open (False: still recovering or it failed)."""
+        self._ready.wait(timeout)
+        return self.shard.state is ShardState.SERVING
+
+    def status(self) -> dict:
+        s = self.shard
+        out = {"shard": s.index, "endpoint": self.endpoint, "state": s.state.value, "error": s.error,
+               "incarnation": s.incarnation, "recovery": s.progress.as_dict()}  # fmt: skip
+        store = s.store
+        if store is not None:
+            cl = store.commitlog
+            out.update(min_offset=cl.min_offset, wrote=cl.wrote, flushed=cl.flushed, dispatched=s.dispatched_offset)
+        return out
+
+    def close(self) -> None:
+        """Stop serving, then close the store cleanly (flushed, abort file removed)."""
+        try:
+            self.thread.run(self.server.stop(1.0), timeout=30)
+        finally:
+            self._opener.join()
+            self.shard.close()
+            self.thread.stop()
+
+
+class DispatcherHost:
+    """The remote dispatcher of one shard and its DispatcherService."""
+
+    def __init__(self, resolve_shard: Resolver, *, shard: int = 0, config: StoreConfig | None = None,
+                 host: str = "127.0.0.1", port: int = 0, chunk_bytes: int = 8 << 20) -> None:  # fmt: skip
+        cfg = config or StoreConfig()
+        self.thread = ServerThread(f"mqstore-dispatcher{shard}")
+        self.dispatcher = RemoteDispatcher(resolve_shard, shard=shard, delays_ms=parse_delay_levels(cfg.message_delay_level),
+                                           chunk_bytes=chunk_bytes)  # fmt: skip
+        self.server = self.thread.run(start_grpc_server(host, port, [DispatcherServicer(self.dispatcher).registration()]))
+        self.endpoint = f"{host}:{self.server.port}"
+        self.thread.run(_call_soon(self.dispatcher.start))
+
+    def status(self) -> dict:
+        st = self.dispatcher.status()
+        return {"shard": self.dispatcher.shard, "endpoint": self.endpoint, "reput_offset": st.reput_offset,
+                "lag_bytes": st.lag_bytes, "running": st.running, "last_error": st.last_error,
+                "resyncs": st.resyncs, "dispatched_records": st.dispatched_records}  # fmt: skip
+
+    def close(self) -> None:
+        try:
+            self.thread.run(self.dispatcher.stop(), timeout=30)
+            self.thread.run(self.server.stop(1.0), timeout=30)
+        finally:
+            self.thread.stop()
+
+
+class FrontHost:
+    """The public API over the given shards: ``shards[i]`` = (resolve shard i,
+    resolve its dispatcher or None)."""
+
+    def __init__(self, shards: Sequence[tuple[Resolver, Resolver | None]], *, host: str = "127.0.0.1", port: int = 0,
+                 default_queue_nums: int = 4) -> None:  # fmt: skip
+        self.thread = ServerThread("mqstore-front")
+        clients = [ShardClient(i, r, d) for i, (r, d) in enumerate(shards)]
+        self.servicer = FrontServicer(clients, default_queue_nums=default_queue_nums)
+        self.server = self.thread.run(start_grpc_server(host, port, [self.servicer.registration()]))
+        self.endpoint = f"{host}:{self.server.port}"
+
+    def close(self) -> None:
+        try:
+            self.thread.run(self.server.stop(1.0), timeout=30)
+            self.thread.run(self.servicer.close(), timeout=30)
+        finally:
+            self.thread.stop()
+
+
+async def _call_soon(fn: Callable[[], None]) -> None:
+    fn()
+
+
+def shard_config(config: StoreConfig, index: int, shards: int) -> StoreConfig:
+    """Shard ``index``'s config: with several shards each records its own store host
+    port (10911 + index), so an offset msgId names the shard that holds it."""
+    if shards == 1:
+        return config
+    from dataclasses import replace
+
+    return replace(config, store_host=config.store_host._replace(port=STORE_PORT_BASE + index))
+
+
+class LocalStack:
+    """A whole deployment in this process (no Ray): N shards, their dispatchers and
+    a front, every hop over gRPC on loopback. ``front_endpoint`` is the public API."""
+
+    def __init__(self, root: str | Path, config: StoreConfig | None = None, *, shards: int = 1,
+                 host: str = "127.0.0.1", front_port: int = 0, retention: RetentionConfig | None = None) -> None:  # fmt: skip
+        cfg = config or StoreConfig()
+        root = Path(root)
+        self.shards = [ShardHost(shard_dir(root, i, shards), shard_config(cfg, i, shards), index=i, host=host,
+                                 retention=retention) for i in range(shards)]  # fmt: skip
+        self.dispatchers = [DispatcherHost(fixed(s.endpoint), shard=i, config=cfg, host=host)
+                            for i, s in enumerate(self.shards)]  # fmt: skip
+        self.front = FrontHost([(fixed(s.endpoint), fixed(d.endpoint)) for s, d in zip(self.shards, self.dispatchers)],
+                               host=host, port=front_port, default_queue_nums=cfg.default_queue_nums)  # fmt: skip
+        self.front_endpoint = self.front.endpoint
+
+    def wait_ready(self, timeout: float = 60.0) -> bool:
+        return all(s.wait_ready(timeout) for s in self.shards)
+
+    def close(self) -> None:
+        """Front first (no new work), then dispatchers, then shards (each closes its
+        store cleanly: what the dispatcher had not sent is dispatched in-process)."""
+        self.front.close()
+        for d in self.dispatchers:
+            d.close()
+        for s in self.shards:
+            s.close()
+
+    def __enter__(self) -> LocalStack:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+__all__ = ["DispatcherHost", "FrontHost", "LocalStack", "ShardHost", "fixed", "shard_config"]

@@ -1,0 +1,64 @@
+"""Which shard holds a topic queue, and the layout file that pins it.
+
+A topic's queue ``q`` lives on shard ``(crc32(topic) + q) % shards`` with the same
+queue id there (as RocketMQ spreads a topic's queues over broker groups, each
+queue wholly on one). The rule needs no table per topic, but it depends on the
+shard count: ``serve`` writes ``<root>/mqstore-layout.json`` on the first start and
+refuses to start a different count on the same root, so a queue never moves away
+from its files.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+
+from mqstore.errors import ConfigError
+
+LAYOUT_FILE = "mqstore-layout.json"
+LAYOUT_VERSION = 1
+STORE_PORT_BASE = 10911  # shard i records store host port 10911 + i: its msgIds name the shard
+
+
+@dataclass(frozen=True)
+class Router:
+    shards: int
+
+    def shard_of(self, topic: str, queue_id: int) -> int:
+        if self.shards == 1:
+            return 0
+        return (zlib.crc32(topic.encode()) + queue_id) % self.shards
+
+
+def shard_dir(root: Path, shard: int, shards: int) -> Path:
+    """Shard ``i`` of a deployment: the root itself with one shard, ``root/shard-i`` with more."""
+    return root if shards == 1 else root / f"shard-{shard}"
+
+
+def pin_layout(root: Path, shards: int) -> dict:
+    """Read ``<root>/mqstore-layout.json`` (ConfigError if it names another shard
+    count) or write it on a first start; returns it."""
+    path = root / LAYOUT_FILE
+    root.mkdir(parents=True, exist_ok=True)
+    if path.exists():
+        layout = json.loads(path.read_text())
+        if layout.get("shards") != shards:
+            raise ConfigError(f"{root} was laid out for {layout.get('shards')} shard(s) ({path}); starting it with "
+                              f"{shards} would move queues away from their files")  # fmt: skip
+        return layout
+    if shards > 1 and any((root / d).is_dir() for d in ("commitlog", "consumequeue")):
+        raise ConfigError(f"{root} holds a single store; serve it with --shards 1")
+    layout = {"version": LAYOUT_VERSION, "shards": shards, "rule": "(crc32(topic) + queue_id) % shards",
+              "shard_dirs": [str(shard_dir(Path("."), i, shards)) for i in range(shards)]}  # fmt: skip
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(layout, indent=2) + "\n")
+    with open(tmp, "rb") as f:
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    return layout
+
+
+__all__ = ["LAYOUT_FILE", "STORE_PORT_BASE", "Router", "pin_layout", "shard_dir"]

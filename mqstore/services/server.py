@@ -1,0 +1,135 @@
+"""A grpc.aio server with health checking and reflection, on its own event loop.
+
+``ServerThread`` runs an asyncio loop in a daemon thread; components start their
+servers and background tasks on it with ``submit``. The same code runs inside a
+Ray actor (whose own threads stay free for actor calls), in tests and embedded.
+Every server answers ``grpc.health.v1.Health`` (overall "" and per service) and
+``grpc.reflection.v1alpha.ServerReflection``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import threading
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+MAX_MESSAGE_BYTES = 96 << 20  # a 64 MiB batch of bodies plus its columns
+CHANNEL_OPTIONS = [
+    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.enable_retries", 0),
+    ("grpc.keepalive_time_ms", 30_000),
+]
+SERVER_OPTIONS = [
+    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.so_reuseport", 0),  # two servers on one port would split the calls between them
+]
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Registration:
+    """One service to serve: ``add(servicer, server)`` from the generated module,
+    and its full name (``mqstore.v1.CommitLogService``) for health and reflection."""
+
+    add: Callable[[Any, grpc.aio.Server], None]
+    servicer: Any
+    name: str
+
+
+class GrpcServer:
+    """A started server: ``port`` it listens on, ``health`` to flip statuses."""
+
+    def __init__(self, server: grpc.aio.Server, port: int, health_servicer, names: list[str]) -> None:
+        self.server = server
+        self.port = port
+        self.health = health_servicer
+        self.names = names
+
+    async def set_serving(self, serving: bool) -> None:
+        status = health_pb2.HealthCheckResponse.SERVING if serving else health_pb2.HealthCheckResponse.NOT_SERVING
+        for name in ["", *self.names]:
+            await self.health.set(name, status)
+
+    async def stop(self, grace_s: float = 2.0) -> None:
+        await self.health.enter_graceful_shutdown()
+        await self.server.stop(grace_s)
+
+
+async def start_grpc_server(host: str, port: int, registrations: Iterable[Registration], *,
+                            serving: bool = True) -> GrpcServer:  # fmt: skip
+    """Start a server on ``host:port`` (port 0: the system picks one, see ``.port``)."""
+    regs = list(registrations)
+    server = grpc.aio.server(options=SERVER_OPTIONS)
+    for r in regs:
+        r.add(r.servicer, server)
+    health_servicer = health.aio.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    names = [r.name for r in regs]
+    reflection.enable_server_reflection([*names, health.SERVICE_NAME, reflection.SERVICE_NAME], server)
+    bound = server.add_insecure_port(f"{host}:{port}")
+    if bound == 0:
+        raise OSError(f"can not listen on {host}:{port}")
+    await server.start()
+    out = GrpcServer(server, bound, health_servicer, names)
+    await out.set_serving(serving)
+    return out
+
+
+class ServerThread:
+    """An asyncio event loop in a daemon thread."""
+
+    def __init__(self, name: str = "mqstore-grpc") -> None:
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        self.loop.run_forever()
+
+    def submit(self, coro: Awaitable[T]) -> concurrent.futures.Future[T]:
+        """Schedule a coroutine on the loop (from any other thread)."""
+        return asyncio.run_coroutine_threadsafe(coro, self.loop)
+
+    def run(self, coro: Awaitable[T], timeout: float | None = None) -> T:
+        """Run a coroutine on the loop and wait for its result."""
+        return self.submit(coro).result(timeout)
+
+    def stop(self) -> None:
+        if self.loop.is_closed():
+            return
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(10)
+        if not self._thread.is_alive():
+            self.loop.close()
+
+
+def channel(endpoint: str) -> grpc.aio.Channel:
+    """An insecure aio channel with mqstore's message limits."""
+    return grpc.aio.insecure_channel(endpoint, options=CHANNEL_OPTIONS)
+
+
+def sync_channel(endpoint: str) -> grpc.Channel:
+    """An insecure blocking channel with mqstore's message limits (clients, CLI)."""
+    return grpc.insecure_channel(endpoint, options=CHANNEL_OPTIONS)
+
+
+__all__ = [
+    "CHANNEL_OPTIONS",
+    "MAX_MESSAGE_BYTES",
+    "GrpcServer",
+    "Registration",
+    "ServerThread",
+    "channel",
+    "start_grpc_server",
+    "sync_channel",
+]  # fmt: skip
