@@ -93,7 +93,7 @@ class FlushService:
             return
         try:
             self._sync(self.flushed, target)
-        except Exception as e:  # OSError from the disk; anything else is treated the same
+        except Exception as e:  # noqa: BLE001  # OSError from the disk; anything else is treated the same
             log.error("flush_failed", error=str(e), flushed=self.flushed, target=target)
             if self._on_error is not None:
                 self._on_error(e)

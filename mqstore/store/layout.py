@@ -16,8 +16,8 @@ from pathlib import Path
 import structlog
 
 from mqstore.errors import ConfigError
-from mqstore.store.config import StoreConfig
 from mqstore.store import faults
+from mqstore.store.config import StoreConfig
 from mqstore.store.mapped_file import fsync_dir, note_sync_failure
 
 log = structlog.get_logger(__name__)

@@ -444,7 +444,7 @@ class MessageStore:
         def step(name: str, fn) -> None:
             try:
                 fn()
-            except Exception as e:
+            except Exception as e:  # noqa: BLE001  # logged; the next steps still run
                 failed.append(name)
                 log.error("close_step_failed", store=str(self.store_dir), step=name, error=str(e))
 

@@ -43,7 +43,7 @@ from mqstore.store.reader import CommitLogReader
 
 pytestmark = [pytest.mark.timeout(180)]
 
-SMALL = dict(index_hash_slots=1000, index_max_entries=4000, consume_queue_file_bytes=20 * 500)
+SMALL = {"index_hash_slots": 1000, "index_max_entries": 4000, "consume_queue_file_bytes": 20 * 500}
 
 
 @pytest.fixture
@@ -55,7 +55,7 @@ def plan():
 
 def _batch(i: int, n: int = 20, *, queues: int = 2, body: int = 200) -> MessageBatch:
     idx = range(i, i + n)
-    return MessageBatch(topics="T", bodies=[b"m%08d" % k + b"x" * body for k in idx],
+    return MessageBatch(topics="T", bodies=[f"m{k:08d}".encode() + b"x" * body for k in idx],
                         queue_ids=[k % queues for k in idx], keys=[f"k{k}" for k in idx], tags="A")  # fmt: skip
 
 
@@ -92,21 +92,22 @@ def reopen_in_child(tmp_path: Path, store: Path, expect: list[tuple[int, str]]) 
     records, pull every queue to its end, append once, close cleanly."""
     exp = tmp_path / "expect.json"
     exp.write_text(json.dumps(expect))
-    proc = subprocess.run([sys.executable, "-c", REOPEN, str(store), str(exp)], capture_output=True, text=True, timeout=120)
+    proc = subprocess.run([sys.executable, "-c", REOPEN, str(store), str(exp)], capture_output=True, text=True,
+                          timeout=120, check=False)  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-4000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
 def verify(store: Path) -> None:
     proc = subprocess.run([sys.executable, "-m", "mqstore.cli.main", "verify", "--store", str(store)],
-                          capture_output=True, text=True, timeout=120)  # fmt: skip
+                          capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
 
 
 def _append_acked(store, i: int, expect: list[tuple[int, str]], **kw) -> int:
     res = store.append(_batch(i, **kw))
     assert res.status.name == "PUT_OK"
-    expect.extend((int(o), "m%08d" % k) for k, o in zip(range(i, i + len(res.physical_offsets)), res.physical_offsets))
+    expect.extend((int(o), f"m{k:08d}") for k, o in zip(range(i, i + len(res.physical_offsets)), res.physical_offsets))
     return i + len(res.physical_offsets)
 
 
@@ -124,9 +125,8 @@ def test_failed_sync_under_sync_flush_is_never_acknowledged(tmp_path: Path, plan
             i = _append_acked(s, i, expect)
         assert s.writable and s.unwritable_cause is None
         plan(f"commitlog.sync={err}x0")  # every msync of the commitlog fails from now on
-        with capture_logs() as logs:
-            with pytest.raises(StoreNotWritableError, match="batch not durable") as info:
-                s.append(_batch(i))
+        with capture_logs() as logs, pytest.raises(StoreNotWritableError, match="batch not durable") as info:
+            s.append(_batch(i))
         assert info.value.cause == cause and err in str(info.value)
         assert faults.hits()["commitlog.sync"] == 1
         events = {e["event"]: e for e in logs}
@@ -222,10 +222,9 @@ def test_injected_enospc_at_segment_allocation(tmp_path: Path, plan) -> None:
         expect: list[tuple[int, str]] = []
         i = _append_acked(s, 0, expect)  # the first segment is made by the first append
         plan("segment.create=ENOSPCx0")
-        with capture_logs() as logs:
-            with pytest.raises(StoreNotWritableError, match="disk full") as info:
-                for _ in range(100):
-                    i = _append_acked(s, i, expect)
+        with capture_logs() as logs, pytest.raises(StoreNotWritableError, match="disk full") as info:
+            for _ in range(100):
+                i = _append_acked(s, i, expect)
         assert info.value.cause == "disk_full" and expect
         assert any(e["event"] == "store_not_writable" and e["cause"] == "disk_full" for e in logs)
         assert s.unwritable_cause == "disk_full" and not s.writable
@@ -253,7 +252,7 @@ def test_injected_enospc_at_segment_allocation(tmp_path: Path, plan) -> None:
 def _mount_tiny(mnt: Path, size: str) -> None:
     mnt.mkdir()
     if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(mnt)],
-                                           capture_output=True).returncode != 0:  # fmt: skip
+                                           capture_output=True, check=False).returncode != 0:  # fmt: skip
         pytest.skip("cannot mount a small tmpfs here (needs root)")
 
 
@@ -263,8 +262,8 @@ def tiny_disk(tmp_path: Path):
     mnt = tmp_path / "tiny"
     _mount_tiny(mnt, "3m")
     yield mnt
-    if subprocess.run(["umount", str(mnt)], capture_output=True).returncode != 0:
-        subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
+    if subprocess.run(["umount", str(mnt)], capture_output=True, check=False).returncode != 0:
+        subprocess.run(["umount", "-l", str(mnt)], capture_output=True, check=False)
 
 
 def test_real_full_disk_then_space_freed(tiny_disk: Path, tmp_path: Path) -> None:
@@ -289,7 +288,7 @@ def test_real_full_disk_then_space_freed(tiny_disk: Path, tmp_path: Path) -> Non
         ballast.unlink()
         took, res = _wait_writable_again(s, lambda: _batch(i, body=1000))
         assert took < 10 and s.writable
-        expect.extend((int(o), "m%08d" % k) for k, o in zip(range(i, i + 20), res.physical_offsets))
+        expect.extend((int(o), f"m{k:08d}") for k, o in zip(range(i, i + 20), res.physical_offsets))
     finally:
         s.close()
     got = reopen_in_child(tmp_path, store_dir, expect)
@@ -322,8 +321,8 @@ def test_real_full_disk_commitlog_alone(tmp_path: Path, preallocate: bool) -> No
         assert len(records) == n + 20 and [r.queue_offset for r in records] == list(range(n + 20))
         assert {r.body for r in records[-20:]} == {b"y" * 1000}
     finally:
-        if subprocess.run(["umount", str(mnt)], capture_output=True).returncode != 0:
-            subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
+        if subprocess.run(["umount", str(mnt)], capture_output=True, check=False).returncode != 0:
+            subprocess.run(["umount", "-l", str(mnt)], capture_output=True, check=False)
 
 
 # ---------------------------------------------------------------------- derived files, checkpoint, config
@@ -381,7 +380,7 @@ for run in range(2):  # a first run closed cleanly (every file flushed), then on
     while run == 1 or i < 2000:
         idx = range(i, i + n)
         res = s.append(MessageBatch(
-            topics=[f"T{k % 3}" for k in idx], bodies=[b"m%08d" % k + b"x" * 200 for k in idx],
+            topics=[f"T{k % 3}" for k in idx], bodies=[f"m{k:08d}".encode() + b"x" * 200 for k in idx],
             queue_ids=[(k // 3) % 2 for k in idx], keys=[f"k{k}" for k in idx], tags="A",
         ))
         assert res.status.name == "PUT_OK", res.status
@@ -453,8 +452,8 @@ def _check_after_power_cut(tmp_path: Path, store: Path, acks: list[dict], *, dur
             continue
         rec = by_offset[a["off"]]
         assert (rec.body[:9], rec.topic, rec.queue_id, rec.queue_offset) == (
-            b"m%08d" % a["i"], a["topic"], a["queue"], a["qo"]), a  # fmt: skip
-    expect = [(a["off"], "m%08d" % a["i"]) for a in acks if a["end"] <= wrote]
+            f"m{a['i']:08d}".encode(), a["topic"], a["queue"], a["qo"]), a  # fmt: skip
+    expect = [(a["off"], f"m{a['i']:08d}") for a in acks if a["end"] <= wrote]
     got = reopen_in_child(tmp_path, store, expect)
     assert got["missing"] == [] and got["after"] == "PUT_OK"
     assert {k: v for k, v in got["queues"].items() if k.startswith("T")} == {f"{t}:{q}": n for (t, q), n in counts.items()}
