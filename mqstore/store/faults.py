@@ -41,7 +41,11 @@ directory as ``path``; what the store does when it fails is in README "Faults"):
     config.write       config_files.write_config_json,                write + fsync of <file>.tmp
                        layout.py (config/mqstore.json)
 
-Other points: ``recovery.scan_segment`` (recovery.py, counts segments read).
+Other points, between the steps of a write (kill points for crash tests, each
+described where it is hit): ``commitlog.written``, ``segment.rollover``,
+``commitlog.flushed_before_checkpoint``, ``checkpoint.write.tmp``,
+``config.write.tmp``, ``config.write.bak``, ``cq.write``, ``index.put``,
+``retention.delete``; and ``recovery.scan_segment`` (counts segments read).
 
 Power-loss test mode (``power_loss.py``): ``enable_power_loss(store, image)`` in the
 writing process (or ``MQSTORE_POWER_STORE`` + ``MQSTORE_POWER_IMAGE`` in its
