@@ -731,8 +731,8 @@ class ConsumeQueue:
             self._drain()
             self._check_open()
             before = self._wrote
-            if self._wrote > self._min and self._probe_locked(self._wrote - UNIT_SIZE)[0] < phys_offset:
-                # The usual case: the newest unit points below the cut, so every unit does.
+            if self._wrote > self._min and 0 <= self._max_phys <= phys_offset:
+                # The usual case, without a read: the newest unit ends below the cut, so every unit does.
                 return TruncateReport(before // UNIT_SIZE, self._max_phys, 0, ())
             files = list(self._files)
             deleted: list[str] = []
