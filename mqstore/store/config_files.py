@@ -286,6 +286,24 @@ def _parse_offset_file(obj: Any) -> tuple[dict[str, dict[int, int]], dict[str, A
     return offsets, _split_extra(obj, ("offsetTable",))
 
 
+DERIVED_OFFSET_FILE = "derivedOffset.json"
+
+
+def write_derived_offset(store_dir: Path, offset: int) -> None:
+    """Record that consume queues and index are durable for every record below
+    ``offset`` (mqstore's own file, ``config/derivedOffset.json``; RocketMQ has no such
+    record and re-dispatches from a whole segment after a crash)."""
+    write_config_json(Path(store_dir) / CONFIG_DIR / DERIVED_OFFSET_FILE, {"durableReputOffset": int(offset)})
+
+
+def read_derived_offset(store_dir: Path) -> int | None:
+    """The offset ``write_derived_offset`` recorded; None if there is none or it is
+    unreadable (then recovery falls back to RocketMQ's rule)."""
+    obj = read_config_json(Path(store_dir) / CONFIG_DIR / DERIVED_OFFSET_FILE)
+    value = obj.get("durableReputOffset") if isinstance(obj, dict) else None
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+
 class ConsumerOffsets:
     """Committed consume progress per (group, topic, queue): RocketMQ's ConsumerOffsetManager
     over ``<store>/config/consumerOffset.json``.

@@ -164,6 +164,15 @@ class DelayScheduler:
             reconsume_times=[r.reconsume_times for r in records],
         )  # fmt: skip
 
+    def _mark_scanned(self) -> None:
+        """Persist the commitlog position below which every delivery is already counted
+        in the offsets (this thread is the only one that appends deliveries, and it is
+        between two), so a restart scans only what came after it, not the whole log."""
+        wrote = self._store.commitlog.wrote
+        if wrote != self._offsets.commitlog_offset:
+            self._offsets.set_commitlog_offset(wrote)
+            self._offsets.persist()
+
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="mqstore-schedule", daemon=True)
         self._thread.start()
@@ -172,17 +181,24 @@ class DelayScheduler:
         self._stop.set()
         if self._thread is not None:
             self._thread.join()
+        self._mark_scanned()
         self._offsets.persist()
 
     def _run(self) -> None:
         clock = self._store._clock
+        last_mark = clock.monotonic()
         while not self._stop.wait(self._interval):
             try:
                 self.deliver_due(clock.now_ms())
+                if clock.monotonic() - last_mark >= _MARK_EVERY_S:
+                    self._mark_scanned()
+                    last_mark = clock.monotonic()
             except BaseException as e:  # reported through .error; the store keeps running
                 self.error = e
                 log.error("delay_delivery_failed", error=str(e))
                 return
 
+
+_MARK_EVERY_S = 1.0  # how often the scanned-up-to position is persisted (a restart scans at most ~1 s of log)
 
 __all__ = ["SCHEDULE_SOURCE", "SCHEDULE_TOPIC", "DelayScheduler", "deliver_times", "rewrite_delayed"]
