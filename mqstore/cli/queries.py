@@ -1,8 +1,10 @@
-"""Query commands over a store directory, mirroring mqadmin (queryMsgById, ...).
+"""Query commands, mirroring mqadmin (queryMsgById, ...), over a store directory
+(``--store DIR``) or a running server (``--server HOST:PORT``, see ``mqstore serve``).
 
-Each opens the store (taking its lock, running recovery and catching the
-dispatcher up), answers, and closes it. Records print as JSON lines with every
-field (``--format table`` for people).
+With ``--store`` each opens the store (taking its lock, running recovery and
+catching the dispatcher up), answers, and closes it; with ``--server`` each is one
+or two gRPC calls to the front. Records print as JSON lines with every field
+(``--format table`` for people), the same either way.
 """
 
 from __future__ import annotations
@@ -16,9 +18,10 @@ from typing import Annotated
 
 import typer
 
+from mqstore.cli.remote import ServerOpt, check_target, remote
 from mqstore.cli.render import print_records, print_table
 
-StoreArg = Annotated[Path, typer.Option("--store", help="Store directory.")]
+StoreArg = Annotated[Path | None, typer.Option("--store", help="Store directory (or --server).")]
 TopicArg = Annotated[str, typer.Option("--topic", help="Topic name.")]
 QueueArg = Annotated[int, typer.Option("--queue", min=0, max=65535, help="Queue id.")]
 
@@ -55,19 +58,35 @@ def parse_tag_expression(expr: str | None) -> set[str] | None:
     return tags
 
 
+def _records(found) -> list:
+    from mqstore.services.convert import record_from_pb
+
+    return [record_from_pb(r) for r in found]
+
+
 def register(app: typer.Typer) -> None:
     @app.command("query-msg-by-id")
-    def query_msg_by_id(store: StoreArg, msg_id: Annotated[str, typer.Argument(help="Offset msgId (32 or 56 hex digits).")],
-                        fmt: FormatArg = Format.json) -> None:  # fmt: skip
+    def query_msg_by_id(msg_id: Annotated[str, typer.Argument(help="Offset msgId (32 or 56 hex digits).")],
+                        store: StoreArg = None, server: ServerOpt = None, fmt: FormatArg = Format.json) -> None:  # fmt: skip
         """Print the message an offset msgId names (store host + commitlog offset)."""
+        check_target(store, server)
+        if server is not None:
+            with remote(server) as c:
+                print_records(_records(c.query_by_msg_id(msg_id)), fmt.value)
+            return
         with open_store(store) as s:
             print_records([s.read_msg_id(msg_id)], fmt.value)
 
     @app.command("query-msg-by-unique-key")
-    def query_msg_by_unique_key(store: StoreArg, topic: TopicArg,
+    def query_msg_by_unique_key(topic: TopicArg,
                                 unique_key: Annotated[str, typer.Argument(help="UNIQ_KEY (the client message id).")],
-                                fmt: FormatArg = Format.json) -> None:  # fmt: skip
+                                store: StoreArg = None, server: ServerOpt = None, fmt: FormatArg = Format.json) -> None:  # fmt: skip
         """Print the messages of a topic with this UNIQ_KEY (through the index)."""
+        check_target(store, server)
+        if server is not None:
+            with remote(server) as c:
+                print_records(_records(c.query_by_unique_key(topic, unique_key)), fmt.value)
+            return
         with open_store(store) as s:
             found = s.query_by_unique_key(topic, unique_key)
             if not found:
@@ -75,12 +94,17 @@ def register(app: typer.Typer) -> None:
             print_records(found, fmt.value)
 
     @app.command("query-msg-by-key")
-    def query_msg_by_key(store: StoreArg, topic: TopicArg, key: Annotated[str, typer.Argument(help="One of the message's KEYS.")],
+    def query_msg_by_key(topic: TopicArg, key: Annotated[str, typer.Argument(help="One of the message's KEYS.")],
                          begin: Annotated[int, typer.Option("--begin", help="Earliest store time, ms since the epoch.")] = 0,
                          end: Annotated[int, typer.Option("--end", help="Latest store time, ms since the epoch.")] = (1 << 63) - 1,
                          max_count: Annotated[int, typer.Option("--max", min=1, max=64, help="At most this many (index limit 64).")] = 32,
-                         fmt: FormatArg = Format.json) -> None:  # fmt: skip
+                         store: StoreArg = None, server: ServerOpt = None, fmt: FormatArg = Format.json) -> None:  # fmt: skip
         """Print the messages of a topic whose KEYS hold KEY, newest first (through the index)."""
+        check_target(store, server)
+        if server is not None:
+            with remote(server) as c:
+                print_records(_records(c.query_by_key(topic, key, begin_ms=begin, end_ms=end, max_num=max_count)), fmt.value)
+            return
         with open_store(store) as s:
             found = s.query_by_key(topic, key, begin=begin, end=end, max_num=max_count)
             if not found:
@@ -88,22 +112,38 @@ def register(app: typer.Typer) -> None:
             print_records(found, fmt.value)
 
     @app.command("query-msg-by-offset")
-    def query_msg_by_offset(store: StoreArg, topic: TopicArg, queue: QueueArg,
+    def query_msg_by_offset(topic: TopicArg, queue: QueueArg,
                             offset: Annotated[int, typer.Option("--offset", min=0, help="Queue offset.")],
-                            fmt: FormatArg = Format.json) -> None:  # fmt: skip
+                            store: StoreArg = None, server: ServerOpt = None, fmt: FormatArg = Format.json) -> None:  # fmt: skip
         """Print the message at one queue offset of a topic's queue."""
+        check_target(store, server)
+        if server is not None:
+            with remote(server) as c:
+                print_records(_records(c.query_by_offset(topic, queue, offset)), fmt.value)
+            return
         with open_store(store) as s:
             print_records([s.read_queue_offset(topic, queue, offset)], fmt.value)
 
     @app.command("pull")
-    def pull(store: StoreArg, topic: TopicArg, queue: QueueArg,
+    def pull(topic: TopicArg, queue: QueueArg,
              offset: Annotated[int, typer.Option("--offset", min=0, help="Queue offset to start at.")],
-             max_count: Annotated[int, typer.Option("--max", min=1, max=100_000, help="At most this many messages.")] = 32,
+             max_count: Annotated[int, typer.Option("--max", min=1, max=100_000, help="At most this many messages (10,000 with --server).")] = 32,
              tags: Annotated[str | None, typer.Option("--tags", help="Tag expression, e.g. 'TagA || TagB'.")] = None,
-             fmt: FormatArg = Format.json) -> None:  # fmt: skip
+             store: StoreArg = None, server: ServerOpt = None, fmt: FormatArg = Format.json) -> None:  # fmt: skip
         """Pull messages of one queue from a queue offset, optionally filtered by tags;
         prints the messages, then (on stderr) the next offset to pull from."""
+        check_target(store, server)
         wanted = parse_tag_expression(tags)
+        if server is not None:
+            from mqstore.rpc.v1 import front_pb2
+
+            with remote(server) as c:
+                res = c.pull(topic, queue, offset, max_messages=max_count, tags=tags or "")
+            print_records(_records(res.records), fmt.value)
+            typer.echo(json.dumps({"next_offset": res.next_offset, "min_offset": res.min_offset,
+                                   "max_offset": res.max_offset, "status": front_pb2.PullStatus.Name(res.status)}),
+                       err=True)  # fmt: skip
+            return
         with open_store(store) as s:
             res = s.pull(topic, queue, offset, max_count=max_count, tags=wanted)
             print_records(res.records, fmt.value)
@@ -111,30 +151,50 @@ def register(app: typer.Typer) -> None:
                                    "max_offset": res.max_offset}), err=True)  # fmt: skip
 
     @app.command("consumer-progress")
-    def consumer_progress(store: StoreArg, group: Annotated[str, typer.Option("--group", help="Consumer group.")],
-                          fmt: FormatArg = Format.table) -> None:  # fmt: skip
+    def consumer_progress(group: Annotated[str, typer.Option("--group", help="Consumer group.")],
+                          store: StoreArg = None, server: ServerOpt = None, fmt: FormatArg = Format.table) -> None:  # fmt: skip
         """Per queue of a consumer group: broker offset, consumer offset and lag."""
-        with open_store(store) as s:
-            rows = [r.__dict__ for r in s.consumer_progress(group)]
+        check_target(store, server)
+        if server is not None:
+            with remote(server) as c:
+                rows = [{"topic": r.topic, "queue_id": r.queue_id, "broker_offset": r.broker_offset,
+                         "consumer_offset": r.consumer_offset, "lag": r.lag} for r in c.consumer_progress(group)]  # fmt: skip
+        else:
+            with open_store(store) as s:
+                rows = [r.__dict__ for r in s.consumer_progress(group)]
         if not rows:
-            raise ValueError(f"consumer group {group!r} has no committed offsets in {store}")
+            raise ValueError(f"consumer group {group!r} has no committed offsets in {store or server}")
         _print_rows(rows, fmt)
 
     @app.command("update-topic")
-    def update_topic(store: StoreArg, topic: TopicArg,
+    def update_topic(topic: TopicArg,
                      read_queue_nums: Annotated[int, typer.Option("--read-queue-nums", min=1, max=65536)] = 4,
                      write_queue_nums: Annotated[int, typer.Option("--write-queue-nums", min=1, max=65536)] = 4,
-                     perm: Annotated[int, typer.Option("--perm", min=0, max=15, help="2 write, 4 read, 6 both.")] = 6) -> None:  # fmt: skip
-        """Create or change a topic's config (config/topics.json)."""
+                     perm: Annotated[int, typer.Option("--perm", min=0, max=15, help="2 write, 4 read, 6 both.")] = 6,
+                     store: StoreArg = None, server: ServerOpt = None) -> None:  # fmt: skip
+        """Create or change a topic's config (config/topics.json; every shard's with --server)."""
+        check_target(store, server)
+        if server is not None:
+            with remote(server) as c:
+                tc = c.update_topic(topic, read_queue_nums=read_queue_nums, write_queue_nums=write_queue_nums, perm=perm)
+            typer.echo(json.dumps({"topicName": tc.topic, "readQueueNums": tc.read_queue_nums,
+                                   "writeQueueNums": tc.write_queue_nums, "perm": tc.perm}))  # fmt: skip
+            return
         with open_store(store, create=True) as s:
             tc = s.update_topic(topic, read_queue_nums=read_queue_nums, write_queue_nums=write_queue_nums, perm=perm)
         typer.echo(json.dumps(tc.to_json()))
 
     @app.command("topic-status")
-    def topic_status(store: StoreArg, topic: TopicArg, fmt: FormatArg = Format.table) -> None:
+    def topic_status(topic: TopicArg, store: StoreArg = None, server: ServerOpt = None, fmt: FormatArg = Format.table) -> None:
         """Min and max offset and the last store time of every queue of a topic."""
-        with open_store(store) as s:
-            rows = [q.__dict__ for q in s.topic_status(topic)]
+        check_target(store, server)
+        if server is not None:
+            with remote(server) as c:
+                rows = [{"topic": q.topic, "queue_id": q.queue_id, "min_offset": q.min_offset, "max_offset": q.max_offset,
+                         "last_store_timestamp": q.last_store_timestamp} for q in c.topic_status(topic)]  # fmt: skip
+        else:
+            with open_store(store) as s:
+                rows = [q.__dict__ for q in s.topic_status(topic)]
         if not rows:
             raise ValueError(f"topic {topic!r} has no queues in {store}")
         _print_rows(rows, fmt)

@@ -10,8 +10,12 @@ Errors arrive as ``grpc.RpcError`` with the server's status code and message.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import contextlib
+from collections.abc import Iterator, Mapping, Sequence
 
+import grpc
+
+from mqstore.errors import MqStoreError
 from mqstore.rpc.v1 import common_pb2, front_pb2, front_pb2_grpc
 from mqstore.services.server import sync_channel
 
@@ -110,4 +114,26 @@ class FrontClient:
         return list(self.stub.StoreStatus(front_pb2.StoreStatusRequest(), timeout=self.timeout).shards)
 
 
-__all__ = ["FrontClient", "columns"]
+
+
+class RemoteCallError(MqStoreError):
+    """A call to a server failed: ``code`` is the gRPC status code name."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(f"{code}: {message}")
+        self.code = code
+
+
+@contextlib.contextmanager
+def remote_errors() -> Iterator[None]:
+    """Turn grpc.RpcError into RemoteCallError (the CLI prints one line, exit 1)."""
+    try:
+        yield
+    except grpc.RpcError as e:
+        code = e.code() if hasattr(e, "code") else None
+        details = e.details() if hasattr(e, "details") else str(e)
+        name = code.name if code is not None else "UNKNOWN"
+        raise RemoteCallError(name, details or name) from None
+
+
+__all__ = ["FrontClient", "RemoteCallError", "columns", "remote_errors"]

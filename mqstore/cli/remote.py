@@ -1,0 +1,106 @@
+"""``mqstore serve`` (a deployment on Ray, serving the gRPC API) and ``mqstore send``
+(append messages, to a store directory or to a server), plus the ``--server``
+plumbing the query commands share."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sys
+from collections.abc import Iterator
+from enum import Enum
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+ServerOpt = Annotated[str | None, typer.Option("--server", help="HOST:PORT of a running `mqstore serve` (instead of --store).")]
+
+
+class FlushChoice(str, Enum):
+    async_ = "async"
+    sync = "sync"
+
+
+def check_target(store: Path | None, server: str | None) -> None:
+    """Exactly one of --store and --server."""
+    if (store is None) == (server is None):
+        raise typer.BadParameter("give --store DIR or --server HOST:PORT (one of them)")
+
+
+@contextlib.contextmanager
+def remote(server: str) -> Iterator:
+    """A FrontClient for ``server``; gRPC failures become one-line errors."""
+    from mqstore.services.client import FrontClient, remote_errors
+
+    with remote_errors(), FrontClient(server) as c:
+        yield c
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("serve")
+    def serve(
+        store: Annotated[Path, typer.Option("--store", help="Store root (shard i under DIR/shard-i when --shards > 1).")] = Path("data"),
+        host: Annotated[str, typer.Option("--host", help="Address every gRPC server listens on.")] = "127.0.0.1",
+        port: Annotated[int, typer.Option("--port", min=0, max=65535, help="Port of the public API (the front).")] = 8080,
+        shards: Annotated[int, typer.Option("--shards", min=1, max=64, help="Store shards (pinned in DIR/mqstore-layout.json).")] = 1,
+        address: Annotated[str | None, typer.Option("--address", help="Join a running Ray cluster ('auto'); default: start a local one.")] = None,
+        flush: Annotated[FlushChoice, typer.Option("--flush", help="async: ack from page cache; sync: ack after group fsync.")] = FlushChoice.sync,
+        segment_bytes: Annotated[int, typer.Option("--segment-bytes", min=4096, help="CommitLog segment size (new stores).")] = 1 << 30,
+        namespace: Annotated[str, typer.Option("--namespace", help="Ray namespace of the actors.")] = "mqstore",
+        log_level: Annotated[str, typer.Option("--actor-log-level", help="Log level inside the actors.")] = "info",
+    ) -> None:
+        """Serve the store over gRPC on Ray until Ctrl-C/SIGTERM: shard, dispatcher and
+        front actors; prints one JSON line with the front's address once every shard
+        has recovered, and closes every store cleanly on the way out."""
+        from mqstore.services.serve import serve as run
+        from mqstore.store.config import FlushMode, StoreConfig
+
+        cfg = StoreConfig(flush_mode=FlushMode(flush.value), segment_bytes=segment_bytes)
+        run(store, host=host, port=port, shards=shards, address=address, config=cfg, namespace=namespace,
+            log_level=log_level)  # fmt: skip
+
+    @app.command("send")
+    def send(
+        topic: Annotated[str, typer.Option("--topic", help="Topic name.")],
+        bodies: Annotated[list[str] | None, typer.Argument(help="Message bodies (UTF-8); none: one per line of stdin.")] = None,
+        store: Annotated[Path | None, typer.Option("--store", help="Store directory (appends in this process).")] = None,
+        server: ServerOpt = None,
+        queue: Annotated[int, typer.Option("--queue", min=-1, max=65535, help="Queue id; -1: round robin.")] = -1,
+        tags: Annotated[str | None, typer.Option("--tags", help="TAGS of every message.")] = None,
+        keys: Annotated[str | None, typer.Option("--keys", help="KEYS of every message (space separated).")] = None,
+        batch: Annotated[int, typer.Option("--batch", min=1, max=10_000, help="Messages per append call.")] = 1000,
+    ) -> None:
+        """Append messages; prints one JSON line per message (msg_id, queue, offsets, status)."""
+        check_target(store, server)
+        texts = list(bodies) if bodies else [line.rstrip("\n") for line in sys.stdin]
+        if not texts:
+            raise ValueError("nothing to send: give bodies as arguments or lines on stdin")
+        out = sys.stdout
+        with contextlib.ExitStack() as stack:
+            if server is not None:
+                from mqstore.rpc.v1 import common_pb2
+
+                c = stack.enter_context(remote(server))
+            else:
+                from mqstore.cli.queries import open_store
+                from mqstore.store.messages import MessageBatch
+
+                s = stack.enter_context(open_store(store, create=True))
+            for lo in range(0, len(texts), batch):
+                chunk = [t.encode() for t in texts[lo : lo + batch]]
+                if server is not None:
+                    r = c.send(topic, chunk, queue_ids=queue, tags=tags, keys=keys)
+                    rows = zip(r.msg_ids, r.queue_ids, r.queue_offsets, r.physical_offsets,
+                               (common_pb2.PutStatus.Name(x) for x in r.statuses), r.unique_keys)  # fmt: skip
+                else:
+                    res = s.append(MessageBatch(topics=topic, bodies=chunk, queue_ids=queue, tags=tags, keys=keys))
+                    rows = ((m.msg_id, m.queue_id, m.queue_offset, m.physical_offset, m.status.value, m.unique_key)
+                            for m in res)  # fmt: skip
+                for msg_id, qid, qoff, phys, status, uniq in rows:
+                    out.write(json.dumps({"msg_id": msg_id, "topic": topic, "queue_id": qid, "queue_offset": qoff,
+                                          "physical_offset": phys, "unique_key": uniq, "status": status}) + "\n")  # fmt: skip
+        out.flush()
+
+
+__all__ = ["ServerOpt", "check_target", "register", "remote"]

@@ -1,0 +1,199 @@
+"""The Ray actors (the only module importing Ray): one per component, each hosting
+its gRPC server (hosts.py) on a port it picks and publishes through ``endpoint()``.
+
+    shard-<i>        ShardActor: store directory i (CommitLog, ConsumeQueue, Index services)
+    dispatcher-<i>   DispatcherActor: the reput loop of shard i (Dispatcher service)
+    front            FrontActor: the public API (Front service) on the requested port
+
+Actors find each other by name in one namespace (``ray.get_actor(name, namespace)``),
+never by handle, so a restarted actor is found again. Shard and dispatcher actors
+are pinned to the node that holds the shard's files (hard node affinity: if that
+node dies, so do they: the files are there) and restart up to ``max_restarts``
+times; a restarted shard reopens its store from the files (abnormal recovery: the
+abort file is still there), a restarted dispatcher resumes at the shard's
+dispatched offset. Methods are not retried (max_task_retries=0): they are cheap
+status reads, and a poison call must not burn every restart.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import ray
+import structlog
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+from mqstore.logging import configure_logging
+from mqstore.services.hosts import DispatcherHost, FrontHost, ShardHost, shard_config
+from mqstore.services.routing import shard_dir
+from mqstore.store.config import StoreConfig
+from mqstore.store.retention import RetentionConfig
+
+log = structlog.get_logger(__name__)
+NAMESPACE = "mqstore"
+FRONT = "front"
+MAX_RESTARTS = 20
+
+
+def shard_name(i: int) -> str:
+    return f"shard-{i}"
+
+
+def dispatcher_name(i: int) -> str:
+    return f"dispatcher-{i}"
+
+
+def actor_resolver(name: str, namespace: str, timeout_s: float = 120.0):
+    """An async resolver of the named actor's gRPC endpoint (asked on every call:
+    after a restart the actor listens on a new port). Blocks while it restarts."""
+
+    def get() -> str:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                handle = ray.get_actor(name, namespace=namespace)
+                return ray.get(handle.endpoint.remote(), timeout=timeout_s)
+            except (ValueError, ray.exceptions.RayActorError):  # not created yet, or restarting
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
+
+    async def resolve() -> str:
+        return await asyncio.get_running_loop().run_in_executor(None, get)
+
+    return resolve
+
+
+def _configure_logging() -> None:
+    """Actors log like the CLI: JSON lines on stderr, level from MQSTORE_LOG_LEVEL
+    (``serve`` passes its --log-level through the runtime environment)."""
+    configure_logging(level=os.environ.get("MQSTORE_LOG_LEVEL", "info"), json=os.environ.get("MQSTORE_LOG_FORMAT", "json") == "json")
+
+
+class _Hosted:
+    host: ShardHost | DispatcherHost | FrontHost
+
+    def endpoint(self) -> str:
+        return self.host.endpoint
+
+    def pid(self) -> int:
+        return os.getpid()
+
+    def close(self) -> None:
+        self.host.close()
+
+
+@ray.remote(num_cpus=0, max_restarts=MAX_RESTARTS, max_task_retries=0)
+class ShardActor(_Hosted):
+    def __init__(self, store_dir: str, config: StoreConfig, index: int, host: str,
+                 retention: RetentionConfig | None = None) -> None:  # fmt: skip
+        _configure_logging()
+        self.host = ShardHost(store_dir, config, index=index, host=host, retention=retention)
+
+    def wait_ready(self, timeout_s: float = 600.0) -> bool:
+        return self.host.wait_ready(timeout_s)
+
+    def status(self) -> dict:
+        return self.host.status()
+
+
+@ray.remote(num_cpus=0, max_restarts=MAX_RESTARTS, max_task_retries=0)
+class DispatcherActor(_Hosted):
+    def __init__(self, shard: int, namespace: str, config: StoreConfig, host: str) -> None:
+        _configure_logging()
+        self.host = DispatcherHost(actor_resolver(shard_name(shard), namespace), shard=shard, config=config, host=host)
+
+    def status(self) -> dict:
+        return self.host.status()
+
+
+@ray.remote(num_cpus=0, max_restarts=MAX_RESTARTS, max_task_retries=0)
+class FrontActor(_Hosted):
+    def __init__(self, shards: int, namespace: str, host: str, port: int, default_queue_nums: int) -> None:
+        resolvers = [(actor_resolver(shard_name(i), namespace), actor_resolver(dispatcher_name(i), namespace))
+                     for i in range(shards)]  # fmt: skip
+        _configure_logging()
+        self.host = FrontHost(resolvers, host=host, port=port, default_queue_nums=default_queue_nums)
+
+
+@dataclass
+class Deployment:
+    """Handles of a running deployment (see ``start_deployment``)."""
+
+    namespace: str
+    shards: list = field(default_factory=list)
+    dispatchers: list = field(default_factory=list)
+    front: object = None
+    front_endpoint: str = ""
+
+    def wait_ready(self, timeout_s: float = 600.0) -> bool:
+        return all(ray.get([s.wait_ready.remote(timeout_s) for s in self.shards], timeout=timeout_s + 10))
+
+    def close(self, timeout_s: float = 120.0) -> None:
+        """Front, then dispatchers, then shards: each closes its server and (shards)
+        its store cleanly; then the actors are killed for good. An actor that is
+        restarting is waited for (its store must be closed, not killed again)."""
+        for group in ([self.front] if self.front is not None else [], self.dispatchers, self.shards):
+            for a in group:
+                _close_actor(a, timeout_s)
+            for a in group:
+                ray.kill(a, no_restart=True)
+
+
+def _close_actor(actor, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            ray.get(actor.close.remote(), timeout=max(1.0, deadline - time.monotonic()))
+            return
+        except ray.exceptions.ActorUnavailableError:  # restarting: close the new incarnation
+            if time.monotonic() > deadline:
+                log.error("close_failed", error="actor still restarting")
+                return
+            time.sleep(0.5)
+        except Exception as e:  # noqa: BLE001 - still kill it; the next open recovers
+            log.error("close_failed", error=str(e))
+            return
+
+
+def start_deployment(root: str | Path, config: StoreConfig | None = None, *, shards: int = 1, host: str = "127.0.0.1",
+                     port: int = 8080, namespace: str = NAMESPACE, node_id: str | None = None,
+                     retention: RetentionConfig | None = None) -> Deployment:  # fmt: skip
+    """Create the actors of a deployment in the connected Ray cluster and return
+    once the front listens (shards may still be recovering: ``wait_ready``).
+    ``node_id``: the node holding the store directories (default: this driver's)."""
+    cfg = config or StoreConfig()
+    root = Path(root).resolve()
+    node = node_id or ray.get_runtime_context().get_node_id()
+    pin = NodeAffinitySchedulingStrategy(node_id=node, soft=False)
+    dep = Deployment(namespace)
+    for i in range(shards):
+        d = shard_dir(root, i, shards)
+        d.mkdir(parents=True, exist_ok=True)
+        dep.shards.append(ShardActor.options(name=shard_name(i), namespace=namespace, scheduling_strategy=pin)
+                          .remote(str(d), shard_config(cfg, i, shards), i, host, retention))  # fmt: skip
+    for i in range(shards):
+        dep.dispatchers.append(DispatcherActor.options(name=dispatcher_name(i), namespace=namespace,
+                                                       scheduling_strategy=pin).remote(i, namespace, cfg, host))  # fmt: skip
+    dep.front = FrontActor.options(name=FRONT, namespace=namespace, scheduling_strategy=pin).remote(
+        shards, namespace, host, port, cfg.default_queue_nums)  # fmt: skip
+    dep.front_endpoint = ray.get(dep.front.endpoint.remote(), timeout=120)
+    return dep
+
+
+__all__ = [
+    "FRONT",
+    "NAMESPACE",
+    "Deployment",
+    "DispatcherActor",
+    "FrontActor",
+    "ShardActor",
+    "actor_resolver",
+    "dispatcher_name",
+    "shard_name",
+    "start_deployment",
+]  # fmt: skip

@@ -1,0 +1,96 @@
+"""``mqstore serve``: a deployment on Ray until Ctrl-C or SIGTERM.
+
+Starts a local Ray instance (or joins a running cluster with ``address="auto"``),
+pins the layout (routing.py), creates the shard, dispatcher and front actors
+(actors.py), waits until every shard has recovered its store, prints one JSON line
+``{"front": "host:port", ...}`` on stdout, and serves. On SIGINT/SIGTERM it closes
+the front, the dispatchers and the shards in that order (every store closed
+cleanly: flushed, checkpoint written, abort file removed) and stops Ray (a local
+instance) or leaves the cluster.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+from pathlib import Path
+
+import structlog
+
+from mqstore.services.routing import pin_layout, shard_dir
+from mqstore.store.config import StoreConfig
+
+log = structlog.get_logger(__name__)
+
+
+def check_port_free(host: str, port: int) -> None:
+    """OSError with a clear message if ``host:port`` can not be listened on."""
+    if port == 0:
+        return
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError as e:
+            raise OSError(f"can not listen on {host}:{port}: {e.strerror or e}") from None
+
+
+def serve(root: Path, *, host: str = "127.0.0.1", port: int = 8080, shards: int = 1, address: str | None = None,
+          config: StoreConfig | None = None, namespace: str = "mqstore", log_level: str = "info",
+          log_format: str = "json", stop: threading.Event | None = None) -> None:  # fmt: skip
+    """Run a deployment until ``stop`` is set or a SIGINT/SIGTERM arrives (see the module docstring)."""
+    import ray
+
+    from mqstore.services.actors import start_deployment
+
+    root = Path(root).resolve()
+    pin_layout(root, shards)
+    check_port_free(host, port)
+    local = address in (None, "", "local")
+    env = {"MQSTORE_LOG_LEVEL": log_level, "MQSTORE_LOG_FORMAT": log_format}
+    if local:
+        # A private instance for this process, on loopback: no token auth unless asked for.
+        os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+        ray.init(address="local", num_cpus=os.cpu_count() or 2, include_dashboard=False,
+                 object_store_memory=256 << 20, _node_ip_address="127.0.0.1", namespace=namespace,
+                 runtime_env={"env_vars": env}, logging_level="WARNING", log_to_driver=True)  # fmt: skip
+    else:
+        ray.init(address=address, namespace=namespace, runtime_env={"env_vars": env}, logging_level="WARNING")
+    stop = stop or threading.Event()
+    previous = {}
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            previous[sig] = signal.signal(sig, lambda *_: stop.set())
+    dep = None
+    try:
+        t0 = time.monotonic()
+        dep = start_deployment(root, config, shards=shards, host=host, port=port, namespace=namespace)
+        while not stop.is_set():  # recovery can take minutes: stay interruptible
+            try:
+                if dep.wait_ready(1.0):
+                    break
+            except ray.exceptions.GetTimeoutError:
+                continue
+        if not stop.is_set():
+            print(json.dumps({"front": dep.front_endpoint, "shards": shards, "store": str(root),
+                              "shard_dirs": [str(shard_dir(root, i, shards)) for i in range(shards)],
+                              "namespace": namespace, "ready_seconds": round(time.monotonic() - t0, 2)}), flush=True)  # fmt: skip
+            print(f"mqstore: serving on {dep.front_endpoint} ({shards} shard(s), store {root}); Ctrl-C stops",
+                  file=sys.stderr, flush=True)  # fmt: skip
+        stop.wait()
+        print("mqstore: stopping (closing the stores)", file=sys.stderr, flush=True)
+    finally:
+        if dep is not None:
+            dep.close()
+        ray.shutdown()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    print("mqstore: stopped", file=sys.stderr, flush=True)
+
+
+__all__ = ["check_port_free", "serve"]

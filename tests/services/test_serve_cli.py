@@ -1,0 +1,114 @@
+"""``mqstore serve`` as a real process (its own local Ray), driven by the CLI's
+``--server`` commands, stopped with SIGTERM: every store closed cleanly."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from mqstore.services.client import FrontClient
+from tests.services.helpers import wait_dispatched
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
+
+
+def free_port() -> int:
+    """A free port outside Ray's worker range (10002-19999)."""
+    for port in range(28100, 28200):
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError("no free port")
+
+
+def mq(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "mqstore.cli.main", *args], capture_output=True, text=True,
+                          timeout=60, input=stdin)  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    root = tmp_path_factory.mktemp("serve") / "data"
+    port = free_port()
+    env = {**os.environ, "RAY_AUTH_MODE": "disabled"}
+    err = open(root.parent / "serve.err", "w+")  # a file, not a pipe: a full pipe would block the server
+    proc = subprocess.Popen([sys.executable, "-m", "mqstore.cli.main", "serve", "--store", str(root), "--port", str(port),
+                             "--shards", "2", "--segment-bytes", str(1 << 20), "--actor-log-level", "warning"],
+                            stdout=subprocess.PIPE, stderr=err, text=True, env=env)  # fmt: skip
+    proc.err_path = root.parent / "serve.err"
+    try:
+        line = proc.stdout.readline()  # the ready line (blocks until every shard recovered)
+        assert line, proc.err_path.read_text()
+        ready = json.loads(line)
+        assert ready["front"] == f"127.0.0.1:{port}" and ready["shards"] == 2
+        yield f"127.0.0.1:{port}", root, proc
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)  # the process, not its group (Ray's daemons share the group)
+            try:
+                proc.wait(60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                raise
+        err.close()
+
+
+def test_cli_against_a_server(server):
+    endpoint, root, _ = server
+    assert mq("update-topic", "--server", endpoint, "--topic", "CliTopic", "--write-queue-nums", "4").returncode == 0
+    p = mq("send", "--server", endpoint, "--topic", "CliTopic", "--tags", "TagA", "--keys", "ord-1", "--queue", "2",
+           stdin="hello\nworld\n")  # fmt: skip
+    assert p.returncode == 0, p.stderr
+    sent = [json.loads(x) for x in p.stdout.splitlines()]
+    assert [s["queue_offset"] for s in sent] == [0, 1] and {s["status"] for s in sent} == {"PUT_OK"}
+    with FrontClient(endpoint) as c:
+        wait_dispatched(c)
+    p = mq("pull", "--server", endpoint, "--topic", "CliTopic", "--queue", "2", "--offset", "0", "--tags", "TagA")
+    assert p.returncode == 0, p.stderr
+    assert [json.loads(x)["body"] for x in p.stdout.splitlines()] == ["hello", "world"]
+    assert json.loads(p.stderr.strip().splitlines()[-1])["next_offset"] == 2
+    p = mq("query-msg-by-id", "--server", endpoint, sent[1]["msg_id"])
+    assert json.loads(p.stdout)["body"] == "world", p.stderr
+    p = mq("query-msg-by-key", "--server", endpoint, "--topic", "CliTopic", "ord-1")
+    assert [json.loads(x)["body"] for x in p.stdout.splitlines()] == ["world", "hello"], p.stderr
+    p = mq("query-msg-by-unique-key", "--server", endpoint, "--topic", "CliTopic", sent[0]["unique_key"])
+    assert json.loads(p.stdout)["body"] == "hello", p.stderr
+    p = mq("query-msg-by-offset", "--server", endpoint, "--topic", "CliTopic", "--queue", "2", "--offset", "1")
+    assert json.loads(p.stdout)["body"] == "world", p.stderr
+    p = mq("topic-status", "--server", endpoint, "--topic", "CliTopic", "--format", "json")
+    assert [(r["queue_id"], r["max_offset"]) for r in map(json.loads, p.stdout.splitlines())] == [(2, 2)], p.stderr
+    with FrontClient(endpoint) as c:
+        c.commit_offset("cli-group", "CliTopic", 2, 1)
+    p = mq("consumer-progress", "--server", endpoint, "--group", "cli-group", "--format", "json")
+    assert json.loads(p.stdout)["lag"] == 1, p.stderr
+    p = mq("query-msg-by-key", "--server", endpoint, "--topic", "CliTopic", "nope")
+    assert p.returncode == 1 and p.stderr.strip().startswith("mqstore: error: NOT_FOUND"), p.stderr
+    p = mq("pull", "--server", endpoint, "--store", str(root), "--topic", "CliTopic", "--queue", "0", "--offset", "0")
+    assert p.returncode == 2 and "--store DIR or --server" in p.stderr
+
+
+def test_sigterm_closes_every_store(server):
+    endpoint, root, proc = server
+    with FrontClient(endpoint) as c:
+        c.send("Last", [b"x"] * 20)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(60) == 0
+    for shard in ("shard-0", "shard-1"):
+        assert (root / shard / "commitlog").is_dir() and not (root / shard / "abort").exists()
+    assert json.loads((root / "mqstore-layout.json").read_text())["shards"] == 2
+    assert "stopped" in proc.err_path.read_text()
+    p = mq("topic-status", "--store", str(root / "shard-0"), "--topic", "Last", "--format", "json")
+    q = mq("topic-status", "--store", str(root / "shard-1"), "--topic", "Last", "--format", "json")
+    total = sum(json.loads(x)["max_offset"] for out in (p.stdout, q.stdout) for x in out.splitlines())
+    assert total == 20
+    assert Path(root / "shard-0" / "lock").exists()
