@@ -237,13 +237,21 @@ class ReputLoop:
             self.catch_up()
 
     def _run(self) -> None:
-        try:
-            while not self._stop.is_set():
+        while not self._stop.is_set():
+            try:
                 if self.run_once() == 0:
                     self._stop.wait(self._idle)
-        except BaseException as e:  # surfaced through .error and the store's status
-            self.error = e
-            log.error("reput_failed", error=str(e), reput_offset=self.reput_offset)
+                self.error = None
+            except OSError as e:  # a full disk, a failing sync: try again; a chunk's puts are idempotent
+                self.error = e
+                log.error("reput_failed", error=str(e), reput_offset=self.reput_offset, action="retry in 1 s")
+                self._stop.wait(_RETRY_S)
+            except BaseException as e:  # anything else is a bug or damage: stop, surfaced through .error
+                self.error = e
+                log.error("reput_failed", error=str(e), reput_offset=self.reput_offset, action="stopped")
+                return
 
+
+_RETRY_S = 1.0
 
 __all__ = ["DispatchBatch", "DispatchSink", "IndexEntries", "ReputLoop", "build_dispatch_batch"]
