@@ -22,6 +22,8 @@ from typing import NamedTuple, Protocol
 import numpy as np
 import structlog
 
+from mqstore.errors import StoreNotWritableError
+
 from mqstore.formats.javahash import java_hash_of_ranges, java_string_hash, java_string_hashes
 from mqstore.formats.message import TRANSACTION_TYPE_MASK
 from mqstore.formats.properties import locate_properties
@@ -242,7 +244,7 @@ class ReputLoop:
                 if self.run_once() == 0:
                     self._stop.wait(self._idle)
                 self.error = None
-            except OSError as e:  # a full disk, a failing sync: try again; a chunk's puts are idempotent
+            except (OSError, StoreNotWritableError) as e:  # a full disk, a failing sync: try again (puts are idempotent)
                 self.error = e
                 log.error("reput_failed", error=str(e), reput_offset=self.reput_offset, action="retry in 1 s")
                 self._stop.wait(_RETRY_S)

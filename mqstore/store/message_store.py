@@ -219,8 +219,8 @@ class MessageStore:
         target = self.commitlog.flushed if self.config.flush_mode is FlushMode.SYNC else self.commitlog.wrote
         deadline = self._clock.monotonic() + timeout_s
         while self.dispatcher.reput_offset < target:
-            if self.dispatcher.error is not None:
-                raise self.dispatcher.error
+            if self.dispatcher.error is not None and not self.dispatcher.running:
+                raise self.dispatcher.error  # stopped for good; a running one retries (a full disk)
             if self._clock.monotonic() > deadline:
                 return False
             self._stop.wait(0.001)
@@ -392,11 +392,14 @@ class MessageStore:
         ticks = 0
         last_thorough = self._clock.monotonic()
         while not self._stop.wait(interval):
-            thorough = self._clock.monotonic() - last_thorough >= 60
-            self._flush_derived(thorough=thorough)
-            if thorough:
-                last_thorough = self._clock.monotonic()
             ticks += 1
+            try:
+                thorough = self._clock.monotonic() - last_thorough >= 60
+                self._flush_derived(thorough=thorough)
+                if thorough:
+                    last_thorough = self._clock.monotonic()
+            except Exception as e:  # noqa: BLE001  # a failing disk: logged; consumer offsets still persist
+                log.error("derived_flush_failed", error=str(e), action="retried next interval")
             if ticks * interval >= 5:  # consumer offsets every 5 s, as RocketMQ persists them
                 self.consumer_offsets.persist()
                 ticks = 0
