@@ -48,7 +48,8 @@ def _root(
 
 @bench_app.command("append")
 def bench_append(
-    store: StoreOpt,
+    store: Annotated[Optional[Path], typer.Option("--store", help="Store directory (created if missing); or --server.")] = None,
+    server: Annotated[Optional[str], typer.Option("--server", help="HOST:PORT of a running `mqstore serve`: send through it instead.")] = None,
     messages: Annotated[int, typer.Option("--messages", min=0, help="How many messages to append.")] = 1_000_000,
     body_size: Annotated[int, typer.Option("--body-size", min=0, help="Body bytes per message.")] = 128,
     topics: Annotated[int, typer.Option("--topics", min=1, help="Spread messages over this many topics.")] = 1,
@@ -63,7 +64,18 @@ def bench_append(
     index_max_entries: Annotated[int, typer.Option("--index-max-entries", min=2, help="Entries per index file.")] = 20_000_000,
 ) -> None:
     """Append a deterministic workload (TAGS, two KEYS and a UNIQ_KEY per message) and
-    print one JSON line: messages, bytes, seconds, msgs_per_s, mb_per_s, p50_ms, p99_ms, ..."""
+    print one JSON line: messages, bytes, seconds, msgs_per_s, mb_per_s, p50_ms, p99_ms, ...
+    With --server the batches go through the server's front (flush, segment and index
+    options are the server's; --ack-log and --no-dispatch do not apply)."""
+    from mqstore.cli.remote import check_target
+
+    check_target(store, server)
+    if server is not None:
+        from mqstore.bench.remote import run_remote_append
+
+        print(json.dumps(run_remote_append(server, messages=messages, body_size=body_size, topics=topics, queues=queues,
+                                           producers=producers, batch=min(batch, 10_000))), flush=True)  # fmt: skip
+        return
     from mqstore.bench.append import AppendBench, run_append_bench
     from mqstore.store.config import FlushMode
 
@@ -80,11 +92,21 @@ def bench_append(
 
 @bench_app.command("consume")
 def bench_consume(
-    store: StoreOpt,
+    store: Annotated[Optional[Path], typer.Option("--store", help="Store directory; or --server.")] = None,
     batch: Annotated[int, typer.Option("--batch", min=1, help="Messages per pull.")] = 1000,
+    server: Annotated[Optional[str], typer.Option("--server", help="HOST:PORT of a running `mqstore serve`: pull through it.")] = None,
+    topics: Annotated[int, typer.Option("--topics", min=1, help="With --server: pull BenchTopic0..N-1 (bench append's topics).")] = 1,
 ) -> None:
     """Pull every queue of the store to its end (encoded records, as a broker serves
     them); last line JSON with messages, seconds, msgs_per_s."""
+    from mqstore.cli.remote import check_target
+
+    check_target(store, server)
+    if server is not None:
+        from mqstore.bench.remote import run_remote_consume
+
+        print(json.dumps(run_remote_consume(server, topics=topics, batch=min(batch, 10_000))), flush=True)
+        return
     from mqstore.bench.consume import run_consume_bench
 
     print(json.dumps(run_consume_bench(store, batch=batch)), flush=True)

@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -137,9 +138,10 @@ class Deployment:
         """Front, then dispatchers, then shards: each closes its server and (shards)
         its store cleanly; then the actors are killed for good. An actor that is
         restarting is waited for (its store must be closed, not killed again)."""
-        for group in ([self.front] if self.front is not None else [], self.dispatchers, self.shards):
-            for a in group:
-                _close_actor(a, timeout_s)
+        groups = [([self.front] if self.front is not None else [], 15.0), (self.dispatchers, 15.0), (self.shards, timeout_s)]
+        for group, limit in groups:
+            with ThreadPoolExecutor(max(1, len(group))) as pool:  # shards close their stores in parallel
+                list(pool.map(lambda a, limit=limit: _close_actor(a, limit), group))
             for a in group:
                 ray.kill(a, no_restart=True)
 

@@ -26,6 +26,8 @@ CHANNEL_OPTIONS = [
     ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
     ("grpc.enable_retries", 0),
     ("grpc.keepalive_time_ms", 30_000),
+    ("grpc.initial_reconnect_backoff_ms", 200),  # a restarted actor is back within seconds: retry soon
+    ("grpc.max_reconnect_backoff_ms", 2_000),
 ]
 SERVER_OPTIONS = [
     ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import time
 
 import grpc
@@ -36,3 +37,15 @@ def code_of(call) -> grpc.StatusCode | None:
     except grpc.RpcError as e:
         return e.code()
     return None
+
+
+def free_port() -> int:
+    """A free loopback port outside Ray's worker range (10002-19999)."""
+    for port in range(28100, 28300):
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError("no free port")

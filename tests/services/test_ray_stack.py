@@ -17,7 +17,7 @@ import pytest
 from mqstore.rpc.v1 import common_pb2, front_pb2
 from mqstore.services.client import FrontClient
 from mqstore.store.reader import CommitLogReader
-from tests.services.helpers import code_of, small_config, wait_dispatched
+from tests.services.helpers import code_of, free_port, small_config, wait_dispatched
 
 ray = pytest.importorskip("ray")
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
@@ -32,7 +32,7 @@ def deployment(tmp_path_factory):
     ray.init(address="local", num_cpus=2, include_dashboard=False, object_store_memory=256 << 20,
              _node_ip_address="127.0.0.1", namespace=NS, log_to_driver=False)  # fmt: skip
     root = tmp_path_factory.mktemp("ray")
-    dep = start_deployment(root, small_config(), port=0, namespace=NS)
+    dep = start_deployment(root, small_config(), port=free_port(), namespace=NS)
     try:
         assert dep.wait_ready(120)
         yield dep, root
@@ -177,3 +177,19 @@ def test_dispatcher_killed_mid_load_loses_and_doubles_nothing(deployment, client
     assert load.failures == 0  # appends never wait for the dispatcher
     pulled = _check(client, root, "KillDispatcher", load.acked)
     assert len(pulled) == len(load.acked)
+
+
+def test_front_killed_comes_back_on_its_port(deployment, client):
+    dep, _ = deployment
+    _restart(dep.front)
+    deadline = time.monotonic() + 60
+    while True:  # the client's channel reconnects by itself
+        try:
+            res = client.send("FrontBack", [b"again"], queue_ids=0)
+            break
+        except grpc.RpcError:
+            assert time.monotonic() < deadline, "the front did not come back"
+            time.sleep(0.2)
+    assert ray.get(dep.front.endpoint.remote()) == dep.front_endpoint
+    wait_dispatched(client)
+    assert client.query_by_msg_id(res.msg_ids[0])[0].body == b"again"

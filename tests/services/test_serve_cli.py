@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -14,21 +13,9 @@ from pathlib import Path
 import pytest
 
 from mqstore.services.client import FrontClient
-from tests.services.helpers import wait_dispatched
+from tests.services.helpers import free_port, wait_dispatched
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
-
-
-def free_port() -> int:
-    """A free port outside Ray's worker range (10002-19999)."""
-    for port in range(28100, 28200):
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return port
-    raise RuntimeError("no free port")
 
 
 def mq(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
@@ -95,6 +82,21 @@ def test_cli_against_a_server(server):
     assert p.returncode == 1 and p.stderr.strip().startswith("mqstore: error: NOT_FOUND"), p.stderr
     p = mq("pull", "--server", endpoint, "--store", str(root), "--topic", "CliTopic", "--queue", "0", "--offset", "0")
     assert p.returncode == 2 and "--store DIR or --server" in p.stderr
+
+
+def test_bench_append_and_consume_through_the_server(server):
+    endpoint, _, _ = server
+    p = mq("bench", "append", "--server", endpoint, "--messages", "3000", "--batch", "500", "--producers", "2",
+           "--topics", "2")  # fmt: skip
+    assert p.returncode == 0, p.stderr
+    out = json.loads(p.stdout.strip().splitlines()[-1])
+    assert out["acked"] == 3000 and out["msgs_per_s"] > 0 and out["p99_ms"] >= out["p50_ms"]
+    with FrontClient(endpoint) as c:
+        wait_dispatched(c)
+    p = mq("bench", "consume", "--server", endpoint, "--topics", "2", "--batch", "700")
+    assert p.returncode == 0, p.stderr
+    out = json.loads(p.stdout.strip().splitlines()[-1])
+    assert out["messages"] == 3000 and out["queues"] == 8
 
 
 def test_sigterm_closes_every_store(server):

@@ -1,0 +1,111 @@
+"""``mqstore bench append --server`` and ``bench consume --server``: the same
+workloads as the in-process benches, through a running ``mqstore serve`` (every
+batch one SendBatch / Pull call to the front, which calls the shards over gRPC).
+
+append: ``producers`` threads, each with its own channel, send batches of the
+deterministic workload (workload.py); latency is per SendBatch call.
+consume: every queue of BenchTopic0..N-1 (TopicStatus), pulled from its min offset
+to its max with raw records (as consumers get them), ``batch`` per call.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+
+from mqstore.bench.workload import Workload, topic_name
+from mqstore.rpc.v1 import common_pb2
+from mqstore.services.client import FrontClient, remote_errors
+
+
+def _columns(batch) -> common_pb2.MessageColumns:
+    topics = [batch.topics] if isinstance(batch.topics, str) else list(batch.topics)
+    q = batch.queue_ids
+    return common_pb2.MessageColumns(topics=topics, bodies=batch.bodies,
+                                     queue_ids=[int(q)] if isinstance(q, int) else np.asarray(q).tolist(),
+                                     tags=batch.tags, keys=batch.keys)  # fmt: skip
+
+
+def run_remote_append(server: str, *, messages: int, body_size: int = 128, topics: int = 1, queues: int = 4,
+                      producers: int = 1, batch: int = 1000) -> dict:  # fmt: skip
+    workload = Workload(body_size=body_size, topics=topics, queues=queues)
+    lock = threading.Lock()
+    next_start = [0]
+    latencies: list[float] = []
+    totals = {"bytes": 0, "acked": 0, "timeouts": 0}
+    errors: list[BaseException] = []
+
+    def producer() -> None:
+        mine: list[float] = []
+        nbytes = acked = timeouts = 0
+        try:
+            with remote_errors(), FrontClient(server, timeout=120) as c:
+                while True:
+                    with lock:
+                        start = next_start[0]
+                        if start >= messages:
+                            break
+                        count = min(batch, messages - start)
+                        next_start[0] = start + count
+                    cols = _columns(workload.batch(start, count))
+                    t0 = time.perf_counter()
+                    res = c.send_columns(cols).result
+                    mine.append(time.perf_counter() - t0)
+                    nbytes += sum(res.sizes)
+                    acked += sum(1 for s in res.statuses if s == common_pb2.PUT_OK)
+                    timeouts += sum(1 for s in res.statuses if s == common_pb2.FLUSH_DISK_TIMEOUT)
+        except BaseException as e:  # reported below, after the other producers finish
+            errors.append(e)
+        with lock:
+            latencies.extend(mine)
+            totals["bytes"] += nbytes
+            totals["acked"] += acked
+            totals["timeouts"] += timeouts
+
+    threads = [threading.Thread(target=producer, name=f"remote-producer-{i}") for i in range(producers)]
+    t0 = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    seconds = time.perf_counter() - t0
+    if errors:
+        raise errors[0]
+    lat = np.array(latencies) * 1000 if latencies else np.zeros(1)
+    return {
+        "server": server, "messages": messages, "acked": totals["acked"], "flush_timeouts": totals["timeouts"],
+        "bytes": totals["bytes"], "seconds": round(seconds, 4),
+        "msgs_per_s": round(messages / seconds, 1) if seconds else 0.0,
+        "mb_per_s": round(totals["bytes"] / 1e6 / seconds, 2) if seconds else 0.0,
+        "p50_ms": round(float(np.percentile(lat, 50)), 3), "p99_ms": round(float(np.percentile(lat, 99)), 3),
+        "batch": batch, "producers": producers,
+    }  # fmt: skip
+
+
+def run_remote_consume(server: str, *, topics: int = 1, batch: int = 1000) -> dict:
+    messages = nbytes = calls = 0
+    with remote_errors(), FrontClient(server, timeout=120) as c:
+        queues = [(q.topic, q.queue_id, q.min_offset, q.max_offset)
+                  for t in range(topics) for q in c.topic_status(topic_name(t))]  # fmt: skip
+        t0 = time.perf_counter()
+        for topic, qid, lo, hi in queues:
+            offset = lo
+            while offset < hi:
+                res = c.pull(topic, qid, offset, max_messages=batch, raw=True)
+                calls += 1
+                if res.next_offset <= offset:
+                    break
+                messages += len(res.raw_records)
+                nbytes += sum(map(len, res.raw_records))
+                offset = res.next_offset
+        seconds = time.perf_counter() - t0
+    return {
+        "server": server, "messages": messages, "bytes": nbytes, "queues": len(queues), "pulls": calls,
+        "seconds": round(seconds, 4), "msgs_per_s": round(messages / seconds, 1) if seconds else 0.0,
+        "mb_per_s": round(nbytes / 1e6 / seconds, 2) if seconds else 0.0,
+    }  # fmt: skip
+
+
+__all__ = ["run_remote_append", "run_remote_consume"]
