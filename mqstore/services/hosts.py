@@ -12,6 +12,7 @@ and its health is NOT_SERVING until the store is open.
 
 from __future__ import annotations
 
+import socket
 import threading
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
@@ -34,6 +35,19 @@ log = structlog.get_logger(__name__)
 Resolver = Callable[[], Awaitable[str]]
 
 
+def advertised(host: str) -> str:
+    """The address others reach a server bound to ``host`` at: a wildcard bind
+    (0.0.0.0, ::) is published as this machine's address, not as the wildcard."""
+    if host not in ("0.0.0.0", "::", "[::]", ""):
+        return host
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.connect(("10.255.255.255", 1))  # no packet is sent: it only picks the outgoing interface
+            return s.getsockname()[0]
+    except OSError:
+        return "127.0.0.1"
+
+
 def fixed(endpoint: str) -> Resolver:
     """A resolver that always answers ``endpoint``."""
 
@@ -54,7 +68,7 @@ class ShardHost:
         servicers = [CommitLogServicer(self.shard), ConsumeQueueServicer(self.shard), IndexServicer(self.shard)]
         self.server = self.thread.run(start_grpc_server(host, port, [s.registration() for s in servicers],
                                                         serving=False))  # fmt: skip
-        self.endpoint = f"{host}:{self.server.port}"
+        self.endpoint = f"{advertised(host)}:{self.server.port}"
         self._ready = threading.Event()
         self._opener = threading.Thread(target=self._open, name=f"mqstore-shard{index}-open", daemon=True)
         self._opener.start()
@@ -104,7 +118,7 @@ class DispatcherHost:
         self.dispatcher = RemoteDispatcher(resolve_shard, shard=shard, delays_ms=parse_delay_levels(cfg.message_delay_level),
                                            chunk_bytes=chunk_bytes)  # fmt: skip
         self.server = self.thread.run(start_grpc_server(host, port, [DispatcherServicer(self.dispatcher).registration()]))
-        self.endpoint = f"{host}:{self.server.port}"
+        self.endpoint = f"{advertised(host)}:{self.server.port}"
         self.thread.run(_call_soon(self.dispatcher.start))
 
     def status(self) -> dict:
@@ -131,7 +145,7 @@ class FrontHost:
         clients = [ShardClient(i, r, d) for i, (r, d) in enumerate(shards)]
         self.servicer = FrontServicer(clients, default_queue_nums=default_queue_nums)
         self.server = self.thread.run(start_grpc_server(host, port, [self.servicer.registration()]))
-        self.endpoint = f"{host}:{self.server.port}"
+        self.endpoint = f"{advertised(host)}:{self.server.port}"
 
     def close(self) -> None:
         try:
@@ -190,4 +204,4 @@ class LocalStack:
         self.close()
 
 
-__all__ = ["DispatcherHost", "FrontHost", "LocalStack", "ShardHost", "fixed", "shard_config"]
+__all__ = ["DispatcherHost", "FrontHost", "LocalStack", "ShardHost", "advertised", "fixed", "shard_config"]

@@ -191,3 +191,24 @@ def test_two_shards_spread_queues_and_answer_as_one(tmp_path):
             c.commit_offset("g", "Spread", q, 1)
         assert len(c.consumer_progress("g")) == 8
     assert (tmp_path / "shard-0" / "commitlog").is_dir() and (tmp_path / "shard-1" / "commitlog").is_dir()
+
+
+def test_corrupt_bytes_where_dispatch_stands_are_data_loss(tmp_path):
+    cfg = small_config()
+    shard = ShardHost(tmp_path, cfg)
+    assert shard.wait_ready(30)
+    try:
+        with sync_channel(shard.endpoint) as ch:
+            cl = commitlog_pb2_grpc.CommitLogServiceStub(ch)
+            res = cl.AppendBatch(commitlog_pb2.AppendBatchRequest(messages=common_pb2.MessageColumns(
+                topics=["D"], bodies=[b"a" * 50, b"b" * 50], queue_ids=[0]))).result  # fmt: skip
+            seg = shard.shard.store.commitlog._segments.find(0)  # no dispatcher runs: dispatch stands at 0
+            seg.mm[4:8] = b"\x00\x00\x00\x00"  # the first record's magic
+            with pytest.raises(grpc.RpcError) as e:
+                cl.ReadRange(commitlog_pb2.ReadRangeRequest(offset=0), timeout=10)
+            assert e.value.code() is C.DATA_LOSS
+            assert code_of(lambda: cl.ReadRange(commitlog_pb2.ReadRangeRequest(offset=3), timeout=10)) is C.INVALID_ARGUMENT
+            r = cl.ReadRange(commitlog_pb2.ReadRangeRequest(offset=res.physical_offsets[1]), timeout=10)
+            assert r.record_count == 1  # the server still answers, and the rest reads
+    finally:
+        shard.close()
