@@ -327,9 +327,10 @@ class FrontServicer(front_pb2_grpc.FrontServiceServicer):
         async def one(s: ShardClient) -> list[common_pb2.Record]:
             q = await s.call("ix", "Query", index_pb2.IndexQueryRequest(topic=topic, key=key, begin_ms=begin,
                                                                         end_ms=end, max_num=max_num))  # fmt: skip
-            if not q.physical_offsets:
+            offsets = list(dict.fromkeys(q.physical_offsets))  # a restart re-indexes the last message: once is enough
+            if not offsets:
                 return []
-            rd = await s.call("cl", "Read", commitlog_pb2.ReadRequest(offsets=q.physical_offsets, skip_missing=True))
+            rd = await s.call("cl", "Read", commitlog_pb2.ReadRequest(offsets=offsets, skip_missing=True))
             # index hashes can collide: check what the records really hold
             return [r for r in rd.records if r.topic == topic and matches(r) and begin <= r.store_timestamp <= end]
 

@@ -189,3 +189,16 @@ def test_health_and_reflection_on_every_server(stack):
 def test_store_status(client):
     (s,) = client.store_status()
     assert s.state == "SERVING" and s.writable and s.wrote_offset == s.flushed_offset and s.reput_offset >= 0
+
+
+def test_a_message_indexed_twice_is_answered_once(tmp_path):
+    """Reopening a store indexes its last message again (as RocketMQ does); the
+    front answers each message once."""
+    cfg = small_config()
+    with LocalStack(tmp_path, cfg) as st, FrontClient(st.front_endpoint) as c:
+        assert st.wait_ready(30)
+        c.send("Twice", [b"only"], keys="dup")
+        wait_dispatched(c)
+    with LocalStack(tmp_path, cfg) as st, FrontClient(st.front_endpoint) as c:
+        assert st.wait_ready(30)
+        assert [r.body for r in c.query_by_key("Twice", "dup")] == [b"only"]
