@@ -407,6 +407,111 @@ class IndexFileView:
             n = prev
         return found
 
+    def damage(self, *, prev_end_phy_offset: int = -1, deep: bool = True, deep_limit: int = 1 << 21) -> str | None:
+        """Why these bytes are not a file a sequence of putKey calls could have
+        written, or None. ``prev_end_phy_offset``: the previous file's end offset
+        (-1 for the first file); entries continue the commitlog order from there.
+
+        Always (a few bytes): index_count in range, the header's begin/end offsets
+        are the first/last entry's (a file with no entries starts at the previous
+        file's end, the first-entry quirk), begin time <= end time, hash_slot_count
+        <= entries. With ``deep`` and at most ``deep_limit`` entries, also every entry
+        and slot, in O(entries + slots): offsets never decrease, key hashes >= 0,
+        each entry's prev is the entry before it in its slot, each slot holds its
+        newest entry (0 if none) and hash_slot_count counts the chain starts. Files
+        with more entries get the cheap part of that on their newest ``deep_limit``
+        entries (the end a crash or a torn write would damage)."""
+        buf = self._buf
+        h = IndexHeader.decode(buf)
+        if not 0 <= h.index_count <= self._max_entries:
+            return f"index_count {h.index_count} is outside 0..{self._max_entries}"
+        n = h.entries
+        if n == 0:  # begin = end = the previous file's end (any, for the oldest file left)
+            want = h.begin_phy_offset if prev_end_phy_offset < 0 else prev_end_phy_offset
+            if h.begin_phy_offset != want or h.end_phy_offset != want or h.begin_timestamp != h.end_timestamp:
+                return f"an empty file's begin/end offsets {h.begin_phy_offset}/{h.end_phy_offset} are not {want}"
+            return None
+        first = _ENTRY.unpack_from(buf, self._entries_at + INDEX_ENTRY_BYTES)
+        last = _ENTRY.unpack_from(buf, self._entries_at + n * INDEX_ENTRY_BYTES)
+        if h.begin_phy_offset != first[1] or h.end_phy_offset != last[1]:
+            return (f"begin/end offsets {h.begin_phy_offset}/{h.end_phy_offset} are not the first/last entry's "
+                    f"({first[1]}/{last[1]})")  # fmt: skip
+        if first[1] < prev_end_phy_offset:
+            return f"the first entry points at {first[1]}, before the previous file's end {prev_end_phy_offset}"
+        if h.begin_timestamp > h.end_timestamp:
+            return f"begin time {h.begin_timestamp} is after end time {h.end_timestamp}"
+        if not 0 < h.hash_slot_count <= n:
+            return f"hash_slot_count {h.hash_slot_count} with {n} entries"
+        if not deep:
+            return None
+        lo = max(1, n + 1 - deep_limit)
+        e = np.frombuffer(buf, INDEX_ENTRY_DTYPE, n + 1 - lo, self._entries_at + lo * INDEX_ENTRY_BYTES)
+        hashes, phys, prev = e["key_hash"].astype(np.int64), e["phy_offset"].astype(np.int64), e["prev"].astype(np.int64)
+        del e
+        numbers = np.arange(lo, n + 1)
+        if (np.diff(phys) < 0).any():
+            return "entry offsets decrease"
+        if (hashes < 0).any():
+            return "an entry has a negative key hash"
+        if ((prev < 0) | (prev >= numbers)).any():
+            return "an entry's prev is not an earlier entry"
+        if lo > 1:
+            return None  # too many entries for the chain check on every open
+        slots = hashes % self._hash_slots
+        linked = np.flatnonzero(prev > 0)
+        if (slots[prev[linked] - 1] != slots[linked]).any():
+            return "an entry's prev is in another slot"
+        if (np.bincount(prev[linked], minlength=n + 1) > 1).any():
+            return "an entry is the prev of two entries"
+        roots, ordered = np.sort(slots[prev == 0]), np.sort(slots)  # (np.unique is far slower here)
+        used = 1 + int(np.count_nonzero(np.diff(ordered)))
+        if len(roots) != used or (np.diff(roots) == 0).any():
+            return "a slot's entries do not form one chain"  # one chain start per slot used, and only one
+        if h.hash_slot_count != len(roots):
+            return f"hash_slot_count {h.hash_slot_count}, but {len(roots)} entries start a chain"
+        head = np.ones(n + 1, bool)
+        head[prev[linked]] = False
+        heads = np.flatnonzero(head[1:]) + 1  # the entries no later one links to: each slot's newest
+        nonzero = np.count_nonzero(np.frombuffer(buf, np.uint32, self._hash_slots, INDEX_HEADER_BYTES))
+        held = np.frombuffer(buf, ">i4", self._hash_slots, INDEX_HEADER_BYTES)[slots[heads - 1]]
+        if nonzero != used or (held != heads).any():
+            return "slots do not hold their newest entry (or an unused slot is not 0)"
+        return None
+
+    def drop_uncounted(self) -> int:
+        """Undo what a put cut short left in the slot table; returns the slots changed.
+
+        put_hashes writes entries, then slots, then the header, so a crash between
+        the last two leaves slots pointing at entries the header does not count
+        (numbers >= index_count). putKey would then read such a slot as a chain head
+        (one equal to index_count even as the new entry's own previous: a loop), and
+        the next put's chains would not be the ones putKey builds. Each such slot is
+        walked down its chain (the uncounted entries were written before the slots,
+        each pointing at a smaller number) to the newest counted entry, or 0. Not a
+        RocketMQ operation (RocketMQ never repairs an index file)."""
+        buf, n_slots, max_entries = self._buf, self._hash_slots, self._max_entries
+        count = min(self._index_count(), max_entries)
+        table = np.frombuffer(buf, ">i4", n_slots, INDEX_HEADER_BYTES)
+        stale = np.flatnonzero(table >= count)
+        if not stale.size:
+            del table
+            return 0
+        heads = table[stale].astype(np.int64)
+        entries = np.frombuffer(buf, INDEX_ENTRY_DTYPE, max_entries, self._entries_at)
+        for _ in range(max_entries):  # each step moves every stale head one entry down its chain
+            walking = np.flatnonzero(heads >= count)
+            if not walking.size:
+                break
+            at = heads[walking]
+            inside = at < max_entries
+            prev = np.zeros(len(at), np.int64)
+            prev[inside] = entries["prev"][at[inside]]
+            prev[(prev <= 0) | (prev >= at)] = 0  # a chain only ever points back; anything else ends it
+            heads[walking] = prev
+        table[stale] = heads
+        del table, entries  # release the buffer exports
+        return int(stale.size)
+
     def entries_below(self, phy_offset: int) -> int:
         """How many entries, oldest first, come before the first one whose commitlog
         offset is >= ``phy_offset`` (entries are in commitlog order, so these are the

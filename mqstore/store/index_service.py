@@ -15,8 +15,9 @@ Two values leave the service:
 
     max_physical_offset   end_phy_offset of the last file (-1 without files): entries
                           with a smaller commitlog offset are taken as indexed already
-    index_msg_timestamp   the checkpoint's indexMsgTimestamp: end_timestamp of the last
-                          file that became full and was flushed; the caller persists it
+    index_msg_timestamp   the checkpoint's indexMsgTimestamp: the newest store time whose
+                          entries are all durable (a full file flushed, or any flush);
+                          the caller persists it
 
 Behaviour follows RocketMQ IndexService and DefaultMessageStore.CommitLogDispatcherBuildIndex
 (buildIndex, getAndCreateLastIndexFile, queryOffset, load, deleteExpiredFile), with these
@@ -26,10 +27,19 @@ differences, all on purpose:
   needs it (RocketMQ: at the next dispatched message, keys or not);
 * the writer flushes a file that became full itself before moving index_msg_timestamp
   (RocketMQ: a background thread), and ``close`` flushes every file (as 5.x does);
+* ``flush`` moves index_msg_timestamp too (every entry put so far is durable then), and
+  an abnormal load deletes only files that began after it; the last file may hold
+  entries put after that flush, which the caller cuts with ``truncate`` (from the
+  commitlog offset recovery starts at) and re-dispatch puts again. RocketMQ deletes the
+  whole unflushed file, so after a crash it re-indexes everything that file held:
+  gigabytes, on a store whose checkpoint is seconds old;
 * a file whose size differs from the configured one is refused (RocketMQ maps it anyway),
   ``*.tmp`` leftovers are removed and names that are not 17 digits are ignored;
 * a new name that would equal or sort before the last one (same millisecond, clock set
   back) becomes the last name plus 1 ms, so name order stays creation order;
+* after an abnormal exit, slots of the last file that point at entries its header does
+  not count (a put cut short between slots and header) are walked back to counted
+  ones (IndexFileView.drop_uncounted), so the re-dispatched puts build true chains;
 * ``truncate`` has no RocketMQ counterpart (RocketMQ leaves index entries that point past
   a cut commitlog, and then skips the re-written messages below the stale end offset).
 """
@@ -184,14 +194,21 @@ class IndexService:
 
     # ------------------------------------------------------------------ lifecycle
 
-    def load(self, clean_shutdown: bool, index_msg_timestamp: int) -> IndexLoadReport:
+    def load(self, clean_shutdown: bool, index_msg_timestamp: int, *, repair: bool = False) -> IndexLoadReport:
         """Open the files (RocketMQ IndexService.load), oldest first.
 
         ``index_msg_timestamp`` is the checkpoint's value. After an abnormal exit
         (``clean_shutdown`` False) every file whose end_timestamp is above it is deleted:
         it was not flushed when full, usually the file being written. Every file must
         have ``file_bytes`` bytes: CorruptFileError names the first that does not, and
-        nothing is deleted then."""
+        nothing is deleted then.
+
+        ``repair`` (the store's open; its layout file makes the geometry certain):
+        instead of refusing, the first file of the wrong size, or whose header is not
+        one putKey could have written (IndexFileView.damage, each file against the one
+        before), is deleted with every later file, and so is a newest file whose
+        entries or slots are damaged (checked in full up to 2M entries). The store
+        then re-dispatches from the new last file's end, which rebuilds them."""
         with self._write_lock:
             if self._state is not _State.NEW:
                 raise RuntimeError(f"IndexService.load() runs once, on a new service (state {self._state.value})")
@@ -206,9 +223,15 @@ class IndexService:
                 else:
                     self._log.warning("stray_file_ignored", path=str(p))
             names.sort()
-            for name in names:
+            damaged: list[str] = []
+            for i, name in enumerate(names):
                 size = (self.directory / name).stat().st_size
                 if size != self.file_bytes:
+                    if repair:
+                        self._log.warning("index_file_damaged", file=name, reason=f"{size} bytes, expected {self.file_bytes}",
+                                          action="deleted with every later file; rebuilt from the commitlog")  # fmt: skip
+                        damaged, names = names[i:], names[:i]
+                        break
                     raise CorruptFileError(
                         f"{self.directory / name}: index file has {size} bytes, expected {self.file_bytes} "
                         f"({self.hash_slots} slots x {self.max_entries} entries); open the store with the "
@@ -217,23 +240,52 @@ class IndexService:
             files: list[_File] = []
             deleted: list[str] = []
             try:
-                for name in names:
+                prev_end = -1
+                for i, name in enumerate(names):
                     seg = Segment.open(self.directory / name, 0, self.file_bytes)
                     f = _File(name, seg, IndexFileView(seg.mm, self.hash_slots, self.max_entries))
-                    end_ts = f.view.header.end_timestamp
-                    if not clean_shutdown and end_ts > index_msg_timestamp:
-                        self._log.warning("unflushed_index_file_deleted", file=name, end_timestamp=end_ts,
+                    why = f.view.damage(prev_end_phy_offset=prev_end, deep=False) if repair else None
+                    if why is not None:
+                        self._log.warning("index_file_damaged", file=name, reason=why,
+                                          action="deleted with every later file; rebuilt from the commitlog")  # fmt: skip
+                        seg.close()
+                        damaged += names[i:]
+                        break
+                    begin_ts = f.view.header.begin_timestamp
+                    if not clean_shutdown and (begin_ts > index_msg_timestamp or index_msg_timestamp <= 0):
+                        # Nothing in it was ever flushed (files that began before the last
+                        # flush stay; the caller truncates what followed that flush).
+                        self._log.warning("unflushed_index_file_deleted", file=name, begin_timestamp=begin_ts,
                                           index_msg_timestamp=index_msg_timestamp)  # fmt: skip
                         seg.delete()
                         deleted.append(name)
                         continue
                     files.append(f)
+                    prev_end = f.view.header.end_phy_offset
             except BaseException:
                 for f in files:
                     f.seg.close()
                 raise
+            if files and not clean_shutdown and (fixed := files[-1].view.drop_uncounted()):
+                # A put cut short: its entries never counted, so the slots must not point at them.
+                files[-1].seg.sync()
+                self._log.warning("index_put_rolled_back", file=files[-1].name, slots=fixed,
+                                  entries=files[-1].view.header.entries)  # fmt: skip
+            while repair and files:
+                prev_end = files[-2].view.header.end_phy_offset if len(files) > 1 else -1
+                if (why := files[-1].view.damage(prev_end_phy_offset=prev_end)) is None:
+                    break
+                f = files.pop()
+                self._log.warning("index_file_damaged", file=f.name, reason=why, action="deleted; rebuilt from the commitlog")
+                f.seg.close()
+                damaged.append(f.name)
+            for name in damaged:
+                (self.directory / name).unlink(missing_ok=True)
+            deleted += damaged
             if deleted:
                 fsync_dir(self.directory)
+            if damaged:  # what is left is durable; the next file to fill moves the timestamp again
+                index_msg_timestamp = min(index_msg_timestamp, files[-1].view.header.end_timestamp if files else 0)
             with self._lock:
                 self._files = files
                 self._index_msg_timestamp = index_msg_timestamp
@@ -243,10 +295,14 @@ class IndexService:
 
     def flush(self) -> None:
         """Make every entry put so far durable (msync of the files written since the
-        last flush). Does not move ``index_msg_timestamp``: only full files do."""
+        last flush) and move ``index_msg_timestamp`` to the newest entry's store time."""
         with self._write_lock:
             self._check_open()
             self._flush_dirty()
+            if self._files and self._files[-1].view.header.entries:
+                with self._lock:
+                    self._index_msg_timestamp = max(self._index_msg_timestamp,
+                                                    self._files[-1].view.header.end_timestamp)  # fmt: skip
 
     def close(self) -> None:
         """Flush every file and unmap them (RocketMQ 5.x shutdown). Later calls raise
