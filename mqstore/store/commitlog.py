@@ -66,13 +66,15 @@ from mqstore.formats.message import (
     advances_queue_offset,
     blank_record,
     decode_record,
+    record_fields,
     record_heads,
     scan_records,
     topic_field,
 )
+from mqstore.formats.javahash import java_hash_of_ranges, java_string_hash
 from mqstore.formats.msgid import Host, UniqKeyGenerator, encode_host, offset_msg_id_prefix
 from mqstore.formats.names import check_topic, file_name_to_offset
-from mqstore.formats.properties import MAX_PROPERTIES_BYTES, serialize_properties
+from mqstore.formats.properties import MAX_PROPERTIES_BYTES, locate_properties, serialize_properties
 from mqstore.store import faults
 from mqstore.store.checkpoint_file import read_checkpoint, write_checkpoint
 from mqstore.store.clock import Clock, SystemClock
@@ -179,6 +181,17 @@ class _Prepared:
         self.sizes: np.ndarray = sizes
 
 
+def _tags_codes(buf, f: RecordFields) -> np.ndarray:
+    """ConsumeQueue tagsCode of each record (Java hashCode of TAGS, 0 without), as the
+    dispatcher computes it."""
+    ((ts, te),) = locate_properties(buf, f.properties_at, f.properties_len, [b"TAGS"])
+    has = ts >= 0
+    codes, non_ascii = java_hash_of_ranges(buf, np.where(has, ts, 0), np.where(has, te, 0))
+    for i in np.flatnonzero(non_ascii).tolist():
+        codes[i] = java_string_hash(buf[int(ts[i]) : int(te[i])].decode("utf-8", "replace"))
+    return np.asarray(codes, np.int64)
+
+
 def _broadcast(value, n: int) -> list:
     if value is None or isinstance(value, (str, bytes, int, Host, dict)):
         return [value] * n
@@ -252,6 +265,7 @@ class CommitLog:
                 self._segments, checkpoint, clean_shutdown=clean, check_crc=cfg.check_crc_on_recover,
                 rebuild_queue_offsets=not self._derived_offsets, progress=self._progress,
             )  # fmt: skip
+            checkpoint = self._distrust_checkpoint_ahead(checkpoint, clean)
             # Whatever recovery kept is made durable before anything new is acknowledged
             # (segments before the recovery start were flushed before the checkpoint said so).
             start = file_name_to_offset(self.recovery.start_segment) if self.recovery.start_segment else 0
@@ -286,6 +300,32 @@ class CommitLog:
         self._closed = False
         self._flusher.start()
         log.info("commitlog_opened", store=str(self.store_dir), wrote=self._wrote, flush_mode=cfg.flush_mode.value)
+
+    def _distrust_checkpoint_ahead(self, checkpoint: Checkpoint, clean: bool) -> Checkpoint:
+        """A checkpoint timestamp later than the newest record is impossible (garbage
+        in the file, or flushed data lost): recovery after a crash would start too
+        late and the derived files would trust progress that never happened. Such
+        timestamps are dropped (the physic one lowered to the newest record's), and
+        after an abnormal exit recovery walks again from the first segment."""
+        newest = self.recovery.last_store_timestamp
+        fields = {"physic_msg_timestamp": checkpoint.physic_msg_timestamp,
+                  "logics_msg_timestamp": checkpoint.logics_msg_timestamp,
+                  "index_msg_timestamp": checkpoint.index_msg_timestamp}  # fmt: skip
+        ahead = {k: v for k, v in fields.items() if v > newest}
+        if not newest or not ahead:
+            return checkpoint
+        log.warning("checkpoint_ahead_of_data", newest_store_timestamp=newest, **ahead,
+                    action="ignored" + ("; recovery walks again from the first segment" if not clean else ""))  # fmt: skip
+        fixed = Checkpoint(
+            physic_msg_timestamp=min(checkpoint.physic_msg_timestamp, newest),
+            logics_msg_timestamp=0 if "logics_msg_timestamp" in ahead else checkpoint.logics_msg_timestamp,
+            index_msg_timestamp=0 if "index_msg_timestamp" in ahead else checkpoint.index_msg_timestamp,
+            master_flushed_offset=checkpoint.master_flushed_offset, confirm_phy_offset=checkpoint.confirm_phy_offset,
+        )  # fmt: skip
+        if not clean:
+            self.recovery = recover(self._segments, Checkpoint(), clean_shutdown=False, check_crc=self.config.check_crc_on_recover,
+                                    rebuild_queue_offsets=not self._derived_offsets, progress=self._progress)  # fmt: skip
+        return fixed
 
     # ------------------------------------------------------------------ append
 
@@ -816,35 +856,73 @@ class CommitLog:
             pos = nxt
         return ScanChunk(_NO_OFFSETS, _NO_OFFSETS, _NO_FIELDS, b"", pos)
 
-    def matching_units(self, physical_offsets: np.ndarray, sizes: np.ndarray, queue_id: int, first_queue_offset: int) -> int:
+    def matching_units(self, physical_offsets: np.ndarray, sizes: np.ndarray, queue_id: int, first_queue_offset: int, *,
+                       topic: str | None = None, tags_codes: np.ndarray | None = None, check_from: int = 0) -> int:  # fmt: skip
         """How many leading consume-queue units (of one queue, from queue offset
         ``first_queue_offset``) point at a record of exactly that size, queue id and
         queue offset, in increasing commitlog order. Pre-blank units (0, 0x7FFFFFFF)
-        pass. Recovery cuts a queue at the first unit that does not."""
+        pass. Recovery cuts a queue at the first unit that does not.
+
+        With ``topic`` the record must be of that topic, with ``tags_codes`` its TAGS
+        must hash to the unit's tagsCode. Units pointing below ``check_from`` are only
+        checked to lie inside the commitlog, in order (their records are not read)."""
         n = len(physical_offsets)
         if n == 0:
             return 0
         phys = np.asarray(physical_offsets, np.int64)
         sizes = np.asarray(sizes, np.int64)
         blank = (phys == 0) & (sizes == 0x7FFFFFFF)
-        ok = blank | ((phys >= self.min_offset) & (sizes > 0) & (phys + sizes <= self._wrote))
+        ok = blank | self.units_match(
+            phys, sizes, np.full(n, queue_id, np.int64), first_queue_offset + np.arange(n),
+            topics=None if topic is None else [topic], topic_index=np.zeros(n, np.int64),
+            tags_codes=None if tags_codes is None else np.asarray(tags_codes, np.int64), check_from=check_from,
+        )  # fmt: skip
         real = np.flatnonzero(~blank)
         if len(real) > 1:
             ok[real[1:]] &= phys[real[1:]] > phys[real[:-1]]
-        want_qo = first_queue_offset + np.arange(n)
-        seg_bytes = self.config.segment_bytes
-        first_base = self._segments.min_offset
-        check = np.flatnonzero(ok & ~blank)
-        seg_index = (phys[check] - first_base) // seg_bytes
-        for s in np.unique(seg_index).tolist():
-            sel = check[seg_index == s]
-            seg = self._segments.segments[s]
-            head = record_heads(seg.mm, phys[sel] - seg.base_offset)
-            good = (head["total_size"] == sizes[sel]) & (head["queue_id"] == queue_id) & (head["queue_offset"] == want_qo[sel])
-            good &= (head["magic"] == MAGIC_V1) | (head["magic"] == MAGIC_V2)
-            ok[sel] &= good
         bad = np.flatnonzero(~ok)
         return int(bad[0]) if bad.size else n
+
+    def units_match(self, phys: np.ndarray, sizes: np.ndarray, queue_ids: np.ndarray, queue_offsets: np.ndarray, *,
+                    topics: list[str] | None = None, topic_index: np.ndarray | None = None,
+                    tags_codes: np.ndarray | None = None, check_tags: np.ndarray | None = None,
+                    check_from: int = 0) -> np.ndarray:  # fmt: skip
+        """Per consume-queue unit (any queues, any order; int64 columns): does it lie
+        inside the commitlog and point at a record of exactly that size, queue id and
+        queue offset (and, with ``topics``, of topic ``topics[topic_index[i]]``; with
+        ``tags_codes``, whose TAGS hash to it where ``check_tags`` is true)? Records
+        below ``check_from`` are not read: their units only have to lie inside. One
+        pass per segment touched, for units of every queue at once (recovery checks
+        thousands of queues)."""
+        ok = (phys >= self.min_offset) & (sizes > 0) & (phys + sizes <= self._wrote)
+        check = np.flatnonzero(ok & (phys >= check_from))
+        if not check.size:
+            return ok
+        seg_bytes = self.config.segment_bytes
+        segs = self._segments.segments
+        first_base = segs[0].base_offset
+        seg_index = (phys[check] - first_base) // seg_bytes
+        order = np.argsort(seg_index, kind="stable")
+        check, seg_index = check[order], seg_index[order]
+        bounds = np.flatnonzero(np.diff(seg_index)) + 1
+        want_topic = None if topics is None else np.array(topics, object)[topic_index]
+        for sel in np.split(check, bounds):
+            seg = segs[int((phys[sel[0]] - first_base) // seg_bytes)]
+            head = record_heads(seg.mm, phys[sel] - seg.base_offset)
+            good = (head["total_size"] == sizes[sel]) & (head["queue_id"] == queue_ids[sel])
+            good &= (head["queue_offset"] == queue_offsets[sel]) & ((head["magic"] == MAGIC_V1) | (head["magic"] == MAGIC_V2))
+            if (want_topic is not None or tags_codes is not None) and good.any():
+                real = sel[good]
+                f = record_fields(seg.mm, phys[real] - seg.base_offset)
+                same = np.ones(len(real), bool)
+                if want_topic is not None:
+                    same &= np.array(f.topics, object)[f.topic_codes] == want_topic[real]
+                if tags_codes is not None:
+                    tags_ok = _tags_codes(seg.mm, f) == tags_codes[real]
+                    same &= tags_ok if check_tags is None else (tags_ok | ~check_tags[real])
+                good[np.flatnonzero(good)[~same]] = False
+            ok[sel] &= good
+        return ok
 
     def _segment_for_read(self, offset: int):
         if not self._segments.min_offset <= offset < self._wrote:

@@ -24,6 +24,7 @@ full until recover()).
 
 from __future__ import annotations
 
+import errno
 import os
 import threading
 from collections.abc import Callable
@@ -99,15 +100,26 @@ class TruncateReport:
 def _valid_unit_count(seg: PooledFile) -> int:
     """How many valid units a file starts with, reading only as far as they go
     (4 KiB, then doubling): opening 200,000 queues must not read 6 MB each."""
-    count, chunk = 0, 4096 - 4096 % UNIT_SIZE
+    return _valid_units_and_rest(seg)[0]
+
+
+def _valid_units_and_rest(seg: PooledFile) -> tuple[int, int]:
+    """``_valid_unit_count``, and where the bytes read end (a page boundary or the
+    file's end) if any of those after the last valid unit is not zero (damage past
+    the units), else -1 - that position."""
+    count, chunk = 0, 4096
     while count * UNIT_SIZE < seg.size:
-        n = min(chunk, seg.size - count * UNIT_SIZE)
-        got = len(decode_units(seg.read(count * UNIT_SIZE, n)))
+        start = count * UNIT_SIZE
+        end = min(seg.size, (start + chunk) // 4096 * 4096)
+        raw = seg.read(start, end - start)
+        full = len(raw) // UNIT_SIZE
+        got = len(decode_units(raw[: full * UNIT_SIZE]))
         count += got
-        if got * UNIT_SIZE < n:
-            break
+        if got < full or end == seg.size:
+            rest = raw[got * UNIT_SIZE :]
+            return count, -1 - end if rest == bytes(len(rest)) else end
         chunk *= 2
-    return count
+    return count, -1 - seg.size
 
 
 class ConsumeQueue:
@@ -124,7 +136,7 @@ class ConsumeQueue:
 
     def __init__(
         self, store_dir: str | Path, topic: str, queue_id: int, *, file_bytes: int = DEFAULT_FILE_BYTES,
-        preallocate: bool = True, pool: FilePool | None = None, fresh: bool = False,
+        preallocate: bool = True, pool: FilePool | None = None, fresh: bool = False, repair: bool = False,
     ) -> None:  # fmt: skip
         """Open (creating the directory if needed) the queue's files.
 
@@ -136,6 +148,11 @@ class ConsumeQueue:
         file must have that size (CorruptFileError otherwise, naming the file). Leftover
         ``*.tmp`` files of an interrupted file creation are removed, an empty last file is
         removed (as RocketMQ's load does), names that are not 20-digit offsets are ignored.
+
+        ``repair`` (the store's open, whose layout file makes ``file_bytes`` certain): a
+        last file of the wrong size (truncated or grown by damage) is resized to
+        ``file_bytes`` with a warning instead of refused; recovery then cuts whatever
+        units it lost or gained, and the store re-dispatches them.
         """
         self.directory = queue_dir(store_dir, topic, queue_id)
         self.topic = topic
@@ -155,8 +172,9 @@ class ConsumeQueue:
         self._flushed = 0
         self._max_phys = -1
         self._closed = False
+        self._last_file_blocks: tuple[str, int] | None = None  # (name, st_blocks) of the last file at open
         if not fresh:
-            self._load()
+            self._load(repair)
 
     @property
     def _log(self):  # bound on use: most queues never log, and 200,000 bound loggers cost memory
@@ -164,7 +182,7 @@ class ConsumeQueue:
 
     # ------------------------------------------------------------------ open
 
-    def _load(self) -> None:
+    def _load(self, repair: bool = False) -> None:
         try:
             names = os.listdir(self.directory)
         except FileNotFoundError:
@@ -180,13 +198,19 @@ class ConsumeQueue:
             except ValueError:
                 self._log.warning("stray_file_ignored", path=f"{self.directory}/{name}")
         bases.sort()
-        sizes = [os.stat(self.directory / offset_to_file_name(b)).st_size for b in bases]  # one stat per file
+        stats = [os.stat(self.directory / offset_to_file_name(b)) for b in bases]  # one stat per file
+        sizes = [st.st_size for st in stats]
         if bases and sizes[-1] == 0:
             last = self.directory / offset_to_file_name(bases[-1])
             self._log.warning("empty_file_removed", path=str(last))
             last.unlink()
             bases.pop()
             sizes.pop()
+        if repair and bases and sizes[-1] != self.file_bytes and not bases[-1] % self.file_bytes:
+            last = self.directory / offset_to_file_name(bases[-1])
+            self._log.warning("consume_queue_file_resized", path=str(last), size=sizes[-1], expected=self.file_bytes)
+            os.truncate(last, self.file_bytes)
+            sizes[-1] = self.file_bytes
         files = []
         try:
             for i, (base, size) in enumerate(zip(bases, sizes, strict=True)):
@@ -209,6 +233,7 @@ class ConsumeQueue:
         if not files:
             return
         last = files[-1]
+        self._last_file_blocks = (last.path.name, stats[len(files) - 1].st_blocks)  # see _data_after
         self._wrote = last.base_offset + _valid_unit_count(last) * UNIT_SIZE
         self._flushed = self._wrote
         self._min = self._first_real_byte(files[0].base_offset)
@@ -692,8 +717,15 @@ class ConsumeQueue:
                     cut = seg.base_offset + n * UNIT_SIZE
                     break
             if cut is None:
-                cut = files[-1].base_offset + _valid_unit_count(files[-1]) * UNIT_SIZE
-                deleted = self._cut(cut) if zero_tail else []
+                count, read_to = _valid_units_and_rest(files[-1])
+                cut = files[-1].base_offset + count * UNIT_SIZE
+                if zero_tail:
+                    deleted = self._cut(cut)
+                elif read_to >= 0 or self._data_after(files[-1], -1 - read_to):
+                    self._log.warning("bytes_after_last_unit_zeroed", at=cut // UNIT_SIZE, file=files[-1].path.name)
+                    deleted = self._cut(cut)
+                else:
+                    deleted = []
             else:
                 deleted = self._cut(cut)
             if deleted or cut != self._wrote:
@@ -703,6 +735,24 @@ class ConsumeQueue:
             self._min = min(self._min, cut)
             self._max_phys = self._last_real_end()
             return TruncateReport(cut // UNIT_SIZE, self._max_phys, 0, tuple(deleted))
+
+    def _data_after(self, seg: PooledFile, pos: int) -> bool:
+        """Whether the last file ``seg`` holds data from ``pos`` (a page boundary past
+        the last unit) on: damage, nothing is ever written there. Cheap, for every
+        queue on every open: units are written from the file's start, so a sparse
+        file whose allocated blocks (counted when the queue was opened) do not reach
+        past ``pos`` has none; else lseek(SEEK_DATA) tells."""
+        if pos >= seg.size or not seg.sparse:
+            return False
+        known = self._last_file_blocks
+        if known is not None and known[0] == seg.path.name and known[1] * 512 <= pos:
+            return False
+        with seg._fd_in_use() as fd:  # noqa: SLF001  # the pooled descriptor reads use
+            try:
+                os.lseek(fd, pos, os.SEEK_DATA)
+            except OSError as e:  # ENXIO: only a hole follows
+                return e.errno != errno.ENXIO
+        return True
 
     def truncate_at(self, queue_offset: int) -> TruncateReport:
         """Drop every unit from ``queue_offset`` on (recovery found them not to match

@@ -4,6 +4,13 @@ Queues are opened lazily on first use and kept open; ``load`` opens the ones on
 disk (``consumequeue/<topic>/<queueId>``; names that are not a valid topic or
 queue id are skipped with a warning, as RocketMQ ignores them).
 
+Damage the store repairs on open (``load(repair=True)`` and ``recover``): a queue
+whose files cannot be opened is discarded, one whose units disagree with the
+commitlog is cut at the first bad unit, one with fewer units than the commitlog has
+records for it is noted; ``rebuild_from`` then says from which commitlog offset the
+store must re-dispatch so that the dispatcher rebuilds what went (units it already
+holds are skipped, so re-dispatching more is harmless).
+
 Who calls what: the dispatcher thread calls ``dispatch`` and ``flush``; recovery
 calls ``load``, ``recover`` and ``truncate_dirty`` before the dispatcher starts;
 readers call ``get`` from any thread.
@@ -12,6 +19,7 @@ readers call ``get`` from any thread.
 from __future__ import annotations
 
 import os
+import shutil
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -19,15 +27,16 @@ from pathlib import Path
 import numpy as np
 import structlog
 
-from mqstore.errors import InvalidTopicError
-from mqstore.formats.consume_queue import UNIT_SIZE, encode_units
+from mqstore.errors import CorruptFileError, InvalidTopicError
+from mqstore.formats.consume_queue import UNIT_DTYPE, UNIT_SIZE, encode_units, is_pre_blank
 from mqstore.formats.message import advances_queue_offset
 from mqstore.formats.names import check_topic
 from mqstore.store.commitlog import CommitLog
 from mqstore.store.consume_queue import ConsumeQueue
 from mqstore.store.dispatch import DispatchBatch
 from mqstore.store.file_pool import FilePool
-from mqstore.store.mapped_file import sync_file_system
+from mqstore.store.mapped_file import fsync_dir, sync_file_system
+from mqstore.store.schedule import SCHEDULE_TOPIC
 
 log = structlog.get_logger(__name__)
 
@@ -38,6 +47,7 @@ _WRITE_OUT_SERIAL_UP_TO = 64  # more queues than this are written out by _WRITER
 _WRITER_THREADS = 4
 _WRITE_OUT_PAGE = 4096  # the every-second write-behind skips queues with less buffered...
 _BUFFER_BUDGET = 64 << 20  # ...unless all queues together buffer more than this
+_CHECK_BATCH_UNITS = 1 << 20  # recovery checks the queues' tails against the commitlog this many units at a time
 
 
 def _write_behind_all(queues: list[ConsumeQueue]) -> None:
@@ -57,12 +67,24 @@ class ConsumeQueues:
         self._dirty: set[ConsumeQueue] = set()  # queues with units buffered since the last write_behind
         self._writers: ThreadPoolExecutor | None = None
         self._loaded = False
+        self._repair = False
         self.last_dispatched_timestamp = 0  # store time of the newest unit written
+        # The commitlog offset from which records must be dispatched again to rebuild
+        # what load/recover cut or discarded (-1: from the commitlog's min offset);
+        # None: nothing to rebuild.
+        self.rebuild_from: int | None = None
 
-    def load(self) -> None:
+    def load(self, *, repair: bool = False) -> None:
         """Open every queue on disk, a few topics at a time on the writer threads (each
         queue is a directory listing, a stat and a read or three: on a cold disk these
-        wait on metadata reads, which overlap across threads)."""
+        wait on metadata reads, which overlap across threads).
+
+        ``repair`` (the store's open): a last file of the wrong size is resized
+        (ConsumeQueue ``repair``); a queue whose files still cannot be opened (a gap, a
+        misnamed or wrongly sized earlier file) is deleted with a warning and rebuilt
+        from the commitlog (``rebuild_from``). Without it such a queue raises
+        CorruptFileError."""
+        self._repair = repair
         self._loaded = True  # from now on a queue not in self._queues has no directory
         root = self._store_dir / CONSUME_QUEUE_DIR
         if not root.is_dir():
@@ -89,7 +111,17 @@ class ConsumeQueues:
                 if not (name.isdigit() and int(name) <= 65535):
                     log.warning("consume_queue_dir_ignored", path=str(root / topic / name))
                     continue
-                self.get(topic, int(name))
+                if not self._repair:
+                    self.get(topic, int(name))
+                    continue
+                try:
+                    self.get(topic, int(name), repair=True)
+                except CorruptFileError as e:
+                    log.warning("consume_queue_discarded", topic=topic, queue_id=int(name), reason=str(e),
+                                action="deleted; rebuilt from the commitlog")  # fmt: skip
+                    shutil.rmtree(root / topic / name)
+                    fsync_dir(root / topic)
+                    self._rebuild_from(-1)
 
     def _on_writers(self, work, items: list) -> None:
         """Run ``work`` over ``items`` split across the writer threads (in this thread
@@ -102,7 +134,11 @@ class ConsumeQueues:
         for done in [self._writers.submit(work, items[i::_WRITER_THREADS]) for i in range(_WRITER_THREADS)]:
             done.result()
 
-    def get(self, topic: str, queue_id: int, *, new: bool = False) -> ConsumeQueue:
+    def _rebuild_from(self, offset: int) -> None:
+        with self._lock:
+            self.rebuild_from = offset if self.rebuild_from is None else min(self.rebuild_from, offset)
+
+    def get(self, topic: str, queue_id: int, *, new: bool = False, repair: bool = False) -> ConsumeQueue:
         """The queue of (topic, queue_id), opened (and created) on first use. ``new``:
         the caller knows it is not on disk (the dispatcher, for a queue ``load`` did
         not find), so opening it touches no file."""
@@ -115,7 +151,7 @@ class ConsumeQueues:
                     # Sparse files, as RocketMQ's setLength makes them: 200,000 queues x 6 MB
                     # pre-allocated would be 1.2 TB of blocks for nothing.
                     cq = ConsumeQueue(self._store_dir, topic, queue_id, file_bytes=self._file_bytes, pool=self.pool,
-                                      preallocate=False, fresh=new)  # fmt: skip
+                                      preallocate=False, fresh=new, repair=repair)  # fmt: skip
                     self._queues[key] = cq
         return cq
 
@@ -241,27 +277,95 @@ class ConsumeQueues:
         """offset+size of the newest unit over all queues (-1 if there is none)."""
         return max((cq.max_physical_offset for cq in self.all()), default=-1)
 
-    def recover(self, commitlog: CommitLog, *, verify_tail: bool) -> None:
+    def recover(self, commitlog: CommitLog, *, verify_tail: bool, check_from: int = 0) -> None:
         """Cut torn unit tails and every unit at or past the commitlog's valid end.
-        With ``verify_tail`` (after an abnormal exit) the last file's units are also
-        checked against their records (size, queue id, queue offset): garbage that
-        happens to look like units (offset >= 0, size > 0) is cut too, and the
-        dispatcher rebuilds what follows. Queues are recovered on the writer threads."""
-        self._on_writers(lambda queues: self._recover_queues(queues, commitlog, verify_tail), self.all())
+        Then the last file's units are checked against their records (size, topic,
+        queue id, queue offset, tagsCode): with ``verify_tail`` (after an abnormal
+        exit) all of them, else those pointing at or after ``check_from`` (the tail
+        recovery just read: no extra reads), the others only for lying inside the
+        commitlog; garbage that happens to look like units is cut too. A queue with
+        fewer units than the commitlog's records of it (recovery's queue-offset table)
+        or one cut here sets ``rebuild_from``, so the dispatcher rebuilds what
+        follows. Queues are recovered on the writer threads, their tails checked
+        together (one pass per segment for all queues)."""
+        if verify_tail:
+            check_from = 0
+        tails: list[tuple[ConsumeQueue, int, int, np.ndarray | None]] = []
+        self._on_writers(lambda queues: self._recover_queues(queues, commitlog, verify_tail, tails), self.all())
+        batch, units = [], 0
+        for tail in sorted(tails, key=lambda t: (t[0].topic, t[0].queue_id)):
+            batch.append(tail)
+            units += tail[2] - tail[1]
+            if units >= _CHECK_BATCH_UNITS:
+                self._check_tails(commitlog, batch, check_from)
+                batch, units = [], 0
+        self._check_tails(commitlog, batch, check_from)
+        expected = commitlog.recovery.queue_offsets
+        for cq in self.all():
+            if cq.max_offset < expected.get((cq.topic, cq.queue_id), 0):
+                if not verify_tail:  # after a crash, units still buffered in memory are expected to be lost
+                    log.warning("consume_queue_short", topic=cq.topic, queue_id=cq.queue_id, max_offset=cq.max_offset,
+                                records_up_to=expected[(cq.topic, cq.queue_id)], action="rebuilt from the commitlog")  # fmt: skip
+                self._rebuild_from(cq.max_physical_offset)
+        if not verify_tail:  # after a clean exit every queue with records was written: a missing one is damage
+            missing = sorted(k for k in expected if k not in self._queues)
+            if missing:
+                log.warning("consume_queue_missing", queues=missing[:20], count=len(missing), action="rebuilt from the commitlog")
+                self._rebuild_from(-1)
 
-    @staticmethod
-    def _recover_queues(queues: list[ConsumeQueue], commitlog: CommitLog, verify_tail: bool) -> None:
+    def _recover_queues(self, queues: list[ConsumeQueue], commitlog: CommitLog, verify_tail: bool,
+                        tails: list[tuple[ConsumeQueue, int, int, np.ndarray | None]]) -> None:  # fmt: skip
+        found = []
         for cq in queues:
             cq.recover(zero_tail=verify_tail)
             cq.truncate_dirty(commitlog.wrote)
             cq.correct_min_offset(commitlog.min_offset)
-            if verify_tail and cq.max_offset > cq.min_offset:
+            if cq.max_offset > cq.min_offset:
                 per_file = cq.file_bytes // UNIT_SIZE  # the last file's units (a full one when it just filled)
-                start = max(cq.min_offset, cq.max_offset - (cq.max_offset % per_file or per_file))
-                units = cq.read_units(start, cq.max_offset - start)
-                good = commitlog.matching_units(units["commitlog_offset"], units["size"], cq.queue_id, start)
-                if good < len(units):
-                    cq.truncate_at(start + good)
+                start, end = max(cq.min_offset, cq.max_offset - (cq.max_offset % per_file or per_file)), cq.max_offset
+                # Small tails are read here, on the writer threads; big ones when checked (bounded memory).
+                found.append((cq, start, end, cq.read_units(start, end - start) if end - start <= 4096 else None))
+        with self._lock:
+            tails.extend(found)
+
+    def _check_tails(self, commitlog: CommitLog, tails: list[tuple[ConsumeQueue, int, int, np.ndarray | None]],
+                     check_from: int) -> None:  # fmt: skip
+        """Check the units [start, end) of each (queue, start, end, units or None)
+        against the commitlog at once; cut each queue at its first unit that does not
+        match."""
+        if not tails:
+            return
+        units = np.frombuffer(b"".join([(u if u is not None else cq.read_units(start, end - start)).tobytes()
+                                        for cq, start, end, u in tails]), UNIT_DTYPE)  # fmt: skip
+        lens = np.array([end - start for _, start, end, _ in tails], np.int64)
+        first = np.concatenate(([0], np.cumsum(lens)[:-1]))
+        which = np.repeat(np.arange(len(tails)), lens)
+        queue_offsets = np.repeat(np.array([t[1] for t in tails], np.int64), lens) + np.arange(len(units)) - first[which]
+        names = sorted({t[0].topic for t in tails})
+        code = {t: i for i, t in enumerate(names)}
+        topic_index = np.repeat(np.array([code[t[0].topic] for t in tails], np.int64), lens)
+        queue_ids = np.repeat(np.array([t[0].queue_id for t in tails], np.int64), lens)
+        check_tags = np.repeat(np.array([t[0].topic != SCHEDULE_TOPIC for t in tails]), lens)  # there: a deliver time
+        phys, sizes = units["commitlog_offset"].astype(np.int64), units["size"].astype(np.int64)
+        blank = is_pre_blank(units)
+        ok = blank | commitlog.units_match(phys, sizes, queue_ids, queue_offsets, topics=names, topic_index=topic_index,
+                                           tags_codes=units["tags_code"].astype(np.int64), check_tags=check_tags,
+                                           check_from=check_from)  # fmt: skip
+        real = np.flatnonzero(~blank)
+        if len(real) > 1:  # inside one queue, real units point ever further into the commitlog
+            same = which[real[1:]] == which[real[:-1]]
+            ok[real[1:]] &= ~same | (phys[real[1:]] > phys[real[:-1]])
+        bad = np.flatnonzero(~ok)
+        if not bad.size:
+            return
+        queues, at = np.unique(which[bad], return_index=True)
+        for q, b in zip(queues.tolist(), bad[at].tolist()):
+            cq, start = tails[q][0], tails[q][1]
+            cut = start + b - int(first[q])
+            cq.truncate_at(cut)
+            log.warning("consume_queue_units_mismatch", topic=cq.topic, queue_id=cq.queue_id, at=cut,
+                        action="cut there; rebuilt from the commitlog")  # fmt: skip
+            self._rebuild_from(cq.max_physical_offset)
 
     def close(self) -> None:
         if self._writers is not None:
