@@ -20,6 +20,7 @@ Who calls what: any thread may append and read; ``close`` once, last.
 
 from __future__ import annotations
 
+import os
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,17 +32,28 @@ from mqstore.errors import ConfigError, OffsetError, StoreClosedError
 from mqstore.formats.javahash import tags_code
 from mqstore.formats.message import MessageRecord
 from mqstore.formats.msgid import parse_offset_msg_id
+from mqstore.formats.names import file_name_to_offset
 from mqstore.store.clock import Clock, SystemClock
 from mqstore.store.commitlog import CommitLog
 from mqstore.store.config import FlushMode, StoreConfig
-from mqstore.store.config_files import ConsumerOffsets, TopicConfigs, parse_delay_levels
+from mqstore.store.config_files import (
+    BAK_SUFFIX,
+    CONSUMER_OFFSET_FILE,
+    DELAY_OFFSET_FILE,
+    TOPICS_FILE,
+    ConsumerOffsets,
+    TopicConfigs,
+    inspect_config_file,
+    parse_delay_levels,
+)
 from mqstore.store.consume_queues import CONSUME_QUEUE_DIR, ConsumeQueues
 from mqstore.store.dispatch import ReputLoop
 from mqstore.store.index_service import IndexService
 from mqstore.store.layout import resolve_layout
 from mqstore.store.recovery import RecoveryProgress
 from mqstore.store.retention import Retention, RetentionConfig
-from mqstore.store.schedule import DelayScheduler, rewrite_delayed
+from mqstore.store.mapped_file import fsync_dir
+from mqstore.store.schedule import SCHEDULE_TOPIC, DelayScheduler, rewrite_delayed
 from mqstore.store.messages import AppendResult, MessageBatch
 
 log = structlog.get_logger(__name__)
@@ -118,6 +130,7 @@ class MessageStore:
         self._rr: dict[str, int] = {}
         self._rr_lock = threading.Lock()
         try:
+            unusable = self._set_aside_unusable_configs()
             self.consumer_offsets = ConsumerOffsets(self.store_dir)
             self.topics = TopicConfigs(self.store_dir, clock=self._clock)
             for name, tc in self.topics.all().items():
@@ -126,8 +139,11 @@ class MessageStore:
                 self.store_dir, file_bytes=cfg.consume_queue_file_bytes, max_open_files=cfg.max_open_queue_files
             )
             self.progress.set_phase("consume_queues")
-            self.consume_queues.load()
-            self.consume_queues.recover(self.commitlog, verify_tail=not self.commitlog.recovery.clean_shutdown)
+            self.consume_queues.load(repair=True)
+            self._rebuild_configs(unusable)
+            rec = self.commitlog.recovery
+            self.consume_queues.recover(self.commitlog, verify_tail=not rec.clean_shutdown,
+                                        check_from=file_name_to_offset(rec.start_segment) if rec.start_segment else 0)  # fmt: skip
             # Queue offsets continue from the consume queues too (RocketMQ takes them from
             # there): after retention removed every record of a queue, the segments alone
             # would restart it at 0.
@@ -137,7 +153,8 @@ class MessageStore:
             if cfg.message_index_enable:
                 self.index = IndexService(self.store_dir, hash_slots=cfg.index_hash_slots,
                                           max_entries=cfg.index_max_entries, clock=self._clock)  # fmt: skip
-                self.index.load(self.commitlog.recovery.clean_shutdown, self.commitlog.checkpoint.index_msg_timestamp)
+                self.index.load(self.commitlog.recovery.clean_shutdown, self.commitlog.checkpoint.index_msg_timestamp,
+                                repair=True)  # fmt: skip
                 self.index.truncate(self.commitlog.wrote)
                 sinks.append(self.index)
             reput_from = self._resume_offset()
@@ -149,6 +166,7 @@ class MessageStore:
             # Queues the catch-up rebuilt (derived files moved away by a repair) raise the table too.
             self.commitlog.raise_queue_offsets({(cq.topic, cq.queue_id): cq.max_offset for cq in self.consume_queues.all()})
             log.info("dispatch_recovered", reput_from=reput_from, records=caught_up, reput_offset=self.dispatcher.reput_offset)
+            self._clamp_consumer_offsets()
             self.scheduler = DelayScheduler(self, self._delays_ms)
             self.retention = Retention(
                 self.commitlog, self.consume_queues, reput_offset=lambda: self.dispatcher.reput_offset,
@@ -181,7 +199,65 @@ class MessageStore:
             candidates.append(max(self.index.max_physical_offset, self.commitlog.min_offset))
         if not rec.clean_shutdown and rec.start_segment is not None:
             candidates.append(int(rec.start_segment))
+        if self.consume_queues.rebuild_from is not None:  # queues recovery cut or discarded
+            candidates.append(self.consume_queues.rebuild_from)
         return max(min(candidates), self.commitlog.min_offset)
+
+    def _set_aside_unusable_configs(self) -> set[str]:
+        """Config files that neither parse nor have a usable .bak would start the store
+        with an empty table and stay unreadable: each is renamed to
+        ``<file>.corrupt`` (and its .bak to ``<file>.bak.corrupt``), to look at later,
+        and rebuilt once the store is open (``_rebuild_configs``). Returns their names."""
+        out = set()
+        for name in (CONSUMER_OFFSET_FILE, TOPICS_FILE, DELAY_OFFSET_FILE):
+            st = inspect_config_file(self.store_dir, name)
+            if st.source != "none" or st.problem is None:
+                continue
+            for path in (st.path, st.path.with_name(st.path.name + BAK_SUFFIX)):
+                if path.exists():
+                    os.replace(path, path.with_name(path.name + ".corrupt"))
+            fsync_dir(st.path.parent)
+            log.warning("config_file_set_aside", path=str(st.path), problem=st.problem,
+                        action=f"renamed to {st.path.name}.corrupt; rebuilt")  # fmt: skip
+            out.add(name)
+        return out
+
+    def _rebuild_configs(self, unusable: set[str]) -> None:
+        """Write the tables of the config files ``_set_aside_unusable_configs`` moved:
+        topics from the consume queues on disk (every topic with queues, as many
+        queues as its highest queue id), consumer offsets empty (groups then start
+        where their consumers' settings say), delay offsets by the scheduler at start."""
+        if TOPICS_FILE in unusable:
+            seen: dict[str, int] = {}
+            for topic, qid in self.consume_queues.keys():
+                if topic != SCHEDULE_TOPIC:
+                    seen[topic] = max(seen.get(topic, 0), qid + 1)
+            for topic, nums in sorted(seen.items()):
+                self.topics.create_or_update(topic, read_queue_nums=nums, write_queue_nums=nums)
+                self.commitlog.set_queue_nums(topic, nums)
+            log.warning("topic_configs_rebuilt", topics=len(seen), source="consume queues")
+        if CONSUMER_OFFSET_FILE in unusable:
+            self.consumer_offsets.persist()
+
+    def _clamp_consumer_offsets(self) -> None:
+        """A stored consumer offset past its queue's end (a damaged consumerOffset.json
+        that still parses; a queue cut by recovery) would skip the queue's next
+        messages: set it to the end, as a broker corrects an overflowing pull. Runs
+        once dispatch caught up, so every queue is as long as the commitlog makes it.
+        ``clamped_consumer_offsets`` lists (group, topic, queue id, old, new)."""
+        self.clamped_consumer_offsets: list[tuple[str, str, int, int, int]] = []
+        for group in self.consumer_offsets.groups():
+            for (topic, qid), offset in sorted(self.consumer_offsets.offsets(group).items()):
+                cq = self.consume_queues.find(topic, qid)
+                top = cq.max_offset if cq is not None else 0
+                if offset > top:
+                    log.warning("consumer_offset_past_end", group=group, topic=topic, queue_id=qid, offset=offset,
+                                max_offset=top, action="set to the max offset")  # fmt: skip
+                    try:
+                        self.consumer_offsets.commit(group, topic, qid, top)
+                        self.clamped_consumer_offsets.append((group, topic, qid, offset, top))
+                    except ValueError as e:  # a name the store would never have written: left alone
+                        log.warning("consumer_offset_left_alone", group=group, topic=topic, queue_id=qid, error=str(e))
 
     # ------------------------------------------------------------------ writes
 

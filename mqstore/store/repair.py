@@ -295,6 +295,7 @@ def _with_store_open(store: Path, plan: RepairPlan) -> list[str]:
         rec = s.commitlog.recovery
         done.append(f"opened the store: recovery kept the commitlog up to offset {rec.write_position}, the dispatcher "
                     f"dispatched {s.dispatcher.dispatched} records (consume-queue units, index entries)")  # fmt: skip
+        done += [f"set group {g!r}'s offset on {t}:{q} from {old} to {new}" for g, t, q, old, new in s.clamped_consumer_offsets]
         done += _clamp_consumer_offsets(s)
     done.append("closed the store")
     return done

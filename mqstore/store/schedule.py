@@ -24,6 +24,7 @@ from collections.abc import Callable
 import numpy as np
 import structlog
 
+from mqstore.errors import CorruptFileError
 from mqstore.formats.message import TRANSACTION_TYPE_MASK
 from mqstore.formats.properties import DELAY, REAL_QID, REAL_TOPIC, locate_properties
 from mqstore.store.config_files import DelayOffsets
@@ -108,7 +109,15 @@ class DelayScheduler:
         pos = max(self._offsets.commitlog_offset, cl.min_offset)
         found = 0
         while pos < cl.wrote:
-            chunk = cl.scan(pos)
+            try:
+                chunk = cl.scan(pos)
+            except CorruptFileError:
+                if pos == cl.min_offset:
+                    raise
+                # delayOffset.json names no record start (damaged): look at every record instead.
+                log.warning("delay_progress_position_invalid", commitlog_offset=pos, action="scanned from the commitlog's start")
+                pos = cl.min_offset
+                continue
             if len(chunk.sizes):
                 f = chunk.fields
                 ((s, e),) = locate_properties(chunk.buffer, f.properties_at, f.properties_len, [SCHEDULE_SOURCE.encode()])
