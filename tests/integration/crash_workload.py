@@ -1,0 +1,214 @@
+"""A MessageStore workload run in a child process that dies by SIGKILL, and the
+checks its parent makes on the store afterwards (shared by the crash tests).
+
+The child (``python -c WORKLOAD``) opens a small store under sync flush with the
+dispatcher, scheduler and retention objects running, then loops: append a batch of
+messages to two topics (two queues each), print one ``ack`` line per acknowledged
+batch on stdout; every few batches pull each queue from its committed offset,
+print a ``seen`` line, commit and persist the offsets; now and then update a
+topic (topics.json) and run retention once (it deletes the oldest segment). It
+ends only by being killed (a fault point in ``MQSTORE_FAULTS``, or its parent);
+if nothing kills it within ``max_seconds`` it exits with status 3.
+
+Stdout is a pipe, so every line printed before the kill reaches the parent.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from mqstore.store.config import FlushMode, StoreConfig
+from mqstore.store.message_store import MessageStore
+from mqstore.store.retention import RetentionConfig
+from mqstore.store.verify import verify_store
+from mqstore.store.verify.report import Severity
+
+SEGMENT_BYTES = 256 * 1024
+TOPICS = ("T0", "T1")
+QUEUES = 2
+GROUP = "g1"
+
+
+def store_config() -> StoreConfig:
+    """Small files everywhere: a rollover every ~60 batches, many queue and index files."""
+    return StoreConfig(
+        segment_bytes=SEGMENT_BYTES, flush_mode=FlushMode.SYNC, consume_queue_file_bytes=20 * 100,
+        index_hash_slots=64, index_max_entries=300, flush_consume_queue_interval_ms=100,
+        checkpoint_interval_ms=100,
+    )  # fmt: skip
+
+
+def retention_config() -> RetentionConfig:
+    """Everything not held by the dispatcher may go, one segment per run (the child
+    runs it by hand; the background loop would wait an hour)."""
+    every_hour = ";".join(f"{h:02d}" for h in range(24))
+    return RetentionConfig(file_reserved_hours=0, delete_when=every_hour, max_deletes_per_run=1,
+                           check_interval_ms=3_600_000)  # fmt: skip
+
+
+WORKLOAD = r"""
+import json, sys, time
+from pathlib import Path
+from mqstore.logging import configure_logging
+from mqstore.store.messages import MessageBatch, PutStatus
+from mqstore.store.message_store import MessageStore
+from tests.integration.crash_workload import GROUP, QUEUES, TOPICS, retention_config, store_config
+
+configure_logging(level="error")
+store_dir, opts = Path(sys.argv[1]), json.loads(sys.argv[2])
+batch, body_bytes = opts.get("batch", 8), opts.get("body_bytes", 400)
+retention_every, consume_every = opts.get("retention_every", 100), opts.get("consume_every", 5)
+deadline = time.monotonic() + opts.get("max_seconds", 25)
+store = MessageStore(store_dir, store_config(), retention=retention_config())
+round_ = opts.get("round", 0)
+out = sys.stdout
+committed = {}
+for t in TOPICS:
+    store.update_topic(t, read_queue_nums=QUEUES, write_queue_nums=QUEUES)
+i = 0
+while time.monotonic() < deadline:
+    ids = [f"r{round_}-b{i}-{j}" for j in range(batch)]
+    res = store.append(MessageBatch(
+        topics=[TOPICS[j % 2] for j in range(batch)], queue_ids=[(j // 2) % QUEUES for j in range(batch)],
+        bodies=[(m + "|").encode().ljust(body_bytes, b"x") for m in ids], tags=[f"Tag{j % 3}" for j in range(batch)],
+        keys=[f"k-{m}" for m in ids],
+    ))
+    if res.status is PutStatus.PUT_OK:
+        out.write(json.dumps({"ack": [[TOPICS[j % 2], (j // 2) % QUEUES, int(res.queue_offsets[j]),
+                                       int(res.physical_offsets[j]), ids[j]] for j in range(batch)]}) + "\n")
+        out.flush()
+    i += 1
+    if i % consume_every == 0:
+        for t in TOPICS:
+            for q in range(QUEUES):
+                got = store.pull(t, q, committed.get((t, q), 0), max_count=64)
+                if got.records:
+                    out.write(json.dumps({"seen": [[t, q, r.queue_offset, r.body.split(b"|")[0].decode()]
+                                                   for r in got.records]}) + "\n")
+                    out.flush()
+                store.commit_offset(GROUP, t, q, got.next_offset)
+                committed[(t, q)] = got.next_offset
+        store.consumer_offsets.persist()
+    if i % 25 == 0:
+        store.update_topic(TOPICS[i % 2], read_queue_nums=QUEUES, write_queue_nums=QUEUES)
+    if retention_every and i % retention_every == 0:
+        store.wait_dispatched()
+        store.retention.run_once(int(time.time() * 1000))
+if opts.get("close"):
+    store.close()
+    sys.exit(0)
+sys.exit(3)
+"""
+
+
+@dataclass
+class ChildRun:
+    returncode: int
+    acks: list[list] = field(default_factory=list)  # [topic, queue, queue offset, commitlog offset, id]
+    seen: list[list] = field(default_factory=list)  # [topic, queue, queue offset, id]
+    stderr: str = ""
+
+
+def run_child(store: Path, *, faults: str | None = None, kill_after_acks: int | None = None, kill_delay_s: float = 0.0,
+              timeout_s: float = 60, **opts) -> ChildRun:  # fmt: skip
+    """Run WORKLOAD on ``store`` with the fault plan ``faults`` (MQSTORE_FAULTS), or
+    SIGKILL it from here ``kill_delay_s`` after it acknowledged ``kill_after_acks``
+    messages."""
+    env = {k: v for k, v in os.environ.items() if k != "MQSTORE_FAULTS"}
+    if faults:
+        env["MQSTORE_FAULTS"] = faults
+    root = Path(__file__).resolve().parents[2]
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(root), env.get("PYTHONPATH")]))
+    proc = subprocess.Popen([sys.executable, "-c", WORKLOAD, str(store), json.dumps(opts)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env, cwd=root)  # fmt: skip
+    run = ChildRun(0)
+    lines: list[str] = []
+    timer = threading.Timer(timeout_s, proc.kill)
+    timer.start()
+    try:
+        if kill_after_acks is not None:
+            acked = 0
+            for line in proc.stdout:
+                lines.append(line)
+                if not line.startswith('{"ack"'):
+                    continue
+                acked += line.count('"r')  # one per message id
+                if acked >= kill_after_acks:
+                    time.sleep(kill_delay_s)
+                    proc.send_signal(signal.SIGKILL)
+                    break
+        out, err = proc.communicate()
+    finally:
+        timer.cancel()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    run.returncode, run.stderr = proc.returncode, err
+    for line in lines + out.splitlines():
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            continue  # a line cut by the kill
+        run.acks += rec.get("ack", [])
+        run.seen += rec.get("seen", [])
+    return run
+
+
+def open_store(store: Path) -> MessageStore:
+    return MessageStore(store, store_config(), retention=retention_config())
+
+
+def queue_contents(s: MessageStore) -> dict[tuple[str, int], dict[int, str]]:
+    """Every message each queue serves: {(topic, queue): {queue offset: id}} (pulled)."""
+    out: dict[tuple[str, int], dict[int, str]] = {}
+    for topic, qid in s.consume_queues.keys():
+        got: dict[int, str] = {}
+        cq = s.consume_queues.find(topic, qid)
+        offset = cq.min_offset
+        while offset < cq.max_offset:
+            res = s.pull(topic, qid, offset, max_count=256)
+            for r in res.records:
+                assert (r.topic, r.queue_id) == (topic, qid), f"{topic}:{qid}@{r.queue_offset} serves {r.topic}:{r.queue_id}"
+                got[r.queue_offset] = r.body.split(b"|")[0].decode()
+            assert res.next_offset > offset, f"{topic}:{qid} is stuck at {offset} below its max {cq.max_offset}"
+            offset = res.next_offset
+        out[(topic, qid)] = got
+    return out
+
+
+def check_messages(s: MessageStore, expected: list[list], *, what: str = "acknowledged") -> int:
+    """Every expected message ([topic, queue, queue offset, (commitlog offset,) id])
+    that retention has not deleted is served at its queue offset. Returns how many
+    were checked."""
+    contents = queue_contents(s)
+    checked = 0
+    for m in expected:
+        topic, qid, qo, mid = m[0], m[1], m[2], m[-1]
+        cq = s.consume_queues.find(topic, qid)
+        if len(m) == 5 and m[3] < s.commitlog.min_offset:
+            continue  # its segment was deleted by retention
+        if cq is not None and qo < cq.min_offset:
+            continue
+        assert contents.get((topic, qid), {}).get(qo) == mid, (
+            f"{what} message {mid} ({topic}:{qid} queue offset {qo}) is not served; the queue holds "
+            f"{contents.get((topic, qid), {}).get(qo)!r} there (queue offsets "
+            f"{cq.min_offset if cq else None}..{cq.max_offset if cq else None})"
+        )
+        checked += 1
+    return checked
+
+
+def verify_errors(store: Path) -> list[str]:
+    report = verify_store(store, index_keys="full")
+    return [f"{f.kind} {f.location}: {f.detail}" for f in report.findings if f.severity is Severity.ERROR]
+
+
+__all__ = ["ChildRun", "check_messages", "open_store", "queue_contents", "run_child", "store_config", "verify_errors"]
