@@ -37,7 +37,7 @@ from mqstore.rpc.v1 import (
 from mqstore.rpc.v1 import front_pb2 as pb
 from mqstore.services import validate
 from mqstore.services.convert import check_batch_limits, queue_id_column, topic_column
-from mqstore.services.errors import BadRequest, NotFound, rpc, status_of
+from mqstore.services.errors import BadRequest, NotFound, Unavailable, rpc, status_of
 from mqstore.services.routing import Router
 from mqstore.services.server import Registration, channel
 from mqstore.store.messages import AUTO_QUEUE
@@ -76,7 +76,10 @@ class ShardClient:
 
     async def _stubs(self):
         if self._channel is None:
-            self.endpoint = await asyncio.wait_for(self._resolve(), 60)
+            try:
+                self.endpoint = await asyncio.wait_for(self._resolve(), 60)
+            except Exception as e:  # noqa: BLE001 - a dead or unknown actor: the caller may retry later
+                raise Unavailable(f"shard {self.index} can not be reached: {type(e).__name__}: {e}") from e
             self._channel = channel(self.endpoint)
             self.cl = commitlog_pb2_grpc.CommitLogServiceStub(self._channel)
             self.cq = consume_queue_pb2_grpc.ConsumeQueueServiceStub(self._channel)
@@ -432,18 +435,17 @@ class FrontServicer(front_pb2_grpc.FrontServiceServicer):
                 st.min_offset, st.wrote_offset, st.flushed_offset = o.min_offset, o.wrote_offset, o.flushed_offset
                 st.confirm_offset, st.dispatched_offset = o.confirm_offset, o.dispatched_offset
                 st.writable, st.unwritable_cause = o.writable, o.unwritable_cause
-            except grpc.aio.AioRpcError as e:
-                st.state = "RECOVERING" if "recovering" in (e.details() or "") else "UNAVAILABLE"
-                st.error = f"{e.code().name}: {e.details()}"
-            except (TimeoutError, OSError) as e:
-                st.error = f"{type(e).__name__}: {e}"
+            except Exception as e:  # noqa: BLE001 - a status report names what failed instead of failing
+                code, message = status_of(e)
+                st.state = "RECOVERING" if "recovering" in message else "UNAVAILABLE"
+                st.error = f"{code.name}: {message}"
             st.endpoint = s.endpoint
             try:
                 d = await s.dispatcher_status()
                 if d is not None:
                     st.reput_offset, st.dispatch_lag_bytes = d.reput_offset, d.lag_bytes
-            except (grpc.aio.AioRpcError, TimeoutError, OSError) as e:
-                st.error = (st.error + "; " if st.error else "") + f"dispatcher: {e}"
+            except Exception as e:  # noqa: BLE001
+                st.error = (st.error + "; " if st.error else "") + f"dispatcher: {status_of(e)[1]}"
             return st
 
         return pb.StoreStatusResponse(shards=await self._fan_out(one))

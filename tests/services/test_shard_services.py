@@ -212,3 +212,19 @@ def test_corrupt_bytes_where_dispatch_stands_are_data_loss(tmp_path):
             assert r.record_count == 1  # the server still answers, and the rest reads
     finally:
         shard.close()
+
+
+def test_a_shard_that_can_not_be_resolved_is_unavailable(tmp_path):
+    from mqstore.services.hosts import FrontHost
+
+    async def nowhere() -> str:
+        raise LookupError("no actor named shard-0")
+
+    front = FrontHost([(nowhere, None)])
+    try:
+        with FrontClient(front.endpoint) as c:
+            assert code_of(lambda: c.pull("T", 0, 0)) is C.UNAVAILABLE
+            (st,) = c.store_status()
+            assert st.state == "UNAVAILABLE" and "can not be reached" in st.error
+    finally:
+        front.close()
