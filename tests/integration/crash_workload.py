@@ -4,11 +4,19 @@ checks its parent makes on the store afterwards (shared by the crash tests).
 The child (``python -c WORKLOAD``) opens a small store under sync flush with the
 dispatcher, scheduler and retention objects running, then loops: append a batch of
 messages to two topics (two queues each), print one ``ack`` line per acknowledged
-batch on stdout; every few batches pull each queue from its committed offset,
-print a ``seen`` line, commit and persist the offsets; now and then update a
-topic (topics.json) and run retention once (it deletes the oldest segment). It
+batch on stdout; every ``consume_every`` batches pull each queue from its committed
+offset, print a ``seen`` line, commit and persist the offsets; now and then update
+a topic (topics.json) and run retention once (it deletes the oldest segment). It
 ends only by being killed (a fault point in ``MQSTORE_FAULTS``, or its parent);
-if nothing kills it within ``max_seconds`` it exits with status 3.
+if nothing kills it within ``max_seconds`` it exits with status 3 (0 with
+``close``, after closing the store).
+
+Other options (a JSON object in argv[2]): ``consumer_threads`` (threads that pull,
+commit and persist as fast as they can), ``slow_sync_ms`` (every commitlog flush
+waits that long first), ``unsafe_dispatch`` (the dispatcher follows the write
+position instead of the flushed one: the bug test_confirm_offset must catch),
+``round`` (message ids start with ``r<round>-``), ``batch``, ``body_bytes``,
+``retention_every``.
 
 Stdout is a pipe, so every line printed before the kill reaches the parent.
 """
@@ -26,6 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from mqstore.store.config import FlushMode, StoreConfig
+from mqstore.store.faults import POWER_IMAGE_ENV, POWER_STORE_ENV
 from mqstore.store.message_store import MessageStore
 from mqstore.store.retention import RetentionConfig
 from mqstore.store.verify import verify_store
@@ -55,7 +64,7 @@ def retention_config() -> RetentionConfig:
 
 
 WORKLOAD = r"""
-import json, sys, time
+import json, sys, threading, time
 from pathlib import Path
 from mqstore.logging import configure_logging
 from mqstore.store.messages import MessageBatch, PutStatus
@@ -69,10 +78,38 @@ retention_every, consume_every = opts.get("retention_every", 100), opts.get("con
 deadline = time.monotonic() + opts.get("max_seconds", 25)
 store = MessageStore(store_dir, store_config(), retention=retention_config())
 round_ = opts.get("round", 0)
-out = sys.stdout
+out, out_lock = sys.stdout, threading.Lock()
 committed = {}
+if opts.get("slow_sync_ms"):  # a slow disk: every flush takes this long, so records wait unflushed
+    flusher, delay = store.commitlog._flusher, opts["slow_sync_ms"] / 1000
+    real_sync = flusher._sync
+    flusher._sync = lambda a, b: (time.sleep(delay), real_sync(a, b))
+if opts.get("unsafe_dispatch"):  # the bug the confirm offset prevents: dispatch what is not flushed yet
+    store.dispatcher._limit = lambda: store.commitlog.wrote
 for t in TOPICS:
     store.update_topic(t, read_queue_nums=QUEUES, write_queue_nums=QUEUES)
+
+
+def emit(rec):
+    with out_lock:
+        out.write(json.dumps(rec) + "\n")
+        out.flush()
+
+
+def consume(queues):  # a consumer as fast as it can: pull, report, commit, persist
+    while True:
+        for t, q in queues:
+            got = store.pull(t, q, committed.get((t, q), 0), max_count=64)
+            if got.records:
+                emit({"seen": [[t, q, r.queue_offset, r.body.split(b"|")[0].decode()] for r in got.records]})
+            store.commit_offset(GROUP, t, q, got.next_offset)
+            committed[(t, q)] = got.next_offset
+        store.consumer_offsets.persist()
+
+
+all_queues = [(t, q) for t in TOPICS for q in range(QUEUES)]
+for k in range(opts.get("consumer_threads", 0)):
+    threading.Thread(target=consume, args=(all_queues[k::opts["consumer_threads"]],), daemon=True).start()
 i = 0
 while time.monotonic() < deadline:
     ids = [f"r{round_}-b{i}-{j}" for j in range(batch)]
@@ -82,18 +119,15 @@ while time.monotonic() < deadline:
         keys=[f"k-{m}" for m in ids],
     ))
     if res.status is PutStatus.PUT_OK:
-        out.write(json.dumps({"ack": [[TOPICS[j % 2], (j // 2) % QUEUES, int(res.queue_offsets[j]),
-                                       int(res.physical_offsets[j]), ids[j]] for j in range(batch)]}) + "\n")
-        out.flush()
+        emit({"ack": [[TOPICS[j % 2], (j // 2) % QUEUES, int(res.queue_offsets[j]), int(res.physical_offsets[j]), ids[j]]
+                      for j in range(batch)]})
     i += 1
-    if i % consume_every == 0:
+    if consume_every and i % consume_every == 0:
         for t in TOPICS:
             for q in range(QUEUES):
                 got = store.pull(t, q, committed.get((t, q), 0), max_count=64)
                 if got.records:
-                    out.write(json.dumps({"seen": [[t, q, r.queue_offset, r.body.split(b"|")[0].decode()]
-                                                   for r in got.records]}) + "\n")
-                    out.flush()
+                    emit({"seen": [[t, q, r.queue_offset, r.body.split(b"|")[0].decode()] for r in got.records]})
                 store.commit_offset(GROUP, t, q, got.next_offset)
                 committed[(t, q)] = got.next_offset
         store.consumer_offsets.persist()
@@ -118,13 +152,16 @@ class ChildRun:
 
 
 def run_child(store: Path, *, faults: str | None = None, kill_after_acks: int | None = None, kill_delay_s: float = 0.0,
-              timeout_s: float = 60, **opts) -> ChildRun:  # fmt: skip
+              power_image: Path | None = None, timeout_s: float = 60, **opts) -> ChildRun:  # fmt: skip
     """Run WORKLOAD on ``store`` with the fault plan ``faults`` (MQSTORE_FAULTS), or
     SIGKILL it from here ``kill_delay_s`` after it acknowledged ``kill_after_acks``
-    messages."""
-    env = {k: v for k, v in os.environ.items() if k != "MQSTORE_FAULTS"}
+    messages. With ``power_image`` the child runs in the power-loss test mode
+    (faults.power_cut(store, power_image) afterwards leaves only what syncs covered)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("MQSTORE_FAULTS", POWER_STORE_ENV, POWER_IMAGE_ENV)}
     if faults:
         env["MQSTORE_FAULTS"] = faults
+    if power_image is not None:
+        env[POWER_STORE_ENV], env[POWER_IMAGE_ENV] = str(store), str(power_image)
     root = Path(__file__).resolve().parents[2]
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(root), env.get("PYTHONPATH")]))
     proc = subprocess.Popen([sys.executable, "-c", WORKLOAD, str(store), json.dumps(opts)], stdout=subprocess.PIPE,
