@@ -45,6 +45,8 @@ from mqstore.store.config_files import (
     TopicConfigs,
     inspect_config_file,
     parse_delay_levels,
+    read_derived_offset,
+    write_derived_offset,
 )
 from mqstore.store.consume_queues import CONSUME_QUEUE_DIR, ConsumeQueues
 from mqstore.store.dispatch import ReputLoop
@@ -155,7 +157,9 @@ class MessageStore:
                                           max_entries=cfg.index_max_entries, clock=self._clock)  # fmt: skip
                 self.index.load(self.commitlog.recovery.clean_shutdown, self.commitlog.checkpoint.index_msg_timestamp,
                                 repair=True)  # fmt: skip
-                self.index.truncate(self.commitlog.wrote)
+                # After a crash, entries past the last thorough flush may be torn: cut them,
+                # re-dispatch (from there) puts them again.
+                self.index.truncate(min(self._redispatch_from(), self.commitlog.wrote))
                 sinks.append(self.index)
             reput_from = self._resume_offset()
             limit = (lambda: self.commitlog.flushed) if cfg.flush_mode is FlushMode.SYNC else (lambda: self.commitlog.wrote)
@@ -192,13 +196,26 @@ class MessageStore:
             self.commitlog.close()
             raise
 
+    def _redispatch_from(self) -> int:
+        """After a crash: the offset below which consume queues and index were durable,
+        as the last thorough flush recorded it (config/derivedOffset.json); without
+        that record, the segment recovery started from (RocketMQ's rule). Either way
+        every record from there on is dispatched again (puts skip what is built)."""
+        rec = self.commitlog.recovery
+        if rec.clean_shutdown:
+            return self.commitlog.wrote
+        durable = read_derived_offset(self.store_dir)
+        if durable is not None and self.commitlog.min_offset <= durable <= self.commitlog.wrote:
+            return durable
+        return int(rec.start_segment) if rec.start_segment is not None else self.commitlog.min_offset
+
     def _resume_offset(self) -> int:
         rec = self.commitlog.recovery
         candidates = [max(self.consume_queues.max_physical_offset(), self.commitlog.min_offset)]
         if self.index is not None:  # from the last indexed message on (it is indexed again: RocketMQ does too)
             candidates.append(max(self.index.max_physical_offset, self.commitlog.min_offset))
-        if not rec.clean_shutdown and rec.start_segment is not None:
-            candidates.append(int(rec.start_segment))
+        if not rec.clean_shutdown:
+            candidates.append(self._redispatch_from())
         if self.consume_queues.rebuild_from is not None:  # queues recovery cut or discarded
             candidates.append(self.consume_queues.rebuild_from)
         return max(min(candidates), self.commitlog.min_offset)
@@ -443,7 +460,8 @@ class MessageStore:
         if self.index is None:
             raise ConfigError("the message index is disabled for this store (message_index_enable=False)")
         out = []
-        for offset in self.index.query(topic, key, max_num=max_num, begin=begin, end=end):
+        # dict.fromkeys: the last message indexed before a restart is indexed again after it
+        for offset in dict.fromkeys(self.index.query(topic, key, max_num=max_num, begin=begin, end=end)):
             try:
                 rec = self.commitlog.read(offset)
             except OffsetError:
@@ -482,6 +500,7 @@ class MessageStore:
 
     def _flush_derived(self, *, thorough: bool = True) -> None:
         ts = self.consume_queues.last_dispatched_timestamp  # sampled before the flush, as RocketMQ does
+        reput = self.dispatcher.reput_offset if thorough else None  # every record below it is in a buffer now
         self.consume_queues.flush(thorough=thorough)
         if not thorough:
             ts = 0  # some queues may hold unflushed units: the checkpoint must not claim them
@@ -491,6 +510,8 @@ class MessageStore:
             index_ts = self.index.index_msg_timestamp or None
         if ts or index_ts:
             self.commitlog.note_derived_progress(logics_timestamp=ts or None, index_timestamp=index_ts)
+        if reput is not None:  # consume queues and index are durable for every record below it
+            write_derived_offset(self.store_dir, reput)
 
     def _check_open(self) -> None:
         if self._closed:
@@ -507,6 +528,27 @@ class MessageStore:
         "flush_failed", "read_only", "io_error" (until a restart) or "disk_full"
         (until space is freed). Reads work in every case."""
         return self.commitlog.unwritable_cause
+
+    def status(self) -> dict:
+        """What an operator (or a status endpoint) wants at a glance: the open's phase
+        and progress (``progress`` is readable from another thread while the store
+        opens: pass one in), whether appends are accepted and why not, the commitlog's
+        offsets, the dispatch lag and the last recovery."""
+        rec = self.commitlog.recovery
+        return {
+            "state": "ready" if not self._closed else "closed",
+            "progress": self.progress.as_dict(),
+            "writable": self.writable,
+            "unwritable_cause": self.unwritable_cause,
+            "min_offset": self.commitlog.min_offset,
+            "wrote": self.commitlog.wrote,
+            "flushed": self.commitlog.flushed,
+            "dispatch_lag_bytes": self.dispatcher.lag,
+            "queues": len(self.consume_queues.all()),
+            "last_recovery": {"clean_shutdown": rec.clean_shutdown, "start_segment": rec.start_segment,
+                              "bytes_validated": rec.bytes_validated, "seconds": round(rec.seconds, 3),
+                              "truncated_at": rec.truncated_at},  # fmt: skip
+        }
 
     def close(self) -> None:
         """Dispatch everything, flush every file, write the checkpoint, release the lock.

@@ -5,6 +5,7 @@ only when they are gone is every segment walked for it."""
 from __future__ import annotations
 
 import shutil
+import threading
 import time
 from pathlib import Path
 
@@ -84,3 +85,49 @@ def test_without_consume_queues_every_segment_is_walked_and_rebuilt(tmp_path: Pa
         assert read == len(list((tmp_path / "commitlog").iterdir()))
         assert {q: s.consume_queues.find("T", q).max_offset for q in range(4)} == nxt  # rebuilt by the catch-up
         assert appended_offsets(s) == [nxt[q] for q in range(4)]
+
+
+def test_after_a_crash_only_what_followed_the_last_thorough_flush_is_dispatched_again(tmp_path: Path) -> None:
+    nxt = fill(tmp_path)  # closed cleanly: the thorough flush recorded the durable offset
+    (tmp_path / "abort").touch()  # as a kill -9 leaves it
+    index_files = sorted(p.name for p in (tmp_path / "index").iterdir())
+    with MessageStore(tmp_path, CFG) as s:
+        assert not s.commitlog.recovery.clean_shutdown
+        assert s.dispatcher.dispatched <= 1  # only the last indexed record, which the index end points at
+        assert sorted(p.name for p in (tmp_path / "index").iterdir()) == index_files  # the index was kept
+        assert {q: s.consume_queues.find("T", q).max_offset for q in range(4)} == nxt
+        assert appended_offsets(s) == [nxt[q] for q in range(4)]
+    (tmp_path / "config" / "derivedOffset.json").unlink()
+    (tmp_path / "config" / "derivedOffset.json.bak").unlink(missing_ok=True)
+    (tmp_path / "abort").touch()
+    with MessageStore(tmp_path, CFG) as s:  # without the record: RocketMQ's rule, from the recovery start
+        assert s.dispatcher.dispatched > 0
+        assert {q: s.consume_queues.find("T", q).max_offset for q in range(4)} == {q: nxt[q] + 1 for q in range(4)}
+
+
+def test_progress_is_readable_while_the_store_opens_and_status_reports_it(tmp_path: Path) -> None:
+    fill(tmp_path)
+    (tmp_path / "abort").touch()
+    progress = RecoveryProgress()
+    seen: list[str] = []
+    stop = threading.Event()
+
+    def watch() -> None:  # another thread, as a status endpoint would be
+        while not stop.is_set():
+            if not seen or seen[-1] != progress.phase:
+                seen.append(progress.phase)
+            time.sleep(0.0005)
+
+    t = threading.Thread(target=watch)
+    t.start()
+    try:
+        s = MessageStore(tmp_path, CFG, progress=progress)
+    finally:
+        stop.set()
+        t.join()
+    with s:
+        assert progress.phase == "ready" and len(seen) >= 2  # the watcher saw the open move
+        assert set(seen) <= {"starting", "commitlog", "consume_queues", "dispatch", "ready"}
+        st = s.status()
+        assert st["state"] == "ready" and st["progress"]["phase"] == "ready" and st["writable"]
+        assert st["last_recovery"]["clean_shutdown"] is False and st["wrote"] == s.commitlog.wrote
