@@ -54,6 +54,7 @@ from mqstore.errors import (
     StoreNotWritableError,
 )
 from mqstore.formats.checkpoint import Checkpoint
+from mqstore.formats.javahash import java_hash_of_ranges, java_string_hash
 from mqstore.formats.message import (
     _NO_FIELDS,
     BLANK_RECORD_BYTES,
@@ -71,7 +72,6 @@ from mqstore.formats.message import (
     scan_records,
     topic_field,
 )
-from mqstore.formats.javahash import java_hash_of_ranges, java_string_hash
 from mqstore.formats.msgid import Host, UniqKeyGenerator, encode_host, offset_msg_id_prefix
 from mqstore.formats.names import check_topic, file_name_to_offset
 from mqstore.formats.properties import MAX_PROPERTIES_BYTES, locate_properties, serialize_properties

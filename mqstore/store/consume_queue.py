@@ -747,7 +747,7 @@ class ConsumeQueue:
         known = self._last_file_blocks
         if known is not None and known[0] == seg.path.name and known[1] * 512 <= pos:
             return False
-        with seg._fd_in_use() as fd:  # noqa: SLF001  # the pooled descriptor reads use
+        with seg._fd_in_use() as fd:  # the pooled descriptor reads use
             try:
                 os.lseek(fd, pos, os.SEEK_DATA)
             except OSError as e:  # ENXIO: only a hole follows

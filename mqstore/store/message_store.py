@@ -52,9 +52,9 @@ from mqstore.store.consume_queues import CONSUME_QUEUE_DIR, ConsumeQueues
 from mqstore.store.dispatch import ReputLoop
 from mqstore.store.index_service import IndexService
 from mqstore.store.layout import resolve_layout
+from mqstore.store.mapped_file import fsync_dir
 from mqstore.store.recovery import RecoveryProgress
 from mqstore.store.retention import Retention, RetentionConfig
-from mqstore.store.mapped_file import fsync_dir
 from mqstore.store.schedule import SCHEDULE_TOPIC, DelayScheduler, rewrite_delayed
 from mqstore.store.messages import AppendResult, MessageBatch
 
