@@ -22,6 +22,11 @@ class FlushChoice(str, Enum):
     sync = "sync"
 
 
+class Placement(str, Enum):
+    node = "node"
+    resource = "resource"
+
+
 def check_target(store: Path | None, server: str | None) -> None:
     """Exactly one of --store and --server."""
     if (store is None) == (server is None):
@@ -49,6 +54,7 @@ def register(app: typer.Typer) -> None:
         segment_bytes: Annotated[int, typer.Option("--segment-bytes", min=4096, help="CommitLog segment size (new stores).")] = 1 << 30,
         namespace: Annotated[str, typer.Option("--namespace", help="Ray namespace of the actors.")] = "mqstore",
         log_level: Annotated[str, typer.Option("--actor-log-level", help="Log level inside the actors.")] = "info",
+        placement: Annotated[Placement, typer.Option("--placement", help="node: every shard on this machine; resource: shard i on the Ray node offering the custom resource mqstore_shard_i (its disk holds DIR/shard-i).")] = Placement.node,
     ) -> None:
         """Serve the store over gRPC on Ray until Ctrl-C/SIGTERM: shard, dispatcher and
         front actors; prints one JSON line with the front's address once every shard
@@ -58,7 +64,7 @@ def register(app: typer.Typer) -> None:
 
         cfg = StoreConfig(flush_mode=FlushMode(flush.value), segment_bytes=segment_bytes)
         run(store, host=host, port=port, shards=shards, address=address, config=cfg, namespace=namespace,
-            log_level=log_level)  # fmt: skip
+            log_level=log_level, placement=placement.value)  # fmt: skip
 
     @app.command("send")
     def send(

@@ -7,9 +7,16 @@ its gRPC server (hosts.py) on a port it picks and publishes through ``endpoint()
 
 Actors find each other by name in one namespace (``ray.get_actor(name, namespace)``),
 never by handle, so a restarted actor is found again. Shard and dispatcher actors
-are pinned to the node that holds the shard's files (hard node affinity: if that
-node dies, so do they: the files are there) and restart up to ``max_restarts``
-times; a restarted shard reopens its store from the files (abnormal recovery: the
+run on the node that holds the shard's files. Two placements:
+
+    node      every shard on the driver's node (hard node affinity: if that node
+              dies, so do they: the files are there); the default, one machine
+    resource  shard i (and its dispatcher) on the node that offers the custom
+              resource ``mqstore_shard_<i>`` (``ray start --resources``): the node
+              whose disk holds DIR/shard-i; a restart lands there again, and while
+              no such node is up the actor waits for one
+
+They restart up to ``max_restarts`` times; a restarted shard reopens its store from the files (abnormal recovery: the
 abort file is still there), a restarted dispatcher resumes at the shard's
 dispatched offset. Methods are not retried (max_task_retries=0): they are cheap
 status reads, and a poison call must not burn every restart.
@@ -38,6 +45,8 @@ log = structlog.get_logger(__name__)
 NAMESPACE = "mqstore"
 FRONT = "front"
 MAX_RESTARTS = 20
+PLACEMENTS = ("node", "resource")
+SHARD_RESOURCE_UNITS = 0.01  # of mqstore_shard_<i>: a marker, not a capacity (both actors of shard i fit)
 
 
 def shard_name(i: int) -> str:
@@ -46,6 +55,11 @@ def shard_name(i: int) -> str:
 
 def dispatcher_name(i: int) -> str:
     return f"dispatcher-{i}"
+
+
+def shard_resource(i: int) -> str:
+    """The custom resource a node offers to hold shard ``i`` (placement "resource")."""
+    return f"mqstore_shard_{i}"
 
 
 def actor_resolver(name: str, namespace: str, timeout_s: float = 120.0):
@@ -91,9 +105,10 @@ class _Hosted:
 @ray.remote(num_cpus=0, max_restarts=MAX_RESTARTS, max_task_retries=0)
 class ShardActor(_Hosted):
     def __init__(self, store_dir: str, config: StoreConfig, index: int, host: str,
-                 retention: RetentionConfig | None = None) -> None:  # fmt: skip
+                 retention: RetentionConfig | None = None, layout: tuple[str, int] | None = None) -> None:  # fmt: skip
         _configure_logging()
-        self.host = ShardHost(store_dir, config, index=index, host=host, retention=retention)
+        self.host = ShardHost(store_dir, config, index=index, host=host, retention=retention,
+                              layout=None if layout is None else (Path(layout[0]), layout[1]))  # fmt: skip
 
     def wait_ready(self, timeout_s: float = 600.0) -> bool:
         return self.host.wait_ready(timeout_s)
@@ -134,6 +149,15 @@ class Deployment:
     def wait_ready(self, timeout_s: float = 600.0) -> bool:
         return all(ray.get([s.wait_ready.remote(timeout_s) for s in self.shards], timeout=timeout_s + 10))
 
+    def failed(self, timeout_s: float = 10.0) -> dict[int, str]:
+        """Shards whose store failed to open: {index: error} (a restart of the actor
+        would try again; a bad layout or a locked directory will not go away)."""
+        out = {}
+        for i, st in enumerate(ray.get([s.status.remote() for s in self.shards], timeout=timeout_s)):
+            if st["state"] == "FAILED":
+                out[i] = st["error"] or "failed"
+        return out
+
     def close(self, timeout_s: float = 120.0) -> None:
         """Front, then dispatchers, then shards: each closes its server and (shards)
         its store cleanly; then the actors are killed for good. An actor that is
@@ -164,23 +188,37 @@ def _close_actor(actor, timeout_s: float) -> None:
 
 def start_deployment(root: str | Path, config: StoreConfig | None = None, *, shards: int = 1, host: str = "127.0.0.1",
                      port: int = 8080, namespace: str = NAMESPACE, node_id: str | None = None,
-                     retention: RetentionConfig | None = None) -> Deployment:  # fmt: skip
+                     retention: RetentionConfig | None = None, placement: str = "node") -> Deployment:  # fmt: skip
     """Create the actors of a deployment in the connected Ray cluster and return
     once the front listens (shards may still be recovering: ``wait_ready``).
-    ``node_id``: the node holding the store directories (default: this driver's)."""
+    ``node_id``: the node holding the store directories and running the front
+    (default: this driver's). ``placement``: see the module docstring; with
+    "resource" each shard's node creates its directory and pins the layout there."""
+    if placement not in PLACEMENTS:
+        raise ValueError(f"placement must be one of {PLACEMENTS}, got {placement!r}")
     cfg = config or StoreConfig()
     root = Path(root).resolve()
     node = node_id or ray.get_runtime_context().get_node_id()
     pin = NodeAffinitySchedulingStrategy(node_id=node, soft=False)
+
+    def where(i: int) -> dict:
+        if placement == "node":
+            return {"scheduling_strategy": pin}
+        return {"resources": {shard_resource(i): SHARD_RESOURCE_UNITS}}
+
     dep = Deployment(namespace)
     for i in range(shards):
         d = shard_dir(root, i, shards)
-        d.mkdir(parents=True, exist_ok=True)
-        dep.shards.append(ShardActor.options(name=shard_name(i), namespace=namespace, scheduling_strategy=pin)
-                          .remote(str(d), shard_config(cfg, i, shards), i, host, retention))  # fmt: skip
+        layout = None
+        if placement == "node":
+            d.mkdir(parents=True, exist_ok=True)
+        else:
+            layout = (str(root), shards)
+        dep.shards.append(ShardActor.options(name=shard_name(i), namespace=namespace, **where(i))
+                          .remote(str(d), shard_config(cfg, i, shards), i, host, retention, layout))  # fmt: skip
     for i in range(shards):
-        dep.dispatchers.append(DispatcherActor.options(name=dispatcher_name(i), namespace=namespace,
-                                                       scheduling_strategy=pin).remote(i, namespace, cfg, host))  # fmt: skip
+        dep.dispatchers.append(DispatcherActor.options(name=dispatcher_name(i), namespace=namespace, **where(i))
+                               .remote(i, namespace, cfg, host))  # fmt: skip
     dep.front = FrontActor.options(name=FRONT, namespace=namespace, scheduling_strategy=pin).remote(
         shards, namespace, host, port, cfg.default_queue_nums)  # fmt: skip
     dep.front_endpoint = ray.get(dep.front.endpoint.remote(), timeout=120)
@@ -190,6 +228,7 @@ def start_deployment(root: str | Path, config: StoreConfig | None = None, *, sha
 __all__ = [
     "FRONT",
     "NAMESPACE",
+    "PLACEMENTS",
     "Deployment",
     "DispatcherActor",
     "FrontActor",
@@ -197,5 +236,6 @@ __all__ = [
     "actor_resolver",
     "dispatcher_name",
     "shard_name",
+    "shard_resource",
     "start_deployment",
 ]  # fmt: skip

@@ -24,7 +24,7 @@ from mqstore.services.consume_queue import ConsumeQueueServicer
 from mqstore.services.dispatcher import DispatcherServicer, RemoteDispatcher
 from mqstore.services.front import FrontServicer, ShardClient
 from mqstore.services.index import IndexServicer
-from mqstore.services.routing import STORE_PORT_BASE, shard_dir
+from mqstore.services.routing import STORE_PORT_BASE, pin_layout, shard_dir
 from mqstore.services.server import ServerThread, start_grpc_server
 from mqstore.services.shard import Shard, ShardState
 from mqstore.store.config import StoreConfig
@@ -62,8 +62,13 @@ class ShardHost:
     server. The store opens (recovers) in the background."""
 
     def __init__(self, store_dir: str | Path, config: StoreConfig | None = None, *, index: int = 0,
-                 host: str = "127.0.0.1", port: int = 0, retention: RetentionConfig | None = None) -> None:  # fmt: skip
+                 host: str = "127.0.0.1", port: int = 0, retention: RetentionConfig | None = None,
+                 layout: tuple[Path, int] | None = None) -> None:  # fmt: skip
+        """``layout``: (root, shards) to pin (``routing.pin_layout``) on this machine
+        before the store opens (a shard on a node of its own: the driver's check
+        does not see this disk)."""
         self.thread = ServerThread(f"mqstore-shard{index}")
+        self._layout = layout
         self.shard = Shard(store_dir, config, index=index, retention=retention)
         servicers = [CommitLogServicer(self.shard), ConsumeQueueServicer(self.shard), IndexServicer(self.shard)]
         self.server = self.thread.run(start_grpc_server(host, port, [s.registration() for s in servicers],
@@ -76,6 +81,12 @@ class ShardHost:
 
     def _open(self) -> None:
         try:
+            if self._layout is not None:
+                try:
+                    pin_layout(*self._layout)
+                except Exception as e:
+                    self.shard.state, self.shard.error = ShardState.FAILED, f"{type(e).__name__}: {e}"
+                    raise
             self.shard.open()
             self.thread.run(self.server.set_serving(True))
         except Exception as e:  # noqa: BLE001 - reported through state/error (status(), health NOT_SERVING)

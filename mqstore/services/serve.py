@@ -22,10 +22,16 @@ from pathlib import Path
 
 import structlog
 
+from mqstore.errors import MqStoreError
 from mqstore.services.routing import pin_layout, shard_dir
 from mqstore.store.config import StoreConfig
 
 log = structlog.get_logger(__name__)
+
+
+class ServeError(MqStoreError):
+    """``serve`` can not bring the deployment up (a shard's store failed to open):
+    the message names the shard and why; the command exits 1."""
 
 
 def check_port_free(host: str, port: int) -> None:
@@ -42,14 +48,16 @@ def check_port_free(host: str, port: int) -> None:
 
 def serve(root: Path, *, host: str = "127.0.0.1", port: int = 8080, shards: int = 1, address: str | None = None,
           config: StoreConfig | None = None, namespace: str = "mqstore", log_level: str = "info",
-          log_format: str = "json", stop: threading.Event | None = None) -> None:  # fmt: skip
-    """Run a deployment until ``stop`` is set or a SIGINT/SIGTERM arrives (see the module docstring)."""
+          log_format: str = "json", placement: str = "node", stop: threading.Event | None = None) -> None:  # fmt: skip
+    """Run a deployment until ``stop`` is set or a SIGINT/SIGTERM arrives (see the
+    module docstring). ``placement``: "node" (every shard on this machine) or
+    "resource" (shard i on the node offering the Ray resource mqstore_shard_i)."""
     import ray
 
     from mqstore.services.actors import start_deployment
 
     root = Path(root).resolve()
-    pin_layout(root, shards)
+    pin_layout(root, shards)  # with placement "resource" each shard's node checks its own disk too
     check_port_free(host, port)
     local = address in (None, "", "local")
     env = {"MQSTORE_LOG_LEVEL": log_level, "MQSTORE_LOG_FORMAT": log_format}
@@ -69,17 +77,26 @@ def serve(root: Path, *, host: str = "127.0.0.1", port: int = 8080, shards: int 
     dep = None
     try:
         t0 = time.monotonic()
-        dep = start_deployment(root, config, shards=shards, host=host, port=port, namespace=namespace)
+        dep = start_deployment(root, config, shards=shards, host=host, port=port, namespace=namespace,
+                               placement=placement)  # fmt: skip
+        told = False
         while not stop.is_set():  # recovery can take minutes: stay interruptible
             try:
                 if dep.wait_ready(1.0):
                     break
-            except ray.exceptions.GetTimeoutError:
-                continue
+                failed = dep.failed()
+            except ray.exceptions.GetTimeoutError:  # an actor not placed yet (no node offers its resource)
+                failed = {}
+            if failed:
+                raise ServeError("; ".join(f"shard {i} can not open its store: {e}" for i, e in sorted(failed.items())))
+            if not told and time.monotonic() - t0 > 15:
+                told = True
+                hint = " (placement resource: is a node offering mqstore_shard_<i> up?)" if placement == "resource" else ""
+                print(f"mqstore: waiting for the shards to open their stores{hint}", file=sys.stderr, flush=True)
         if not stop.is_set():
             print(json.dumps({"front": dep.front_endpoint, "shards": shards, "store": str(root),
                               "shard_dirs": [str(shard_dir(root, i, shards)) for i in range(shards)],
-                              "namespace": namespace, "ready_seconds": round(time.monotonic() - t0, 2)}), flush=True)  # fmt: skip
+                              "namespace": namespace, "placement": placement, "ready_seconds": round(time.monotonic() - t0, 2)}), flush=True)  # fmt: skip
             print(f"mqstore: serving on {dep.front_endpoint} ({shards} shard(s), store {root}); Ctrl-C stops",
                   file=sys.stderr, flush=True)  # fmt: skip
         stop.wait()
@@ -93,4 +110,4 @@ def serve(root: Path, *, host: str = "127.0.0.1", port: int = 8080, shards: int 
     print("mqstore: stopped", file=sys.stderr, flush=True)
 
 
-__all__ = ["check_port_free", "serve"]
+__all__ = ["ServeError", "check_port_free", "serve"]

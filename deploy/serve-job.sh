@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Entrypoint of `ray job submit` for `mqstore serve` on a running Ray cluster:
+#
+#   ray job submit --address http://HEAD:8265 \
+#       --runtime-env-json '{"env_vars": {"MQSTORE_SHARDS": "2", "RAY_JOB_STOP_WAIT_TIME_S": "120"}}' \
+#       -- bash /opt/mqstore/src/deploy/serve-job.sh [more `mqstore serve` options]
+#
+# The job's driver is this script on the head node: it joins the cluster
+# (--address auto), places shard i on the node offering the custom resource
+# mqstore_shard_i (--placement resource), runs the front on the head and serves
+# until `ray job stop` (SIGTERM: every store is closed cleanly; Ray sends SIGKILL
+# after RAY_JOB_STOP_WAIT_TIME_S, 3 s by default, so raise it as above).
+# Settings (environment, with defaults):
+#   MQSTORE_PYTHON        /opt/mqstore/venv/bin/python   the interpreter with mqstore (an absolute path:
+#                                                       a job's PATH is not the venv's)
+#   MQSTORE_STORE         /var/lib/mqstore               store root on every node's local disk (DIR/shard-i)
+#   MQSTORE_SHARDS        1
+#   MQSTORE_PLACEMENT     resource                       or node (every shard on the head)
+#   MQSTORE_HOST          0.0.0.0                        every gRPC server binds here
+#   MQSTORE_PORT          8080                           the front (public API)
+#   MQSTORE_FLUSH         sync
+#   MQSTORE_DRY_RUN       1: print the command line (one argument per line) instead of running it
+set -euo pipefail
+
+PY="${MQSTORE_PYTHON:-/opt/mqstore/venv/bin/python}"
+args=(
+  -m mqstore.cli.main serve
+  --address auto
+  --store "${MQSTORE_STORE:-/var/lib/mqstore}"
+  --shards "${MQSTORE_SHARDS:-1}"
+  --placement "${MQSTORE_PLACEMENT:-resource}"
+  --host "${MQSTORE_HOST:-0.0.0.0}"
+  --port "${MQSTORE_PORT:-8080}"
+  --flush "${MQSTORE_FLUSH:-sync}"
+)
+args+=("$@")
+
+if [[ "${MQSTORE_DRY_RUN:-0}" == 1 ]]; then
+  printf '%s\n' "$PY" "${args[@]}"
+  exit 0
+fi
+if [[ ! -x "$PY" ]]; then
+  echo "serve-job.sh: no interpreter at $PY (set MQSTORE_PYTHON to the python that has mqstore)" >&2
+  exit 1
+fi
+exec "$PY" "${args[@]}"
