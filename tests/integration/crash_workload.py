@@ -8,15 +8,15 @@ batch on stdout; every ``consume_every`` batches pull each queue from its commit
 offset, print a ``seen`` line, commit and persist the offsets; now and then update
 a topic (topics.json) and run retention once (it deletes the oldest segment). It
 ends only by being killed (a fault point in ``MQSTORE_FAULTS``, or its parent);
-if nothing kills it within ``max_seconds`` it exits with status 3 (0 with
-``close``, after closing the store).
+if nothing kills it within ``max_seconds`` (or ``batches``) it exits with status 3
+(0 with ``close``, after closing the store).
 
 Other options (a JSON object in argv[2]): ``consumer_threads`` (threads that pull,
 commit and persist as fast as they can), ``slow_sync_ms`` (every commitlog flush
 waits that long first), ``unsafe_dispatch`` (the dispatcher follows the write
 position instead of the flushed one: the bug test_confirm_offset must catch),
-``round`` (message ids start with ``r<round>-``), ``batch``, ``body_bytes``,
-``retention_every``.
+``round`` (message ids start with ``r<round>-``), ``batches`` (stop after that many),
+``batch``, ``body_bytes``, ``retention_every``.
 
 Stdout is a pipe, so every line printed before the kill reaches the parent.
 """
@@ -111,7 +111,7 @@ all_queues = [(t, q) for t in TOPICS for q in range(QUEUES)]
 for k in range(opts.get("consumer_threads", 0)):
     threading.Thread(target=consume, args=(all_queues[k::opts["consumer_threads"]],), daemon=True).start()
 i = 0
-while time.monotonic() < deadline:
+while time.monotonic() < deadline and i < opts.get("batches", 1 << 62):
     ids = [f"r{round_}-b{i}-{j}" for j in range(batch)]
     res = store.append(MessageBatch(
         topics=[TOPICS[j % 2] for j in range(batch)], queue_ids=[(j // 2) % QUEUES for j in range(batch)],

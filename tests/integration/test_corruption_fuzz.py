@@ -34,9 +34,9 @@ SEEDS_PER_TARGET = 2  # x 2 kinds of damage x 2 stores
 @pytest.fixture(scope="module")
 def bases(tmp_path_factory) -> dict[str, tuple[Path, list[list]]]:
     root = tmp_path_factory.mktemp("bases")
-    clean = run_child(root / "clean", max_seconds=1.0, close=True, retention_every=0)
+    clean = run_child(root / "clean", batches=200, close=True, retention_every=0)
     assert clean.returncode == 0, clean.stderr[-3000:]
-    first = run_child(root / "killed", max_seconds=0.3, close=True, retention_every=0)  # a clean session first
+    first = run_child(root / "killed", batches=40, close=True, retention_every=0)  # a clean session first
     assert first.returncode == 0, first.stderr[-3000:]
     killed = run_child(root / "killed", kill_after_acks=1500, retention_every=0, round=1)
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
