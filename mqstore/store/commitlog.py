@@ -886,14 +886,16 @@ class CommitLog:
     def units_match(self, phys: np.ndarray, sizes: np.ndarray, queue_ids: np.ndarray, queue_offsets: np.ndarray, *,
                     topics: list[str] | None = None, topic_index: np.ndarray | None = None,
                     tags_codes: np.ndarray | None = None, check_tags: np.ndarray | None = None,
-                    check_from: int = 0) -> np.ndarray:  # fmt: skip
+                    check_from: int = 0, deep_from: int = 0) -> np.ndarray:  # fmt: skip
         """Per consume-queue unit (any queues, any order; int64 columns): does it lie
         inside the commitlog and point at a record of exactly that size, queue id and
         queue offset (and, with ``topics``, of topic ``topics[topic_index[i]]``; with
         ``tags_codes``, whose TAGS hash to it where ``check_tags`` is true)? Records
-        below ``check_from`` are not read: their units only have to lie inside. One
-        pass per segment touched, for units of every queue at once (recovery checks
-        thousands of queues)."""
+        below ``check_from`` are not read: their units only have to lie inside; records
+        below ``deep_from`` have their heads checked but not topic and tags (decoding
+        those is most of the cost, and garbage matching size, queue id, queue offset and
+        magic of a real record does not happen by chance). One pass per segment
+        touched, for units of every queue at once (recovery checks thousands of queues)."""
         ok = (phys >= self.min_offset) & (sizes > 0) & (phys + sizes <= self._wrote)
         check = np.flatnonzero(ok & (phys >= check_from))
         if not check.size:
@@ -911,8 +913,9 @@ class CommitLog:
             head = record_heads(seg.mm, phys[sel] - seg.base_offset)
             good = (head["total_size"] == sizes[sel]) & (head["queue_id"] == queue_ids[sel])
             good &= (head["queue_offset"] == queue_offsets[sel]) & ((head["magic"] == MAGIC_V1) | (head["magic"] == MAGIC_V2))
-            if (want_topic is not None or tags_codes is not None) and good.any():
-                real = sel[good]
+            deep = good & (phys[sel] >= deep_from)
+            if (want_topic is not None or tags_codes is not None) and deep.any():
+                real = sel[deep]
                 f = record_fields(seg.mm, phys[real] - seg.base_offset)
                 same = np.ones(len(real), bool)
                 if want_topic is not None:
@@ -920,7 +923,7 @@ class CommitLog:
                 if tags_codes is not None:
                     tags_ok = _tags_codes(seg.mm, f) == tags_codes[real]
                     same &= tags_ok if check_tags is None else (tags_ok | ~check_tags[real])
-                good[np.flatnonzero(good)[~same]] = False
+                good[np.flatnonzero(deep)[~same]] = False
             ok[sel] &= good
         return ok
 

@@ -277,7 +277,7 @@ class ConsumeQueues:
         """offset+size of the newest unit over all queues (-1 if there is none)."""
         return max((cq.max_physical_offset for cq in self.all()), default=-1)
 
-    def recover(self, commitlog: CommitLog, *, verify_tail: bool, check_from: int = 0) -> None:
+    def recover(self, commitlog: CommitLog, *, verify_tail: bool, check_from: int = 0, deep_from: int = 0) -> None:
         """Cut torn unit tails and every unit at or past the commitlog's valid end.
         Then the last file's units are checked against their records (size, topic,
         queue id, queue offset, tagsCode): with ``verify_tail`` (after an abnormal
@@ -287,9 +287,13 @@ class ConsumeQueues:
         fewer units than the commitlog's records of it (recovery's queue-offset table)
         or one cut here sets ``rebuild_from``, so the dispatcher rebuilds what
         follows. Queues are recovered on the writer threads, their tails checked
-        together (one pass per segment for all queues)."""
+        together (one pass per segment for all queues). Topic and tagsCode are only
+        checked for units pointing at or after ``deep_from`` (what a crash can have
+        left half-written), the rest of a unit everywhere checked."""
         if verify_tail:
             check_from = 0
+        else:
+            deep_from = check_from
         tails: list[tuple[ConsumeQueue, int, int, np.ndarray | None]] = []
         self._on_writers(lambda queues: self._recover_queues(queues, commitlog, verify_tail, tails), self.all())
         batch, units = [], 0
@@ -297,9 +301,9 @@ class ConsumeQueues:
             batch.append(tail)
             units += tail[2] - tail[1]
             if units >= _CHECK_BATCH_UNITS:
-                self._check_tails(commitlog, batch, check_from)
+                self._check_tails(commitlog, batch, check_from, deep_from)
                 batch, units = [], 0
-        self._check_tails(commitlog, batch, check_from)
+        self._check_tails(commitlog, batch, check_from, deep_from)
         expected = commitlog.recovery.queue_offsets
         for cq in self.all():
             if cq.max_offset < expected.get((cq.topic, cq.queue_id), 0):
@@ -329,7 +333,7 @@ class ConsumeQueues:
             tails.extend(found)
 
     def _check_tails(self, commitlog: CommitLog, tails: list[tuple[ConsumeQueue, int, int, np.ndarray | None]],
-                     check_from: int) -> None:  # fmt: skip
+                     check_from: int, deep_from: int) -> None:  # fmt: skip
         """Check the units [start, end) of each (queue, start, end, units or None)
         against the commitlog at once; cut each queue at its first unit that does not
         match."""
@@ -350,7 +354,7 @@ class ConsumeQueues:
         blank = is_pre_blank(units)
         ok = blank | commitlog.units_match(phys, sizes, queue_ids, queue_offsets, topics=names, topic_index=topic_index,
                                            tags_codes=units["tags_code"].astype(np.int64), check_tags=check_tags,
-                                           check_from=check_from)  # fmt: skip
+                                           check_from=check_from, deep_from=deep_from)  # fmt: skip
         real = np.flatnonzero(~blank)
         if len(real) > 1:  # inside one queue, real units point ever further into the commitlog
             same = which[real[1:]] == which[real[:-1]]

@@ -144,8 +144,9 @@ class MessageStore:
             self.consume_queues.load(repair=True)
             self._rebuild_configs(unusable)
             rec = self.commitlog.recovery
-            self.consume_queues.recover(self.commitlog, verify_tail=not rec.clean_shutdown,
-                                        check_from=file_name_to_offset(rec.start_segment) if rec.start_segment else 0)  # fmt: skip
+            start = file_name_to_offset(rec.start_segment) if rec.start_segment else 0
+            self.consume_queues.recover(self.commitlog, verify_tail=not rec.clean_shutdown, check_from=start,
+                                        deep_from=min(start, self._redispatch_from()))  # fmt: skip
             # Queue offsets continue from the consume queues too (RocketMQ takes them from
             # there): after retention removed every record of a queue, the segments alone
             # would restart it at 0.
