@@ -207,10 +207,12 @@ def print_records(
 from mqstore.cli import maintenance as _maintenance  # noqa: E402  (registers verify and repair)
 from mqstore.cli import queries as _queries  # noqa: E402  (registers the query commands)
 from mqstore.cli import remote as _remote  # noqa: E402  (registers serve and send)
+from mqstore.cli import reconcile as _reconcile  # noqa: E402  (registers reconcile)
 
 _queries.register(app)
 _maintenance.register(app)
 _remote.register(app)
+_reconcile.register(app)
 
 
 def main() -> None:

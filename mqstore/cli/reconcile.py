@@ -1,0 +1,126 @@
+"""``mqstore reconcile``: the Spark reconciliation job from the command line.
+
+The job itself is mqstore.jobs.reconcile; this module checks the arguments before
+any JVM starts (a bad store or an unwritable output is one line on stderr and exit
+1), starts a SparkSession on ``--master`` (local mode by default: nothing to install
+beyond the project), prints the summary table and exits 1 when any finding is an
+error, 0 otherwise. ``jobs/reconcile.py`` runs the same under ``spark-submit``.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+
+def _ensure_progress_logs() -> None:
+    """Progress events are logged at info: show them even when the CLI's log
+    level is higher (the default, warning), keeping the chosen format."""
+    import logging
+
+    import structlog
+
+    from mqstore.logging import configure_logging
+
+    cfg = structlog.get_config()
+    wrapper = cfg.get("wrapper_class")
+    try:
+        level = wrapper(None, [], {}).get_effective_level()  # a filtering bound logger class (mqstore.logging)
+    except Exception:  # noqa: BLE001  (not configured by mqstore: leave it alone)
+        return
+    if level <= logging.INFO:
+        return
+    json_fmt = any(isinstance(p, structlog.processors.JSONRenderer) for p in cfg.get("processors", []))
+    configure_logging(level="info", json=json_fmt)
+
+
+def run(store: Path, master: str | None, output: Path | None, repair: bool, chunk_mb: int, index_keys: str,
+        fmt: str, progress: bool) -> int:  # fmt: skip
+    """The command's body (also the spark-submit entry's): returns the exit status."""
+    from mqstore.jobs.reconcile import (
+        check_output_dir,
+        check_store_dir,
+        reconcile,
+        render_summary,
+    )
+
+    check_store_dir(store)
+    if repair and output is None:
+        raise ValueError("--repair needs --output: rebuilt files are written there, never into the store")
+    if output is not None:
+        check_output_dir(output)
+    if progress:
+        _ensure_progress_logs()
+    from mqstore.jobs.spark import session
+
+    spark = session(master)
+    try:
+        result = reconcile(spark, store, output=output, repair=repair, chunk_bytes=chunk_mb << 20, index_keys=index_keys)
+    finally:
+        if master is not None:
+            spark.stop()
+    if fmt == "json":
+        print(json.dumps(result.summary()), flush=True)
+    else:
+        print(render_summary(result), flush=True)
+        if output is not None:
+            print(f"findings: {output}/findings (Parquet), summary: {output}/summary.json", flush=True)
+    return 0 if result.ok else 1
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("reconcile")
+    def reconcile_cmd(
+        store: Annotated[Path, typer.Option("--store", help="Store directory to reconcile (read only: no lock, no writes).")],
+        master: Annotated[str, typer.Option("--master", help="Spark master: local[*] (default, in this process), "
+                                            "local[N], spark://HOST:PORT, ...")] = "local[*]",
+        output: Annotated[Path | None, typer.Option("--output", help="Directory for the findings (Parquet), "
+                                                       "summary.json and, with --repair, rebuilt files.")] = None,
+        repair: Annotated[bool, typer.Option("--repair", help="Write rebuilt consume queues and index files for what "
+                                             "is damaged into --output/repair (never into the store).")] = False,
+        chunk_mb: Annotated[int, typer.Option("--chunk-mb", min=1, help="CommitLog MiB per Spark task.")] = 64,
+        index_keys: Annotated[str, typer.Option("--index-keys", help="full (every record's keys must be in the index), "
+                                                "sample (the first million, then every 16th) or off.")] = "full",
+        fmt: Annotated[str, typer.Option("--format", help="text (a summary table) or json (summary.json's content).")] = "text",
+        progress: Annotated[bool, typer.Option("--progress/--no-progress", help="Log progress (structlog, stderr).")] = True,
+    ) -> None:
+        """Check with Spark that the commitlog, consume queues, index files, checkpoint
+        and consumer offsets agree, up to what the checkpoint counts as flushed; exit 0
+        if no finding is an error, 1 otherwise."""
+        if index_keys not in ("full", "sample", "off"):
+            raise typer.BadParameter("--index-keys is full, sample or off")
+        if fmt not in ("text", "json"):
+            raise typer.BadParameter("--format is text or json")
+        raise typer.Exit(run(store, master, output, repair, chunk_mb, index_keys, fmt, progress))
+
+
+def main(argv: list[str] | None = None) -> None:
+    """spark-submit entry (jobs/reconcile.py): the same options; the master comes from
+    spark-submit unless --master is given."""
+    import argparse
+
+    from mqstore.logging import configure_logging
+
+    p = argparse.ArgumentParser(prog="reconcile", description="mqstore reconcile under spark-submit")
+    p.add_argument("--store", required=True, type=Path)
+    p.add_argument("--master", default=None)
+    p.add_argument("--output", type=Path, default=None)
+    p.add_argument("--repair", action="store_true")
+    p.add_argument("--chunk-mb", type=int, default=64)
+    p.add_argument("--index-keys", choices=("full", "sample", "off"), default="full")
+    p.add_argument("--format", choices=("text", "json"), default="text")
+    args = p.parse_args(argv)
+    configure_logging(level="info")
+    try:
+        code = run(args.store, args.master, args.output, args.repair, args.chunk_mb, args.index_keys, args.format, True)
+    except (OSError, ValueError, LookupError) as e:
+        print(f"mqstore: error: {e}", file=sys.stderr)
+        code = 1
+    sys.exit(code)
+
+
+__all__ = ["main", "register", "run"]

@@ -1,0 +1,101 @@
+"""The ``mqstore`` Spark data source: a store's CommitLog messages as a DataFrame.
+
+::
+
+    from mqstore.jobs.datasource import MqstoreDataSource
+    spark.dataSource.register(MqstoreDataSource)
+    df = spark.read.format("mqstore").load("/data/store")
+    df.createOrReplaceTempView("messages")
+    spark.sql("SELECT topic, count(*) FROM messages GROUP BY topic").show()
+    df.write.parquet("/tmp/messages.parquet")
+
+One row per valid record (every field of RocketMQ's record; the schema is
+``mqstore.jobs.columns.SCHEMA``), one input partition per CommitLog segment (option
+``chunkBytes`` splits segments further; a chunk starts at its first record, found
+by record signature). Read-only: no lock, nothing written, so a running store can be
+read (what is on disk now). Options:
+
+    checkCrc    "true": skip records whose body fails its CRC (default "false": every
+                record whose layout is valid; compare body_crc yourself)
+    chunkBytes  split segments into partitions of about this many bytes (default: one
+                partition per segment)
+    batchBytes  commitlog bytes per Arrow batch (default 4 MiB)
+
+The classes are pickled to the workers, which import this module: mqstore must be
+importable there (see deploy/README.md).
+"""
+
+from __future__ import annotations
+
+from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+
+from mqstore.jobs.columns import BATCH_BYTES, SPARK_DDL
+
+
+class SegmentPartition(InputPartition):
+    """One segment, or the part of one whose records start in [lo, hi)."""
+
+    def __init__(self, path: str, base: int, lo: int, hi: int | None) -> None:
+        super().__init__((path, base, lo, hi))
+        self.path, self.base, self.lo, self.hi = path, base, lo, hi
+
+    def __repr__(self) -> str:
+        return f"SegmentPartition({self.path}, lo={self.lo}, hi={self.hi})"
+
+
+def _flag(value: str | None, default: bool) -> bool:
+    if value is None:
+        return default
+    return str(value).strip().lower() in ("1", "true", "yes", "on")
+
+
+class MqstoreReader(DataSourceReader):
+    def __init__(self, options) -> None:
+        path = options.get("path")
+        if not path:
+            raise ValueError('spark.read.format("mqstore").load(DIR): the store directory is missing')
+        self.store = path
+        self.check_crc = _flag(options.get("checkCrc"), False)
+        self.chunk_bytes = int(options.get("chunkBytes", 0) or 0)
+        self.batch_bytes = int(options.get("batchBytes", BATCH_BYTES) or BATCH_BYTES)
+
+    def partitions(self):
+        from mqstore.store.reader import CommitLogReader
+
+        parts = []
+        for base, path in CommitLogReader(self.store).segments:
+            try:
+                size = path.stat().st_size
+            except FileNotFoundError:
+                continue
+            if size == 0:
+                continue
+            step = self.chunk_bytes if 0 < self.chunk_bytes < size else size
+            for lo in range(0, size, step):
+                parts.append(SegmentPartition(str(path), base, lo, lo + step if lo + step < size else None))
+        return parts or [SegmentPartition("", 0, 0, 0)]
+
+    def read(self, partition: SegmentPartition):
+        from mqstore.jobs.columns import segment_batches
+
+        if not partition.path:
+            return
+        yield from segment_batches(partition.path, partition.base, partition.lo, partition.hi,
+                                   check_crc=self.check_crc, batch_bytes=self.batch_bytes)  # fmt: skip
+
+
+class MqstoreDataSource(DataSource):
+    """``spark.read.format("mqstore").load(store_dir)``; see the module docstring."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "mqstore"
+
+    def schema(self) -> str:
+        return SPARK_DDL
+
+    def reader(self, schema) -> MqstoreReader:
+        return MqstoreReader(self.options)
+
+
+__all__ = ["MqstoreDataSource", "MqstoreReader", "SegmentPartition"]

@@ -1,0 +1,619 @@
+"""Worker-side units of work of the reconcile job (mqstore.jobs.reconcile).
+
+Each function here runs inside a Spark task, reads store files read-only and
+returns plain values (numpy arrays, lists, dicts): nothing Spark-specific, so each
+is tested and usable without Spark too.
+
+* :func:`check_queues` - a group of consume queues: their files (verify's reader
+  and unit checks that need no commitlog), their units routed by commitlog chunk;
+* :func:`check_index_file` - one index file: header and chains (verify's checks),
+  its entries routed by chunk;
+* :func:`check_chunk` - one CommitLog chunk (a segment, or the part of one whose
+  records start in ``[lo, hi)``): the records walked and validated by verify's walk,
+  joined with the units and index entries that point into the chunk.
+
+Records never span segments, and a chunk after the first starts at its first record
+signature (a known magic and a PHYSICALOFFSET equal to its own position, the search
+recovery and verify use), so chunks are independent.
+"""
+
+from __future__ import annotations
+
+import mmap
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from mqstore.formats.consume_queue import (
+    UNIT_DTYPE,
+    UNIT_SIZE,
+    file_bytes_for,
+    is_pre_blank,
+)
+from mqstore.formats.message import (
+    MAGIC_V1,
+    MAGIC_V2,
+    MIN_RECORD_BYTES,
+    ScanOutcome,
+    scan_records,
+)
+from mqstore.store.commitlog import ScanChunk
+from mqstore.store.dispatch import build_dispatch_batch
+from mqstore.store.schedule import SCHEDULE_TOPIC
+from mqstore.store.verify.records import CHUNK_BYTES, _Columns, _first_nonzero, _Walk
+from mqstore.store.verify.report import Damage, Severity
+
+_SEARCH_WINDOW = 16 << 20
+LISTED_PER_TASK = 5_000  # findings of one kind a task lists in full; the rest are counted
+
+
+# ---------------------------------------------------------------- findings
+
+
+class TaskFindings:
+    """Findings of one task, as rows, with exact counts per kind and severity.
+
+    Same interface as verify's Findings (error / warning / info / add), so verify's
+    checks write into it; keeps the first LISTED_PER_TASK of each kind. ``offset`` is
+    the commitlog offset a finding concerns, when it concerns one (the driver uses it
+    to tell data still in flight from damage)."""
+
+    def __init__(self, cap: int = LISTED_PER_TASK) -> None:
+        self.rows: list[tuple[str, str, str, str, int]] = []
+        self.counts: dict[tuple[str, str], int] = {}
+        self.cap = cap
+        self._per_kind: dict[str, int] = {}
+        self.offset: int = -1  # set by callers before a check that concerns one offset
+
+    def add(self, kind: str, severity: Severity | str, location: str, detail: str, offset: int | None = None) -> None:
+        sev = severity.value if isinstance(severity, Severity) else str(severity)
+        key = (kind, sev)
+        self.counts[key] = self.counts.get(key, 0) + 1
+        n = self._per_kind.get(kind, 0) + 1
+        self._per_kind[kind] = n
+        if n <= self.cap:
+            self.rows.append((kind, sev, location, detail, self.offset if offset is None else offset))
+
+    def error(self, kind: str, location: str, detail: str, offset: int | None = None) -> None:
+        self.add(kind, Severity.ERROR, location, detail, offset)
+
+    def warning(self, kind: str, location: str, detail: str, offset: int | None = None) -> None:
+        self.add(kind, Severity.WARNING, location, detail, offset)
+
+    def info(self, kind: str, location: str, detail: str, offset: int | None = None) -> None:
+        self.add(kind, Severity.INFO, location, detail, offset)
+
+    def count(self, severity: Severity) -> int:
+        return sum(n for (_, s), n in self.counts.items() if s == severity.value)
+
+
+def _commitlog_offset_of(location: str) -> int:
+    """``commitlog/<base>@<pos>`` -> base + pos; -1 for other locations."""
+    if not location.startswith("commitlog/"):
+        return -1
+    name, _, pos = location[len("commitlog/") :].partition("@")
+    try:
+        return int(name) + (int(pos) if pos else 0)
+    except ValueError:
+        return -1
+
+
+# ---------------------------------------------------------------- chunks of the commitlog
+
+
+@dataclass(frozen=True)
+class ChunkSpec:
+    """A unit of commitlog work: the records of segment ``base`` that start in
+    ``[lo, hi)``. ``last``: the segment is the last that holds data; ``after_data``:
+    it comes after that one (it must be all zeros)."""
+
+    index: int
+    path: str
+    base: int
+    lo: int
+    hi: int
+    segment_bytes: int
+    last: bool
+    after_data: bool
+    open_end: bool = False  # the last chunk: units and entries past every segment are its to check
+
+    @property
+    def start(self) -> int:
+        return self.base + self.lo
+
+    @property
+    def end(self) -> int:
+        return self.base + self.hi
+
+
+def record_start_in(mm, base: int, lo: int, hi: int) -> int | None:
+    """The first record start in ``[lo, hi)`` of a mapped segment: a known magic,
+    a PHYSICALOFFSET equal to the position, and a record there that validates."""
+    size = len(mm)
+    hi = min(hi, size - MIN_RECORD_BYTES)
+    magic = np.ndarray((size - 3,), dtype=">i4", buffer=mm, strides=(1,))
+    phys = np.ndarray((size - 7,), dtype=">i8", buffer=mm, strides=(1,))
+    try:
+        at = lo
+        while at < hi:
+            n = min(_SEARCH_WINDOW, hi - at)
+            u8 = np.frombuffer(mm, np.uint8, count=n, offset=at + 4)
+            cand = np.flatnonzero(u8 == 0xDA) + at
+            del u8
+            m = magic[cand + 4]
+            ok = ((m == MAGIC_V1) | (m == MAGIC_V2)) & (phys[cand + 28] == cand + base)
+            for c in cand[ok].tolist():
+                if len(scan_records(mm, c, size, check_crc=False, max_records=1, base_offset=base).positions):
+                    return c
+            at += n
+        return None
+    finally:
+        del magic, phys
+
+
+class _TsColumns(_Columns):
+    """verify's columns plus each record's store time (to find the checkpoint's
+    flushed point when it has no confirm offset)."""
+
+    def __init__(self, index_sample: tuple[int, int]) -> None:
+        super().__init__(index_sample)
+        self.parts["ts"] = []
+
+    def add(self, batch) -> None:
+        super().add(batch)
+        self.parts["ts"].append(batch.store_timestamps)
+
+
+class _ChunkWalk(_Walk):
+    """verify's walk (records.py) over one chunk instead of whole segments: the same
+    scans, classification of where valid data stops, resynchronisation and columns."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.cols = _TsColumns(self.cols.index_sample)
+        self.closed = False
+        self.data_stopped: int | None = None
+
+    def chunk(self, mm, spec: ChunkSpec) -> int:
+        """Walk the records starting in the chunk; returns where the walk ended (the
+        first byte after the last record walked, or where the valid data stopped)."""
+        size = len(mm)
+        hi = min(spec.hi, size)
+        if spec.after_data:
+            nz = _first_nonzero(mm, spec.lo, hi)
+            if nz is not None:
+                self.f.error("commitlog_garbage", f"commitlog/{spec.base:020d}@{nz}",
+                             "non-zero bytes in a segment after the end of data", offset=spec.base + nz)  # fmt: skip
+                self._note_cut(spec.base + nz)
+            return spec.lo
+        pos = spec.lo
+        if pos > 0:
+            start = record_start_in(mm, spec.base, pos, hi)
+            if start is None:
+                return hi
+            pos = start
+        while pos < hi:
+            res = scan_records(mm, pos, size, check_crc=True, max_bytes=min(CHUNK_BYTES, max(hi - pos, 1)),
+                               base_offset=spec.base, fields=True)  # fmt: skip
+            if len(res.positions):
+                if pos == 0 and res.positions[0] == 0:
+                    self.first_ts[spec.base] = int(res.fields.store_timestamps[0])
+                self.cols.add(build_dispatch_batch(ScanChunk(res.positions + spec.base, res.sizes, res.fields, mm,
+                                                             spec.base + res.stop)))  # fmt: skip
+            if res.outcome is ScanOutcome.END_OF_SEGMENT:
+                self.closed = True
+                return res.stop
+            if res.outcome is ScanOutcome.LIMIT and len(res.positions) and res.stop + 8 <= size:
+                pos = res.stop
+                continue
+            self.f.offset = spec.base + res.stop
+            nxt = self._stopped(mm, spec.base, res.stop, res.reason, last=spec.last)
+            self.f.offset = -1
+            if nxt is None:
+                self.data_stopped = spec.base + res.stop
+                return res.stop
+            pos = nxt
+        return pos
+
+
+class _EntryColumns(_TsColumns):
+    """Columns plus the index entries of every record (hash, offset, store time)."""
+
+    def __init__(self) -> None:
+        super().__init__((0, 0))
+        self.entries: list = []
+
+    def add(self, batch) -> None:
+        super().add(batch)
+        self.entries.append(batch.index_entries())
+
+
+def walk_table(spec: ChunkSpec, *, with_entries: bool = False):
+    """verify's record table of one chunk (valid records and whole ones with a bad
+    body CRC), and with ``with_entries`` the index entries the dispatcher makes for
+    them, as (hashes, offsets, store times); findings are not kept."""
+    findings, damage = TaskFindings(cap=0), Damage()
+    walk = _ChunkWalk(Path(spec.path).parent.parent, spec.segment_bytes, findings, damage, index_sample=(0, 0),
+                      running=True)  # fmt: skip
+    if with_entries:
+        walk.cols = _EntryColumns()
+    try:
+        with open(spec.path, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+            walk.chunk(mm, spec)
+            table = walk.cols.table(spec.start, 1, walk.first_ts, walk.corrupt)
+    except FileNotFoundError:
+        return None, None
+    if not with_entries:
+        return table, None
+    es = walk.cols.entries
+    cat = (lambda i: np.concatenate([e[i] for e in es]).astype(np.int64)) if es else (lambda i: np.zeros(0, np.int64))
+    return table, (cat(0), cat(1), cat(2))
+
+
+def _queue_summaries(table, flushed_ts: int) -> dict[str, Any]:
+    """Per queue of the chunk's records that take a queue offset: first / last queue
+    offset and commitlog offset, count; and the chunk's sequence findings."""
+    takes = np.flatnonzero(table.advances)
+    out: dict[tuple[str, int], tuple[int, int, int, int, int]] = {}
+    bad: list[tuple[tuple[str, int], int, int, int]] = []
+    if not takes.size:
+        return {"queues": out, "sequence": bad}
+    keys = table.queue_keys[takes]
+    order = np.argsort(keys, kind="stable")
+    uniq, starts = np.unique(keys[order], return_index=True)
+    stops = np.append(starts[1:], len(order))
+    for key, lo, hi in zip(uniq.tolist(), starts.tolist(), stops.tolist()):
+        rec = takes[order[lo:hi]]
+        qo, ph = table.queue_offsets[rec], table.phys[rec]
+        q = table.queue_of(key)
+        out[q] = (int(qo[0]), int(ph[0]), int(qo[-1]), int(ph[-1]), len(rec))
+        for i in np.flatnonzero(np.diff(qo) != 1).tolist()[:LISTED_PER_TASK]:
+            bad.append((q, int(ph[i + 1]), int(qo[i + 1]), int(qo[i])))
+    return {"queues": out, "sequence": bad}
+
+
+@dataclass
+class ChunkResult:
+    """What a chunk task sends back to the driver (all small unless damage is big)."""
+
+    index: int
+    findings: TaskFindings
+    records: int = 0
+    corrupt: int = 0
+    bytes: int = 0
+    data_start: int = -1  # commitlog offset of the first record walked (-1: none)
+    walk_end: int = -1  # commitlog offset where the walk ended
+    data_end: int = -1  # end of the last valid record (-1: none)
+    data_stopped: int | None = None  # where valid data stopped inside the chunk (not at a BLANK)
+    closed: bool = False  # the chunk reached its segment's BLANK record
+    newest_store_timestamp: int = 0
+    first_store_timestamps: dict[int, int] = field(default_factory=dict)
+    flushed_end: int = -1  # end of the last record stored at or before the checkpoint's physic time
+    commitlog_cut: int | None = None
+    newest_below_cut: int = 0
+    records_after_cut: int = 0  # valid records walked after the cut in this chunk
+    unrepairable: list[str] = field(default_factory=list)
+    queues: dict = field(default_factory=dict)  # (topic, qid) -> (first qo, first phys, last qo, last phys, n)
+    sequence: list = field(default_factory=list)
+    unmatched_records: dict = field(default_factory=dict)  # (topic, qid) -> (qoffs, phys) without a unit
+    unmatched_units: dict = field(default_factory=dict)  # (topic, qid) -> (qoffs, phys) pointing at no record start
+    unmatched_entries: list = field(default_factory=list)  # (index file, entry numbers, phys) at no record start
+    missing_keys: tuple = ()  # (phys, hashes) of expected index entries not found
+    keys_checked: int = 0
+    bad_queues: set = field(default_factory=set)
+    index_bad: bool = False
+    units_checked: int = 0
+    entries_checked: int = 0
+
+
+def check_chunk(spec: ChunkSpec, queue_files: list[tuple], index_files: list[tuple], *, running: bool,
+                index_sample: tuple[int, int], index_end: int, flushed_ts: int) -> ChunkResult:  # fmt: skip
+    """Walk one chunk and join it with the units and index entries that point into
+    it, read from their files here: ``queue_files`` are (topic, queue id, path,
+    queue offset of the file's first unit, valid units in the file) of the files
+    whose units may point into the chunk, ``index_files`` (name, path, entries)."""
+    findings = TaskFindings()
+    damage = Damage()
+    walk = _ChunkWalk(Path(spec.path).parent.parent, spec.segment_bytes, findings, damage, index_sample=index_sample,
+                      running=running)  # fmt: skip
+    result = ChunkResult(spec.index, findings)
+    try:
+        with open(spec.path, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+            walk_end = walk.chunk(mm, spec)
+            table = walk.cols.table(spec.start, 1, walk.first_ts, walk.corrupt)
+    except FileNotFoundError:
+        if not running:
+            raise
+        return result  # retention of a running store removed it
+    n = len(table.phys)
+    result.records = n - table.corrupt
+    result.corrupt = table.corrupt
+    result.bytes = int(table.sizes.sum())
+    result.data_start = int(table.phys[0]) if n else -1
+    result.walk_end = spec.base + walk_end
+    result.data_end = table.data_end if n else -1
+    result.data_stopped = walk.data_stopped
+    result.closed = walk.closed
+    result.newest_store_timestamp = table.newest_store_timestamp
+    result.first_store_timestamps = dict(walk.first_ts)
+    result.commitlog_cut = damage.commitlog_cut
+    result.newest_below_cut = damage.newest_store_timestamp_below_cut
+    if damage.commitlog_cut is not None:
+        result.records_after_cut = walk.cols.count - walk.records_at_cut - walk.corrupt
+    result.unrepairable = list(damage.commitlog_unrepairable)
+    if n and flushed_ts > 0:
+        ts_ok = _store_timestamps(walk, table) <= flushed_ts
+        at = np.flatnonzero(ts_ok)
+        result.flushed_end = int(table.phys[at[-1]] + table.sizes[at[-1]]) if at.size else -1
+    summaries = _queue_summaries(table, flushed_ts)
+    result.queues, result.sequence = summaries["queues"], summaries["sequence"]
+    end = spec.end if not spec.open_end else 1 << 62
+    _join_units(table, read_units_in(queue_files, spec.start, end), result, running=running)
+    _join_index(table, read_entries_in(index_files, spec.start, end), result, index_end=index_end)
+    return result
+
+
+def read_units_in(queue_files: list[tuple], lo: int, hi: int) -> list[tuple]:
+    """(topic, qid, queue offsets, commitlog offsets, sizes, tagsCodes) of the real
+    units whose commitlog offset lies in [lo, hi), from each queue file: (topic,
+    queue id, path, queue offset of its first unit, valid units in it). A binary
+    search: the units of a queue are in commitlog order (cq_order says when not)."""
+    out = []
+    for topic, qid, path, first_qo, count in queue_files:
+        try:
+            with open(path, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+                units = np.frombuffer(mm, UNIT_DTYPE, count=min(count, len(mm) // UNIT_SIZE))
+                try:
+                    phys = units["commitlog_offset"]
+                    a, b = int(np.searchsorted(phys, lo, "left")), int(np.searchsorted(phys, hi, "left"))
+                    part = units[a:b].copy()
+                finally:
+                    del units, phys
+        except FileNotFoundError:
+            continue
+        keep = np.flatnonzero(~is_pre_blank(part))
+        if keep.size:
+            part = part[keep]
+            out.append((topic, qid, first_qo + a + keep.astype(np.int64), part["commitlog_offset"].astype(np.int64),
+                        part["size"].astype(np.int64), part["tags_code"].astype(np.int64)))  # fmt: skip
+    return out
+
+
+def read_entries_in(index_files: list[tuple], lo: int, hi: int) -> list[tuple]:
+    """(file name, entry numbers, commitlog offsets, key hashes) of the index
+    entries whose commitlog offset lies in [lo, hi)."""
+    from mqstore.formats.index_file import INDEX_ENTRY_DTYPE as ENTRY_DTYPE
+    from mqstore.formats.index_file import INDEX_HEADER_BYTES
+
+    out = []
+    for name, path, hash_slots, count in index_files:
+        if not count:
+            continue
+        try:
+            with open(path, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+                at = INDEX_HEADER_BYTES + 4 * hash_slots + ENTRY_DTYPE.itemsize  # entry 0 is never used
+                entries = np.frombuffer(mm, ENTRY_DTYPE, count=count, offset=at)
+                try:
+                    phy = entries["phy_offset"]
+                    sel = np.flatnonzero((phy >= lo) & (phy < hi))
+                    part = entries[sel].copy()
+                finally:
+                    del entries, phy
+        except FileNotFoundError:
+            continue
+        if len(sel):
+            out.append((name, sel.astype(np.int64) + 1, part["phy_offset"].astype(np.int64),
+                        part["key_hash"].astype(np.int64)))  # fmt: skip
+    return out
+
+
+def _store_timestamps(walk: _ChunkWalk, table) -> np.ndarray:
+    parts = walk.cols.parts.get("ts")
+    return np.concatenate(parts) if parts else np.zeros(len(table.phys), np.int64)
+
+
+def _join_units(table, queues: list[tuple], result: ChunkResult, *, running: bool) -> None:
+    """verify's per-unit checks (queues._check_units) against the chunk's records:
+    size, queue, queue offset, tagsCode; units at no record start and records no
+    unit points at go back to the driver, which knows the whole log."""
+    f = result.findings
+    nrec = len(table.phys)
+    matched = np.zeros(nrec, bool)
+    topic_index = {t: i for i, t in enumerate(table.topics)}
+    for topic, qid, qoffs, phys, sizes, tags in queues:
+        if True:
+            result.units_checked += len(phys)
+            loc = f"consumequeue/{topic}/{qid}"
+            idx = np.minimum(np.searchsorted(table.phys, phys), max(nrec - 1, 0))
+            found = (table.phys[idx] == phys) if nrec else np.zeros(len(phys), bool)
+            if not found.all():
+                miss = ~found
+                result.unmatched_units[(topic, qid)] = (qoffs[miss], phys[miss])
+            at, ri = np.flatnonzero(found), idx[found]
+            matched[ri] = True
+            t = topic_index.get(topic)
+            key = -1 if t is None else (t << 32) | (qid & 0xFFFFFFFF)
+            bad = False
+            for i, r in zip(*_hits(table.sizes[ri] != sizes[at], at, ri)):
+                f.error("cq_size_mismatch", f"{loc}#{int(qoffs[i])}", f"unit at queue offset {int(qoffs[i])} says "
+                        f"{int(sizes[i])} bytes; the record at commitlog offset {int(phys[i])} has {int(table.sizes[r])}",
+                        offset=int(phys[i]))  # fmt: skip
+                bad = True
+            wrong = (table.queue_keys[ri] != key) | (table.queue_offsets[ri] != qoffs[at]) | ~table.advances[ri]
+            for i, r in zip(*_hits(wrong, at, ri)):
+                otopic, oqid = table.queue_of(int(table.queue_keys[r]))
+                what = "takes no queue offset (a transaction half or rollback)" if not table.advances[r] else (
+                    f"belongs to {otopic}:{oqid} queue offset {int(table.queue_offsets[r])}")  # fmt: skip
+                f.error("cq_wrong_record", f"{loc}#{int(qoffs[i])}", f"unit at queue offset {int(qoffs[i])} points at the "
+                        f"record at commitlog offset {int(phys[i])}, which {what}", offset=int(phys[i]))  # fmt: skip
+                bad = True
+            if topic != SCHEDULE_TOPIC:
+                for i, r in zip(*_hits(table.tags_codes[ri] != tags[at], at, ri)):
+                    f.error("cq_tags_mismatch", f"{loc}#{int(qoffs[i])}", f"unit at queue offset {int(qoffs[i])} has "
+                            f"tagsCode {int(tags[i])}; its record's TAGS hash to {int(table.tags_codes[r])}",
+                            offset=int(phys[i]))  # fmt: skip
+                    bad = True
+            if bad:
+                result.bad_queues.add((topic, qid))
+    # Records that take a queue offset and that no unit points at.
+    lonely = np.flatnonzero(table.advances & ~matched)
+    if lonely.size:
+        keys = table.queue_keys[lonely]
+        for key in np.unique(keys).tolist():
+            sel = lonely[keys == key]
+            result.unmatched_records[table.queue_of(key)] = (table.queue_offsets[sel], table.phys[sel])
+
+
+def _hits(mask: np.ndarray, at: np.ndarray, ri: np.ndarray) -> tuple[list[int], list[int]]:
+    h = np.flatnonzero(mask)[:LISTED_PER_TASK]
+    return at[h].tolist(), ri[h].tolist()
+
+
+def _join_index(table, files: list[tuple], result: ChunkResult, *, index_end: int) -> None:
+    """Entries at no record start go back to the driver; the keys the dispatcher
+    would index for the chunk's records (up to the index's end offset) must all be
+    among the entries that point into the chunk (verify's index._check_keys)."""
+    nrec = len(table.phys)
+    have_phys, have_hash = [], []
+    for name, numbers, phys, hashes in files:
+        if True:
+            result.entries_checked += len(phys)
+            idx = np.minimum(np.searchsorted(table.phys, phys), max(nrec - 1, 0))
+            found = (table.phys[idx] == phys) if nrec else np.zeros(len(phys), bool)
+            if not found.all():
+                result.unmatched_entries.append((name, numbers[~found], phys[~found]))
+            have_phys.append(idx[found])
+            have_hash.append(hashes[found])
+    covered = table.index_phys <= index_end
+    want_phys, want_hash = table.index_phys[covered], table.index_hashes[covered]
+    result.keys_checked = len(want_phys)
+    if not len(want_phys):
+        return
+    at = np.concatenate(have_phys) if have_phys else np.zeros(0, np.int64)
+    hh = np.concatenate(have_hash) if have_hash else np.zeros(0, np.int64)
+    have = np.sort((at.astype(np.int64) << 32) | (hh & 0xFFFFFFFF))
+    want = (np.searchsorted(table.phys, want_phys).astype(np.int64) << 32) | (want_hash & 0xFFFFFFFF)
+    if len(have):
+        present = have[np.minimum(np.searchsorted(have, want), len(have) - 1)] == want
+    else:
+        present = np.zeros(len(want), bool)
+    missing = np.flatnonzero(~present)
+    if missing.size:
+        result.missing_keys = (want_phys[missing], want_hash[missing])
+
+
+# ---------------------------------------------------------------- consume queues
+
+
+def check_queues(store_dir: str, file_bytes: int, queues: list[tuple[str, int]]) -> dict:
+    """Read a group of queues (verify's reader: file names, sizes, gaps, torn tails)
+    and check what needs no commitlog (pre-blank units after real ones, commitlog
+    offsets increasing). Returns findings and per-queue metadata, with each file's
+    range of commitlog offsets, so chunk tasks read only the units that point into
+    them."""
+    from mqstore.store.verify.queues import _read_queue
+
+    findings = TaskFindings()
+    damage = Damage()
+    fb = file_bytes_for(file_bytes)
+    root = Path(store_dir) / "consumequeue"
+    meta: dict[tuple[str, int], dict] = {}
+    for topic, qid in queues:
+        qdir = root / topic / str(qid)
+        q = _read_queue(qdir, topic, qid, fb, findings, damage)
+        units = q.units
+        n = len(units)
+        pre = is_pre_blank(units) if n else np.zeros(0, bool)
+        phys = units["commitlog_offset"].astype(np.int64)
+        sizes = units["size"].astype(np.int64)
+        qoffs = q.first_offset + np.arange(n, dtype=np.int64)
+        loc = q.location
+        real = np.flatnonzero(~pre)
+        if real.size and pre[real[0] :].any():
+            for i in np.flatnonzero(pre[real[0] :]).tolist()[:LISTED_PER_TASK]:
+                qo = int(qoffs[real[0] + i])
+                findings.error("cq_wrong_record", f"{loc}#{qo}", f"a pre-blank unit at queue offset {qo}, after real units")
+            damage.bad_queues.add((topic, qid))
+        if real.size > 1 and (np.diff(phys[real]) <= 0).any():
+            i = int(real[1:][np.diff(phys[real]) <= 0][0])
+            findings.error("cq_order", f"{loc}#{int(qoffs[i])}", f"unit at queue offset {int(qoffs[i])} points at "
+                           f"commitlog offset {int(phys[i])}, not after the unit before it")  # fmt: skip
+            damage.bad_queues.add((topic, qid))
+        tail = real[-256:]
+        files = []
+        per_file = fb // UNIT_SIZE
+        if n and not q.unreadable:
+            first_file_qo = q.first_offset - q.first_offset % per_file
+            for fqo in range(first_file_qo, q.first_offset + n, per_file):
+                a, b = max(fqo, q.first_offset) - q.first_offset, min(fqo + per_file, q.first_offset + n) - q.first_offset
+                r = real[(real >= a) & (real < b)]
+                if r.size:
+                    path = qdir / f"{fqo * UNIT_SIZE:020d}"
+                    files.append((str(path), fqo, b - a, int(phys[r[0]]), int(phys[r].max())))
+        meta[(topic, qid)] = {
+            "first": q.first_offset,
+            "end": q.end_offset,
+            "unreadable": q.unreadable,
+            "pre_blank": _runs(qoffs[pre]),
+            "tail_ends": (phys[tail] + sizes[tail]).tolist(),
+            "more_before_tail": bool(real.size > tail.size),
+            "real": int(real.size),
+            "files": files,
+        }
+    return {"findings": findings, "meta": meta, "bad_queues": set(damage.bad_queues), "stray": list(damage.stray_files)}
+
+
+def _runs(values: np.ndarray) -> list[tuple[int, int]]:
+    """Sorted ints as [start, stop) runs."""
+    if not len(values):
+        return []
+    cut = np.flatnonzero(np.diff(values) != 1) + 1
+    return [(int(r[0]), int(r[-1]) + 1) for r in np.split(values, cut)]
+
+
+# ---------------------------------------------------------------- index files
+
+
+def check_index_file(path: str, hash_slots: int, max_entries: int, *, in_flux: bool) -> dict:
+    """One index file: size, header and chains (verify's _check_file); the range of
+    commitlog offsets its entries point at, so chunk tasks read only their part."""
+    from mqstore.formats.index_file import index_file_size
+    from mqstore.store.verify.index import _check_file
+
+    findings = TaskFindings()
+    damage = Damage()
+    p = Path(path)
+    loc = f"index/{p.name}"
+    size = index_file_size(hash_slots, max_entries)
+    out: dict[str, Any] = {"findings": findings, "name": p.name, "path": str(p), "first": -1, "last": -1, "entries": 0,
+                           "min": -1, "max": -1, "index_bad": False}  # fmt: skip
+    actual = p.stat().st_size
+    if actual != size:
+        findings.error("index_file_size", loc, f"{actual} bytes, expected {size} ({hash_slots} slots x {max_entries} "
+                       "entries); the store refuses to open the index")  # fmt: skip
+        out["index_bad"] = True
+        return out
+    with p.open("rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+        entries = _check_file(mm, loc, hash_slots, max_entries, findings, damage, in_flux=in_flux)
+        if entries is not None and len(entries):
+            phy = entries["phy_offset"].astype(np.int64)
+            out.update(entries=len(phy), first=int(phy[0]), last=int(phy[-1]), min=int(phy.min()), max=int(phy.max()))
+        del entries
+    out["index_bad"] = damage.index_bad
+    return out
+
+
+__all__ = [
+    "ChunkResult",
+    "ChunkSpec",
+    "TaskFindings",
+    "check_chunk",
+    "check_index_file",
+    "check_queues",
+    "read_entries_in",
+    "read_units_in",
+    "record_start_in",
+    "walk_table",
+]

@@ -1,0 +1,305 @@
+"""``mqstore reconcile`` (Spark) and the ``mqstore`` data source on real stores.
+
+One small store is written by the store engine (MessageStore: 1 MiB segments, small
+consume-queue and index files); each test damages a copy the way stores get
+damaged and checks that reconcile names exactly that damage, that --repair writes
+what a from-scratch build wrote, and that the repaired store reconciles clean. The
+commitlog is walked in 128 KiB chunks, so chunk boundaries fall inside segments.
+One SparkSession (local[2]) serves the whole module.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from mqstore.formats.consume_queue import UNIT_DTYPE, UNIT_SIZE
+from mqstore.formats.message import MAGIC_V1, MessageRecord
+from mqstore.store import ConsumerOffsets, Message, MessageBatch, StoreConfig
+from mqstore.store.message_store import MessageStore
+from mqstore.store.reader import CommitLogReader
+
+pytestmark = pytest.mark.timeout(600)
+
+CFG = StoreConfig(segment_bytes=1 << 20, consume_queue_file_bytes=20 * 100, index_hash_slots=512, index_max_entries=2048)
+MESSAGES = 3600
+CHUNK = 128 << 10
+BODY_AT = 88  # a V1 record with IPv4 hosts: the body starts after the 88-byte head
+
+
+@pytest.fixture(scope="module")
+def spark():
+    from mqstore.jobs.spark import register_datasource, session
+
+    s = session("local[2]", app_name="mqstore-tests", shuffle_partitions=2)
+    register_datasource(s)
+    yield s
+    s.stop()
+
+
+@pytest.fixture(scope="module")
+def pristine(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("pristine") / "store"
+    rng = np.random.default_rng(11)
+    with MessageStore(path, CFG) as s:
+        for i in range(MESSAGES // 60):
+            s.append(MessageBatch.of(
+                [Message(f"T{j % 3}", rng.bytes(60 + (i * 7 + j) % 400), queue_id=j % 4, tags=f"Tag{j % 5}",
+                         keys=[f"k{i}-{j}", f"order{i}"], properties={"shop": f"s{j % 7}"}) for j in range(60)]
+            ))  # fmt: skip
+        s.commit_offset("g1", "T0", 0, 5)
+    return path
+
+
+@pytest.fixture
+def store(pristine: Path, tmp_path: Path) -> Path:
+    shutil.copytree(pristine, tmp_path / "store")
+    return tmp_path / "store"
+
+
+def file_hashes(root: Path) -> dict[str, bytes]:
+    import hashlib
+
+    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).digest() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def run(spark, store: Path, out: Path | None = None, **kw):
+    from mqstore.jobs.reconcile import reconcile
+
+    return reconcile(spark, store, output=out, chunk_bytes=CHUNK, **kw)
+
+
+def error_kinds(result) -> dict[str, int]:
+    return {k: n for k, n in result.by_kind.items() if result.kind_severity[k] == "error"}
+
+
+# ---------------------------------------------------------------- damage
+
+
+def records(store: Path) -> list[MessageRecord]:
+    return list(CommitLogReader(store).records())
+
+
+def patch_commitlog(store: Path, offset: int, data: bytes) -> None:
+    seg = store / "commitlog" / f"{offset - offset % CFG.segment_bytes:020d}"
+    with open(seg, "r+b") as f:
+        f.seek(offset % CFG.segment_bytes)
+        f.write(data)
+
+
+def queue_file(store: Path, topic: str, qid: int, queue_offset: int) -> tuple[Path, int]:
+    fb = CFG.consume_queue_file_bytes
+    byte = queue_offset * UNIT_SIZE
+    return store / "consumequeue" / topic / str(qid) / f"{byte - byte % fb:020d}", byte % fb
+
+
+def patch_unit(store: Path, topic: str, qid: int, queue_offset: int, field: str, value: int) -> None:
+    path, pos = queue_file(store, topic, qid, queue_offset)
+    data = bytearray(path.read_bytes())
+    unit = np.frombuffer(bytes(data[pos : pos + UNIT_SIZE]), UNIT_DTYPE).copy()
+    unit[field] = value
+    data[pos : pos + UNIT_SIZE] = unit.tobytes()
+    path.write_bytes(bytes(data))
+
+
+def flipped_body_byte(store: Path) -> None:
+    rec = records(store)[MESSAGES // 3]
+    patch_commitlog(store, rec.physical_offset + BODY_AT + 3, bytes([rec.body[3] ^ 0x5A]))
+
+
+def deleted_unit(store: Path) -> None:
+    """The last unit of T1:1 is gone (zeroed), its record is not."""
+    qdir = store / "consumequeue" / "T1" / "1"
+    last = max(qdir.iterdir())
+    data = bytearray(last.read_bytes())
+    used = int(np.count_nonzero(np.frombuffer(bytes(data), UNIT_DTYPE)["size"] > 0)) * UNIT_SIZE
+    data[used - UNIT_SIZE : used] = bytes(UNIT_SIZE)
+    last.write_bytes(bytes(data))
+
+
+def wrong_tags_code(store: Path) -> None:
+    patch_unit(store, "T0", 2, 11, "tags_code", 12345)
+
+
+def missing_index_entry(store: Path) -> None:
+    """The index rebuilt by the store core without one record's UNIQ_KEY entry."""
+    from mqstore.formats.message import scan_records
+    from mqstore.store.commitlog import ScanChunk
+    from mqstore.store.dispatch import build_dispatch_batch
+    from mqstore.store.index_service import IndexService
+
+    parts = []
+    for base, path in CommitLogReader(store).segments:
+        data = path.read_bytes()
+        res = scan_records(data, 0, len(data), base_offset=base, fields=True)
+        parts.append(build_dispatch_batch(ScanChunk(res.positions + base, res.sizes, res.fields, data, base)).index_entries())
+    hashes, phys, ts = (np.concatenate([p[i] for p in parts]) for i in range(3))
+    drop = 3 * (MESSAGES // 2)  # the UNIQ_KEY entry of record MESSAGES // 2
+    keep = np.arange(len(phys)) != drop
+    shutil.rmtree(store / "index")
+    svc = IndexService(store, hash_slots=CFG.index_hash_slots, max_entries=CFG.index_max_entries)
+    svc.load(True, 0)
+    svc.put((hashes[keep], phys[keep], ts[keep]))
+    svc.close()
+
+
+def consumer_offset_past_end(store: Path) -> None:
+    offsets = ConsumerOffsets(store)
+    offsets.commit("g1", "T0", 0, 10**6)
+    offsets.persist()
+
+
+def torn_flushed_tail(store: Path) -> None:
+    """The last record, which the checkpoint counts as flushed, lost its end."""
+    last = records(store)[-1]
+    cut = last.physical_offset + BODY_AT + len(last.body) // 2
+    patch_commitlog(store, cut, bytes(last.physical_offset + last.total_size - cut))
+
+
+DAMAGE = [
+    (flipped_body_byte, "commitlog_crc"),
+    (deleted_unit, "cq_unit_missing"),
+    (wrong_tags_code, "cq_tags_mismatch"),
+    (missing_index_entry, "index_key_missing"),
+    (consumer_offset_past_end, "consumer_offset_past_end"),
+    (torn_flushed_tail, "commitlog_torn_tail"),
+]
+
+
+# ---------------------------------------------------------------- tests
+
+
+def test_clean_store_has_no_findings(spark, pristine: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    result = run(spark, pristine, out)
+    assert result.ok and result.findings == [], result.findings
+    assert result.messages == MESSAGES
+    c = result.counts
+    assert c["segments"] > 1 and c["chunks"] > c["segments"]
+    assert c["units"] == c["units_checked"] == MESSAGES and c["queues"] == 12
+    assert c["index_keys_checked"] == 3 * MESSAGES and c["index_files"] > 1
+    assert result.flushed_offset == c["data_end"] and result.in_flight["bytes"] == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["findings"] == 0 and summary["errors"] == 0 and summary["by_kind"] == {}
+    assert summary["messages"] == MESSAGES and summary["bytes"] == result.bytes > 0 and summary["seconds"] > 0
+    assert pq.read_table(out / "findings").num_rows == 0
+
+
+@pytest.mark.parametrize(("damage", "kind"), DAMAGE, ids=[d.__name__ for d, _ in DAMAGE])
+def test_damage_gives_exactly_its_finding(spark, store: Path, tmp_path: Path, damage, kind: str) -> None:
+    damage(store)
+    out = tmp_path / "out"
+    result = run(spark, store, out)
+    assert error_kinds(result) == {kind: 1}, result.findings
+    (row,) = result.of_kind(kind)
+    assert row[1] == "error" and row[2] and row[3]
+    table = pq.read_table(out / "findings").to_pylist()
+    assert [r for r in table if r["severity"] == "error"] == [
+        {"kind": kind, "severity": "error", "location": row[2], "detail": row[3], "file": table[0]["file"],
+         "position": table[0]["position"], "commitlog_offset": row[4] if row[4] >= 0 else None}
+    ]  # fmt: skip
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["errors"] == 1 and summary["by_kind"][kind] == 1
+
+
+def test_flipped_body_byte_is_located(spark, store: Path) -> None:
+    victim = records(store)[MESSAGES // 3]
+    flipped_body_byte(store)
+    result = run(spark, store)
+    (row,) = result.of_kind("commitlog_crc")
+    base = victim.physical_offset - victim.physical_offset % CFG.segment_bytes
+    assert row[2] == f"commitlog/{base:020d}@{victim.physical_offset - base}" and row[4] == victim.physical_offset
+    assert result.damage.commitlog_cut == victim.physical_offset
+
+
+def test_append_in_flight_is_not_an_error(spark, store: Path) -> None:
+    """Bytes past the checkpoint's flushed offset (an append being written) are in flight."""
+    last = records(store)[-1]
+    end = last.physical_offset + last.total_size
+    patch_commitlog(store, end, (0).to_bytes(4, "big") + (MAGIC_V1 & 0xFFFFFFFF).to_bytes(4, "big") + os.urandom(300))
+    result = run(spark, store)
+    assert result.ok and list(result.by_kind) == ["in_flight"], result.findings
+    (row,) = result.of_kind("in_flight")
+    assert row[1] == "info" and row[4] == end == result.flushed_offset
+
+
+def test_repair_output_equals_a_fresh_build_and_swaps_in_clean(spark, store: Path, pristine: Path, tmp_path: Path) -> None:
+    deleted_unit(store)
+    wrong_tags_code(store)
+    missing_index_entry(store)
+    consumer_offset_past_end(store)
+    out = tmp_path / "out"
+    before = file_hashes(store)
+    result = run(spark, store, out, repair=True)
+    assert file_hashes(store) == before  # never in place
+    assert set(error_kinds(result)) == {"cq_unit_missing", "cq_tags_mismatch", "index_key_missing",
+                                        "consumer_offset_past_end"}  # fmt: skip
+    rep = out / "repair"
+    assert sorted((q["topic"], q["queue_id"]) for q in result.repair["queues"]) == [("T0", 2), ("T1", 1)]
+    for topic, qid in (("T0", 2), ("T1", 1)):  # the dispatcher built the pristine queues from scratch
+        want = {p.name: p.read_bytes() for p in (pristine / "consumequeue" / topic / str(qid)).iterdir()}
+        got = {p.name: p.read_bytes() for p in (rep / "consumequeue" / topic / str(qid)).iterdir()}
+        assert got == want
+    want_index = [p.read_bytes() for p in sorted((pristine / "index").iterdir())]
+    assert [p.read_bytes() for p in sorted((rep / "index").iterdir())] == want_index
+    offsets = json.loads((rep / "config" / "consumerOffset.json").read_text())["offsetTable"]
+    assert offsets["T0@g1"]["0"] == sum(1 for r in records(pristine) if (r.topic, r.queue_id) == ("T0", 0))
+    swap = subprocess.run(["bash", str(rep / "swap.sh")], capture_output=True, text=True, check=False)
+    assert swap.returncode == 0, swap.stderr
+    again = run(spark, store)
+    assert again.ok and again.findings == [], again.findings
+
+
+def test_dataframe_has_one_row_per_message(spark, pristine: Path, tmp_path: Path) -> None:
+    df = spark.read.format("mqstore").option("chunkBytes", str(CHUNK)).load(str(pristine))
+    assert df.count() == MESSAGES
+    want = {r.physical_offset: r for r in records(pristine)}
+    rows = df.collect()
+    assert len(rows) == MESSAGES and {r["physical_offset"] for r in rows} == set(want)
+    for r in rows[:: MESSAGES // 200] + rows[-3:]:
+        w = want[r["physical_offset"]]
+        assert (r["topic"], r["queue_id"], r["queue_offset"]) == (w.topic, w.queue_id, w.queue_offset)
+        assert (r["store_timestamp"], r["born_timestamp"], r["sysflag"], r["flag"], r["body_crc"]) == (
+            w.store_timestamp, w.born_timestamp, w.sysflag, w.flag, w.body_crc)  # fmt: skip
+        assert (r["tags"], r["keys"], r["unique_key"], r["msg_id"]) == (w.tags, w.keys, w.unique_key, w.msg_id)
+        assert dict(r["properties"]) == w.properties and bytes(r["body"]) == w.body
+        assert (r["born_host"], r["store_host"], r["total_size"]) == (str(w.born_host), str(w.store_host), w.total_size)
+        assert r["segment"] == w.physical_offset - w.physical_offset % CFG.segment_bytes
+    df.createOrReplaceTempView("messages")
+    per_topic = {r["topic"]: r["n"] for r in spark.sql("SELECT topic, count(*) AS n FROM messages GROUP BY topic").collect()}
+    assert per_topic == {"T0": MESSAGES // 3, "T1": MESSAGES // 3, "T2": MESSAGES // 3}
+    df.write.parquet(str(tmp_path / "messages.parquet"))
+    assert pq.read_table(tmp_path / "messages.parquet").num_rows == MESSAGES
+
+
+def cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "mqstore.cli.main", *args], capture_output=True, text=True, timeout=300,
+                          check=False)  # fmt: skip
+
+
+def test_bad_input_is_one_line_on_stderr(tmp_path: Path, pristine: Path) -> None:
+    (tmp_path / "file").write_text("x")
+    for args in (["--store", str(tmp_path / "nothing")], ["--store", str(pristine), "--output", str(tmp_path / "file")],
+                 ["--store", str(pristine), "--repair"]):  # fmt: skip
+        p = cli("reconcile", *args)
+        assert p.returncode == 1, p
+        assert p.stderr.startswith("mqstore: error:") and len(p.stderr.strip().splitlines()) == 1, p.stderr
+
+
+def test_cli_reports_damage_and_exits_1(store: Path, tmp_path: Path) -> None:
+    wrong_tags_code(store)
+    out = tmp_path / "out"
+    p = cli("reconcile", "--store", str(store), "--master", "local[2]", "--output", str(out), "--chunk-mb", "1")
+    assert p.returncode == 1, p.stderr
+    assert "cq_tags_mismatch" in p.stdout and "NOT OK: 1 errors" in p.stdout
+    assert '"reconcile_progress"' in p.stderr
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["by_kind"] == {"cq_tags_mismatch": 1} and summary["errors"] == 1 and summary["messages"] == MESSAGES
