@@ -146,7 +146,7 @@ class MessageStore:
             rec = self.commitlog.recovery
             start = file_name_to_offset(rec.start_segment) if rec.start_segment else 0
             self.consume_queues.recover(self.commitlog, verify_tail=not rec.clean_shutdown, check_from=start,
-                                        deep_from=min(start, self._redispatch_from()))  # fmt: skip
+                                        deep_from=self._redispatch_from())  # fmt: skip
             # Queue offsets continue from the consume queues too (RocketMQ takes them from
             # there): after retention removed every record of a queue, the segments alone
             # would restart it at 0.
