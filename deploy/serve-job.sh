@@ -18,6 +18,7 @@
 #   MQSTORE_PLACEMENT     resource                       or node (every shard on the head)
 #   MQSTORE_HOST          0.0.0.0                        every gRPC server binds here
 #   MQSTORE_PORT          8080                           the front (public API)
+#   MQSTORE_METRICS_PORT  9464                           the front's Prometheus metrics (0: none)
 #   MQSTORE_FLUSH         sync
 #   MQSTORE_DRY_RUN       1: print the command line (one argument per line) instead of running it
 set -euo pipefail
@@ -31,6 +32,7 @@ args=(
   --placement "${MQSTORE_PLACEMENT:-resource}"
   --host "${MQSTORE_HOST:-0.0.0.0}"
   --port "${MQSTORE_PORT:-8080}"
+  --metrics-port "${MQSTORE_METRICS_PORT:-9464}"
   --flush "${MQSTORE_FLUSH:-sync}"
 )
 args+=("$@")

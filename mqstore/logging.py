@@ -1,23 +1,37 @@
-"""structlog set-up shared by the CLI and (later) every actor.
+"""structlog set-up shared by the CLI and every actor.
 
 Events are snake_case facts with fields (``log.info("segment_rolled", base_offset=o)``).
-Logs go to stderr so that commands can print results on stdout.
+Logs go to stderr so that commands can print results on stdout. A process that is
+one component (a Ray actor) passes ``context``: fields every event of the process
+carries unless the event sets them itself (``{"component": "shard", "shard": 3}``),
+store-layer events included.
 """
 
 from __future__ import annotations
 
 import logging
 import sys
+from collections.abc import Mapping
+from typing import Any
 
 import structlog
 
 
-def configure_logging(*, level: str = "info", json: bool = True) -> None:
-    """Render structlog events as JSON lines (or for a console) on stderr."""
+def configure_logging(*, level: str = "info", json: bool = True, context: Mapping[str, Any] | None = None) -> None:
+    """Render structlog events as JSON lines (or for a console) on stderr, each with
+    the fields of ``context`` (see the module docstring)."""
     renderer = structlog.processors.JSONRenderer() if json else structlog.dev.ConsoleRenderer()
+    fixed = dict(context or {})
+
+    def add_context(_logger, _method, event_dict):
+        for k, v in fixed.items():
+            event_dict.setdefault(k, v)
+        return event_dict
+
     structlog.configure(
         processors=[
             structlog.contextvars.merge_contextvars,
+            add_context,
             structlog.processors.add_log_level,
             structlog.processors.TimeStamper(fmt="iso", utc=True),
             renderer,

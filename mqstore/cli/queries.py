@@ -184,6 +184,37 @@ def register(app: typer.Typer) -> None:
             tc = s.update_topic(topic, read_queue_nums=read_queue_nums, write_queue_nums=write_queue_nums, perm=perm)
         typer.echo(json.dumps(tc.to_json()))
 
+    @app.command("status")
+    def status(store: StoreArg = None, server: ServerOpt = None, fmt: FormatArg = Format.table) -> None:
+        """Every shard: state, whether appends are accepted (and why not), recovery
+        progress, commitlog offsets (wrote, flushed, dispatched), dispatch lag, consume
+        queues, store size and free disk. With --store: that store's own status.
+        Exits 1 if a shard is not serving or not writable."""
+        check_target(store, server)
+        if server is not None:
+            with remote(server) as c:
+                shards = c.store_status()
+            if fmt is Format.table:
+                print_table([shard_status_row(st) for st in shards])
+            else:
+                for st in shards:  # every field, numbers as numbers
+                    typer.echo(json.dumps({f.name: getattr(st, f.name) for f in st.DESCRIPTOR.fields}))
+            healthy = all(st.state == "SERVING" and st.writable for st in shards)
+        else:
+            with open_store(store) as s:
+                st = s.status()
+            if fmt is Format.table:
+                rec = st["last_recovery"]
+                print_table([{"store": str(store), "writable": "yes" if st["writable"] else f"NO ({st['unwritable_cause']})",
+                              "recovery": "clean" if rec["clean_shutdown"] else f"after a crash ({rec['seconds']} s)",
+                              "wrote": st["wrote"], "flushed": st["flushed"], "queues": st["queues"],
+                              "commitlog": human_bytes(st["wrote"] - st["min_offset"])}])  # fmt: skip
+            else:
+                typer.echo(json.dumps(st))
+            healthy = bool(st["writable"])
+        if not healthy:
+            raise typer.Exit(1)
+
     @app.command("topic-status")
     def topic_status(topic: TopicArg, store: StoreArg = None, server: ServerOpt = None, fmt: FormatArg = Format.table) -> None:
         """Min and max offset and the last store time of every queue of a topic."""
@@ -200,6 +231,38 @@ def register(app: typer.Typer) -> None:
         _print_rows(rows, fmt)
 
 
+def human_bytes(n: int) -> str:
+    """1536 -> '1.5 KiB' (negative: unknown, '-')."""
+    if n < 0:
+        return "-"
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if n < 1024 or unit == "TiB":
+            return f"{n} B" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    raise AssertionError("unreachable")
+
+
+def shard_status_row(st) -> dict:
+    """One shard of StoreStatus as a table row people read."""
+    serving = st.state == "SERVING"
+    if st.state == "RECOVERING":
+        recovery = f"{st.recovery_phase} {st.recovery_percent:.0f}%"
+    elif serving:
+        recovery = "clean" if st.clean_shutdown else f"after a crash ({st.recovery_seconds:.1f} s)"
+    else:
+        recovery = "-"
+    writable = ("yes" if st.writable else f"NO ({st.unwritable_cause or 'unknown'})") if serving else "-"
+    num = (lambda v: v) if serving else (lambda v: "-")  # noqa: E731
+    return {
+        "shard": st.shard, "state": st.state, "writable": writable, "recovery": recovery,
+        "wrote": num(st.wrote_offset), "flushed": num(st.flushed_offset), "dispatched": num(st.dispatched_offset),
+        "dispatch_lag": human_bytes(max(0, st.confirm_offset - st.dispatched_offset)) if serving else "-",
+        "queues": num(st.queue_count), "commitlog": human_bytes(st.commitlog_bytes) if serving else "-",
+        "disk_free": human_bytes(st.disk_free_bytes) if serving else "-", "endpoint": st.endpoint or "-",
+        "error": st.error or "",
+    }  # fmt: skip
+
+
 def _print_rows(rows: list[dict], fmt: Format) -> None:
     if fmt is Format.table:
         print_table(rows)
@@ -208,4 +271,4 @@ def _print_rows(rows: list[dict], fmt: Format) -> None:
             typer.echo(json.dumps(r))
 
 
-__all__ = ["open_store", "parse_tag_expression", "register"]
+__all__ = ["human_bytes", "open_store", "parse_tag_expression", "register", "shard_status_row"]

@@ -54,6 +54,7 @@ def register(app: typer.Typer) -> None:
         segment_bytes: Annotated[int, typer.Option("--segment-bytes", min=4096, help="CommitLog segment size (new stores).")] = 1 << 30,
         namespace: Annotated[str, typer.Option("--namespace", help="Ray namespace of the actors.")] = "mqstore",
         log_level: Annotated[str, typer.Option("--actor-log-level", help="Log level inside the actors.")] = "info",
+        metrics_port: Annotated[int, typer.Option("--metrics-port", min=0, max=65535, help="Prometheus metrics of the front (http://HOST:PORT/metrics); 0: none. Keep it outside Ray's worker ports 10002-19999.")] = 9464,
         placement: Annotated[Placement, typer.Option("--placement", help="node: every shard on this machine; resource: shard i on the Ray node offering the custom resource mqstore_shard_i (its disk holds DIR/shard-i).")] = Placement.node,
     ) -> None:
         """Serve the store over gRPC on Ray until Ctrl-C/SIGTERM: shard, dispatcher and
@@ -64,7 +65,7 @@ def register(app: typer.Typer) -> None:
 
         cfg = StoreConfig(flush_mode=FlushMode(flush.value), segment_bytes=segment_bytes)
         run(store, host=host, port=port, shards=shards, address=address, config=cfg, namespace=namespace,
-            log_level=log_level, placement=placement.value)  # fmt: skip
+            log_level=log_level, placement=placement.value, metrics_port=metrics_port)  # fmt: skip
 
     @app.command("send")
     def send(

@@ -83,10 +83,20 @@ def actor_resolver(name: str, namespace: str, timeout_s: float = 120.0):
     return resolve
 
 
-def _configure_logging() -> None:
-    """Actors log like the CLI: JSON lines on stderr, level from MQSTORE_LOG_LEVEL
-    (``serve`` passes its --log-level through the runtime environment)."""
-    configure_logging(level=os.environ.get("MQSTORE_LOG_LEVEL", "info"), json=os.environ.get("MQSTORE_LOG_FORMAT", "json") == "json")
+def _configure_logging(component: str, shard: int | None = None) -> None:
+    """Actors log like the CLI: JSON lines on stderr (Ray's worker log files, and the
+    driver's stderr), level from MQSTORE_LOG_LEVEL (``serve`` passes its
+    --actor-log-level through the runtime environment); every event carries the
+    actor's component, its shard and its Ray node id."""
+    context: dict = {"component": component}
+    if shard is not None:
+        context["shard"] = shard
+    try:
+        context["node_id"] = ray.get_runtime_context().get_node_id()  # as `ray list nodes` shows it
+    except Exception:  # noqa: BLE001 - a log field is not worth failing an actor
+        pass
+    configure_logging(level=os.environ.get("MQSTORE_LOG_LEVEL", "info"),
+                      json=os.environ.get("MQSTORE_LOG_FORMAT", "json") == "json", context=context)  # fmt: skip
 
 
 class _Hosted:
@@ -106,7 +116,7 @@ class _Hosted:
 class ShardActor(_Hosted):
     def __init__(self, store_dir: str, config: StoreConfig, index: int, host: str,
                  retention: RetentionConfig | None = None, layout: tuple[str, int] | None = None) -> None:  # fmt: skip
-        _configure_logging()
+        _configure_logging("shard", index)
         self.host = ShardHost(store_dir, config, index=index, host=host, retention=retention,
                               layout=None if layout is None else (Path(layout[0]), layout[1]))  # fmt: skip
 
@@ -120,7 +130,7 @@ class ShardActor(_Hosted):
 @ray.remote(num_cpus=0, max_restarts=MAX_RESTARTS, max_task_retries=0)
 class DispatcherActor(_Hosted):
     def __init__(self, shard: int, namespace: str, config: StoreConfig, host: str) -> None:
-        _configure_logging()
+        _configure_logging("dispatcher", shard)
         self.host = DispatcherHost(actor_resolver(shard_name(shard), namespace), shard=shard, config=config, host=host)
 
     def status(self) -> dict:
@@ -129,11 +139,16 @@ class DispatcherActor(_Hosted):
 
 @ray.remote(num_cpus=0, max_restarts=MAX_RESTARTS, max_task_retries=0)
 class FrontActor(_Hosted):
-    def __init__(self, shards: int, namespace: str, host: str, port: int, default_queue_nums: int) -> None:
+    def __init__(self, shards: int, namespace: str, host: str, port: int, default_queue_nums: int,
+                 metrics_port: int = 0) -> None:  # fmt: skip
         resolvers = [(actor_resolver(shard_name(i), namespace), actor_resolver(dispatcher_name(i), namespace))
                      for i in range(shards)]  # fmt: skip
-        _configure_logging()
-        self.host = FrontHost(resolvers, host=host, port=port, default_queue_nums=default_queue_nums)
+        _configure_logging("front")
+        self.host = FrontHost(resolvers, host=host, port=port, default_queue_nums=default_queue_nums,
+                              metrics_port=metrics_port)  # fmt: skip
+
+    def metrics_endpoint(self) -> str:
+        return self.host.metrics_endpoint
 
 
 @dataclass
@@ -145,6 +160,7 @@ class Deployment:
     dispatchers: list = field(default_factory=list)
     front: object = None
     front_endpoint: str = ""
+    metrics_endpoint: str = ""
 
     def wait_ready(self, timeout_s: float = 600.0) -> bool:
         return all(ray.get([s.wait_ready.remote(timeout_s) for s in self.shards], timeout=timeout_s + 10))
@@ -188,12 +204,14 @@ def _close_actor(actor, timeout_s: float) -> None:
 
 def start_deployment(root: str | Path, config: StoreConfig | None = None, *, shards: int = 1, host: str = "127.0.0.1",
                      port: int = 8080, namespace: str = NAMESPACE, node_id: str | None = None,
-                     retention: RetentionConfig | None = None, placement: str = "node") -> Deployment:  # fmt: skip
+                     retention: RetentionConfig | None = None, placement: str = "node",
+                     metrics_port: int = 0) -> Deployment:  # fmt: skip
     """Create the actors of a deployment in the connected Ray cluster and return
     once the front listens (shards may still be recovering: ``wait_ready``).
     ``node_id``: the node holding the store directories and running the front
     (default: this driver's). ``placement``: see the module docstring; with
-    "resource" each shard's node creates its directory and pins the layout there."""
+    "resource" each shard's node creates its directory and pins the layout there.
+    ``metrics_port``: the front's Prometheus endpoint (0: none)."""
     if placement not in PLACEMENTS:
         raise ValueError(f"placement must be one of {PLACEMENTS}, got {placement!r}")
     cfg = config or StoreConfig()
@@ -220,8 +238,9 @@ def start_deployment(root: str | Path, config: StoreConfig | None = None, *, sha
         dep.dispatchers.append(DispatcherActor.options(name=dispatcher_name(i), namespace=namespace, **where(i))
                                .remote(i, namespace, cfg, host))  # fmt: skip
     dep.front = FrontActor.options(name=FRONT, namespace=namespace, scheduling_strategy=pin).remote(
-        shards, namespace, host, port, cfg.default_queue_nums)  # fmt: skip
+        shards, namespace, host, port, cfg.default_queue_nums, metrics_port)  # fmt: skip
     dep.front_endpoint = ray.get(dep.front.endpoint.remote(), timeout=120)
+    dep.metrics_endpoint = ray.get(dep.front.metrics_endpoint.remote(), timeout=30)
     return dep
 
 

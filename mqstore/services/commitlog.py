@@ -3,12 +3,13 @@ watermarks, topic configs (proto/mqstore/v1/commitlog.proto)."""
 
 from __future__ import annotations
 
+import os
 import struct
 import time
 
 import numpy as np
 
-from mqstore.errors import OffsetError
+from mqstore.errors import MqStoreError, OffsetError
 from mqstore.formats.message import BLANK_MAGIC, MAGIC_V1, MAGIC_V2
 from mqstore.rpc.v1 import commitlog_pb2 as pb
 from mqstore.rpc.v1 import commitlog_pb2_grpc
@@ -21,8 +22,9 @@ from mqstore.services.convert import (
 )
 from mqstore.services.errors import BadRequest, NotFound, TooLarge, rpc
 from mqstore.services.server import Registration
-from mqstore.services.shard import Shard
+from mqstore.services.shard import Shard, ShardState
 from mqstore.store.message_store import MessageStore
+from mqstore.store.messages import PutStatus
 
 SERVICE = "mqstore.v1.CommitLogService"
 MAX_READ_OFFSETS = 10_000
@@ -42,8 +44,18 @@ class CommitLogServicer(commitlog_pb2_grpc.CommitLogServiceServicer):
     async def AppendBatch(self, request: pb.AppendBatchRequest, context) -> pb.AppendBatchResponse:
         store = self.shard.ready()
         batch = columns_to_batch(request.messages)
-        res = await self.shard.call(store.append, batch)
+        stats = self.shard.stats
+        t0 = time.perf_counter()
+        try:
+            res = await self.shard.call(store.append, batch)
+        except Exception:
+            stats.failed(time.perf_counter() - t0)
+            raise
         self.shard.notify_appended()
+        if res.status is PutStatus.PUT_OK:
+            stats.appended(len(res), int(res.sizes.sum()), time.perf_counter() - t0)
+        else:  # written, not proven durable (sync flush timed out)
+            stats.failed(time.perf_counter() - t0)
         return pb.AppendBatchResponse(result=append_result_to_pb(res, self.shard.index))
 
     @rpc
@@ -137,6 +149,41 @@ class CommitLogServicer(commitlog_pb2_grpc.CommitLogServiceServicer):
             writable=store.writable, unwritable_cause=store.unwritable_cause or "",
             clean_shutdown=rec.clean_shutdown, recovery_seconds=rec.seconds, msg_id_prefix=self.shard.msg_id_prefix,
         )  # fmt: skip
+
+    @rpc
+    async def GetStats(self, request, context) -> pb.GetStatsResponse:
+        return self._stats()  # cheap reads, on the loop: it must answer while the executor is busy or gone
+
+    def _stats(self) -> pb.GetStatsResponse:
+        sh = self.shard
+        st = sh.stats
+        p = sh.progress
+        out = pb.GetStatsResponse(
+            state=sh.state.value, error=sh.error or "", incarnation=sh.incarnation, recovery_phase=p.phase,
+            recovery_percent=p.percent, recovery_bytes_done=p.bytes_done, recovery_bytes_total=p.bytes_total,
+            appended_messages=st.appended_messages, appended_bytes=st.appended_bytes,
+            append_failures=st.append_failures, append_seconds=st.append_seconds.to_pb(),
+            flush_seconds=st.flush_seconds.to_pb(),
+        )  # fmt: skip
+        store = sh.store
+        if sh.state is not ShardState.SERVING or store is None:
+            return out
+        try:
+            s = store.status()
+        except MqStoreError:  # closed under us: report the state only
+            return out
+        rec = s["last_recovery"]
+        out.clean_shutdown, out.recovery_seconds = bool(rec["clean_shutdown"]), float(rec["seconds"])
+        out.min_offset, out.wrote_offset, out.flushed_offset = s["min_offset"], s["wrote"], s["flushed"]
+        out.confirm_offset, out.dispatched_offset = sh.confirm_offset(store), sh.dispatched_offset
+        out.writable, out.unwritable_cause = bool(s["writable"]), s["unwritable_cause"] or ""
+        out.queue_count, out.commitlog_bytes = s["queues"], s["wrote"] - s["min_offset"]
+        try:
+            fs = os.statvfs(sh.store_dir)
+            out.disk_free_bytes = fs.f_bavail * fs.f_frsize
+        except OSError:
+            out.disk_free_bytes = -1
+        return out
 
     @rpc
     async def UpdateTopic(self, request: pb.UpdateTopicRequest, context) -> pb.UpdateTopicResponse:

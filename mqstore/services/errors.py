@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -118,18 +119,29 @@ F = TypeVar("F", bound=Callable[..., Awaitable[Any]])
 
 def rpc(method: F) -> F:
     """Wrap an async servicer method: map any exception to a status (one log line
-    for INTERNAL and DATA_LOSS, which are the server's problems, not the caller's)."""
+    for INTERNAL and DATA_LOSS, which are the server's problems, not the caller's).
+    A servicer with an ``observe_rpc(method, seconds, code, response)`` method is
+    told about every call (metrics)."""
+    name = method.__name__
 
     @functools.wraps(method)
     async def wrapper(self, request, context):
+        observe = getattr(self, "observe_rpc", None)
+        t0 = time.perf_counter()
         try:
-            return await method(self, request, context)
+            res = await method(self, request, context)
         except asyncio.CancelledError:
             raise
         except Exception as e:
             code, message = status_of(e)
             if code in (Code.INTERNAL, Code.DATA_LOSS):
                 log.error("rpc_failed", method=method.__qualname__, code=code.name, error=message, exc_info=e)
+        else:
+            if observe is not None:
+                observe(name, time.perf_counter() - t0, "OK", res)
+            return res
+        if observe is not None:
+            observe(name, time.perf_counter() - t0, code.name, None)
         await context.abort(code, message)
 
     return wrapper  # type: ignore[return-value]

@@ -128,12 +128,14 @@ class ShardClient:
 
 class FrontServicer(front_pb2_grpc.FrontServiceServicer):
     """See the module docstring. ``default_queue_nums``: write queues of topics
-    without a config (the store's default)."""
+    without a config (the store's default). ``metrics``: a ``FrontMetrics`` that
+    observes every call (``observe_rpc``)."""
 
-    def __init__(self, shards: list[ShardClient], *, default_queue_nums: int = 4) -> None:
+    def __init__(self, shards: list[ShardClient], *, default_queue_nums: int = 4, metrics=None) -> None:
         if not shards:
             raise ValueError("a front needs at least one shard")
         self.shards = shards
+        self.metrics = metrics  # a metrics.FrontMetrics, or None
         self.router = Router(len(shards))
         self.default_queue_nums = default_queue_nums
         self._write_queues: dict[str, int] | None = None
@@ -425,20 +427,46 @@ class FrontServicer(front_pb2_grpc.FrontServiceServicer):
             raise NotFound(f"topic {topic!r} has no queues")
         return pb.TopicStatusResponse(queues=queues)
 
+    async def shard_stats(self, timeout: float = 5.0) -> list[tuple[int, commitlog_pb2.GetStatsResponse | None]]:
+        """Every shard's GetStats (None where the shard did not answer), in parallel."""
+
+        async def one(s: ShardClient):
+            try:
+                return s.index, await s.call("cl", "GetStats", commitlog_pb2.GetStatsRequest(), timeout=timeout, retry=False)
+            except Exception:  # noqa: BLE001 - a report names what is missing instead of failing
+                return s.index, None
+
+        return list(await asyncio.gather(*(one(s) for s in self.shards)))
+
+    def observe_rpc(self, method: str, seconds: float, code: str, response) -> None:
+        """Called by ``@rpc`` after every call (see errors.rpc)."""
+        m = self.metrics
+        if m is None:
+            return
+        m.observe(method, seconds, code)
+        if method == "SendBatch" and response is not None:
+            ok = sum(1 for x in response.result.statuses if x == common_pb2.PUT_OK)
+            if ok:
+                m.sent_messages.inc(ok)
+
     @rpc
     async def StoreStatus(self, request, context) -> pb.StoreStatusResponse:
         async def one(s: ShardClient) -> pb.ShardStatus:
             st = pb.ShardStatus(shard=s.index, state="UNAVAILABLE", reput_offset=-1)
             try:
-                o = await s.call("cl", "GetOffsets", commitlog_pb2.GetOffsetsRequest(), timeout=5, retry=False)
-                st.state = "SERVING"
+                o = await s.call("cl", "GetStats", commitlog_pb2.GetStatsRequest(), timeout=5, retry=False)
+            except Exception as e:  # noqa: BLE001 - a status report names what failed instead of failing
+                code, message = status_of(e)
+                st.error = f"{code.name}: {message}"
+            else:
+                st.state, st.error, st.incarnation = o.state, o.error, o.incarnation
+                st.recovery_phase, st.recovery_percent = o.recovery_phase, o.recovery_percent
                 st.min_offset, st.wrote_offset, st.flushed_offset = o.min_offset, o.wrote_offset, o.flushed_offset
                 st.confirm_offset, st.dispatched_offset = o.confirm_offset, o.dispatched_offset
                 st.writable, st.unwritable_cause = o.writable, o.unwritable_cause
-            except Exception as e:  # noqa: BLE001 - a status report names what failed instead of failing
-                code, message = status_of(e)
-                st.state = "RECOVERING" if "recovering" in message else "UNAVAILABLE"
-                st.error = f"{code.name}: {message}"
+                st.queue_count, st.commitlog_bytes, st.disk_free_bytes = o.queue_count, o.commitlog_bytes, o.disk_free_bytes
+                st.clean_shutdown, st.recovery_seconds = o.clean_shutdown, o.recovery_seconds
+                st.appended_messages = o.appended_messages
             st.endpoint = s.endpoint
             try:
                 d = await s.dispatcher_status()

@@ -24,6 +24,7 @@ from mqstore.services.consume_queue import ConsumeQueueServicer
 from mqstore.services.dispatcher import DispatcherServicer, RemoteDispatcher
 from mqstore.services.front import FrontServicer, ShardClient
 from mqstore.services.index import IndexServicer
+from mqstore.services.metrics import FrontMetrics
 from mqstore.services.routing import STORE_PORT_BASE, pin_layout, shard_dir
 from mqstore.services.server import ServerThread, start_grpc_server
 from mqstore.services.shard import Shard, ShardState
@@ -151,15 +152,30 @@ class FrontHost:
     resolve its dispatcher or None)."""
 
     def __init__(self, shards: Sequence[tuple[Resolver, Resolver | None]], *, host: str = "127.0.0.1", port: int = 0,
-                 default_queue_nums: int = 4) -> None:  # fmt: skip
+                 default_queue_nums: int = 4, metrics_port: int = 0) -> None:  # fmt: skip
+        """``metrics_port``: serve Prometheus metrics on ``host:metrics_port`` (0: none)."""
         self.thread = ServerThread("mqstore-front")
         clients = [ShardClient(i, r, d) for i, (r, d) in enumerate(shards)]
-        self.servicer = FrontServicer(clients, default_queue_nums=default_queue_nums)
+        self.metrics = FrontMetrics(self._shard_stats)
+        self.servicer = FrontServicer(clients, default_queue_nums=default_queue_nums, metrics=self.metrics)
         self.server = self.thread.run(start_grpc_server(host, port, [self.servicer.registration()]))
         self.endpoint = f"{advertised(host)}:{self.server.port}"
+        self.metrics_endpoint = ""
+        if metrics_port:
+            try:
+                bound = self.metrics.serve(host, metrics_port)
+            except OSError as e:
+                self.close()
+                raise OSError(f"can not serve metrics on {host}:{metrics_port}: {e.strerror or e}") from None
+            self.metrics_endpoint = f"{advertised(host)}:{bound}"
+        log.info("front_listening", endpoint=self.endpoint, metrics=self.metrics_endpoint or None, shards=len(clients))
+
+    def _shard_stats(self) -> list:
+        return self.thread.run(self.servicer.shard_stats(), timeout=10)
 
     def close(self) -> None:
         try:
+            self.metrics.close()
             self.thread.run(self.server.stop(1.0), timeout=30)
             self.thread.run(self.servicer.close(), timeout=30)
         finally:
@@ -185,7 +201,8 @@ class LocalStack:
     a front, every hop over gRPC on loopback. ``front_endpoint`` is the public API."""
 
     def __init__(self, root: str | Path, config: StoreConfig | None = None, *, shards: int = 1,
-                 host: str = "127.0.0.1", front_port: int = 0, retention: RetentionConfig | None = None) -> None:  # fmt: skip
+                 host: str = "127.0.0.1", front_port: int = 0, retention: RetentionConfig | None = None,
+                 metrics_port: int = 0) -> None:  # fmt: skip
         cfg = config or StoreConfig()
         root = Path(root)
         self.shards = [ShardHost(shard_dir(root, i, shards), shard_config(cfg, i, shards), index=i, host=host,
@@ -193,7 +210,8 @@ class LocalStack:
         self.dispatchers = [DispatcherHost(fixed(s.endpoint), shard=i, config=cfg, host=host)
                             for i, s in enumerate(self.shards)]  # fmt: skip
         self.front = FrontHost([(fixed(s.endpoint), fixed(d.endpoint)) for s, d in zip(self.shards, self.dispatchers)],
-                               host=host, port=front_port, default_queue_nums=cfg.default_queue_nums)  # fmt: skip
+                               host=host, port=front_port, default_queue_nums=cfg.default_queue_nums,
+                               metrics_port=metrics_port)  # fmt: skip
         self.front_endpoint = self.front.endpoint
 
     def wait_ready(self, timeout: float = 60.0) -> bool:

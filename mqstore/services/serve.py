@@ -48,10 +48,12 @@ def check_port_free(host: str, port: int) -> None:
 
 def serve(root: Path, *, host: str = "127.0.0.1", port: int = 8080, shards: int = 1, address: str | None = None,
           config: StoreConfig | None = None, namespace: str = "mqstore", log_level: str = "info",
-          log_format: str = "json", placement: str = "node", stop: threading.Event | None = None) -> None:  # fmt: skip
+          log_format: str = "json", placement: str = "node", metrics_port: int = 0,
+          stop: threading.Event | None = None) -> None:  # fmt: skip
     """Run a deployment until ``stop`` is set or a SIGINT/SIGTERM arrives (see the
     module docstring). ``placement``: "node" (every shard on this machine) or
-    "resource" (shard i on the node offering the Ray resource mqstore_shard_i)."""
+    "resource" (shard i on the node offering the Ray resource mqstore_shard_i).
+    ``metrics_port``: the front's Prometheus endpoint on ``host`` (0: none)."""
     import ray
 
     from mqstore.services.actors import start_deployment
@@ -59,6 +61,10 @@ def serve(root: Path, *, host: str = "127.0.0.1", port: int = 8080, shards: int 
     root = Path(root).resolve()
     pin_layout(root, shards)  # with placement "resource" each shard's node checks its own disk too
     check_port_free(host, port)
+    if metrics_port:
+        if metrics_port == port:
+            raise ValueError(f"the metrics port {metrics_port} is the front's port")
+        check_port_free(host, metrics_port)
     local = address in (None, "", "local")
     env = {"MQSTORE_LOG_LEVEL": log_level, "MQSTORE_LOG_FORMAT": log_format}
     if local:
@@ -78,7 +84,7 @@ def serve(root: Path, *, host: str = "127.0.0.1", port: int = 8080, shards: int 
     try:
         t0 = time.monotonic()
         dep = start_deployment(root, config, shards=shards, host=host, port=port, namespace=namespace,
-                               placement=placement)  # fmt: skip
+                               placement=placement, metrics_port=metrics_port)  # fmt: skip
         told = False
         while not stop.is_set():  # recovery can take minutes: stay interruptible
             try:
@@ -94,9 +100,10 @@ def serve(root: Path, *, host: str = "127.0.0.1", port: int = 8080, shards: int 
                 hint = " (placement resource: is a node offering mqstore_shard_<i> up?)" if placement == "resource" else ""
                 print(f"mqstore: waiting for the shards to open their stores{hint}", file=sys.stderr, flush=True)
         if not stop.is_set():
-            print(json.dumps({"front": dep.front_endpoint, "shards": shards, "store": str(root),
-                              "shard_dirs": [str(shard_dir(root, i, shards)) for i in range(shards)],
-                              "namespace": namespace, "placement": placement, "ready_seconds": round(time.monotonic() - t0, 2)}), flush=True)  # fmt: skip
+            ready = {"front": dep.front_endpoint, "metrics": dep.metrics_endpoint or None, "shards": shards,
+                     "store": str(root), "shard_dirs": [str(shard_dir(root, i, shards)) for i in range(shards)],
+                     "namespace": namespace, "placement": placement, "ready_seconds": round(time.monotonic() - t0, 2)}  # fmt: skip
+            print(json.dumps(ready), flush=True)
             print(f"mqstore: serving on {dep.front_endpoint} ({shards} shard(s), store {root}); Ctrl-C stops",
                   file=sys.stderr, flush=True)  # fmt: skip
         stop.wait()

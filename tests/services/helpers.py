@@ -39,9 +39,11 @@ def code_of(call) -> grpc.StatusCode | None:
     return None
 
 
-def free_port() -> int:
-    """A free loopback port outside Ray's worker range (10002-19999)."""
+def free_port(skip: tuple[int, ...] = ()) -> int:
+    """A free loopback port outside Ray's worker range (10002-19999), not one of ``skip``."""
     for port in range(28100, 28300):
+        if port in skip:
+            continue
         with socket.socket() as s:
             try:
                 s.bind(("127.0.0.1", port))

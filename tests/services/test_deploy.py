@@ -97,6 +97,7 @@ def test_job_entrypoint_is_a_command_serve_accepts():
     params = parse_serve(serve_args(argv))
     assert params["address"] == "auto" and params["placement"].value == "resource"
     assert params["host"] == "0.0.0.0" and params["port"] == 8080 and params["store"] == Path("/var/lib/mqstore")
+    assert params["metrics_port"] == 9464 and params["metrics_port"] not in RAY_WORKER_PORTS
     # settings through the environment, options appended
     argv = job_command(MQSTORE_SHARDS="3", MQSTORE_PLACEMENT="node", MQSTORE_PYTHON="/x/python", _extra="--segment-bytes 65536")
     params = parse_serve(serve_args(argv))

@@ -3,14 +3,17 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import subprocess
 import sys
+import urllib.request
 from pathlib import Path
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from mqstore.services.client import FrontClient
 from tests.services.helpers import free_port, wait_dispatched
@@ -27,17 +30,21 @@ def mq(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
 def server(tmp_path_factory):
     root = tmp_path_factory.mktemp("serve") / "data"
     port = free_port()
-    env = {**os.environ, "RAY_AUTH_MODE": "disabled"}
+    metrics_port = free_port(skip=(port,))
+    env = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_DEDUP_LOGS": "0"}
     err = open(root.parent / "serve.err", "w+")  # a file, not a pipe: a full pipe would block the server
     proc = subprocess.Popen([sys.executable, "-m", "mqstore.cli.main", "serve", "--store", str(root), "--port", str(port),
-                             "--shards", "2", "--segment-bytes", str(1 << 20), "--actor-log-level", "warning"],
+                             "--shards", "2", "--segment-bytes", str(1 << 20), "--actor-log-level", "info",
+                             "--metrics-port", str(metrics_port)],
                             stdout=subprocess.PIPE, stderr=err, text=True, env=env)  # fmt: skip
     proc.err_path = root.parent / "serve.err"
+    proc.metrics_port = metrics_port
     try:
         line = proc.stdout.readline()  # the ready line (blocks until every shard recovered)
         assert line, proc.err_path.read_text()
         ready = json.loads(line)
         assert ready["front"] == f"127.0.0.1:{port}" and ready["shards"] == 2
+        assert ready["metrics"] == f"127.0.0.1:{metrics_port}"
         yield f"127.0.0.1:{port}", root, proc
     finally:
         if proc.poll() is None:
@@ -97,6 +104,29 @@ def test_bench_append_and_consume_through_the_server(server):
     assert p.returncode == 0, p.stderr
     out = json.loads(p.stdout.strip().splitlines()[-1])
     assert out["messages"] == 3000 and out["queues"] == 8
+
+
+def test_metrics_status_and_actor_logs(server):
+    endpoint, _, proc = server
+    with FrontClient(endpoint) as c:
+        c.send("Metered", [b"x"] * 30)
+    text = urllib.request.urlopen(f"http://127.0.0.1:{proc.metrics_port}/metrics", timeout=10).read().decode()
+    samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
+               for fam in text_string_to_metric_families(text) for s in fam.samples}  # fmt: skip
+    assert samples[("mqstore_front_sent_messages_total", ())] >= 30
+    assert sum(v for (n, _), v in samples.items() if n == "mqstore_shard_up") == 2
+    assert sum(v for (n, _), v in samples.items() if n == "mqstore_shard_appended_messages_total") >= 30
+    p = mq("status", "--server", endpoint)
+    assert p.returncode == 0 and p.stdout.count(" SERVING ") == 2, p.stdout + p.stderr
+    # every actor logs JSON lines carrying its component and shard (Ray prefixes them with the actor)
+    events = []
+    for line in proc.err_path.read_text().splitlines():
+        if "{" in line:
+            with contextlib.suppress(ValueError):
+                events.append(json.loads(line[line.index("{"):]))
+    seen = {(e.get("component"), e.get("shard")) for e in events if "component" in e}
+    assert {("shard", 0), ("shard", 1), ("dispatcher", 0), ("dispatcher", 1), ("front", None)} <= seen, seen
+    assert len({e.get("node_id") for e in events if "component" in e}) == 1  # one node, named in every event
 
 
 def test_sigterm_closes_every_store(server):

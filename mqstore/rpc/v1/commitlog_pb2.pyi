@@ -120,3 +120,69 @@ class ListTopicsResponse(_message.Message):
     CONFIGS_FIELD_NUMBER: _ClassVar[int]
     configs: _containers.RepeatedCompositeFieldContainer[_common_pb2.TopicConfig]
     def __init__(self, configs: _Optional[_Iterable[_Union[_common_pb2.TopicConfig, _Mapping]]] = ...) -> None: ...
+
+class GetStatsRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class Histogram(_message.Message):
+    __slots__ = ("bounds", "counts", "sum")
+    BOUNDS_FIELD_NUMBER: _ClassVar[int]
+    COUNTS_FIELD_NUMBER: _ClassVar[int]
+    SUM_FIELD_NUMBER: _ClassVar[int]
+    bounds: _containers.RepeatedScalarFieldContainer[float]
+    counts: _containers.RepeatedScalarFieldContainer[int]
+    sum: float
+    def __init__(self, bounds: _Optional[_Iterable[float]] = ..., counts: _Optional[_Iterable[int]] = ..., sum: _Optional[float] = ...) -> None: ...
+
+class GetStatsResponse(_message.Message):
+    __slots__ = ("state", "error", "incarnation", "recovery_phase", "recovery_percent", "recovery_bytes_done", "recovery_bytes_total", "clean_shutdown", "recovery_seconds", "min_offset", "wrote_offset", "flushed_offset", "confirm_offset", "dispatched_offset", "writable", "unwritable_cause", "queue_count", "commitlog_bytes", "disk_free_bytes", "appended_messages", "appended_bytes", "append_failures", "append_seconds", "flush_seconds")
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    INCARNATION_FIELD_NUMBER: _ClassVar[int]
+    RECOVERY_PHASE_FIELD_NUMBER: _ClassVar[int]
+    RECOVERY_PERCENT_FIELD_NUMBER: _ClassVar[int]
+    RECOVERY_BYTES_DONE_FIELD_NUMBER: _ClassVar[int]
+    RECOVERY_BYTES_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    CLEAN_SHUTDOWN_FIELD_NUMBER: _ClassVar[int]
+    RECOVERY_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    MIN_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    WROTE_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    FLUSHED_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    CONFIRM_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    DISPATCHED_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    WRITABLE_FIELD_NUMBER: _ClassVar[int]
+    UNWRITABLE_CAUSE_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_COUNT_FIELD_NUMBER: _ClassVar[int]
+    COMMITLOG_BYTES_FIELD_NUMBER: _ClassVar[int]
+    DISK_FREE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    APPENDED_MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    APPENDED_BYTES_FIELD_NUMBER: _ClassVar[int]
+    APPEND_FAILURES_FIELD_NUMBER: _ClassVar[int]
+    APPEND_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    FLUSH_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    state: str
+    error: str
+    incarnation: int
+    recovery_phase: str
+    recovery_percent: float
+    recovery_bytes_done: int
+    recovery_bytes_total: int
+    clean_shutdown: bool
+    recovery_seconds: float
+    min_offset: int
+    wrote_offset: int
+    flushed_offset: int
+    confirm_offset: int
+    dispatched_offset: int
+    writable: bool
+    unwritable_cause: str
+    queue_count: int
+    commitlog_bytes: int
+    disk_free_bytes: int
+    appended_messages: int
+    appended_bytes: int
+    append_failures: int
+    append_seconds: Histogram
+    flush_seconds: Histogram
+    def __init__(self, state: _Optional[str] = ..., error: _Optional[str] = ..., incarnation: _Optional[int] = ..., recovery_phase: _Optional[str] = ..., recovery_percent: _Optional[float] = ..., recovery_bytes_done: _Optional[int] = ..., recovery_bytes_total: _Optional[int] = ..., clean_shutdown: _Optional[bool] = ..., recovery_seconds: _Optional[float] = ..., min_offset: _Optional[int] = ..., wrote_offset: _Optional[int] = ..., flushed_offset: _Optional[int] = ..., confirm_offset: _Optional[int] = ..., dispatched_offset: _Optional[int] = ..., writable: _Optional[bool] = ..., unwritable_cause: _Optional[str] = ..., queue_count: _Optional[int] = ..., commitlog_bytes: _Optional[int] = ..., disk_free_bytes: _Optional[int] = ..., appended_messages: _Optional[int] = ..., appended_bytes: _Optional[int] = ..., append_failures: _Optional[int] = ..., append_seconds: _Optional[_Union[Histogram, _Mapping]] = ..., flush_seconds: _Optional[_Union[Histogram, _Mapping]] = ...) -> None: ...

@@ -65,6 +65,11 @@ class CommitLogServiceStub:
                 request_serializer=mqstore_dot_v1_dot_commitlog__pb2.ListTopicsRequest.SerializeToString,
                 response_deserializer=mqstore_dot_v1_dot_commitlog__pb2.ListTopicsResponse.FromString,
                 _registered_method=True)
+        self.GetStats = channel.unary_unary(
+                '/mqstore.v1.CommitLogService/GetStats',
+                request_serializer=mqstore_dot_v1_dot_commitlog__pb2.GetStatsRequest.SerializeToString,
+                response_deserializer=mqstore_dot_v1_dot_commitlog__pb2.GetStatsResponse.FromString,
+                _registered_method=True)
 
 
 class CommitLogServiceServicer:
@@ -115,6 +120,14 @@ class CommitLogServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetStats(self, request, context):
+        """The shard's state, recovery progress, watermarks and counters (for status
+        reports and metrics). Answers in every state, recovering included.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_CommitLogServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -147,6 +160,11 @@ def add_CommitLogServiceServicer_to_server(servicer, server):
                     servicer.ListTopics,
                     request_deserializer=mqstore_dot_v1_dot_commitlog__pb2.ListTopicsRequest.FromString,
                     response_serializer=mqstore_dot_v1_dot_commitlog__pb2.ListTopicsResponse.SerializeToString,
+            ),
+            'GetStats': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetStats,
+                    request_deserializer=mqstore_dot_v1_dot_commitlog__pb2.GetStatsRequest.FromString,
+                    response_serializer=mqstore_dot_v1_dot_commitlog__pb2.GetStatsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -312,6 +330,33 @@ class CommitLogService:
             '/mqstore.v1.CommitLogService/ListTopics',
             mqstore_dot_v1_dot_commitlog__pb2.ListTopicsRequest.SerializeToString,
             mqstore_dot_v1_dot_commitlog__pb2.ListTopicsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetStats(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mqstore.v1.CommitLogService/GetStats',
+            mqstore_dot_v1_dot_commitlog__pb2.GetStatsRequest.SerializeToString,
+            mqstore_dot_v1_dot_commitlog__pb2.GetStatsResponse.FromString,
             options,
             channel_credentials,
             insecure,

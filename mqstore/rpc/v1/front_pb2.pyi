@@ -216,7 +216,7 @@ class StoreStatusRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class ShardStatus(_message.Message):
-    __slots__ = ("shard", "endpoint", "state", "min_offset", "wrote_offset", "flushed_offset", "confirm_offset", "dispatched_offset", "writable", "unwritable_cause", "reput_offset", "dispatch_lag_bytes", "error")
+    __slots__ = ("shard", "endpoint", "state", "min_offset", "wrote_offset", "flushed_offset", "confirm_offset", "dispatched_offset", "writable", "unwritable_cause", "reput_offset", "dispatch_lag_bytes", "error", "recovery_phase", "recovery_percent", "queue_count", "commitlog_bytes", "disk_free_bytes", "clean_shutdown", "recovery_seconds", "incarnation", "appended_messages")
     SHARD_FIELD_NUMBER: _ClassVar[int]
     ENDPOINT_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
@@ -230,6 +230,15 @@ class ShardStatus(_message.Message):
     REPUT_OFFSET_FIELD_NUMBER: _ClassVar[int]
     DISPATCH_LAG_BYTES_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
+    RECOVERY_PHASE_FIELD_NUMBER: _ClassVar[int]
+    RECOVERY_PERCENT_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_COUNT_FIELD_NUMBER: _ClassVar[int]
+    COMMITLOG_BYTES_FIELD_NUMBER: _ClassVar[int]
+    DISK_FREE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    CLEAN_SHUTDOWN_FIELD_NUMBER: _ClassVar[int]
+    RECOVERY_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    INCARNATION_FIELD_NUMBER: _ClassVar[int]
+    APPENDED_MESSAGES_FIELD_NUMBER: _ClassVar[int]
     shard: int
     endpoint: str
     state: str
@@ -243,7 +252,16 @@ class ShardStatus(_message.Message):
     reput_offset: int
     dispatch_lag_bytes: int
     error: str
-    def __init__(self, shard: _Optional[int] = ..., endpoint: _Optional[str] = ..., state: _Optional[str] = ..., min_offset: _Optional[int] = ..., wrote_offset: _Optional[int] = ..., flushed_offset: _Optional[int] = ..., confirm_offset: _Optional[int] = ..., dispatched_offset: _Optional[int] = ..., writable: _Optional[bool] = ..., unwritable_cause: _Optional[str] = ..., reput_offset: _Optional[int] = ..., dispatch_lag_bytes: _Optional[int] = ..., error: _Optional[str] = ...) -> None: ...
+    recovery_phase: str
+    recovery_percent: float
+    queue_count: int
+    commitlog_bytes: int
+    disk_free_bytes: int
+    clean_shutdown: bool
+    recovery_seconds: float
+    incarnation: int
+    appended_messages: int
+    def __init__(self, shard: _Optional[int] = ..., endpoint: _Optional[str] = ..., state: _Optional[str] = ..., min_offset: _Optional[int] = ..., wrote_offset: _Optional[int] = ..., flushed_offset: _Optional[int] = ..., confirm_offset: _Optional[int] = ..., dispatched_offset: _Optional[int] = ..., writable: _Optional[bool] = ..., unwritable_cause: _Optional[str] = ..., reput_offset: _Optional[int] = ..., dispatch_lag_bytes: _Optional[int] = ..., error: _Optional[str] = ..., recovery_phase: _Optional[str] = ..., recovery_percent: _Optional[float] = ..., queue_count: _Optional[int] = ..., commitlog_bytes: _Optional[int] = ..., disk_free_bytes: _Optional[int] = ..., clean_shutdown: _Optional[bool] = ..., recovery_seconds: _Optional[float] = ..., incarnation: _Optional[int] = ..., appended_messages: _Optional[int] = ...) -> None: ...
 
 class StoreStatusResponse(_message.Message):
     __slots__ = ("shards",)

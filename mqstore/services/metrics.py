@@ -1,0 +1,216 @@
+"""Metrics: counters and latency histograms each shard keeps (served by
+``CommitLogService.GetStats``), and the front's Prometheus registry, exported by
+prometheus_client's HTTP server (``mqstore serve --metrics-port``, 9464 by default).
+
+The front measures its own requests; the shards' figures are fetched on every
+scrape (one GetStats per shard and one Status per dispatcher, in parallel), so a
+scrape shows every shard without a metrics port per actor. Names (all ``mqstore_``):
+
+    front_request_seconds{method}              histogram  every FrontService call (SendBatch: append
+                                                          latency end to end; Pull, QueryBy*: query latency)
+    front_requests_total{method,code}          counter    calls by status code
+    front_sent_messages_total                  counter    messages acknowledged (PUT_OK) through the front
+    shard_up{shard}                            gauge      1 serving, 0 recovering, failed or not answering
+    shard_append_seconds{shard}                histogram  AppendBatch in the shard (sync flush: until its fsync)
+    shard_flush_seconds{shard}                 histogram  each commitlog fsync (group commit or periodic)
+    shard_appended_messages_total{shard}       counter    (rate() = append rate)
+    shard_appended_bytes_total{shard}          counter
+    shard_append_failures_total{shard}         counter
+    shard_dispatch_lag_bytes{shard}            gauge      confirm - dispatched: bytes consumers can not see yet
+    shard_commitlog_bytes{shard}               gauge      store size: commitlog bytes kept (wrote - min)
+    shard_disk_free_bytes{shard}               gauge      free bytes of the store's file system
+    shard_queues{shard}                        gauge      consume queues
+    shard_wrote_offset / _flushed_offset / _dispatched_offset{shard}   gauges
+    shard_writable{shard}                      gauge      0 while appends are refused
+    shard_recovery_percent{shard,phase}        gauge      progress of the store's open
+
+Shard counters start at 0 when its process starts (a restart is a counter reset,
+which Prometheus' rate() handles).
+"""
+
+from __future__ import annotations
+
+import bisect
+import threading
+from collections.abc import Callable, Iterable, Sequence
+
+from mqstore.rpc.v1 import commitlog_pb2
+
+LATENCY_BOUNDS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+DEFAULT_METRICS_PORT = 9464  # outside Ray's worker ports (10002-19999)
+
+
+class LatencyHistogram:
+    """Fixed buckets of durations in seconds; ``observe`` from any thread."""
+
+    def __init__(self, bounds: Sequence[float] = LATENCY_BOUNDS) -> None:
+        self.bounds = tuple(bounds)
+        self._counts = [0] * (len(self.bounds) + 1)
+        self._sum = 0.0
+        self._lock = threading.Lock()
+
+    def observe(self, seconds: float) -> None:
+        i = bisect.bisect_left(self.bounds, seconds)
+        with self._lock:
+            self._counts[i] += 1
+            self._sum += seconds
+
+    @property
+    def count(self) -> int:
+        return sum(self._counts)
+
+    def to_pb(self) -> commitlog_pb2.Histogram:
+        with self._lock:
+            return commitlog_pb2.Histogram(bounds=self.bounds, counts=list(self._counts), sum=self._sum)
+
+
+class ShardStats:
+    """What one shard counts (its servicer and its flusher write, GetStats reads)."""
+
+    def __init__(self) -> None:
+        self.append_seconds = LatencyHistogram()
+        self.flush_seconds = LatencyHistogram()
+        self.appended_messages = 0
+        self.appended_bytes = 0
+        self.append_failures = 0
+        self._lock = threading.Lock()
+
+    def appended(self, messages: int, nbytes: int, seconds: float) -> None:
+        self.append_seconds.observe(seconds)
+        with self._lock:
+            self.appended_messages += messages
+            self.appended_bytes += nbytes
+
+    def failed(self, seconds: float) -> None:
+        self.append_seconds.observe(seconds)
+        with self._lock:
+            self.append_failures += 1
+
+    def timed_sync(self, sync: Callable[[int, int], None], clock: Callable[[], float]) -> Callable[[int, int], None]:
+        """``sync`` (the commitlog flusher's fdatasync of [from, to)) observed into flush_seconds."""
+
+        def timed(start: int, end: int) -> None:
+            t0 = clock()
+            try:
+                sync(start, end)
+            finally:
+                self.flush_seconds.observe(clock() - t0)
+
+        return timed
+
+
+def _histogram_family(name: str, doc: str, label_names: list[str], rows: Iterable[tuple[list[str], commitlog_pb2.Histogram]]):
+    from prometheus_client.core import HistogramMetricFamily
+
+    fam = HistogramMetricFamily(name, doc, labels=label_names)
+    for labels, h in rows:
+        cumulative, buckets = 0, []
+        for bound, c in zip([*h.bounds, float("inf")], h.counts):
+            cumulative += c
+            buckets.append(("+Inf" if bound == float("inf") else repr(float(bound)), cumulative))
+        fam.add_metric(labels, buckets, h.sum)
+    return fam
+
+
+class FrontMetrics:
+    """The front's Prometheus registry: its request metrics, plus the shards' figures
+    from ``fetch_shards()`` (a list of (shard index, GetStatsResponse or None when
+    the shard did not answer)) on every scrape."""
+
+    def __init__(self, fetch_shards: Callable[[], list]) -> None:
+        from prometheus_client import CollectorRegistry, Counter, Histogram
+
+        self.registry = CollectorRegistry(auto_describe=True)
+        self.request_seconds = Histogram("mqstore_front_request_seconds", "FrontService calls, seconds", ["method"],
+                                         buckets=LATENCY_BOUNDS, registry=self.registry)  # fmt: skip
+        self.requests = Counter("mqstore_front_requests", "FrontService calls by status code", ["method", "code"],
+                                registry=self.registry)  # fmt: skip
+        self.sent_messages = Counter("mqstore_front_sent_messages", "Messages acknowledged (PUT_OK) through the front",
+                                     registry=self.registry)  # fmt: skip
+        self._fetch = fetch_shards
+        self.registry.register(_ShardCollector(self))
+        self._server = None
+
+    def observe(self, method: str, seconds: float, code: str) -> None:
+        self.request_seconds.labels(method).observe(seconds)
+        self.requests.labels(method, code).inc()
+
+    def serve(self, host: str, port: int) -> int:
+        """Start the HTTP endpoint (``/metrics``) on ``host:port``; returns the port."""
+        from prometheus_client import start_http_server
+
+        self._server, _ = start_http_server(port, addr=host, registry=self.registry)
+        return self._server.server_address[1]
+
+    def close(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+
+
+class _ShardCollector:
+    def __init__(self, metrics: FrontMetrics) -> None:
+        self._metrics = metrics
+
+    def describe(self):
+        return []  # collected on demand: nothing to check at registration
+
+    def collect(self):
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+        try:
+            shards = self._metrics._fetch()
+        except Exception:  # noqa: BLE001 - a scrape must answer; shard_up says what is missing
+            shards = []
+        up = GaugeMetricFamily("mqstore_shard_up", "1 if the shard serves, 0 otherwise", labels=["shard"])
+        recovery = GaugeMetricFamily("mqstore_shard_recovery_percent", "Progress of the store's open", labels=["shard", "phase"])
+        gauges = {
+            "wrote_offset": "Commitlog write position",
+            "flushed_offset": "Commitlog flushed position",
+            "dispatched_offset": "Everything below is in the consume queues and index",
+            "dispatch_lag_bytes": "Bytes written and confirmed but not dispatched yet (confirm - dispatched)",
+            "commitlog_bytes": "Commitlog bytes stored (wrote - min offset)",
+            "disk_free_bytes": "Free bytes of the store's file system",
+            "queues": "Consume queues",
+            "writable": "1 if appends are accepted",
+        }
+        g = {k: GaugeMetricFamily(f"mqstore_shard_{k}", doc, labels=["shard"]) for k, doc in gauges.items()}
+        counters = {
+            "appended_messages": "Messages appended since the shard's process started",
+            "appended_bytes": "Record bytes appended since the shard's process started",
+            "append_failures": "Append calls that failed since the shard's process started",
+        }
+        c = {k: CounterMetricFamily(f"mqstore_shard_{k}", doc, labels=["shard"]) for k, doc in counters.items()}
+        append_rows, flush_rows = [], []
+        for index, st in shards:
+            label = [str(index)]
+            serving = st is not None and st.state == "SERVING"
+            up.add_metric(label, 1.0 if serving else 0.0)
+            if st is None:
+                continue
+            recovery.add_metric([*label, st.recovery_phase or "ready"], st.recovery_percent)
+            if not serving:
+                continue
+            values = {
+                "wrote_offset": st.wrote_offset, "flushed_offset": st.flushed_offset,
+                "dispatched_offset": st.dispatched_offset,
+                "dispatch_lag_bytes": max(0, st.confirm_offset - st.dispatched_offset),
+                "commitlog_bytes": st.commitlog_bytes, "disk_free_bytes": st.disk_free_bytes,
+                "queues": st.queue_count, "writable": 1 if st.writable else 0,
+            }  # fmt: skip
+            for k, v in values.items():
+                g[k].add_metric(label, float(v))
+            for k in counters:
+                c[k].add_metric(label, float(getattr(st, k)))
+            append_rows.append((label, st.append_seconds))
+            flush_rows.append((label, st.flush_seconds))
+        yield up
+        yield recovery
+        yield from g.values()
+        yield from c.values()
+        yield _histogram_family("mqstore_shard_append_seconds", "AppendBatch in the shard, seconds", ["shard"], append_rows)
+        yield _histogram_family("mqstore_shard_flush_seconds", "Commitlog fsyncs, seconds", ["shard"], flush_rows)
+
+
+__all__ = ["DEFAULT_METRICS_PORT", "LATENCY_BOUNDS", "FrontMetrics", "LatencyHistogram", "ShardStats"]
