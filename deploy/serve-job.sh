@@ -20,6 +20,8 @@
 #   MQSTORE_PORT          8080                           the front (public API)
 #   MQSTORE_METRICS_PORT  9464                           the front's Prometheus metrics (0: none)
 #   MQSTORE_FLUSH         sync
+#   MQSTORE_TLS_DIR       (none)                         a directory with tls.crt and tls.key (a Kubernetes TLS
+#                                                       secret's layout): the front speaks TLS only
 #   MQSTORE_DRY_RUN       1: print the command line (one argument per line) instead of running it
 set -euo pipefail
 
@@ -35,6 +37,9 @@ args=(
   --metrics-port "${MQSTORE_METRICS_PORT:-9464}"
   --flush "${MQSTORE_FLUSH:-sync}"
 )
+if [[ -n "${MQSTORE_TLS_DIR:-}" && -f "$MQSTORE_TLS_DIR/tls.crt" && -f "$MQSTORE_TLS_DIR/tls.key" ]]; then
+  args+=(--tls-cert "$MQSTORE_TLS_DIR/tls.crt" --tls-key "$MQSTORE_TLS_DIR/tls.key")
+fi
 args+=("$@")
 
 if [[ "${MQSTORE_DRY_RUN:-0}" == 1 ]]; then

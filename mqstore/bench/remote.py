@@ -6,10 +6,12 @@ append: ``producers`` threads, each with its own channel, send batches of the
 deterministic workload (workload.py); latency is per SendBatch call.
 consume: every queue of BenchTopic0..N-1 (TopicStatus), pulled from its min offset
 to its max with raw records (as consumers get them), ``batch`` per call.
+A front serving TLS: MQSTORE_TLS_CA names the PEM certificates to trust.
 """
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 
@@ -18,6 +20,10 @@ import numpy as np
 from mqstore.bench.workload import Workload, topic_name
 from mqstore.rpc.v1 import common_pb2
 from mqstore.services.client import FrontClient, remote_errors
+
+
+def _tls_ca() -> str | None:
+    return os.environ.get("MQSTORE_TLS_CA") or None
 
 
 def _columns(batch) -> common_pb2.MessageColumns:
@@ -41,7 +47,7 @@ def run_remote_append(server: str, *, messages: int, body_size: int = 128, topic
         mine: list[float] = []
         nbytes = acked = timeouts = 0
         try:
-            with remote_errors(), FrontClient(server, timeout=120) as c:
+            with remote_errors(), FrontClient(server, timeout=120, tls_ca=_tls_ca()) as c:
                 while True:
                     with lock:
                         start = next_start[0]
@@ -86,7 +92,7 @@ def run_remote_append(server: str, *, messages: int, body_size: int = 128, topic
 
 def run_remote_consume(server: str, *, topics: int = 1, batch: int = 1000) -> dict:
     messages = nbytes = calls = 0
-    with remote_errors(), FrontClient(server, timeout=120) as c:
+    with remote_errors(), FrontClient(server, timeout=120, tls_ca=_tls_ca()) as c:
         queues = [(q.topic, q.queue_id, q.min_offset, q.max_offset)
                   for t in range(topics) for q in c.topic_status(topic_name(t))]  # fmt: skip
         t0 = time.perf_counter()

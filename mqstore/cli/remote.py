@@ -15,6 +15,8 @@ from typing import Annotated
 import typer
 
 ServerOpt = Annotated[str | None, typer.Option("--server", help="HOST:PORT of a running `mqstore serve` (instead of --store).")]
+TlsCaOpt = Annotated[Path | None, typer.Option("--tls-ca", envvar="MQSTORE_TLS_CA", dir_okay=False,
+                                               help="With --server: the front speaks TLS; trust these PEM certificates (env MQSTORE_TLS_CA).")]  # fmt: skip
 
 
 class FlushChoice(str, Enum):
@@ -34,11 +36,12 @@ def check_target(store: Path | None, server: str | None) -> None:
 
 
 @contextlib.contextmanager
-def remote(server: str) -> Iterator:
-    """A FrontClient for ``server``; gRPC failures become one-line errors."""
+def remote(server: str, tls_ca: Path | None = None) -> Iterator:
+    """A FrontClient for ``server`` (TLS trusting ``tls_ca`` if given); gRPC
+    failures become one-line errors."""
     from mqstore.services.client import FrontClient, remote_errors
 
-    with remote_errors(), FrontClient(server) as c:
+    with remote_errors(), FrontClient(server, tls_ca=tls_ca) as c:
         yield c
 
 
@@ -55,6 +58,8 @@ def register(app: typer.Typer) -> None:
         namespace: Annotated[str, typer.Option("--namespace", help="Ray namespace of the actors.")] = "mqstore",
         log_level: Annotated[str, typer.Option("--actor-log-level", help="Log level inside the actors.")] = "info",
         metrics_port: Annotated[int, typer.Option("--metrics-port", min=0, max=65535, help="Prometheus metrics of the front (http://HOST:PORT/metrics); 0: none. Keep it outside Ray's worker ports 10002-19999.")] = 9464,
+        tls_cert: Annotated[Path | None, typer.Option("--tls-cert", dir_okay=False, help="PEM certificate chain: the front (public API) speaks TLS only. With --tls-key.")] = None,
+        tls_key: Annotated[Path | None, typer.Option("--tls-key", dir_okay=False, help="PEM private key of --tls-cert.")] = None,
         placement: Annotated[Placement, typer.Option("--placement", help="node: every shard on this machine; resource: shard i on the Ray node offering the custom resource mqstore_shard_i (its disk holds DIR/shard-i).")] = Placement.node,
     ) -> None:
         """Serve the store over gRPC on Ray until Ctrl-C/SIGTERM: shard, dispatcher and
@@ -65,7 +70,8 @@ def register(app: typer.Typer) -> None:
 
         cfg = StoreConfig(flush_mode=FlushMode(flush.value), segment_bytes=segment_bytes)
         run(store, host=host, port=port, shards=shards, address=address, config=cfg, namespace=namespace,
-            log_level=log_level, placement=placement.value, metrics_port=metrics_port)  # fmt: skip
+            log_level=log_level, placement=placement.value, metrics_port=metrics_port, tls_cert=tls_cert,
+            tls_key=tls_key)  # fmt: skip
 
     @app.command("send")
     def send(
@@ -73,6 +79,7 @@ def register(app: typer.Typer) -> None:
         bodies: Annotated[list[str] | None, typer.Argument(help="Message bodies (UTF-8); none: one per line of stdin.")] = None,
         store: Annotated[Path | None, typer.Option("--store", help="Store directory (appends in this process).")] = None,
         server: ServerOpt = None,
+        tls_ca: TlsCaOpt = None,
         queue: Annotated[int, typer.Option("--queue", min=-1, max=65535, help="Queue id; -1: round robin.")] = -1,
         tags: Annotated[str | None, typer.Option("--tags", help="TAGS of every message.")] = None,
         keys: Annotated[str | None, typer.Option("--keys", help="KEYS of every message (space separated).")] = None,
@@ -88,7 +95,7 @@ def register(app: typer.Typer) -> None:
             if server is not None:
                 from mqstore.rpc.v1 import common_pb2
 
-                c = stack.enter_context(remote(server))
+                c = stack.enter_context(remote(server, tls_ca))
             else:
                 from mqstore.cli.queries import open_store
                 from mqstore.store.messages import MessageBatch
@@ -110,4 +117,4 @@ def register(app: typer.Typer) -> None:
         out.flush()
 
 
-__all__ = ["ServerOpt", "check_target", "register", "remote"]
+__all__ = ["ServerOpt", "TlsCaOpt", "check_target", "register", "remote"]

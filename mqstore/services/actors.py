@@ -38,6 +38,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from mqstore.logging import configure_logging
 from mqstore.services.hosts import DispatcherHost, FrontHost, ShardHost, shard_config
 from mqstore.services.routing import shard_dir
+from mqstore.services.server import TlsFiles
 from mqstore.store.config import StoreConfig
 from mqstore.store.retention import RetentionConfig
 
@@ -140,12 +141,12 @@ class DispatcherActor(_Hosted):
 @ray.remote(num_cpus=0, max_restarts=MAX_RESTARTS, max_task_retries=0)
 class FrontActor(_Hosted):
     def __init__(self, shards: int, namespace: str, host: str, port: int, default_queue_nums: int,
-                 metrics_port: int = 0) -> None:  # fmt: skip
+                 metrics_port: int = 0, tls: TlsFiles | None = None) -> None:  # fmt: skip
         resolvers = [(actor_resolver(shard_name(i), namespace), actor_resolver(dispatcher_name(i), namespace))
                      for i in range(shards)]  # fmt: skip
         _configure_logging("front")
         self.host = FrontHost(resolvers, host=host, port=port, default_queue_nums=default_queue_nums,
-                              metrics_port=metrics_port)  # fmt: skip
+                              metrics_port=metrics_port, tls=tls)  # fmt: skip
 
     def metrics_endpoint(self) -> str:
         return self.host.metrics_endpoint
@@ -205,13 +206,14 @@ def _close_actor(actor, timeout_s: float) -> None:
 def start_deployment(root: str | Path, config: StoreConfig | None = None, *, shards: int = 1, host: str = "127.0.0.1",
                      port: int = 8080, namespace: str = NAMESPACE, node_id: str | None = None,
                      retention: RetentionConfig | None = None, placement: str = "node",
-                     metrics_port: int = 0) -> Deployment:  # fmt: skip
+                     metrics_port: int = 0, tls: TlsFiles | None = None) -> Deployment:  # fmt: skip
     """Create the actors of a deployment in the connected Ray cluster and return
     once the front listens (shards may still be recovering: ``wait_ready``).
     ``node_id``: the node holding the store directories and running the front
     (default: this driver's). ``placement``: see the module docstring; with
     "resource" each shard's node creates its directory and pins the layout there.
-    ``metrics_port``: the front's Prometheus endpoint (0: none)."""
+    ``metrics_port``: the front's Prometheus endpoint (0: none). ``tls``: the front
+    speaks TLS only (certificate and key as bytes: read on the driver)."""
     if placement not in PLACEMENTS:
         raise ValueError(f"placement must be one of {PLACEMENTS}, got {placement!r}")
     cfg = config or StoreConfig()
@@ -238,7 +240,7 @@ def start_deployment(root: str | Path, config: StoreConfig | None = None, *, sha
         dep.dispatchers.append(DispatcherActor.options(name=dispatcher_name(i), namespace=namespace, **where(i))
                                .remote(i, namespace, cfg, host))  # fmt: skip
     dep.front = FrontActor.options(name=FRONT, namespace=namespace, scheduling_strategy=pin).remote(
-        shards, namespace, host, port, cfg.default_queue_nums, metrics_port)  # fmt: skip
+        shards, namespace, host, port, cfg.default_queue_nums, metrics_port, tls)  # fmt: skip
     dep.front_endpoint = ray.get(dep.front.endpoint.remote(), timeout=120)
     dep.metrics_endpoint = ray.get(dep.front.metrics_endpoint.remote(), timeout=30)
     return dep

@@ -11,7 +11,9 @@ Errors arrive as ``grpc.RpcError`` with the server's status code and message.
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
 
 import grpc
 
@@ -43,12 +45,18 @@ def columns(topics: str | Sequence[str], bodies: Sequence[bytes], *, queue_ids: 
 
 
 class FrontClient:
-    """See the module docstring. ``timeout``: seconds per call."""
+    """See the module docstring. ``timeout``: seconds per call. ``tls_ca``: the PEM
+    certificates (bytes, or a file) to trust: the front serves TLS (``serve
+    --tls-cert``); ``tls_server_name``: the name its certificate carries when it is
+    not the endpoint's host."""
 
-    def __init__(self, endpoint: str, *, timeout: float = 30.0) -> None:
+    def __init__(self, endpoint: str, *, timeout: float = 30.0, tls_ca: bytes | str | os.PathLike | None = None,
+                 tls_server_name: str | None = None) -> None:  # fmt: skip
         self.endpoint = endpoint
         self.timeout = timeout
-        self._channel = sync_channel(endpoint)
+        if tls_ca is not None and not isinstance(tls_ca, bytes):
+            tls_ca = Path(tls_ca).read_bytes()
+        self._channel = sync_channel(endpoint, tls_ca=tls_ca, tls_server_name=tls_server_name)
         self.stub = front_pb2_grpc.FrontServiceStub(self._channel)
 
     def close(self) -> None:

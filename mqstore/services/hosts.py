@@ -26,7 +26,7 @@ from mqstore.services.front import FrontServicer, ShardClient
 from mqstore.services.index import IndexServicer
 from mqstore.services.metrics import FrontMetrics
 from mqstore.services.routing import STORE_PORT_BASE, pin_layout, shard_dir
-from mqstore.services.server import ServerThread, start_grpc_server
+from mqstore.services.server import ServerThread, TlsFiles, start_grpc_server
 from mqstore.services.shard import Shard, ShardState
 from mqstore.store.config import StoreConfig
 from mqstore.store.config_files import parse_delay_levels
@@ -152,14 +152,16 @@ class FrontHost:
     resolve its dispatcher or None)."""
 
     def __init__(self, shards: Sequence[tuple[Resolver, Resolver | None]], *, host: str = "127.0.0.1", port: int = 0,
-                 default_queue_nums: int = 4, metrics_port: int = 0) -> None:  # fmt: skip
-        """``metrics_port``: serve Prometheus metrics on ``host:metrics_port`` (0: none)."""
+                 default_queue_nums: int = 4, metrics_port: int = 0, tls: TlsFiles | None = None) -> None:  # fmt: skip
+        """``metrics_port``: serve Prometheus metrics on ``host:metrics_port`` (0: none).
+        ``tls``: the public API speaks TLS only (the shards' internal servers do not)."""
         self.thread = ServerThread("mqstore-front")
         clients = [ShardClient(i, r, d) for i, (r, d) in enumerate(shards)]
         self.metrics = FrontMetrics(self._shard_stats)
         self.servicer = FrontServicer(clients, default_queue_nums=default_queue_nums, metrics=self.metrics)
-        self.server = self.thread.run(start_grpc_server(host, port, [self.servicer.registration()]))
+        self.server = self.thread.run(start_grpc_server(host, port, [self.servicer.registration()], tls=tls))
         self.endpoint = f"{advertised(host)}:{self.server.port}"
+        self.tls = tls is not None
         self.metrics_endpoint = ""
         if metrics_port:
             try:
@@ -168,7 +170,8 @@ class FrontHost:
                 self.close()
                 raise OSError(f"can not serve metrics on {host}:{metrics_port}: {e.strerror or e}") from None
             self.metrics_endpoint = f"{advertised(host)}:{bound}"
-        log.info("front_listening", endpoint=self.endpoint, metrics=self.metrics_endpoint or None, shards=len(clients))
+        log.info("front_listening", endpoint=self.endpoint, tls=self.tls, metrics=self.metrics_endpoint or None,
+                 shards=len(clients))  # fmt: skip
 
     def _shard_stats(self) -> list:
         return self.thread.run(self.servicer.shard_stats(), timeout=10)
@@ -202,7 +205,7 @@ class LocalStack:
 
     def __init__(self, root: str | Path, config: StoreConfig | None = None, *, shards: int = 1,
                  host: str = "127.0.0.1", front_port: int = 0, retention: RetentionConfig | None = None,
-                 metrics_port: int = 0) -> None:  # fmt: skip
+                 metrics_port: int = 0, tls: TlsFiles | None = None) -> None:  # fmt: skip
         cfg = config or StoreConfig()
         root = Path(root)
         self.shards = [ShardHost(shard_dir(root, i, shards), shard_config(cfg, i, shards), index=i, host=host,
@@ -211,7 +214,7 @@ class LocalStack:
                             for i, s in enumerate(self.shards)]  # fmt: skip
         self.front = FrontHost([(fixed(s.endpoint), fixed(d.endpoint)) for s, d in zip(self.shards, self.dispatchers)],
                                host=host, port=front_port, default_queue_nums=cfg.default_queue_nums,
-                               metrics_port=metrics_port)  # fmt: skip
+                               metrics_port=metrics_port, tls=tls)  # fmt: skip
         self.front_endpoint = self.front.endpoint
 
     def wait_ready(self, timeout: float = 60.0) -> bool:

@@ -24,6 +24,7 @@ import structlog
 
 from mqstore.errors import MqStoreError
 from mqstore.services.routing import pin_layout, shard_dir
+from mqstore.services.server import TlsFiles
 from mqstore.store.config import StoreConfig
 
 log = structlog.get_logger(__name__)
@@ -49,16 +50,21 @@ def check_port_free(host: str, port: int) -> None:
 def serve(root: Path, *, host: str = "127.0.0.1", port: int = 8080, shards: int = 1, address: str | None = None,
           config: StoreConfig | None = None, namespace: str = "mqstore", log_level: str = "info",
           log_format: str = "json", placement: str = "node", metrics_port: int = 0,
+          tls_cert: Path | None = None, tls_key: Path | None = None,
           stop: threading.Event | None = None) -> None:  # fmt: skip
     """Run a deployment until ``stop`` is set or a SIGINT/SIGTERM arrives (see the
     module docstring). ``placement``: "node" (every shard on this machine) or
     "resource" (shard i on the node offering the Ray resource mqstore_shard_i).
-    ``metrics_port``: the front's Prometheus endpoint on ``host`` (0: none)."""
+    ``metrics_port``: the front's Prometheus endpoint on ``host`` (0: none).
+    ``tls_cert``/``tls_key``: PEM files; the front (public API) then speaks TLS only."""
     import ray
 
     from mqstore.services.actors import start_deployment
 
     root = Path(root).resolve()
+    if (tls_cert is None) != (tls_key is None):
+        raise ValueError("give both --tls-cert and --tls-key (or neither)")
+    tls = None if tls_cert is None else TlsFiles.load(tls_cert, tls_key)
     pin_layout(root, shards)  # with placement "resource" each shard's node checks its own disk too
     check_port_free(host, port)
     if metrics_port:
@@ -84,7 +90,7 @@ def serve(root: Path, *, host: str = "127.0.0.1", port: int = 8080, shards: int 
     try:
         t0 = time.monotonic()
         dep = start_deployment(root, config, shards=shards, host=host, port=port, namespace=namespace,
-                               placement=placement, metrics_port=metrics_port)  # fmt: skip
+                               placement=placement, metrics_port=metrics_port, tls=tls)  # fmt: skip
         told = False
         while not stop.is_set():  # recovery can take minutes: stay interruptible
             try:
@@ -100,8 +106,8 @@ def serve(root: Path, *, host: str = "127.0.0.1", port: int = 8080, shards: int 
                 hint = " (placement resource: is a node offering mqstore_shard_<i> up?)" if placement == "resource" else ""
                 print(f"mqstore: waiting for the shards to open their stores{hint}", file=sys.stderr, flush=True)
         if not stop.is_set():
-            ready = {"front": dep.front_endpoint, "metrics": dep.metrics_endpoint or None, "shards": shards,
-                     "store": str(root), "shard_dirs": [str(shard_dir(root, i, shards)) for i in range(shards)],
+            ready = {"front": dep.front_endpoint, "tls": tls is not None, "metrics": dep.metrics_endpoint or None,
+                     "shards": shards, "store": str(root), "shard_dirs": [str(shard_dir(root, i, shards)) for i in range(shards)],
                      "namespace": namespace, "placement": placement, "ready_seconds": round(time.monotonic() - t0, 2)}  # fmt: skip
             print(json.dumps(ready), flush=True)
             print(f"mqstore: serving on {dep.front_endpoint} ({shards} shard(s), store {root}); Ctrl-C stops",

@@ -66,9 +66,32 @@ class GrpcServer:
         await self.server.stop(grace_s)
 
 
+@dataclass(frozen=True)
+class TlsFiles:
+    """PEM bytes of a server's certificate chain and private key (read where the
+    files are, passed to the process that serves)."""
+
+    cert_chain: bytes
+    private_key: bytes
+
+    @classmethod
+    def load(cls, cert_path, key_path) -> TlsFiles:
+        """Read and check the pair (ValueError naming the files if they do not match
+        or do not parse), so a bad pair fails before any server starts."""
+        import ssl
+
+        try:
+            ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(str(cert_path), str(key_path))
+        except (ssl.SSLError, OSError) as e:
+            raise ValueError(f"TLS certificate {cert_path} and key {key_path} can not be used: {e}") from None
+        with open(cert_path, "rb") as c, open(key_path, "rb") as k:
+            return cls(c.read(), k.read())
+
+
 async def start_grpc_server(host: str, port: int, registrations: Iterable[Registration], *,
-                            serving: bool = True) -> GrpcServer:  # fmt: skip
-    """Start a server on ``host:port`` (port 0: the system picks one, see ``.port``)."""
+                            serving: bool = True, tls: TlsFiles | None = None) -> GrpcServer:  # fmt: skip
+    """Start a server on ``host:port`` (port 0: the system picks one, see ``.port``);
+    with ``tls`` it speaks TLS only (a plaintext client can not connect)."""
     regs = list(registrations)
     server = grpc.aio.server(options=SERVER_OPTIONS)
     for r in regs:
@@ -77,7 +100,11 @@ async def start_grpc_server(host: str, port: int, registrations: Iterable[Regist
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     names = [r.name for r in regs]
     reflection.enable_server_reflection([*names, health.SERVICE_NAME, reflection.SERVICE_NAME], server)
-    bound = server.add_insecure_port(f"{host}:{port}")
+    if tls is None:
+        bound = server.add_insecure_port(f"{host}:{port}")
+    else:
+        creds = grpc.ssl_server_credentials([(tls.private_key, tls.cert_chain)])
+        bound = server.add_secure_port(f"{host}:{port}", creds)
     if bound == 0:
         raise OSError(f"can not listen on {host}:{port}")
     await server.start()
@@ -120,9 +147,16 @@ def channel(endpoint: str) -> grpc.aio.Channel:
     return grpc.aio.insecure_channel(endpoint, options=CHANNEL_OPTIONS)
 
 
-def sync_channel(endpoint: str) -> grpc.Channel:
-    """An insecure blocking channel with mqstore's message limits (clients, CLI)."""
-    return grpc.insecure_channel(endpoint, options=CHANNEL_OPTIONS)
+def sync_channel(endpoint: str, *, tls_ca: bytes | None = None, tls_server_name: str | None = None) -> grpc.Channel:
+    """A blocking channel with mqstore's message limits (clients, CLI): plaintext,
+    or TLS trusting the PEM certificates ``tls_ca`` (``tls_server_name``: the name
+    the server's certificate must carry, when it is not the endpoint's host)."""
+    if tls_ca is None:
+        return grpc.insecure_channel(endpoint, options=CHANNEL_OPTIONS)
+    options = list(CHANNEL_OPTIONS)
+    if tls_server_name:
+        options.append(("grpc.ssl_target_name_override", tls_server_name))
+    return grpc.secure_channel(endpoint, grpc.ssl_channel_credentials(root_certificates=tls_ca), options=options)
 
 
 __all__ = [
@@ -131,6 +165,7 @@ __all__ = [
     "GrpcServer",
     "Registration",
     "ServerThread",
+    "TlsFiles",
     "channel",
     "start_grpc_server",
     "sync_channel",

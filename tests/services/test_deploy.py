@@ -108,8 +108,18 @@ def test_job_entrypoint_is_a_command_serve_accepts():
                                text=True, timeout=60, env={**os.environ, "COLUMNS": "200"}).stdout  # fmt: skip
     for opt in (a for a in serve_args(job_command()) if a.startswith("--")):
         assert re.search(rf"{opt}\b", help_text), opt
+    assert params["tls_cert"] is None  # no MQSTORE_TLS_DIR
     with pytest.raises(Exception):  # noqa: B017 - click's UsageError/BadParameter: the check bites
         parse_serve(serve_args(job_command(MQSTORE_PLACEMENT="anywhere")))
+
+
+def test_job_entrypoint_passes_a_tls_secret(tmp_path):
+    argv = job_command(MQSTORE_TLS_DIR=str(tmp_path))  # empty (the secret is optional): plaintext
+    assert "--tls-cert" not in argv
+    (tmp_path / "tls.crt").write_text("x")
+    (tmp_path / "tls.key").write_text("y")
+    params = parse_serve(serve_args(job_command(MQSTORE_TLS_DIR=str(tmp_path))))
+    assert params["tls_cert"] == tmp_path / "tls.crt" and params["tls_key"] == tmp_path / "tls.key"
 
 
 def test_job_entrypoint_refuses_a_missing_interpreter():
