@@ -9,8 +9,11 @@ tail and stale bytes can never be mistaken for records.
 
 Where the validated walk starts:
   normal    the third-to-last segment (RocketMQ 4.9 - 5.3.1);
-  abnormal  from the last segment backwards, the first whose first record is valid,
-            has a store time != 0 and <= checkpoint.min_timestamp(); else segment 0.
+  abnormal  the checkpoint's confirm offset (the flushed offset when it was written)
+            when a record starts there: only what was not yet flushed is read; else
+            (RocketMQ's rule) from the last segment backwards, the first whose first
+            record is valid, has a store time != 0 and <= checkpoint.min_timestamp();
+            else segment 0.
 Segments before the start are walked for the queue-offset table only (no CRC), and
 only when the caller has no consume queues to take that table from (a CommitLog on
 its own); a MessageStore skips that walk, as RocketMQ does, so recovery time grows
@@ -193,7 +196,30 @@ def _record_start_after(seg, at: int) -> int | None:
     return int(hits[0]) if hits.size else None
 
 
-def _scan_segment(seg, table: dict[QueueKey, int], *, check_crc: bool, progress: RecoveryProgress | None = None):
+def _confirmed_position(queue: SegmentQueue, confirmed: int) -> tuple[int, int] | None:
+    """(segment index, position) of the checkpoint's confirm offset (the flushed
+    offset when the checkpoint was written) if it is a record start the walk can
+    begin at: a segment's first byte, or a record whose PHYSICALOFFSET is its own
+    position. None otherwise (zero, garbage, or the end of the data, where no record
+    starts: recovery falls back to the timestamp rule)."""
+    segs = queue.segments
+    if confirmed <= 0 or not segs or not segs[0].base_offset <= confirmed < segs[-1].end_offset:
+        return None
+    i = (confirmed - segs[0].base_offset) // (segs[0].end_offset - segs[0].base_offset)
+    if not 0 <= i < len(segs) or not segs[i].base_offset <= confirmed < segs[i].end_offset:
+        return None
+    seg, pos = segs[i], confirmed - segs[i].base_offset
+    if pos == 0:
+        return i, 0
+    if pos + MIN_RECORD_BYTES > seg.size:
+        return None
+    magic = int.from_bytes(seg.mm[pos + 4 : pos + 8], "big", signed=True)
+    phys = int.from_bytes(seg.mm[pos + 28 : pos + 36], "big", signed=True)
+    return (i, pos) if magic in (MAGIC_V1, MAGIC_V2) and phys == confirmed else None
+
+
+def _scan_segment(seg, table: dict[QueueKey, int], *, check_crc: bool, progress: RecoveryProgress | None = None,
+                  start: int = 0):  # fmt: skip
     """Scan one segment, on two cores when it holds enough data: a forked child scans
     the second half (from a record start found by signature) while this process scans
     the first; the halves are joined only if the first walk lands exactly on the split."""
@@ -201,10 +227,10 @@ def _scan_segment(seg, table: dict[QueueKey, int], *, check_crc: bool, progress:
     split = None
     if (os.cpu_count() or 1) > 1 and hasattr(os, "fork"):
         end = _data_end_estimate(seg)
-        if end >= _PARALLEL_MIN_BYTES:
-            split = _record_start_after(seg, end // 2)
+        if end - start >= _PARALLEL_MIN_BYTES:
+            split = _record_start_after(seg, start + (end - start) // 2)
     if split is None:
-        return _scan_range(seg, 0, seg.size, table, check_crc=check_crc, progress=progress)
+        return _scan_range(seg, start, seg.size, table, check_crc=check_crc, progress=progress)
     r, w = os.pipe()
     pid = os.fork()
     if pid == 0:  # child: scan the second half, send the result, leave without cleanup
@@ -216,7 +242,7 @@ def _scan_segment(seg, table: dict[QueueKey, int], *, check_crc: bool, progress:
         finally:
             os._exit(0)
     os.close(w)
-    first, count, last_ts = _scan_range(seg, 0, split, table, check_crc=check_crc, progress=progress)
+    first, count, last_ts = _scan_range(seg, start, split, table, check_crc=check_crc, progress=progress)
     with os.fdopen(r, "rb") as inp:
         data = inp.read()
     os.waitpid(pid, 0)
@@ -248,21 +274,28 @@ def recover(
     if not segs:
         return RecoveryReport(clean_shutdown, None, 0, None, "no segments", [], 0, 0, 0.0, 0, table)
     start = _choose_start(queue, checkpoint, clean_shutdown)
+    at = 0  # where in segs[start] the validated walk begins
+    if not clean_shutdown and (confirmed := _confirmed_position(queue, checkpoint.confirm_phy_offset)) is not None:
+        start, at = confirmed  # everything before it was flushed: validate only what follows
     last_ts = 0
     for seg in segs[:start] if rebuild_queue_offsets else ():
         res, _, ts = _scan_segment(seg, table, check_crc=False)
         last_ts = max(last_ts, ts)
+    if at and rebuild_queue_offsets:
+        last_ts = max(last_ts, _scan_range(segs[start], 0, at, table, check_crc=False)[2])
     if progress is not None:
-        progress.set_phase("commitlog", sum(seg.size for seg in segs[start:-1]) + _data_end_estimate(segs[-1]))
+        total = sum(seg.size for seg in segs[start:-1]) + _data_end_estimate(segs[-1]) - at
+        progress.set_phase("commitlog", max(total, 0))
     records = validated = 0
-    stop = segs[start].base_offset
+    stop = segs[start].base_offset + at
     reason = ""
     truncated = False
-    for seg in segs[start:]:
-        res, count, ts = _scan_segment(seg, table, check_crc=check_crc, progress=progress)
+    for i, seg in enumerate(segs[start:]):
+        first = at if i == 0 else 0
+        res, count, ts = _scan_segment(seg, table, check_crc=check_crc, progress=progress, start=first)
         last_ts = max(last_ts, ts)
         records += count
-        validated += res.stop
+        validated += res.stop - first
         if res.outcome is ScanOutcome.END_OF_SEGMENT:
             stop = seg.end_offset
             continue
@@ -274,7 +307,9 @@ def recover(
         break
     else:
         reason = "end of the last segment"
-    if not last_ts and start and not rebuild_queue_offsets:  # the tail held no record: the newest is before it
+    if not last_ts and at:  # the tail held no record: the newest is just before it
+        last_ts = _scan_range(segs[start], 0, at, {}, check_crc=False)[2]
+    if not last_ts and start and not rebuild_queue_offsets:
         last_ts = _scan_segment(segs[start - 1], {}, check_crc=False)[2]
     later = [s for s in segs if s.base_offset > stop]
     truncated = truncated or any(_has_data(s) for s in later)

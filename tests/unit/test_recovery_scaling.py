@@ -4,6 +4,7 @@ only when they are gone is every segment walked for it."""
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 import threading
 import time
@@ -131,3 +132,25 @@ def test_progress_is_readable_while_the_store_opens_and_status_reports_it(tmp_pa
         st = s.status()
         assert st["state"] == "ready" and st["progress"]["phase"] == "ready" and st["writable"]
         assert st["last_recovery"]["clean_shutdown"] is False and st["wrote"] == s.commitlog.wrote
+
+
+def test_after_a_crash_only_bytes_past_the_confirmed_offset_are_validated(tmp_path: Path) -> None:
+    fill(tmp_path)
+    from mqstore.store.checkpoint_file import read_checkpoint, write_checkpoint
+    from mqstore.store.reader import CommitLogReader
+
+    offsets = [r.physical_offset for r in CommitLogReader(tmp_path).records()]
+    confirmed = offsets[len(offsets) * 3 // 4]  # a record start three quarters in
+    cp = read_checkpoint(tmp_path)
+    write_checkpoint(tmp_path, dataclasses.replace(cp, confirm_phy_offset=confirmed))
+    (tmp_path / "abort").touch()
+    with MessageStore(tmp_path, CFG) as s:
+        rec = s.commitlog.recovery
+        assert not rec.clean_shutdown and int(rec.start_segment) == confirmed - confirmed % CFG.segment_bytes
+        assert rec.records == len(offsets) - len(offsets) * 3 // 4  # exactly the records from there on
+        assert rec.bytes_validated <= s.commitlog.wrote - confirmed  # (segment-end BLANKs are not counted)
+        assert s.commitlog.wrote > offsets[-1]  # nothing was cut
+    write_checkpoint(tmp_path, dataclasses.replace(read_checkpoint(tmp_path), confirm_phy_offset=confirmed + 7))
+    (tmp_path / "abort").touch()
+    with MessageStore(tmp_path, CFG) as s:  # not a record start: the timestamp rule, whole segments
+        assert s.commitlog.recovery.bytes_validated > s.commitlog.wrote - confirmed
