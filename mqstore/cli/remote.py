@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import sys
 from collections.abc import Iterator
 from enum import Enum
@@ -69,9 +70,14 @@ def register(app: typer.Typer) -> None:
         from mqstore.store.config import FlushMode, StoreConfig
 
         cfg = StoreConfig(flush_mode=FlushMode(flush.value), segment_bytes=segment_bytes)
+        # stdout carries the ready line only: what Ray forwards from the workers' stdout
+        # (and anything else printed) goes to stderr.
+        sys.stdout.flush()
+        ready_out = os.fdopen(os.dup(sys.stdout.fileno()), "w")
+        os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
         run(store, host=host, port=port, shards=shards, address=address, config=cfg, namespace=namespace,
             log_level=log_level, placement=placement.value, metrics_port=metrics_port, tls_cert=tls_cert,
-            tls_key=tls_key)  # fmt: skip
+            tls_key=tls_key, ready_out=ready_out)  # fmt: skip
 
     @app.command("send")
     def send(

@@ -109,6 +109,10 @@ class _Hosted:
     def pid(self) -> int:
         return os.getpid()
 
+    def node_id(self) -> str:
+        """The Ray node this incarnation runs on."""
+        return ray.get_runtime_context().get_node_id()
+
     def close(self) -> None:
         self.host.close()
 

@@ -19,6 +19,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import TextIO
 
 import structlog
 
@@ -50,13 +51,14 @@ def check_port_free(host: str, port: int) -> None:
 def serve(root: Path, *, host: str = "127.0.0.1", port: int = 8080, shards: int = 1, address: str | None = None,
           config: StoreConfig | None = None, namespace: str = "mqstore", log_level: str = "info",
           log_format: str = "json", placement: str = "node", metrics_port: int = 0,
-          tls_cert: Path | None = None, tls_key: Path | None = None,
+          tls_cert: Path | None = None, tls_key: Path | None = None, ready_out: TextIO | None = None,
           stop: threading.Event | None = None) -> None:  # fmt: skip
     """Run a deployment until ``stop`` is set or a SIGINT/SIGTERM arrives (see the
     module docstring). ``placement``: "node" (every shard on this machine) or
     "resource" (shard i on the node offering the Ray resource mqstore_shard_i).
     ``metrics_port``: the front's Prometheus endpoint on ``host`` (0: none).
-    ``tls_cert``/``tls_key``: PEM files; the front (public API) then speaks TLS only."""
+    ``tls_cert``/``tls_key``: PEM files; the front (public API) then speaks TLS only.
+    ``ready_out``: where the ready line goes (default stdout)."""
     import ray
 
     from mqstore.services.actors import start_deployment
@@ -109,7 +111,7 @@ def serve(root: Path, *, host: str = "127.0.0.1", port: int = 8080, shards: int 
             ready = {"front": dep.front_endpoint, "tls": tls is not None, "metrics": dep.metrics_endpoint or None,
                      "shards": shards, "store": str(root), "shard_dirs": [str(shard_dir(root, i, shards)) for i in range(shards)],
                      "namespace": namespace, "placement": placement, "ready_seconds": round(time.monotonic() - t0, 2)}  # fmt: skip
-            print(json.dumps(ready), flush=True)
+            print(json.dumps(ready), file=ready_out or sys.stdout, flush=True)
             print(f"mqstore: serving on {dep.front_endpoint} ({shards} shard(s), store {root}); Ctrl-C stops",
                   file=sys.stderr, flush=True)  # fmt: skip
         stop.wait()
