@@ -13,7 +13,7 @@ the files, for records the index covers (up to the last file's end offset; later
 ones are indexed when the store next opens).
 
     kind                   severity  meaning
-    index_file_size        error     the store refuses to open the index
+    index_file_size        error     the store deletes it and rebuilds on open
     index_header           error     the header disagrees with the entries
     index_chain            error     a chain or slot is not what putKey builds: entries unreachable
     index_order            error     entries not in commitlog order
@@ -91,7 +91,7 @@ def check_index(store_dir: Path, hash_slots: int, max_entries: int, table: Recor
         loc = f"{INDEX_DIR}/{path.name}"
         if (actual := path.stat().st_size) != size:
             findings.error("index_file_size", loc, f"{actual} bytes, expected {size} ({hash_slots} slots x {max_entries} "
-                           "entries); the store refuses to open the index")  # fmt: skip
+                           "entries); the store deletes it and rebuilds the index when it opens")  # fmt: skip
             damage.index_bad = True
             continue
         with path.open("rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:

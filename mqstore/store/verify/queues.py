@@ -22,7 +22,7 @@ Two sides, both in bulk with numpy:
     cq_order                error     commitlog offsets do not increase from unit to unit
     cq_gap                  error     valid-looking units after an invalid one (the store cuts there)
     cq_unit_missing         error     a record has no unit and will not get one
-    cq_file_name / _gap / _size      error   the store refuses to open the queue
+    cq_file_name / _gap / _size      error   the store repairs or rebuilds the queue on open
     cq_not_dispatched       warning   records past the last unit that the next open dispatches
     cq_unit_beyond_end      warning   units past the commitlog's valid end (the store drops them)
     cq_torn_tail            warning   a partly written unit at the end (the store cuts it)
@@ -138,7 +138,7 @@ def _read_queue(qdir: Path, topic: str, queue_id: int, file_bytes: int, findings
         if (size := path.stat().st_size) != file_bytes:
             problems.append(("cq_file_size", path, f"{size} bytes, expected {file_bytes}"))
     for kind, path, detail in problems:
-        findings.error(kind, f"{loc}/{path.name}", f"{detail}; the store refuses to open this queue")
+        findings.error(kind, f"{loc}/{path.name}", f"{detail}; the store repairs or rebuilds this queue when it opens")
     if problems:
         damage.bad_queues.add((topic, queue_id))
         return QueueFiles(topic, queue_id, 0, np.zeros(0, UNIT_DTYPE), unreadable=True)
