@@ -371,7 +371,11 @@ class FileTable:
         return [self.queue_files[k] for k in q.tolist()], [self.index_files[k] for k in i.tolist()]
 
 
-def _file_table(derived_meta: list[tuple], hash_slots: int) -> FileTable:
+def _file_table(derived_meta: list[tuple], index_paths: list[Path], cfg: StoreConfig) -> FileTable:
+    """Queue files from the queue checks; index files from their headers (the
+    range of commitlog offsets they cover and their entry count), read here."""
+    from mqstore.formats.index_file import INDEX_HEADER_BYTES, IndexHeader, index_file_size
+
     qf, qlo, qhi, xf, xlo, xhi = [], [], [], [], [], []
     for kind, res in derived_meta:
         if kind == "queues":
@@ -380,12 +384,30 @@ def _file_table(derived_meta: list[tuple], hash_slots: int) -> FileTable:
                     qf.append((topic, qid, path, first_qo, count))
                     qlo.append(lo)
                     qhi.append(hi)
-        elif res.get("entries"):
-            xf.append((res["name"], res["path"], hash_slots, res["entries"]))
-            xlo.append(res["min"])
-            xhi.append(res["max"])
-    arr = lambda v: np.array(v, np.int64)
+    size = index_file_size(cfg.index_hash_slots, cfg.index_max_entries)
+    for path in index_paths:
+        try:
+            if path.stat().st_size != size:
+                continue  # the store refuses it; its own check says so
+            with path.open("rb") as f:
+                h = IndexHeader.decode(f.read(INDEX_HEADER_BYTES))
+        except (OSError, ValueError):
+            continue
+        entries = min(h.entries, cfg.index_max_entries - 1)
+        if entries > 0:
+            xf.append((path.name, str(path), cfg.index_hash_slots, entries))
+            xlo.append(min(h.begin_phy_offset, h.end_phy_offset))
+            xhi.append(max(h.begin_phy_offset, h.end_phy_offset))
+    arr = lambda v: np.array(v, np.int64)  # noqa: E731
     return FileTable(qf, arr(qlo), arr(qhi), xf, arr(xlo), arr(xhi))
+
+
+def _work_task(w: tuple, store: str, cfg: StoreConfig, chunks: list[ChunkSpec], files, running: bool,
+               index_sample: tuple[int, int], index_end: int, flushed_ts: int):  # fmt: skip
+    kind, arg = w
+    if kind == "index":
+        return _derived_task(w, store, cfg, running)
+    return _chunk_task(arg, chunks, files, running, index_sample, index_end, flushed_ts)
 
 
 def _chunk_task(i: int, chunks: list[ChunkSpec], files, running: bool, index_sample: tuple[int, int], index_end: int,
@@ -461,31 +483,37 @@ def reconcile(spark, store: str | Path, *, output: str | Path | None = None, rep
     index_end = index_end_offset(store)
     index_end = -1 if index_end is None else index_end
     parallelism = max(2, sc.defaultParallelism)
-    tasks: list[tuple] = [("queues", g) for g in _queue_groups(store, p.queues, 2 * parallelism)]
-    tasks += [("index", (str(path), i == len(p.index_paths) - 1)) for i, path in enumerate(p.index_paths)]
+    queue_tasks = [("queues", g) for g in _queue_groups(store, p.queues, 2 * parallelism)]
     cfg, store_s, running = p.cfg, str(store), p.running
     chunks = p.chunks
     sample = _index_sample(index_keys)
     with _Progress(sc, p.commitlog_bytes) as progress:
-        progress.stage = "consume_queues_and_index"
+        progress.stage = "consume_queues"
         derived_meta: list[tuple] = []
-        if tasks:
-            derived_meta = sc.parallelize(tasks, len(tasks)).map(lambda t: _derived_task(t, store_s, cfg, running)).collect()
+        if queue_tasks:
+            derived_meta = sc.parallelize(queue_tasks, len(queue_tasks)).map(
+                lambda t: _derived_task(t, store_s, cfg, running)).collect()  # fmt: skip
         t1 = time.perf_counter()
-        log.info("reconcile_progress", stage="consume_queues_and_index", done=True, seconds=round(t1 - t0, 2))
-        progress.stage = "commitlog"
+        log.info("reconcile_progress", stage="consume_queues", done=True, seconds=round(t1 - t0, 2))
+        # One job: the index files' own checks first (one long task each), the
+        # commitlog chunks fill the other cores meanwhile.
+        progress.stage = "commitlog_and_index"
         results: list[ChunkResult] = []
-        if chunks:
-            files = sc.broadcast(_file_table(derived_meta, cfg.index_hash_slots))
-            results = (
-                sc.parallelize(range(len(chunks)), len(chunks))
-                .map(lambda i: _chunk_task(i, chunks, files, running, sample, index_end, flushed_ts))
+        work = [("index", (str(path), i == len(p.index_paths) - 1)) for i, path in enumerate(p.index_paths)]
+        work += [("chunk", i) for i in range(len(chunks))]
+        if work:
+            files = sc.broadcast(_file_table(derived_meta, p.index_paths, cfg))
+            done = (
+                sc.parallelize(work, len(work))
+                .map(lambda w: _work_task(w, store_s, cfg, chunks, files, running, sample, index_end, flushed_ts))
                 .collect()
             )
             files.unpersist()
+            derived_meta += [d for d in done if isinstance(d, tuple)]
+            results = [d for d in done if isinstance(d, ChunkResult)]
     t2 = time.perf_counter()
     walked = sum(r.bytes for r in results)
-    log.info("reconcile_progress", stage="commitlog", done=True, seconds=round(t2 - t1, 2),
+    log.info("reconcile_progress", stage="commitlog_and_index", done=True, seconds=round(t2 - t1, 2),
              mb_per_s=round(walked / 1e6 / max(t2 - t1, 1e-9), 1))  # fmt: skip
     result = _assemble(p, state, derived_meta, sorted(results, key=lambda r: r.index), index_end)
     result.seconds = time.perf_counter() - t0

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Run `mqstore reconcile` on a Spark cluster with spark-submit (see deploy/spark.md).
+#
+#   SPARK_MASTER=spark://head:7077 bash deploy/spark-submit.sh --store /shared/store --output /shared/out [--repair]
+#
+# Settings (environment):
+#   SPARK_MASTER      the cluster (default local[*])
+#   SPARK_SUBMIT      the spark-submit to use (default: the one next to MQSTORE_PYTHON, else on the PATH)
+#   MQSTORE_PYTHON    the interpreter with mqstore's dependencies, at this path on every node
+#                     (default: the python3 on the PATH); driver and executors run it
+#   MQSTORE_PY_FILES  1: ship the mqstore package as a zip (--py-files) instead of relying on an
+#                     installed mqstore on the executors (their python still needs numpy, pyarrow,
+#                     structlog)
+#   SPARK_SUBMIT_ARGS more spark-submit arguments (e.g. "--executor-memory 2g --total-executor-cores 8")
+# Arguments go to jobs/reconcile.py (the options of `mqstore reconcile`).
+set -euo pipefail
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+PY="${MQSTORE_PYTHON:-$(command -v python3)}"
+SUBMIT="${SPARK_SUBMIT:-}"
+if [ -z "$SUBMIT" ]; then
+  if [ -x "$(dirname "$PY")/spark-submit" ]; then SUBMIT="$(dirname "$PY")/spark-submit"; else SUBMIT=spark-submit; fi
+fi
+EXTRA=()
+if [ "${MQSTORE_PY_FILES:-0}" = "1" ]; then
+  ZIP="$(mktemp -d)/mqstore.zip"
+  (cd "$HERE" && "$PY" -c 'import sys, zipfile, pathlib
+z = zipfile.ZipFile(sys.argv[1], "w", zipfile.ZIP_DEFLATED)
+for p in sorted(pathlib.Path("mqstore").rglob("*.py")):
+    z.write(p)
+z.close()' "$ZIP")
+  EXTRA+=(--py-files "$ZIP")
+fi
+LOG4J="$("$PY" -c 'from mqstore.jobs.spark import log4j2_file; print(log4j2_file())' 2>/dev/null || true)"
+if [ -n "$LOG4J" ]; then
+  EXTRA+=(--conf "spark.driver.extraJavaOptions=-Dlog4j2.configurationFile=file:$LOG4J")
+fi
+# shellcheck disable=SC2086
+exec "$SUBMIT" --master "${SPARK_MASTER:-local[*]}" \
+  --conf "spark.pyspark.python=$PY" --conf "spark.pyspark.driver.python=$PY" \
+  --conf spark.ui.showConsoleProgress=false \
+  "${EXTRA[@]}" ${SPARK_SUBMIT_ARGS:-} \
+  "$HERE/jobs/reconcile.py" "$@"
