@@ -374,7 +374,11 @@ class FileTable:
 def _file_table(derived_meta: list[tuple], index_paths: list[Path], cfg: StoreConfig) -> FileTable:
     """Queue files from the queue checks; index files from their headers (the
     range of commitlog offsets they cover and their entry count), read here."""
-    from mqstore.formats.index_file import INDEX_HEADER_BYTES, IndexHeader, index_file_size
+    from mqstore.formats.index_file import (
+        INDEX_HEADER_BYTES,
+        IndexHeader,
+        index_file_size,
+    )
 
     qf, qlo, qhi, xf, xlo, xhi = [], [], [], [], [], []
     for kind, res in derived_meta:
@@ -398,7 +402,7 @@ def _file_table(derived_meta: list[tuple], index_paths: list[Path], cfg: StoreCo
             xf.append((path.name, str(path), cfg.index_hash_slots, entries))
             xlo.append(min(h.begin_phy_offset, h.end_phy_offset))
             xhi.append(max(h.begin_phy_offset, h.end_phy_offset))
-    arr = lambda v: np.array(v, np.int64)  # noqa: E731
+    arr = lambda v: np.array(v, np.int64)
     return FileTable(qf, arr(qlo), arr(qhi), xf, arr(xlo), arr(xhi))
 
 
