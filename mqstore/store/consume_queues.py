@@ -287,11 +287,15 @@ class ConsumeQueues:
         fewer units than the commitlog's records of it (recovery's queue-offset table)
         or one cut here sets ``rebuild_from``, so the dispatcher rebuilds what
         follows. Queues are recovered on the writer threads, their tails checked
-        together (one pass per segment for all queues). Topic and tagsCode are only
-        checked for units pointing at or after ``deep_from`` (what a crash can have
-        left half-written), the rest of a unit everywhere checked."""
+        together (one pass per segment for all queues). After a crash, records are
+        read only for units pointing at or after ``deep_from`` (what a crash can have
+        left half-written: the caller passes where consume queues stopped being
+        durable); every unit must still lie inside the commitlog and point further
+        than the one before it, which random garbage does not (a unit copied from
+        elsewhere does not either). Reading a record head for each of millions of
+        older units was most of the open."""
         if verify_tail:
-            check_from = 0
+            check_from = deep_from
         else:
             deep_from = check_from
         tails: list[tuple[ConsumeQueue, int, int, np.ndarray | None]] = []
