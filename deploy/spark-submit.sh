@@ -16,6 +16,10 @@
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 PY="${MQSTORE_PYTHON:-$(command -v python3)}"
+if [ -z "${SPARK_HOME:-}" ]; then  # pip's pyspark is a whole Spark: find it through the interpreter
+  SPARK_HOME="$("$PY" -c 'import os, pyspark; print(os.path.dirname(pyspark.__file__))' 2>/dev/null || true)"
+  [ -n "$SPARK_HOME" ] && export SPARK_HOME
+fi
 SUBMIT="${SPARK_SUBMIT:-}"
 if [ -z "$SUBMIT" ]; then
   if [ -x "$(dirname "$PY")/spark-submit" ]; then SUBMIT="$(dirname "$PY")/spark-submit"; else SUBMIT=spark-submit; fi
