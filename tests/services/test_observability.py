@@ -144,3 +144,24 @@ def test_actor_logs_carry_component_and_shard():
     first, second = (json.loads(x) for x in p.stderr.splitlines())
     assert first["event"] == "hello" and first["component"] == "shard" and first["shard"] == 3 and first["a"] == 1
     assert second["shard"] == 9  # an event's own field wins
+
+
+def test_a_shard_whose_layout_does_not_match_fails_and_says_why(tmp_path):
+    """Placement "resource": a shard pins the layout on its own node's disk; a root
+    laid out for another shard count fails the open (FAILED in StoreStatus, with the
+    reason; `serve` exits 1 on it)."""
+    from mqstore.services.hosts import ShardHost
+    from mqstore.services.routing import pin_layout
+
+    pin_layout(tmp_path, 2)
+    host = ShardHost(tmp_path / "shard-0", small_config(), index=0, layout=(tmp_path, 3))
+    front = FrontHost([(fixed(host.endpoint), None)])
+    try:
+        assert host.wait_ready(30) is False
+        with FrontClient(front.endpoint) as c:
+            (st,) = c.store_status()
+        assert st.state == "FAILED" and "laid out for 2 shard(s)" in st.error, st
+        assert not (tmp_path / "shard-0" / "commitlog").exists()  # the store was never opened
+    finally:
+        front.close()
+        host.close()
