@@ -20,6 +20,9 @@ read (what is on disk now). Options:
     chunkBytes  split segments into partitions of about this many bytes (default: one
                 partition per segment)
     batchBytes  commitlog bytes per Arrow batch (default 4 MiB)
+    properties  "map" (default: map<string,string>) or "string" (the raw properties
+                string, name \x01 value \x02 ...: cheaper; Spark SQL's
+                str_to_map(properties, '\u0002', '\u0001') makes the map)
 
 The classes are pickled to the workers, which import this module: mqstore must be
 importable there (see deploy/README.md).
@@ -29,7 +32,7 @@ from __future__ import annotations
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
-from mqstore.jobs.columns import BATCH_BYTES, SPARK_DDL
+from mqstore.jobs.columns import BATCH_BYTES, spark_ddl
 
 
 class SegmentPartition(InputPartition):
@@ -49,6 +52,13 @@ def _flag(value: str | None, default: bool) -> bool:
     return str(value).strip().lower() in ("1", "true", "yes", "on")
 
 
+def _properties_option(options) -> str:
+    value = str(options.get("properties", "map") or "map").lower()
+    if value not in ("map", "string"):
+        raise ValueError(f'option properties is "map" or "string", got {value!r}')
+    return value
+
+
 class MqstoreReader(DataSourceReader):
     def __init__(self, options) -> None:
         path = options.get("path")
@@ -58,6 +68,7 @@ class MqstoreReader(DataSourceReader):
         self.check_crc = _flag(options.get("checkCrc"), False)
         self.chunk_bytes = int(options.get("chunkBytes", 0) or 0)
         self.batch_bytes = int(options.get("batchBytes", BATCH_BYTES) or BATCH_BYTES)
+        self.properties = _properties_option(options)
 
     def partitions(self):
         from mqstore.store.reader import CommitLogReader
@@ -81,7 +92,8 @@ class MqstoreReader(DataSourceReader):
         if not partition.path:
             return
         yield from segment_batches(partition.path, partition.base, partition.lo, partition.hi,
-                                   check_crc=self.check_crc, batch_bytes=self.batch_bytes)  # fmt: skip
+                                   check_crc=self.check_crc, batch_bytes=self.batch_bytes,
+                                   properties=self.properties)  # fmt: skip
 
 
 class MqstoreDataSource(DataSource):
@@ -92,7 +104,7 @@ class MqstoreDataSource(DataSource):
         return "mqstore"
 
     def schema(self) -> str:
-        return SPARK_DDL
+        return spark_ddl(_properties_option(self.options))
 
     def reader(self, schema) -> MqstoreReader:
         return MqstoreReader(self.options)

@@ -23,6 +23,7 @@ import pytest
 
 from mqstore.formats.consume_queue import UNIT_DTYPE, UNIT_SIZE
 from mqstore.formats.message import MAGIC_V1, MessageRecord
+from mqstore.formats.msgid import Host
 from mqstore.store import ConsumerOffsets, Message, MessageBatch, StoreConfig
 from mqstore.store.message_store import MessageStore
 from mqstore.store.reader import CommitLogReader
@@ -51,9 +52,11 @@ def pristine(tmp_path_factory: pytest.TempPathFactory) -> Path:
     rng = np.random.default_rng(11)
     with MessageStore(path, CFG) as s:
         for i in range(MESSAGES // 60):
+            born = Host("::1", 4321) if i == 7 else None  # one batch from an IPv6 producer
             s.append(MessageBatch.of(
                 [Message(f"T{j % 3}", rng.bytes(60 + (i * 7 + j) % 400), queue_id=j % 4, tags=f"Tag{j % 5}",
-                         keys=[f"k{i}-{j}", f"order{i}"], properties={"shop": f"s{j % 7}"}) for j in range(60)]
+                         keys=[f"k{i}-{j}", f"order{i}"], properties={"shop": f"s{j % 7}"}, born_host=born)
+                 for j in range(60)]
             ))  # fmt: skip
         s.commit_offset("g1", "T0", 0, 5)
     return path
@@ -264,7 +267,9 @@ def test_dataframe_has_one_row_per_message(spark, pristine: Path, tmp_path: Path
     want = {r.physical_offset: r for r in records(pristine)}
     rows = df.collect()
     assert len(rows) == MESSAGES and {r["physical_offset"] for r in rows} == set(want)
-    for r in rows[:: MESSAGES // 200] + rows[-3:]:
+    v6 = [r for r in rows if r["born_host"].startswith("[")]
+    assert len(v6) == 60 and all(r["born_host"] == "[::1]:4321" for r in v6)
+    for r in rows[:: MESSAGES // 200] + rows[-3:] + v6[:3]:
         w = want[r["physical_offset"]]
         assert (r["topic"], r["queue_id"], r["queue_offset"]) == (w.topic, w.queue_id, w.queue_offset)
         assert (r["store_timestamp"], r["born_timestamp"], r["sysflag"], r["flag"], r["body_crc"]) == (
