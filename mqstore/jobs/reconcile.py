@@ -616,11 +616,9 @@ def _assemble(p: Plan, state, derived_meta: list[tuple], results: list[ChunkResu
     queue_max = _sequences_and_max(results, meta, out)
     for key, m in meta.items():
         queue_max.setdefault(key, m["end"])
-    end = damage.commitlog_cut if damage.commitlog_cut is not None else data_end
     fake_table = SimpleNamespace(min_offset=p.min_offset, data_end=data_end, first_store_timestamps=first_ts)
     fake_queues = {k: _QueueEnds(m) for k, m in meta.items()}
     resume = _resume_offset(p.store, fake_table, fake_queues, damage, cp, clean=p.clean)
-    del end
     _dangling_units(results, data_end, limit, p.running, out, damage, in_flight)
     in_flight["records"] += _unmatched_records(results, meta, resume, limit, p.running, out, damage)
     # ---- index

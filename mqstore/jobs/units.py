@@ -88,19 +88,15 @@ class TaskFindings:
     def info(self, kind: str, location: str, detail: str, offset: int | None = None) -> None:
         self.add(kind, Severity.INFO, location, detail, offset)
 
+    def add_uncounted(self, kind: str, severity: Severity | str, n: int) -> None:
+        """Count ``n`` more findings of a kind without listing them (massive damage)."""
+        if n > 0:
+            sev = severity.value if isinstance(severity, Severity) else str(severity)
+            self.counts[(kind, sev)] = self.counts.get((kind, sev), 0) + n
+            self._per_kind[kind] = self._per_kind.get(kind, 0) + n
+
     def count(self, severity: Severity) -> int:
         return sum(n for (_, s), n in self.counts.items() if s == severity.value)
-
-
-def _commitlog_offset_of(location: str) -> int:
-    """``commitlog/<base>@<pos>`` -> base + pos; -1 for other locations."""
-    if not location.startswith("commitlog/"):
-        return -1
-    name, _, pos = location[len("commitlog/") :].partition("@")
-    try:
-        return int(name) + (int(pos) if pos else 0)
-    except ValueError:
-        return -1
 
 
 # ---------------------------------------------------------------- chunks of the commitlog
@@ -255,7 +251,7 @@ def walk_table(spec: ChunkSpec, *, with_entries: bool = False):
     return table, (cat(0), cat(1), cat(2))
 
 
-def _queue_summaries(table, flushed_ts: int) -> dict[str, Any]:
+def _queue_summaries(table) -> dict[str, Any]:
     """Per queue of the chunk's records that take a queue offset: first / last queue
     offset and commitlog offset, count; and the chunk's sequence findings."""
     takes = np.flatnonzero(table.advances)
@@ -352,7 +348,7 @@ def check_chunk(spec: ChunkSpec, queue_files: list[tuple], index_files: list[tup
         ts_ok = _store_timestamps(walk, table) <= flushed_ts
         at = np.flatnonzero(ts_ok)
         result.flushed_end = int(table.phys[at[-1]] + table.sizes[at[-1]]) if at.size else -1
-    summaries = _queue_summaries(table, flushed_ts)
+    summaries = _queue_summaries(table)
     result.queues, result.sequence = summaries["queues"], summaries["sequence"]
     end = spec.end if not spec.open_end else 1 << 62
     t1 = time.perf_counter()
@@ -441,40 +437,39 @@ def _join_units(table, queues: list[tuple], result: ChunkResult, *, running: boo
     matched = np.zeros(nrec, bool)
     topic_index = {t: i for i, t in enumerate(table.topics)}
     for topic, qid, qoffs, phys, sizes, tags in queues:
-        if True:
-            result.units_checked += len(phys)
-            loc = f"consumequeue/{topic}/{qid}"
-            idx = np.minimum(np.searchsorted(table.phys, phys), max(nrec - 1, 0))
-            found = (table.phys[idx] == phys) if nrec else np.zeros(len(phys), bool)
-            if not found.all():
-                miss = ~found
-                result.unmatched_units[(topic, qid)] = (qoffs[miss], phys[miss])
-            at, ri = np.flatnonzero(found), idx[found]
-            matched[ri] = True
-            t = topic_index.get(topic)
-            key = -1 if t is None else (t << 32) | (qid & 0xFFFFFFFF)
-            bad = False
-            for i, r in zip(*_hits(table.sizes[ri] != sizes[at], at, ri)):
-                f.error("cq_size_mismatch", f"{loc}#{int(qoffs[i])}", f"unit at queue offset {int(qoffs[i])} says "
-                        f"{int(sizes[i])} bytes; the record at commitlog offset {int(phys[i])} has {int(table.sizes[r])}",
+        result.units_checked += len(phys)
+        loc = f"consumequeue/{topic}/{qid}"
+        idx = np.minimum(np.searchsorted(table.phys, phys), max(nrec - 1, 0))
+        found = (table.phys[idx] == phys) if nrec else np.zeros(len(phys), bool)
+        if not found.all():
+            miss = ~found
+            result.unmatched_units[(topic, qid)] = (qoffs[miss], phys[miss])
+        at, ri = np.flatnonzero(found), idx[found]
+        matched[ri] = True
+        t = topic_index.get(topic)
+        key = -1 if t is None else (t << 32) | (qid & 0xFFFFFFFF)
+        bad = False
+        for i, r in zip(*_hits(table.sizes[ri] != sizes[at], at, ri, f, "cq_size_mismatch")):
+            f.error("cq_size_mismatch", f"{loc}#{int(qoffs[i])}", f"unit at queue offset {int(qoffs[i])} says "
+                    f"{int(sizes[i])} bytes; the record at commitlog offset {int(phys[i])} has {int(table.sizes[r])}",
+                    offset=int(phys[i]))  # fmt: skip
+            bad = True
+        wrong = (table.queue_keys[ri] != key) | (table.queue_offsets[ri] != qoffs[at]) | ~table.advances[ri]
+        for i, r in zip(*_hits(wrong, at, ri, f, "cq_wrong_record")):
+            otopic, oqid = table.queue_of(int(table.queue_keys[r]))
+            what = "takes no queue offset (a transaction half or rollback)" if not table.advances[r] else (
+                f"belongs to {otopic}:{oqid} queue offset {int(table.queue_offsets[r])}")  # fmt: skip
+            f.error("cq_wrong_record", f"{loc}#{int(qoffs[i])}", f"unit at queue offset {int(qoffs[i])} points at the "
+                    f"record at commitlog offset {int(phys[i])}, which {what}", offset=int(phys[i]))  # fmt: skip
+            bad = True
+        if topic != SCHEDULE_TOPIC:
+            for i, r in zip(*_hits(table.tags_codes[ri] != tags[at], at, ri, f, "cq_tags_mismatch")):
+                f.error("cq_tags_mismatch", f"{loc}#{int(qoffs[i])}", f"unit at queue offset {int(qoffs[i])} has "
+                        f"tagsCode {int(tags[i])}; its record's TAGS hash to {int(table.tags_codes[r])}",
                         offset=int(phys[i]))  # fmt: skip
                 bad = True
-            wrong = (table.queue_keys[ri] != key) | (table.queue_offsets[ri] != qoffs[at]) | ~table.advances[ri]
-            for i, r in zip(*_hits(wrong, at, ri)):
-                otopic, oqid = table.queue_of(int(table.queue_keys[r]))
-                what = "takes no queue offset (a transaction half or rollback)" if not table.advances[r] else (
-                    f"belongs to {otopic}:{oqid} queue offset {int(table.queue_offsets[r])}")  # fmt: skip
-                f.error("cq_wrong_record", f"{loc}#{int(qoffs[i])}", f"unit at queue offset {int(qoffs[i])} points at the "
-                        f"record at commitlog offset {int(phys[i])}, which {what}", offset=int(phys[i]))  # fmt: skip
-                bad = True
-            if topic != SCHEDULE_TOPIC:
-                for i, r in zip(*_hits(table.tags_codes[ri] != tags[at], at, ri)):
-                    f.error("cq_tags_mismatch", f"{loc}#{int(qoffs[i])}", f"unit at queue offset {int(qoffs[i])} has "
-                            f"tagsCode {int(tags[i])}; its record's TAGS hash to {int(table.tags_codes[r])}",
-                            offset=int(phys[i]))  # fmt: skip
-                    bad = True
-            if bad:
-                result.bad_queues.add((topic, qid))
+        if bad:
+            result.bad_queues.add((topic, qid))
     # Records that take a queue offset and that no unit points at.
     lonely = np.flatnonzero(table.advances & ~matched)
     if lonely.size:
@@ -484,8 +479,12 @@ def _join_units(table, queues: list[tuple], result: ChunkResult, *, running: boo
             result.unmatched_records[table.queue_of(key)] = (table.queue_offsets[sel], table.phys[sel])
 
 
-def _hits(mask: np.ndarray, at: np.ndarray, ri: np.ndarray) -> tuple[list[int], list[int]]:
-    h = np.flatnonzero(mask)[:LISTED_PER_TASK]
+def _hits(mask: np.ndarray, at: np.ndarray, ri: np.ndarray, f: TaskFindings, kind: str) -> tuple[list[int], list[int]]:
+    """The first LISTED_PER_TASK hits of ``mask`` (to report one by one); the rest
+    are only counted, as errors of ``kind``."""
+    h = np.flatnonzero(mask)
+    f.add_uncounted(kind, Severity.ERROR, len(h) - LISTED_PER_TASK)
+    h = h[:LISTED_PER_TASK]
     return at[h].tolist(), ri[h].tolist()
 
 
@@ -496,14 +495,13 @@ def _join_index(table, files: list[tuple], result: ChunkResult, *, index_end: in
     nrec = len(table.phys)
     have_phys, have_hash = [], []
     for name, numbers, phys, hashes in files:
-        if True:
-            result.entries_checked += len(phys)
-            idx = np.minimum(np.searchsorted(table.phys, phys), max(nrec - 1, 0))
-            found = (table.phys[idx] == phys) if nrec else np.zeros(len(phys), bool)
-            if not found.all():
-                result.unmatched_entries.append((name, numbers[~found], phys[~found]))
-            have_phys.append(idx[found])
-            have_hash.append(hashes[found])
+        result.entries_checked += len(phys)
+        idx = np.minimum(np.searchsorted(table.phys, phys), max(nrec - 1, 0))
+        found = (table.phys[idx] == phys) if nrec else np.zeros(len(phys), bool)
+        if not found.all():
+            result.unmatched_entries.append((name, numbers[~found], phys[~found]))
+        have_phys.append(idx[found])
+        have_hash.append(hashes[found])
     covered = table.index_phys <= index_end
     want_phys, want_hash = table.index_phys[covered], table.index_hashes[covered]
     result.keys_checked = len(want_phys)

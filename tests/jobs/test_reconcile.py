@@ -262,8 +262,9 @@ def test_repair_output_equals_a_fresh_build_and_swaps_in_clean(spark, store: Pat
 
 
 def test_dataframe_has_one_row_per_message(spark, pristine: Path, tmp_path: Path) -> None:
-    df = spark.read.format("mqstore").option("chunkBytes", str(CHUNK)).load(str(pristine))
-    assert df.count() == MESSAGES
+    chunked = spark.read.format("mqstore").option("chunkBytes", str(CHUNK)).load(str(pristine))
+    assert chunked.rdd.getNumPartitions() > 8 and chunked.count() == MESSAGES
+    df = spark.read.format("mqstore").load(str(pristine)).cache()  # one partition per segment
     want = {r.physical_offset: r for r in records(pristine)}
     rows = df.collect()
     assert len(rows) == MESSAGES and {r["physical_offset"] for r in rows} == set(want)
@@ -283,6 +284,30 @@ def test_dataframe_has_one_row_per_message(spark, pristine: Path, tmp_path: Path
     assert per_topic == {"T0": MESSAGES // 3, "T1": MESSAGES // 3, "T2": MESSAGES // 3}
     df.write.parquet(str(tmp_path / "messages.parquet"))
     assert pq.read_table(tmp_path / "messages.parquet").num_rows == MESSAGES
+    df.unpersist()
+
+
+def test_running_store_is_read_as_it_is(spark, store: Path) -> None:
+    with MessageStore(store, CFG) as s:
+        s.append(MessageBatch(topics="T0", bodies=[b"x" * 50] * 40, queue_ids=1, tags="TagX"))
+        result = run(spark, store)
+        assert result.ok, result.findings
+        assert result.of_kind("store_running")
+
+
+def test_checkpoint_without_confirm_offset_uses_its_physic_timestamp(spark, store: Path) -> None:
+    """A 4.9-layout checkpoint: flushed is what was stored by its physic timestamp."""
+    from mqstore.formats.checkpoint import Checkpoint
+    from mqstore.store.checkpoint_file import write_checkpoint
+
+    recs = records(store)
+    ts = recs[MESSAGES // 2].store_timestamp
+    flushed = max(r.physical_offset + r.total_size for r in recs if r.store_timestamp <= ts)
+    write_checkpoint(store, Checkpoint(physic_msg_timestamp=ts, logics_msg_timestamp=ts, index_msg_timestamp=ts))
+    result = run(spark, store)
+    assert result.ok and result.flushed_offset == flushed, result.findings
+    assert result.in_flight["bytes"] == result.counts["data_end"] - flushed > 0
+    assert list(result.by_kind) == ["in_flight"]
 
 
 def cli(*args: str) -> subprocess.CompletedProcess:
