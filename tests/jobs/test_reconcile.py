@@ -255,8 +255,16 @@ def test_repair_output_equals_a_fresh_build_and_swaps_in_clean(spark, store: Pat
     assert [p.read_bytes() for p in sorted((rep / "index").iterdir())] == want_index
     offsets = json.loads((rep / "config" / "consumerOffset.json").read_text())["offsetTable"]
     assert offsets["T0@g1"]["0"] == sum(1 for r in records(pristine) if (r.topic, r.queue_id) == ("T0", 0))
+    with open(store / "lock", "rb+") as held:  # as if the store were running
+        import fcntl
+
+        fcntl.flock(held.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        swap = subprocess.run(["bash", str(rep / "swap.sh")], capture_output=True, text=True, check=False)
+        assert swap.returncode == 1 and "stop it first" in swap.stderr
+    assert file_hashes(store) == before
     swap = subprocess.run(["bash", str(rep / "swap.sh")], capture_output=True, text=True, check=False)
     assert swap.returncode == 0, swap.stderr
+    assert any(p.name.startswith("reconcile-aside-") for p in store.iterdir())
     again = run(spark, store)
     assert again.ok and again.findings == [], again.findings
 
