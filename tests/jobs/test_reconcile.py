@@ -213,6 +213,28 @@ def test_damage_gives_exactly_its_finding(spark, store: Path, tmp_path: Path, da
     assert summary["errors"] == 1 and summary["by_kind"][kind] == 1
 
 
+def queue_offset_skipped(store: Path) -> None:
+    """A record's QUEUEOFFSET field (no CRC covers it) jumps by one."""
+    rec = [r for r in records(store) if (r.topic, r.queue_id) == ("T2", 3)][40]
+    patch_commitlog(store, rec.physical_offset + 20, (rec.queue_offset + 1).to_bytes(8, "big"))
+
+
+def undecodable_record(store: Path) -> None:
+    """A record's magic code overwritten in the middle of the log."""
+    rec = records(store)[MESSAGES // 2]
+    patch_commitlog(store, rec.physical_offset + 4, b"\x00\x11\x22\x33")
+
+
+@pytest.mark.parametrize(("damage", "kinds"), [
+    (queue_offset_skipped, {"queue_offset_sequence", "cq_wrong_record"}),
+    (undecodable_record, {"commitlog_corrupt_record", "cq_unit_dangling", "index_entry_dangling", "queue_offset_sequence"}),
+], ids=["queue_offset_skipped", "undecodable_record"])  # fmt: skip
+def test_more_damage_is_found(spark, store: Path, damage, kinds: set[str]) -> None:
+    damage(store)
+    result = run(spark, store)
+    assert set(error_kinds(result)) == kinds, result.findings
+
+
 def test_flipped_body_byte_is_located(spark, store: Path) -> None:
     victim = records(store)[MESSAGES // 3]
     flipped_body_byte(store)
@@ -341,3 +363,19 @@ def test_cli_reports_damage_and_exits_1(store: Path, tmp_path: Path) -> None:
     assert '"reconcile_progress"' in p.stderr
     summary = json.loads((out / "summary.json").read_text())
     assert summary["by_kind"] == {"cq_tags_mismatch": 1} and summary["errors"] == 1 and summary["messages"] == MESSAGES
+
+
+SAME_AS_VERIFY = [d for d, k in DAMAGE if k != "commitlog_torn_tail"] + [queue_offset_skipped, undecodable_record]
+
+
+@pytest.mark.parametrize("damage", SAME_AS_VERIFY, ids=[d.__name__ for d in SAME_AS_VERIFY])
+def test_findings_agree_with_verify(spark, store: Path, damage) -> None:
+    """The Spark job and the one-process checker find the same damage (verify's
+    listed findings are capped per kind, so kinds and severities are compared)."""
+    from mqstore.store.verify import verify_store
+
+    damage(store)
+    report = verify_store(store, index_keys="full")
+    result = run(spark, store)
+    assert {(k, result.kind_severity[k]) for k in result.by_kind} == {(f.kind, f.severity.value) for f in report.findings}
+    assert result.messages == report.messages
