@@ -379,3 +379,15 @@ def test_findings_agree_with_verify(spark, store: Path, damage) -> None:
     result = run(spark, store)
     assert {(k, result.kind_severity[k]) for k in result.by_kind} == {(f.kind, f.severity.value) for f in report.findings}
     assert result.messages == report.messages
+
+
+def test_dataframe_skips_what_does_not_decode(spark, store: Path) -> None:
+    """A bad body is read as it is (checkCrc=true leaves it out); an undecodable record
+    is skipped and the records after it are read."""
+    later = records(store)[MESSAGES // 2]
+    flipped_body_byte(store)
+    read = spark.read.format("mqstore").option("chunkBytes", str(CHUNK))
+    assert read.load(str(store)).count() == MESSAGES
+    assert read.option("checkCrc", "true").load(str(store)).count() == MESSAGES - 1
+    patch_commitlog(store, later.physical_offset + 4, b"\x00\x11\x22\x33")
+    assert spark.read.format("mqstore").load(str(store)).count() == MESSAGES - 1
