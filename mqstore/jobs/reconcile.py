@@ -6,14 +6,17 @@ plans the work, runs it as two Spark jobs and puts the pieces together::
     driver     checkpoint and config files first (they may only lag the data read
                after them), the layout, segment names, the list of queues and
                index files; the chunks (a segment, or the part of one whose records
-               start in [lo, hi), chunk_bytes each)
-    job 1      per group of consume queues: files and units (verify's reader); per
-               index file: header and chains; each unit and index entry is routed
-               to the chunk its commitlog offset falls in
-    job 2      per chunk, with what was routed to it: verify's walk of the records
-               (CRC, layout, torn tails, resynchronisation), then the join: units to
-               records (size, queue, queue offset, tagsCode), the keys the
-               dispatcher would index to the entries present
+               start in [lo, hi), chunk_bytes each; the last segment with data is
+               chunked up to where its data seems to end)
+    job 1      per group of consume queues: files and units (verify's reader), and
+               the range of commitlog offsets each queue file's units point into
+    job 2      per index file: header and chains (verify's checks); per chunk:
+               verify's walk of the records (CRC, layout, torn tails,
+               resynchronisation), then the join with the units and index entries
+               that point into the chunk, which the task reads itself (a binary
+               search per file, the ranges from job 1 and the index headers, sent
+               as a broadcast): size, queue, queue offset, tagsCode, and the keys
+               the dispatcher would index against the entries present
     driver     what needs the whole log: queue-offset sequences across chunks,
                units and entries that point at no record (dangling, or past the end),
                records without a unit (missing, or not dispatched yet), index order

@@ -5,12 +5,13 @@ returns plain values (numpy arrays, lists, dicts): nothing Spark-specific, so ea
 is tested and usable without Spark too.
 
 * :func:`check_queues` - a group of consume queues: their files (verify's reader
-  and unit checks that need no commitlog), their units routed by commitlog chunk;
-* :func:`check_index_file` - one index file: header and chains (verify's checks),
-  its entries routed by chunk;
+  and the unit checks that need no commitlog), each file's range of commitlog offsets;
+* :func:`check_index_file` - one index file: header and chains (verify's checks);
 * :func:`check_chunk` - one CommitLog chunk (a segment, or the part of one whose
   records start in ``[lo, hi)``): the records walked and validated by verify's walk,
-  joined with the units and index entries that point into the chunk.
+  joined with the units and index entries that point into the chunk, read from
+  their files here (:func:`read_units_in`, :func:`read_entries_in`);
+* :func:`walk_table` - a chunk's records (and index entries) for ``--repair``.
 
 Records never span segments, and a chunk after the first starts at its first record
 signature (a known magic and a PHYSICALOFFSET equal to its own position, the search
