@@ -57,7 +57,12 @@ def run(store: Path, master: str | None, output: Path | None, repair: bool, chun
         _ensure_progress_logs()
     from mqstore.jobs.spark import session
 
-    spark = session(master)
+    try:
+        spark = session(master)
+    except Exception as e:  # noqa: BLE001  (no Java, a master that cannot be reached, ...)
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        print(f"mqstore: error: cannot start Spark on {master or 'the spark-submit master'}: {first}", file=sys.stderr)
+        return 1
     try:
         result = reconcile(spark, store, output=output, repair=repair, chunk_bytes=chunk_mb << 20, index_keys=index_keys)
     finally:
