@@ -34,7 +34,7 @@ from pathlib import Path
 import numpy as np
 import structlog
 
-from mqstore.errors import CorruptFileError, InvalidMessageError, OffsetError, StoreClosedError
+from mqstore.errors import CorruptFileError, InvalidMessageError, OffsetError, StoreClosedError, StoreNotWritableError
 from mqstore.formats.consume_queue import (
     DEFAULT_FILE_BYTES,
     PRE_BLANK_SIZE,
@@ -571,7 +571,10 @@ class ConsumeQueue:
         if max_count <= 0:
             raise ValueError(f"max_count must be > 0, got {max_count}")
         with self._lock:
-            self._drain()
+            try:
+                self._drain()
+            except (OSError, StoreNotWritableError) as e:  # a full disk: serve the buffered units as they are
+                self._log.debug("consume_queue_read_from_buffer", error=str(e))
             self._check_open()
             if queue_offset < self._min // UNIT_SIZE:
                 raise OffsetError(
@@ -580,12 +583,16 @@ class ConsumeQueue:
                 )
             byte = queue_offset * UNIT_SIZE
             end = min(self._wrote, byte + max_count * UNIT_SIZE)
+            buffered_from = self._pending_at if self._pending else end  # units from here on are not in files yet
             chunks = []
             while byte < end:
+                if byte >= buffered_from:
+                    chunks.append(bytes(self._pending[byte - buffered_from : end - buffered_from]))
+                    break
                 seg = self._find(byte)
                 if seg is None:
                     break
-                k = min(seg.end_offset, end) - byte
+                k = min(seg.end_offset, end, buffered_from) - byte
                 chunks.append(seg.read(byte - seg.base_offset, k))
                 byte += k
         return decode_units(b"".join(chunks))

@@ -128,3 +128,26 @@ def test_pool_bound_holds_with_threads_opening_at_once(tmp_path: Path) -> None:
     assert open_now <= 6
     pool.close_all()
     assert np.all([f.path.stat().st_size == 4096 for f in files])
+
+
+def test_buffered_units_are_served_while_they_cannot_be_written(tmp_path: Path) -> None:
+    """A full disk stops write-out (the units stay buffered); pulls keep working from the
+    buffer, and the units reach their files once space is back."""
+    from mqstore.store import faults
+
+    cl, cqs = dispatched_store(tmp_path)
+    faults.install("cq.create=ENOSPCx0")  # every queue file creation fails: a full disk
+    try:
+        cq = cqs.find("BenchTopic3", 1)
+        units = cq.read_units(0, 1000)  # the write-out fails; the buffer answers
+        assert len(units) == cq.max_offset == 10 and cq.buffered_bytes == 10 * 20
+        for q, unit in enumerate(units):
+            rec = cl.read(int(unit["commitlog_offset"]))
+            assert (rec.topic, rec.queue_id, rec.queue_offset) == ("BenchTopic3", 1, q)
+        assert [int(u["commitlog_offset"]) for u in cq.read_units(4, 3)] == [int(u) for u in units["commitlog_offset"][4:7]]
+    finally:
+        faults.install(None)
+    assert len(cq.read_units(0, 1000)) == 10 and cq.buffered_bytes == 0  # written now
+    assert queue_dirs(tmp_path) and (tmp_path / "consumequeue" / "BenchTopic3" / "1").is_dir()
+    cqs.close()
+    cl.close()
