@@ -11,9 +11,17 @@ records for it is noted; ``rebuild_from`` then says from which commitlog offset 
 store must re-dispatch so that the dispatcher rebuilds what went (units it already
 holds are skipped, so re-dispatching more is harmless).
 
-Who calls what: the dispatcher thread calls ``dispatch`` and ``flush``; recovery
-calls ``load``, ``recover`` and ``truncate_dirty`` before the dispatcher starts;
-readers call ``get`` from any thread.
+Units are written behind: ``dispatch`` only buffers them per queue (a new queue
+touches no file); ``write_behind`` (every second, on a few writer threads) writes new
+queues and those with a page buffered, ``flush(thorough=True)`` (every 60 s, on
+close) writes everything and makes it durable with one syncfs past 64 queues; any
+read of a queue writes its units first (or serves them from memory if the disk is
+full). A crash loses only buffered units, which the store dispatches again from the
+last thorough flush.
+
+Who calls what: the dispatcher thread calls ``dispatch``; the store's flusher calls
+``flush`` (and through it ``write_behind``); recovery calls ``load`` and ``recover``
+before the dispatcher starts; readers call ``get``/``find`` from any thread.
 """
 
 from __future__ import annotations
