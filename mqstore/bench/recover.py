@@ -39,21 +39,25 @@ sys.stdin.read()
 """
 
 
+def _write_then_kill(script: str, *args: object) -> dict:
+    """Run a writer ``script`` in a child process until it prints its JSON line (its
+    data written, the store still open), then SIGKILL it; returns that line."""
+    child = subprocess.Popen([sys.executable, "-c", script, *map(str, args)], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE)  # fmt: skip
+    line = child.stdout.readline()
+    os.kill(child.pid, signal.SIGKILL)
+    child.wait()
+    if not line:
+        raise RuntimeError("the writer process died before writing its store")
+    return json.loads(line)
+
+
 def run_recover_bench(store: Path, *, total_bytes: int, body_size: int, segment_bytes: int = 1 << 30) -> dict:
     if (store / "commitlog").exists():
         raise ValueError(f"{store} already holds a commitlog; give an empty directory")
     per = record_size(body_len=body_size, topic_len=len("BenchTopic0"), props_len=70)
     n = max(1, total_bytes // per)
-    child = subprocess.Popen(
-        [sys.executable, "-c", _CHILD, str(store), str(n), str(body_size), str(segment_bytes)],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-    )  # fmt: skip
-    line = child.stdout.readline()
-    os.kill(child.pid, signal.SIGKILL)
-    child.wait()
-    if not line:
-        raise RuntimeError("the writer process died before writing its commitlog")
-    wrote = json.loads(line)["wrote"]
+    wrote = _write_then_kill(_CHILD, store, n, body_size, segment_bytes)["wrote"]
     # Drop the page cache's copy? Not possible unprivileged in general; the figure is
     # for a warm cache (the common case right after a process crash).
     t0 = time.perf_counter()
@@ -105,16 +109,7 @@ def run_reopen_after_checkpoint_bench(store: Path, *, before_bytes: int, after_b
     next open. It should grow with the bytes after the checkpoint only."""
     if (store / "commitlog").exists():
         raise ValueError(f"{store} already holds a commitlog; give an empty directory")
-    child = subprocess.Popen(
-        [sys.executable, "-c", _STORE_CHILD, str(store), str(before_bytes), str(after_bytes), str(body_size),
-         str(segment_bytes)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-    )  # fmt: skip
-    line = child.stdout.readline()
-    os.kill(child.pid, signal.SIGKILL)
-    child.wait()
-    if not line:
-        raise RuntimeError("the writer process died before writing its store")
-    state = json.loads(line)
+    state = _write_then_kill(_STORE_CHILD, store, before_bytes, after_bytes, body_size, segment_bytes)
     t0 = time.perf_counter()
     ms = MessageStore(store, StoreConfig(segment_bytes=segment_bytes))
     seconds = time.perf_counter() - t0

@@ -297,32 +297,9 @@ def _data_end_hint(path: Path, size: int) -> int:
 
 def _list_queues(store: Path, findings: TaskFindings, damage: Damage) -> list[tuple[str, int]]:
     """(topic, queue id) of every queue directory, stray names reported as verify does."""
-    from mqstore.errors import InvalidTopicError
-    from mqstore.formats.names import check_topic
-    from mqstore.store.verify.queues import MAX_QUEUE_ID
+    from mqstore.store.verify.queues import queue_dirs
 
-    root = store / CONSUME_QUEUE_DIR
-    out: list[tuple[str, int]] = []
-    if not root.is_dir():
-        return out
-    for topic_dir in sorted(root.iterdir()):
-        try:
-            check_topic(topic_dir.name)
-            if not topic_dir.is_dir():
-                raise InvalidTopicError("not a directory")
-        except InvalidTopicError:
-            rel = f"{CONSUME_QUEUE_DIR}/{topic_dir.name}"
-            findings.warning("cq_stray_file", rel, "not a topic directory; the store ignores it")
-            damage.stray_files.append(rel)
-            continue
-        for qdir in sorted(topic_dir.iterdir()):
-            if not (qdir.is_dir() and qdir.name.isdigit() and qdir.name.isascii() and int(qdir.name) <= MAX_QUEUE_ID):
-                rel = f"{CONSUME_QUEUE_DIR}/{topic_dir.name}/{qdir.name}"
-                findings.warning("cq_stray_file", rel, "not a queue directory; the store ignores it")
-                damage.stray_files.append(rel)
-                continue
-            out.append((topic_dir.name, int(qdir.name)))
-    return out
+    return [(topic, queue_id) for topic, queue_id, _ in queue_dirs(store, findings, damage)]
 
 
 def _stray_index_files(store: Path, files: list[Path], findings: TaskFindings, damage: Damage) -> None:

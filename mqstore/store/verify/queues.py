@@ -39,7 +39,13 @@ from pathlib import Path
 import numpy as np
 
 from mqstore.errors import InvalidTopicError
-from mqstore.formats.consume_queue import UNIT_DTYPE, UNIT_SIZE, decode_units, file_bytes_for, is_pre_blank
+from mqstore.formats.consume_queue import (
+    UNIT_DTYPE,
+    UNIT_SIZE,
+    decode_units,
+    file_bytes_for,
+    is_pre_blank,
+)
 from mqstore.formats.names import check_topic, file_name_to_offset
 from mqstore.store.consume_queues import CONSUME_QUEUE_DIR
 from mqstore.store.schedule import SCHEDULE_TOPIC
@@ -79,15 +85,13 @@ class QueueFiles:
         return int(ends[ok[-1]]) if ok.size else -1
 
 
-def read_queues(store_dir: Path, file_bytes: int, table: RecordTable, findings: Findings, damage: Damage, *,
-                running: bool) -> dict[QueueKey, QueueFiles]:  # fmt: skip
-    """Read every queue on disk and check its units (the unit side, see the module
-    docstring)."""
+def queue_dirs(store_dir: Path, findings: Findings, damage: Damage) -> list[tuple[str, int, Path]]:
+    """(topic, queue id, directory) of every queue directory, sorted; names the store
+    ignores (not a topic, not a queue id, not a directory) are reported as stray."""
     root = Path(store_dir) / CONSUME_QUEUE_DIR
-    out: dict[QueueKey, QueueFiles] = {}
+    out: list[tuple[str, int, Path]] = []
     if not root.is_dir():
         return out
-    fb = file_bytes_for(file_bytes)
     for topic_dir in sorted(root.iterdir()):
         try:
             check_topic(topic_dir.name)
@@ -104,10 +108,21 @@ def read_queues(store_dir: Path, file_bytes: int, table: RecordTable, findings: 
                 findings.warning("cq_stray_file", rel, "not a queue directory; the store ignores it")
                 damage.stray_files.append(rel)
                 continue
-            q = _read_queue(qdir, topic_dir.name, int(qdir.name), fb, findings, damage)
-            if not q.unreadable:
-                _check_units(q, table, findings, damage, running=running)
-            out[(q.topic, q.queue_id)] = q
+            out.append((topic_dir.name, int(qdir.name), qdir))
+    return out
+
+
+def read_queues(store_dir: Path, file_bytes: int, table: RecordTable, findings: Findings, damage: Damage, *,
+                running: bool) -> dict[QueueKey, QueueFiles]:  # fmt: skip
+    """Read every queue on disk and check its units (the unit side, see the module
+    docstring)."""
+    out: dict[QueueKey, QueueFiles] = {}
+    fb = file_bytes_for(file_bytes)
+    for topic, queue_id, qdir in queue_dirs(store_dir, findings, damage):
+        q = _read_queue(qdir, topic, queue_id, fb, findings, damage)
+        if not q.unreadable:
+            _check_units(q, table, findings, damage, running=running)
+        out[(q.topic, q.queue_id)] = q
     return out
 
 
