@@ -272,11 +272,12 @@ class ConsumeQueues:
         self.write_behind(everything=thorough)
         if not thorough:
             return
-        ready = [(cq, offset) for cq in self.all() if (offset := cq.prepare_flush()) is not None]
-        if len(ready) <= _FSYNC_EACH_UP_TO:
-            for cq, _ in ready:
+        queues = self.all()
+        if len(queues) <= _FSYNC_EACH_UP_TO:
+            for cq in queues:
                 cq.flush()
             return
+        ready = [(cq, offset) for cq in queues if (offset := cq.prepare_flush()) is not None]
         sync_file_system(self._store_dir)
         for cq, offset in ready:
             cq.mark_flushed(offset)
