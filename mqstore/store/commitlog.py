@@ -83,7 +83,7 @@ from mqstore.store.flush import FlushService
 from mqstore.store.lockfile import StoreLock, create_abort_marker, last_exit_was_clean, remove_abort_marker
 from mqstore.store.mapped_file import forget_sync_failures, sync_failures
 from mqstore.store.messages import AUTO_QUEUE, AppendResult, MessageBatch, PutStatus
-from mqstore.store.recovery import QueueKey, RecoveryProgress, RecoveryReport, recover
+from mqstore.store.recovery import QueueKey, RecoveryProgress, RecoveryReport, merge_queue_offsets, recover
 from mqstore.store.segments import SegmentQueue
 from mqstore.store.tuning import tune_allocator
 
@@ -1079,6 +1079,24 @@ class CommitLog:
             for key, nxt in next_offsets.items():
                 if nxt > table.get(key, 0):
                     table[key] = int(nxt)
+
+    def raise_queue_offsets_from(self, offset: int) -> int:
+        """Raise the queue-offset table past every record from ``offset`` (a record
+        start) to the write position: the records no consume queue holds yet (an
+        open whose consume queues live in another process takes their ends, then
+        this). Returns the records read."""
+        table: dict[QueueKey, int] = {}
+        pos, count = offset, 0
+        while pos < self._wrote:
+            chunk = self.scan(pos, max_bytes=8 << 20)
+            if len(chunk.sizes):
+                merge_queue_offsets(table, chunk.fields)
+                count += len(chunk.sizes)
+            if chunk.next_offset <= pos:
+                break
+            pos = chunk.next_offset
+        self.raise_queue_offsets(table)
+        return count
 
     def queue_offset(self, topic: str, queue_id: int) -> int:
         """The next queue offset ``(topic, queue_id)`` will get (0 if never used)."""

@@ -21,10 +21,11 @@ ABORT_FILE = "abort"
 
 
 class StoreLock:
-    """Holds ``<store>/lock`` for the lifetime of one open store."""
+    """Holds ``<store>/lock`` for the lifetime of one open store (``name``: another
+    lock file of the directory, e.g. a builder's own, see ``builder_files``)."""
 
-    def __init__(self, store_dir: Path) -> None:
-        self._path = store_dir / LOCK_FILE
+    def __init__(self, store_dir: Path, name: str = LOCK_FILE) -> None:
+        self._path = store_dir / name
         self._fd = os.open(self._path, os.O_RDWR | os.O_CREAT, 0o644)
         faults.created(self._fd)
         try:
@@ -69,24 +70,37 @@ def lock_holder(store_dir: Path) -> int | None:
     return None
 
 
-def last_exit_was_clean(store_dir: Path) -> bool:
+def last_exit_was_clean(store_dir: Path, name: str = ABORT_FILE) -> bool:
     """Read the abort marker once, at open: absent means a clean shutdown."""
-    return not (store_dir / ABORT_FILE).exists()
+    return not (store_dir / name).exists()
 
 
-def create_abort_marker(store_dir: Path) -> None:
-    (store_dir / ABORT_FILE).touch()
-    faults.created(store_dir / ABORT_FILE)
+def create_abort_marker(store_dir: Path, name: str = ABORT_FILE) -> None:
+    (store_dir / name).touch()
+    faults.created(store_dir / name)
     fsync_dir(store_dir)
 
 
-def remove_abort_marker(store_dir: Path) -> None:
-    (store_dir / ABORT_FILE).unlink(missing_ok=True)
+def remove_abort_marker(store_dir: Path, name: str = ABORT_FILE) -> None:
+    (store_dir / name).unlink(missing_ok=True)
     fsync_dir(store_dir)
+
+
+def builder_files(kind: str) -> tuple[str, str]:
+    """(lock, abort marker) of a derived-file builder running in a process of its own
+    (``kind``: "consumequeue" or "index"): it owns its files under its own lock, and
+    its marker tells whether it stopped cleanly, apart from the commitlog's. Files at
+    the store's root that RocketMQ ignores."""
+    return f"{LOCK_FILE}.{kind}", f"{ABORT_FILE}.{kind}"
+
+
+BUILDER_KINDS = ("consumequeue", "index")
 
 
 __all__ = [
     "ABORT_FILE",
+    "BUILDER_KINDS",
+    "builder_files",
     "LOCK_FILE",
     "StoreLock",
     "create_abort_marker",

@@ -116,7 +116,7 @@ def _choose_start(queue: SegmentQueue, checkpoint: Checkpoint, clean: bool) -> i
     return 0
 
 
-def _merge_queue_offsets(table: dict[QueueKey, int], f: RecordFields) -> int:
+def merge_queue_offsets(table: dict[QueueKey, int], f: RecordFields) -> int:
     """Fold records into ``table``; returns the max store time."""
     if not len(f.queue_ids):
         return 0
@@ -154,7 +154,7 @@ def _scan_range(seg, start: int, end: int, table: dict[QueueKey, int], *, check_
             populated = pos + _POPULATE_BYTES
         res = scan_records(seg.mm, pos, seg.size, check_crc=check_crc, max_bytes=min(_CHUNK_BYTES, max(end - pos, 1)),
                            base_offset=seg.base_offset, fields=True)  # fmt: skip
-        last_ts = max(last_ts, _merge_queue_offsets(table, res.fields))
+        last_ts = max(last_ts, merge_queue_offsets(table, res.fields))
         count += len(res.positions)
         if progress is not None:
             progress.advance(res.stop - pos)
@@ -341,4 +341,4 @@ def _has_data(seg) -> bool:
     return size != 0 or magic in (MAGIC_V1, MAGIC_V2)
 
 
-__all__ = ["QueueKey", "RecoveryProgress", "RecoveryReport", "recover"]
+__all__ = ["QueueKey", "RecoveryProgress", "RecoveryReport", "merge_queue_offsets", "recover"]

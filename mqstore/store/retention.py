@@ -152,6 +152,44 @@ class ConsumerOffsetsLike(Protocol):
     def offsets(self, group: str) -> dict[tuple[str, int], int]: ...
 
 
+def clean_queues_below(queues, commitlog_min: int, cq_files: dict, cq_mins: dict) -> None:
+    """Delete each consume queue's files wholly below ``commitlog_min`` and move its
+    min offset up; record the files deleted (``cq_files``) and the min offsets
+    moved (``cq_mins``: (topic, queue id) -> (before, after))."""
+    for cq in queues:
+        key = (cq.topic, cq.queue_id)
+        old_min = cq.min_offset
+        files = cq.delete_files_below(commitlog_min)  # also corrects the min offset
+        if files:
+            cq_files[key] = tuple(files)
+        if cq.min_offset != old_min:
+            cq_mins[key] = (old_min, cq.min_offset)
+
+
+def consumer_losses(consumer_offsets: ConsumerOffsetsLike, cq_mins: dict[tuple[str, int], tuple[int, int]], *,
+                    forced: bool) -> tuple[ConsumerLoss, ...]:  # fmt: skip
+    """Every (group, queue) whose committed offset the queue's new min offset passed:
+    the messages [max(offset, old min), new min) are gone unread. Logged one line
+    per group (error when forced), never silent."""
+    if not cq_mins:
+        return ()
+    losses = []
+    for group in consumer_offsets.groups():
+        for (topic, qid), offset in consumer_offsets.offsets(group).items():
+            moved = cq_mins.get((topic, qid))
+            if moved is not None and offset < moved[1]:
+                losses.append(ConsumerLoss(group, topic, qid, max(offset, moved[0]), moved[1], forced))
+    by_group: dict[str, list[ConsumerLoss]] = {}
+    for loss in losses:
+        by_group.setdefault(loss.group, []).append(loss)
+    for group, items in by_group.items():
+        (log.error if forced else log.warning)(
+            "unconsumed_messages_deleted", group=group, forced=forced, messages=sum(x.to_offset - x.from_offset for x in items),
+            ranges=[f"{x.topic}-{x.queue_id}:[{x.from_offset},{x.to_offset})" for x in items[:100]],
+        )  # fmt: skip
+    return tuple(losses)
+
+
 def _default_disk_usage(commitlog: CommitLog) -> Callable[[], float]:
     path = commitlog.store_dir / COMMITLOG_DIR
 
@@ -172,7 +210,7 @@ class Retention:
     def __init__(
         self,
         commitlog: CommitLog,
-        consume_queues: ConsumeQueues,
+        consume_queues: ConsumeQueues | None,
         *,
         reput_offset: Callable[[], int],
         index: IndexLike | None = None,
@@ -254,26 +292,9 @@ class Retention:
         )  # fmt: skip
 
     def _consumer_losses(self, cq_mins: dict[tuple[str, int], tuple[int, int]], *, forced: bool) -> tuple[ConsumerLoss, ...]:
-        """Every (group, queue) whose committed offset the queue's new min offset passed:
-        the messages [max(offset, old min), new min) are gone unread. Logged one line
-        per group (error when forced), never silent."""
-        if self._consumer_offsets is None or not cq_mins:
+        if self._consumer_offsets is None:
             return ()
-        losses = []
-        for group in self._consumer_offsets.groups():
-            for (topic, qid), offset in self._consumer_offsets.offsets(group).items():
-                moved = cq_mins.get((topic, qid))
-                if moved is not None and offset < moved[1]:
-                    losses.append(ConsumerLoss(group, topic, qid, max(offset, moved[0]), moved[1], forced))
-        by_group: dict[str, list[ConsumerLoss]] = {}
-        for loss in losses:
-            by_group.setdefault(loss.group, []).append(loss)
-        for group, items in by_group.items():
-            (log.error if forced else log.warning)(
-                "unconsumed_messages_deleted", group=group, forced=forced, messages=sum(x.to_offset - x.from_offset for x in items),
-                ranges=[f"{x.topic}-{x.queue_id}:[{x.from_offset},{x.to_offset})" for x in items[:100]],
-            )  # fmt: skip
-        return tuple(losses)
+        return consumer_losses(self._consumer_offsets, cq_mins, forced=forced)
 
     def _held_by_reput(self, now_ms: int, reput: int, forced: bool) -> bool:
         """True if the oldest segment, not the last one, was due (expired, or any when
@@ -296,15 +317,11 @@ class Retention:
     def _clean_derived(self, commitlog_min: int, cq_files: dict, cq_mins: dict) -> tuple[str, ...]:
         """Consume-queue files wholly below ``commitlog_min`` go, min offsets move up,
         then the index's files (RocketMQ CleanConsumeQueueService.deleteExpiredFiles).
-        Fills ``cq_files`` and ``cq_mins``; returns the index files deleted."""
-        for cq in self._queues.all():
-            key = (cq.topic, cq.queue_id)
-            old_min = cq.min_offset
-            files = cq.delete_files_below(commitlog_min)  # also corrects the min offset
-            if files:
-                cq_files[key] = tuple(files)
-            if cq.min_offset != old_min:
-                cq_mins[key] = (old_min, cq.min_offset)
+        Fills ``cq_files`` and ``cq_mins``; returns the index files deleted. Without
+        consume queues or index here (builders in processes of their own) each
+        builder cleans its own files (``clean_queues_below``)."""
+        if self._queues is not None:
+            clean_queues_below(self._queues.all(), commitlog_min, cq_files, cq_mins)
         if self._index is None:
             return ()
         return tuple(self._index.delete_files_below(commitlog_min) or ())

@@ -1,0 +1,339 @@
+"""The derived-file builders on their own: consume queues (with the consumer offsets)
+and the index files of a store, each opened, fed and closed apart from the
+commitlog, so each can run in a process of its own (the services' builder actors).
+
+A builder never holds the commitlog. It recovers against a ``CommitLogView``: the
+commitlog's recovery facts (incarnation, clean or not, where the log starts and
+ends, where derived files were last durable) and ``units_match`` for the tail
+check. In one process ``LocalCommitLogView`` wraps a ``CommitLog``; the services
+answer the same over gRPC (CommitLogService.GetRecovery / CheckUnits).
+
+Each builder has its own lock file and abort marker (``lockfile.builder_files``):
+it stopped cleanly only if the commitlog's open was clean *and* its own marker was
+gone. Recovery then follows MessageStore's rules for that part alone:
+
+  consume queues  load (repair), cut torn tails, units past the log's end and below
+                  its start, check the last file's units against their records
+                  (all of them after a crash, deep only from ``redispatch_from``);
+  index           load (after a crash files past the checkpoint's index time are
+                  dropped), cut entries past ``redispatch_from``.
+
+``progress_offset`` says where the builder stands: every record below it is in the
+builder (in memory or on disk), so the dispatcher resumes at the minimum over both
+builders and puts skip what is already there. ``durable_offset`` is what its files
+hold for sure: every thorough flush (60 s, close) moves it and reports it through
+``on_durable`` (the commitlog records it in the checkpoint and
+``config/derivedOffset.json``; the next recovery after a crash re-dispatches from
+there).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+import numpy as np
+import structlog
+
+from mqstore.formats.names import file_name_to_offset
+from mqstore.store.clock import Clock, SystemClock
+from mqstore.store.config import StoreConfig
+from mqstore.store.config_files import ConsumerOffsets, read_derived_offset
+from mqstore.store.consume_queues import ConsumeQueues
+from mqstore.store.dispatch import DispatchBatch, IndexEntries
+from mqstore.store.index_service import IndexService
+from mqstore.store.layout import resolve_layout
+from mqstore.store.lockfile import StoreLock, builder_files, create_abort_marker, last_exit_was_clean, remove_abort_marker
+from mqstore.store.retention import ConsumerLoss, clean_queues_below, consumer_losses
+
+log = structlog.get_logger(__name__)
+
+THOROUGH_FLUSH_S = 60.0  # as MessageStore: everything written out and synced, durable offset reported
+CONSUMER_OFFSETS_PERSIST_S = 5.0  # RocketMQ persists consumer offsets every 5 s
+
+
+@dataclass
+class _Recovery:
+    queue_offsets: dict[tuple[str, int], int] = field(default_factory=dict)
+
+
+class CommitLogView(Protocol):
+    """What a builder needs of the commitlog it recovers against."""
+
+    incarnation: int
+    clean_shutdown: bool
+    start_offset: int  # where recovery's validated walk started (-1: empty log)
+    min_offset: int
+    wrote: int
+    redispatch_from: int  # derived files were durable below it (a builder that crashed dispatches again from here)
+    index_msg_timestamp: int
+    recovery: _Recovery  # .queue_offsets: next queue offset per queue seen by recovery's walk
+
+    def units_match(self, phys, sizes, queue_ids, queue_offsets, **kw) -> np.ndarray: ...
+
+
+class LocalCommitLogView:
+    """A ``CommitLogView`` of a CommitLog open in this process (tests, tools)."""
+
+    def __init__(self, commitlog, *, incarnation: int = 1) -> None:
+        self._cl = commitlog
+        rec = commitlog.recovery
+        self.incarnation = incarnation
+        self.clean_shutdown = rec.clean_shutdown
+        self.start_offset = file_name_to_offset(rec.start_segment) if rec.start_segment else -1
+        self.index_msg_timestamp = commitlog.checkpoint.index_msg_timestamp
+        self.recovery = _Recovery(dict(rec.queue_offsets))
+        self.redispatch_from = redispatch_from(commitlog.store_dir, clean=False, wrote=commitlog.wrote,
+                                               min_offset=commitlog.min_offset, start_offset=self.start_offset)  # fmt: skip
+
+    @property
+    def min_offset(self) -> int:
+        return self._cl.min_offset
+
+    @property
+    def wrote(self) -> int:
+        return self._cl.wrote
+
+    def units_match(self, *args, **kw) -> np.ndarray:
+        return self._cl.units_match(*args, **kw)
+
+
+def redispatch_from(store_dir: Path, *, clean: bool, wrote: int, min_offset: int, start_offset: int) -> int:
+    """After a crash: the offset below which derived files were durable, as the last
+    thorough flush recorded it (config/derivedOffset.json); without that record,
+    where the commitlog's recovery walk started (RocketMQ's rule). After a clean
+    exit: the write position (nothing to dispatch again)."""
+    if clean:
+        return wrote
+    durable = read_derived_offset(store_dir)
+    if durable is not None and min_offset <= durable <= wrote:
+        return durable
+    return start_offset if start_offset >= 0 else min_offset
+
+
+class _Builder:
+    """Lock, abort marker, flusher thread and progress, shared by both builders."""
+
+    kind = ""
+
+    def __init__(self, store_dir: str | Path, config: StoreConfig | None, view: CommitLogView, *,
+                 on_durable: Callable[[int, int], None] | None = None, clock: Clock | None = None) -> None:  # fmt: skip
+        self.store_dir = Path(store_dir)
+        self.config = resolve_layout(self.store_dir, config or StoreConfig())
+        self.view_incarnation = view.incarnation
+        self._clock = clock or SystemClock()
+        self._on_durable = on_durable
+        lock_name, self._abort_name = builder_files(self.kind)
+        self._lock_file = StoreLock(self.store_dir, lock_name)
+        self.crashed = not last_exit_was_clean(self.store_dir, self._abort_name)
+        self.clean = view.clean_shutdown and not self.crashed
+        self._put_lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._closed = False
+        self.progress_offset = 0
+        self.durable_offset = 0
+
+    def _started(self, progress: int) -> None:
+        self.progress_offset = progress
+        self.durable_offset = progress if self.clean else 0
+        create_abort_marker(self.store_dir, self._abort_name)
+        self._thread = threading.Thread(target=self._flush_loop, name=f"mqstore-{self.kind}-flush", daemon=True)
+        self._thread.start()
+        log.info("builder_opened", kind=self.kind, store=str(self.store_dir), clean=self.clean, crashed=self.crashed,
+                 progress_offset=progress)  # fmt: skip
+
+    def _flush_loop(self) -> None:
+        interval = self.config.flush_consume_queue_interval_ms / 1000
+        last_thorough = last_extra = self._clock.monotonic()
+        while not self._stop.wait(interval):
+            now = self._clock.monotonic()
+            try:
+                thorough = now - last_thorough >= THOROUGH_FLUSH_S
+                self.flush(thorough=thorough)
+                if thorough:
+                    last_thorough = now
+                if now - last_extra >= CONSUMER_OFFSETS_PERSIST_S:
+                    self._every_few_seconds()
+                    last_extra = now
+            except Exception as e:  # noqa: BLE001 - a failing disk: logged, retried next interval
+                log.error("builder_flush_failed", kind=self.kind, error=str(e), action="retried next interval")
+
+    def _every_few_seconds(self) -> None:
+        pass
+
+    def flush(self, *, thorough: bool = True) -> None:
+        progress = self.progress_offset  # every record below it is in a buffer now
+        ts = self._write_out(thorough)
+        if thorough:
+            self.durable_offset = max(self.durable_offset, progress)
+            if self._on_durable is not None:
+                try:
+                    self._on_durable(progress, ts)
+                except Exception as e:  # noqa: BLE001 - the commitlog may be restarting; reported again next flush
+                    log.warning("durable_offset_not_reported", kind=self.kind, offset=progress, error=str(e))
+
+    def _write_out(self, thorough: bool) -> int:
+        raise NotImplementedError
+
+    def _check_gap(self, from_offset: int) -> None:
+        if from_offset > self.progress_offset:
+            raise GapError(f"{self.kind}: a batch from commitlog offset {from_offset}, but everything is built only "
+                           f"up to {self.progress_offset}: it would leave a gap")  # fmt: skip
+
+    def close(self) -> None:
+        """Flush everything (reported durable), release the files and the lock."""
+        if self._closed:
+            return
+        self._closed = True
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        ok = True
+        try:
+            self.flush(thorough=True)
+        except Exception as e:  # noqa: BLE001 - the marker stays: the next open recovers as after a crash
+            ok = False
+            log.error("builder_close_flush_failed", kind=self.kind, error=str(e))
+        try:
+            self._close_files()
+            if ok:
+                remove_abort_marker(self.store_dir, self._abort_name)
+        finally:
+            self._lock_file.release()
+            log.info("builder_closed", kind=self.kind, store=str(self.store_dir), progress_offset=self.progress_offset)
+
+    def _close_files(self) -> None:
+        raise NotImplementedError
+
+
+class GapError(ValueError):
+    """A batch starting past what the builder has (it would leave records out)."""
+
+
+class QueueBuilder(_Builder):
+    """The consume queues and consumer offsets of a store; see the module docstring."""
+
+    kind = "consumequeue"
+
+    def __init__(self, store_dir: str | Path, config: StoreConfig | None, view: CommitLogView, *,
+                 on_durable: Callable[[int, int], None] | None = None, clock: Clock | None = None) -> None:  # fmt: skip
+        super().__init__(store_dir, config, view, on_durable=on_durable, clock=clock)
+        cfg = self.config
+        self.consume_queues = None
+        try:
+            self.consumer_offsets = ConsumerOffsets(self.store_dir)
+            self.consume_queues = ConsumeQueues(self.store_dir, file_bytes=cfg.consume_queue_file_bytes,
+                                                max_open_files=cfg.max_open_queue_files)  # fmt: skip
+            self.consume_queues.load(repair=True)
+            deep = view.redispatch_from if not self.clean else view.wrote
+            self.consume_queues.recover(view, verify_tail=not self.clean, check_from=max(view.start_offset, 0),
+                                        deep_from=deep)  # fmt: skip
+            candidates = [max(self.consume_queues.max_physical_offset(), view.min_offset)]
+            if not self.clean:
+                candidates.append(view.redispatch_from)
+            if self.consume_queues.rebuild_from is not None:
+                candidates.append(self.consume_queues.rebuild_from)
+            self._min_cleaned = view.min_offset
+            self._started(max(min(candidates), view.min_offset))
+        except BaseException:
+            if self.consume_queues is not None:
+                self.consume_queues.close()
+            self._lock_file.release()
+            raise
+
+    def put(self, batch: DispatchBatch, from_offset: int, to_offset: int) -> int:
+        """Units of the records [from_offset, to_offset) (commitlog order); units
+        already built are skipped. Returns the progress offset."""
+        with self._put_lock:
+            self._check_gap(from_offset)
+            if len(batch):
+                self.consume_queues.dispatch(batch)
+            self.progress_offset = max(self.progress_offset, to_offset)
+            return self.progress_offset
+
+    def _write_out(self, thorough: bool) -> int:
+        ts = self.consume_queues.last_dispatched_timestamp  # sampled before the flush, as RocketMQ does
+        if thorough:
+            self.consume_queues.flush(thorough=True)
+            return ts
+        self.consume_queues.write_behind(everything=False)
+        return 0
+
+    def _every_few_seconds(self) -> None:
+        self.consumer_offsets.persist()
+
+    def clean_below(self, commitlog_min: int) -> tuple[ConsumerLoss, ...]:
+        """Retention's part for the consume queues: files wholly below the commitlog's
+        new min offset go, min offsets move up; groups that had not consumed what went
+        are reported (and logged)."""
+        if commitlog_min <= self._min_cleaned:
+            return ()
+        cq_files: dict = {}
+        cq_mins: dict = {}
+        clean_queues_below(self.consume_queues.all(), commitlog_min, cq_files, cq_mins)
+        self._min_cleaned = commitlog_min
+        if cq_files:
+            log.info("consume_queue_files_deleted", queues=len(cq_files), commitlog_min_offset=commitlog_min)
+        return consumer_losses(self.consumer_offsets, cq_mins, forced=False)
+
+    def _close_files(self) -> None:
+        try:
+            self.consumer_offsets.close()
+        finally:
+            self.consume_queues.close()
+
+
+class IndexBuilder(_Builder):
+    """The index files of a store; see the module docstring."""
+
+    kind = "index"
+
+    def __init__(self, store_dir: str | Path, config: StoreConfig | None, view: CommitLogView, *,
+                 on_durable: Callable[[int, int], None] | None = None, clock: Clock | None = None) -> None:  # fmt: skip
+        super().__init__(store_dir, config, view, on_durable=on_durable, clock=clock)
+        cfg = self.config
+        self.index = IndexService(self.store_dir, hash_slots=cfg.index_hash_slots, max_entries=cfg.index_max_entries,
+                                  clock=self._clock)  # fmt: skip
+        try:
+            self.index.load(self.clean, view.index_msg_timestamp, repair=True)
+            candidates = [max(self.index.max_physical_offset, view.min_offset)]
+            if not self.clean:
+                # Entries past the last thorough flush may be torn: cut them, they are put again.
+                self.index.truncate(min(view.redispatch_from, view.wrote))
+                candidates.append(view.redispatch_from)
+            self._started(max(min(candidates), view.min_offset))
+        except BaseException:
+            self.index.close()
+            self._lock_file.release()
+            raise
+
+    def put(self, entries: IndexEntries, from_offset: int, to_offset: int) -> tuple[int, int, int]:
+        """Keys of the records [from_offset, to_offset); (indexed, skipped, progress)."""
+        with self._put_lock:
+            self._check_gap(from_offset)
+            indexed = skipped = 0
+            if len(entries[0]):
+                res = self.index.put(entries)
+                indexed, skipped = res.indexed, res.skipped
+            self.progress_offset = max(self.progress_offset, to_offset)
+            return indexed, skipped, self.progress_offset
+
+    def _write_out(self, thorough: bool) -> int:
+        if not thorough:
+            return 0
+        self.index.flush()
+        return self.index.index_msg_timestamp
+
+    def clean_below(self, commitlog_min: int) -> tuple[str, ...]:
+        """Retention's part for the index: files wholly below the commitlog's min go."""
+        return tuple(self.index.delete_files_below(commitlog_min) or ())
+
+    def _close_files(self) -> None:
+        self.index.close()
+
+
+__all__ = ["CommitLogView", "GapError", "IndexBuilder", "LocalCommitLogView", "QueueBuilder", "redispatch_from"]

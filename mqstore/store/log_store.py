@@ -1,0 +1,214 @@
+"""The commitlog side of a store on its own: what the commitlog actor owns when the
+consume queues and the index are built in other processes (builders.py).
+
+It holds the commitlog, the topic configs, the delay scheduler, the retention of
+commitlog segments, and the two records of derived progress (the checkpoint's
+logics/index timestamps and ``config/derivedOffset.json``), which the builders
+report through ``note_derived``.
+
+Open is in two steps, because queue offsets continue from the consume queues
+(RocketMQ recoverTopicQueueTable) and those live elsewhere:
+
+  1. ``LogStore(...)``: lock, recover the commitlog (recovery.py), topic configs.
+     Reads work from here on; the builders recover against this (``recovery_facts``).
+  2. ``attach_queue_ends(ends, built_up_to)``: the consume-queue builder's queue ends
+     raise the queue-offset table, then every record from ``built_up_to`` (where it
+     stands) to the end raises it further. Only now are appends accepted.
+
+``dispatched_offset`` is what the dispatcher last reported as acknowledged by both
+builders: retention never deletes above it, and appends are held back while it
+lags more than ``max_dispatch_lag_bytes`` (and the dispatcher reported recently).
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import structlog
+
+from mqstore.errors import StoreClosedError, StoreNotWritableError
+from mqstore.formats.names import file_name_to_offset
+from mqstore.store.builders import redispatch_from
+from mqstore.store.clock import Clock, SystemClock
+from mqstore.store.commitlog import CommitLog
+from mqstore.store.config import FlushMode, StoreConfig
+from mqstore.store.config_files import TopicConfigs, parse_delay_levels, read_derived_offset, write_derived_offset
+from mqstore.store.consume_queues import CONSUME_QUEUE_DIR
+from mqstore.store.layout import resolve_layout
+from mqstore.store.messages import AppendResult, MessageBatch
+from mqstore.store.recovery import RecoveryProgress
+from mqstore.store.retention import Retention, RetentionConfig
+from mqstore.store.schedule import DelayScheduler, rewrite_delayed
+
+log = structlog.get_logger(__name__)
+
+DERIVED_KINDS = ("consume_queue", "index")
+_REPORT_FRESH_S = 5.0  # appends wait for a lagging dispatcher only while it reports
+
+
+class LogStore:
+    """See the module docstring."""
+
+    def __init__(self, store_dir: str | Path, config: StoreConfig | None = None, *, clock: Clock | None = None,
+                 progress: RecoveryProgress | None = None) -> None:  # fmt: skip
+        self.store_dir = Path(store_dir)
+        self.store_dir.mkdir(parents=True, exist_ok=True)
+        self.config = cfg = resolve_layout(self.store_dir, config or StoreConfig())
+        self._clock = clock or SystemClock()
+        self.progress = progress or RecoveryProgress()
+        has_queues = any((self.store_dir / CONSUME_QUEUE_DIR).glob("*/*"))
+        self.commitlog = CommitLog(self.store_dir, cfg, clock=self._clock, queue_offsets_from_derived=has_queues,
+                                   progress=self.progress)  # fmt: skip
+        try:
+            self.topics = TopicConfigs(self.store_dir, clock=self._clock)
+            for name, tc in self.topics.all().items():
+                self.commitlog.set_queue_nums(name, tc.write_queue_nums)
+        except BaseException:
+            self.commitlog.close()
+            raise
+        rec = self.commitlog.recovery
+        self.start_offset = file_name_to_offset(rec.start_segment) if rec.start_segment else -1
+        self.index_msg_timestamp = self.commitlog.checkpoint.index_msg_timestamp
+        durable = read_derived_offset(self.store_dir)
+        self._durable = dict.fromkeys(DERIVED_KINDS if cfg.message_index_enable else DERIVED_KINDS[:1], durable)
+        self._delays_ms = parse_delay_levels(cfg.message_delay_level)
+        self._rr: dict[str, int] = {}
+        self._lock = threading.Lock()
+        self.dispatched_offset = 0
+        self._reported_at = -1e18
+        self.accepting = False
+        self.scheduler: DelayScheduler | None = None
+        self.retention: Retention | None = None
+        self._closed = False
+        self._wake = threading.Event()  # never set: a sleep that is not the clock's
+
+    # ------------------------------------------------------------------ open, step 2
+
+    def attach_queue_ends(self, ends: dict[tuple[str, int], int], built_up_to: int) -> int:
+        """Continue queue offsets from the consume queues' ends and the records past
+        what they hold; appends are accepted from now on. Returns records read."""
+        self.commitlog.raise_queue_offsets(ends)
+        n = self.commitlog.raise_queue_offsets_from(max(min(built_up_to, self.commitlog.wrote), self.commitlog.min_offset))
+        self.accepting = True
+        log.info("queue_offsets_attached", queues=len(ends), records_after=n, built_up_to=built_up_to)
+        return n
+
+    def start_background(self, queues, retention: RetentionConfig | None = None) -> None:
+        """Delay deliveries (``queues.find`` gives the delay topic's queues, wherever
+        they are) and the retention of commitlog segments."""
+        self.consume_queues = queues  # what DelayScheduler reads
+        self.scheduler = DelayScheduler(self, self._delays_ms)
+        self.retention = Retention(self.commitlog, None, reput_offset=lambda: self.dispatched_offset,
+                                   config=retention or RetentionConfig(), clock=self._clock)  # fmt: skip
+        self.scheduler.start()
+        self.retention.start()
+
+    # ------------------------------------------------------------------ writes
+
+    def append(self, batch: MessageBatch) -> AppendResult:
+        """Append (delayed messages go to the delay topic first); see CommitLog.append."""
+        if self._closed:
+            raise StoreClosedError(f"store at {self.store_dir} is closed")
+        if not self.accepting:
+            raise StoreNotWritableError("the commitlog waits for the consume queues' ends before appends",
+                                        cause="recovering")  # fmt: skip
+        self._hold_back_for_dispatch()
+        return self.commitlog.append(rewrite_delayed(batch, len(self._delays_ms), self._pick_queue))
+
+    def _hold_back_for_dispatch(self) -> None:
+        limit = self.config.max_dispatch_lag_bytes
+        deadline = self._clock.monotonic() + 1.0
+        while self._lagging(limit) and self._clock.monotonic() < deadline:
+            self._wake.wait(0.001)
+
+    def _lagging(self, limit: int) -> bool:
+        fresh = self._clock.monotonic() - self._reported_at < _REPORT_FRESH_S
+        return fresh and self.confirm_offset - self.dispatched_offset > limit // 2
+
+    def _pick_queue(self, topic: str) -> int:
+        tc = self.topics.get(topic)
+        nums = tc.write_queue_nums if tc is not None else self.config.default_queue_nums
+        with self._lock:
+            i = self._rr.get(topic, 0)
+            self._rr[topic] = i + 1
+        return i % nums
+
+    def update_topic(self, topic: str, *, read_queue_nums: int = 4, write_queue_nums: int = 4, perm: int = 6):
+        tc = self.topics.create_or_update(topic, read_queue_nums=read_queue_nums, write_queue_nums=write_queue_nums, perm=perm)
+        self.commitlog.set_queue_nums(topic, write_queue_nums)
+        return tc
+
+    # ------------------------------------------------------------------ progress of the builders
+
+    @property
+    def confirm_offset(self) -> int:
+        """How far records may be handed out: flushed under sync flush, else written."""
+        cl = self.commitlog
+        return cl.flushed if self.config.flush_mode is FlushMode.SYNC else cl.wrote
+
+    def note_dispatched(self, offset: int) -> None:
+        """The dispatcher reports: everything below ``offset`` is in both builders."""
+        self._reported_at = self._clock.monotonic()
+        if offset > self.dispatched_offset:
+            self.dispatched_offset = min(offset, self.commitlog.wrote)
+
+    def note_derived(self, kind: str, durable_offset: int, timestamp: int) -> int:
+        """A builder made its files durable below ``durable_offset`` (newest store time
+        ``timestamp``): the checkpoint's logics/index timestamp moves, and
+        config/derivedOffset.json says the minimum over the builders."""
+        if kind not in self._durable:
+            raise ValueError(f"kind must be one of {sorted(self._durable)}, got {kind!r}")
+        if timestamp > 0:
+            if kind == "consume_queue":
+                self.commitlog.note_derived_progress(logics_timestamp=timestamp)
+            else:
+                self.commitlog.note_derived_progress(index_timestamp=timestamp)
+        with self._lock:
+            self._durable[kind] = max(durable_offset, 0)
+            known = [v for v in self._durable.values() if v is not None]
+            low = min(known) if len(known) == len(self._durable) else None
+            if low is not None:
+                write_derived_offset(self.store_dir, min(low, self.commitlog.wrote))
+        return low if low is not None else -1
+
+    def redispatch_from(self) -> int:
+        """Where a builder that did not stop cleanly dispatches again from (the
+        derived files' durable offset, else the start of recovery's walk)."""
+        cl = self.commitlog
+        return redispatch_from(self.store_dir, clean=False, wrote=cl.wrote, min_offset=cl.min_offset,
+                               start_offset=self.start_offset)  # fmt: skip
+
+    def recovery_facts(self) -> dict:
+        """What the builders recover against (CommitLogService.GetRecovery)."""
+        rec = self.commitlog.recovery
+        return {"clean_shutdown": rec.clean_shutdown, "start_offset": self.start_offset,
+                "min_offset": self.commitlog.min_offset, "wrote_offset": self.commitlog.wrote,
+                "redispatch_from": self.redispatch_from(), "index_msg_timestamp": self.index_msg_timestamp,
+                "queue_offsets": rec.queue_offsets}  # fmt: skip
+
+    # ------------------------------------------------------------------ lifecycle
+
+    @property
+    def writable(self) -> bool:
+        return self.commitlog.writable
+
+    @property
+    def unwritable_cause(self) -> str | None:
+        return self.commitlog.unwritable_cause
+
+    def close(self) -> None:
+        """Stop deliveries and retention, flush, write the checkpoint, release the lock."""
+        if self._closed:
+            return
+        self._closed = True
+        for part in (self.retention, self.scheduler):
+            if part is not None:
+                try:
+                    part.stop()
+                except Exception as e:  # noqa: BLE001 - logged; the commitlog still closes
+                    log.error("close_step_failed", store=str(self.store_dir), step=type(part).__name__, error=str(e))
+        self.commitlog.close()
+
+
+__all__ = ["DERIVED_KINDS", "LogStore"]

@@ -1,0 +1,127 @@
+"""The store split in three (log_store.py, builders.py), in one process: the
+commitlog side and the two builders open, feed and recover apart, and together hold
+exactly what MessageStore would."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from mqstore.bench.workload import Workload
+from mqstore.errors import StoreLockedError, StoreNotWritableError
+from mqstore.store import StoreConfig
+from mqstore.store.builders import GapError, IndexBuilder, LocalCommitLogView, QueueBuilder
+from mqstore.store.dispatch import build_dispatch_batch
+from mqstore.store.lockfile import builder_files
+from mqstore.store.log_store import LogStore
+from mqstore.store.message_store import MessageStore
+
+TOPICS, QUEUES = 3, 4
+
+
+def cfg() -> StoreConfig:
+    return StoreConfig(segment_bytes=1 << 20, index_hash_slots=64, index_max_entries=4000)
+
+
+class Split:
+    """A LogStore and both builders, fed by a dispatch loop in this process."""
+
+    def __init__(self, root: Path) -> None:
+        self.log = LogStore(root, cfg())
+        view = LocalCommitLogView(self.log.commitlog)
+        self.cq = QueueBuilder(root, cfg(), view, on_durable=lambda o, t: self.log.note_derived("consume_queue", o, t))
+        self.ix = IndexBuilder(root, cfg(), view, on_durable=lambda o, t: self.log.note_derived("index", o, t))
+        ends = {(q.topic, q.queue_id): q.max_offset for q in self.cq.consume_queues.all()}
+        self.log.attach_queue_ends(ends, self.cq.progress_offset)
+
+    def dispatch(self) -> None:
+        cl = self.log.commitlog
+        pos = min(self.cq.progress_offset, self.ix.progress_offset)
+        while pos < cl.wrote:
+            chunk = cl.scan(pos)
+            b = build_dispatch_batch(chunk)
+            self.cq.put(b, pos, chunk.next_offset)
+            self.ix.put(b.index_entries(), pos, chunk.next_offset)
+            pos = chunk.next_offset
+        self.log.note_dispatched(pos)
+
+    def close(self) -> None:
+        self.cq.close()
+        self.ix.close()
+        self.log.close()
+
+
+def units(split: Split) -> dict[tuple[str, int], list[int]]:
+    out = {}
+    for q in split.cq.consume_queues.all():
+        out[(q.topic, q.queue_id)] = q.read_units(q.min_offset, q.max_offset - q.min_offset)["commitlog_offset"].tolist()
+    return out
+
+
+def test_split_store_builds_what_message_store_builds(tmp_path: Path) -> None:
+    w = Workload(body_size=40, topics=TOPICS, queues=QUEUES)
+    s = Split(tmp_path / "split")
+    res = [s.log.append(w.batch(i, 500)) for i in range(0, 3000, 500)]
+    s.dispatch()
+    got = units(s)
+    rec = s.log.commitlog.read(int(res[2].physical_offsets[7]))
+    assert s.ix.index.query(rec.topic, rec.unique_key) == [int(res[2].physical_offsets[7])]
+    s.close()
+    with MessageStore(tmp_path / "one", cfg()) as m:
+        for i in range(0, 3000, 500):
+            m.append(w.batch(i, 500))
+        assert m.wait_dispatched()
+        want = {(q.topic, q.queue_id): q.read_units(0, q.max_offset)["commitlog_offset"].tolist() for q in m.consume_queues.all()}
+    assert got == want and sum(map(len, got.values())) == 3000
+
+    s = Split(tmp_path / "split")  # clean reopen: nothing to rebuild, queue offsets continue
+    assert s.cq.clean and s.ix.clean
+    assert s.cq.progress_offset == s.log.commitlog.wrote
+    more = s.log.append(w.batch(3000, 12))
+    assert min(more.queue_offsets.tolist()) >= 3000 // (TOPICS * QUEUES)
+    s.dispatch()
+    assert sum(q.max_offset for q in s.cq.consume_queues.all()) == 3012
+    s.close()
+
+
+def test_a_crashed_builder_rebuilds_what_it_lost(tmp_path: Path) -> None:
+    w = Workload(body_size=40, topics=TOPICS, queues=QUEUES)
+    s = Split(tmp_path)
+    for i in range(0, 2000, 500):
+        s.log.append(w.batch(i, 500))
+    s.dispatch()
+    s.cq.flush(thorough=True)  # durable up to here: derivedOffset.json says so
+    durable = s.cq.durable_offset
+    for i in range(2000, 3000, 500):
+        s.log.append(w.batch(i, 500))
+    s.dispatch()
+    want = units(s)
+    # The queue builder "dies": its buffered units are lost, its marker and files stay.
+    s.cq._stop.set()
+    s.cq._lock_file.release()
+    view = LocalCommitLogView(s.log.commitlog)
+    cq = QueueBuilder(tmp_path, cfg(), view)
+    assert cq.crashed and not cq.clean
+    assert cq.progress_offset <= durable < s.log.commitlog.wrote  # what must be dispatched again
+    with pytest.raises(GapError):
+        cq.put(build_dispatch_batch(s.log.commitlog.scan(s.log.commitlog.wrote)), s.log.commitlog.wrote, s.log.commitlog.wrote)
+    s.cq = cq
+    s.dispatch()  # from the minimum of both builders: the index skips what it has
+    assert units(s) == want
+    s.close()
+    assert not (tmp_path / builder_files("consumequeue")[1]).exists()
+
+
+def test_builders_hold_their_own_locks_and_appends_wait_for_queue_ends(tmp_path: Path) -> None:
+    log = LogStore(tmp_path, cfg())
+    with pytest.raises(StoreNotWritableError, match="waits for the consume queues"):
+        log.append(Workload(body_size=8, topics=1, queues=1).batch(0, 1))
+    view = LocalCommitLogView(log.commitlog)
+    cq = QueueBuilder(tmp_path, cfg(), view)
+    with pytest.raises(StoreLockedError):
+        QueueBuilder(tmp_path, cfg(), view)
+    with pytest.raises(StoreLockedError):
+        MessageStore(tmp_path, cfg())  # the commitlog side holds the store's lock
+    cq.close()
+    log.close()
