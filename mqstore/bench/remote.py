@@ -5,7 +5,11 @@ batch one SendBatch / Pull call to the front, which calls the shards over gRPC).
 append: ``producers`` threads, each with its own channel, send batches of the
 deterministic workload (workload.py); latency is per SendBatch call.
 consume: every queue of BenchTopic0..N-1 (TopicStatus), pulled from its min offset
-to its max with raw records (as consumers get them), ``batch`` per call.
+to its max with raw records (as consumers get them), ``batch`` per call; first it
+waits (up to ``wait_dispatch`` seconds) until every shard has dispatched what it
+wrote (StoreStatus), so the queues' ends cover everything sent just before.
+Both report ``client_cpu_s``: this process's CPU seconds over the timed part (client
+and server share the machine's cores).
 A front serving TLS: MQSTORE_TLS_CA names the PEM certificates to trust.
 """
 
@@ -71,12 +75,13 @@ def run_remote_append(server: str, *, messages: int, body_size: int = 128, topic
             totals["timeouts"] += timeouts
 
     threads = [threading.Thread(target=producer, name=f"remote-producer-{i}") for i in range(producers)]
-    t0 = time.perf_counter()
+    t0, cpu0 = time.perf_counter(), time.process_time()
     for t in threads:
         t.start()
     for t in threads:
         t.join()
     seconds = time.perf_counter() - t0
+    cpu = time.process_time() - cpu0
     if errors:
         raise errors[0]
     lat = np.array(latencies) * 1000 if latencies else np.zeros(1)
@@ -86,16 +91,30 @@ def run_remote_append(server: str, *, messages: int, body_size: int = 128, topic
         "msgs_per_s": round(messages / seconds, 1) if seconds else 0.0,
         "mb_per_s": round(totals["bytes"] / 1e6 / seconds, 2) if seconds else 0.0,
         "p50_ms": round(float(np.percentile(lat, 50)), 3), "p99_ms": round(float(np.percentile(lat, 99)), 3),
-        "batch": batch, "producers": producers,
+        "batch": batch, "producers": producers, "client_cpu_s": round(cpu, 3),
     }  # fmt: skip
 
 
-def run_remote_consume(server: str, *, topics: int = 1, batch: int = 1000) -> dict:
+def _wait_dispatched(c: FrontClient, timeout: float) -> tuple[bool, float]:
+    """Wait until every shard serves and has dispatched up to its write position:
+    (caught up, seconds waited)."""
+    t0 = time.perf_counter()
+    while True:
+        shards = c.store_status()
+        if all(s.state == "SERVING" and s.dispatched_offset >= s.wrote_offset for s in shards):
+            return True, time.perf_counter() - t0
+        if time.perf_counter() - t0 >= timeout:
+            return False, time.perf_counter() - t0
+        time.sleep(0.05)
+
+
+def run_remote_consume(server: str, *, topics: int = 1, batch: int = 1000, wait_dispatch: float = 60.0) -> dict:
     messages = nbytes = calls = 0
     with remote_errors(), FrontClient(server, timeout=120, tls_ca=_tls_ca()) as c:
+        caught_up, waited = _wait_dispatched(c, wait_dispatch)
         queues = [(q.topic, q.queue_id, q.min_offset, q.max_offset)
                   for t in range(topics) for q in c.topic_status(topic_name(t))]  # fmt: skip
-        t0 = time.perf_counter()
+        t0, cpu0 = time.perf_counter(), time.process_time()
         for topic, qid, lo, hi in queues:
             offset = lo
             while offset < hi:
@@ -107,10 +126,12 @@ def run_remote_consume(server: str, *, topics: int = 1, batch: int = 1000) -> di
                 nbytes += sum(map(len, res.raw_records))
                 offset = res.next_offset
         seconds = time.perf_counter() - t0
+        cpu = time.process_time() - cpu0
     return {
         "server": server, "messages": messages, "bytes": nbytes, "queues": len(queues), "pulls": calls,
         "seconds": round(seconds, 4), "msgs_per_s": round(messages / seconds, 1) if seconds else 0.0,
-        "mb_per_s": round(nbytes / 1e6 / seconds, 2) if seconds else 0.0,
+        "mb_per_s": round(nbytes / 1e6 / seconds, 2) if seconds else 0.0, "client_cpu_s": round(cpu, 3),
+        "dispatch_wait_s": round(waited, 3), "dispatch_caught_up": caught_up,
     }  # fmt: skip
 
 

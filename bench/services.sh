@@ -1,0 +1,150 @@
+#!/usr/bin/env bash
+# Services goals (issue 4) in one go, over gRPC through `mqstore serve`, next to Redis
+# Streams measured in the same run. For --flush async, then --flush sync:
+#   - start `mqstore serve` on a fresh temp store (front on a free port, no metrics),
+#     wait for its ready line and a few seconds for Ray to settle;
+#   - latency: 1 producer, batches of 1 (LATENCY_MESSAGES single-message SendBatch
+#     calls on the idle server): p99_ms is the single-message round trip p99;
+#   - send: 128 B bodies, batches of 1000, 1 producer then 4 producers;
+#   - pull: `bench consume --server` of everything sent (raw records, 1000 per pull), once
+#     the dispatcher has caught up (its wait is reported as dispatch_wait_s);
+#   - stop serve with SIGTERM (its own process group: SIGKILL after 120 s) and remove the store.
+# Then bench/redis.sh (XADD, AOF everysec and always), and a summary table: every
+# figure against its goal, and our best send rate over Redis's at equal durability
+# (async vs everysec, sync vs always).
+# Prints one JSON line per benchmark ({"bench","flush","result"}; results carry the
+# client's CPU seconds, client_cpu_s, as client and server share the 2 cores), then the table.
+#
+# Usage: bash bench/services.sh
+# Env: MQSTORE (default `mqstore` on PATH, e.g. MQSTORE=/work/venv/bin/mqstore),
+#      ASYNC_MESSAGES (2,000,000: 5 s at the 400 k msgs/s goal), SYNC_MESSAGES (1,000,000:
+#      ~7 s at the 150 k goal), LATENCY_MESSAGES (5,000), SETTLE_SECONDS (5),
+#      OUT (also write the JSON lines to this file), REDIS_* (see bench/redis.sh), TMPDIR.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+MQ=${MQSTORE:-mqstore}
+ASYNC_MESSAGES=${ASYNC_MESSAGES:-2000000}
+SYNC_MESSAGES=${SYNC_MESSAGES:-1000000}
+LATENCY_MESSAGES=${LATENCY_MESSAGES:-5000}
+SETTLE_SECONDS=${SETTLE_SECONDS:-5}
+
+command -v "$MQ" >/dev/null 2>&1 || { echo "bench/services.sh: $MQ not found (set MQSTORE=/path/to/mqstore)" >&2; exit 2; }
+command -v python3 >/dev/null 2>&1 || { echo "bench/services.sh: python3 is needed for the summary" >&2; exit 2; }
+for tool in redis-server redis-cli redis-benchmark; do  # fail now rather than after the mqstore part
+  command -v "$tool" >/dev/null 2>&1 || { echo "bench/services.sh: $tool not found; install it with: apt-get install -y redis-server redis-tools" >&2; exit 2; }
+done
+
+work=$(mktemp -d "${TMPDIR:-/tmp}/mqstore-services.XXXXXX")
+results="$work/results.jsonl"
+serve_pid=
+
+stop_serve() {
+  [[ -n $serve_pid ]] || return 0
+  if kill -0 "$serve_pid" 2>/dev/null; then
+    kill -TERM "$serve_pid" 2>/dev/null || true  # serve alone: Ray's processes must outlive it to close the stores
+    for _ in $(seq 1200); do kill -0 "$serve_pid" 2>/dev/null || break; sleep 0.1; done
+    if kill -0 "$serve_pid" 2>/dev/null; then
+      echo "bench/services.sh: serve did not stop within 120 s; killing its process group" >&2
+    fi
+  fi
+  kill -KILL -- "-$serve_pid" 2>/dev/null || true  # whatever of Ray is left in its group
+  wait "$serve_pid" 2>/dev/null || true
+  serve_pid=
+}
+cleanup() { stop_serve; rm -rf "$work"; }
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+emit() { tee -a "$results"; }
+
+start_serve() {  # $1 = flush mode; sets serve_pid and front
+  local flush=$1 ready="$work/ready-$1" log="$work/serve-$1.log"
+  # setsid: serve and Ray's processes in their own group, away from a Ctrl-C of this script
+  setsid "$MQ" serve --store "$work/store-$flush" --port 0 --flush "$flush" --metrics-port 0 >"$ready" 2>"$log" &
+  serve_pid=$!
+  for _ in $(seq 1800); do
+    [[ -s $ready ]] && break
+    if ! kill -0 "$serve_pid" 2>/dev/null; then
+      echo "bench/services.sh: mqstore serve --flush $flush exited before ready; its log ends:" >&2
+      tail -n 30 "$log" >&2
+      exit 1
+    fi
+    sleep 0.1
+  done
+  front=$(sed -n 's/.*"front": *"\([^"]*\)".*/\1/p' "$ready" | head -n 1)
+  [[ -n $front ]] || { echo "bench/services.sh: no ready line from serve --flush $flush within 180 s" >&2; tail -n 30 "$log" >&2; exit 1; }
+  sleep "$SETTLE_SECONDS"
+}
+
+run() {  # $1 = bench name, $2 = flush, rest = mqstore arguments
+  local name=$1 flush=$2 out
+  shift 2
+  out=$("$MQ" "$@")
+  printf '{"bench":"%s","flush":"%s","result":%s}\n' "$name" "$flush" "$(tail -n 1 <<<"$out")" | emit
+}
+
+printf '{"bench":"load_before","result":"%s"}\n' "$(uptime | sed 's/.*load average/load average/')" | emit
+for flush in async sync; do
+  if [[ $flush == async ]]; then n=$ASYNC_MESSAGES; else n=$SYNC_MESSAGES; fi
+  start_serve "$flush"
+  run latency_1msg "$flush" bench append --server "$front" --messages "$LATENCY_MESSAGES" --batch 1 --producers 1 --body-size 128
+  run send_1p      "$flush" bench append --server "$front" --messages "$n" --batch 1000 --producers 1 --body-size 128
+  run send_4p      "$flush" bench append --server "$front" --messages "$n" --batch 1000 --producers 4 --body-size 128
+  run pull         "$flush" bench consume --server "$front" --batch 1000
+  stop_serve
+  rm -rf "$work/store-$flush"
+done
+bash bench/redis.sh | emit
+printf '{"bench":"load_after","result":"%s"}\n' "$(uptime | sed 's/.*load average/load average/')" | emit
+[[ -z ${OUT:-} ]] || cp "$results" "$OUT"
+
+python3 - "$results" <<'EOF'
+import json, sys
+
+rows = [json.loads(line) for line in open(sys.argv[1])]
+res = {(r["bench"], r.get("flush")): r["result"] for r in rows}
+
+def k(v):
+    return f"{v / 1000:,.0f} k msgs/s"
+
+def verdict(ok):
+    return "met" if ok else "missed"
+
+out = ["", "| figure | goal | measured | verdict |", "|---|---|---|---|"]
+goals = {"async": 400_000, "sync": 150_000}
+best = {}
+for flush in ("async", "sync"):
+    for bench, label in (("send_1p", "1 producer"), ("send_4p", "4 producers")):
+        r = res.get((bench, flush))
+        if r is None:
+            continue
+        best[flush] = max(best.get(flush, 0), r["msgs_per_s"])
+        out.append(f"| send, flush {flush}, {label} (128 B, batches of 1000) | >= {k(goals[flush])} | "
+                   f"{k(r['msgs_per_s'])} (p99 {r['p99_ms']:.1f} ms per batch; client CPU {r.get('client_cpu_s', '?')} s "
+                   f"in {r['seconds']:.1f} s) | {verdict(r['msgs_per_s'] >= goals[flush])} |")
+for flush in ("async", "sync"):
+    r = res.get(("pull", flush))
+    if r is not None:
+        out.append(f"| pull, store written with flush {flush} ({r['messages']:,} msgs, 1000 per pull) | >= 500 k msgs/s | "
+                   f"{k(r['msgs_per_s'])} (client CPU {r.get('client_cpu_s', '?')} s in {r['seconds']:.1f} s; "
+                   f"dispatch caught up {r.get('dispatch_wait_s', '?')} s after the sends) | "
+                   f"{verdict(r['msgs_per_s'] >= 500_000)} |")
+for flush in ("async", "sync"):
+    r = res.get(("latency_1msg", flush))
+    if r is not None:
+        out.append(f"| single-message send round trip, flush {flush}, idle ({r['messages']:,} calls) | p99 < 2 ms | "
+                   f"p99 {r['p99_ms']:.2f} ms (p50 {r['p50_ms']:.2f} ms) | {verdict(r['p99_ms'] < 2)} |")
+for flush, fsync in (("async", "everysec"), ("sync", "always")):
+    r = res.get((f"redis_xadd_{fsync}", None))
+    if r is None or flush not in best:
+        continue
+    ratio = best[flush] / r["msgs_per_s"]
+    out.append(f"| Redis XADD, AOF {fsync} (-P {r['pipeline']}, -c {r['clients']}, {r['requests']:,} msgs) | - | "
+               f"{k(r['msgs_per_s'])} (p99 {r['p99_ms']:.1f} ms) | - |")
+    out.append(f"| our best send, flush {flush} / Redis {fsync} | >= 1.0 | {ratio:.2f} | {verdict(ratio >= 1)} |")
+for name in ("load_before", "load_after"):
+    r = res.get((name, None))
+    if r is not None:
+        out.append(f"\n{name.replace('_', ' ')}: {r}")
+print("\n".join(out))
+EOF
