@@ -1,5 +1,6 @@
 """CommitLogService: appends, reads by offset, ReadRange for the dispatcher,
-watermarks, topic configs (proto/mqstore/v1/commitlog.proto)."""
+watermarks, topic configs, and what the builders recover against
+(proto/mqstore/v1/commitlog.proto)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import numpy as np
 from mqstore.errors import MqStoreError, OffsetError
 from mqstore.formats.message import BLANK_MAGIC, MAGIC_V1, MAGIC_V2
 from mqstore.rpc.v1 import commitlog_pb2 as pb
+from mqstore.rpc.v1 import common_pb2
 from mqstore.rpc.v1 import commitlog_pb2_grpc
 from mqstore.services import validate
 from mqstore.services.convert import (
@@ -23,13 +25,14 @@ from mqstore.services.convert import (
 from mqstore.services.errors import BadRequest, NotFound, TooLarge, rpc
 from mqstore.services.server import Registration
 from mqstore.services.shard import Shard, ShardState
-from mqstore.store.message_store import MessageStore
+from mqstore.store.log_store import LogStore
 from mqstore.store.messages import PutStatus
 
 SERVICE = "mqstore.v1.CommitLogService"
 MAX_READ_OFFSETS = 10_000
 DEFAULT_RANGE_BYTES = 8 << 20
 MAX_RANGE_BYTES = 64 << 20
+MAX_CHECK_UNITS = 200_000
 _HEAD = struct.Struct(">ii")
 
 
@@ -60,14 +63,14 @@ class CommitLogServicer(commitlog_pb2_grpc.CommitLogServiceServicer):
 
     @rpc
     async def Read(self, request: pb.ReadRequest, context) -> pb.ReadResponse:
-        store = self.shard.ready()
+        store = self.shard.recovered()
         if len(request.offsets) > MAX_READ_OFFSETS:
             raise TooLarge(f"at most {MAX_READ_OFFSETS} offsets per read, got {len(request.offsets)}")
         if request.sizes and len(request.sizes) != len(request.offsets):
             raise BadRequest(f"sizes has {len(request.sizes)} values for {len(request.offsets)} offsets")
         return await self.shard.call(self._read, store, request)
 
-    def _read(self, store: MessageStore, req: pb.ReadRequest) -> pb.ReadResponse:
+    def _read(self, store: LogStore, req: pb.ReadRequest) -> pb.ReadResponse:
         cl = store.commitlog
         lo, hi = cl.min_offset, cl.wrote
         offsets = np.asarray(req.offsets, np.int64)
@@ -100,8 +103,11 @@ class CommitLogServicer(commitlog_pb2_grpc.CommitLogServiceServicer):
 
     @rpc
     async def ReadRange(self, request: pb.ReadRangeRequest, context) -> pb.ReadRangeResponse:
-        store = self.shard.ready()
+        store = self.shard.recovered()
         validate.offset(request.offset)
+        validate.offset(request.acked_offset, "acked_offset")
+        if request.acked_offset:
+            store.note_dispatched(request.acked_offset)
         max_bytes = validate.count(request.max_bytes, default=DEFAULT_RANGE_BYTES, high=MAX_RANGE_BYTES, what="max_bytes")
         if not 0 <= request.wait_ms <= 10_000:
             raise BadRequest(f"wait_ms {request.wait_ms} is out of range (0..10000)")
@@ -112,11 +118,11 @@ class CommitLogServicer(commitlog_pb2_grpc.CommitLogServiceServicer):
             if res.record_count or left <= 0:
                 return res
             await self.shard.wait_appended(min(left, 0.05))
-            store = self.shard.ready()
+            store = self.shard.recovered()
 
-    def _range(self, store: MessageStore, offset: int, max_bytes: int) -> pb.ReadRangeResponse:
+    def _range(self, store: LogStore, offset: int, max_bytes: int) -> pb.ReadRangeResponse:
         cl = store.commitlog
-        limit = self.shard.confirm_offset(store)
+        limit = store.confirm_offset
         wrote = cl.wrote
         if offset > wrote:
             raise BadRequest(f"commitlog offset {offset} is past the write position {wrote}")
@@ -139,12 +145,12 @@ class CommitLogServicer(commitlog_pb2_grpc.CommitLogServiceServicer):
 
     @rpc
     async def GetOffsets(self, request, context) -> pb.GetOffsetsResponse:
-        store = self.shard.ready()
+        store = self.shard.recovered()
         cl = store.commitlog
         rec = cl.recovery
         return pb.GetOffsetsResponse(
             min_offset=cl.min_offset, wrote_offset=cl.wrote, flushed_offset=cl.flushed,
-            confirm_offset=self.shard.confirm_offset(store), dispatched_offset=self.shard.dispatched_offset,
+            confirm_offset=store.confirm_offset, dispatched_offset=store.dispatched_offset,
             incarnation=self.shard.incarnation, flush_mode=self.shard.config.flush_mode.value,
             writable=store.writable, unwritable_cause=store.unwritable_cause or "",
             clean_shutdown=rec.clean_shutdown, recovery_seconds=rec.seconds, msg_id_prefix=self.shard.msg_id_prefix,
@@ -166,7 +172,7 @@ class CommitLogServicer(commitlog_pb2_grpc.CommitLogServiceServicer):
             flush_seconds=st.flush_seconds.to_pb(),
         )  # fmt: skip
         store = sh.store
-        if sh.state is not ShardState.SERVING or store is None:
+        if sh.state not in (ShardState.SERVING, ShardState.AWAITING_BUILDERS) or store is None:
             return out
         try:
             s = store.status()
@@ -175,7 +181,7 @@ class CommitLogServicer(commitlog_pb2_grpc.CommitLogServiceServicer):
         rec = s["last_recovery"]
         out.clean_shutdown, out.recovery_seconds = bool(rec["clean_shutdown"]), float(rec["seconds"])
         out.min_offset, out.wrote_offset, out.flushed_offset = s["min_offset"], s["wrote"], s["flushed"]
-        out.confirm_offset, out.dispatched_offset = sh.confirm_offset(store), sh.dispatched_offset
+        out.confirm_offset, out.dispatched_offset = store.confirm_offset, store.dispatched_offset
         out.writable, out.unwritable_cause = bool(s["writable"]), s["unwritable_cause"] or ""
         out.queue_count, out.commitlog_bytes = s["queues"], s["wrote"] - s["min_offset"]
         try:
@@ -196,9 +202,53 @@ class CommitLogServicer(commitlog_pb2_grpc.CommitLogServiceServicer):
 
     @rpc
     async def ListTopics(self, request, context) -> pb.ListTopicsResponse:
-        store = self.shard.ready()
+        store = self.shard.recovered()
         configs = sorted(store.topics.all().values(), key=lambda tc: tc.topic_name)
         return pb.ListTopicsResponse(configs=[topic_config_to_pb(tc) for tc in configs])
+
+    # ------------------------------------------------------------------ the builders' side of the open
+
+    @rpc
+    async def GetRecovery(self, request, context) -> pb.GetRecoveryResponse:
+        store = self.shard.recovered()
+        f = await self.shard.call(store.recovery_facts)
+        queues = [common_pb2.QueueRange(topic=t, queue_id=q, max_offset=n, shard=self.shard.index)
+                  for (t, q), n in f.pop("queue_offsets").items()]  # fmt: skip
+        return pb.GetRecoveryResponse(incarnation=self.shard.incarnation, queues=queues, **f)
+
+    @rpc
+    async def CheckUnits(self, request: pb.CheckUnitsRequest, context) -> pb.CheckUnitsResponse:
+        store = self.shard.recovered()
+        r = request
+        n = validate.same_lengths(physical_offsets=r.physical_offsets, sizes=r.sizes, queue_ids=r.queue_ids,
+                                  queue_offsets=r.queue_offsets, topic_codes=r.topic_codes, tags_codes=r.tags_codes,
+                                  check_tags=r.check_tags)  # fmt: skip
+        if n > MAX_CHECK_UNITS:
+            raise TooLarge(f"at most {MAX_CHECK_UNITS} units per check, got {n}")
+        for t in r.topics:
+            validate.topic(t)
+        codes = np.asarray(r.topic_codes, np.int64)
+        if n and (codes.min() < 0 or codes.max() >= len(r.topics)):
+            raise BadRequest(f"topic_codes must index topics (0..{len(r.topics) - 1})")
+        ok = await self.shard.call(
+            store.commitlog.units_match, np.asarray(r.physical_offsets, np.int64), np.asarray(r.sizes, np.int64),
+            np.asarray(r.queue_ids, np.int64), np.asarray(r.queue_offsets, np.int64), topics=list(r.topics),
+            topic_index=codes, tags_codes=np.asarray(r.tags_codes, np.int64), check_tags=np.asarray(r.check_tags, bool),
+            check_from=r.check_from, deep_from=r.deep_from,
+        )  # fmt: skip
+        return pb.CheckUnitsResponse(ok=ok.tolist())
+
+    @rpc
+    async def NoteDerived(self, request: pb.NoteDerivedRequest, context) -> pb.NoteDerivedResponse:
+        store = self.shard.recovered()
+        validate.offset(request.durable_offset, "durable_offset")
+        if request.timestamp < 0:
+            raise BadRequest(f"timestamp {request.timestamp} is negative")
+        try:
+            low = await self.shard.call(store.note_derived, request.kind, request.durable_offset, request.timestamp)
+        except ValueError as e:
+            raise BadRequest(str(e)) from None
+        return pb.NoteDerivedResponse(derived_offset=low)
 
 
 def _check_record_start(cl, offset: int) -> None:

@@ -1,5 +1,7 @@
 """ConsumeQueueService: units in (from the dispatcher), units out by queue offset,
-queue ranges, lookups by time and consumer offsets (proto/mqstore/v1/consume_queue.proto)."""
+queue ranges, lookups by time, consumer offsets, and the builder's progress and
+queue ends (proto/mqstore/v1/consume_queue.proto). Served by the consume-queue
+builder's process (builder.py)."""
 
 from __future__ import annotations
 
@@ -10,11 +12,12 @@ from mqstore.formats.names import check_topic
 from mqstore.rpc.v1 import common_pb2, consume_queue_pb2_grpc
 from mqstore.rpc.v1 import consume_queue_pb2 as pb
 from mqstore.services import validate
-from mqstore.services.errors import Aborted, BadRequest, Precondition, rpc
+from mqstore.services.builder import BuilderShard
+from mqstore.services.errors import BadRequest, rpc
 from mqstore.services.server import Registration
-from mqstore.services.shard import Shard
 from mqstore.store.dispatch import DispatchBatch
-from mqstore.store.message_store import MessageStore
+from mqstore.store.builders import QueueBuilder
+from mqstore.store.message_store import ConsumerProgress
 
 SERVICE = "mqstore.v1.ConsumeQueueService"
 MAX_UNITS = 100_000
@@ -22,7 +25,7 @@ PRE_BLANK_SIZE = 0x7FFFFFFF
 
 
 class ConsumeQueueServicer(consume_queue_pb2_grpc.ConsumeQueueServiceServicer):
-    def __init__(self, shard: Shard) -> None:
+    def __init__(self, shard: BuilderShard) -> None:
         self.shard = shard
 
     def registration(self) -> Registration:
@@ -30,20 +33,38 @@ class ConsumeQueueServicer(consume_queue_pb2_grpc.ConsumeQueueServiceServicer):
 
     @rpc
     async def PutUnits(self, request: pb.PutUnitsRequest, context) -> pb.PutUnitsResponse:
-        store = self.shard.ready()
-        if request.incarnation != self.shard.incarnation:
-            raise Aborted(f"units read from shard incarnation {request.incarnation}; the shard reopened "
-                          f"(incarnation {self.shard.incarnation}): resume from its dispatched offset")  # fmt: skip
-        batch = _dispatch_batch(request, store)
-        if request.from_offset > self.shard.cq_progress:
-            raise Precondition(f"units from commitlog offset {request.from_offset}, but the consume queues are "
-                               f"complete only up to {self.shard.cq_progress}: the batch would leave a gap")  # fmt: skip
-        progress = await self.shard.call(self.shard.put_units, batch, request.to_offset)
-        return pb.PutUnitsResponse(progress_offset=progress, dispatched_offset=self.shard.dispatched_offset)
+        self.shard.ready()
+        self.shard.check_incarnation(request.incarnation)
+        batch = _dispatch_batch(request)
+        await self._check_to_offset(request.to_offset)
+        progress = await self.shard.call(self.shard.put, "put", request.incarnation, batch, request.from_offset,
+                                         request.to_offset)  # fmt: skip
+        return pb.PutUnitsResponse(progress_offset=progress)
+
+    async def _check_to_offset(self, to_offset: int) -> None:
+        view = self.shard.view
+        if view is not None and to_offset > view.wrote:
+            await self.shard.call(view.offsets)  # the commitlog grew since the view last asked
+            if to_offset > view.wrote:
+                raise BadRequest(f"to_offset {to_offset} is past the commitlog's write position {view.wrote}")
+
+    @rpc
+    async def GetProgress(self, request, context) -> common_pb2.BuilderProgress:
+        return self.shard.progress()
+
+    @rpc
+    async def QueueEnds(self, request, context) -> pb.QueueEndsResponse:
+        progress = self.shard.progress()
+        if progress.state != "SERVING":
+            return pb.QueueEndsResponse(progress=progress)
+        b: QueueBuilder = self.shard.ready()
+        queues = [common_pb2.QueueRange(topic=q.topic, queue_id=q.queue_id, min_offset=q.min_offset, max_offset=q.max_offset,
+                                        shard=self.shard.index) for q in b.consume_queues.all()]  # fmt: skip
+        return pb.QueueEndsResponse(progress=progress, queues=queues)
 
     @rpc
     async def GetUnits(self, request: pb.GetUnitsRequest, context) -> pb.GetUnitsResponse:
-        store = self.shard.ready()
+        store: QueueBuilder = self.shard.ready()
         validate.topic(request.topic)
         validate.queue_id(request.queue_id)
         validate.offset(request.offset)
@@ -52,13 +73,13 @@ class ConsumeQueueServicer(consume_queue_pb2_grpc.ConsumeQueueServiceServicer):
 
     @rpc
     async def MinMax(self, request: pb.MinMaxRequest, context) -> pb.MinMaxResponse:
-        store = self.shard.ready()
+        store: QueueBuilder = self.shard.ready()
         validate.topic(request.topic)
         for q in request.queue_ids:
             validate.queue_id(q)
         return await self.shard.call(self._min_max, store, request.topic, list(request.queue_ids))
 
-    def _min_max(self, store: MessageStore, topic: str, queue_ids: list[int]) -> pb.MinMaxResponse:
+    def _min_max(self, store: QueueBuilder, topic: str, queue_ids: list[int]) -> pb.MinMaxResponse:
         cqs = store.consume_queues
         qids = queue_ids or sorted(q for t, q in cqs.keys() if t == topic)  # noqa: SIM118 (not a dict)
         out = pb.MinMaxResponse()
@@ -75,25 +96,32 @@ class ConsumeQueueServicer(consume_queue_pb2_grpc.ConsumeQueueServiceServicer):
 
     @rpc
     async def OffsetAtTime(self, request: pb.OffsetAtTimeRequest, context) -> pb.OffsetAtTimeResponse:
-        store = self.shard.ready()
+        store: QueueBuilder = self.shard.ready()
         validate.topic(request.topic)
         validate.queue_id(request.queue_id)
-        off = await self.shard.call(store.offset_at_time, request.topic, request.queue_id, request.timestamp_ms)
+        off = await self.shard.call(self._offset_at_time, store, request.topic, request.queue_id, request.timestamp_ms)
         return pb.OffsetAtTimeResponse(offset=off)
+
+    def _offset_at_time(self, store: QueueBuilder, topic: str, queue_id: int, timestamp_ms: int) -> int:
+        cq = store.consume_queues.find(topic, queue_id)
+        if cq is None:
+            return 0
+        view = self.shard.view
+        return cq.offset_at_time(timestamp_ms, view.store_times, commitlog_min_offset=view.min_offset)
 
     @rpc
     async def CommitOffset(self, request: pb.CommitOffsetRequest, context) -> pb.CommitOffsetResponse:
-        store = self.shard.ready()
+        store: QueueBuilder = self.shard.ready()
         validate.group(request.group)
         validate.topic(request.topic)
         validate.queue_id(request.queue_id)
         validate.offset(request.offset, "consumer offset")
-        await self.shard.call(store.commit_offset, request.group, request.topic, request.queue_id, request.offset)
+        await self.shard.call(_commit_offset, store, request.group, request.topic, request.queue_id, request.offset)
         return pb.CommitOffsetResponse()
 
     @rpc
     async def FetchOffset(self, request: pb.FetchOffsetRequest, context) -> pb.FetchOffsetResponse:
-        store = self.shard.ready()
+        store: QueueBuilder = self.shard.ready()
         validate.group(request.group)
         validate.topic(request.topic)
         validate.queue_id(request.queue_id)
@@ -101,9 +129,9 @@ class ConsumeQueueServicer(consume_queue_pb2_grpc.ConsumeQueueServiceServicer):
 
     @rpc
     async def GroupOffsets(self, request: pb.GroupOffsetsRequest, context) -> pb.GroupOffsetsResponse:
-        store = self.shard.ready()
+        store: QueueBuilder = self.shard.ready()
         validate.group(request.group)
-        rows = await self.shard.call(store.consumer_progress, request.group)
+        rows = await self.shard.call(_consumer_progress, store, request.group)
         return pb.GroupOffsetsResponse(offsets=[
             common_pb2.GroupOffset(topic=r.topic, queue_id=r.queue_id, broker_offset=r.broker_offset,
                                    consumer_offset=r.consumer_offset, lag=r.lag, shard=self.shard.index)
@@ -111,7 +139,26 @@ class ConsumeQueueServicer(consume_queue_pb2_grpc.ConsumeQueueServiceServicer):
         ])  # fmt: skip
 
 
-def _get_units(store: MessageStore, topic: str, qid: int, offset: int, n: int) -> pb.GetUnitsResponse:
+def _commit_offset(store: QueueBuilder, group: str, topic: str, queue_id: int, offset: int) -> None:
+    """A group's offset in a queue; one past the queue's max is refused: it would
+    skip messages not written yet."""
+    cq = store.consume_queues.find(topic, queue_id)
+    top = cq.max_offset if cq is not None else 0
+    if offset > top:
+        raise OffsetError(f"consumer offset {offset} is past the max offset {top} of {topic}:{queue_id}")
+    store.consumer_offsets.commit(group, topic, queue_id, offset)
+
+
+def _consumer_progress(store: QueueBuilder, group: str) -> list[ConsumerProgress]:
+    rows = []
+    for (topic, qid), consumed in sorted(store.consumer_offsets.offsets(group).items()):
+        cq = store.consume_queues.find(topic, qid)
+        broker = cq.max_offset if cq is not None else 0
+        rows.append(ConsumerProgress(topic, qid, broker, consumed, max(0, broker - consumed)))
+    return rows
+
+
+def _get_units(store: QueueBuilder, topic: str, qid: int, offset: int, n: int) -> pb.GetUnitsResponse:
     cq = store.consume_queues.find(topic, qid)
     if cq is None:
         return pb.GetUnitsResponse(first_offset=offset, exists=False)
@@ -133,7 +180,7 @@ def _get_units(store: MessageStore, topic: str, qid: int, offset: int, n: int) -
     return out
 
 
-def _dispatch_batch(r: pb.PutUnitsRequest, store: MessageStore) -> DispatchBatch:
+def _dispatch_batch(r: pb.PutUnitsRequest) -> DispatchBatch:
     """The consume-queue columns of a DispatchBatch from a PutUnits request, checked
     (a bad batch must fail before any unit is written)."""
     n = validate.same_lengths(topic_codes=r.topic_codes, queue_ids=r.queue_ids, queue_offsets=r.queue_offsets,
@@ -157,8 +204,6 @@ def _dispatch_batch(r: pb.PutUnitsRequest, store: MessageStore) -> DispatchBatch
             raise BadRequest("queue offsets must be >= 0 and sizes > 0")
         if phys.min() < r.from_offset or (phys + sizes).max() > r.to_offset:
             raise BadRequest(f"units must point into [from_offset, to_offset) = [{r.from_offset}, {r.to_offset})")
-    if r.to_offset > store.commitlog.wrote:
-        raise BadRequest(f"to_offset {r.to_offset} is past the commitlog's write position {store.commitlog.wrote}")
     none = np.full(n, -1, np.int64)
     return DispatchBatch(
         physical_offsets=phys, sizes=sizes, topics=list(r.topics), topic_codes=codes, queue_ids=qids,

@@ -4,19 +4,19 @@ DispatcherService (proto/mqstore/v1/dispatcher.proto).
 ``RemoteDispatcher`` tails one shard's commitlog over gRPC: CommitLogService.ReadRange
 hands it raw records (up to 8 MiB, waiting for new ones), it decodes them in bulk
 (``scan_records`` + ``build_dispatch_batch``, the same code as the in-process loop)
-and sends the consume-queue columns to ConsumeQueueService.PutUnits and the index
-keys to IndexService.PutKeys, both at once, while the next ReadRange is already in
-flight. Only when both answered does its reput offset move.
+and sends the consume-queue columns to the consume-queue builder
+(ConsumeQueueService.PutUnits) and the index keys to the index builder
+(IndexService.PutKeys), both at once, while the next ReadRange is already in
+flight. Only when both answered does its reput offset move; the next ReadRange
+tells the commitlog (``acked_offset``: retention and back-pressure use it).
 
-Where it resumes: at the shard's ``dispatched_offset`` (GetOffsets), which the shard
-sets at open from MessageStore's resume rule (``_resume_offset``: the newest unit
-of the consume queues, no later than the index's end, no later than where abnormal
-recovery started) followed by the in-process catch-up, and which every PutUnits /
-PutKeys acknowledged since then raised. So a restart of the dispatcher resends
-nothing the shard has and skips nothing it lacks, and a restart of the shard (new
-incarnation: batches read from the old one are refused with ABORTED) makes the
-dispatcher read the resume point again. Units sent twice anyway (a retry after a
-lost answer) are skipped by the consume queues and the index.
+Where it resumes: at the minimum of both builders' progress (GetProgress), once both
+recovered against the commitlog's current open (its incarnation). So a restart of
+the dispatcher resends nothing both builders have and skips nothing either lacks;
+a builder that restarts refuses the next batch as a gap (FAILED_PRECONDITION), a
+commitlog that reopens refuses nothing but has a new incarnation, which the builders
+refuse (ABORTED): either makes the dispatcher resync. Units or keys sent twice are
+skipped by the consume queues and the index.
 """
 
 from __future__ import annotations
@@ -54,12 +54,14 @@ class _Resync(Exception):
 
 
 class RemoteDispatcher:
-    """See the module docstring. ``resolve`` returns the shard's ``host:port``
-    (asked again after the shard stops answering: it may come back elsewhere)."""
+    """See the module docstring. The resolvers return the ``host:port`` of the
+    shard's commitlog, consume-queue builder and index builder (None: the index is
+    disabled), asked again after a peer stops answering (it may come back elsewhere)."""
 
-    def __init__(self, resolve: Callable[[], Awaitable[str]], *, shard: int = 0, delays_ms: list[int] | None = None,
-                 chunk_bytes: int = 8 << 20, wait_ms: int = 200) -> None:  # fmt: skip
-        self._resolve = resolve
+    def __init__(self, resolve: Callable[[], Awaitable[str]], resolve_queues: Callable[[], Awaitable[str]],
+                 resolve_index: Callable[[], Awaitable[str]] | None = None, *, shard: int = 0,
+                 delays_ms: list[int] | None = None, chunk_bytes: int = 8 << 20, wait_ms: int = 200) -> None:  # fmt: skip
+        self._resolvers = (resolve, resolve_queues, resolve_index)
         self.shard = shard
         self._delays = delays_ms
         self._chunk = chunk_bytes
@@ -72,7 +74,7 @@ class RemoteDispatcher:
         self.resyncs = 0
         self.last_error = ""
         self.running = False
-        self._channel: grpc.aio.Channel | None = None
+        self._channels: list[grpc.aio.Channel] | None = None
         self._task: asyncio.Task | None = None
 
     # ------------------------------------------------------------------ lifecycle (on the event loop)
@@ -90,18 +92,30 @@ class RemoteDispatcher:
         await self._drop_channel()
 
     async def _drop_channel(self) -> None:
-        ch, self._channel = self._channel, None
-        if ch is not None:
+        chs, self._channels = self._channels, None
+        for ch in chs or ():
             await ch.close()
 
     async def _stubs(self):
-        if self._channel is None:
-            endpoint = await self._resolve()
-            self._channel = channel(endpoint)
-            self._cl = commitlog_pb2_grpc.CommitLogServiceStub(self._channel)
-            self._cq = consume_queue_pb2_grpc.ConsumeQueueServiceStub(self._channel)
-            self._ix = index_pb2_grpc.IndexServiceStub(self._channel)
+        if self._channels is None:
+            cl, cq, ix = self._resolvers
+            chs = [channel(await cl()), channel(await cq())] + ([channel(await ix())] if ix is not None else [])
+            self._channels = chs
+            self._cl = commitlog_pb2_grpc.CommitLogServiceStub(chs[0])
+            self._cq = consume_queue_pb2_grpc.ConsumeQueueServiceStub(chs[1])
+            self._ix = index_pb2_grpc.IndexServiceStub(chs[2]) if len(chs) > 2 else None
         return self._cl, self._cq, self._ix
+
+    async def drain(self, timeout_s: float = 10.0) -> bool:
+        """Wait until everything the commitlog confirmed is dispatched (a clean stop:
+        the builders then close with everything in), at most ``timeout_s``."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while self.running and loop.time() < deadline:
+            if self.incarnation and self.reput_offset >= self.confirm_offset:
+                return True
+            await asyncio.sleep(0.05)
+        return False
 
     async def _run(self) -> None:
         self.running = True
@@ -115,6 +129,7 @@ class RemoteDispatcher:
                 except _Resync as e:
                     self.incarnation = 0
                     self.last_error = str(e)
+                    await asyncio.sleep(0.05)  # a builder still recovering: ask again shortly
                     continue
                 except grpc.aio.AioRpcError as e:
                     self.last_error = f"{e.code().name}: {e.details()}"
@@ -135,7 +150,14 @@ class RemoteDispatcher:
         """Resync, then tail until something fails (raises)."""
         cl, cq, ix = await self._stubs()
         offsets = await cl.GetOffsets(commitlog_pb2.GetOffsetsRequest(), timeout=10)
-        self.incarnation, self.reput_offset = offsets.incarnation, offsets.dispatched_offset
+        progress = [await cq.GetProgress(consume_queue_pb2.GetProgressRequest(), timeout=10)]
+        if ix is not None:
+            progress.append(await ix.GetProgress(index_pb2.IndexProgressRequest(), timeout=10))
+        for p in progress:
+            if p.state != "SERVING" or p.commitlog_incarnation != offsets.incarnation:
+                raise _Resync(f"a builder is not ready for commitlog incarnation {offsets.incarnation} "
+                              f"(state {p.state}, recovered against {p.commitlog_incarnation})")  # fmt: skip
+        self.incarnation, self.reput_offset = offsets.incarnation, min(p.progress_offset for p in progress)
         self.confirm_offset = offsets.confirm_offset
         self.resyncs += 1
         log.info("dispatch_resumed", shard=self.shard, reput_offset=self.reput_offset, incarnation=self.incarnation)
@@ -151,7 +173,8 @@ class RemoteDispatcher:
                     continue
                 read = asyncio.ensure_future(self._read(cl, r.next_offset))  # the next chunk, meanwhile
                 units, keys = self._requests(r)
-                await asyncio.gather(cq.PutUnits(units, timeout=60), ix.PutKeys(keys, timeout=60))
+                puts = [cq.PutUnits(units, timeout=60)] + ([ix.PutKeys(keys, timeout=60)] if ix is not None else [])
+                await asyncio.gather(*puts)
                 self.reput_offset = r.next_offset
                 self.dispatched_records += r.record_count
                 self.batches += 1
@@ -162,7 +185,8 @@ class RemoteDispatcher:
                 read.exception() if not read.cancelled() else None  # consume it: no "never retrieved" warnings
 
     async def _read(self, cl, offset: int) -> commitlog_pb2.ReadRangeResponse:
-        req = commitlog_pb2.ReadRangeRequest(offset=offset, max_bytes=self._chunk, wait_ms=self._wait_ms)
+        req = commitlog_pb2.ReadRangeRequest(offset=offset, max_bytes=self._chunk, wait_ms=self._wait_ms,
+                                             acked_offset=max(self.reput_offset, 0))  # fmt: skip
         return await cl.ReadRange(req, timeout=self._wait_ms / 1000 + 30)
 
     def _requests(self, r: commitlog_pb2.ReadRangeResponse):

@@ -30,6 +30,7 @@ from mqstore.errors import (
     StoreLockedError,
     StoreNotWritableError,
 )
+from mqstore.store.builders import GapError
 
 log = structlog.get_logger(__name__)
 Code = grpc.StatusCode
@@ -91,6 +92,7 @@ _TABLE: tuple[tuple[type[BaseException], grpc.StatusCode], ...] = (
     (DecodeError, Code.INVALID_ARGUMENT),  # a malformed msgId
     (ConfigError, Code.INVALID_ARGUMENT),  # an out-of-range topic config value
     (CorruptFileError, Code.DATA_LOSS),
+    (GapError, Code.FAILED_PRECONDITION),  # a builder's batch past its progress
     (StoreClosedError, Code.UNAVAILABLE),
     (StoreLockedError, Code.UNAVAILABLE),
     (asyncio.TimeoutError, Code.DEADLINE_EXCEEDED),

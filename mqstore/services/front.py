@@ -37,7 +37,7 @@ from mqstore.rpc.v1 import (
 from mqstore.rpc.v1 import front_pb2 as pb
 from mqstore.services import validate
 from mqstore.services.convert import check_batch_limits, queue_id_column, topic_column
-from mqstore.services.errors import BadRequest, NotFound, Unavailable, rpc, status_of
+from mqstore.services.errors import BadRequest, NotFound, Precondition, Unavailable, rpc, status_of
 from mqstore.services.routing import Router
 from mqstore.services.server import Registration, channel
 from mqstore.store.messages import AUTO_QUEUE
@@ -62,45 +62,54 @@ def parse_tag_expression(expr: str) -> set[str] | None:
 
 
 class ShardClient:
-    """Stubs of one shard's services (and its dispatcher's), re-resolved after
-    UNAVAILABLE."""
+    """Stubs of one shard's services (its commitlog, consume-queue builder, index
+    builder and dispatcher, each a process of its own), re-resolved after
+    UNAVAILABLE. ``resolvers``: "cl", "cq", "ix" -> resolver (no "ix": index disabled)."""
 
-    def __init__(self, index: int, resolve: Resolver, resolve_dispatcher: Resolver | None = None) -> None:
+    _STUBS = {"cl": commitlog_pb2_grpc.CommitLogServiceStub, "cq": consume_queue_pb2_grpc.ConsumeQueueServiceStub,
+              "ix": index_pb2_grpc.IndexServiceStub}  # fmt: skip
+
+    def __init__(self, index: int, resolvers: dict[str, Resolver], resolve_dispatcher: Resolver | None = None) -> None:
         self.index = index
-        self._resolve = resolve
+        self._resolvers = resolvers
         self._resolve_dispatcher = resolve_dispatcher
         self.endpoint = ""
-        self._channel: grpc.aio.Channel | None = None
+        self._channels: dict[str, grpc.aio.Channel] = {}
+        self._stubs_by: dict[str, object] = {}
         self._dchannel: grpc.aio.Channel | None = None
         self.msg_id_prefix: str | None = None
 
-    async def _stubs(self):
-        if self._channel is None:
+    async def _stub(self, service: str):
+        if service not in self._channels:
+            if service not in self._resolvers:
+                raise Precondition(f"the message index is disabled on shard {self.index} (message_index_enable=False)")
             try:
-                self.endpoint = await asyncio.wait_for(self._resolve(), 60)
+                endpoint = await asyncio.wait_for(self._resolvers[service](), 60)
             except Exception as e:  # noqa: BLE001 - a dead or unknown actor: the caller may retry later
                 raise Unavailable(f"shard {self.index} can not be reached: {type(e).__name__}: {e}") from e
-            self._channel = channel(self.endpoint)
-            self.cl = commitlog_pb2_grpc.CommitLogServiceStub(self._channel)
-            self.cq = consume_queue_pb2_grpc.ConsumeQueueServiceStub(self._channel)
-            self.ix = index_pb2_grpc.IndexServiceStub(self._channel)
-        return self
+            if service == "cl":
+                self.endpoint = endpoint
+            self._channels[service] = channel(endpoint)
+            self._stubs_by[service] = self._STUBS[service](self._channels[service])
+        return self._stubs_by[service]
 
-    async def reset(self) -> None:
-        ch, self._channel = self._channel, None
-        if ch is not None:
-            await ch.close()
+    async def reset(self, service: str | None = None) -> None:
+        for name in [service] if service else list(self._channels):
+            ch = self._channels.pop(name, None)
+            self._stubs_by.pop(name, None)
+            if ch is not None:
+                await ch.close()
 
     async def call(self, service: str, method: str, request, *, timeout: float = 30.0, retry: bool = True):
         """``service`` is "cl", "cq" or "ix"."""
         for attempt in (0, 1):
-            s = await self._stubs()
+            stub = await self._stub(service)
             try:
-                return await getattr(getattr(s, service), method)(request, timeout=timeout)
+                return await getattr(stub, method)(request, timeout=timeout)
             except grpc.aio.AioRpcError as e:
                 if e.code() is not grpc.StatusCode.UNAVAILABLE:
                     raise
-                await self.reset()
+                await self.reset(service)
                 if not retry or attempt:
                     raise
                 await asyncio.sleep(0.2)

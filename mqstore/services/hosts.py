@@ -1,17 +1,19 @@
 """Components with their gRPC servers, each on its own event-loop thread, without
-Ray: ``ShardHost`` (CommitLog + ConsumeQueue + Index services over one store),
-``DispatcherHost`` (the remote dispatcher + DispatcherService), ``FrontHost`` (the
-public API). The Ray actors (actors.py) are thin wrappers around them; tests and
+Ray: ``ShardHost`` (the CommitLog service over a shard's commitlog), ``BuilderHost``
+(the ConsumeQueue or the Index service over its builder), ``DispatcherHost`` (the
+remote dispatcher + DispatcherService), ``FrontHost`` (the public API). The Ray
+actors (actors.py) are thin wrappers around them, one host per actor; tests and
 embedding use them directly, and ``LocalStack`` wires a whole deployment in one
 process (every hop still over gRPC on loopback).
 
 A host is ready to be called once constructed: its server is listening (``endpoint``)
-and answers health checks; a shard's services answer UNAVAILABLE ("recovering")
-and its health is NOT_SERVING until the store is open.
+and answers health checks; a shard's or builder's services answer UNAVAILABLE
+("recovering") and its health is NOT_SERVING until it is open.
 """
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import threading
 from collections.abc import Awaitable, Callable, Sequence
@@ -19,12 +21,14 @@ from pathlib import Path
 
 import structlog
 
+from mqstore.services.builder import BuilderShard, BuilderState
 from mqstore.services.commitlog import CommitLogServicer
 from mqstore.services.consume_queue import ConsumeQueueServicer
 from mqstore.services.dispatcher import DispatcherServicer, RemoteDispatcher
 from mqstore.services.front import FrontServicer, ShardClient
 from mqstore.services.index import IndexServicer
 from mqstore.services.metrics import FrontMetrics
+from mqstore.services.remote import RemoteQueues
 from mqstore.services.routing import STORE_PORT_BASE, pin_layout, shard_dir
 from mqstore.services.server import ServerThread, TlsFiles, start_grpc_server
 from mqstore.services.shard import Shard, ShardState
@@ -34,6 +38,7 @@ from mqstore.store.retention import RetentionConfig
 
 log = structlog.get_logger(__name__)
 Resolver = Callable[[], Awaitable[str]]
+ShardResolvers = dict[str, Resolver]  # "cl", "cq", "ix" (absent: index disabled) -> resolver
 
 
 def advertised(host: str) -> str:
@@ -59,11 +64,12 @@ def fixed(endpoint: str) -> Resolver:
 
 
 class ShardHost:
-    """One shard's store and its CommitLog, ConsumeQueue and Index services on one
-    server. The store opens (recovers) in the background."""
+    """One shard's commitlog and its CommitLog service. The commitlog opens
+    (recovers) in the background, then waits for the consume-queue builder at
+    ``resolve_queues`` (see shard.py for the protocol)."""
 
-    def __init__(self, store_dir: str | Path, config: StoreConfig | None = None, *, index: int = 0,
-                 host: str = "127.0.0.1", port: int = 0, retention: RetentionConfig | None = None,
+    def __init__(self, store_dir: str | Path, config: StoreConfig | None = None, *, resolve_queues: Resolver,
+                 index: int = 0, host: str = "127.0.0.1", port: int = 0, retention: RetentionConfig | None = None,
                  layout: tuple[Path, int] | None = None) -> None:  # fmt: skip
         """``layout``: (root, shards) to pin (``routing.pin_layout``) on this machine
         before the store opens (a shard on a node of its own: the driver's check
@@ -71,8 +77,9 @@ class ShardHost:
         self.thread = ServerThread(f"mqstore-shard{index}")
         self._layout = layout
         self.shard = Shard(store_dir, config, index=index, retention=retention)
-        servicers = [CommitLogServicer(self.shard), ConsumeQueueServicer(self.shard), IndexServicer(self.shard)]
-        self.server = self.thread.run(start_grpc_server(host, port, [s.registration() for s in servicers],
+        self.queues = RemoteQueues(resolve_queues)
+        self._closing = threading.Event()
+        self.server = self.thread.run(start_grpc_server(host, port, [CommitLogServicer(self.shard).registration()],
                                                         serving=False))  # fmt: skip
         self.endpoint = f"{advertised(host)}:{self.server.port}"
         self._ready = threading.Event()
@@ -88,7 +95,7 @@ class ShardHost:
                 except Exception as e:
                     self.shard.state, self.shard.error = ShardState.FAILED, f"{type(e).__name__}: {e}"
                     raise
-            self.shard.open()
+            self.shard.open(self.queues.queue_ends, self.queues, give_up=self._closing.is_set)
             self.thread.run(self.server.set_serving(True))
         except Exception as e:  # noqa: BLE001 - reported through state/error (status(), health NOT_SERVING)
             log.error("shard_not_serving", shard=self.shard.index, error=str(e))
@@ -112,23 +119,62 @@ class ShardHost:
 
     def close(self) -> None:
         """Stop serving, then close the store cleanly (flushed, abort file removed)."""
+        self._closing.set()
         try:
             self.thread.run(self.server.stop(1.0), timeout=30)
         finally:
             self._opener.join()
             self.shard.close()
+            self.queues.close()
+            self.thread.stop()
+
+
+class BuilderHost:
+    """One shard's consume-queue builder (``kind`` "consumequeue": ConsumeQueue
+    service) or index builder ("index": Index service), recovering against the
+    commitlog at ``resolve_commitlog`` in the background (see builder.py)."""
+
+    def __init__(self, kind: str, store_dir: str | Path, config: StoreConfig | None = None, *,
+                 resolve_commitlog: Resolver, index: int = 0, host: str = "127.0.0.1", port: int = 0) -> None:  # fmt: skip
+        self.thread = ServerThread(f"mqstore-{kind}{index}")
+        self.builder = BuilderShard(kind, store_dir, config, resolve_commitlog, index=index)
+        servicer = ConsumeQueueServicer(self.builder) if kind == "consumequeue" else IndexServicer(self.builder)
+        self.server = self.thread.run(start_grpc_server(host, port, [servicer.registration()], serving=False))
+        self.endpoint = f"{advertised(host)}:{self.server.port}"
+        self._watcher = threading.Thread(target=self._serving_when_open, name=f"mqstore-{kind}{index}-health", daemon=True)
+        self.builder.start()
+        self._watcher.start()
+        log.info("builder_listening", kind=kind, shard=index, endpoint=self.endpoint, store=str(store_dir))
+
+    def _serving_when_open(self) -> None:
+        if self.builder.opened.wait() and self.builder.state is BuilderState.SERVING:
+            self.thread.run(self.server.set_serving(True))
+
+    def wait_ready(self, timeout: float | None = None) -> bool:
+        return self.builder.wait_open(timeout)
+
+    def status(self) -> dict:
+        return {**self.builder.status(), "endpoint": self.endpoint}
+
+    def close(self) -> None:
+        """Stop serving, then close the builder (flushed, durable offset reported)."""
+        try:
+            self.thread.run(self.server.stop(1.0), timeout=30)
+        finally:
+            self.builder.opened.set()  # release the health watcher
+            self.builder.close()
             self.thread.stop()
 
 
 class DispatcherHost:
     """The remote dispatcher of one shard and its DispatcherService."""
 
-    def __init__(self, resolve_shard: Resolver, *, shard: int = 0, config: StoreConfig | None = None,
+    def __init__(self, resolvers: ShardResolvers, *, shard: int = 0, config: StoreConfig | None = None,
                  host: str = "127.0.0.1", port: int = 0, chunk_bytes: int = 8 << 20) -> None:  # fmt: skip
         cfg = config or StoreConfig()
         self.thread = ServerThread(f"mqstore-dispatcher{shard}")
-        self.dispatcher = RemoteDispatcher(resolve_shard, shard=shard, delays_ms=parse_delay_levels(cfg.message_delay_level),
-                                           chunk_bytes=chunk_bytes)  # fmt: skip
+        self.dispatcher = RemoteDispatcher(resolvers["cl"], resolvers["cq"], resolvers.get("ix"), shard=shard,
+                                           delays_ms=parse_delay_levels(cfg.message_delay_level), chunk_bytes=chunk_bytes)  # fmt: skip
         self.server = self.thread.run(start_grpc_server(host, port, [DispatcherServicer(self.dispatcher).registration()]))
         self.endpoint = f"{advertised(host)}:{self.server.port}"
         self.thread.run(_call_soon(self.dispatcher.start))
@@ -139,8 +185,11 @@ class DispatcherHost:
                 "lag_bytes": st.lag_bytes, "running": st.running, "last_error": st.last_error,
                 "resyncs": st.resyncs, "dispatched_records": st.dispatched_records}  # fmt: skip
 
-    def close(self) -> None:
+    def close(self, drain_s: float = 10.0) -> None:
+        """Dispatch what the commitlog confirmed (up to ``drain_s``), then stop."""
         try:
+            if drain_s > 0:
+                self.thread.run(self.dispatcher.drain(drain_s), timeout=drain_s + 5)
             self.thread.run(self.dispatcher.stop(), timeout=30)
             self.thread.run(self.server.stop(1.0), timeout=30)
         finally:
@@ -148,10 +197,10 @@ class DispatcherHost:
 
 
 class FrontHost:
-    """The public API over the given shards: ``shards[i]`` = (resolve shard i,
-    resolve its dispatcher or None)."""
+    """The public API over the given shards: ``shards[i]`` = (resolvers of shard i's
+    services, resolve its dispatcher or None)."""
 
-    def __init__(self, shards: Sequence[tuple[Resolver, Resolver | None]], *, host: str = "127.0.0.1", port: int = 0,
+    def __init__(self, shards: Sequence[tuple[ShardResolvers, Resolver | None]], *, host: str = "127.0.0.1", port: int = 0,
                  default_queue_nums: int = 4, metrics_port: int = 0, tls: TlsFiles | None = None) -> None:  # fmt: skip
         """``metrics_port``: serve Prometheus metrics on ``host:metrics_port`` (0: none).
         ``tls``: the public API speaks TLS only (the shards' internal servers do not)."""
@@ -200,34 +249,51 @@ def shard_config(config: StoreConfig, index: int, shards: int) -> StoreConfig:
 
 
 class LocalStack:
-    """A whole deployment in this process (no Ray): N shards, their dispatchers and
-    a front, every hop over gRPC on loopback. ``front_endpoint`` is the public API."""
+    """A whole deployment in this process (no Ray): per shard a commitlog, a
+    consume-queue builder, an index builder and a dispatcher, and a front; every hop
+    over gRPC on loopback. ``front_endpoint`` is the public API."""
 
     def __init__(self, root: str | Path, config: StoreConfig | None = None, *, shards: int = 1,
                  host: str = "127.0.0.1", front_port: int = 0, retention: RetentionConfig | None = None,
                  metrics_port: int = 0, tls: TlsFiles | None = None) -> None:  # fmt: skip
         cfg = config or StoreConfig()
         root = Path(root)
-        self.shards = [ShardHost(shard_dir(root, i, shards), shard_config(cfg, i, shards), index=i, host=host,
-                                 retention=retention) for i in range(shards)]  # fmt: skip
-        self.dispatchers = [DispatcherHost(fixed(s.endpoint), shard=i, config=cfg, host=host)
-                            for i, s in enumerate(self.shards)]  # fmt: skip
-        self.front = FrontHost([(fixed(s.endpoint), fixed(d.endpoint)) for s, d in zip(self.shards, self.dispatchers)],
-                               host=host, port=front_port, default_queue_nums=cfg.default_queue_nums,
-                               metrics_port=metrics_port, tls=tls)  # fmt: skip
+        self.shards: list[ShardHost] = []
+        self.queue_builders: list[BuilderHost] = []
+        self.index_builders: list[BuilderHost] = []
+        self.dispatchers: list[DispatcherHost] = []
+        resolvers: list[ShardResolvers] = []
+        for i in range(shards):
+            d, c = shard_dir(root, i, shards), shard_config(cfg, i, shards)
+            d.mkdir(parents=True, exist_ok=True)
+            later: dict[str, str] = {}
+            shard = ShardHost(d, c, index=i, host=host, retention=retention, resolve_queues=resolver_of(later, "cq"))
+            cq = BuilderHost("consumequeue", d, c, resolve_commitlog=fixed(shard.endpoint), index=i, host=host)
+            later["cq"] = cq.endpoint
+            r: ShardResolvers = {"cl": fixed(shard.endpoint), "cq": fixed(cq.endpoint)}
+            self.shards.append(shard)
+            self.queue_builders.append(cq)
+            if cfg.message_index_enable:
+                ix = BuilderHost("index", d, c, resolve_commitlog=fixed(shard.endpoint), index=i, host=host)
+                self.index_builders.append(ix)
+                r["ix"] = fixed(ix.endpoint)
+            resolvers.append(r)
+            self.dispatchers.append(DispatcherHost(r, shard=i, config=cfg, host=host))
+        self.front = FrontHost([(r, fixed(d.endpoint)) for r, d in zip(resolvers, self.dispatchers)], host=host,
+                               port=front_port, default_queue_nums=cfg.default_queue_nums, metrics_port=metrics_port,
+                               tls=tls)  # fmt: skip
         self.front_endpoint = self.front.endpoint
 
     def wait_ready(self, timeout: float = 60.0) -> bool:
         return all(s.wait_ready(timeout) for s in self.shards)
 
     def close(self) -> None:
-        """Front first (no new work), then dispatchers, then shards (each closes its
-        store cleanly: what the dispatcher had not sent is dispatched in-process)."""
+        """Front first (no new work), then dispatchers (after dispatching what is
+        confirmed), then builders, then commitlogs (each closes cleanly)."""
         self.front.close()
-        for d in self.dispatchers:
-            d.close()
-        for s in self.shards:
-            s.close()
+        for group in (self.dispatchers, self.queue_builders + self.index_builders, self.shards):
+            for h in group:
+                h.close()
 
     def __enter__(self) -> LocalStack:
         return self
@@ -236,4 +302,17 @@ class LocalStack:
         self.close()
 
 
-__all__ = ["DispatcherHost", "FrontHost", "LocalStack", "ShardHost", "advertised", "fixed", "shard_config"]
+def resolver_of(endpoints: dict[str, str], name: str) -> Resolver:
+    """A resolver reading ``endpoints[name]`` on every call (waiting until it is
+    there): endpoints filled in or replaced after the caller was created."""
+
+    async def resolve() -> str:
+        while name not in endpoints:
+            await asyncio.sleep(0.01)
+        return endpoints[name]
+
+    return resolve
+
+
+__all__ = ["BuilderHost", "DispatcherHost", "FrontHost", "LocalStack", "ShardHost", "ShardResolvers", "advertised", "fixed", "resolver_of",
+           "shard_config"]

@@ -1,16 +1,18 @@
-"""One store shard as the services see it: the MessageStore of one directory, its
-state (recovering, serving, closing), and the progress of the remote dispatcher.
+"""The commitlog side of one shard as the services see it: its LogStore, its state
+(recovering, awaiting the builders, serving, closing) and incarnation.
 
-What runs where (see README.md): the commitlog writer, the consume queues and the
-index files of a shard live in this one process, because they share the store's
-recovery (queue offsets come from the consume queues, the consume queues are cut
-against the commitlog, the resume offset needs all three) and its lock file. The
-reput dispatcher does not: it runs in its own process (the dispatcher actor), tails
-the commitlog through CommitLogService.ReadRange and sends units and keys through
-ConsumeQueueService.PutUnits and IndexService.PutKeys. The store's in-process reput
-loop only runs inside ``MessageStore``'s open (the catch-up of recovery) and close
-(the last catch-up); between them its ``reput_offset`` records how far the remote
-dispatcher got, so retention and ``close`` see the truth.
+What runs where (see README.md): this process (the commitlog actor) owns the
+commitlog, the topic configs, delay deliveries and the retention of segments. The
+consume-queue builder and the index builder are processes of their own
+(builder.py) and the reput dispatcher another (dispatcher.py).
+
+Open, as a protocol between them:
+  1. RECOVERING: the commitlog recovers (LogStore).
+  2. AWAITING_BUILDERS: reads, ReadRange, GetRecovery and CheckUnits are served:
+     the builders recover against this open (its incarnation). The shard asks the
+     consume-queue builder for its queue ends (``queue_ends``) until the builder
+     recovered against this incarnation, then continues queue offsets from them.
+  3. SERVING: appends accepted; delay deliveries and retention run.
 
 Blocking store calls run on ``executor`` threads (sync flush waits there, so
 concurrent appends share a group commit); the event loop only waits.
@@ -22,7 +24,6 @@ import asyncio
 import enum
 import functools
 import random
-import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -35,18 +36,19 @@ from mqstore.errors import StoreLockedError
 from mqstore.formats.msgid import offset_msg_id_prefix
 from mqstore.services.errors import Unavailable
 from mqstore.services.metrics import ShardStats
-from mqstore.store.config import FlushMode, StoreConfig
-from mqstore.store.dispatch import DispatchBatch
-from mqstore.store.message_store import MessageStore
+from mqstore.store.config import StoreConfig
+from mqstore.store.log_store import LogStore
 from mqstore.store.recovery import RecoveryProgress
 from mqstore.store.retention import RetentionConfig
 
 log = structlog.get_logger(__name__)
 T = TypeVar("T")
+QueueEnds = Callable[[], tuple[int, int, dict[tuple[str, int], int]]]  # -> (builder's incarnation, progress, ends)
 
 
 class ShardState(enum.Enum):
     RECOVERING = "RECOVERING"
+    AWAITING_BUILDERS = "AWAITING_BUILDERS"
     SERVING = "SERVING"
     CLOSING = "CLOSING"
     CLOSED = "CLOSED"
@@ -54,8 +56,9 @@ class ShardState(enum.Enum):
 
 
 class Shard:
-    """See the module docstring. ``open`` (blocking) recovers the store; every
-    servicer call goes through ``ready`` first."""
+    """See the module docstring. ``open`` (blocking) runs the protocol; servicer calls
+    go through ``ready`` (appends: SERVING) or ``recovered`` (reads: from
+    AWAITING_BUILDERS on)."""
 
     def __init__(self, store_dir: str | Path, config: StoreConfig | None = None, *, index: int = 0,
                  retention: RetentionConfig | None = None, lock_wait_s: float = 30.0) -> None:  # fmt: skip
@@ -69,47 +72,65 @@ class Shard:
         self.incarnation = random.getrandbits(62) + 1  # changes on every open
         self.progress = RecoveryProgress()
         self.stats = ShardStats()
-        self.store: MessageStore | None = None
+        self.store: LogStore | None = None
         self.executor = ThreadPoolExecutor(16, thread_name_prefix=f"mqstore-shard{index}")
         self.msg_id_prefix = offset_msg_id_prefix(self.config.store_host)
-        self.cq_progress = 0  # commitlog offset below which every unit is in the consume queues
-        self.index_progress = 0  # ... every key in the index
-        self.cq_lock = threading.Lock()
-        self.index_lock = threading.Lock()
         self._appended: asyncio.Event | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
 
     # ------------------------------------------------------------------ lifecycle
 
-    def open(self) -> None:
-        """Recover and open the store (blocking; minutes for a big store after a crash).
-        A lock still held by the previous incarnation's dying process is waited for."""
+    def open(self, queue_ends: QueueEnds, queues=None, *, give_up: Callable[[], bool] = lambda: False) -> None:
+        """Recover the commitlog, wait for the consume-queue builder's ends, serve
+        (blocking; minutes for a big store after a crash). A lock still held by the
+        previous incarnation's dying process is waited for. ``queues``: where the
+        delay scheduler finds the delay topic's queues (``find``)."""
         deadline = time.monotonic() + self.lock_wait_s
         try:
             while True:
                 try:
-                    store = MessageStore(self.store_dir, self.config, background_dispatch=False,
-                                         retention=self.retention, progress=self.progress)  # fmt: skip
+                    store = LogStore(self.store_dir, self.config, progress=self.progress)
                     break
                 except StoreLockedError:
                     if time.monotonic() > deadline:
                         raise
                     time.sleep(0.2)
-            self._time_flushes(store)
-            store.scheduler.start()
-            store.retention.start()
-            self.cq_progress = self.index_progress = store.dispatcher.reput_offset
             self.store = store
+            self._time_flushes(store)
+            self.state = ShardState.AWAITING_BUILDERS
+            self.progress.set_phase("awaiting_builders")
+            log.info("commitlog_recovered_awaiting_builders", shard=self.index, incarnation=self.incarnation,
+                     wrote=store.commitlog.wrote)  # fmt: skip
+            ends, built = self._wait_for_queue_ends(queue_ends, give_up)
+            store.attach_queue_ends(ends, built)
+            store.start_background(queues, self.retention)
             self.state = ShardState.SERVING
+            self.progress.set_phase("ready")
             log.info("shard_serving", shard=self.index, store=str(self.store_dir), incarnation=self.incarnation,
-                     reput_offset=self.cq_progress, wrote=store.commitlog.wrote)  # fmt: skip
+                     wrote=store.commitlog.wrote)  # fmt: skip
         except BaseException as e:
             self.state = ShardState.FAILED
             self.error = f"{type(e).__name__}: {e}"
             log.error("shard_open_failed", shard=self.index, store=str(self.store_dir), error=self.error)
             raise
 
-    def _time_flushes(self, store: MessageStore) -> None:
+    def _wait_for_queue_ends(self, queue_ends: QueueEnds, give_up: Callable[[], bool]):
+        last_note = 0.0
+        while True:
+            try:
+                incarnation, built, ends = queue_ends()
+                if incarnation == self.incarnation:
+                    return ends, built
+                why = f"builder recovered against incarnation {incarnation}"
+            except Exception as e:  # noqa: BLE001 - the builder may be starting or restarting: ask again
+                why = f"{type(e).__name__}: {e}"
+            if give_up():
+                raise RuntimeError(f"gave up waiting for the consume-queue builder ({why})")
+            if time.monotonic() - last_note > 5:
+                last_note = time.monotonic()
+                log.info("awaiting_consume_queue_builder", shard=self.index, incarnation=self.incarnation, why=why[:200])
+            time.sleep(0.1)
+
+    def _time_flushes(self, store: LogStore) -> None:
         # The commitlog's flusher has no timing hook: wrap the fsync callable it calls
         # (the attribute is read on every flush, so swapping it is safe while it runs).
         flusher = getattr(store.commitlog, "_flusher", None)
@@ -120,8 +141,8 @@ class Shard:
         flusher._sync = self.stats.timed_sync(sync, time.perf_counter)
 
     def close(self) -> None:
-        """Close the store (dispatches what is left in-process, flushes everything,
-        removes the abort file). Callers stop the gRPC server first."""
+        """Close the store (flushes, writes the checkpoint, removes the abort file).
+        Callers stop the gRPC server first (and the builders before that)."""
         store, self.store = self.store, None
         if self.state in (ShardState.CLOSED, ShardState.CLOSING):
             return
@@ -136,61 +157,39 @@ class Shard:
 
     # ------------------------------------------------------------------ for servicers
 
-    def ready(self) -> MessageStore:
-        """The open store, or Unavailable saying why not."""
+    def ready(self) -> LogStore:
+        """The open store accepting appends, or Unavailable saying why not."""
         store = self.store
         if self.state is ShardState.SERVING and store is not None:
             return store
+        raise self._unavailable()
+
+    def recovered(self) -> LogStore:
+        """The store once its commitlog is recovered (reads, the builders' recovery)."""
+        store = self.store
+        if self.state in (ShardState.SERVING, ShardState.AWAITING_BUILDERS) and store is not None:
+            return store
+        raise self._unavailable()
+
+    def _unavailable(self) -> Unavailable:
         if self.state is ShardState.RECOVERING:
             p = self.progress
-            raise Unavailable(f"shard {self.index} is recovering its store (phase {p.phase}, {p.percent:.0f}%)")
-        raise Unavailable(f"shard {self.index} is {self.state.value.lower()}" + (f": {self.error}" if self.error else ""))
+            return Unavailable(f"shard {self.index} is recovering its store (phase {p.phase}, {p.percent:.0f}%)")
+        if self.state is ShardState.AWAITING_BUILDERS:
+            return Unavailable(f"shard {self.index} is recovering its store (phase awaiting_builders: the consume "
+                               f"queues recover against the commitlog)")  # fmt: skip
+        return Unavailable(f"shard {self.index} is {self.state.value.lower()}" + (f": {self.error}" if self.error else ""))
 
     async def call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """Run a blocking store call on the executor."""
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self.executor, functools.partial(fn, *args, **kwargs))
 
-    def confirm_offset(self, store: MessageStore) -> int:
-        """How far records may be handed out: flushed under sync flush, else written."""
-        cl = store.commitlog
-        return cl.flushed if self.config.flush_mode is FlushMode.SYNC else cl.wrote
-
     @property
     def dispatched_offset(self) -> int:
-        """Everything below is in the consume queues and (when enabled) the index."""
+        """Everything below is in the consume queues and the index (as reported)."""
         store = self.store
-        if store is not None and store.index is None:
-            return self.cq_progress
-        return min(self.cq_progress, self.index_progress)
-
-    def put_units(self, batch: DispatchBatch, to_offset: int) -> int:
-        """The dispatcher's units into the consume queues (blocking)."""
-        store = self.ready()
-        with self.cq_lock:
-            if len(batch):
-                store.consume_queues.dispatch(batch)
-            self.cq_progress = max(self.cq_progress, to_offset)
-            self._note_progress(store)
-            return self.cq_progress
-
-    def put_keys(self, entries, to_offset: int) -> tuple[int, int, int]:
-        """The dispatcher's keys into the index (blocking): (indexed, skipped, progress)."""
-        store = self.ready()
-        with self.index_lock:
-            indexed = skipped = 0
-            if store.index is not None and len(entries[0]):
-                res = store.index.put(entries)
-                indexed, skipped = res.indexed, res.skipped
-            self.index_progress = max(self.index_progress, to_offset)
-            self._note_progress(store)
-            return indexed, skipped, self.index_progress
-
-    def _note_progress(self, store: MessageStore) -> None:
-        # The store's own reput loop is idle between open and close; its offset is what
-        # retention and close() read (see the module docstring).
-        d = self.dispatched_offset
-        store.dispatcher.reput_offset = max(store.dispatcher.reput_offset, d)
+        return store.dispatched_offset if store is not None else 0
 
     # ------------------------------------------------------------------ append notifications
 

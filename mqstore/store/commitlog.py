@@ -1098,6 +1098,11 @@ class CommitLog:
         self.raise_queue_offsets(table)
         return count
 
+    @property
+    def queue_count(self) -> int:
+        """Queues with a next queue offset (every queue written to, or restored)."""
+        return len(self._queue_offsets)
+
     def queue_offset(self, topic: str, queue_id: int) -> int:
         """The next queue offset ``(topic, queue_id)`` will get (0 if never used)."""
         return self._queue_offsets.get((topic, queue_id), 0)

@@ -189,6 +189,17 @@ class LogStore:
 
     # ------------------------------------------------------------------ lifecycle
 
+    def status(self) -> dict:
+        """Offsets, writability, queues known and the last recovery, at a glance."""
+        cl = self.commitlog
+        rec = cl.recovery
+        return {"min_offset": cl.min_offset, "wrote": cl.wrote, "flushed": cl.flushed, "writable": self.writable,
+                "unwritable_cause": self.unwritable_cause, "queues": cl.queue_count,
+                "dispatched": self.dispatched_offset, "progress": self.progress.as_dict(),
+                "last_recovery": {"clean_shutdown": rec.clean_shutdown, "start_segment": rec.start_segment,
+                                  "bytes_validated": rec.bytes_validated, "seconds": round(rec.seconds, 3),
+                                  "truncated_at": rec.truncated_at}}  # fmt: skip
+
     @property
     def writable(self) -> bool:
         return self.commitlog.writable

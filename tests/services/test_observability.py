@@ -111,7 +111,7 @@ def test_status_of_a_recovering_shard_and_an_unreachable_one(tmp_path):
     sh.progress.advance(420)
     server = t.run(start_grpc_server("127.0.0.1", 0, [CommitLogServicer(sh).registration()], serving=False))
     dead = f"127.0.0.1:{free_port()}"  # nothing listens there
-    front = FrontHost([(fixed(f"127.0.0.1:{server.port}"), None), (fixed(dead), None)])
+    front = FrontHost([({"cl": fixed(f"127.0.0.1:{server.port}")}, None), ({"cl": fixed(dead)}, None)])
     try:
         with FrontClient(front.endpoint) as c:
             recovering, gone = c.store_status()
@@ -154,8 +154,9 @@ def test_a_shard_whose_layout_does_not_match_fails_and_says_why(tmp_path):
     from mqstore.services.routing import pin_layout
 
     pin_layout(tmp_path, 2)
-    host = ShardHost(tmp_path / "shard-0", small_config(), index=0, layout=(tmp_path, 3))
-    front = FrontHost([(fixed(host.endpoint), None)])
+    host = ShardHost(tmp_path / "shard-0", small_config(), index=0, layout=(tmp_path, 3),
+                     resolve_queues=fixed("127.0.0.1:1"))  # fmt: skip
+    front = FrontHost([({"cl": fixed(host.endpoint)}, None)])
     try:
         assert host.wait_ready(30) is False
         with FrontClient(front.endpoint) as c:

@@ -1,5 +1,6 @@
-"""The shard's own services (CommitLog, ConsumeQueue, Index) and the dispatcher,
-over gRPC without Ray: bad requests, recovery state, dispatcher restarts, two shards."""
+"""A shard's own services (CommitLog, ConsumeQueue, Index: three hosts, as three
+actors would be) and the dispatcher, over gRPC without Ray: bad requests, the open
+protocol, restarts of each component mid-stream, two shards."""
 
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ from mqstore.rpc.v1 import (
 )
 from mqstore.services.client import FrontClient
 from mqstore.services.errors import status_of
-from mqstore.services.hosts import DispatcherHost, LocalStack, ShardHost, fixed
+from mqstore.services.hosts import BuilderHost, DispatcherHost, LocalStack, ShardHost, resolver_of
 from mqstore.services.server import sync_channel
 from tests.services.helpers import code_of, small_config, wait_dispatched
 
@@ -44,24 +45,55 @@ def test_one_table_maps_store_errors_to_codes(exc, code):
     assert status_of(exc)[0] is code
 
 
+class Parts:
+    """One shard's commitlog, consume-queue builder and index builder hosts (each
+    restartable: peers resolve the current endpoint), with or without a dispatcher."""
+
+    def __init__(self, root, cfg, *, dispatcher: bool = False) -> None:
+        self.root, self.cfg, self.endpoints = root, cfg, {}
+        self.shard = self.start("cl")
+        self.cq = self.start("cq")
+        self.ix = self.start("ix")
+        self.disp = self.start("disp") if dispatcher else None
+        assert self.shard.wait_ready(30)
+
+    def start(self, part: str):
+        e = self.endpoints
+        if part == "cl":
+            h = ShardHost(self.root, self.cfg, resolve_queues=resolver_of(e, "cq"))
+        elif part in ("cq", "ix"):
+            h = BuilderHost("consumequeue" if part == "cq" else "index", self.root, self.cfg,
+                            resolve_commitlog=resolver_of(e, "cl"))  # fmt: skip
+        else:
+            h = DispatcherHost({k: resolver_of(e, k) for k in ("cl", "cq", "ix")}, config=self.cfg)
+        e[part] = h.endpoint
+        return h
+
+    def stubs(self):
+        chs = [sync_channel(self.endpoints[k]) for k in ("cl", "cq", "ix")]
+        return chs, (commitlog_pb2_grpc.CommitLogServiceStub(chs[0]),
+                     consume_queue_pb2_grpc.ConsumeQueueServiceStub(chs[1]), index_pb2_grpc.IndexServiceStub(chs[2]))
+
+    def close(self) -> None:
+        for h in (self.disp, self.cq, self.ix, self.shard):
+            if h is not None:
+                h.close()
+
+
 @pytest.fixture(scope="module")
 def shard(tmp_path_factory):
-    host = ShardHost(tmp_path_factory.mktemp("shard"), small_config())
-    assert host.wait_ready(30)
-    ch = sync_channel(host.endpoint)
-    cl = commitlog_pb2_grpc.CommitLogServiceStub(ch)
+    parts = Parts(tmp_path_factory.mktemp("shard"), small_config())
+    chs, (cl, cq, ix) = parts.stubs()
     res = cl.AppendBatch(commitlog_pb2.AppendBatchRequest(messages=common_pb2.MessageColumns(
         topics=["S"], bodies=[b"a" * 100, b"b" * 100], queue_ids=[0])))  # fmt: skip
-    yield host, ch, res.result
-    ch.close()
-    host.close()
+    yield parts, (cl, cq, ix), res.result
+    for ch in chs:
+        ch.close()
+    parts.close()
 
 
 def test_shard_rejects_bad_internal_requests(shard):
-    host, ch, appended = shard
-    cl = commitlog_pb2_grpc.CommitLogServiceStub(ch)
-    cq = consume_queue_pb2_grpc.ConsumeQueueServiceStub(ch)
-    ix = index_pb2_grpc.IndexServiceStub(ch)
+    parts, (cl, cq, ix), appended = shard
     inc = cl.GetOffsets(commitlog_pb2.GetOffsetsRequest()).incarnation
     mid = appended.physical_offsets[0] + 3
     cases = [
@@ -91,6 +123,13 @@ def test_shard_rejects_bad_internal_requests(shard):
         (lambda: ix.PutKeys(index_pb2.PutKeysRequest(incarnation=inc, key_hashes=[-5], physical_offsets=[0],
                                                      store_timestamps=[0], to_offset=1)), C.INVALID_ARGUMENT),
         (lambda: ix.Query(index_pb2.IndexQueryRequest(topic="S", key="k", max_num=65)), C.RESOURCE_EXHAUSTED),
+        (lambda: cl.CheckUnits(commitlog_pb2.CheckUnitsRequest(physical_offsets=[0], sizes=[1])), C.INVALID_ARGUMENT),
+        (lambda: cl.CheckUnits(commitlog_pb2.CheckUnitsRequest(
+            physical_offsets=[0], sizes=[1], queue_ids=[0], queue_offsets=[0], topics=["S"], topic_codes=[4],
+            tags_codes=[0], check_tags=[False])), C.INVALID_ARGUMENT),
+        (lambda: cl.NoteDerived(commitlog_pb2.NoteDerivedRequest(kind="nope", durable_offset=0)), C.INVALID_ARGUMENT),
+        (lambda: cl.NoteDerived(commitlog_pb2.NoteDerivedRequest(kind="index", durable_offset=-1)), C.INVALID_ARGUMENT),
+        (lambda: cl.ReadRange(commitlog_pb2.ReadRangeRequest(offset=0, acked_offset=-1)), C.INVALID_ARGUMENT),
     ]  # fmt: skip
     for i, (call, code) in enumerate(cases):
         assert code_of(call) is code, f"case {i}"
@@ -99,9 +138,8 @@ def test_shard_rejects_bad_internal_requests(shard):
 
 
 def test_units_and_keys_sent_twice_are_harmless(shard):
-    host, ch, appended = shard
-    cq = consume_queue_pb2_grpc.ConsumeQueueServiceStub(ch)
-    inc = host.shard.incarnation
+    parts, (cl, cq, ix), appended = shard
+    inc = parts.shard.shard.incarnation
     again = consume_queue_pb2.PutUnitsRequest(
         incarnation=inc, topics=["S"], topic_codes=[0, 0], queue_ids=[0, 0], queue_offsets=[0, 1],
         physical_offsets=list(appended.physical_offsets), sizes=list(appended.sizes), tags_codes=[0, 0],
@@ -130,27 +168,32 @@ def test_a_recovering_shard_answers_unavailable(tmp_path):
     t.stop()
 
 
-def test_dispatcher_restarts_lose_and_duplicate_nothing(tmp_path):
-    cfg = small_config()
-    shard = ShardHost(tmp_path, cfg)
-    assert shard.wait_ready(30)
-    disp = DispatcherHost(fixed(shard.endpoint), config=cfg)
-    ch = sync_channel(shard.endpoint)
-    cl = commitlog_pb2_grpc.CommitLogServiceStub(ch)
-    cq = consume_queue_pb2_grpc.ConsumeQueueServiceStub(ch)
+@pytest.mark.parametrize("part", ["disp", "cq", "ix", "cl"])
+def test_restarts_mid_stream_lose_and_duplicate_nothing(tmp_path, part):
+    """Each component of a shard closed and started again while messages flow: the
+    dispatcher resumes at the builders' progress, a builder recovers against the
+    commitlog and the dispatcher fills its gap, a reopened commitlog makes both
+    builders recover against its new open; every unit and key exactly once."""
+    parts = Parts(tmp_path, small_config(), dispatcher=True)
+    attr = {"disp": "disp", "cq": "cq", "ix": "ix", "cl": "shard"}[part]
     sent = 0
     try:
-        for round_ in range(6):
-            for _ in range(20):  # 20 x 100 x ~700 B: crosses 1 MiB segments (BLANKs) more than once
+        for round_ in range(4):
+            chs, (cl, _, _) = parts.stubs()
+            for _ in range(15):  # 15 x 100 x ~700 B: crosses 1 MiB segments (BLANKs)
                 cl.AppendBatch(commitlog_pb2.AppendBatchRequest(messages=common_pb2.MessageColumns(
                     topics=["R"], bodies=[b"%06d" % (sent + i) + b"." * 600 for i in range(100)], queue_ids=[round_ % 2],
                     keys=[f"r{sent + i}" for i in range(100)])))  # fmt: skip
                 sent += 100
-            disp.close()  # mid-stream, wherever it is
-            disp = DispatcherHost(fixed(shard.endpoint), config=cfg)
-        offsets = cl.GetOffsets(commitlog_pb2.GetOffsetsRequest())
-        for _ in range(500):
-            if disp.dispatcher.reput_offset >= offsets.confirm_offset:
+            for ch in chs:
+                ch.close()
+            getattr(parts, attr).close()  # mid-stream, wherever dispatch is
+            setattr(parts, attr, parts.start(part))
+            assert parts.shard.wait_ready(30)
+        chs, (cl, cq, ix) = parts.stubs()
+        for _ in range(1000):
+            offsets = cl.GetOffsets(commitlog_pb2.GetOffsetsRequest())
+            if parts.disp.dispatcher.reput_offset >= offsets.confirm_offset > 0:
                 break
             threading.Event().wait(0.02)
         bodies = []
@@ -161,11 +204,15 @@ def test_dispatcher_restarts_lose_and_duplicate_nothing(tmp_path):
             assert [r.queue_offset for r in rd.records] == list(range(sent // 2))
             bodies += [int(r.body[:6]) for r in rd.records]
         assert sorted(bodies) == list(range(sent))
-        assert disp.status()["resyncs"] >= 1 and offsets.dispatched_offset <= offsets.confirm_offset
+        for k in (0, 777, sent - 1):
+            hits = ix.Query(index_pb2.IndexQueryRequest(topic="R", key=f"r{k}")).physical_offsets
+            assert [int(r.body[:6]) for r in cl.Read(commitlog_pb2.ReadRequest(offsets=hits)).records].count(k) == 1
+        assert parts.disp.status()["resyncs"] >= 1 and offsets.dispatched_offset <= offsets.confirm_offset
+        for ch in chs:
+            ch.close()
     finally:
-        ch.close()
-        disp.close()
-        shard.close()
+        parts.close()
+    assert not any((tmp_path / f).exists() for f in ("abort", "abort.consumequeue", "abort.index"))
 
 
 def test_two_shards_spread_queues_and_answer_as_one(tmp_path):
@@ -194,9 +241,8 @@ def test_two_shards_spread_queues_and_answer_as_one(tmp_path):
 
 
 def test_corrupt_bytes_where_dispatch_stands_are_data_loss(tmp_path):
-    cfg = small_config()
-    shard = ShardHost(tmp_path, cfg)
-    assert shard.wait_ready(30)
+    parts = Parts(tmp_path, small_config())
+    shard = parts.shard
     try:
         with sync_channel(shard.endpoint) as ch:
             cl = commitlog_pb2_grpc.CommitLogServiceStub(ch)
@@ -211,7 +257,7 @@ def test_corrupt_bytes_where_dispatch_stands_are_data_loss(tmp_path):
             r = cl.ReadRange(commitlog_pb2.ReadRangeRequest(offset=res.physical_offsets[1]), timeout=10)
             assert r.record_count == 1  # the server still answers, and the rest reads
     finally:
-        shard.close()
+        parts.close()
 
 
 def test_a_shard_that_can_not_be_resolved_is_unavailable(tmp_path):
@@ -220,7 +266,7 @@ def test_a_shard_that_can_not_be_resolved_is_unavailable(tmp_path):
     async def nowhere() -> str:
         raise LookupError("no actor named shard-0")
 
-    front = FrontHost([(nowhere, None)])
+    front = FrontHost([({"cl": nowhere, "cq": nowhere, "ix": nowhere}, None)])
     try:
         with FrontClient(front.endpoint) as c:
             assert code_of(lambda: c.pull("T", 0, 0)) is C.UNAVAILABLE

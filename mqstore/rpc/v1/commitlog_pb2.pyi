@@ -42,14 +42,16 @@ class ReadResponse(_message.Message):
     def __init__(self, offsets: _Optional[_Iterable[int]] = ..., records: _Optional[_Iterable[_Union[_common_pb2.Record, _Mapping]]] = ..., raw_records: _Optional[_Iterable[bytes]] = ...) -> None: ...
 
 class ReadRangeRequest(_message.Message):
-    __slots__ = ("offset", "max_bytes", "wait_ms")
+    __slots__ = ("offset", "max_bytes", "wait_ms", "acked_offset")
     OFFSET_FIELD_NUMBER: _ClassVar[int]
     MAX_BYTES_FIELD_NUMBER: _ClassVar[int]
     WAIT_MS_FIELD_NUMBER: _ClassVar[int]
+    ACKED_OFFSET_FIELD_NUMBER: _ClassVar[int]
     offset: int
     max_bytes: int
     wait_ms: int
-    def __init__(self, offset: _Optional[int] = ..., max_bytes: _Optional[int] = ..., wait_ms: _Optional[int] = ...) -> None: ...
+    acked_offset: int
+    def __init__(self, offset: _Optional[int] = ..., max_bytes: _Optional[int] = ..., wait_ms: _Optional[int] = ..., acked_offset: _Optional[int] = ...) -> None: ...
 
 class ReadRangeResponse(_message.Message):
     __slots__ = ("offset", "data", "record_count", "next_offset", "incarnation", "confirm_offset")
@@ -186,3 +188,73 @@ class GetStatsResponse(_message.Message):
     append_seconds: Histogram
     flush_seconds: Histogram
     def __init__(self, state: _Optional[str] = ..., error: _Optional[str] = ..., incarnation: _Optional[int] = ..., recovery_phase: _Optional[str] = ..., recovery_percent: _Optional[float] = ..., recovery_bytes_done: _Optional[int] = ..., recovery_bytes_total: _Optional[int] = ..., clean_shutdown: _Optional[bool] = ..., recovery_seconds: _Optional[float] = ..., min_offset: _Optional[int] = ..., wrote_offset: _Optional[int] = ..., flushed_offset: _Optional[int] = ..., confirm_offset: _Optional[int] = ..., dispatched_offset: _Optional[int] = ..., writable: _Optional[bool] = ..., unwritable_cause: _Optional[str] = ..., queue_count: _Optional[int] = ..., commitlog_bytes: _Optional[int] = ..., disk_free_bytes: _Optional[int] = ..., appended_messages: _Optional[int] = ..., appended_bytes: _Optional[int] = ..., append_failures: _Optional[int] = ..., append_seconds: _Optional[_Union[Histogram, _Mapping]] = ..., flush_seconds: _Optional[_Union[Histogram, _Mapping]] = ...) -> None: ...
+
+class GetRecoveryRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class GetRecoveryResponse(_message.Message):
+    __slots__ = ("incarnation", "clean_shutdown", "start_offset", "min_offset", "wrote_offset", "redispatch_from", "index_msg_timestamp", "queues")
+    INCARNATION_FIELD_NUMBER: _ClassVar[int]
+    CLEAN_SHUTDOWN_FIELD_NUMBER: _ClassVar[int]
+    START_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    MIN_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    WROTE_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    REDISPATCH_FROM_FIELD_NUMBER: _ClassVar[int]
+    INDEX_MSG_TIMESTAMP_FIELD_NUMBER: _ClassVar[int]
+    QUEUES_FIELD_NUMBER: _ClassVar[int]
+    incarnation: int
+    clean_shutdown: bool
+    start_offset: int
+    min_offset: int
+    wrote_offset: int
+    redispatch_from: int
+    index_msg_timestamp: int
+    queues: _containers.RepeatedCompositeFieldContainer[_common_pb2.QueueRange]
+    def __init__(self, incarnation: _Optional[int] = ..., clean_shutdown: _Optional[bool] = ..., start_offset: _Optional[int] = ..., min_offset: _Optional[int] = ..., wrote_offset: _Optional[int] = ..., redispatch_from: _Optional[int] = ..., index_msg_timestamp: _Optional[int] = ..., queues: _Optional[_Iterable[_Union[_common_pb2.QueueRange, _Mapping]]] = ...) -> None: ...
+
+class CheckUnitsRequest(_message.Message):
+    __slots__ = ("physical_offsets", "sizes", "queue_ids", "queue_offsets", "topics", "topic_codes", "tags_codes", "check_tags", "check_from", "deep_from")
+    PHYSICAL_OFFSETS_FIELD_NUMBER: _ClassVar[int]
+    SIZES_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_IDS_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_OFFSETS_FIELD_NUMBER: _ClassVar[int]
+    TOPICS_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_CODES_FIELD_NUMBER: _ClassVar[int]
+    TAGS_CODES_FIELD_NUMBER: _ClassVar[int]
+    CHECK_TAGS_FIELD_NUMBER: _ClassVar[int]
+    CHECK_FROM_FIELD_NUMBER: _ClassVar[int]
+    DEEP_FROM_FIELD_NUMBER: _ClassVar[int]
+    physical_offsets: _containers.RepeatedScalarFieldContainer[int]
+    sizes: _containers.RepeatedScalarFieldContainer[int]
+    queue_ids: _containers.RepeatedScalarFieldContainer[int]
+    queue_offsets: _containers.RepeatedScalarFieldContainer[int]
+    topics: _containers.RepeatedScalarFieldContainer[str]
+    topic_codes: _containers.RepeatedScalarFieldContainer[int]
+    tags_codes: _containers.RepeatedScalarFieldContainer[int]
+    check_tags: _containers.RepeatedScalarFieldContainer[bool]
+    check_from: int
+    deep_from: int
+    def __init__(self, physical_offsets: _Optional[_Iterable[int]] = ..., sizes: _Optional[_Iterable[int]] = ..., queue_ids: _Optional[_Iterable[int]] = ..., queue_offsets: _Optional[_Iterable[int]] = ..., topics: _Optional[_Iterable[str]] = ..., topic_codes: _Optional[_Iterable[int]] = ..., tags_codes: _Optional[_Iterable[int]] = ..., check_tags: _Optional[_Iterable[bool]] = ..., check_from: _Optional[int] = ..., deep_from: _Optional[int] = ...) -> None: ...
+
+class CheckUnitsResponse(_message.Message):
+    __slots__ = ("ok",)
+    OK_FIELD_NUMBER: _ClassVar[int]
+    ok: _containers.RepeatedScalarFieldContainer[bool]
+    def __init__(self, ok: _Optional[_Iterable[bool]] = ...) -> None: ...
+
+class NoteDerivedRequest(_message.Message):
+    __slots__ = ("kind", "durable_offset", "timestamp")
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    DURABLE_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    TIMESTAMP_FIELD_NUMBER: _ClassVar[int]
+    kind: str
+    durable_offset: int
+    timestamp: int
+    def __init__(self, kind: _Optional[str] = ..., durable_offset: _Optional[int] = ..., timestamp: _Optional[int] = ...) -> None: ...
+
+class NoteDerivedResponse(_message.Message):
+    __slots__ = ("derived_offset",)
+    DERIVED_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    derived_offset: int
+    def __init__(self, derived_offset: _Optional[int] = ...) -> None: ...

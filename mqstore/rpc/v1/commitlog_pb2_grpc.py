@@ -26,7 +26,7 @@ if _version_not_supported:
 
 
 class CommitLogServiceStub:
-    """One per shard, served by the shard actor (mqstore/services/commitlog.py).
+    """One per shard, served by the commitlog actor (mqstore/services/commitlog.py).
     """
 
     def __init__(self, channel):
@@ -70,10 +70,25 @@ class CommitLogServiceStub:
                 request_serializer=mqstore_dot_v1_dot_commitlog__pb2.GetStatsRequest.SerializeToString,
                 response_deserializer=mqstore_dot_v1_dot_commitlog__pb2.GetStatsResponse.FromString,
                 _registered_method=True)
+        self.GetRecovery = channel.unary_unary(
+                '/mqstore.v1.CommitLogService/GetRecovery',
+                request_serializer=mqstore_dot_v1_dot_commitlog__pb2.GetRecoveryRequest.SerializeToString,
+                response_deserializer=mqstore_dot_v1_dot_commitlog__pb2.GetRecoveryResponse.FromString,
+                _registered_method=True)
+        self.CheckUnits = channel.unary_unary(
+                '/mqstore.v1.CommitLogService/CheckUnits',
+                request_serializer=mqstore_dot_v1_dot_commitlog__pb2.CheckUnitsRequest.SerializeToString,
+                response_deserializer=mqstore_dot_v1_dot_commitlog__pb2.CheckUnitsResponse.FromString,
+                _registered_method=True)
+        self.NoteDerived = channel.unary_unary(
+                '/mqstore.v1.CommitLogService/NoteDerived',
+                request_serializer=mqstore_dot_v1_dot_commitlog__pb2.NoteDerivedRequest.SerializeToString,
+                response_deserializer=mqstore_dot_v1_dot_commitlog__pb2.NoteDerivedResponse.FromString,
+                _registered_method=True)
 
 
 class CommitLogServiceServicer:
-    """One per shard, served by the shard actor (mqstore/services/commitlog.py).
+    """One per shard, served by the commitlog actor (mqstore/services/commitlog.py).
     """
 
     def AppendBatch(self, request, context):
@@ -128,6 +143,31 @@ class CommitLogServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetRecovery(self, request, context):
+        """What the consume-queue and index builders recover against. Answered as soon
+        as the commitlog itself is recovered, also while appends still wait for the
+        builders (state AWAITING_BUILDERS).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CheckUnits(self, request, context):
+        """Check consume-queue units against the records they point at (a builder's
+        recovery of its tail). Answered in the same states as GetRecovery.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def NoteDerived(self, request, context):
+        """A builder made its files durable up to an offset (its thorough flush): the
+        commitlog records it in the checkpoint and config/derivedOffset.json.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_CommitLogServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -166,6 +206,21 @@ def add_CommitLogServiceServicer_to_server(servicer, server):
                     request_deserializer=mqstore_dot_v1_dot_commitlog__pb2.GetStatsRequest.FromString,
                     response_serializer=mqstore_dot_v1_dot_commitlog__pb2.GetStatsResponse.SerializeToString,
             ),
+            'GetRecovery': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetRecovery,
+                    request_deserializer=mqstore_dot_v1_dot_commitlog__pb2.GetRecoveryRequest.FromString,
+                    response_serializer=mqstore_dot_v1_dot_commitlog__pb2.GetRecoveryResponse.SerializeToString,
+            ),
+            'CheckUnits': grpc.unary_unary_rpc_method_handler(
+                    servicer.CheckUnits,
+                    request_deserializer=mqstore_dot_v1_dot_commitlog__pb2.CheckUnitsRequest.FromString,
+                    response_serializer=mqstore_dot_v1_dot_commitlog__pb2.CheckUnitsResponse.SerializeToString,
+            ),
+            'NoteDerived': grpc.unary_unary_rpc_method_handler(
+                    servicer.NoteDerived,
+                    request_deserializer=mqstore_dot_v1_dot_commitlog__pb2.NoteDerivedRequest.FromString,
+                    response_serializer=mqstore_dot_v1_dot_commitlog__pb2.NoteDerivedResponse.SerializeToString,
+            ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
             'mqstore.v1.CommitLogService', rpc_method_handlers)
@@ -175,7 +230,7 @@ def add_CommitLogServiceServicer_to_server(servicer, server):
 
  # This class is part of an EXPERIMENTAL API.
 class CommitLogService:
-    """One per shard, served by the shard actor (mqstore/services/commitlog.py).
+    """One per shard, served by the commitlog actor (mqstore/services/commitlog.py).
     """
 
     @staticmethod
@@ -357,6 +412,87 @@ class CommitLogService:
             '/mqstore.v1.CommitLogService/GetStats',
             mqstore_dot_v1_dot_commitlog__pb2.GetStatsRequest.SerializeToString,
             mqstore_dot_v1_dot_commitlog__pb2.GetStatsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetRecovery(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mqstore.v1.CommitLogService/GetRecovery',
+            mqstore_dot_v1_dot_commitlog__pb2.GetRecoveryRequest.SerializeToString,
+            mqstore_dot_v1_dot_commitlog__pb2.GetRecoveryResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CheckUnits(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mqstore.v1.CommitLogService/CheckUnits',
+            mqstore_dot_v1_dot_commitlog__pb2.CheckUnitsRequest.SerializeToString,
+            mqstore_dot_v1_dot_commitlog__pb2.CheckUnitsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def NoteDerived(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mqstore.v1.CommitLogService/NoteDerived',
+            mqstore_dot_v1_dot_commitlog__pb2.NoteDerivedRequest.SerializeToString,
+            mqstore_dot_v1_dot_commitlog__pb2.NoteDerivedResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -36,12 +36,26 @@ class PutUnitsRequest(_message.Message):
     def __init__(self, topics: _Optional[_Iterable[str]] = ..., topic_codes: _Optional[_Iterable[int]] = ..., queue_ids: _Optional[_Iterable[int]] = ..., queue_offsets: _Optional[_Iterable[int]] = ..., physical_offsets: _Optional[_Iterable[int]] = ..., sizes: _Optional[_Iterable[int]] = ..., tags_codes: _Optional[_Iterable[int]] = ..., store_timestamps: _Optional[_Iterable[int]] = ..., sysflags: _Optional[_Iterable[int]] = ..., from_offset: _Optional[int] = ..., to_offset: _Optional[int] = ..., incarnation: _Optional[int] = ...) -> None: ...
 
 class PutUnitsResponse(_message.Message):
-    __slots__ = ("progress_offset", "dispatched_offset")
+    __slots__ = ("progress_offset",)
     PROGRESS_OFFSET_FIELD_NUMBER: _ClassVar[int]
-    DISPATCHED_OFFSET_FIELD_NUMBER: _ClassVar[int]
     progress_offset: int
-    dispatched_offset: int
-    def __init__(self, progress_offset: _Optional[int] = ..., dispatched_offset: _Optional[int] = ...) -> None: ...
+    def __init__(self, progress_offset: _Optional[int] = ...) -> None: ...
+
+class GetProgressRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class QueueEndsRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class QueueEndsResponse(_message.Message):
+    __slots__ = ("progress", "queues")
+    PROGRESS_FIELD_NUMBER: _ClassVar[int]
+    QUEUES_FIELD_NUMBER: _ClassVar[int]
+    progress: _common_pb2.BuilderProgress
+    queues: _containers.RepeatedCompositeFieldContainer[_common_pb2.QueueRange]
+    def __init__(self, progress: _Optional[_Union[_common_pb2.BuilderProgress, _Mapping]] = ..., queues: _Optional[_Iterable[_Union[_common_pb2.QueueRange, _Mapping]]] = ...) -> None: ...
 
 class GetUnitsRequest(_message.Message):
     __slots__ = ("topic", "queue_id", "offset", "max_units")

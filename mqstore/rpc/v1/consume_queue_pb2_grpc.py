@@ -3,6 +3,7 @@
 import grpc
 import warnings
 
+from mqstore.rpc.v1 import common_pb2 as mqstore_dot_v1_dot_common__pb2
 from mqstore.rpc.v1 import consume_queue_pb2 as mqstore_dot_v1_dot_consume__queue__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
@@ -26,7 +27,7 @@ if _version_not_supported:
 
 
 class ConsumeQueueServiceStub:
-    """One per shard, served by the shard actor (mqstore/services/consume_queue.py).
+    """One per shard, served by the consume-queue builder actor (mqstore/services/consume_queue.py).
     """
 
     def __init__(self, channel):
@@ -70,10 +71,20 @@ class ConsumeQueueServiceStub:
                 request_serializer=mqstore_dot_v1_dot_consume__queue__pb2.GroupOffsetsRequest.SerializeToString,
                 response_deserializer=mqstore_dot_v1_dot_consume__queue__pb2.GroupOffsetsResponse.FromString,
                 _registered_method=True)
+        self.GetProgress = channel.unary_unary(
+                '/mqstore.v1.ConsumeQueueService/GetProgress',
+                request_serializer=mqstore_dot_v1_dot_consume__queue__pb2.GetProgressRequest.SerializeToString,
+                response_deserializer=mqstore_dot_v1_dot_common__pb2.BuilderProgress.FromString,
+                _registered_method=True)
+        self.QueueEnds = channel.unary_unary(
+                '/mqstore.v1.ConsumeQueueService/QueueEnds',
+                request_serializer=mqstore_dot_v1_dot_consume__queue__pb2.QueueEndsRequest.SerializeToString,
+                response_deserializer=mqstore_dot_v1_dot_consume__queue__pb2.QueueEndsResponse.FromString,
+                _registered_method=True)
 
 
 class ConsumeQueueServiceServicer:
-    """One per shard, served by the shard actor (mqstore/services/consume_queue.py).
+    """One per shard, served by the consume-queue builder actor (mqstore/services/consume_queue.py).
     """
 
     def PutUnits(self, request, context):
@@ -126,6 +137,21 @@ class ConsumeQueueServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetProgress(self, request, context):
+        """Where the builder stands (the dispatcher resumes from it).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def QueueEnds(self, request, context):
+        """The max offset of every queue (the commitlog continues queue offsets from
+        them when it opens), with the builder's progress.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ConsumeQueueServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -164,6 +190,16 @@ def add_ConsumeQueueServiceServicer_to_server(servicer, server):
                     request_deserializer=mqstore_dot_v1_dot_consume__queue__pb2.GroupOffsetsRequest.FromString,
                     response_serializer=mqstore_dot_v1_dot_consume__queue__pb2.GroupOffsetsResponse.SerializeToString,
             ),
+            'GetProgress': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetProgress,
+                    request_deserializer=mqstore_dot_v1_dot_consume__queue__pb2.GetProgressRequest.FromString,
+                    response_serializer=mqstore_dot_v1_dot_common__pb2.BuilderProgress.SerializeToString,
+            ),
+            'QueueEnds': grpc.unary_unary_rpc_method_handler(
+                    servicer.QueueEnds,
+                    request_deserializer=mqstore_dot_v1_dot_consume__queue__pb2.QueueEndsRequest.FromString,
+                    response_serializer=mqstore_dot_v1_dot_consume__queue__pb2.QueueEndsResponse.SerializeToString,
+            ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
             'mqstore.v1.ConsumeQueueService', rpc_method_handlers)
@@ -173,7 +209,7 @@ def add_ConsumeQueueServiceServicer_to_server(servicer, server):
 
  # This class is part of an EXPERIMENTAL API.
 class ConsumeQueueService:
-    """One per shard, served by the shard actor (mqstore/services/consume_queue.py).
+    """One per shard, served by the consume-queue builder actor (mqstore/services/consume_queue.py).
     """
 
     @staticmethod
@@ -355,6 +391,60 @@ class ConsumeQueueService:
             '/mqstore.v1.ConsumeQueueService/GroupOffsets',
             mqstore_dot_v1_dot_consume__queue__pb2.GroupOffsetsRequest.SerializeToString,
             mqstore_dot_v1_dot_consume__queue__pb2.GroupOffsetsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetProgress(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mqstore.v1.ConsumeQueueService/GetProgress',
+            mqstore_dot_v1_dot_consume__queue__pb2.GetProgressRequest.SerializeToString,
+            mqstore_dot_v1_dot_common__pb2.BuilderProgress.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def QueueEnds(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mqstore.v1.ConsumeQueueService/QueueEnds',
+            mqstore_dot_v1_dot_consume__queue__pb2.QueueEndsRequest.SerializeToString,
+            mqstore_dot_v1_dot_consume__queue__pb2.QueueEndsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,3 +1,4 @@
+from mqstore.rpc.v1 import common_pb2 as _common_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
@@ -5,6 +6,10 @@ from collections.abc import Iterable as _Iterable
 from typing import ClassVar as _ClassVar, Optional as _Optional
 
 DESCRIPTOR: _descriptor.FileDescriptor
+
+class IndexProgressRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
 
 class PutKeysRequest(_message.Message):
     __slots__ = ("key_hashes", "physical_offsets", "store_timestamps", "from_offset", "to_offset", "incarnation")

@@ -3,6 +3,7 @@
 import grpc
 import warnings
 
+from mqstore.rpc.v1 import common_pb2 as mqstore_dot_v1_dot_common__pb2
 from mqstore.rpc.v1 import index_pb2 as mqstore_dot_v1_dot_index__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
@@ -26,7 +27,7 @@ if _version_not_supported:
 
 
 class IndexServiceStub:
-    """One per shard, served by the shard actor (mqstore/services/index.py).
+    """One per shard, served by the index builder actor (mqstore/services/index.py).
     """
 
     def __init__(self, channel):
@@ -45,10 +46,15 @@ class IndexServiceStub:
                 request_serializer=mqstore_dot_v1_dot_index__pb2.IndexQueryRequest.SerializeToString,
                 response_deserializer=mqstore_dot_v1_dot_index__pb2.IndexQueryResponse.FromString,
                 _registered_method=True)
+        self.GetProgress = channel.unary_unary(
+                '/mqstore.v1.IndexService/GetProgress',
+                request_serializer=mqstore_dot_v1_dot_index__pb2.IndexProgressRequest.SerializeToString,
+                response_deserializer=mqstore_dot_v1_dot_common__pb2.BuilderProgress.FromString,
+                _registered_method=True)
 
 
 class IndexServiceServicer:
-    """One per shard, served by the shard actor (mqstore/services/index.py).
+    """One per shard, served by the index builder actor (mqstore/services/index.py).
     """
 
     def PutKeys(self, request, context):
@@ -61,6 +67,13 @@ class IndexServiceServicer:
 
     def Query(self, request, context):
         """Commitlog offsets of the records indexed under topic#key in a time range.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetProgress(self, request, context):
+        """Where the builder stands (the dispatcher resumes from it).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -79,6 +92,11 @@ def add_IndexServiceServicer_to_server(servicer, server):
                     request_deserializer=mqstore_dot_v1_dot_index__pb2.IndexQueryRequest.FromString,
                     response_serializer=mqstore_dot_v1_dot_index__pb2.IndexQueryResponse.SerializeToString,
             ),
+            'GetProgress': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetProgress,
+                    request_deserializer=mqstore_dot_v1_dot_index__pb2.IndexProgressRequest.FromString,
+                    response_serializer=mqstore_dot_v1_dot_common__pb2.BuilderProgress.SerializeToString,
+            ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
             'mqstore.v1.IndexService', rpc_method_handlers)
@@ -88,7 +106,7 @@ def add_IndexServiceServicer_to_server(servicer, server):
 
  # This class is part of an EXPERIMENTAL API.
 class IndexService:
-    """One per shard, served by the shard actor (mqstore/services/index.py).
+    """One per shard, served by the index builder actor (mqstore/services/index.py).
     """
 
     @staticmethod
@@ -135,6 +153,33 @@ class IndexService:
             '/mqstore.v1.IndexService/Query',
             mqstore_dot_v1_dot_index__pb2.IndexQueryRequest.SerializeToString,
             mqstore_dot_v1_dot_index__pb2.IndexQueryResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetProgress(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mqstore.v1.IndexService/GetProgress',
+            mqstore_dot_v1_dot_index__pb2.IndexProgressRequest.SerializeToString,
+            mqstore_dot_v1_dot_common__pb2.BuilderProgress.FromString,
             options,
             channel_credentials,
             insecure,

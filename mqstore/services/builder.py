@@ -1,0 +1,208 @@
+"""A derived-file builder of one shard as the services see it: the consume-queue
+builder or the index builder (store/builders.py) in a process of its own, with its
+state and its half of the open protocol (see shard.py).
+
+The builder's thread: ask the commitlog for its recovery facts (GetRecovery, retried
+while the commitlog recovers), recover against them (``RemoteCommitLog``: the tail
+check goes over CheckUnits), serve, and then watch the commitlog once a second:
+
+  * a new commitlog incarnation (it reopened: after a crash its tail may be
+    shorter) -> close the builder (everything flushed) and recover again against the
+    new open; batches read from the old one are refused (ABORTED) meanwhile;
+  * its min offset moved (retention deleted segments) -> delete own files below it
+    (the consume queues report the groups that lost unread messages).
+
+Thorough flushes report the durable offset to the commitlog (NoteDerived).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import functools
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, TypeVar
+
+import grpc
+import structlog
+
+from mqstore.errors import StoreLockedError
+from mqstore.rpc.v1 import common_pb2
+from mqstore.services.errors import Aborted, Unavailable
+from mqstore.services.remote import RemoteCommitLog, Resolver
+from mqstore.store.builders import IndexBuilder, QueueBuilder
+from mqstore.store.config import StoreConfig
+
+log = structlog.get_logger(__name__)
+T = TypeVar("T")
+KINDS = {"consumequeue": (QueueBuilder, "consume_queue"), "index": (IndexBuilder, "index")}
+
+
+class BuilderState(enum.Enum):
+    RECOVERING = "RECOVERING"
+    SERVING = "SERVING"
+    CLOSING = "CLOSING"
+    CLOSED = "CLOSED"
+    FAILED = "FAILED"
+
+
+class BuilderShard:
+    """See the module docstring. ``kind``: "consumequeue" or "index"."""
+
+    def __init__(self, kind: str, store_dir: str | Path, config: StoreConfig | None, resolve_commitlog: Resolver, *,
+                 index: int = 0, poll_s: float = 1.0) -> None:  # fmt: skip
+        if kind not in KINDS:
+            raise ValueError(f"kind must be one of {sorted(KINDS)}, got {kind!r}")
+        self.kind = kind
+        self.store_dir = Path(store_dir)
+        self.config = config or StoreConfig()
+        self.index = index
+        self._resolve = resolve_commitlog
+        self._poll_s = poll_s
+        self.state = BuilderState.RECOVERING
+        self.error: str | None = None
+        self.builder: QueueBuilder | IndexBuilder | None = None
+        self.view: RemoteCommitLog | None = None
+        self.executor = ThreadPoolExecutor(8, thread_name_prefix=f"mqstore-{kind}{index}")
+        self.opened = threading.Event()  # set on every successful open
+        self._stop = threading.Event()
+        self._swap = threading.Lock()  # a reopen waits for puts in progress, puts wait for a reopen
+        self._thread = threading.Thread(target=self._run, name=f"mqstore-{kind}{index}-open", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    # ------------------------------------------------------------------ the builder's thread
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self._open()
+            except (StoreLockedError, grpc.RpcError, OSError) as e:  # the commitlog or an old incarnation: wait
+                self.error = f"{type(e).__name__}: {getattr(e, 'details', lambda: str(e))() or e}"
+                self._stop.wait(0.2)
+                continue
+            except Exception as e:  # noqa: BLE001 - reported through state/error; tried again
+                self.state, self.error = BuilderState.FAILED, f"{type(e).__name__}: {e}"
+                log.error("builder_open_failed", kind=self.kind, shard=self.index, error=self.error, exc_info=e)
+                self._stop.wait(5.0)
+                continue
+            self._watch()
+            if not self._stop.is_set():
+                self._close_builder(report=False)
+
+    def _open(self) -> None:
+        cls, note_kind = KINDS[self.kind]
+        view = RemoteCommitLog(self._resolve)
+        builder = cls(self.store_dir, self.config, view,
+                      on_durable=lambda off, ts: view.note_derived(note_kind, off, ts))  # fmt: skip
+        with self._swap:
+            self.view, self.builder, self.error = view, builder, None
+            self.state = BuilderState.SERVING
+        self.opened.set()
+        log.info("builder_serving", kind=self.kind, shard=self.index, commitlog_incarnation=view.incarnation,
+                 progress_offset=builder.progress_offset)  # fmt: skip
+
+    def _watch(self) -> None:
+        view, builder = self.view, self.builder
+        cleaned = view.min_offset
+        while not self._stop.wait(self._poll_s):
+            try:
+                r = view.offsets()
+            except grpc.RpcError:
+                continue  # the commitlog is restarting: keep serving reads
+            if r.incarnation != view.incarnation:
+                log.warning("commitlog_reopened", kind=self.kind, shard=self.index, was=view.incarnation,
+                            now=r.incarnation, action="recover again against it")  # fmt: skip
+                return
+            if r.min_offset > cleaned:
+                try:
+                    builder.clean_below(r.min_offset)
+                    cleaned = r.min_offset
+                except Exception as e:  # noqa: BLE001 - tried again next second
+                    log.error("builder_clean_failed", kind=self.kind, shard=self.index, error=str(e))
+
+    def _close_builder(self, *, report: bool) -> None:
+        with self._swap:
+            builder, view, self.builder = self.builder, self.view, None
+            if self.state is BuilderState.SERVING:
+                self.state = BuilderState.RECOVERING
+        if builder is not None:
+            if not report:  # the commitlog that would take the report is another open now
+                builder._on_durable = None
+            builder.close()
+        if view is not None:
+            view.close()
+
+    def close(self) -> None:
+        """Flush everything (reporting the durable offset) and release the files."""
+        self._stop.set()
+        self.state = BuilderState.CLOSING
+        self._thread.join(30)
+        try:
+            self._close_builder(report=True)
+        finally:
+            self.state = BuilderState.CLOSED
+            self.executor.shutdown(wait=False)
+
+    # ------------------------------------------------------------------ for servicers
+
+    def ready(self):
+        """The open builder, or Unavailable saying why not."""
+        b = self.builder
+        if self.state is BuilderState.SERVING and b is not None:
+            return b
+        why = f": {self.error}" if self.error else ""
+        if self.state is BuilderState.RECOVERING:
+            raise Unavailable(f"shard {self.index}'s {self.kind} builder is recovering against the commitlog{why}")
+        raise Unavailable(f"shard {self.index}'s {self.kind} builder is {self.state.value.lower()}{why}")
+
+    def check_incarnation(self, incarnation: int) -> None:
+        view = self.view
+        if view is None or incarnation != view.incarnation:
+            raise Aborted(f"records read from commitlog incarnation {incarnation}; this {self.kind} builder "
+                          f"recovered against {view.incarnation if view else 'none yet'}: resume from its progress")  # fmt: skip
+
+    def put(self, fn: Callable[..., T], incarnation: int, *args: Any) -> T:
+        """Run a put of the builder (blocking) unless a reopen is under way."""
+        with self._swap:
+            b = self.ready()
+            self.check_incarnation(incarnation)
+            return getattr(b, fn)(*args)
+
+    async def call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self.executor, functools.partial(fn, *args, **kwargs))
+
+    def progress(self) -> common_pb2.BuilderProgress:
+        b, v = self.builder, self.view
+        serving = self.state is BuilderState.SERVING and b is not None and v is not None
+        return common_pb2.BuilderProgress(
+            commitlog_incarnation=v.incarnation if serving else 0, progress_offset=b.progress_offset if serving else 0,
+            durable_offset=b.durable_offset if serving else 0, state=self.state.value, error=self.error or "",
+        )  # fmt: skip
+
+    def status(self) -> dict:
+        p = self.progress()
+        return {"kind": self.kind, "shard": self.index, "state": p.state, "error": p.error,
+                "commitlog_incarnation": p.commitlog_incarnation, "progress_offset": p.progress_offset,
+                "durable_offset": p.durable_offset}  # fmt: skip
+
+    def wait_open(self, timeout: float | None = None) -> bool:
+        return self.opened.wait(timeout) and self.state is BuilderState.SERVING
+
+
+def wait_until(pred: Callable[[], bool], timeout: float, step: float = 0.05) -> bool:
+    deadline = time.monotonic() + timeout
+    while not pred():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(step)
+    return True
+
+
+__all__ = ["KINDS", "BuilderShard", "BuilderState"]
