@@ -1,24 +1,29 @@
 """The Ray actors (the only module importing Ray): one per component, each hosting
 its gRPC server (hosts.py) on a port it picks and publishes through ``endpoint()``.
 
-    shard-<i>        ShardActor: store directory i (CommitLog, ConsumeQueue, Index services)
-    dispatcher-<i>   DispatcherActor: the reput loop of shard i (Dispatcher service)
-    front            FrontActor: the public API (Front service) on the requested port
+    commitlog-<i>     ShardActor: the commitlog writer of store directory i (CommitLog service)
+    consumequeue-<i>  BuilderActor: its consume queues and consumer offsets (ConsumeQueue service)
+    index-<i>         BuilderActor: its index files (Index service; none when the index is disabled)
+    dispatcher-<i>    DispatcherActor: the reput loop of shard i (Dispatcher service)
+    front             FrontActor: the public API (Front service) on the requested port
 
 Actors find each other by name in one namespace (``ray.get_actor(name, namespace)``),
-never by handle, so a restarted actor is found again. Shard and dispatcher actors
-run on the node that holds the shard's files. Two placements:
+never by handle, so a restarted actor is found again. A shard's four actors run on
+the node that holds the shard's files (they share its directory, each owning its
+part under its own lock). Two placements:
 
     node      every shard on the driver's node (hard node affinity: if that node
               dies, so do they: the files are there); the default, one machine
-    resource  shard i (and its dispatcher) on the node that offers the custom
+    resource  shard i (its four actors) on the node that offers the custom
               resource ``mqstore_shard_<i>`` (``ray start --resources``): the node
               whose disk holds DIR/shard-i; a restart lands there again, and while
               no such node is up the actor waits for one
 
-They restart up to ``max_restarts`` times; a restarted shard reopens its store from the files (abnormal recovery: the
-abort file is still there), a restarted dispatcher resumes at the shard's
-dispatched offset. Methods are not retried (max_task_retries=0): they are cheap
+They restart up to ``max_restarts`` times; a restarted commitlog actor recovers its
+commitlog (abnormal recovery: the abort file is still there) and waits for the
+consume-queue builder's ends, a restarted builder recovers its files against the
+commitlog, a restarted dispatcher resumes at the builders' progress (see shard.py
+and builder.py). Methods are not retried (max_task_retries=0): they are cheap
 status reads, and a poison call must not burn every restart.
 """
 
@@ -36,7 +41,7 @@ import structlog
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from mqstore.logging import configure_logging
-from mqstore.services.hosts import DispatcherHost, FrontHost, ShardHost, shard_config
+from mqstore.services.hosts import BuilderHost, DispatcherHost, FrontHost, ShardHost, ShardResolvers, shard_config
 from mqstore.services.routing import shard_dir
 from mqstore.services.server import TlsFiles
 from mqstore.store.config import StoreConfig
@@ -46,12 +51,21 @@ log = structlog.get_logger(__name__)
 NAMESPACE = "mqstore"
 FRONT = "front"
 MAX_RESTARTS = 20
+# Threaded actors: a long call (wait_ready while a commitlog waits for its builder)
+# must not hold up the cheap ones (endpoint, asked by that very builder's resolver).
+CONCURRENCY = 8
 PLACEMENTS = ("node", "resource")
-SHARD_RESOURCE_UNITS = 0.01  # of mqstore_shard_<i>: a marker, not a capacity (both actors of shard i fit)
+SHARD_RESOURCE_UNITS = 0.01  # of mqstore_shard_<i>: a marker, not a capacity (the four actors of shard i fit)
 
 
 def shard_name(i: int) -> str:
-    return f"shard-{i}"
+    """The commitlog actor of shard ``i`` (it holds the shard's store lock)."""
+    return f"commitlog-{i}"
+
+
+def builder_name(kind: str, i: int) -> str:
+    """The "consumequeue" or "index" builder actor of shard ``i``."""
+    return f"{kind}-{i}"
 
 
 def dispatcher_name(i: int) -> str:
@@ -101,7 +115,7 @@ def _configure_logging(component: str, shard: int | None = None) -> None:
 
 
 class _Hosted:
-    host: ShardHost | DispatcherHost | FrontHost
+    host: ShardHost | BuilderHost | DispatcherHost | FrontHost
 
     def endpoint(self) -> str:
         return self.host.endpoint
@@ -117,12 +131,13 @@ class _Hosted:
         self.host.close()
 
 
-@ray.remote(num_cpus=0, max_restarts=MAX_RESTARTS, max_task_retries=0)
+@ray.remote(num_cpus=0, max_restarts=MAX_RESTARTS, max_task_retries=0, max_concurrency=CONCURRENCY)
 class ShardActor(_Hosted):
-    def __init__(self, store_dir: str, config: StoreConfig, index: int, host: str,
+    def __init__(self, store_dir: str, config: StoreConfig, index: int, namespace: str, host: str,
                  retention: RetentionConfig | None = None, layout: tuple[str, int] | None = None) -> None:  # fmt: skip
-        _configure_logging("shard", index)
+        _configure_logging("commitlog", index)
         self.host = ShardHost(store_dir, config, index=index, host=host, retention=retention,
+                              resolve_queues=actor_resolver(builder_name("consumequeue", index), namespace),
                               layout=None if layout is None else (Path(layout[0]), layout[1]))  # fmt: skip
 
     def wait_ready(self, timeout_s: float = 600.0) -> bool:
@@ -132,21 +147,44 @@ class ShardActor(_Hosted):
         return self.host.status()
 
 
-@ray.remote(num_cpus=0, max_restarts=MAX_RESTARTS, max_task_retries=0)
-class DispatcherActor(_Hosted):
-    def __init__(self, shard: int, namespace: str, config: StoreConfig, host: str) -> None:
-        _configure_logging("dispatcher", shard)
-        self.host = DispatcherHost(actor_resolver(shard_name(shard), namespace), shard=shard, config=config, host=host)
+@ray.remote(num_cpus=0, max_restarts=MAX_RESTARTS, max_task_retries=0, max_concurrency=CONCURRENCY)
+class BuilderActor(_Hosted):
+    def __init__(self, kind: str, store_dir: str, config: StoreConfig, index: int, namespace: str, host: str) -> None:
+        _configure_logging(kind, index)
+        self.host = BuilderHost(kind, store_dir, config, index=index, host=host,
+                                resolve_commitlog=actor_resolver(shard_name(index), namespace))  # fmt: skip
+
+    def wait_ready(self, timeout_s: float = 600.0) -> bool:
+        return self.host.wait_ready(timeout_s)
 
     def status(self) -> dict:
         return self.host.status()
 
 
-@ray.remote(num_cpus=0, max_restarts=MAX_RESTARTS, max_task_retries=0)
+def shard_resolvers(i: int, namespace: str, index_enabled: bool = True) -> ShardResolvers:
+    """Resolvers of shard ``i``'s services by actor name."""
+    out = {"cl": actor_resolver(shard_name(i), namespace), "cq": actor_resolver(builder_name("consumequeue", i), namespace)}
+    if index_enabled:
+        out["ix"] = actor_resolver(builder_name("index", i), namespace)
+    return out
+
+
+@ray.remote(num_cpus=0, max_restarts=MAX_RESTARTS, max_task_retries=0, max_concurrency=CONCURRENCY)
+class DispatcherActor(_Hosted):
+    def __init__(self, shard: int, namespace: str, config: StoreConfig, host: str) -> None:
+        _configure_logging("dispatcher", shard)
+        self.host = DispatcherHost(shard_resolvers(shard, namespace, config.message_index_enable), shard=shard,
+                                   config=config, host=host)  # fmt: skip
+
+    def status(self) -> dict:
+        return self.host.status()
+
+
+@ray.remote(num_cpus=0, max_restarts=MAX_RESTARTS, max_task_retries=0, max_concurrency=CONCURRENCY)
 class FrontActor(_Hosted):
     def __init__(self, shards: int, namespace: str, host: str, port: int, default_queue_nums: int,
-                 metrics_port: int = 0, tls: TlsFiles | None = None) -> None:  # fmt: skip
-        resolvers = [(actor_resolver(shard_name(i), namespace), actor_resolver(dispatcher_name(i), namespace))
+                 metrics_port: int = 0, tls: TlsFiles | None = None, index_enabled: bool = True) -> None:  # fmt: skip
+        resolvers = [(shard_resolvers(i, namespace, index_enabled), actor_resolver(dispatcher_name(i), namespace))
                      for i in range(shards)]  # fmt: skip
         _configure_logging("front")
         self.host = FrontHost(resolvers, host=host, port=port, default_queue_nums=default_queue_nums,
@@ -161,7 +199,9 @@ class Deployment:
     """Handles of a running deployment (see ``start_deployment``)."""
 
     namespace: str
-    shards: list = field(default_factory=list)
+    shards: list = field(default_factory=list)  # the commitlog actors
+    queue_builders: list = field(default_factory=list)
+    index_builders: list = field(default_factory=list)
     dispatchers: list = field(default_factory=list)
     front: object = None
     front_endpoint: str = ""
@@ -180,10 +220,12 @@ class Deployment:
         return out
 
     def close(self, timeout_s: float = 120.0) -> None:
-        """Front, then dispatchers, then shards: each closes its server and (shards)
-        its store cleanly; then the actors are killed for good. An actor that is
-        restarting is waited for (its store must be closed, not killed again)."""
-        groups = [([self.front] if self.front is not None else [], 15.0), (self.dispatchers, 15.0), (self.shards, timeout_s)]
+        """Front, then dispatchers (after dispatching what is confirmed), then the
+        builders, then the commitlogs: each closes its server and its files cleanly;
+        then the actors are killed for good. An actor that is restarting is waited
+        for (its files must be closed, not killed again)."""
+        groups = [([self.front] if self.front is not None else [], 15.0), (self.dispatchers, 30.0),
+                  (self.queue_builders + self.index_builders, timeout_s), (self.shards, timeout_s)]  # fmt: skip
         for group, limit in groups:
             with ThreadPoolExecutor(max(1, len(group))) as pool:  # shards close their stores in parallel
                 list(pool.map(lambda a, limit=limit: _close_actor(a, limit), group))
@@ -238,13 +280,19 @@ def start_deployment(root: str | Path, config: StoreConfig | None = None, *, sha
             d.mkdir(parents=True, exist_ok=True)
         else:
             layout = (str(root), shards)
+        c = shard_config(cfg, i, shards)
         dep.shards.append(ShardActor.options(name=shard_name(i), namespace=namespace, **where(i))
-                          .remote(str(d), shard_config(cfg, i, shards), i, host, retention, layout))  # fmt: skip
+                          .remote(str(d), c, i, namespace, host, retention, layout))  # fmt: skip
+        dep.queue_builders.append(BuilderActor.options(name=builder_name("consumequeue", i), namespace=namespace,
+                                                       **where(i)).remote("consumequeue", str(d), c, i, namespace, host))  # fmt: skip
+        if cfg.message_index_enable:
+            dep.index_builders.append(BuilderActor.options(name=builder_name("index", i), namespace=namespace,
+                                                           **where(i)).remote("index", str(d), c, i, namespace, host))  # fmt: skip
     for i in range(shards):
         dep.dispatchers.append(DispatcherActor.options(name=dispatcher_name(i), namespace=namespace, **where(i))
                                .remote(i, namespace, cfg, host))  # fmt: skip
     dep.front = FrontActor.options(name=FRONT, namespace=namespace, scheduling_strategy=pin).remote(
-        shards, namespace, host, port, cfg.default_queue_nums, metrics_port, tls)  # fmt: skip
+        shards, namespace, host, port, cfg.default_queue_nums, metrics_port, tls, cfg.message_index_enable)  # fmt: skip
     dep.front_endpoint = ray.get(dep.front.endpoint.remote(), timeout=120)
     dep.metrics_endpoint = ray.get(dep.front.metrics_endpoint.remote(), timeout=30)
     return dep
@@ -254,13 +302,16 @@ __all__ = [
     "FRONT",
     "NAMESPACE",
     "PLACEMENTS",
+    "BuilderActor",
     "Deployment",
     "DispatcherActor",
     "FrontActor",
     "ShardActor",
     "actor_resolver",
+    "builder_name",
     "dispatcher_name",
     "shard_name",
+    "shard_resolvers",
     "shard_resource",
     "start_deployment",
 ]  # fmt: skip

@@ -33,7 +33,7 @@ import structlog
 from mqstore.errors import StoreLockedError
 from mqstore.rpc.v1 import common_pb2
 from mqstore.services.errors import Aborted, Unavailable
-from mqstore.services.remote import RemoteCommitLog, Resolver
+from mqstore.services.remote import PeerUnavailable, RemoteCommitLog, Resolver
 from mqstore.store.builders import IndexBuilder, QueueBuilder
 from mqstore.store.config import StoreConfig
 
@@ -82,7 +82,7 @@ class BuilderShard:
         while not self._stop.is_set():
             try:
                 self._open()
-            except (StoreLockedError, grpc.RpcError, OSError) as e:  # the commitlog or an old incarnation: wait
+            except (StoreLockedError, grpc.RpcError, PeerUnavailable) as e:  # the commitlog, or an old incarnation: wait
                 self.error = f"{type(e).__name__}: {getattr(e, 'details', lambda: str(e))() or e}"
                 self._stop.wait(0.2)
                 continue
@@ -113,7 +113,7 @@ class BuilderShard:
         while not self._stop.wait(self._poll_s):
             try:
                 r = view.offsets()
-            except grpc.RpcError:
+            except (grpc.RpcError, PeerUnavailable):
                 continue  # the commitlog is restarting: keep serving reads
             if r.incarnation != view.incarnation:
                 log.warning("commitlog_reopened", kind=self.kind, shard=self.index, was=view.incarnation,

@@ -6,8 +6,10 @@ code expects, for components that run in another process:
   RemoteQueues      the delay scheduler's ``consume_queues.find`` (schedule.py) in the
                     commitlog's process, over ConsumeQueueService.GetUnits
 
-Each resolves its peer's endpoint with an async resolver (run on a private loop:
-these are called from plain threads) and resolves again after UNAVAILABLE.
+Each resolves its peer's endpoint with an async resolver (run on a private loop in
+a thread of its own, at most ``RESOLVE_S``: these are called from plain threads,
+and a peer that is gone for good must not hold up a close) and resolves again
+after UNAVAILABLE.
 """
 
 from __future__ import annotations
@@ -26,6 +28,30 @@ from mqstore.formats.consume_queue import UNIT_DTYPE
 
 Resolver = Callable[[], Awaitable[str]]
 CHECK_CHUNK = 100_000  # units per CheckUnits call (the server takes at most 200,000)
+RESOLVE_S = 10.0
+
+
+class PeerUnavailable(ConnectionError):
+    """The peer's endpoint could not be resolved in time (its actor restarts or is gone)."""
+
+
+def resolve_within(resolve: Resolver, timeout_s: float = RESOLVE_S) -> str:
+    """Run the async resolver to completion in a daemon thread, at most ``timeout_s``."""
+    box: dict = {}
+
+    def run() -> None:
+        try:
+            box["endpoint"] = asyncio.run(resolve())
+        except BaseException as e:  # noqa: BLE001 - handed to the caller
+            box["error"] = e
+
+    t = threading.Thread(target=run, name="mqstore-resolve", daemon=True)
+    t.start()
+    t.join(timeout_s)
+    if "endpoint" in box:
+        return box["endpoint"]
+    why = f"{type(box['error']).__name__}: {box['error']}" if "error" in box else f"not resolved within {timeout_s:.0f} s"
+    raise PeerUnavailable(why)
 
 
 class _Peer:
@@ -38,7 +64,7 @@ class _Peer:
     def stub(self):
         with self._lock:
             if self._channel is None:
-                self._channel = sync_channel(asyncio.run(self._resolve()))
+                self._channel = sync_channel(resolve_within(self._resolve))
                 self._stub = self._stub_class(self._channel)
             return self._stub
 
@@ -135,8 +161,11 @@ class _RemoteQueue:
         self._peer, self.topic, self.queue_id, self.min_offset = peer, topic, queue_id, min_offset
 
     def read_units(self, start: int, n: int) -> np.ndarray:
-        r = self._peer.call("GetUnits", consume_queue_pb2.GetUnitsRequest(topic=self.topic, queue_id=self.queue_id,
-                                                                         offset=start, max_units=n))  # fmt: skip
+        try:
+            r = self._peer.call("GetUnits", consume_queue_pb2.GetUnitsRequest(topic=self.topic, queue_id=self.queue_id,
+                                                                             offset=start, max_units=n))  # fmt: skip
+        except (grpc.RpcError, PeerUnavailable):  # the builder restarts: nothing due until it is back
+            return np.zeros(0, UNIT_DTYPE)
         if r.first_offset != start:  # retention moved the queue's start: the caller asks again from there
             self.min_offset = r.min_offset
             return np.zeros(0, UNIT_DTYPE)
@@ -155,10 +184,8 @@ class RemoteQueues:
         try:
             r = self._peer.call("GetUnits", consume_queue_pb2.GetUnitsRequest(topic=topic, queue_id=queue_id,
                                                                              max_units=1), timeout=10)  # fmt: skip
-        except grpc.RpcError as e:
-            if e.code() is grpc.StatusCode.UNAVAILABLE:  # the builder is (re)starting: nothing due yet
-                return None
-            raise
+        except (grpc.RpcError, PeerUnavailable):  # the builder (re)starts or stops: nothing due now, asked again
+            return None
         return _RemoteQueue(self._peer, topic, queue_id, r.min_offset) if r.exists else None
 
     def queue_ends(self) -> tuple[int, int, dict[tuple[str, int], int]]:
@@ -174,4 +201,4 @@ class RemoteQueues:
         self._peer.reset()
 
 
-__all__ = ["RemoteCommitLog", "RemoteQueues"]
+__all__ = ["PeerUnavailable", "RemoteCommitLog", "RemoteQueues", "resolve_within"]
