@@ -120,12 +120,12 @@ class ShardHost:
     def close(self) -> None:
         """Stop serving, then close the store cleanly (flushed, abort file removed)."""
         self._closing.set()
+        self.queues.close()  # delay deliveries stop asking the (closed) consume-queue builder
         try:
             self.thread.run(self.server.stop(1.0), timeout=30)
         finally:
             self._opener.join()
             self.shard.close()
-            self.queues.close()
             self.thread.stop()
 
 

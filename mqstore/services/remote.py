@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections.abc import Awaitable, Callable
 
 import grpc
@@ -55,16 +56,31 @@ def resolve_within(resolve: Resolver, timeout_s: float = RESOLVE_S) -> str:
 
 
 class _Peer:
-    def __init__(self, resolve: Resolver, stub_class) -> None:
+    """A stub of one peer service. After the peer could not be resolved, calls fail
+    at once for ``backoff_s`` (a caller polling many things must not wait on each)."""
+
+    def __init__(self, resolve: Resolver, stub_class, *, resolve_s: float = RESOLVE_S, backoff_s: float = 1.0) -> None:
         self._resolve = resolve
         self._stub_class = stub_class
+        self._resolve_s = resolve_s
+        self._backoff_s = backoff_s
+        self._down_until = 0.0
+        self._closed = False
         self._channel: grpc.Channel | None = None
         self._lock = threading.Lock()
 
     def stub(self):
         with self._lock:
+            if self._closed:
+                raise PeerUnavailable("closed")
             if self._channel is None:
-                self._channel = sync_channel(resolve_within(self._resolve))
+                if time.monotonic() < self._down_until:
+                    raise PeerUnavailable("not resolved a moment ago")
+                try:
+                    self._channel = sync_channel(resolve_within(self._resolve, self._resolve_s))
+                except PeerUnavailable:
+                    self._down_until = time.monotonic() + self._backoff_s
+                    raise
                 self._stub = self._stub_class(self._channel)
             return self._stub
 
@@ -76,9 +92,10 @@ class _Peer:
                 self.reset()
             raise
 
-    def reset(self) -> None:
+    def reset(self, *, close: bool = False) -> None:
         with self._lock:
             ch, self._channel = self._channel, None
+            self._closed |= close
         if ch is not None:
             ch.close()
 
@@ -178,7 +195,7 @@ class RemoteQueues:
     """``find(topic, queue_id)`` over ConsumeQueueService (the delay scheduler's reads)."""
 
     def __init__(self, resolve: Resolver) -> None:
-        self._peer = _Peer(resolve, consume_queue_pb2_grpc.ConsumeQueueServiceStub)
+        self._peer = _Peer(resolve, consume_queue_pb2_grpc.ConsumeQueueServiceStub, resolve_s=2.0)
 
     def find(self, topic: str, queue_id: int) -> _RemoteQueue | None:
         try:
@@ -198,7 +215,8 @@ class RemoteQueues:
             (q.topic, q.queue_id): q.max_offset for q in r.queues}  # fmt: skip
 
     def close(self) -> None:
-        self._peer.reset()
+        """Every later call finds nothing (the commitlog is closing)."""
+        self._peer.reset(close=True)
 
 
 __all__ = ["PeerUnavailable", "RemoteCommitLog", "RemoteQueues", "resolve_within"]

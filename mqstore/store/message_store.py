@@ -33,6 +33,7 @@ from mqstore.formats.javahash import tags_code
 from mqstore.formats.message import MessageRecord
 from mqstore.formats.msgid import parse_offset_msg_id
 from mqstore.formats.names import file_name_to_offset
+from mqstore.store.builders import redispatch_from
 from mqstore.store.clock import Clock, SystemClock
 from mqstore.store.commitlog import CommitLog
 from mqstore.store.config import FlushMode, StoreConfig
@@ -45,13 +46,13 @@ from mqstore.store.config_files import (
     TopicConfigs,
     inspect_config_file,
     parse_delay_levels,
-    read_derived_offset,
     write_derived_offset,
 )
 from mqstore.store.consume_queues import CONSUME_QUEUE_DIR, ConsumeQueues
 from mqstore.store.dispatch import ReputLoop
 from mqstore.store.index_service import IndexService
 from mqstore.store.layout import resolve_layout
+from mqstore.store.lockfile import BUILDER_KINDS, StoreLock, builder_files, last_exit_was_clean, remove_abort_marker
 from mqstore.store.mapped_file import fsync_dir
 from mqstore.store.recovery import RecoveryProgress
 from mqstore.store.retention import Retention, RetentionConfig
@@ -131,7 +132,16 @@ class MessageStore:
         self._flusher: threading.Thread | None = None
         self._rr: dict[str, int] = {}
         self._rr_lock = threading.Lock()
+        self._builder_locks: list[StoreLock] = []
         try:
+            # The services run consume queues and index in builder processes, each with its
+            # own lock and abort marker: hold those locks too, and after a builder that
+            # did not stop cleanly, recover the derived files as after a crash.
+            self._derived_clean = self.commitlog.recovery.clean_shutdown
+            for kind in BUILDER_KINDS:
+                lock_name, abort_name = builder_files(kind)
+                self._builder_locks.append(StoreLock(self.store_dir, lock_name))
+                self._derived_clean &= last_exit_was_clean(self.store_dir, abort_name)
             unusable = self._set_aside_unusable_configs()
             self.consumer_offsets = ConsumerOffsets(self.store_dir)
             self.topics = TopicConfigs(self.store_dir, clock=self._clock)
@@ -145,7 +155,7 @@ class MessageStore:
             self._rebuild_configs(unusable)
             rec = self.commitlog.recovery
             start = file_name_to_offset(rec.start_segment) if rec.start_segment else 0
-            self.consume_queues.recover(self.commitlog, verify_tail=not rec.clean_shutdown, check_from=start,
+            self.consume_queues.recover(self.commitlog, verify_tail=not self._derived_clean, check_from=start,
                                         deep_from=self._redispatch_from())  # fmt: skip
             # Queue offsets continue from the consume queues too (RocketMQ takes them from
             # there): after retention removed every record of a queue, the segments alone
@@ -156,7 +166,7 @@ class MessageStore:
             if cfg.message_index_enable:
                 self.index = IndexService(self.store_dir, hash_slots=cfg.index_hash_slots,
                                           max_entries=cfg.index_max_entries, clock=self._clock)  # fmt: skip
-                self.index.load(self.commitlog.recovery.clean_shutdown, self.commitlog.checkpoint.index_msg_timestamp,
+                self.index.load(self._derived_clean, self.commitlog.checkpoint.index_msg_timestamp,
                                 repair=True)  # fmt: skip
                 # After a crash, entries past the last thorough flush may be torn: cut them,
                 # re-dispatch (from there) puts them again.
@@ -184,6 +194,8 @@ class MessageStore:
                 self.dispatcher.start()
                 self.scheduler.start()
                 self.retention.start()
+            for kind in BUILDER_KINDS:  # the derived files are recovered: a builder's crash is dealt with
+                remove_abort_marker(self.store_dir, builder_files(kind)[1])
             self.progress.set_phase("ready")
             log.info("store_opened", recovery_seconds=round(self.commitlog.recovery.seconds, 3),
                      clean_shutdown=self.commitlog.recovery.clean_shutdown)  # fmt: skip
@@ -194,6 +206,7 @@ class MessageStore:
             for part in ("index", "consume_queues"):  # whatever was opened before the failure
                 if getattr(self, part, None) is not None:
                     getattr(self, part).close()
+            self._release_builder_locks()
             self.commitlog.close()
             raise
 
@@ -202,20 +215,17 @@ class MessageStore:
         as the last thorough flush recorded it (config/derivedOffset.json); without
         that record, the segment recovery started from (RocketMQ's rule). Either way
         every record from there on is dispatched again (puts skip what is built)."""
-        rec = self.commitlog.recovery
-        if rec.clean_shutdown:
-            return self.commitlog.wrote
-        durable = read_derived_offset(self.store_dir)
-        if durable is not None and self.commitlog.min_offset <= durable <= self.commitlog.wrote:
-            return durable
-        return int(rec.start_segment) if rec.start_segment is not None else self.commitlog.min_offset
+        rec, cl = self.commitlog.recovery, self.commitlog
+        start = file_name_to_offset(rec.start_segment) if rec.start_segment else -1
+        return redispatch_from(self.store_dir, clean=self._derived_clean, wrote=cl.wrote, min_offset=cl.min_offset,
+                               start_offset=start)  # fmt: skip
 
     def _resume_offset(self) -> int:
         rec = self.commitlog.recovery
         candidates = [max(self.consume_queues.max_physical_offset(), self.commitlog.min_offset)]
         if self.index is not None:  # from the last indexed message on (it is indexed again: RocketMQ does too)
             candidates.append(max(self.index.max_physical_offset, self.commitlog.min_offset))
-        if not rec.clean_shutdown:
+        if not self._derived_clean:
             candidates.append(self._redispatch_from())
         if self.consume_queues.rebuild_from is not None:  # queues recovery cut or discarded
             candidates.append(self.consume_queues.rebuild_from)
@@ -583,7 +593,13 @@ class MessageStore:
         step("consume_queues", self.consume_queues.close)
         if failed:
             self.commitlog.mark_unclean("close:" + ",".join(failed))
+        self._release_builder_locks()
         self.commitlog.close()
+
+    def _release_builder_locks(self) -> None:
+        for lock in self._builder_locks:
+            lock.release()
+        self._builder_locks.clear()
 
     def __enter__(self) -> MessageStore:
         return self

@@ -125,7 +125,7 @@ def test_metrics_status_and_actor_logs(server):
             with contextlib.suppress(ValueError):
                 events.append(json.loads(line[line.index("{"):]))
     seen = {(e.get("component"), e.get("shard")) for e in events if "component" in e}
-    assert {("shard", 0), ("shard", 1), ("dispatcher", 0), ("dispatcher", 1), ("front", None)} <= seen, seen
+    assert {(c, i) for c in ("commitlog", "consumequeue", "index", "dispatcher") for i in (0, 1)} | {("front", None)} <= seen, seen
     assert len({e.get("node_id") for e in events if "component" in e}) == 1  # one node, named in every event
 
 

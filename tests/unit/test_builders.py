@@ -125,3 +125,21 @@ def test_builders_hold_their_own_locks_and_appends_wait_for_queue_ends(tmp_path:
         MessageStore(tmp_path, cfg())  # the commitlog side holds the store's lock
     cq.close()
     log.close()
+
+
+def test_message_store_opens_a_store_whose_builder_crashed(tmp_path: Path) -> None:
+    """The CLI's in-process store after the services: a builder's abort marker makes
+    it recover consume queues as after a crash (re-dispatching what was lost)."""
+    w = Workload(body_size=40, topics=TOPICS, queues=QUEUES)
+    s = Split(tmp_path)
+    for i in range(0, 2000, 500):
+        s.log.append(w.batch(i, 500))
+    s.dispatch()
+    s.cq._stop.set()  # the queue builder dies with its units only in memory
+    s.cq._lock_file.release()
+    s.ix.close()
+    s.log.close()
+    assert (tmp_path / builder_files("consumequeue")[1]).exists()
+    with MessageStore(tmp_path, cfg()) as m:
+        assert sum(q.max_offset for q in m.consume_queues.all()) == 2000
+        assert not (tmp_path / builder_files("consumequeue")[1]).exists()
