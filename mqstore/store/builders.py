@@ -56,7 +56,7 @@ CONSUMER_OFFSETS_PERSIST_S = 5.0  # RocketMQ persists consumer offsets every 5 s
 
 
 @dataclass
-class _Recovery:
+class Recovered:
     queue_offsets: dict[tuple[str, int], int] = field(default_factory=dict)
 
 
@@ -70,7 +70,7 @@ class CommitLogView(Protocol):
     wrote: int
     redispatch_from: int  # derived files were durable below it (a builder that crashed dispatches again from here)
     index_msg_timestamp: int
-    recovery: _Recovery  # .queue_offsets: next queue offset per queue seen by recovery's walk
+    recovery: Recovered  # .queue_offsets: next queue offset per queue seen by recovery's walk
 
     def units_match(self, phys, sizes, queue_ids, queue_offsets, **kw) -> np.ndarray: ...
 
@@ -85,7 +85,7 @@ class LocalCommitLogView:
         self.clean_shutdown = rec.clean_shutdown
         self.start_offset = file_name_to_offset(rec.start_segment) if rec.start_segment else -1
         self.index_msg_timestamp = commitlog.checkpoint.index_msg_timestamp
-        self.recovery = _Recovery(dict(rec.queue_offsets))
+        self.recovery = Recovered(dict(rec.queue_offsets))
         self.redispatch_from = redispatch_from(commitlog.store_dir, clean=False, wrote=commitlog.wrote,
                                                min_offset=commitlog.min_offset, start_offset=self.start_offset)  # fmt: skip
 
@@ -336,4 +336,4 @@ class IndexBuilder(_Builder):
         self.index.close()
 
 
-__all__ = ["CommitLogView", "GapError", "IndexBuilder", "LocalCommitLogView", "QueueBuilder", "redispatch_from"]
+__all__ = ["CommitLogView", "GapError", "Recovered", "IndexBuilder", "LocalCommitLogView", "QueueBuilder", "redispatch_from"]
