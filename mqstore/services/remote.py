@@ -192,18 +192,28 @@ class _RemoteQueue:
 
 
 class RemoteQueues:
-    """``find(topic, queue_id)`` over ConsumeQueueService (the delay scheduler's reads)."""
+    """``find(topic, queue_id)`` over ConsumeQueueService (the delay scheduler's reads,
+    18 levels ten times a second): the queues of a topic are listed with one MinMax
+    call at most every ``LIST_S``, so a level without a queue costs no call."""
+
+    LIST_S = 1.0
 
     def __init__(self, resolve: Resolver) -> None:
         self._peer = _Peer(resolve, consume_queue_pb2_grpc.ConsumeQueueServiceStub, resolve_s=2.0)
+        self._listed: dict[str, tuple[float, dict[int, int]]] = {}  # topic -> (when, queue id -> min offset)
 
     def find(self, topic: str, queue_id: int) -> _RemoteQueue | None:
-        try:
-            r = self._peer.call("GetUnits", consume_queue_pb2.GetUnitsRequest(topic=topic, queue_id=queue_id,
-                                                                             max_units=1), timeout=10)  # fmt: skip
-        except (grpc.RpcError, PeerUnavailable):  # the builder (re)starts or stops: nothing due now, asked again
+        when, queues = self._listed.get(topic, (-1e18, {}))
+        if time.monotonic() - when >= self.LIST_S:
+            try:
+                r = self._peer.call("MinMax", consume_queue_pb2.MinMaxRequest(topic=topic), timeout=10)
+            except (grpc.RpcError, PeerUnavailable):  # the builder (re)starts or stops: nothing due now, asked again
+                return None
+            queues = {q.queue_id: q.min_offset for q in r.queues}
+            self._listed[topic] = (time.monotonic(), queues)
+        if queue_id not in queues:
             return None
-        return _RemoteQueue(self._peer, topic, queue_id, r.min_offset) if r.exists else None
+        return _RemoteQueue(self._peer, topic, queue_id, queues[queue_id])
 
     def queue_ends(self) -> tuple[int, int, dict[tuple[str, int], int]]:
         """(commitlog incarnation the builder recovered against, its progress, max

@@ -200,3 +200,20 @@ def test_a_message_indexed_twice_is_answered_once(tmp_path):
     with LocalStack(tmp_path, cfg) as st, FrontClient(st.front_endpoint) as c:
         assert st.wait_ready(30)
         assert [r.body for r in c.query_by_key("Twice", "dup")] == [b"only"]
+
+
+def test_delayed_messages_are_delivered_through_the_builder(client):
+    """DELAY level 1 (1 s): stored under the delay topic first; the commitlog's
+    scheduler reads the delay queue from the consume-queue builder (another
+    service) and appends the real message when it is due."""
+    res = client.send("Later", [b"soon"], queue_ids=2, properties={"DELAY": "1"})
+    assert list(res.statuses) == [common_pb2.PUT_OK]
+    sent = time.monotonic()
+    wait_dispatched(client)
+    assert client.pull("Later", 2, 0).status != front_pb2.FOUND  # not before its time
+    deadline = sent + 15
+    while (p := client.pull("Later", 2, 0)).status != front_pb2.FOUND:
+        assert time.monotonic() < deadline, "the delayed message was never delivered"
+        time.sleep(0.1)
+    assert [r.body for r in p.records] == [b"soon"] and time.monotonic() - sent >= 0.9
+    assert p.records[0].properties.get("SCHEDULE_SOURCE") == "1:0" and "DELAY" not in p.records[0].properties
