@@ -132,7 +132,7 @@ class CommitLogServicer(commitlog_pb2_grpc.CommitLogServiceServicer):
             # is a record start: bytes there that do not scan are corruption (DATA_LOSS).
             # Anything else may be a caller's mistake: check it first (INVALID_ARGUMENT).
             _check_record_start(cl, start)
-        chunk = cl.scan(start, limit=limit, max_bytes=max_bytes)
+        chunk = cl.scan(start, limit=limit, max_bytes=max_bytes, fields=False)  # the dispatcher decodes them
         out = pb.ReadRangeResponse(offset=chunk.next_offset, next_offset=chunk.next_offset,
                                    incarnation=self.shard.incarnation, confirm_offset=limit)  # fmt: skip
         n = len(chunk.sizes)

@@ -830,11 +830,13 @@ class CommitLog:
                 break
         return ReadBatch(out, pos)
 
-    def scan(self, offset: int, *, limit: int | None = None, max_bytes: int = 4 << 20) -> ScanChunk:
+    def scan(self, offset: int, *, limit: int | None = None, max_bytes: int = 4 << 20, fields: bool = True) -> ScanChunk:
         """Records from ``offset`` (a record start, or a segment's BLANK) up to
         ``limit`` (default: the write position), at most ``max_bytes`` of them (at
         least one), with their key fields gathered in bulk: what the reput
-        dispatcher tails. A BLANK moves ``next_offset`` to the next segment."""
+        dispatcher tails (without ``fields``: validated, positions and sizes only,
+        for a caller that hands the bytes on). A BLANK moves ``next_offset`` to the
+        next segment."""
         self._check_open()
         end_of_data = self._wrote if limit is None else min(limit, self._wrote)
         pos = max(offset, self._segments.min_offset)
@@ -847,7 +849,7 @@ class CommitLog:
                 continue
             local = pos - seg.base_offset
             res = scan_records(seg.mm, local, min(seg.size, end_of_data - seg.base_offset), check_crc=False,
-                               max_bytes=max_bytes, base_offset=seg.base_offset, fields=True)  # fmt: skip
+                               max_bytes=max_bytes, base_offset=seg.base_offset, fields=fields)  # fmt: skip
             if res.outcome is ScanOutcome.INVALID:
                 raise CorruptFileError(f"{seg.path}: no valid record at commitlog offset {pos}: {res.reason}")
             nxt = seg.end_offset if res.outcome is ScanOutcome.END_OF_SEGMENT else seg.base_offset + res.stop
