@@ -17,7 +17,6 @@ from mqstore.services.errors import BadRequest, rpc
 from mqstore.services.server import Registration
 from mqstore.store.dispatch import DispatchBatch
 from mqstore.store.builders import QueueBuilder
-from mqstore.store.message_store import ConsumerProgress
 
 SERVICE = "mqstore.v1.ConsumeQueueService"
 MAX_UNITS = 100_000
@@ -116,7 +115,7 @@ class ConsumeQueueServicer(consume_queue_pb2_grpc.ConsumeQueueServiceServicer):
         validate.topic(request.topic)
         validate.queue_id(request.queue_id)
         validate.offset(request.offset, "consumer offset")
-        await self.shard.call(_commit_offset, store, request.group, request.topic, request.queue_id, request.offset)
+        await self.shard.call(store.commit_offset, request.group, request.topic, request.queue_id, request.offset)
         return pb.CommitOffsetResponse()
 
     @rpc
@@ -131,31 +130,12 @@ class ConsumeQueueServicer(consume_queue_pb2_grpc.ConsumeQueueServiceServicer):
     async def GroupOffsets(self, request: pb.GroupOffsetsRequest, context) -> pb.GroupOffsetsResponse:
         store: QueueBuilder = self.shard.ready()
         validate.group(request.group)
-        rows = await self.shard.call(_consumer_progress, store, request.group)
+        rows = await self.shard.call(store.consumer_progress, request.group)
         return pb.GroupOffsetsResponse(offsets=[
             common_pb2.GroupOffset(topic=r.topic, queue_id=r.queue_id, broker_offset=r.broker_offset,
                                    consumer_offset=r.consumer_offset, lag=r.lag, shard=self.shard.index)
             for r in rows
         ])  # fmt: skip
-
-
-def _commit_offset(store: QueueBuilder, group: str, topic: str, queue_id: int, offset: int) -> None:
-    """A group's offset in a queue; one past the queue's max is refused: it would
-    skip messages not written yet."""
-    cq = store.consume_queues.find(topic, queue_id)
-    top = cq.max_offset if cq is not None else 0
-    if offset > top:
-        raise OffsetError(f"consumer offset {offset} is past the max offset {top} of {topic}:{queue_id}")
-    store.consumer_offsets.commit(group, topic, queue_id, offset)
-
-
-def _consumer_progress(store: QueueBuilder, group: str) -> list[ConsumerProgress]:
-    rows = []
-    for (topic, qid), consumed in sorted(store.consumer_offsets.offsets(group).items()):
-        cq = store.consume_queues.find(topic, qid)
-        broker = cq.max_offset if cq is not None else 0
-        rows.append(ConsumerProgress(topic, qid, broker, consumed, max(0, broker - consumed)))
-    return rows
 
 
 def _get_units(store: QueueBuilder, topic: str, qid: int, offset: int, n: int) -> pb.GetUnitsResponse:

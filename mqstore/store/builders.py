@@ -38,6 +38,7 @@ from typing import Protocol
 import numpy as np
 import structlog
 
+from mqstore.errors import OffsetError
 from mqstore.formats.names import file_name_to_offset
 from mqstore.store.clock import Clock, SystemClock
 from mqstore.store.config import StoreConfig
@@ -53,6 +54,40 @@ log = structlog.get_logger(__name__)
 
 THOROUGH_FLUSH_S = 60.0  # as MessageStore: everything written out and synced, durable offset reported
 CONSUMER_OFFSETS_PERSIST_S = 5.0  # RocketMQ persists consumer offsets every 5 s
+
+
+@dataclass(frozen=True)
+class ConsumerProgress:
+    """One queue of a consumer group: what the broker has, what the group consumed."""
+
+    topic: str
+    queue_id: int
+    broker_offset: int
+    consumer_offset: int
+    lag: int
+
+
+def commit_consumer_offset(queues: ConsumeQueues, offsets: ConsumerOffsets, group: str, topic: str, queue_id: int,
+                           offset: int) -> None:  # fmt: skip
+    """Record that ``group`` consumed (topic, queue_id) up to ``offset`` (the next
+    offset to read). An offset past the queue's max is refused: it would skip
+    messages not written yet (a crash can never make an acknowledged consumer
+    offset point past the end)."""
+    cq = queues.find(topic, queue_id)
+    top = cq.max_offset if cq is not None else 0
+    if offset > top:
+        raise OffsetError(f"consumer offset {offset} is past the max offset {top} of {topic}:{queue_id}")
+    offsets.commit(group, topic, queue_id, offset)
+
+
+def consumer_progress(queues: ConsumeQueues, offsets: ConsumerOffsets, group: str) -> list[ConsumerProgress]:
+    """Per queue the group has an offset for: broker (max) offset, consumer offset, lag."""
+    rows = []
+    for (topic, qid), consumed in sorted(offsets.offsets(group).items()):
+        cq = queues.find(topic, qid)
+        broker = cq.max_offset if cq is not None else 0
+        rows.append(ConsumerProgress(topic, qid, broker, consumed, max(0, broker - consumed)))
+    return rows
 
 
 @dataclass
@@ -266,6 +301,13 @@ class QueueBuilder(_Builder):
     def _every_few_seconds(self) -> None:
         self.consumer_offsets.persist()
 
+    def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+        """See ``commit_consumer_offset``."""
+        commit_consumer_offset(self.consume_queues, self.consumer_offsets, group, topic, queue_id, offset)
+
+    def consumer_progress(self, group: str) -> list[ConsumerProgress]:
+        return consumer_progress(self.consume_queues, self.consumer_offsets, group)
+
     def clean_below(self, commitlog_min: int) -> tuple[ConsumerLoss, ...]:
         """Retention's part for the consume queues: files wholly below the commitlog's
         new min offset go, min offsets move up; groups that had not consumed what went
@@ -336,4 +378,5 @@ class IndexBuilder(_Builder):
         self.index.close()
 
 
-__all__ = ["CommitLogView", "GapError", "Recovered", "IndexBuilder", "LocalCommitLogView", "QueueBuilder", "redispatch_from"]
+__all__ = ["CommitLogView", "ConsumerProgress", "GapError", "Recovered", "IndexBuilder", "LocalCommitLogView", "QueueBuilder", "commit_consumer_offset", "consumer_progress",
+           "redispatch_from"]

@@ -33,7 +33,7 @@ from mqstore.formats.javahash import tags_code
 from mqstore.formats.message import MessageRecord
 from mqstore.formats.msgid import parse_offset_msg_id
 from mqstore.formats.names import file_name_to_offset
-from mqstore.store.builders import redispatch_from
+from mqstore.store.builders import ConsumerProgress, commit_consumer_offset, consumer_progress, redispatch_from
 from mqstore.store.clock import Clock, SystemClock
 from mqstore.store.commitlog import CommitLog
 from mqstore.store.config import FlushMode, StoreConfig
@@ -73,15 +73,6 @@ class QueueStatus:
     last_store_timestamp: int
 
 
-@dataclass(frozen=True)
-class ConsumerProgress:
-    """One queue of a consumer group: what the broker has, what the group consumed."""
-
-    topic: str
-    queue_id: int
-    broker_offset: int
-    consumer_offset: int
-    lag: int
 
 
 @dataclass(frozen=True)
@@ -437,25 +428,15 @@ class MessageStore:
 
     def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
         """Record that ``group`` consumed (topic, queue_id) up to ``offset`` (the next
-        offset to read). An offset past the queue's max is refused: it would skip
-        messages not written yet (a crash can never make an acknowledged consumer
-        offset point past the end)."""
+        offset to read); one past the queue's max is refused (see
+        ``builders.commit_consumer_offset``)."""
         self._check_open()
-        cq = self.consume_queues.find(topic, queue_id)
-        top = cq.max_offset if cq is not None else 0
-        if offset > top:
-            raise OffsetError(f"consumer offset {offset} is past the max offset {top} of {topic}:{queue_id}")
-        self.consumer_offsets.commit(group, topic, queue_id, offset)
+        commit_consumer_offset(self.consume_queues, self.consumer_offsets, group, topic, queue_id, offset)
 
     def consumer_progress(self, group: str) -> list[ConsumerProgress]:
         """Per queue the group has an offset for: broker (max) offset, consumer offset, lag."""
         self._check_open()
-        rows = []
-        for (topic, qid), consumed in sorted(self.consumer_offsets.offsets(group).items()):
-            cq = self.consume_queues.find(topic, qid)
-            broker = cq.max_offset if cq is not None else 0
-            rows.append(ConsumerProgress(topic, qid, broker, consumed, max(0, broker - consumed)))
-        return rows
+        return consumer_progress(self.consume_queues, self.consumer_offsets, group)
 
     def query_by_key(self, topic: str, key: str, *, begin: int = 0, end: int = (1 << 63) - 1, max_num: int = 32) -> list[MessageRecord]:
         """Messages of ``topic`` whose KEYS hold ``key``, stored in [begin, end] (ms),
