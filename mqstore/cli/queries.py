@@ -198,7 +198,7 @@ def register(app: typer.Typer) -> None:
                 print_table([shard_status_row(st) for st in shards])
             else:
                 for st in shards:  # every field, numbers as numbers
-                    typer.echo(json.dumps({f.name: getattr(st, f.name) for f in st.DESCRIPTOR.fields}))
+                    typer.echo(json.dumps(_fields(st)))
             healthy = all(st.state == "SERVING" and st.writable for st in shards)
         else:
             with open_store(store) as s:
@@ -231,6 +231,13 @@ def register(app: typer.Typer) -> None:
         _print_rows(rows, fmt)
 
 
+def _fields(msg) -> dict:
+    """A protobuf message as a dict, nested messages too, numbers kept as numbers
+    (json_format would print 64-bit integers as strings)."""
+    return {f.name: _fields(v) if f.message_type is not None else v
+            for f in msg.DESCRIPTOR.fields for v in [getattr(msg, f.name)]}  # fmt: skip
+
+
 def human_bytes(n: int) -> str:
     """1536 -> '1.5 KiB' (negative: unknown, '-')."""
     if n < 0:
@@ -258,9 +265,15 @@ def shard_status_row(st) -> dict:
         "wrote": num(st.wrote_offset), "flushed": num(st.flushed_offset), "dispatched": num(st.dispatched_offset),
         "dispatch_lag": human_bytes(max(0, st.confirm_offset - st.dispatched_offset)) if serving else "-",
         "queues": num(st.queue_count), "commitlog": human_bytes(st.commitlog_bytes) if serving else "-",
-        "disk_free": human_bytes(st.disk_free_bytes) if serving else "-", "endpoint": st.endpoint or "-",
-        "error": st.error or "",
+        "disk_free": human_bytes(st.disk_free_bytes) if serving else "-",
+        "builders": "/".join(_builder(b) for b in (st.queue_builder, st.index_builder) if b.state) or "-",
+        "endpoint": st.endpoint or "-", "error": st.error or "",
     }  # fmt: skip
+
+
+def _builder(b) -> str:
+    """A builder's state, its error when it has one (the consume-queue builder first)."""
+    return b.state + (f" ({b.error[:60]})" if b.error and b.state != "SERVING" else "")
 
 
 def _print_rows(rows: list[dict], fmt: Format) -> None:

@@ -79,6 +79,10 @@ class ShardClient:
         self._dchannel: grpc.aio.Channel | None = None
         self.msg_id_prefix: str | None = None
 
+    @property
+    def services(self) -> set[str]:
+        return set(self._resolvers)
+
     async def _stub(self, service: str):
         if service not in self._channels:
             if service not in self._resolvers:
@@ -477,6 +481,14 @@ class FrontServicer(front_pb2_grpc.FrontServiceServicer):
                 st.clean_shutdown, st.recovery_seconds = o.clean_shutdown, o.recovery_seconds
                 st.appended_messages = o.appended_messages
             st.endpoint = s.endpoint
+            for service, field, request in (("cq", "queue_builder", consume_queue_pb2.GetProgressRequest()),
+                                            ("ix", "index_builder", index_pb2.IndexProgressRequest())):  # fmt: skip
+                if service not in s.services:
+                    continue
+                try:
+                    getattr(st, field).CopyFrom(await s.call(service, "GetProgress", request, timeout=5, retry=False))
+                except Exception as e:  # noqa: BLE001 - reported in the row
+                    getattr(st, field).CopyFrom(common_pb2.BuilderProgress(state="UNAVAILABLE", error=status_of(e)[1]))
             try:
                 d = await s.dispatcher_status()
                 if d is not None:

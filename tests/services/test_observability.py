@@ -91,15 +91,19 @@ def test_status_command_reads_the_front(stack):
     assert p.returncode == 0, p.stderr
     header, *rows = p.stdout.splitlines()
     for col in ("shard", "state", "writable", "recovery", "wrote", "flushed", "dispatched", "dispatch_lag", "queues",
-                "commitlog", "disk_free"):  # fmt: skip
+                "commitlog", "disk_free", "builders"):  # fmt: skip
         assert col in header.split()
-    assert len(rows) == 2 and all(" SERVING " in r and " yes " in r for r in rows), p.stdout
+    assert len(rows) == 2 and all(" SERVING " in r and " yes " in r and "SERVING/SERVING" in r for r in rows), p.stdout
     p = mq("status", "--server", st.front_endpoint, "--format", "json")
     shards = [json.loads(x) for x in p.stdout.splitlines()]
     assert [s["shard"] for s in shards] == [0, 1]
     assert all(s["state"] == "SERVING" and s["writable"] and s["recovery_phase"] == "ready" for s in shards)
     assert all(s["wrote_offset"] == s["flushed_offset"] == s["dispatched_offset"] for s in shards)  # sync flush, idle
     assert all(s["queue_count"] >= 1 and s["commitlog_bytes"] == s["wrote_offset"] for s in shards)
+    for s in shards:  # both builders have everything dispatched, recovered against the commitlog's open
+        for b in (s["queue_builder"], s["index_builder"]):
+            assert b["state"] == "SERVING" and b["commitlog_incarnation"] == s["incarnation"], b
+            assert b["progress_offset"] == s["wrote_offset"]
 
 
 def test_status_of_a_recovering_shard_and_an_unreachable_one(tmp_path):
