@@ -6,7 +6,8 @@
 #   - latency: 1 producer, batches of 1 (LATENCY_MESSAGES single-message SendBatch
 #     calls on the idle server): p99_ms is the single-message round trip p99;
 #   - send: 128 B bodies, batches of 1000, 1 producer then 4 producers;
-#   - pull: `bench consume --server` of everything sent (raw records, 1000 per pull), once
+#   - pull: `bench consume --server` of everything sent (raw records, 1000 per pull), by 1
+#     consumer, then by 4 sharing the queues (--consumers 4), once
 #     the dispatcher has caught up (its wait is reported as dispatch_wait_s);
 #   - stop serve with SIGTERM (its own process group: SIGKILL after 120 s) and remove the store.
 # Then bench/redis.sh (XADD, AOF everysec and always), and a summary table: every
@@ -91,6 +92,7 @@ for flush in async sync; do
   run send_1p      "$flush" bench append --server "$front" --messages "$n" --batch 1000 --producers 1 --body-size 128
   run send_4p      "$flush" bench append --server "$front" --messages "$n" --batch 1000 --producers 4 --body-size 128
   run pull         "$flush" bench consume --server "$front" --batch 1000
+  run pull_4c      "$flush" bench consume --server "$front" --batch 1000 --consumers 4
   stop_serve
   rm -rf "$work/store-$flush"
 done
@@ -122,10 +124,11 @@ for flush in ("async", "sync"):
         out.append(f"| send, flush {flush}, {label} (128 B, batches of 1000) | >= {k(goals[flush])} | "
                    f"{k(r['msgs_per_s'])} (p99 {r['p99_ms']:.1f} ms per batch; client CPU {r.get('client_cpu_s', '?')} s "
                    f"in {r['seconds']:.1f} s) | {verdict(r['msgs_per_s'] >= goals[flush])} |")
-for flush in ("async", "sync"):
-    r = res.get(("pull", flush))
+for flush, bench in (("async", "pull"), ("async", "pull_4c"), ("sync", "pull"), ("sync", "pull_4c")):
+    r = res.get((bench, flush))
     if r is not None:
-        out.append(f"| pull, store written with flush {flush} ({r['messages']:,} msgs, 1000 per pull) | >= 500 k msgs/s | "
+        who = f"{r.get('consumers', 1)} consumer(s)"
+        out.append(f"| pull, {who}, store written with flush {flush} ({r['messages']:,} msgs, 1000 per pull) | >= 500 k msgs/s | "
                    f"{k(r['msgs_per_s'])} (client CPU {r.get('client_cpu_s', '?')} s in {r['seconds']:.1f} s; "
                    f"dispatch caught up {r.get('dispatch_wait_s', '?')} s after the sends) | "
                    f"{verdict(r['msgs_per_s'] >= 500_000)} |")

@@ -108,30 +108,57 @@ def _wait_dispatched(c: FrontClient, timeout: float) -> tuple[bool, float]:
         time.sleep(0.05)
 
 
-def run_remote_consume(server: str, *, topics: int = 1, batch: int = 1000, wait_dispatch: float = 60.0) -> dict:
-    messages = nbytes = calls = 0
-    with remote_errors(), FrontClient(server, timeout=120, tls_ca=_tls_ca()) as c:
-        caught_up, waited = _wait_dispatched(c, wait_dispatch)
-        queues = [(q.topic, q.queue_id, q.min_offset, q.max_offset)
-                  for t in range(topics) for q in c.topic_status(topic_name(t))]  # fmt: skip
+def run_remote_consume(server: str, *, topics: int = 1, batch: int = 1000, wait_dispatch: float = 60.0,
+                       consumers: int = 1) -> dict:  # fmt: skip
+    """``consumers`` threads (each with its own channel) share the queues, as a
+    consumer group's members do; one pulls every queue in turn."""
+    totals = {"messages": 0, "bytes": 0, "calls": 0}
+    lock = threading.Lock()
+    errors: list[BaseException] = []
+
+    def consume(queues: list[tuple[str, int, int, int]]) -> None:
+        m = nb = calls = 0
+        try:
+            with FrontClient(server, timeout=120, tls_ca=_tls_ca()) as c:
+                for topic, qid, lo, hi in queues:
+                    offset = lo
+                    while offset < hi:
+                        res = c.pull(topic, qid, offset, max_messages=batch, raw=True)
+                        calls += 1
+                        if res.next_offset <= offset:
+                            break
+                        m += len(res.raw_records)
+                        nb += sum(map(len, res.raw_records))
+                        offset = res.next_offset
+        except BaseException as e:  # noqa: BLE001 - raised in the caller's thread
+            errors.append(e)
+        with lock:
+            totals["messages"] += m
+            totals["bytes"] += nb
+            totals["calls"] += calls
+
+    with remote_errors():
+        with FrontClient(server, timeout=120, tls_ca=_tls_ca()) as c:
+            caught_up, waited = _wait_dispatched(c, wait_dispatch)
+            queues = [(q.topic, q.queue_id, q.min_offset, q.max_offset)
+                      for t in range(topics) for q in c.topic_status(topic_name(t))]  # fmt: skip
+        threads = [threading.Thread(target=consume, args=(queues[i::consumers],), name=f"remote-consumer-{i}")
+                   for i in range(consumers)]  # fmt: skip
         t0, cpu0 = time.perf_counter(), time.process_time()
-        for topic, qid, lo, hi in queues:
-            offset = lo
-            while offset < hi:
-                res = c.pull(topic, qid, offset, max_messages=batch, raw=True)
-                calls += 1
-                if res.next_offset <= offset:
-                    break
-                messages += len(res.raw_records)
-                nbytes += sum(map(len, res.raw_records))
-                offset = res.next_offset
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
         seconds = time.perf_counter() - t0
         cpu = time.process_time() - cpu0
+        if errors:
+            raise errors[0]
+    messages, nbytes = totals["messages"], totals["bytes"]
     return {
-        "server": server, "messages": messages, "bytes": nbytes, "queues": len(queues), "pulls": calls,
+        "server": server, "messages": messages, "bytes": nbytes, "queues": len(queues), "pulls": totals["calls"],
         "seconds": round(seconds, 4), "msgs_per_s": round(messages / seconds, 1) if seconds else 0.0,
         "mb_per_s": round(nbytes / 1e6 / seconds, 2) if seconds else 0.0, "client_cpu_s": round(cpu, 3),
-        "dispatch_wait_s": round(waited, 3), "dispatch_caught_up": caught_up,
+        "dispatch_wait_s": round(waited, 3), "dispatch_caught_up": caught_up, "consumers": consumers,
     }  # fmt: skip
 
 

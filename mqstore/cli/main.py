@@ -96,6 +96,7 @@ def bench_consume(
     batch: Annotated[int, typer.Option("--batch", min=1, help="Messages per pull.")] = 1000,
     server: Annotated[Optional[str], typer.Option("--server", help="HOST:PORT of a running `mqstore serve`: pull through it.")] = None,
     topics: Annotated[int, typer.Option("--topics", min=1, help="With --server: pull BenchTopic0..N-1 (bench append's topics).")] = 1,
+    consumers: Annotated[int, typer.Option("--consumers", min=1, help="With --server: consumer threads sharing the queues (each pulls its queues in turn).")] = 1,
     wait_dispatch: Annotated[float, typer.Option("--wait-dispatch", min=0, help="With --server: first wait up to this many seconds for every shard to dispatch what it wrote (0: pull what is dispatched now).")] = 60.0,
 ) -> None:
     """Pull every queue of the store to its end (encoded records, as a broker serves
@@ -107,7 +108,8 @@ def bench_consume(
     if server is not None:
         from mqstore.bench.remote import run_remote_consume
 
-        print(json.dumps(run_remote_consume(server, topics=topics, batch=min(batch, 10_000), wait_dispatch=wait_dispatch)), flush=True)
+        print(json.dumps(run_remote_consume(server, topics=topics, batch=min(batch, 10_000), wait_dispatch=wait_dispatch,
+                                            consumers=consumers)), flush=True)
         return
     from mqstore.bench.consume import run_consume_bench
 

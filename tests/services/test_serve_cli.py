@@ -100,10 +100,11 @@ def test_bench_append_and_consume_through_the_server(server):
     assert out["acked"] == 3000 and out["msgs_per_s"] > 0 and out["p99_ms"] >= out["p50_ms"]
     with FrontClient(endpoint) as c:
         wait_dispatched(c)
-    p = mq("bench", "consume", "--server", endpoint, "--topics", "2", "--batch", "700")
-    assert p.returncode == 0, p.stderr
-    out = json.loads(p.stdout.strip().splitlines()[-1])
-    assert out["messages"] == 3000 and out["queues"] == 8
+    for consumers in ("1", "3"):  # 3 consumers share the 8 queues unevenly: every message still once
+        p = mq("bench", "consume", "--server", endpoint, "--topics", "2", "--batch", "700", "--consumers", consumers)
+        assert p.returncode == 0, p.stderr
+        out = json.loads(p.stdout.strip().splitlines()[-1])
+        assert out["messages"] == 3000 and out["queues"] == 8 and out["consumers"] == int(consumers)
 
 
 def test_metrics_status_and_actor_logs(server):
