@@ -63,9 +63,10 @@ def register(app: typer.Typer) -> None:
         tls_key: Annotated[Path | None, typer.Option("--tls-key", dir_okay=False, help="PEM private key of --tls-cert.")] = None,
         placement: Annotated[Placement, typer.Option("--placement", help="node: every shard on this machine; resource: shard i on the Ray node offering the custom resource mqstore_shard_i (its disk holds DIR/shard-i).")] = Placement.node,
     ) -> None:
-        """Serve the store over gRPC on Ray until Ctrl-C/SIGTERM: shard, dispatcher and
-        front actors; prints one JSON line with the front's address once every shard
-        has recovered, and closes every store cleanly on the way out."""
+        """Serve the store over gRPC on Ray until Ctrl-C/SIGTERM: per shard a commitlog,
+        a consume-queue builder, an index builder and a dispatcher actor, and one front;
+        prints one JSON line with the front's address once every shard has recovered,
+        and closes every store cleanly on the way out."""
         from mqstore.services.serve import serve as run
         from mqstore.store.config import FlushMode, StoreConfig
 

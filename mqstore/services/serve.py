@@ -1,12 +1,12 @@
 """``mqstore serve``: a deployment on Ray until Ctrl-C or SIGTERM.
 
 Starts a local Ray instance (or joins a running cluster with ``address="auto"``),
-pins the layout (routing.py), creates the shard, dispatcher and front actors
-(actors.py), waits until every shard has recovered its store, prints one JSON line
-``{"front": "host:port", ...}`` on stdout, and serves. On SIGINT/SIGTERM it closes
-the front, the dispatchers and the shards in that order (every store closed
-cleanly: flushed, checkpoint written, abort file removed) and stops Ray (a local
-instance) or leaves the cluster.
+pins the layout (routing.py), creates per shard the commitlog, consume-queue builder,
+index builder and dispatcher actors, and the front (actors.py), waits until every
+shard has recovered, prints one JSON line ``{"front": "host:port", ...}`` on stdout,
+and serves. On SIGINT/SIGTERM it closes the front, the dispatchers, the builders and
+the commitlogs in that order (every file closed cleanly: flushed, checkpoint
+written, abort files removed) and stops Ray (a local instance) or leaves the cluster.
 """
 
 from __future__ import annotations
