@@ -95,6 +95,7 @@ _TABLE: tuple[tuple[type[BaseException], grpc.StatusCode], ...] = (
     (GapError, Code.FAILED_PRECONDITION),  # a builder's batch past its progress
     (StoreClosedError, Code.UNAVAILABLE),
     (StoreLockedError, Code.UNAVAILABLE),
+    (ConnectionError, Code.UNAVAILABLE),  # a peer service that does not answer (remote.PeerUnavailable)
     (asyncio.TimeoutError, Code.DEADLINE_EXCEEDED),
     (ValueError, Code.INVALID_ARGUMENT),
     (TypeError, Code.INVALID_ARGUMENT),

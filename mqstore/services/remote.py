@@ -91,6 +91,8 @@ class _Peer:
             if e.code() is grpc.StatusCode.UNAVAILABLE:
                 self.reset()
             raise
+        except ValueError as e:  # the channel was closed under the call (a reopen, a close)
+            raise PeerUnavailable(str(e)) from e
 
     def reset(self, *, close: bool = False) -> None:
         with self._lock:

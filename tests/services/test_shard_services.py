@@ -28,6 +28,8 @@ from mqstore.rpc.v1 import (
 )
 from mqstore.services.client import FrontClient
 from mqstore.services.errors import status_of
+from mqstore.services.remote import PeerUnavailable
+from mqstore.store.builders import GapError
 from mqstore.services.hosts import BuilderHost, DispatcherHost, LocalStack, ShardHost, resolver_of
 from mqstore.services.server import sync_channel
 from tests.services.helpers import code_of, small_config, wait_dispatched
@@ -40,6 +42,7 @@ C = grpc.StatusCode
     (OffsetError("o"), C.INVALID_ARGUMENT), (CorruptFileError("c"), C.DATA_LOSS), (StoreClosedError("s"), C.UNAVAILABLE),
     (StoreNotWritableError("d", cause="disk_full"), C.RESOURCE_EXHAUSTED),
     (StoreNotWritableError("f", cause="flush_failed"), C.UNAVAILABLE), (RuntimeError("x"), C.INTERNAL),
+    (PeerUnavailable("builder gone"), C.UNAVAILABLE), (GapError("gap"), C.FAILED_PRECONDITION),
 ])  # fmt: skip
 def test_one_table_maps_store_errors_to_codes(exc, code):
     assert status_of(exc)[0] is code
