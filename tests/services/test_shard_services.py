@@ -28,10 +28,10 @@ from mqstore.rpc.v1 import (
 )
 from mqstore.services.client import FrontClient
 from mqstore.services.errors import status_of
-from mqstore.services.remote import PeerUnavailable
-from mqstore.store.builders import GapError
 from mqstore.services.hosts import BuilderHost, DispatcherHost, LocalStack, ShardHost, resolver_of
+from mqstore.services.remote import PeerUnavailable
 from mqstore.services.server import sync_channel
+from mqstore.store.builders import GapError
 from tests.services.helpers import code_of, small_config, wait_dispatched
 
 C = grpc.StatusCode
