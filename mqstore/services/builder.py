@@ -21,7 +21,6 @@ import asyncio
 import enum
 import functools
 import threading
-import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -83,7 +82,8 @@ class BuilderShard:
             try:
                 self._open()
             except (StoreLockedError, grpc.RpcError, PeerUnavailable) as e:  # the commitlog, or an old incarnation: wait
-                self.error = f"{type(e).__name__}: {getattr(e, 'details', lambda: str(e))() or e}"
+                detail = e.details() if isinstance(e, grpc.RpcError) else str(e)
+                self.error = f"{type(e).__name__}: {detail}"
                 self._stop.wait(0.2)
                 continue
             except Exception as e:  # noqa: BLE001 - reported through state/error; tried again
@@ -194,15 +194,6 @@ class BuilderShard:
 
     def wait_open(self, timeout: float | None = None) -> bool:
         return self.opened.wait(timeout) and self.state is BuilderState.SERVING
-
-
-def wait_until(pred: Callable[[], bool], timeout: float, step: float = 0.05) -> bool:
-    deadline = time.monotonic() + timeout
-    while not pred():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(step)
-    return True
 
 
 __all__ = ["KINDS", "BuilderShard", "BuilderState"]
