@@ -86,18 +86,6 @@ class ShardStats:
         with self._lock:
             self.append_failures += 1
 
-    def timed_sync(self, sync: Callable[[int, int], None], clock: Callable[[], float]) -> Callable[[int, int], None]:
-        """``sync`` (the commitlog flusher's fdatasync of [from, to)) observed into flush_seconds."""
-
-        def timed(start: int, end: int) -> None:
-            t0 = clock()
-            try:
-                sync(start, end)
-            finally:
-                self.flush_seconds.observe(clock() - t0)
-
-        return timed
-
 
 def _histogram_family(name: str, doc: str, label_names: list[str], rows: Iterable[tuple[list[str], commitlog_pb2.Histogram]]):
     from prometheus_client.core import HistogramMetricFamily

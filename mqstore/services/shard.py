@@ -88,14 +88,14 @@ class Shard:
         try:
             while True:
                 try:
-                    store = LogStore(self.store_dir, self.config, progress=self.progress)
+                    store = LogStore(self.store_dir, self.config, progress=self.progress,
+                                     on_sync_seconds=self.stats.flush_seconds.observe)  # fmt: skip
                     break
                 except StoreLockedError:
                     if time.monotonic() > deadline:
                         raise
                     time.sleep(0.2)
             self.store = store
-            self._time_flushes(store)
             self.state = ShardState.AWAITING_BUILDERS
             self.progress.set_phase("awaiting_builders")
             log.info("commitlog_recovered_awaiting_builders", shard=self.index, incarnation=self.incarnation,
@@ -129,16 +129,6 @@ class Shard:
                 last_note = time.monotonic()
                 log.info("awaiting_consume_queue_builder", shard=self.index, incarnation=self.incarnation, why=why[:200])
             time.sleep(0.1)
-
-    def _time_flushes(self, store: LogStore) -> None:
-        # The commitlog's flusher has no timing hook: wrap the fsync callable it calls
-        # (the attribute is read on every flush, so swapping it is safe while it runs).
-        flusher = getattr(store.commitlog, "_flusher", None)
-        sync = getattr(flusher, "_sync", None)
-        if not callable(sync):
-            log.warning("flush_latency_unavailable", shard=self.index)
-            return
-        flusher._sync = self.stats.timed_sync(sync, time.perf_counter)
 
     def close(self) -> None:
         """Close the store (flushes, writes the checkpoint, removes the abort file).

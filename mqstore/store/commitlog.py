@@ -38,6 +38,7 @@ import mmap
 import os
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -224,12 +225,15 @@ class CommitLog:
     def __init__(
         self, store_dir: str | Path, config: StoreConfig | None = None, *, clock: Clock | None = None,
         queue_offsets_from_derived: bool = False, progress: RecoveryProgress | None = None,
+        on_sync_seconds: Callable[[float], None] | None = None,
     ) -> None:  # fmt: skip
         """Open (and recover) the commitlog under ``store_dir``.
 
         ``queue_offsets_from_derived``: the caller restores the queue-offset table from
         its consume queues (``raise_queue_offsets``), so recovery does not walk the
-        segments before its start for it. ``progress`` is updated while recovery runs."""
+        segments before its start for it. ``progress`` is updated while recovery runs.
+        ``on_sync_seconds`` is told how long each flush's fdatasync took (metrics)."""
+        self._on_sync_seconds = on_sync_seconds
         self._derived_offsets = queue_offsets_from_derived
         self._progress = progress
         self.store_dir = Path(store_dir)
@@ -295,6 +299,7 @@ class CommitLog:
             flushed=self._wrote,
             monotonic=self._clock.monotonic,
             on_error=self._flush_failed,
+            on_sync_seconds=self._on_sync_seconds,
         )
         create_abort_marker(self.store_dir)
         self._closed = False

@@ -46,8 +46,10 @@ class FlushService:
         flushed: int,
         monotonic: Callable[[], float],
         on_error: Callable[[BaseException], None] | None = None,
+        on_sync_seconds: Callable[[float], None] | None = None,
     ) -> None:
         self._config = config
+        self._on_sync_seconds = on_sync_seconds  # how long each sync took (metrics), failed ones too
         self._on_error = on_error  # called once, in the flusher thread, before waiters wake
         self._wrote = wrote  # -> (wrote offset, store timestamp of the last record)
         self._sync = sync  # (from, to): fdatasync the segments holding those bytes
@@ -91,9 +93,11 @@ class FlushService:
         if target <= self.flushed:
             self._on_flushed(self.flushed, ts)
             return
+        t0 = self._monotonic()
         try:
             self._sync(self.flushed, target)
         except Exception as e:  # noqa: BLE001  # OSError from the disk; anything else is treated the same
+            self._observe(t0)
             log.error("flush_failed", error=str(e), flushed=self.flushed, target=target)
             if self._on_error is not None:
                 self._on_error(e)
@@ -101,11 +105,16 @@ class FlushService:
                 self.error = e
                 self._cond.notify_all()
             return
+        self._observe(t0)
         with self._cond:
             self.flushed = target
             self._cond.notify_all()
         faults.hit("commitlog.flushed_before_checkpoint")  # durable and acknowledged; the checkpoint lags
         self._on_flushed(target, ts)
+
+    def _observe(self, t0: float) -> None:
+        if self._on_sync_seconds is not None:
+            self._on_sync_seconds(self._monotonic() - t0)
 
     def _run(self) -> None:
         if self._config.flush_mode is FlushMode.SYNC:

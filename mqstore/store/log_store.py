@@ -23,6 +23,7 @@ lags more than ``max_dispatch_lag_bytes`` (and the dispatcher reported recently)
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import structlog
@@ -51,7 +52,9 @@ class LogStore:
     """See the module docstring."""
 
     def __init__(self, store_dir: str | Path, config: StoreConfig | None = None, *, clock: Clock | None = None,
-                 progress: RecoveryProgress | None = None) -> None:  # fmt: skip
+                 progress: RecoveryProgress | None = None,
+                 on_sync_seconds: Callable[[float], None] | None = None) -> None:  # fmt: skip
+        """``on_sync_seconds``: told how long each commitlog fdatasync took (metrics)."""
         self.store_dir = Path(store_dir)
         self.store_dir.mkdir(parents=True, exist_ok=True)
         self.config = cfg = resolve_layout(self.store_dir, config or StoreConfig())
@@ -59,7 +62,7 @@ class LogStore:
         self.progress = progress or RecoveryProgress()
         has_queues = any((self.store_dir / CONSUME_QUEUE_DIR).glob("*/*"))
         self.commitlog = CommitLog(self.store_dir, cfg, clock=self._clock, queue_offsets_from_derived=has_queues,
-                                   progress=self.progress)  # fmt: skip
+                                   progress=self.progress, on_sync_seconds=on_sync_seconds)  # fmt: skip
         try:
             self.topics = TopicConfigs(self.store_dir, clock=self._clock)
             for name, tc in self.topics.all().items():

@@ -11,6 +11,7 @@ import pytest
 from mqstore.bench.workload import Workload
 from mqstore.errors import StoreLockedError, StoreNotWritableError
 from mqstore.store import StoreConfig
+from mqstore.store.config import FlushMode
 from mqstore.store.builders import GapError, IndexBuilder, LocalCommitLogView, QueueBuilder
 from mqstore.store.dispatch import build_dispatch_batch
 from mqstore.store.lockfile import builder_files
@@ -143,3 +144,14 @@ def test_message_store_opens_a_store_whose_builder_crashed(tmp_path: Path) -> No
     with MessageStore(tmp_path, cfg()) as m:
         assert sum(q.max_offset for q in m.consume_queues.all()) == 2000
         assert not (tmp_path / builder_files("consumequeue")[1]).exists()
+
+
+def test_log_store_reports_each_flush_sync_time(tmp_path: Path) -> None:
+    """The flusher's timing hook (metrics' fsync latency): one observation per sync."""
+    seen: list[float] = []
+    log = LogStore(tmp_path, StoreConfig(flush_mode=FlushMode.SYNC, segment_bytes=1 << 20), on_sync_seconds=seen.append)
+    log.attach_queue_ends({}, 0)
+    for i in range(5):
+        log.append(Workload(body_size=8, topics=1, queues=1).batch(i, 1))  # sync flush: a sync per append
+    log.close()
+    assert len(seen) >= 5 and all(0 <= s < 10 for s in seen)
