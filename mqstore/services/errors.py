@@ -108,6 +108,8 @@ def status_of(exc: BaseException) -> tuple[grpc.StatusCode, str]:
         return exc.code, str(exc)
     if isinstance(exc, grpc.aio.AioRpcError):  # a downstream call (front -> shard) failed: pass it on
         return exc.code(), exc.details() or exc.code().name
+    if isinstance(exc, grpc.RpcError) and isinstance(exc, grpc.Call):  # a blocking call to a peer (remote.py)
+        return exc.code(), exc.details() or exc.code().name
     if isinstance(exc, StoreNotWritableError):  # a full disk is a resource; the rest need a restart
         code = Code.RESOURCE_EXHAUSTED if exc.cause == "disk_full" else Code.UNAVAILABLE
         return code, f"store not writable ({exc.cause}): {exc}"
