@@ -121,7 +121,7 @@ class BuilderShard:
                 return
             if r.min_offset > cleaned:
                 try:
-                    builder.clean_below(r.min_offset)
+                    builder.clean_below(r.min_offset, forced=r.min_offset <= r.forced_deleted_to)
                     cleaned = r.min_offset
                 except Exception as e:  # noqa: BLE001 - tried again next second
                     log.error("builder_clean_failed", kind=self.kind, shard=self.index, error=str(e))

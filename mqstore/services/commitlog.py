@@ -154,6 +154,7 @@ class CommitLogServicer(commitlog_pb2_grpc.CommitLogServiceServicer):
             incarnation=self.shard.incarnation, flush_mode=self.shard.config.flush_mode.value,
             writable=store.writable, unwritable_cause=store.unwritable_cause or "",
             clean_shutdown=rec.clean_shutdown, recovery_seconds=rec.seconds, msg_id_prefix=self.shard.msg_id_prefix,
+            forced_deleted_to=store.forced_deleted_to,
         )  # fmt: skip
 
     @rpc

@@ -308,10 +308,10 @@ class QueueBuilder(_Builder):
     def consumer_progress(self, group: str) -> list[ConsumerProgress]:
         return consumer_progress(self.consume_queues, self.consumer_offsets, group)
 
-    def clean_below(self, commitlog_min: int) -> tuple[ConsumerLoss, ...]:
+    def clean_below(self, commitlog_min: int, *, forced: bool = False) -> tuple[ConsumerLoss, ...]:
         """Retention's part for the consume queues: files wholly below the commitlog's
         new min offset go, min offsets move up; groups that had not consumed what went
-        are reported (and logged)."""
+        are reported (and logged; ``forced``: the messages had not expired)."""
         if commitlog_min <= self._min_cleaned:
             return ()
         cq_files: dict = {}
@@ -320,7 +320,7 @@ class QueueBuilder(_Builder):
         self._min_cleaned = commitlog_min
         if cq_files:
             log.info("consume_queue_files_deleted", queues=len(cq_files), commitlog_min_offset=commitlog_min)
-        return consumer_losses(self.consumer_offsets, cq_mins, forced=False)
+        return consumer_losses(self.consumer_offsets, cq_mins, forced=forced)
 
     def _close_files(self) -> None:
         try:
@@ -370,7 +370,7 @@ class IndexBuilder(_Builder):
         self.index.flush()
         return self.index.index_msg_timestamp
 
-    def clean_below(self, commitlog_min: int) -> tuple[str, ...]:
+    def clean_below(self, commitlog_min: int, *, forced: bool = False) -> tuple[str, ...]:
         """Retention's part for the index: files wholly below the commitlog's min go."""
         return tuple(self.index.delete_files_below(commitlog_min) or ())
 

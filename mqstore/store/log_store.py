@@ -39,7 +39,7 @@ from mqstore.store.consume_queues import CONSUME_QUEUE_DIR
 from mqstore.store.layout import resolve_layout
 from mqstore.store.messages import AppendResult, MessageBatch
 from mqstore.store.recovery import RecoveryProgress
-from mqstore.store.retention import Retention, RetentionConfig
+from mqstore.store.retention import Retention, RetentionConfig, RetentionReport
 from mqstore.store.schedule import DelayScheduler, rewrite_delayed
 
 log = structlog.get_logger(__name__)
@@ -79,6 +79,9 @@ class LogStore:
         self._rr: dict[str, int] = {}
         self._lock = threading.Lock()
         self.dispatched_offset = 0
+        # End of the newest range forced deletion (disk high watermark) removed: the
+        # consume-queue builder reports groups' losses below it as forced.
+        self.forced_deleted_to = 0
         self._reported_at = -1e18
         self.accepting = False
         self.scheduler: DelayScheduler | None = None
@@ -103,9 +106,14 @@ class LogStore:
         self.consume_queues = queues  # what DelayScheduler reads
         self.scheduler = DelayScheduler(self, self._delays_ms)
         self.retention = Retention(self.commitlog, None, reput_offset=lambda: self.dispatched_offset,
-                                   config=retention or RetentionConfig(), clock=self._clock)  # fmt: skip
+                                   config=retention or RetentionConfig(), clock=self._clock,
+                                   on_report=self._note_retention)  # fmt: skip
         self.scheduler.start()
         self.retention.start()
+
+    def _note_retention(self, report: RetentionReport) -> None:
+        if report.forced_range is not None:
+            self.forced_deleted_to = max(self.forced_deleted_to, report.forced_range[1])
 
     # ------------------------------------------------------------------ writes
 

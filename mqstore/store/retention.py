@@ -219,7 +219,10 @@ class Retention:
         disk_usage: Callable[[], float] | None = None,
         local_hour: Callable[[int], int] = _local_hour,
         consumer_offsets: ConsumerOffsetsLike | None = None,
+        on_report: Callable[[RetentionReport], None] | None = None,
     ) -> None:
+        """``on_report`` is handed each pass's report by the background loop."""
+        self._on_report = on_report
         self._commitlog = commitlog
         self._queues = consume_queues
         self._reput_offset = reput_offset
@@ -349,8 +352,10 @@ class Retention:
     def _run(self) -> None:
         while not self._stop.wait(self.config.check_interval_ms / 1000):
             try:
-                self.run_once(self._clock.now_ms())
+                report = self.run_once(self._clock.now_ms())
                 self.error = None
+                if self._on_report is not None:
+                    self._on_report(report)
             except Exception as e:  # a failed pass is retried next interval, as RocketMQ does
                 self.error = e
                 log.error("retention_failed", error=repr(e))

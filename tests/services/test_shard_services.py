@@ -320,3 +320,31 @@ def test_retention_runs_across_the_split(tmp_path):
         assert all(r.physical_offset >= s.min_offset for r in p.records)
         files = sorted((tmp_path / "consumequeue" / "Old" / "0").iterdir())
         assert files and int(files[0].name) > 0  # the builder deleted its first queue files
+
+
+def test_forced_retention_reports_unread_losses_as_forced(tmp_path):
+    """The disk past the forced-deletion watermark: the commitlog deletes segments that
+    had not expired and says so (GetOffsets.forced_deleted_to); the consume-queue
+    builder, cleaning its files, reports the group that had not read them as a forced
+    loss with exact queue-offset ranges."""
+    from structlog.testing import capture_logs
+
+    # Any disk is past 1% used: every pass forces (never past what the builders acknowledged).
+    retention = RetentionConfig(disk_max_used_ratio=0.01, clean_forcibly_ratio=0.01, check_interval_ms=200)
+    with capture_logs() as logs, LocalStack(tmp_path, small_config(), retention=retention) as st, \
+            FrontClient(st.front_endpoint) as c:  # fmt: skip
+        assert st.wait_ready(30)
+        c.commit_offset("slow-group", "Full", 0, 0)
+        for i in range(24):
+            c.send("Full", [b"%05d" % (i * 100 + j) + b"." * 3000 for j in range(100)], queue_ids=0)
+        wait_dispatched(c)
+        deadline = time.monotonic() + 30
+        while c.topic_status("Full")[0].min_offset <= 1000:
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+        with sync_channel(st.shards[0].endpoint) as ch:
+            o = commitlog_pb2_grpc.CommitLogServiceStub(ch).GetOffsets(commitlog_pb2.GetOffsetsRequest())
+        assert 0 < o.min_offset <= o.forced_deleted_to
+    losses = [e for e in logs if e["event"] == "unconsumed_messages_deleted" and e["group"] == "slow-group"]
+    assert losses and all(e["forced"] for e in losses), losses
+    assert losses[0]["ranges"][0].startswith("Full-0:[0,")

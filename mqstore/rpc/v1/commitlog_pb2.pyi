@@ -74,7 +74,7 @@ class GetOffsetsRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class GetOffsetsResponse(_message.Message):
-    __slots__ = ("min_offset", "wrote_offset", "flushed_offset", "confirm_offset", "dispatched_offset", "incarnation", "flush_mode", "writable", "unwritable_cause", "clean_shutdown", "recovery_seconds", "msg_id_prefix")
+    __slots__ = ("min_offset", "wrote_offset", "flushed_offset", "confirm_offset", "dispatched_offset", "incarnation", "flush_mode", "writable", "unwritable_cause", "clean_shutdown", "recovery_seconds", "msg_id_prefix", "forced_deleted_to")
     MIN_OFFSET_FIELD_NUMBER: _ClassVar[int]
     WROTE_OFFSET_FIELD_NUMBER: _ClassVar[int]
     FLUSHED_OFFSET_FIELD_NUMBER: _ClassVar[int]
@@ -87,6 +87,7 @@ class GetOffsetsResponse(_message.Message):
     CLEAN_SHUTDOWN_FIELD_NUMBER: _ClassVar[int]
     RECOVERY_SECONDS_FIELD_NUMBER: _ClassVar[int]
     MSG_ID_PREFIX_FIELD_NUMBER: _ClassVar[int]
+    FORCED_DELETED_TO_FIELD_NUMBER: _ClassVar[int]
     min_offset: int
     wrote_offset: int
     flushed_offset: int
@@ -99,7 +100,8 @@ class GetOffsetsResponse(_message.Message):
     clean_shutdown: bool
     recovery_seconds: float
     msg_id_prefix: str
-    def __init__(self, min_offset: _Optional[int] = ..., wrote_offset: _Optional[int] = ..., flushed_offset: _Optional[int] = ..., confirm_offset: _Optional[int] = ..., dispatched_offset: _Optional[int] = ..., incarnation: _Optional[int] = ..., flush_mode: _Optional[str] = ..., writable: _Optional[bool] = ..., unwritable_cause: _Optional[str] = ..., clean_shutdown: _Optional[bool] = ..., recovery_seconds: _Optional[float] = ..., msg_id_prefix: _Optional[str] = ...) -> None: ...
+    forced_deleted_to: int
+    def __init__(self, min_offset: _Optional[int] = ..., wrote_offset: _Optional[int] = ..., flushed_offset: _Optional[int] = ..., confirm_offset: _Optional[int] = ..., dispatched_offset: _Optional[int] = ..., incarnation: _Optional[int] = ..., flush_mode: _Optional[str] = ..., writable: _Optional[bool] = ..., unwritable_cause: _Optional[str] = ..., clean_shutdown: _Optional[bool] = ..., recovery_seconds: _Optional[float] = ..., msg_id_prefix: _Optional[str] = ..., forced_deleted_to: _Optional[int] = ...) -> None: ...
 
 class UpdateTopicRequest(_message.Message):
     __slots__ = ("config",)
