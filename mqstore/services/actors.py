@@ -208,7 +208,10 @@ class Deployment:
     metrics_endpoint: str = ""
 
     def wait_ready(self, timeout_s: float = 600.0) -> bool:
-        return all(ray.get([s.wait_ready.remote(timeout_s) for s in self.shards], timeout=timeout_s + 10))
+        """True once every commitlog serves and every builder is open (the ready line
+        of `mqstore serve` then means every query works)."""
+        actors = self.shards + self.queue_builders + self.index_builders
+        return all(ray.get([a.wait_ready.remote(timeout_s) for a in actors], timeout=timeout_s + 10))
 
     def failed(self, timeout_s: float = 10.0) -> dict[int, str]:
         """Shards whose store failed to open: {index: error} (a restart of the actor

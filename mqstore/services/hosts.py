@@ -285,7 +285,8 @@ class LocalStack:
         self.front_endpoint = self.front.endpoint
 
     def wait_ready(self, timeout: float = 60.0) -> bool:
-        return all(s.wait_ready(timeout) for s in self.shards)
+        """True once every commitlog serves and every builder is open."""
+        return all(h.wait_ready(timeout) for h in self.shards + self.queue_builders + self.index_builders)
 
     def close(self) -> None:
         """Front first (no new work), then dispatchers (after dispatching what is
