@@ -98,8 +98,12 @@ class BuilderShard:
     def _open(self) -> None:
         cls, note_kind = KINDS[self.kind]
         view = RemoteCommitLog(self._resolve)
-        builder = cls(self.store_dir, self.config, view,
-                      on_durable=lambda off, ts: view.note_derived(note_kind, off, ts))  # fmt: skip
+        try:
+            builder = cls(self.store_dir, self.config, view,
+                          on_durable=lambda off, ts: view.note_derived(note_kind, off, ts))  # fmt: skip
+        except BaseException:
+            view.close()  # its channel: this is retried every 0.2 s while a lock is held
+            raise
         with self._swap:
             self.view, self.builder, self.error = view, builder, None
             self.state = BuilderState.SERVING

@@ -109,7 +109,11 @@ class RemoteCommitLog:
 
     def __init__(self, resolve: Resolver) -> None:
         self._peer = _Peer(resolve, commitlog_pb2_grpc.CommitLogServiceStub)
-        r = self._peer.call("GetRecovery", commitlog_pb2.GetRecoveryRequest())
+        try:
+            r = self._peer.call("GetRecovery", commitlog_pb2.GetRecoveryRequest())
+        except BaseException:
+            self._peer.reset(close=True)
+            raise
         self.incarnation = r.incarnation
         self.clean_shutdown = r.clean_shutdown
         self.start_offset = r.start_offset
