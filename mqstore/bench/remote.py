@@ -74,14 +74,7 @@ def run_remote_append(server: str, *, messages: int, body_size: int = 128, topic
             totals["acked"] += acked
             totals["timeouts"] += timeouts
 
-    threads = [threading.Thread(target=producer, name=f"remote-producer-{i}") for i in range(producers)]
-    t0, cpu0 = time.perf_counter(), time.process_time()
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    seconds = time.perf_counter() - t0
-    cpu = time.process_time() - cpu0
+    seconds, cpu = _run_timed([threading.Thread(target=producer, name=f"remote-producer-{i}") for i in range(producers)])
     if errors:
         raise errors[0]
     lat = np.array(latencies) * 1000 if latencies else np.zeros(1)
@@ -93,6 +86,16 @@ def run_remote_append(server: str, *, messages: int, body_size: int = 128, topic
         "p50_ms": round(float(np.percentile(lat, 50)), 3), "p99_ms": round(float(np.percentile(lat, 99)), 3),
         "batch": batch, "producers": producers, "client_cpu_s": round(cpu, 3),
     }  # fmt: skip
+
+
+def _run_timed(threads: list[threading.Thread]) -> tuple[float, float]:
+    """Start the threads, wait for all: (wall seconds, this process's CPU seconds)."""
+    t0, cpu0 = time.perf_counter(), time.process_time()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return time.perf_counter() - t0, time.process_time() - cpu0
 
 
 def _wait_dispatched(c: FrontClient, timeout: float) -> tuple[bool, float]:
@@ -142,15 +145,8 @@ def run_remote_consume(server: str, *, topics: int = 1, batch: int = 1000, wait_
             caught_up, waited = _wait_dispatched(c, wait_dispatch)
             queues = [(q.topic, q.queue_id, q.min_offset, q.max_offset)
                       for t in range(topics) for q in c.topic_status(topic_name(t))]  # fmt: skip
-        threads = [threading.Thread(target=consume, args=(queues[i::consumers],), name=f"remote-consumer-{i}")
-                   for i in range(consumers)]  # fmt: skip
-        t0, cpu0 = time.perf_counter(), time.process_time()
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        seconds = time.perf_counter() - t0
-        cpu = time.process_time() - cpu0
+        seconds, cpu = _run_timed([threading.Thread(target=consume, args=(queues[i::consumers],),
+                                                     name=f"remote-consumer-{i}") for i in range(consumers)])  # fmt: skip
         if errors:
             raise errors[0]
     messages, nbytes = totals["messages"], totals["bytes"]

@@ -31,7 +31,7 @@ import structlog
 
 from mqstore.errors import StoreLockedError
 from mqstore.rpc.v1 import common_pb2
-from mqstore.services.errors import Aborted, Unavailable
+from mqstore.services.errors import Aborted, BadRequest, Unavailable
 from mqstore.services.remote import PeerUnavailable, RemoteCommitLog, Resolver
 from mqstore.store.builders import IndexBuilder, QueueBuilder
 from mqstore.store.config import StoreConfig
@@ -171,12 +171,21 @@ class BuilderShard:
             raise Aborted(f"records read from commitlog incarnation {incarnation}; this {self.kind} builder "
                           f"recovered against {view.incarnation if view else 'none yet'}: resume from its progress")  # fmt: skip
 
-    def put(self, fn: Callable[..., T], incarnation: int, *args: Any) -> T:
-        """Run a put of the builder (blocking) unless a reopen is under way."""
+    def put(self, incarnation: int, *args: Any):
+        """The builder's ``put`` (blocking) of a batch read from commitlog open
+        ``incarnation``, unless a reopen is under way."""
         with self._swap:
             b = self.ready()
             self.check_incarnation(incarnation)
-            return getattr(b, fn)(*args)
+            return b.put(*args)
+
+    async def check_to_offset(self, to_offset: int) -> None:
+        """BadRequest if a batch claims records past the commitlog's write position."""
+        view = self.view
+        if view is not None and to_offset > view.wrote:
+            await self.call(view.offsets)  # the commitlog grew since the view last asked
+            if to_offset > view.wrote:
+                raise BadRequest(f"to_offset {to_offset} is past the commitlog's write position {view.wrote}")
 
     async def call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         loop = asyncio.get_running_loop()

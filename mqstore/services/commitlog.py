@@ -127,7 +127,7 @@ class CommitLogServicer(commitlog_pb2_grpc.CommitLogServiceServicer):
         if offset > wrote:
             raise BadRequest(f"commitlog offset {offset} is past the write position {wrote}")
         start = max(offset, cl.min_offset)
-        if start < limit and start not in (self.shard.dispatched_offset, cl.min_offset):
+        if start < limit and start not in (store.dispatched_offset, cl.min_offset):
             # An offset the store itself keeps (where dispatch stands, the oldest record)
             # is a record start: bytes there that do not scan are corruption (DATA_LOSS).
             # Anything else may be a caller's mistake: check it first (INVALID_ARGUMENT).

@@ -35,17 +35,9 @@ class ConsumeQueueServicer(consume_queue_pb2_grpc.ConsumeQueueServiceServicer):
         self.shard.ready()
         self.shard.check_incarnation(request.incarnation)
         batch = _dispatch_batch(request)
-        await self._check_to_offset(request.to_offset)
-        progress = await self.shard.call(self.shard.put, "put", request.incarnation, batch, request.from_offset,
-                                         request.to_offset)  # fmt: skip
+        await self.shard.check_to_offset(request.to_offset)
+        progress = await self.shard.call(self.shard.put, request.incarnation, batch, request.from_offset, request.to_offset)
         return pb.PutUnitsResponse(progress_offset=progress)
-
-    async def _check_to_offset(self, to_offset: int) -> None:
-        view = self.shard.view
-        if view is not None and to_offset > view.wrote:
-            await self.shard.call(view.offsets)  # the commitlog grew since the view last asked
-            if to_offset > view.wrote:
-                raise BadRequest(f"to_offset {to_offset} is past the commitlog's write position {view.wrote}")
 
     @rpc
     async def GetProgress(self, request, context) -> common_pb2.BuilderProgress:

@@ -114,7 +114,7 @@ class ShardHost:
         store = s.store
         if store is not None:
             cl = store.commitlog
-            out.update(min_offset=cl.min_offset, wrote=cl.wrote, flushed=cl.flushed, dispatched=s.dispatched_offset)
+            out.update(min_offset=cl.min_offset, wrote=cl.wrote, flushed=cl.flushed, dispatched=store.dispatched_offset)
         return out
 
     def close(self) -> None:

@@ -35,17 +35,13 @@ class IndexServicer(index_pb2_grpc.IndexServiceServicer):
                               store_timestamps=request.store_timestamps)  # fmt: skip
         if request.to_offset < request.from_offset:
             raise BadRequest(f"to_offset {request.to_offset} is before from_offset {request.from_offset}")
-        view = self.shard.view
-        if view is not None and request.to_offset > view.wrote:
-            await self.shard.call(view.offsets)  # the commitlog grew since the view last asked
-            if request.to_offset > view.wrote:
-                raise BadRequest(f"to_offset {request.to_offset} is past the commitlog's write position {view.wrote}")
+        await self.shard.check_to_offset(request.to_offset)
         phys = np.asarray(request.physical_offsets, np.int64)
         if len(phys) and (phys.min() < request.from_offset or phys.max() >= request.to_offset):
             raise BadRequest(f"entries must point into [from_offset, to_offset) = [{request.from_offset}, {request.to_offset})")
         entries = IndexEntries(np.asarray(request.key_hashes, np.int64), phys,
                                np.asarray(request.store_timestamps, np.int64))  # fmt: skip
-        indexed, skipped, progress = await self.shard.call(self.shard.put, "put", request.incarnation, entries,
+        indexed, skipped, progress = await self.shard.call(self.shard.put, request.incarnation, entries,
                                                            request.from_offset, request.to_offset)  # fmt: skip
         return pb.PutKeysResponse(indexed=indexed, skipped=skipped, progress_offset=progress)
 

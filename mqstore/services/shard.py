@@ -175,12 +175,6 @@ class Shard:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self.executor, functools.partial(fn, *args, **kwargs))
 
-    @property
-    def dispatched_offset(self) -> int:
-        """Everything below is in the consume queues and the index (as reported)."""
-        store = self.store
-        return store.dispatched_offset if store is not None else 0
-
     # ------------------------------------------------------------------ append notifications
 
     def notify_appended(self) -> None:

@@ -40,7 +40,7 @@ from mqstore.store.layout import resolve_layout
 from mqstore.store.messages import AppendResult, MessageBatch
 from mqstore.store.recovery import RecoveryProgress
 from mqstore.store.retention import Retention, RetentionConfig, RetentionReport
-from mqstore.store.schedule import DelayScheduler, rewrite_delayed
+from mqstore.store.schedule import DelayScheduler, QueuePicker, rewrite_delayed
 
 log = structlog.get_logger(__name__)
 
@@ -76,7 +76,7 @@ class LogStore:
         durable = read_derived_offset(self.store_dir)
         self._durable = dict.fromkeys(DERIVED_KINDS if cfg.message_index_enable else DERIVED_KINDS[:1], durable)
         self._delays_ms = parse_delay_levels(cfg.message_delay_level)
-        self._rr: dict[str, int] = {}
+        self._pick_queue = QueuePicker(self.topics, cfg.default_queue_nums)
         self._lock = threading.Lock()
         self.dispatched_offset = 0
         # End of the newest range forced deletion (disk high watermark) removed: the
@@ -129,6 +129,8 @@ class LogStore:
 
     def _hold_back_for_dispatch(self) -> None:
         limit = self.config.max_dispatch_lag_bytes
+        if not self._lagging(limit):  # the usual case: one comparison per append
+            return
         deadline = self._clock.monotonic() + 1.0
         while self._lagging(limit) and self._clock.monotonic() < deadline:
             self._wake.wait(0.001)
@@ -136,14 +138,6 @@ class LogStore:
     def _lagging(self, limit: int) -> bool:
         fresh = self._clock.monotonic() - self._reported_at < _REPORT_FRESH_S
         return fresh and self.confirm_offset - self.dispatched_offset > limit // 2
-
-    def _pick_queue(self, topic: str) -> int:
-        tc = self.topics.get(topic)
-        nums = tc.write_queue_nums if tc is not None else self.config.default_queue_nums
-        with self._lock:
-            i = self._rr.get(topic, 0)
-            self._rr[topic] = i + 1
-        return i % nums
 
     def update_topic(self, topic: str, *, read_queue_nums: int = 4, write_queue_nums: int = 4, perm: int = 6):
         tc = self.topics.create_or_update(topic, read_queue_nums=read_queue_nums, write_queue_nums=write_queue_nums, perm=perm)

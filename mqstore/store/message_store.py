@@ -56,7 +56,7 @@ from mqstore.store.lockfile import BUILDER_KINDS, StoreLock, builder_files, last
 from mqstore.store.mapped_file import fsync_dir
 from mqstore.store.recovery import RecoveryProgress
 from mqstore.store.retention import Retention, RetentionConfig
-from mqstore.store.schedule import SCHEDULE_TOPIC, DelayScheduler, rewrite_delayed
+from mqstore.store.schedule import SCHEDULE_TOPIC, DelayScheduler, QueuePicker, rewrite_delayed
 from mqstore.store.messages import AppendResult, MessageBatch
 
 log = structlog.get_logger(__name__)
@@ -121,8 +121,6 @@ class MessageStore:
         self._closed = False
         self._stop = threading.Event()
         self._flusher: threading.Thread | None = None
-        self._rr: dict[str, int] = {}
-        self._rr_lock = threading.Lock()
         self._builder_locks: list[StoreLock] = []
         try:
             # The services run consume queues and index in builder processes, each with its
@@ -136,6 +134,7 @@ class MessageStore:
             unusable = self._set_aside_unusable_configs()
             self.consumer_offsets = ConsumerOffsets(self.store_dir)
             self.topics = TopicConfigs(self.store_dir, clock=self._clock)
+            self._pick_queue = QueuePicker(self.topics, cfg.default_queue_nums)
             for name, tc in self.topics.all().items():
                 self.commitlog.set_queue_nums(name, tc.write_queue_nums)
             self.consume_queues = ConsumeQueues(
@@ -298,15 +297,6 @@ class MessageStore:
         deadline = self._clock.monotonic() + 1.0
         while d.lag > limit // 2 and d.running and self._clock.monotonic() < deadline:
             self._stop.wait(0.0005)
-
-    def _pick_queue(self, topic: str) -> int:
-        """A real queue for a delayed message sent with an automatic queue id."""
-        tc = self.topics.get(topic)
-        nums = tc.write_queue_nums if tc is not None else self.config.default_queue_nums
-        with self._rr_lock:
-            i = self._rr.get(topic, 0)
-            self._rr[topic] = i + 1
-        return i % nums
 
     def wait_dispatched(self, timeout_s: float = 10.0) -> bool:
         """Block until everything appended before this call is in the consume queues

@@ -78,6 +78,26 @@ def rewrite_delayed(batch: MessageBatch, levels: int, pick_queue: Callable[[str]
     )  # fmt: skip
 
 
+class QueuePicker:
+    """``rewrite_delayed``'s ``pick_queue``: a real queue for a delayed message sent
+    with an automatic queue id, round robin over the topic's write queues (from
+    ``topics``, a TopicConfigs; ``default_nums`` for a topic without a config)."""
+
+    def __init__(self, topics, default_nums: int) -> None:
+        self._topics = topics
+        self._default_nums = default_nums
+        self._next: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    def __call__(self, topic: str) -> int:
+        tc = self._topics.get(topic)
+        nums = tc.write_queue_nums if tc is not None else self._default_nums
+        with self._lock:
+            i = self._next.get(topic, 0)
+            self._next[topic] = i + 1
+        return i % nums
+
+
 def deliver_times(store_timestamps: np.ndarray, levels: np.ndarray, delays_ms: list[int]) -> np.ndarray:
     """tagsCode of schedule-topic units: store time + the level's delay (1 s if unknown)."""
     table = np.array([1000, *delays_ms], np.int64)
@@ -210,4 +230,4 @@ class DelayScheduler:
 
 _MARK_EVERY_S = 1.0  # how often the scanned-up-to position is persisted (a restart scans at most ~1 s of log)
 
-__all__ = ["SCHEDULE_SOURCE", "SCHEDULE_TOPIC", "DelayScheduler", "deliver_times", "rewrite_delayed"]
+__all__ = ["SCHEDULE_SOURCE", "SCHEDULE_TOPIC", "DelayScheduler", "QueuePicker", "deliver_times", "rewrite_delayed"]
