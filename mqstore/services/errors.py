@@ -77,6 +77,19 @@ class Precondition(RpcError):
     code = Code.FAILED_PRECONDITION
 
 
+class Unauthenticated(RpcError):
+    """UNAUTHENTICATED: the front has an ACL and the request is not signed by a known
+    user with its secret (services/acl.py)."""
+
+    code = Code.UNAUTHENTICATED
+
+
+class PermissionDenied(RpcError):
+    """PERMISSION_DENIED: the signed user may not do this (an ACL rule, or not an admin)."""
+
+    code = Code.PERMISSION_DENIED
+
+
 class Aborted(RpcError):
     """ABORTED: the work was meant for an earlier incarnation of the shard."""
 
@@ -152,4 +165,5 @@ def rpc(method: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
-__all__ = ["Aborted", "BadRequest", "NotFound", "Precondition", "RpcError", "TooLarge", "Unavailable", "rpc", "status_of"]
+__all__ = ["Aborted", "BadRequest", "NotFound", "PermissionDenied", "Precondition", "RpcError", "TooLarge", "Unauthenticated",
+           "Unavailable", "rpc", "status_of"]  # fmt: skip
