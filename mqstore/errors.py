@@ -36,6 +36,43 @@ class PropertiesTooLongError(InvalidMessageError):
     """The encoded properties string is longer than 32,767 bytes (a signed short)."""
 
 
+class TransactionNotSupportedError(InvalidMessageError):
+    """A message sets the transaction bits of its sysflag (prepared 0x4, commit 0x8,
+    rollback 0xC). The store has no transaction API yet: such messages would be
+    acknowledged and never reach a consume queue. Raised by the client-facing append
+    path (``MessageStore.append``, ``LogStore.append``) before anything is written;
+    send without those bits."""
+
+
+class InvalidArgumentError(MqStoreError, ValueError):
+    """An argument of a read or admin call is out of its range or of the wrong type:
+    a queue id that is not an integer in 0..max_queue_id, a negative queue offset, a
+    count below 1. Raised by ``MessageStore`` before it touches a file; fix the call."""
+
+
+class NoPermissionError(MqStoreError):
+    """The call is not allowed on this topic (RocketMQ's NO_PERMISSION). Nothing was
+    written or read. Subclasses say why; the caller should not retry as is."""
+
+
+class ReservedTopicError(NoPermissionError, InvalidTopicError):
+    """A client sent to a topic only the store writes: RocketMQ's TopicValidator
+    not-allowed-send set (``SCHEDULE_TOPIC_XXXX``, ``RMQ_SYS_TRANS_HALF_TOPIC``, ...;
+    ``messages.NOT_ALLOWED_SEND_TOPICS``). Raised by the client-facing append path;
+    the store's own writes (delayed messages into the schedule topic and back out)
+    do not go through it."""
+
+
+class TopicPermissionError(NoPermissionError):
+    """The topic's config lacks the permission bit the call needs (RocketMQ PermName:
+    READ 4 for pulls, WRITE 2 for sends). ``topic``, ``perm`` and ``needed`` say which.
+    Change the topic's perm (update_topic) or use another topic."""
+
+    def __init__(self, message: str, *, topic: str, perm: int, needed: int) -> None:
+        super().__init__(message)
+        self.topic, self.perm, self.needed = topic, perm, needed
+
+
 class DecodeError(MqStoreError, ValueError):
     """Bytes that should hold a record, a msgId or a file name do not.
 
@@ -94,13 +131,18 @@ __all__ = [
     "ConfigError",
     "CorruptFileError",
     "DecodeError",
+    "InvalidArgumentError",
     "InvalidMessageError",
     "InvalidTopicError",
     "MessageTooLargeError",
     "MqStoreError",
+    "NoPermissionError",
     "OffsetError",
     "PropertiesTooLongError",
+    "ReservedTopicError",
     "StoreClosedError",
     "StoreLockedError",
     "StoreNotWritableError",
+    "TopicPermissionError",
+    "TransactionNotSupportedError",
 ]

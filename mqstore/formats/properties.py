@@ -33,6 +33,8 @@ REAL_TOPIC = "REAL_TOPIC"
 REAL_QID = "REAL_QID"
 TRAN_MSG = "TRAN_MSG"
 KEY_SEPARATOR = " "
+# mqstore's own: "<level>:<queue offset>" on a delivered delayed message (schedule.py).
+SCHEDULE_SOURCE = "SCHEDULE_SOURCE"
 
 
 def serialize_properties(items: Mapping[str, str | None] | Iterable[tuple[str, str | None]]) -> str:
@@ -43,6 +45,27 @@ def serialize_properties(items: Mapping[str, str | None] | Iterable[tuple[str, s
     """
     pairs = items.items() if isinstance(items, Mapping) else items
     return "".join(f"{k}\x01{v}\x02" for k, v in pairs if v is not None)
+
+
+def unstorable_property(name: object, value: object) -> str | None:
+    """Why one user property can not survive the round trip through the properties
+    string (None if it can): names and values are non-empty strings without the
+    separators, since :func:`parse_properties` drops an entry with an empty name or
+    value, and a separator would split it.
+
+    >>> unstorable_property("", "x")
+    "a property has an empty name (RocketMQ's properties string can not carry it)"
+    """
+    if not isinstance(name, str) or not isinstance(value, str):
+        return f"property names and values must be strings, got {type(name).__name__}: {type(value).__name__}"
+    if not name:
+        return "a property has an empty name (RocketMQ's properties string can not carry it)"
+    if not value:
+        return f"property {name!r} has an empty value (RocketMQ's properties string can not carry it)"
+    for text in (name, value):
+        if NAME_VALUE_SEPARATOR in text or PROPERTY_SEPARATOR in text:
+            return f"property {name!r} contains the property separators \\x01 or \\x02"
+    return None
 
 
 def parse_properties(s: str) -> dict[str, str]:
@@ -175,6 +198,7 @@ __all__ = [
     "MAX_PROPERTIES_BYTES",
     "REAL_QID",
     "REAL_TOPIC",
+    "SCHEDULE_SOURCE",
     "TAGS",
     "TRAN_MSG",
     "UNIQ_KEY",
@@ -185,4 +209,5 @@ __all__ = [
     "parse_properties",
     "serialize_properties",
     "split_keys",
+    "unstorable_property",
 ]

@@ -42,7 +42,7 @@ from typing import Any, TypeVar
 
 import structlog
 
-from mqstore.errors import ConfigError, InvalidMessageError, StoreClosedError
+from mqstore.errors import ConfigError, InvalidMessageError, StoreClosedError, TopicPermissionError
 from mqstore.formats.names import check_topic
 from mqstore.store import faults
 from mqstore.store.clock import Clock, SystemClock
@@ -412,6 +412,26 @@ class ConsumerOffsets:
 # topics.json
 
 TOPIC_FILTER_TYPES = ("SINGLE_TAG", "MULTI_TAG")
+# RocketMQ PermName bits of TopicConfig.perm.
+PERM_PRIORITY = 8
+PERM_READ = 4
+PERM_WRITE = 2
+PERM_INHERIT = 1
+_PERM_NAMES = {PERM_READ: "read", PERM_WRITE: "write"}
+
+
+def check_perm(topic: str, perm: int | None, needed: int) -> None:
+    """TopicPermissionError unless ``perm`` (a topic's config; None: the topic has no
+    config, which allows everything, as an auto-created topic's 6 does) has every bit
+    of ``needed`` (PERM_READ for pulls, PERM_WRITE for sends; RocketMQ
+    PermName.isReadable / isWriteable)."""
+    if perm is None or perm & needed == needed:
+        return
+    what = _PERM_NAMES.get(needed, f"0x{needed:x}")
+    raise TopicPermissionError(f"topic {topic!r} is not {what}able (perm {perm}: "
+                               f"{'r' if perm & PERM_READ else '-'}{'w' if perm & PERM_WRITE else '-'}"
+                               f"{'x' if perm & PERM_INHERIT else '-'}); change its perm to {what}",
+                               topic=topic, perm=perm, needed=needed)  # fmt: skip
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -711,6 +731,10 @@ __all__ = [
     "DEFAULT_DELAY_LEVELS",
     "DELAY_OFFSET_FILE",
     "GROUP_MAX_CHARS",
+    "PERM_INHERIT",
+    "PERM_PRIORITY",
+    "PERM_READ",
+    "PERM_WRITE",
     "TOPICS_FILE",
     "ConfigFileState",
     "ConsumerOffsets",
@@ -719,6 +743,7 @@ __all__ = [
     "TopicConfig",
     "TopicConfigs",
     "check_group",
+    "check_perm",
     "inspect_config_file",
     "parse_delay_levels",
     "quote_int_keys",

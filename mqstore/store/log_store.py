@@ -37,7 +37,7 @@ from mqstore.store.config import FlushMode, StoreConfig
 from mqstore.store.config_files import TopicConfigs, parse_delay_levels, read_derived_offset, write_derived_offset
 from mqstore.store.consume_queues import CONSUME_QUEUE_DIR
 from mqstore.store.layout import resolve_layout
-from mqstore.store.messages import AppendResult, MessageBatch
+from mqstore.store.messages import AppendResult, MessageBatch, check_client_batch
 from mqstore.store.recovery import RecoveryProgress
 from mqstore.store.retention import Retention, RetentionConfig, RetentionReport
 from mqstore.store.schedule import DelayScheduler, QueuePicker, rewrite_delayed
@@ -118,14 +118,21 @@ class LogStore:
     # ------------------------------------------------------------------ writes
 
     def append(self, batch: MessageBatch) -> AppendResult:
-        """Append (delayed messages go to the delay topic first); see CommitLog.append."""
+        """A producer's append (delayed messages go to the delay topic first); what a
+        producer may not send raises first (``messages.check_client_batch``: reserved
+        topics, transaction bits, the topic's write perm, ...); see CommitLog.append."""
         if self._closed:
             raise StoreClosedError(f"store at {self.store_dir} is closed")
         if not self.accepting:
             raise StoreNotWritableError("the commitlog waits for the consume queues' ends before appends",
                                         cause="recovering")  # fmt: skip
+        check_client_batch(batch, max_queue_id=self.config.max_queue_id, perm_of=self._perm_of)
         self._hold_back_for_dispatch()
         return self.commitlog.append(rewrite_delayed(batch, len(self._delays_ms), self._pick_queue))
+
+    def _perm_of(self, topic: str) -> int | None:
+        tc = self.topics.get(topic)
+        return None if tc is None else tc.perm
 
     def _hold_back_for_dispatch(self) -> None:
         limit = self.config.max_dispatch_lag_bytes

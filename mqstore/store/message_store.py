@@ -28,12 +28,13 @@ from pathlib import Path
 import numpy as np
 import structlog
 
-from mqstore.errors import ConfigError, OffsetError, StoreClosedError
+from mqstore.errors import ConfigError, InvalidArgumentError, OffsetError, StoreClosedError
 from mqstore.formats.javahash import tags_code
 from mqstore.formats.message import MessageRecord
 from mqstore.formats.msgid import parse_offset_msg_id
-from mqstore.formats.names import file_name_to_offset
-from mqstore.store.builders import ConsumerProgress, commit_consumer_offset, consumer_progress, redispatch_from
+from mqstore.formats.names import check_topic, file_name_to_offset
+from mqstore.store.builders import (ConsumerProgress, commit_consumer_offset, consumer_progress, record_size_reader,
+                                    redispatch_from)
 from mqstore.store.clock import Clock, SystemClock
 from mqstore.store.commitlog import CommitLog
 from mqstore.store.config import FlushMode, StoreConfig
@@ -41,9 +42,11 @@ from mqstore.store.config_files import (
     BAK_SUFFIX,
     CONSUMER_OFFSET_FILE,
     DELAY_OFFSET_FILE,
+    PERM_READ,
     TOPICS_FILE,
     ConsumerOffsets,
     TopicConfigs,
+    check_perm,
     inspect_config_file,
     parse_delay_levels,
     write_derived_offset,
@@ -57,7 +60,7 @@ from mqstore.store.mapped_file import fsync_dir
 from mqstore.store.recovery import RecoveryProgress
 from mqstore.store.retention import Retention, RetentionConfig
 from mqstore.store.schedule import SCHEDULE_TOPIC, DelayScheduler, QueuePicker, rewrite_delayed
-from mqstore.store.messages import AppendResult, MessageBatch
+from mqstore.store.messages import AppendResult, MessageBatch, check_client_batch
 
 log = structlog.get_logger(__name__)
 
@@ -213,8 +216,8 @@ class MessageStore:
     def _resume_offset(self) -> int:
         rec = self.commitlog.recovery
         candidates = [max(self.consume_queues.max_physical_offset(), self.commitlog.min_offset)]
-        if self.index is not None:  # from the last indexed message on (it is indexed again: RocketMQ does too)
-            candidates.append(max(self.index.max_physical_offset, self.commitlog.min_offset))
+        if self.index is not None:  # just past the last indexed message
+            candidates.append(max(self.index.resume_offset(record_size_reader(self.commitlog)), self.commitlog.min_offset))
         if not self._derived_clean:
             candidates.append(self._redispatch_from())
         if self.consume_queues.rebuild_from is not None:  # queues recovery cut or discarded
@@ -281,9 +284,37 @@ class MessageStore:
 
     def append(self, batch: MessageBatch) -> AppendResult:
         """Append to the commitlog (see CommitLog.append); dispatch follows. Messages
-        with a DELAY property go to SCHEDULE_TOPIC_XXXX first (see schedule.py)."""
+        with a DELAY property go to SCHEDULE_TOPIC_XXXX first (see schedule.py).
+        What a producer may not send (reserved topics, transaction bits, a topic
+        without the write perm, ...: ``messages.check_client_batch``) raises before
+        anything is written."""
+        check_client_batch(batch, max_queue_id=self.config.max_queue_id, perm_of=self._perm_of)
         self._hold_back_for_dispatch()
         return self.commitlog.append(rewrite_delayed(batch, len(self._delays_ms), self._pick_queue))
+
+    def _perm_of(self, topic: str) -> int | None:
+        tc = self.topics.get(topic)
+        return None if tc is None else tc.perm
+
+    def _check_queue(self, topic: str, queue_id: int) -> None:
+        """The topic name and queue id of a read, checked before any file is looked at."""
+        check_topic(topic)
+        if not isinstance(queue_id, (int, np.integer)) or isinstance(queue_id, bool):
+            raise InvalidArgumentError(f"queue id must be an integer, got {queue_id!r}")
+        if not 0 <= queue_id <= self.config.max_queue_id:
+            raise InvalidArgumentError(f"queue id {queue_id} is outside 0..{self.config.max_queue_id}")
+
+    @staticmethod
+    def _check_offset(offset: int, what: str = "queue offset") -> None:
+        if not isinstance(offset, (int, np.integer)) or isinstance(offset, bool):
+            raise InvalidArgumentError(f"{what} must be an integer, got {offset!r}")
+        if offset < 0:
+            raise InvalidArgumentError(f"{what} {offset} is negative")
+
+    @staticmethod
+    def _check_count(count: int, what: str) -> None:
+        if not isinstance(count, (int, np.integer)) or isinstance(count, bool) or count < 1:
+            raise InvalidArgumentError(f"{what} must be an integer >= 1, got {count!r}")
 
     def _hold_back_for_dispatch(self) -> None:
         """Back-pressure: while the dispatcher is more than ``max_dispatch_lag_bytes``
@@ -316,8 +347,14 @@ class MessageStore:
     def pull(self, topic: str, queue_id: int, offset: int, *, max_count: int = 32, tags: set[str] | None = None) -> PullResult:
         """Up to ``max_count`` messages of (topic, queue_id) from queue offset
         ``offset``; with ``tags``, only messages whose TAGS is one of them (matched by
-        tagsCode in the queue first, then exactly on the record, as RocketMQ does)."""
+        tagsCode in the queue first, then exactly on the record, as RocketMQ does).
+        A topic whose perm lacks READ raises TopicPermissionError; a bad topic,
+        queue id, offset or count raises before any file is touched."""
         self._check_open()
+        self._check_queue(topic, queue_id)
+        self._check_offset(offset)
+        self._check_count(max_count, "max_count")
+        check_perm(topic, self._perm_of(topic), PERM_READ)
         cq = self.consume_queues.find(topic, queue_id)
         if cq is None:
             return PullResult([], offset, 0, 0)
@@ -355,6 +392,10 @@ class MessageStore:
         broker hands them to clients), filtered by tagsCode only, as RocketMQ's broker
         does (clients check the tag strings). The fast path for consumers."""
         self._check_open()
+        self._check_queue(topic, queue_id)
+        self._check_offset(offset)
+        self._check_count(max_count, "max_count")
+        check_perm(topic, self._perm_of(topic), PERM_READ)
         cq = self.consume_queues.find(topic, queue_id)
         if cq is None:
             return RawPullResult([], offset, 0, 0)
@@ -372,6 +413,7 @@ class MessageStore:
         """The first queue offset of (topic, queue_id) stored at or after
         ``timestamp_ms`` (RocketMQ getOffsetInQueueByTime, boundary LOWER)."""
         self._check_open()
+        self._check_queue(topic, queue_id)
         cq = self.consume_queues.find(topic, queue_id)
         if cq is None:
             return 0
@@ -395,6 +437,7 @@ class MessageStore:
     def topic_status(self, topic: str) -> list[QueueStatus]:
         """Per queue of ``topic``: min and max offset and the last message's store time."""
         self._check_open()
+        check_topic(topic)
         out = []
         qids = sorted(q for t, q in self.consume_queues.keys() if t == topic)
         for qid in qids:
@@ -421,6 +464,8 @@ class MessageStore:
         offset to read); one past the queue's max is refused (see
         ``builders.commit_consumer_offset``)."""
         self._check_open()
+        self._check_queue(topic, queue_id)
+        self._check_offset(offset)
         commit_consumer_offset(self.consume_queues, self.consumer_offsets, group, topic, queue_id, offset)
 
     def consumer_progress(self, group: str) -> list[ConsumerProgress]:
@@ -439,6 +484,10 @@ class MessageStore:
 
     def _query_index(self, topic, key, begin, end, max_num, matches) -> list[MessageRecord]:
         self._check_open()
+        check_topic(topic)
+        self._check_count(max_num, "max_num")
+        if not isinstance(key, str) or not key:
+            raise InvalidArgumentError(f"the key must be a non-empty string, got {key!r}")
         if self.index is None:
             raise ConfigError("the message index is disabled for this store (message_index_enable=False)")
         out = []
@@ -455,6 +504,8 @@ class MessageStore:
     def read_queue_offset(self, topic: str, queue_id: int, queue_offset: int) -> MessageRecord:
         """The message at one queue offset (mqadmin queryMsgByOffset)."""
         self._check_open()
+        self._check_queue(topic, queue_id)
+        self._check_offset(queue_offset)
         cq = self.consume_queues.find(topic, queue_id)
         if cq is None or not cq.min_offset <= queue_offset < cq.max_offset:
             raise OffsetError(f"{topic}:{queue_id} has no message at queue offset {queue_offset}")

@@ -9,15 +9,35 @@ think in rows. ``AppendResult`` answers with columns too, and iterates as rows.
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
 import numpy as np
 
+from mqstore.errors import InvalidMessageError, ReservedTopicError, TransactionNotSupportedError
+from mqstore.formats.message import TRANSACTION_TYPE_MASK
 from mqstore.formats.msgid import Host
+from mqstore.formats.names import check_topic
+from mqstore.formats.properties import SCHEDULE_SOURCE, unstorable_property
+from mqstore.store.config_files import PERM_WRITE, check_perm
 
 AUTO_QUEUE = -1  # queue id meaning "pick one for me" (round robin per topic)
+MAX_PORT = 65_535
+
+# RocketMQ TopicValidator.NOT_ALLOWED_SEND_TOPIC_SET (apache/rocketmq 8fc57f1,
+# common/.../topic/TopicValidator.java): the broker refuses producers' sends to these.
+# Only the store writes them (SCHEDULE_TOPIC_XXXX: the delay scheduler).
+NOT_ALLOWED_SEND_TOPICS = frozenset({
+    "SCHEDULE_TOPIC_XXXX",
+    "RMQ_SYS_TRANS_HALF_TOPIC",
+    "RMQ_SYS_TRANS_OP_HALF_TOPIC",
+    "TRANS_CHECK_MAX_TIME_TOPIC",
+    "SELF_TEST_TOPIC",
+    "OFFSET_MOVED_EVENT",
+})  # fmt: skip
+# Properties only the store sets (a forged one would move the delay scheduler's progress).
+STORE_ONLY_PROPERTIES = frozenset({SCHEDULE_SOURCE})
 
 
 class Message(NamedTuple):
@@ -94,6 +114,95 @@ class MessageBatch:
         )
 
 
+def check_client_batch(batch: MessageBatch, *, max_queue_id: int,
+                       perm_of: Callable[[str], int | None] | None = None) -> None:  # fmt: skip
+    """What a producer may not send, checked before anything is written (the
+    client-facing append of ``MessageStore`` and ``LogStore``; the store's own writes,
+    delayed messages into SCHEDULE_TOPIC_XXXX and back out, do not come here):
+
+    * topic names legal (InvalidTopicError), none in ``NOT_ALLOWED_SEND_TOPICS``
+      (ReservedTopicError), each writable by its config (``perm_of(topic)``: the
+      topic's perm, None without a config; TopicPermissionError);
+    * no transaction bits in a sysflag (TransactionNotSupportedError);
+    * queue ids integers in AUTO_QUEUE..``max_queue_id`` (1.5 or "1" are refused,
+      not truncated or parsed);
+    * properties the properties string can carry (no empty name or value), none the
+      store reserves (SCHEDULE_SOURCE);
+    * born host ports in 0..65535.
+
+    Costs one pass over the columns that are given per message; scalars once."""
+    topics = {batch.topics} if isinstance(batch.topics, str) else set(batch.topics)
+    for t in topics:
+        check_topic(t)
+    reserved = sorted(topics & NOT_ALLOWED_SEND_TOPICS)
+    if reserved:
+        raise ReservedTopicError(f"sending to topic {reserved[0]!r} is forbidden: only the store writes it "
+                                 f"(RocketMQ's not-allowed-send topics)")  # fmt: skip
+    if perm_of is not None:
+        for t in sorted(topics):
+            check_perm(t, perm_of(t), PERM_WRITE)
+    flags = _integers(batch.sysflags, "sysflags")
+    if (flags & TRANSACTION_TYPE_MASK).any():
+        i = int(np.argmax((flags & TRANSACTION_TYPE_MASK) != 0)) if flags.ndim else 0
+        raise TransactionNotSupportedError(f"message {i}: sysflag {int(flags.flat[i])} sets the transaction bits "
+                                           f"(0x{TRANSACTION_TYPE_MASK:X}); the store has no transaction API")  # fmt: skip
+    if batch.queue_ids is not None:
+        q = _integers(batch.queue_ids, "queue_ids")
+        bad = (q < AUTO_QUEUE) | (q > max_queue_id)
+        if bad.any():
+            i = int(np.argmax(bad)) if q.ndim else 0
+            raise InvalidMessageError(f"message {i}: queue id {int(q.flat[i])} is outside 0..{max_queue_id} "
+                                      f"(or {AUTO_QUEUE}: automatic)")  # fmt: skip
+    _check_properties(batch.properties)
+    _check_hosts(batch.born_hosts)
+
+
+def _integers(value, name: str) -> np.ndarray:
+    """An integer scalar or column as an int64 array (0-d for a scalar); anything else
+    (floats, strings, bools, None inside) is InvalidMessageError, never truncated."""
+    if isinstance(value, (bool, np.bool_)):
+        raise InvalidMessageError(f"{name} must be integers, got {value!r}")
+    if isinstance(value, (int, np.integer)):
+        return np.asarray(value, np.int64)
+    if isinstance(value, (str, bytes, float, np.floating)) or value is None:
+        raise InvalidMessageError(f"{name} must be integers, got {value!r}")
+    try:
+        arr = np.asarray(value)
+    except (TypeError, ValueError) as e:
+        raise InvalidMessageError(f"{name} must be integers: {e}") from e
+    if arr.dtype.kind not in "iu" or arr.ndim != 1:  # floats, strings, bools, None, ints past 64 bits
+        raise InvalidMessageError(f"{name} must be integers, one per message, got {arr.dtype} values")
+    if arr.dtype.kind == "u" and arr.size and int(arr.max()) > np.iinfo(np.int64).max:
+        raise InvalidMessageError(f"{name} does not fit 64-bit integers")
+    return arr.astype(np.int64, copy=False)
+
+
+def _check_properties(props) -> None:
+    if props is None:
+        return
+    rows = [props] if isinstance(props, Mapping) else props
+    for i, p in enumerate(rows):
+        if not p:
+            continue
+        if not isinstance(p, Mapping):
+            raise InvalidMessageError(f"message {i}: properties must be a mapping of str to str, got {type(p).__name__}")
+        for k, v in p.items():
+            why = unstorable_property(k, v)
+            if why is None and k in STORE_ONLY_PROPERTIES:
+                why = f"property {k!r} is set by the store only"
+            if why is not None:
+                raise InvalidMessageError(f"message {i}: {why}")
+
+
+def _check_hosts(hosts) -> None:
+    if hosts is None:
+        return
+    for h in {hosts} if isinstance(hosts, Host) else set(hosts):
+        port = getattr(h, "port", None)
+        if not isinstance(port, (int, np.integer)) or isinstance(port, bool) or not 0 <= port <= MAX_PORT:
+            raise InvalidMessageError(f"born host {h!r}: the port must be an integer in 0..{MAX_PORT}")
+
+
 class PutStatus(enum.Enum):
     """Outcome of an append that wrote its records (errors raise instead)."""
 
@@ -157,4 +266,7 @@ class AppendResult:
             yield AppendedMessage(*row, self.store_timestamp, self.status)
 
 
-__all__ = ["AUTO_QUEUE", "AppendResult", "AppendedMessage", "Message", "MessageBatch", "PutStatus"]
+__all__ = [
+    "AUTO_QUEUE", "MAX_PORT", "NOT_ALLOWED_SEND_TOPICS", "STORE_ONLY_PROPERTIES", "AppendResult", "AppendedMessage",
+    "Message", "MessageBatch", "PutStatus", "check_client_batch",
+]  # fmt: skip

@@ -12,6 +12,19 @@ No delivery is lost or repeated across a restart: every delivered message carrie
 commitlog from the position saved with the offsets for such messages, so deliveries
 made after the last persist advance the progress instead of being made twice.
 
+A unit the scheduler can not deliver is skipped, never retried and never allowed to
+stop the loop: a record without a DELAY level or REAL_TOPIC (delivering it would write
+it into SCHEDULE_TOPIC_XXXX again, every second, forever), a REAL_TOPIC that is no
+legal topic or one only the store writes, a REAL_QID that is no queue id, a record that
+can not be read, or one the commitlog refuses. Each is logged
+(``delay_record_skipped``: level, queue offset, commitlog offset, reason) and counted
+(``skipped``); progress moves past it, so every later delayed message is delivered,
+also on a store that already holds such a record (written before producers were
+refused the schedule topic). A pass that fails otherwise (a full disk, the consume
+queues not answering) is logged (``delay_delivery_failed``), counted (``failures``)
+and retried with a growing pause (at most 5 s); ``running`` is False only once the
+thread is gone, and ``stopped`` then says why.
+
 Who calls what: the store calls ``rewrite_delayed`` on its append path (any thread);
 one scheduler thread calls ``deliver_due``; ``start``/``stop`` by the store.
 """
@@ -24,16 +37,17 @@ from collections.abc import Callable
 import numpy as np
 import structlog
 
-from mqstore.errors import CorruptFileError
+from mqstore.errors import CorruptFileError, DecodeError, InvalidMessageError, OffsetError
 from mqstore.formats.message import TRANSACTION_TYPE_MASK
-from mqstore.formats.properties import DELAY, REAL_QID, REAL_TOPIC, locate_properties
+from mqstore.formats.names import check_topic
+from mqstore.formats.properties import DELAY, REAL_QID, REAL_TOPIC, SCHEDULE_SOURCE, locate_properties
 from mqstore.store.config_files import DelayOffsets
-from mqstore.store.messages import AUTO_QUEUE, MessageBatch
+from mqstore.store.messages import AUTO_QUEUE, NOT_ALLOWED_SEND_TOPICS, MessageBatch
 
 log = structlog.get_logger(__name__)
 
 SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
-SCHEDULE_SOURCE = "SCHEDULE_SOURCE"
+_MAX_BACKOFF_S = 5.0
 _CLEARED = {DELAY, REAL_TOPIC, REAL_QID, SCHEDULE_SOURCE, "UNIQ_KEY", "TAGS", "KEYS"}
 
 
@@ -116,8 +130,11 @@ class DelayScheduler:
         self._batch = batch
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._max_queue_id = store.config.max_queue_id
         self.delivered = 0
-        self.error: BaseException | None = None
+        self.skipped = 0  # units never delivered: see the module docstring
+        self.failures = 0  # passes that raised (retried)
+        self.error: BaseException | None = None  # the last failed pass (None after a good one)
         self._recover_progress()
 
     def progress(self, level: int) -> int:
@@ -143,7 +160,13 @@ class DelayScheduler:
                 ((s, e),) = locate_properties(chunk.buffer, f.properties_at, f.properties_len, [SCHEDULE_SOURCE.encode()])
                 for a, b in zip(s.tolist(), e.tolist()):
                     if a >= 0:
-                        level, qo = (int(x) for x in chunk.buffer[a:b].split(b":"))
+                        try:  # a producer could set it before the store refused that: never trusted blindly
+                            level, qo = (int(x) for x in bytes(chunk.buffer[a:b]).split(b":"))
+                        except ValueError:
+                            level, qo = 0, -1
+                        if not 1 <= level <= len(self._delays) or qo < 0:
+                            log.warning("delay_source_ignored", value=bytes(chunk.buffer[a:b])[:64].decode("utf-8", "replace"))
+                            continue
                         if qo + 1 > self._offsets.get(level):
                             self._offsets.set(level, qo + 1)
                             found += 1
@@ -166,8 +189,15 @@ class DelayScheduler:
                 due = int(np.argmax(units["tags_code"] > now_ms)) if (units["tags_code"] > now_ms).any() else len(units)
                 if due == 0:
                     break
-                records = [self._store.commitlog.read(int(u)) for u in units["commitlog_offset"][:due]]
-                self._store.commitlog.append(self._real_messages(records, level, start))
+                items = []
+                for i, off in enumerate(units["commitlog_offset"][:due].tolist()):
+                    rec, why = self._deliverable(int(off))
+                    if why is None:
+                        items.append((start + i, rec))
+                    else:
+                        self._skip(level, start + i, int(off), why)
+                if items:
+                    self._append(level, items)
                 self._offsets.set(level, start + due)
                 self._offsets.set_commitlog_offset(self._store.commitlog.wrote)
                 self._offsets.persist()
@@ -175,17 +205,61 @@ class DelayScheduler:
         self.delivered += total
         return total
 
+    def _deliverable(self, offset: int):
+        """(record, None) for a schedule-topic record that can be delivered, else
+        (None, why not) (see the module docstring)."""
+        try:
+            r = self._store.commitlog.read(offset)
+        except (OffsetError, CorruptFileError, DecodeError) as e:
+            return None, f"unreadable: {e}"
+        p = r.properties
+        if delay_level_of(p) <= 0:
+            return None, "no DELAY level (it would be delivered into SCHEDULE_TOPIC_XXXX again)"
+        topic, qid = p.get(REAL_TOPIC), p.get(REAL_QID)
+        if not topic:
+            return None, "no REAL_TOPIC (it would be delivered into SCHEDULE_TOPIC_XXXX again)"
+        try:
+            check_topic(topic)
+        except InvalidMessageError as e:
+            return None, f"REAL_TOPIC: {e}"
+        if topic in NOT_ALLOWED_SEND_TOPICS:
+            return None, f"REAL_TOPIC {topic!r} is a topic only the store writes"
+        if qid is None or not qid.isascii() or not qid.isdigit() or not 0 <= int(qid) <= self._max_queue_id:
+            return None, f"REAL_QID {qid!r} is not a queue id in 0..{self._max_queue_id}"
+        return r, None
+
+    def _skip(self, level: int, queue_offset: int, offset: int, why: str) -> None:
+        self.skipped += 1
+        log.error("delay_record_skipped", level=level, queue_offset=queue_offset, commitlog_offset=offset,
+                  reason=why[:300], skipped=self.skipped)  # fmt: skip
+
+    def _append(self, level: int, items) -> None:
+        """Deliver (queue offset, record) pairs in one append; if the commitlog refuses
+        the batch (a record it can not take), one by one, skipping what it refuses."""
+        try:
+            self._store.commitlog.append(self._real_messages(items, level))
+            return
+        except InvalidMessageError:
+            pass
+        for qo, r in items:
+            try:
+                self._store.commitlog.append(self._real_messages([(qo, r)], level))
+            except InvalidMessageError as e:
+                self._skip(level, qo, r.physical_offset, f"refused by the commitlog: {e}")
+
     @staticmethod
-    def _real_messages(records, level: int, first_offset: int) -> MessageBatch:
+    def _real_messages(items, level: int) -> MessageBatch:
+        """The batch that delivers (queue offset, record) pairs to their real topics."""
+        records = [r for _, r in items]
         props = []
-        for i, r in enumerate(records):
+        for qo, r in items:
             p = {k: v for k, v in r.properties.items() if k not in _CLEARED}
-            p[SCHEDULE_SOURCE] = f"{level}:{first_offset + i}"
+            p[SCHEDULE_SOURCE] = f"{level}:{qo}"
             props.append(p)
         return MessageBatch(
-            topics=[r.properties.get(REAL_TOPIC, r.topic) for r in records],
+            topics=[r.properties[REAL_TOPIC] for r in records],
             bodies=[r.body for r in records],
-            queue_ids=[int(r.properties.get(REAL_QID, 0)) for r in records],
+            queue_ids=[int(r.properties[REAL_QID]) for r in records],
             tags=[r.tags for r in records], keys=[r.keys for r in records],
             unique_keys=[r.unique_key for r in records], properties=props,
             flags=[r.flag for r in records], sysflags=[r.sysflag & ~0x30 for r in records],
@@ -206,6 +280,23 @@ class DelayScheduler:
         self._thread = threading.Thread(target=self._run, name="mqstore-schedule", daemon=True)
         self._thread.start()
 
+    @property
+    def running(self) -> bool:
+        """True while the delivery thread runs (started and not stopped)."""
+        return self._thread is not None and self._thread.is_alive()
+
+    @property
+    def stopped(self) -> str | None:
+        """Why the thread is gone though nobody stopped it (None while it runs, before
+        start and after stop)."""
+        if self._thread is None or self._thread.is_alive() or self._stop.is_set():
+            return None
+        return f"stopped: {type(self.error).__name__}: {self.error}" if self.error is not None else "stopped"
+
+    def stats(self) -> dict:
+        return {"running": self.running, "delivered": self.delivered, "skipped": self.skipped,
+                "failures": self.failures, "error": None if self.error is None else str(self.error)}  # fmt: skip
+
     def stop(self) -> None:
         self._stop.set()
         if self._thread is not None:
@@ -216,16 +307,24 @@ class DelayScheduler:
     def _run(self) -> None:
         clock = self._store._clock
         last_mark = clock.monotonic()
-        while not self._stop.wait(self._interval):
-            try:
-                self.deliver_due(clock.now_ms())
-                if clock.monotonic() - last_mark >= _MARK_EVERY_S:
-                    self._mark_scanned()
-                    last_mark = clock.monotonic()
-            except BaseException as e:  # reported through .error; the store keeps running
-                self.error = e
-                log.error("delay_delivery_failed", error=str(e))
-                return
+        pause = self._interval
+        try:
+            while not self._stop.wait(pause):
+                try:
+                    self.deliver_due(clock.now_ms())
+                    if clock.monotonic() - last_mark >= _MARK_EVERY_S:
+                        self._mark_scanned()
+                        last_mark = clock.monotonic()
+                    self.error, pause = None, self._interval
+                except Exception as e:  # noqa: BLE001 - logged, counted, retried: the loop never ends on it
+                    self.error, self.failures = e, self.failures + 1
+                    pause = min(max(pause * 2, 0.1), _MAX_BACKOFF_S)
+                    log.error("delay_delivery_failed", error=f"{type(e).__name__}: {e}", failures=self.failures,
+                              action=f"retried in {pause:.1f} s")  # fmt: skip
+        except BaseException as e:
+            self.error = e
+            log.error("delay_scheduler_stopped", error=f"{type(e).__name__}: {e}")
+            raise
 
 
 _MARK_EVERY_S = 1.0  # how often the scanned-up-to position is persisted (a restart scans at most ~1 s of log)
