@@ -14,7 +14,6 @@ if [[ "${MQSTORE_SKIP_SETUP:-0}" != 1 ]]; then
   bash scripts/setup.sh
 fi
 PY="${MQSTORE_PYTHON:-.venv/bin/python}"
-export RAY_AUTH_MODE=${RAY_AUTH_MODE:-disabled}  # a private local instance on loopback
 if [[ "${MQSTORE_RUN:-serve}" == bench ]]; then
   "$PY" -m mqstore.cli.main bench append --store ./data/store --messages "${MESSAGES:-1000000}" --body-size 128 --topics 4 --queues 4
   exec "$PY" -m mqstore.cli.main print --store ./data/store --count 1

@@ -3,5 +3,4 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-export RAY_AUTH_MODE=disabled
 exec .venv/bin/python -m pytest "$@"

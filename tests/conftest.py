@@ -10,8 +10,9 @@ import pytest
 
 GOLDEN_DIR = Path(__file__).parent / "golden"
 
-# Tests never talk to a real Ray cluster by accident, and never need auth tokens.
-os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+# Ray keeps its token authentication in tests too (ray.init makes ~/.ray/auth_token
+# on first use); a developer's RAY_AUTH_MODE=disabled must not weaken the test clusters.
+os.environ["RAY_AUTH_MODE"] = "token"
 
 
 @pytest.fixture(scope="session")

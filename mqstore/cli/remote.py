@@ -62,6 +62,9 @@ def register(app: typer.Typer) -> None:
         tls_cert: Annotated[Path | None, typer.Option("--tls-cert", dir_okay=False, help="PEM certificate chain: the front (public API) speaks TLS only. With --tls-key.")] = None,
         tls_key: Annotated[Path | None, typer.Option("--tls-key", dir_okay=False, help="PEM private key of --tls-cert.")] = None,
         placement: Annotated[Placement, typer.Option("--placement", help="node: every shard on this machine; resource: shard i on the Ray node offering the custom resource mqstore_shard_i (its disk holds DIR/shard-i).")] = Placement.node,
+        acl: Annotated[Path | None, typer.Option("--acl", dir_okay=False, help="Users and permissions of the front (JSON; see `mqstore acl --help`): every call must be signed by a user the file allows.")] = None,
+        allow_anonymous: Annotated[bool, typer.Option("--allow-anonymous", help="Serve a --host that is not loopback without --acl: anyone who reaches it may send, read and change topics.")] = False,
+        insecure_ray: Annotated[bool, typer.Option("--insecure-ray", help="Join (--address) a Ray cluster that runs without token authentication, or run with RAY_AUTH_MODE=disabled: anyone who reaches Ray's ports can then run code as this user.")] = False,
     ) -> None:
         """Serve the store over gRPC on Ray until Ctrl-C/SIGTERM: per shard a commitlog,
         a consume-queue builder, an index builder and a dispatcher actor, and one front;
@@ -78,7 +81,8 @@ def register(app: typer.Typer) -> None:
         os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
         run(store, host=host, port=port, shards=shards, address=address, config=cfg, namespace=namespace,
             log_level=log_level, placement=placement.value, metrics_port=metrics_port, tls_cert=tls_cert,
-            tls_key=tls_key, ready_out=ready_out)  # fmt: skip
+            tls_key=tls_key, acl=acl, allow_anonymous=allow_anonymous, insecure_ray=insecure_ray,
+            ready_out=ready_out)  # fmt: skip
 
     @app.command("send")
     def send(

@@ -41,6 +41,7 @@ import structlog
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from mqstore.logging import configure_logging
+from mqstore.services.internal_auth import InternalAuth
 from mqstore.services.hosts import BuilderHost, DispatcherHost, FrontHost, ShardHost, ShardResolvers, shard_config
 from mqstore.services.routing import shard_dir
 from mqstore.services.server import TlsFiles
@@ -77,17 +78,21 @@ def shard_resource(i: int) -> str:
     return f"mqstore_shard_{i}"
 
 
+ASK_S = 3.0  # one ask of an actor's endpoint: a call sent just before it died may never be answered
+
+
 def actor_resolver(name: str, namespace: str, timeout_s: float = 120.0):
     """An async resolver of the named actor's gRPC endpoint (asked on every call:
-    after a restart the actor listens on a new port). Blocks while it restarts."""
+    after a restart the actor listens on a new port). Blocks while it restarts, up
+    to ``timeout_s``; each ask is bounded (``ASK_S``) and made on a fresh handle."""
 
     def get() -> str:
         deadline = time.monotonic() + timeout_s
         while True:
             try:
                 handle = ray.get_actor(name, namespace=namespace)
-                return ray.get(handle.endpoint.remote(), timeout=timeout_s)
-            except (ValueError, ray.exceptions.RayActorError):  # not created yet, or restarting
+                return ray.get(handle.endpoint.remote(), timeout=min(ASK_S, max(0.1, deadline - time.monotonic())))
+            except (ValueError, ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError):  # not there yet, restarting
                 if time.monotonic() > deadline:
                     raise
                 time.sleep(0.2)
@@ -114,6 +119,12 @@ def _configure_logging(component: str, shard: int | None = None) -> None:
                       json=os.environ.get("MQSTORE_LOG_FORMAT", "json") == "json", context=context)  # fmt: skip
 
 
+def node_address() -> str:
+    """This node's address as Ray knows it: where internal servers bind and what
+    they publish (127.0.0.1 on a local instance)."""
+    return ray.util.get_node_ip_address()
+
+
 class _Hosted:
     host: ShardHost | BuilderHost | DispatcherHost | FrontHost
 
@@ -133,10 +144,10 @@ class _Hosted:
 
 @ray.remote(num_cpus=0, max_restarts=MAX_RESTARTS, max_task_retries=0, max_concurrency=CONCURRENCY)
 class ShardActor(_Hosted):
-    def __init__(self, store_dir: str, config: StoreConfig, index: int, namespace: str, host: str,
+    def __init__(self, store_dir: str, config: StoreConfig, index: int, namespace: str, auth: InternalAuth,
                  retention: RetentionConfig | None = None, layout: tuple[str, int] | None = None) -> None:  # fmt: skip
         _configure_logging("commitlog", index)
-        self.host = ShardHost(store_dir, config, index=index, host=host, retention=retention,
+        self.host = ShardHost(store_dir, config, index=index, host=node_address(), retention=retention, auth=auth,
                               resolve_queues=actor_resolver(builder_name("consumequeue", index), namespace),
                               layout=None if layout is None else (Path(layout[0]), layout[1]))  # fmt: skip
 
@@ -149,9 +160,10 @@ class ShardActor(_Hosted):
 
 @ray.remote(num_cpus=0, max_restarts=MAX_RESTARTS, max_task_retries=0, max_concurrency=CONCURRENCY)
 class BuilderActor(_Hosted):
-    def __init__(self, kind: str, store_dir: str, config: StoreConfig, index: int, namespace: str, host: str) -> None:
+    def __init__(self, kind: str, store_dir: str, config: StoreConfig, index: int, namespace: str,
+                 auth: InternalAuth) -> None:  # fmt: skip
         _configure_logging(kind, index)
-        self.host = BuilderHost(kind, store_dir, config, index=index, host=host,
+        self.host = BuilderHost(kind, store_dir, config, index=index, host=node_address(), auth=auth,
                                 resolve_commitlog=actor_resolver(shard_name(index), namespace))  # fmt: skip
 
     def wait_ready(self, timeout_s: float = 600.0) -> bool:
@@ -171,10 +183,10 @@ def shard_resolvers(i: int, namespace: str, index_enabled: bool = True) -> Shard
 
 @ray.remote(num_cpus=0, max_restarts=MAX_RESTARTS, max_task_retries=0, max_concurrency=CONCURRENCY)
 class DispatcherActor(_Hosted):
-    def __init__(self, shard: int, namespace: str, config: StoreConfig, host: str) -> None:
+    def __init__(self, shard: int, namespace: str, config: StoreConfig, auth: InternalAuth) -> None:
         _configure_logging("dispatcher", shard)
         self.host = DispatcherHost(shard_resolvers(shard, namespace, config.message_index_enable), shard=shard,
-                                   config=config, host=host)  # fmt: skip
+                                   config=config, host=node_address(), auth=auth)  # fmt: skip
 
     def status(self) -> dict:
         return self.host.status()
@@ -182,13 +194,14 @@ class DispatcherActor(_Hosted):
 
 @ray.remote(num_cpus=0, max_restarts=MAX_RESTARTS, max_task_retries=0, max_concurrency=CONCURRENCY)
 class FrontActor(_Hosted):
-    def __init__(self, shards: int, namespace: str, host: str, port: int, default_queue_nums: int,
-                 metrics_port: int = 0, tls: TlsFiles | None = None, index_enabled: bool = True) -> None:  # fmt: skip
+    def __init__(self, shards: int, namespace: str, host: str, port: int, default_queue_nums: int, auth: InternalAuth,
+                 metrics_port: int = 0, tls: TlsFiles | None = None, index_enabled: bool = True,
+                 acl: str | None = None) -> None:  # fmt: skip
         resolvers = [(shard_resolvers(i, namespace, index_enabled), actor_resolver(dispatcher_name(i), namespace))
                      for i in range(shards)]  # fmt: skip
         _configure_logging("front")
         self.host = FrontHost(resolvers, host=host, port=port, default_queue_nums=default_queue_nums,
-                              metrics_port=metrics_port, tls=tls)  # fmt: skip
+                              metrics_port=metrics_port, tls=tls, auth=auth, acl=acl)  # fmt: skip
 
     def metrics_endpoint(self) -> str:
         return self.host.metrics_endpoint
@@ -255,14 +268,20 @@ def _close_actor(actor, timeout_s: float) -> None:
 def start_deployment(root: str | Path, config: StoreConfig | None = None, *, shards: int = 1, host: str = "127.0.0.1",
                      port: int = 8080, namespace: str = NAMESPACE, node_id: str | None = None,
                      retention: RetentionConfig | None = None, placement: str = "node",
-                     metrics_port: int = 0, tls: TlsFiles | None = None) -> Deployment:  # fmt: skip
+                     metrics_port: int = 0, tls: TlsFiles | None = None, auth: InternalAuth | None = None,
+                     acl: str | Path | None = None) -> Deployment:  # fmt: skip
     """Create the actors of a deployment in the connected Ray cluster and return
     once the front listens (shards may still be recovering: ``wait_ready``).
     ``node_id``: the node holding the store directories and running the front
     (default: this driver's). ``placement``: see the module docstring; with
     "resource" each shard's node creates its directory and pins the layout there.
     ``metrics_port``: the front's Prometheus endpoint (0: none). ``tls``: the front
-    speaks TLS only (certificate and key as bytes: read on the driver)."""
+    speaks TLS only (certificate and key as bytes: read on the driver). ``auth``:
+    the deployment's secret (default: a fresh one, with internal TLS when the front
+    speaks TLS); the front is ``host``:``port``, every internal server binds to its
+    node's address as Ray knows it. ``acl``: the front's users-and-permissions file
+    (on the front's node: the driver's)."""
+    auth = auth or InternalAuth.new(tls=tls is not None)
     if placement not in PLACEMENTS:
         raise ValueError(f"placement must be one of {PLACEMENTS}, got {placement!r}")
     cfg = config or StoreConfig()
@@ -285,17 +304,18 @@ def start_deployment(root: str | Path, config: StoreConfig | None = None, *, sha
             layout = (str(root), shards)
         c = shard_config(cfg, i, shards)
         dep.shards.append(ShardActor.options(name=shard_name(i), namespace=namespace, **where(i))
-                          .remote(str(d), c, i, namespace, host, retention, layout))  # fmt: skip
+                          .remote(str(d), c, i, namespace, auth, retention, layout))  # fmt: skip
         dep.queue_builders.append(BuilderActor.options(name=builder_name("consumequeue", i), namespace=namespace,
-                                                       **where(i)).remote("consumequeue", str(d), c, i, namespace, host))  # fmt: skip
+                                                       **where(i)).remote("consumequeue", str(d), c, i, namespace, auth))  # fmt: skip
         if cfg.message_index_enable:
             dep.index_builders.append(BuilderActor.options(name=builder_name("index", i), namespace=namespace,
-                                                           **where(i)).remote("index", str(d), c, i, namespace, host))  # fmt: skip
+                                                           **where(i)).remote("index", str(d), c, i, namespace, auth))  # fmt: skip
     for i in range(shards):
         dep.dispatchers.append(DispatcherActor.options(name=dispatcher_name(i), namespace=namespace, **where(i))
-                               .remote(i, namespace, cfg, host))  # fmt: skip
+                               .remote(i, namespace, cfg, auth))  # fmt: skip
     dep.front = FrontActor.options(name=FRONT, namespace=namespace, scheduling_strategy=pin).remote(
-        shards, namespace, host, port, cfg.default_queue_nums, metrics_port, tls, cfg.message_index_enable)  # fmt: skip
+        shards, namespace, host, port, cfg.default_queue_nums, auth, metrics_port, tls, cfg.message_index_enable,
+        None if acl is None else str(Path(acl).resolve()))  # fmt: skip
     dep.front_endpoint = ray.get(dep.front.endpoint.remote(), timeout=120)
     dep.metrics_endpoint = ray.get(dep.front.metrics_endpoint.remote(), timeout=30)
     return dep

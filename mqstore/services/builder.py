@@ -32,6 +32,7 @@ import structlog
 from mqstore.errors import StoreLockedError
 from mqstore.rpc.v1 import common_pb2
 from mqstore.services.errors import Aborted, BadRequest, Unavailable
+from mqstore.services.internal_auth import InternalAuth
 from mqstore.services.remote import PeerUnavailable, RemoteCommitLog, Resolver
 from mqstore.store.builders import IndexBuilder, QueueBuilder
 from mqstore.store.config import StoreConfig
@@ -53,7 +54,7 @@ class BuilderShard:
     """See the module docstring. ``kind``: "consumequeue" or "index"."""
 
     def __init__(self, kind: str, store_dir: str | Path, config: StoreConfig | None, resolve_commitlog: Resolver, *,
-                 index: int = 0, poll_s: float = 1.0) -> None:  # fmt: skip
+                 auth: InternalAuth, index: int = 0, poll_s: float = 1.0) -> None:  # fmt: skip
         if kind not in KINDS:
             raise ValueError(f"kind must be one of {sorted(KINDS)}, got {kind!r}")
         self.kind = kind
@@ -61,6 +62,7 @@ class BuilderShard:
         self.config = config or StoreConfig()
         self.index = index
         self._resolve = resolve_commitlog
+        self._auth = auth
         self._poll_s = poll_s
         self.state = BuilderState.RECOVERING
         self.error: str | None = None
@@ -97,7 +99,7 @@ class BuilderShard:
 
     def _open(self) -> None:
         cls, note_kind = KINDS[self.kind]
-        view = RemoteCommitLog(self._resolve)
+        view = RemoteCommitLog(self._resolve, self._auth)
         try:
             builder = cls(self.store_dir, self.config, view,
                           on_durable=lambda off, ts: view.note_derived(note_kind, off, ts))  # fmt: skip

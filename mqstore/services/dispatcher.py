@@ -39,6 +39,7 @@ from mqstore.rpc.v1 import (
 )
 from mqstore.rpc.v1 import dispatcher_pb2 as pb
 from mqstore.services.errors import rpc
+from mqstore.services.internal_auth import InternalAuth
 from mqstore.services.server import Registration, channel
 from mqstore.store.commitlog import ScanChunk
 from mqstore.store.dispatch import DispatchBatch, build_dispatch_batch
@@ -59,9 +60,10 @@ class RemoteDispatcher:
     disabled), asked again after a peer stops answering (it may come back elsewhere)."""
 
     def __init__(self, resolve: Callable[[], Awaitable[str]], resolve_queues: Callable[[], Awaitable[str]],
-                 resolve_index: Callable[[], Awaitable[str]] | None = None, *, shard: int = 0,
+                 resolve_index: Callable[[], Awaitable[str]] | None = None, *, auth: InternalAuth, shard: int = 0,
                  delays_ms: list[int] | None = None, chunk_bytes: int = 8 << 20, wait_ms: int = 200) -> None:  # fmt: skip
         self._resolvers = (resolve, resolve_queues, resolve_index)
+        self._auth = auth
         self.shard = shard
         self._delays = delays_ms
         self._chunk = chunk_bytes
@@ -99,7 +101,7 @@ class RemoteDispatcher:
     async def _stubs(self):
         if self._channels is None:
             cl, cq, ix = self._resolvers
-            chs = [channel(await cl()), channel(await cq())] + ([channel(await ix())] if ix is not None else [])
+            chs = [channel(await r(), self._auth) for r in (cl, cq, ix) if r is not None]
             self._channels = chs
             self._cl = commitlog_pb2_grpc.CommitLogServiceStub(chs[0])
             self._cq = consume_queue_pb2_grpc.ConsumeQueueServiceStub(chs[1])

@@ -30,6 +30,7 @@ from mqstore.errors import (
     StoreLockedError,
     StoreNotWritableError,
 )
+from mqstore.services import deadline
 from mqstore.store.builders import GapError
 
 log = structlog.get_logger(__name__)
@@ -146,6 +147,7 @@ def rpc(method: F) -> F:
     async def wrapper(self, request, context):
         observe = getattr(self, "observe_rpc", None)
         t0 = time.perf_counter()
+        deadline.start(context)
         try:
             res = await method(self, request, context)
         except asyncio.CancelledError:

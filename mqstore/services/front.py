@@ -35,9 +35,11 @@ from mqstore.rpc.v1 import (
     index_pb2_grpc,
 )
 from mqstore.rpc.v1 import front_pb2 as pb
-from mqstore.services import validate
+from mqstore.services import deadline, validate
+from mqstore.services.acl import GROUP, TOPIC, Acl, Action, Rule, User
 from mqstore.services.convert import check_batch_limits, queue_id_column, topic_column
-from mqstore.services.errors import BadRequest, NotFound, Precondition, Unavailable, rpc, status_of
+from mqstore.services.errors import BadRequest, NotFound, PermissionDenied, Precondition, Unavailable, rpc, status_of
+from mqstore.services.internal_auth import InternalAuth
 from mqstore.services.routing import Router
 from mqstore.services.server import Registration, channel
 from mqstore.store.messages import AUTO_QUEUE
@@ -49,6 +51,8 @@ MAX_PULL = 10_000
 MAX_QUERY = 64
 _LONG_MAX = (1 << 63) - 1
 Resolver = Callable[[], Awaitable[str]]
+RESOLVE_CAP_S = 10.0  # a shard's actor not found again within this: UNAVAILABLE (the client retries)
+SERVICE_NAMES = {"cl": "commitlog", "cq": "consume-queue builder", "ix": "index builder"}
 
 
 def parse_tag_expression(expr: str) -> set[str] | None:
@@ -69,13 +73,16 @@ class ShardClient:
     _STUBS = {"cl": commitlog_pb2_grpc.CommitLogServiceStub, "cq": consume_queue_pb2_grpc.ConsumeQueueServiceStub,
               "ix": index_pb2_grpc.IndexServiceStub}  # fmt: skip
 
-    def __init__(self, index: int, resolvers: dict[str, Resolver], resolve_dispatcher: Resolver | None = None) -> None:
+    def __init__(self, index: int, resolvers: dict[str, Resolver], resolve_dispatcher: Resolver | None = None, *,
+                 auth: InternalAuth) -> None:  # fmt: skip
         self.index = index
         self._resolvers = resolvers
         self._resolve_dispatcher = resolve_dispatcher
+        self._auth = auth
         self.endpoint = ""
         self._channels: dict[str, grpc.aio.Channel] = {}
         self._stubs_by: dict[str, object] = {}
+        self._resolving: dict[str, asyncio.Future] = {}
         self._dchannel: grpc.aio.Channel | None = None
         self.msg_id_prefix: str | None = None
 
@@ -83,37 +90,63 @@ class ShardClient:
     def services(self) -> set[str]:
         return set(self._resolvers)
 
-    async def _stub(self, service: str):
-        if service not in self._channels:
+    async def _stub(self, service: str, cap: float = RESOLVE_CAP_S):
+        """The stub of ``service``, resolving its endpoint first if needed: one
+        resolution at a time per service, shared by every call waiting for it, each
+        waiting at most its own budget (an actor that restarts answers UNAVAILABLE)."""
+        while service not in self._channels:
             if service not in self._resolvers:
                 raise Precondition(f"the message index is disabled on shard {self.index} (message_index_enable=False)")
+            pending = self._resolving.get(service)
+            if pending is None:
+                pending = self._resolving[service] = asyncio.ensure_future(self._resolvers[service]())
+                pending.add_done_callback(lambda f, s=service: self._resolved(s, f))
+            wait_s = deadline.budget(cap)
             try:
-                endpoint = await asyncio.wait_for(self._resolvers[service](), 60)
+                await asyncio.wait_for(asyncio.shield(pending), wait_s)
+            except TimeoutError as e:
+                raise Unavailable(f"shard {self.index} can not be reached: its {SERVICE_NAMES[service]} "
+                                  "did not come back in time") from e  # fmt: skip
             except Exception as e:  # noqa: BLE001 - a dead or unknown actor: the caller may retry later
                 raise Unavailable(f"shard {self.index} can not be reached: {type(e).__name__}: {e}") from e
-            if service == "cl":
-                self.endpoint = endpoint
-            self._channels[service] = channel(endpoint)
-            self._stubs_by[service] = self._STUBS[service](self._channels[service])
         return self._stubs_by[service]
 
-    async def reset(self, service: str | None = None) -> None:
+    def _resolved(self, service: str, f: asyncio.Future) -> None:
+        self._resolving.pop(service, None)
+        if f.cancelled() or f.exception() is not None or service in self._channels:
+            return
+        endpoint = f.result()
+        if service == "cl":
+            self.endpoint = endpoint
+        self._channels[service] = channel(endpoint, self._auth)
+        self._stubs_by[service] = self._STUBS[service](self._channels[service])
+
+    async def reset(self, service: str | None = None, *, failed=None) -> None:
+        """Forget a service's channel (every one: ``service`` None). ``failed``: the
+        stub a call failed on; a newer channel is kept. In-flight calls on the old
+        channel get up to 5 s to end by themselves."""
         for name in [service] if service else list(self._channels):
+            if failed is not None and self._stubs_by.get(name) is not failed:
+                continue
             ch = self._channels.pop(name, None)
             self._stubs_by.pop(name, None)
             if ch is not None:
-                await ch.close()
+                if failed is None:
+                    await ch.close()
+                else:
+                    asyncio.ensure_future(ch.close(5.0))
 
     async def call(self, service: str, method: str, request, *, timeout: float = 30.0, retry: bool = True):
-        """``service`` is "cl", "cq" or "ix"."""
+        """``service`` is "cl", "cq" or "ix". The call and the endpoint resolution
+        take at most ``timeout`` and what is left of the client's deadline."""
         for attempt in (0, 1):
             stub = await self._stub(service)
             try:
-                return await getattr(stub, method)(request, timeout=timeout)
+                return await getattr(stub, method)(request, timeout=deadline.budget(timeout))
             except grpc.aio.AioRpcError as e:
                 if e.code() is not grpc.StatusCode.UNAVAILABLE:
                     raise
-                await self.reset(service)
+                await self.reset(service, failed=stub)
                 if not retry or attempt:
                     raise
                 await asyncio.sleep(0.2)
@@ -123,7 +156,7 @@ class ShardClient:
         if self._resolve_dispatcher is None:
             return None
         if self._dchannel is None:
-            self._dchannel = channel(await asyncio.wait_for(self._resolve_dispatcher(), 10))
+            self._dchannel = channel(await asyncio.wait_for(self._resolve_dispatcher(), 10), self._auth)
         try:
             return await dispatcher_pb2_grpc.DispatcherServiceStub(self._dchannel).Status(
                 dispatcher_pb2.DispatcherStatusRequest(), timeout=5)  # fmt: skip
@@ -144,10 +177,11 @@ class FrontServicer(front_pb2_grpc.FrontServiceServicer):
     without a config (the store's default). ``metrics``: a ``FrontMetrics`` that
     observes every call (``observe_rpc``)."""
 
-    def __init__(self, shards: list[ShardClient], *, default_queue_nums: int = 4, metrics=None) -> None:
+    def __init__(self, shards: list[ShardClient], *, default_queue_nums: int = 4, metrics=None, acl=None) -> None:
         if not shards:
             raise ValueError("a front needs at least one shard")
         self.shards = shards
+        self.acl = acl  # an acl.Acl, or None: anonymous
         self.metrics = metrics  # a metrics.FrontMetrics, or None
         self.router = Router(len(shards))
         self.default_queue_nums = default_queue_nums
@@ -168,10 +202,31 @@ class FrontServicer(front_pb2_grpc.FrontServiceServicer):
         """fn on every shard at once; the first failure is raised."""
         return list(await asyncio.gather(*(fn(s) for s in self.shards)))
 
+    # ------------------------------------------------------------------ users and permissions (acl.py)
+
+    def _caller(self, context) -> User | None:
+        """The user who signed the call (None: the front is anonymous); Unauthenticated otherwise."""
+        return None if self.acl is None else self.acl.authenticate(context.invocation_metadata())
+
+    def _allow(self, context, *needs: tuple[Action, str, str]) -> User | None:
+        """Authenticate, then PermissionDenied unless every (action, kind, name) is allowed."""
+        user = self._caller(context)
+        if user is not None:
+            for action, kind, name in needs:
+                self.acl.authorize(user, action, kind, name)
+        return user
+
+    def _admin(self, context, what: str) -> User | None:
+        user = self._caller(context)
+        if user is not None:
+            self.acl.require_admin(user, what)
+        return user
+
     # ------------------------------------------------------------------ send
 
     @rpc
     async def SendBatch(self, request: pb.SendBatchRequest, context) -> pb.SendBatchResponse:
+        self._allow(context, *((Action.PUB, TOPIC, t) for t in dict.fromkeys(request.messages.topics)))
         cols = request.messages
         if len(self.shards) == 1:  # the shard checks everything and picks queues itself
             res = await self.shards[0].call("cl", "AppendBatch", commitlog_pb2.AppendBatchRequest(messages=cols),
@@ -227,6 +282,7 @@ class FrontServicer(front_pb2_grpc.FrontServiceServicer):
 
     @rpc
     async def Pull(self, request: pb.PullRequest, context) -> pb.PullResponse:
+        self._allow(context, (Action.SUB, TOPIC, request.topic))
         topic = validate.topic(request.topic)
         qid = validate.queue_id(request.queue_id)
         offset = validate.offset(request.offset)
@@ -295,6 +351,7 @@ class FrontServicer(front_pb2_grpc.FrontServiceServicer):
 
     @rpc
     async def QueryByMsgId(self, request: pb.QueryByMsgIdRequest, context) -> pb.QueryResponse:
+        user = self._caller(context)
         if not request.msg_id:
             raise BadRequest("msg_id is empty")
         host, offset = parse_offset_msg_id(request.msg_id)
@@ -303,6 +360,8 @@ class FrontServicer(front_pb2_grpc.FrontServiceServicer):
         if shard is None:
             raise NotFound(f"msgId {request.msg_id} names store host {host}, which is no shard of this deployment")
         rd = await shard.call("cl", "Read", commitlog_pb2.ReadRequest(offsets=[offset]))
+        if user is not None and not all(self.acl.decide(user, Action.SUB, TOPIC, r.topic)[0] for r in rd.records):
+            raise PermissionDenied(f"user {user.access_key!r} may not Sub on the topic of message {request.msg_id}")
         return pb.QueryResponse(records=rd.records)
 
     async def _shard_by_prefix(self, prefix: str) -> ShardClient | None:
@@ -320,6 +379,7 @@ class FrontServicer(front_pb2_grpc.FrontServiceServicer):
 
     @rpc
     async def QueryByUniqueKey(self, request: pb.QueryByUniqueKeyRequest, context) -> pb.QueryResponse:
+        self._allow(context, (Action.SUB, TOPIC, request.topic))
         topic = validate.topic(request.topic)
         key = validate.key(request.unique_key, "unique_key")
         n = validate.count(request.max_num, default=32, high=MAX_QUERY, what="max_num")
@@ -330,6 +390,7 @@ class FrontServicer(front_pb2_grpc.FrontServiceServicer):
 
     @rpc
     async def QueryByKey(self, request: pb.QueryByKeyRequest, context) -> pb.QueryResponse:
+        self._allow(context, (Action.SUB, TOPIC, request.topic))
         topic = validate.topic(request.topic)
         key = validate.key(request.key)
         n = validate.count(request.max_num, default=32, high=MAX_QUERY, what="max_num")
@@ -358,6 +419,7 @@ class FrontServicer(front_pb2_grpc.FrontServiceServicer):
 
     @rpc
     async def QueryByOffset(self, request: pb.QueryByOffsetRequest, context) -> pb.QueryResponse:
+        self._allow(context, (Action.SUB, TOPIC, request.topic))
         topic = validate.topic(request.topic)
         qid = validate.queue_id(request.queue_id)
         offset = validate.offset(request.offset)
@@ -374,6 +436,7 @@ class FrontServicer(front_pb2_grpc.FrontServiceServicer):
 
     @rpc
     async def GetOffsetByTime(self, request: pb.GetOffsetByTimeRequest, context) -> pb.GetOffsetByTimeResponse:
+        self._allow(context, (Action.SUB, TOPIC, request.topic))
         topic = validate.topic(request.topic)
         qid = validate.queue_id(request.queue_id)
         r = await self._shard(topic, qid).call("cq", "OffsetAtTime", consume_queue_pb2.OffsetAtTimeRequest(
@@ -384,6 +447,7 @@ class FrontServicer(front_pb2_grpc.FrontServiceServicer):
 
     @rpc
     async def CommitOffset(self, request: pb.FrontCommitOffsetRequest, context) -> pb.FrontCommitOffsetResponse:
+        self._allow(context, (Action.SUB, GROUP, request.group), (Action.SUB, TOPIC, request.topic))  # admins: any group's offsets
         validate.group(request.group)
         topic = validate.topic(request.topic)
         qid = validate.queue_id(request.queue_id)
@@ -393,6 +457,7 @@ class FrontServicer(front_pb2_grpc.FrontServiceServicer):
 
     @rpc
     async def FetchOffset(self, request: pb.FrontFetchOffsetRequest, context) -> pb.FrontFetchOffsetResponse:
+        self._allow(context, (Action.SUB, GROUP, request.group), (Action.SUB, TOPIC, request.topic))  # admins: any group's offsets
         validate.group(request.group)
         topic = validate.topic(request.topic)
         qid = validate.queue_id(request.queue_id)
@@ -402,6 +467,7 @@ class FrontServicer(front_pb2_grpc.FrontServiceServicer):
 
     @rpc
     async def ConsumerProgress(self, request: pb.ConsumerProgressRequest, context) -> pb.ConsumerProgressResponse:
+        self._allow(context, (Action.SUB, GROUP, request.group))
         validate.group(request.group)
         parts = await self._fan_out(lambda s: s.call("cq", "GroupOffsets",
                                                      consume_queue_pb2.GroupOffsetsRequest(group=request.group)))  # fmt: skip
@@ -412,6 +478,7 @@ class FrontServicer(front_pb2_grpc.FrontServiceServicer):
 
     @rpc
     async def CreateOrUpdateTopic(self, request: pb.CreateOrUpdateTopicRequest, context) -> pb.CreateOrUpdateTopicResponse:
+        self._admin(context, "changing a topic")
         validate.topic(request.config.topic)
         parts = await self._fan_out(lambda s: s.call("cl", "UpdateTopic",
                                                      commitlog_pb2.UpdateTopicRequest(config=request.config)))  # fmt: skip
@@ -422,6 +489,7 @@ class FrontServicer(front_pb2_grpc.FrontServiceServicer):
 
     @rpc
     async def TopicStatus(self, request: pb.TopicStatusRequest, context) -> pb.TopicStatusResponse:
+        self._allow(context, (Action.SUB, TOPIC, request.topic))
         topic = validate.topic(request.topic)
 
         async def one(s: ShardClient) -> list[common_pb2.QueueRange]:
@@ -464,6 +532,7 @@ class FrontServicer(front_pb2_grpc.FrontServiceServicer):
 
     @rpc
     async def StoreStatus(self, request, context) -> pb.StoreStatusResponse:
+        self._caller(context)  # any signed user
         async def one(s: ShardClient) -> pb.ShardStatus:
             st = pb.ShardStatus(shard=s.index, state="UNAVAILABLE", reput_offset=-1)
             try:
@@ -498,6 +567,62 @@ class FrontServicer(front_pb2_grpc.FrontServiceServicer):
             return st
 
         return pb.StoreStatusResponse(shards=await self._fan_out(one))
+
+    # ------------------------------------------------------------------ ACL administration (admins only)
+
+    def _acl_admin(self, context, what: str) -> tuple[Acl, str]:
+        if self.acl is None:
+            raise Precondition("this front has no ACL (start it with serve --acl FILE)")
+        return self.acl, self._admin(context, what).access_key
+
+    @rpc
+    async def ListUsers(self, request: pb.ListUsersRequest, context) -> pb.ListUsersResponse:
+        acl, _ = self._acl_admin(context, "listing users")
+        return pb.ListUsersResponse(users=[_user_pb(u) for u in acl.users])
+
+    @rpc
+    async def AddUser(self, request: pb.AddUserRequest, context) -> pb.AddUserResponse:
+        acl, by = self._acl_admin(context, "adding a user")
+        user = User(request.access_key, request.secret_key, admin=request.admin)
+        replaced = await asyncio.to_thread(acl.add_user, user, replace=request.replace)
+        log.info("acl_user_added", by=by, user=user.access_key, admin=user.admin, replaced=replaced)
+        return pb.AddUserResponse(user=_user_pb(user), replaced=replaced)
+
+    @rpc
+    async def RemoveUser(self, request: pb.RemoveUserRequest, context) -> pb.RemoveUserResponse:
+        acl, by = self._acl_admin(context, "removing a user")
+        n = await asyncio.to_thread(acl.remove_user, request.access_key)
+        log.info("acl_user_removed", by=by, user=request.access_key, rules_removed=n)
+        return pb.RemoveUserResponse(rules_removed=n)
+
+    @rpc
+    async def ListRules(self, request: pb.ListRulesRequest, context) -> pb.ListRulesResponse:
+        acl, _ = self._acl_admin(context, "listing rules")
+        return pb.ListRulesResponse(rules=[_rule_pb(r) for r in acl.rules(request.user or None)])
+
+    @rpc
+    async def AddRule(self, request: pb.AddRuleRequest, context) -> pb.AddRuleResponse:
+        acl, by = self._acl_admin(context, "adding a rule")
+        r = request.rule
+        rule = Rule.of(r.user, r.resource, r.actions, r.decision or "Allow")
+        replaced = await asyncio.to_thread(acl.add_rule, rule)
+        log.info("acl_rule_added", by=by, **rule.to_json(), replaced=replaced)
+        return pb.AddRuleResponse(rule=_rule_pb(rule), replaced=replaced)
+
+    @rpc
+    async def RemoveRule(self, request: pb.RemoveRuleRequest, context) -> pb.RemoveRuleResponse:
+        acl, by = self._acl_admin(context, "removing a rule")
+        gone = await asyncio.to_thread(acl.remove_rule, request.user, request.resource, request.decision or None)
+        log.info("acl_rule_removed", by=by, user=request.user, resource=request.resource, removed=len(gone))
+        return pb.RemoveRuleResponse(rules=[_rule_pb(r) for r in gone])
+
+
+def _user_pb(u: User) -> pb.AclUser:
+    return pb.AclUser(access_key=u.access_key, admin=u.admin)  # never the secret
+
+
+def _rule_pb(r: Rule) -> pb.AclRule:
+    return pb.AclRule(**r.to_json())
 
 
 def _found(out: pb.PullResponse) -> bool:

@@ -27,6 +27,7 @@ from mqstore.services.consume_queue import ConsumeQueueServicer
 from mqstore.services.dispatcher import DispatcherServicer, RemoteDispatcher
 from mqstore.services.front import FrontServicer, ShardClient
 from mqstore.services.index import IndexServicer
+from mqstore.services.internal_auth import InternalAuth
 from mqstore.services.metrics import FrontMetrics
 from mqstore.services.remote import RemoteQueues
 from mqstore.services.routing import STORE_PORT_BASE, pin_layout, shard_dir
@@ -41,10 +42,14 @@ Resolver = Callable[[], Awaitable[str]]
 ShardResolvers = dict[str, Resolver]  # "cl", "cq", "ix" (absent: index disabled) -> resolver
 
 
+WILDCARDS = ("0.0.0.0", "::", "[::]", "")
+
+
 def advertised(host: str) -> str:
-    """The address others reach a server bound to ``host`` at: a wildcard bind
-    (0.0.0.0, ::) is published as this machine's address, not as the wildcard."""
-    if host not in ("0.0.0.0", "::", "[::]", ""):
+    """The address others reach the front bound to ``host`` at: a wildcard bind
+    (0.0.0.0, ::) is published as this machine's address, not as the wildcard
+    (internal servers never bind a wildcard: see ``internal_address``)."""
+    if host not in WILDCARDS:
         return host
     try:
         with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
@@ -52,6 +57,19 @@ def advertised(host: str) -> str:
             return s.getsockname()[0]
     except OSError:
         return "127.0.0.1"
+
+
+def internal_address(host: str) -> str:
+    """The address an internal server binds to and publishes: one address of this
+    node (what Ray knows the node as), never a wildcard, which would listen on
+    every interface."""
+    if host in WILDCARDS:
+        raise ValueError(f"internal services bind to the node's own address, not to {host!r}")
+    return host
+
+
+def endpoint_of(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host and not host.startswith("[") else f"{host}:{port}"
 
 
 def fixed(endpoint: str) -> Resolver:
@@ -69,19 +87,21 @@ class ShardHost:
     ``resolve_queues`` (see shard.py for the protocol)."""
 
     def __init__(self, store_dir: str | Path, config: StoreConfig | None = None, *, resolve_queues: Resolver,
-                 index: int = 0, host: str = "127.0.0.1", port: int = 0, retention: RetentionConfig | None = None,
-                 layout: tuple[Path, int] | None = None) -> None:  # fmt: skip
+                 auth: InternalAuth, index: int = 0, host: str = "127.0.0.1", port: int = 0,
+                 retention: RetentionConfig | None = None, layout: tuple[Path, int] | None = None) -> None:  # fmt: skip
         """``layout``: (root, shards) to pin (``routing.pin_layout``) on this machine
         before the store opens (a shard on a node of its own: the driver's check
-        does not see this disk)."""
+        does not see this disk). ``auth``: the deployment's secret (every call must
+        carry it; the calls this shard makes carry it)."""
+        host = internal_address(host)
         self.thread = ServerThread(f"mqstore-shard{index}")
         self._layout = layout
         self.shard = Shard(store_dir, config, index=index, retention=retention)
-        self.queues = RemoteQueues(resolve_queues)
+        self.queues = RemoteQueues(resolve_queues, auth)
         self._closing = threading.Event()
         self.server = self.thread.run(start_grpc_server(host, port, [CommitLogServicer(self.shard).registration()],
-                                                        serving=False))  # fmt: skip
-        self.endpoint = f"{advertised(host)}:{self.server.port}"
+                                                        serving=False, auth=auth))  # fmt: skip
+        self.endpoint = endpoint_of(host, self.server.port)
         self._ready = threading.Event()
         self._opener = threading.Thread(target=self._open, name=f"mqstore-shard{index}-open", daemon=True)
         self._opener.start()
@@ -135,12 +155,14 @@ class BuilderHost:
     commitlog at ``resolve_commitlog`` in the background (see builder.py)."""
 
     def __init__(self, kind: str, store_dir: str | Path, config: StoreConfig | None = None, *,
-                 resolve_commitlog: Resolver, index: int = 0, host: str = "127.0.0.1", port: int = 0) -> None:  # fmt: skip
+                 resolve_commitlog: Resolver, auth: InternalAuth, index: int = 0, host: str = "127.0.0.1",
+                 port: int = 0) -> None:  # fmt: skip
+        host = internal_address(host)
         self.thread = ServerThread(f"mqstore-{kind}{index}")
-        self.builder = BuilderShard(kind, store_dir, config, resolve_commitlog, index=index)
+        self.builder = BuilderShard(kind, store_dir, config, resolve_commitlog, auth=auth, index=index)
         servicer = ConsumeQueueServicer(self.builder) if kind == "consumequeue" else IndexServicer(self.builder)
-        self.server = self.thread.run(start_grpc_server(host, port, [servicer.registration()], serving=False))
-        self.endpoint = f"{advertised(host)}:{self.server.port}"
+        self.server = self.thread.run(start_grpc_server(host, port, [servicer.registration()], serving=False, auth=auth))
+        self.endpoint = endpoint_of(host, self.server.port)
         self._watcher = threading.Thread(target=self._serving_when_open, name=f"mqstore-{kind}{index}-health", daemon=True)
         self.builder.start()
         self._watcher.start()
@@ -169,14 +191,16 @@ class BuilderHost:
 class DispatcherHost:
     """The remote dispatcher of one shard and its DispatcherService."""
 
-    def __init__(self, resolvers: ShardResolvers, *, shard: int = 0, config: StoreConfig | None = None,
+    def __init__(self, resolvers: ShardResolvers, *, auth: InternalAuth, shard: int = 0, config: StoreConfig | None = None,
                  host: str = "127.0.0.1", port: int = 0, chunk_bytes: int = 8 << 20) -> None:  # fmt: skip
         cfg = config or StoreConfig()
+        host = internal_address(host)
         self.thread = ServerThread(f"mqstore-dispatcher{shard}")
-        self.dispatcher = RemoteDispatcher(resolvers["cl"], resolvers["cq"], resolvers.get("ix"), shard=shard,
+        self.dispatcher = RemoteDispatcher(resolvers["cl"], resolvers["cq"], resolvers.get("ix"), auth=auth, shard=shard,
                                            delays_ms=parse_delay_levels(cfg.message_delay_level), chunk_bytes=chunk_bytes)  # fmt: skip
-        self.server = self.thread.run(start_grpc_server(host, port, [DispatcherServicer(self.dispatcher).registration()]))
-        self.endpoint = f"{advertised(host)}:{self.server.port}"
+        self.server = self.thread.run(start_grpc_server(host, port, [DispatcherServicer(self.dispatcher).registration()],
+                                                        auth=auth))  # fmt: skip
+        self.endpoint = endpoint_of(host, self.server.port)
         self.thread.run(_call_soon(self.dispatcher.start))
 
     def status(self) -> dict:
@@ -200,14 +224,22 @@ class FrontHost:
     """The public API over the given shards: ``shards[i]`` = (resolvers of shard i's
     services, resolve its dispatcher or None)."""
 
-    def __init__(self, shards: Sequence[tuple[ShardResolvers, Resolver | None]], *, host: str = "127.0.0.1", port: int = 0,
-                 default_queue_nums: int = 4, metrics_port: int = 0, tls: TlsFiles | None = None) -> None:  # fmt: skip
-        """``metrics_port``: serve Prometheus metrics on ``host:metrics_port`` (0: none).
-        ``tls``: the public API speaks TLS only (the shards' internal servers do not)."""
+    def __init__(self, shards: Sequence[tuple[ShardResolvers, Resolver | None]], *, auth: InternalAuth,
+                 host: str = "127.0.0.1", port: int = 0, default_queue_nums: int = 4, metrics_port: int = 0,
+                 tls: TlsFiles | None = None, acl: str | Path | None = None) -> None:  # fmt: skip
+        """``auth``: the deployment's secret, carried by every call to the shards.
+        ``metrics_port``: serve Prometheus metrics on ``host:metrics_port`` (0: none).
+        ``tls``: the public API speaks TLS only (internal servers speak TLS when
+        ``auth.tls``). ``acl``: the users-and-permissions file (None: anonymous)."""
+        access = None
+        if acl is not None:
+            from mqstore.services.acl import Acl
+
+            access = Acl.load(acl)
         self.thread = ServerThread("mqstore-front")
-        clients = [ShardClient(i, r, d) for i, (r, d) in enumerate(shards)]
+        clients = [ShardClient(i, r, d, auth=auth) for i, (r, d) in enumerate(shards)]
         self.metrics = FrontMetrics(self._shard_stats)
-        self.servicer = FrontServicer(clients, default_queue_nums=default_queue_nums, metrics=self.metrics)
+        self.servicer = FrontServicer(clients, default_queue_nums=default_queue_nums, metrics=self.metrics, acl=access)
         self.server = self.thread.run(start_grpc_server(host, port, [self.servicer.registration()], tls=tls))
         self.endpoint = f"{advertised(host)}:{self.server.port}"
         self.tls = tls is not None
@@ -255,9 +287,15 @@ class LocalStack:
 
     def __init__(self, root: str | Path, config: StoreConfig | None = None, *, shards: int = 1,
                  host: str = "127.0.0.1", front_port: int = 0, retention: RetentionConfig | None = None,
-                 metrics_port: int = 0, tls: TlsFiles | None = None) -> None:  # fmt: skip
+                 metrics_port: int = 0, tls: TlsFiles | None = None, acl: str | Path | None = None,
+                 auth: InternalAuth | None = None) -> None:  # fmt: skip
+        """``host``: the front's address (internal servers listen on 127.0.0.1).
+        ``auth``: the deployment's secret (default: a fresh one, with internal TLS
+        when the front speaks TLS): ``self.auth``. ``acl``: see ``FrontHost``."""
         cfg = config or StoreConfig()
         root = Path(root)
+        self.auth = auth = auth or InternalAuth.new(tls=tls is not None)
+        inner = "127.0.0.1"
         self.shards: list[ShardHost] = []
         self.queue_builders: list[BuilderHost] = []
         self.index_builders: list[BuilderHost] = []
@@ -267,21 +305,22 @@ class LocalStack:
             d, c = shard_dir(root, i, shards), shard_config(cfg, i, shards)
             d.mkdir(parents=True, exist_ok=True)
             later: dict[str, str] = {}
-            shard = ShardHost(d, c, index=i, host=host, retention=retention, resolve_queues=resolver_of(later, "cq"))
-            cq = BuilderHost("consumequeue", d, c, resolve_commitlog=fixed(shard.endpoint), index=i, host=host)
+            shard = ShardHost(d, c, index=i, host=inner, retention=retention, resolve_queues=resolver_of(later, "cq"),
+                              auth=auth)  # fmt: skip
+            cq = BuilderHost("consumequeue", d, c, resolve_commitlog=fixed(shard.endpoint), index=i, host=inner, auth=auth)
             later["cq"] = cq.endpoint
             r: ShardResolvers = {"cl": fixed(shard.endpoint), "cq": fixed(cq.endpoint)}
             self.shards.append(shard)
             self.queue_builders.append(cq)
             if cfg.message_index_enable:
-                ix = BuilderHost("index", d, c, resolve_commitlog=fixed(shard.endpoint), index=i, host=host)
+                ix = BuilderHost("index", d, c, resolve_commitlog=fixed(shard.endpoint), index=i, host=inner, auth=auth)
                 self.index_builders.append(ix)
                 r["ix"] = fixed(ix.endpoint)
             resolvers.append(r)
-            self.dispatchers.append(DispatcherHost(r, shard=i, config=cfg, host=host))
+            self.dispatchers.append(DispatcherHost(r, shard=i, config=cfg, host=inner, auth=auth))
         self.front = FrontHost([(r, fixed(d.endpoint)) for r, d in zip(resolvers, self.dispatchers)], host=host,
                                port=front_port, default_queue_nums=cfg.default_queue_nums, metrics_port=metrics_port,
-                               tls=tls)  # fmt: skip
+                               tls=tls, acl=acl, auth=auth)  # fmt: skip
         self.front_endpoint = self.front.endpoint
 
     def wait_ready(self, timeout: float = 60.0) -> bool:
@@ -315,5 +354,5 @@ def resolver_of(endpoints: dict[str, str], name: str) -> Resolver:
     return resolve
 
 
-__all__ = ["BuilderHost", "DispatcherHost", "FrontHost", "LocalStack", "ShardHost", "ShardResolvers", "advertised", "fixed", "resolver_of",
-           "shard_config"]
+__all__ = ["BuilderHost", "DispatcherHost", "FrontHost", "LocalStack", "ShardHost", "ShardResolvers", "advertised",
+           "endpoint_of", "fixed", "internal_address", "resolver_of", "shard_config"]  # fmt: skip

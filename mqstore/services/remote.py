@@ -23,6 +23,7 @@ import grpc
 import numpy as np
 
 from mqstore.rpc.v1 import commitlog_pb2, commitlog_pb2_grpc, consume_queue_pb2, consume_queue_pb2_grpc
+from mqstore.services.internal_auth import InternalAuth
 from mqstore.services.server import sync_channel
 from mqstore.store.builders import Recovered
 from mqstore.formats.consume_queue import UNIT_DTYPE
@@ -59,8 +60,10 @@ class _Peer:
     """A stub of one peer service. After the peer could not be resolved, calls fail
     at once for ``backoff_s`` (a caller polling many things must not wait on each)."""
 
-    def __init__(self, resolve: Resolver, stub_class, *, resolve_s: float = RESOLVE_S, backoff_s: float = 1.0) -> None:
+    def __init__(self, resolve: Resolver, stub_class, auth: InternalAuth, *, resolve_s: float = RESOLVE_S,
+                 backoff_s: float = 1.0) -> None:  # fmt: skip
         self._resolve = resolve
+        self._auth = auth
         self._stub_class = stub_class
         self._resolve_s = resolve_s
         self._backoff_s = backoff_s
@@ -77,7 +80,7 @@ class _Peer:
                 if time.monotonic() < self._down_until:
                     raise PeerUnavailable("not resolved a moment ago")
                 try:
-                    self._channel = sync_channel(resolve_within(self._resolve, self._resolve_s))
+                    self._channel = sync_channel(resolve_within(self._resolve, self._resolve_s), auth=self._auth)
                 except PeerUnavailable:
                     self._down_until = time.monotonic() + self._backoff_s
                     raise
@@ -107,8 +110,8 @@ class RemoteCommitLog:
     recovery facts are those of one commitlog open (``incarnation``); ``wrote`` and
     ``min_offset`` are asked again on each read."""
 
-    def __init__(self, resolve: Resolver) -> None:
-        self._peer = _Peer(resolve, commitlog_pb2_grpc.CommitLogServiceStub)
+    def __init__(self, resolve: Resolver, auth: InternalAuth) -> None:
+        self._peer = _Peer(resolve, commitlog_pb2_grpc.CommitLogServiceStub, auth)
         try:
             r = self._peer.call("GetRecovery", commitlog_pb2.GetRecoveryRequest())
         except BaseException:
@@ -204,8 +207,8 @@ class RemoteQueues:
 
     LIST_S = 1.0
 
-    def __init__(self, resolve: Resolver) -> None:
-        self._peer = _Peer(resolve, consume_queue_pb2_grpc.ConsumeQueueServiceStub, resolve_s=2.0)
+    def __init__(self, resolve: Resolver, auth: InternalAuth) -> None:
+        self._peer = _Peer(resolve, consume_queue_pb2_grpc.ConsumeQueueServiceStub, auth, resolve_s=2.0)
         self._listed: dict[str, tuple[float, dict[int, int]]] = {}  # topic -> (when, queue id -> min offset)
 
     def find(self, topic: str, queue_id: int) -> _RemoteQueue | None:

@@ -11,6 +11,7 @@ written, abort files removed) and stops Ray (a local instance) or leaves the clu
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 import signal
@@ -21,9 +22,11 @@ import time
 from pathlib import Path
 from typing import TextIO
 
+import grpc
 import structlog
 
 from mqstore.errors import MqStoreError
+from mqstore.services.internal_auth import InternalAuth, gcs_requires_token
 from mqstore.services.routing import pin_layout, shard_dir
 from mqstore.services.server import TlsFiles
 from mqstore.store.config import StoreConfig
@@ -48,16 +51,31 @@ def check_port_free(host: str, port: int) -> None:
             raise OSError(f"can not listen on {host}:{port}: {e.strerror or e}") from None
 
 
+def is_loopback(host: str) -> bool:
+    """True for addresses only this machine reaches (127.0.0.0/8, ::1, localhost)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:  # a host name: it may resolve to anything
+        return False
+
+
 def serve(root: Path, *, host: str = "127.0.0.1", port: int = 8080, shards: int = 1, address: str | None = None,
           config: StoreConfig | None = None, namespace: str = "mqstore", log_level: str = "info",
           log_format: str = "json", placement: str = "node", metrics_port: int = 0,
-          tls_cert: Path | None = None, tls_key: Path | None = None, ready_out: TextIO | None = None,
+          tls_cert: Path | None = None, tls_key: Path | None = None, acl: Path | None = None,
+          allow_anonymous: bool = False, insecure_ray: bool = False, ready_out: TextIO | None = None,
           stop: threading.Event | None = None) -> None:  # fmt: skip
     """Run a deployment until ``stop`` is set or a SIGINT/SIGTERM arrives (see the
     module docstring). ``placement``: "node" (every shard on this machine) or
     "resource" (shard i on the node offering the Ray resource mqstore_shard_i).
     ``metrics_port``: the front's Prometheus endpoint on ``host`` (0: none).
-    ``tls_cert``/``tls_key``: PEM files; the front (public API) then speaks TLS only.
+    ``tls_cert``/``tls_key``: PEM files; the front (public API) then speaks TLS only,
+    and internal services speak TLS with a certificate made for this deployment.
+    ``acl``: the front's users and permissions (a JSON file, see acl.py); a
+    ``host`` that is not loopback needs it, or ``allow_anonymous``. Ray runs with
+    token authentication; joining a cluster without it needs ``insecure_ray``.
     ``ready_out``: where the ready line goes (default stdout)."""
     import ray
 
@@ -66,6 +84,11 @@ def serve(root: Path, *, host: str = "127.0.0.1", port: int = 8080, shards: int 
     root = Path(root).resolve()
     if (tls_cert is None) != (tls_key is None):
         raise ValueError("give both --tls-cert and --tls-key (or neither)")
+    if not is_loopback(host) and acl is None and not allow_anonymous:
+        raise ServeError(f"--host {host} is reachable from other machines: give --acl FILE (users and permissions) "
+                         "or --allow-anonymous to let anyone who reaches it send, read and change topics")  # fmt: skip
+    if acl is not None and not Path(acl).is_file():
+        raise ServeError(f"--acl {acl}: no such file")
     tls = None if tls_cert is None else TlsFiles.load(tls_cert, tls_key)
     pin_layout(root, shards)  # with placement "resource" each shard's node checks its own disk too
     check_port_free(host, port)
@@ -75,14 +98,7 @@ def serve(root: Path, *, host: str = "127.0.0.1", port: int = 8080, shards: int 
         check_port_free(host, metrics_port)
     local = address in (None, "", "local")
     env = {"MQSTORE_LOG_LEVEL": log_level, "MQSTORE_LOG_FORMAT": log_format}
-    if local:
-        # A private instance for this process, on loopback: no token auth unless asked for.
-        os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-        ray.init(address="local", num_cpus=os.cpu_count() or 2, include_dashboard=False,
-                 object_store_memory=256 << 20, _node_ip_address="127.0.0.1", namespace=namespace,
-                 runtime_env={"env_vars": env}, logging_level="WARNING", log_to_driver=True)  # fmt: skip
-    else:
-        ray.init(address=address, namespace=namespace, runtime_env={"env_vars": env}, logging_level="WARNING")
+    start_ray(ray, address if not local else None, namespace, env, insecure_ray)
     stop = stop or threading.Event()
     previous = {}
     if threading.current_thread() is threading.main_thread():
@@ -92,7 +108,8 @@ def serve(root: Path, *, host: str = "127.0.0.1", port: int = 8080, shards: int 
     try:
         t0 = time.monotonic()
         dep = start_deployment(root, config, shards=shards, host=host, port=port, namespace=namespace,
-                               placement=placement, metrics_port=metrics_port, tls=tls)  # fmt: skip
+                               placement=placement, metrics_port=metrics_port, tls=tls, acl=acl,
+                               auth=InternalAuth.new(tls=tls is not None))  # fmt: skip
         told = False
         while not stop.is_set():  # recovery can take minutes: stay interruptible
             try:
@@ -110,7 +127,8 @@ def serve(root: Path, *, host: str = "127.0.0.1", port: int = 8080, shards: int 
         if not stop.is_set():
             ready = {"front": dep.front_endpoint, "tls": tls is not None, "metrics": dep.metrics_endpoint or None,
                      "shards": shards, "store": str(root), "shard_dirs": [str(shard_dir(root, i, shards)) for i in range(shards)],
-                     "namespace": namespace, "placement": placement, "ready_seconds": round(time.monotonic() - t0, 2)}  # fmt: skip
+                     "namespace": namespace, "placement": placement, "acl": acl is not None,
+                     "ray": ray.get_runtime_context().gcs_address, "ready_seconds": round(time.monotonic() - t0, 2)}  # fmt: skip
             print(json.dumps(ready), file=ready_out or sys.stdout, flush=True)
             print(f"mqstore: serving on {dep.front_endpoint} ({shards} shard(s), store {root}); Ctrl-C stops",
                   file=sys.stderr, flush=True)  # fmt: skip
@@ -125,4 +143,39 @@ def serve(root: Path, *, host: str = "127.0.0.1", port: int = 8080, shards: int 
     print("mqstore: stopped", file=sys.stderr, flush=True)
 
 
-__all__ = ["ServeError", "check_port_free", "serve"]
+def start_ray(ray, address: str | None, namespace: str, env: dict, insecure_ray: bool = False) -> None:
+    """Start a local Ray instance (``address`` None) or join a cluster, with token
+    authentication (Ray's default for new local instances): a Ray that runs code
+    for anyone who reaches its ports is refused unless ``insecure_ray``."""
+    mode = os.environ.get("RAY_AUTH_MODE", "").lower()
+    if mode == "disabled" and not insecure_ray:
+        raise ServeError("RAY_AUTH_MODE=disabled turns off Ray's token authentication, and Ray's ports listen on "
+                         "every interface: unset it (or pass --insecure-ray on a trusted network)")  # fmt: skip
+    try:
+        if address is None:
+            os.environ.setdefault("RAY_AUTH_MODE", "token")
+            ray.init(address="local", num_cpus=os.cpu_count() or 2, include_dashboard=False,
+                     object_store_memory=256 << 20, _node_ip_address="127.0.0.1", namespace=namespace,
+                     runtime_env={"env_vars": env}, logging_level="WARNING", log_to_driver=True)  # fmt: skip
+        else:
+            ray.init(address=address, namespace=namespace, runtime_env={"env_vars": env}, logging_level="WARNING")
+    except ray.exceptions.AuthenticationError:
+        raise ServeError(f"the Ray cluster at {address} requires its token: set RAY_AUTH_TOKEN, or RAY_AUTH_TOKEN_PATH "
+                         "to a file holding it, or copy it to ~/.ray/auth_token (`ray get-auth-token` on the head "
+                         "node prints it)") from None  # fmt: skip
+    if insecure_ray or address is None:
+        return
+    gcs = ray.get_runtime_context().gcs_address
+    try:
+        protected = gcs_requires_token(gcs)
+    except grpc.RpcError as e:
+        ray.shutdown()
+        raise ServeError(f"can not tell whether the Ray cluster at {gcs} requires a token: {e.code().name}") from None
+    if not protected:
+        ray.shutdown()
+        raise ServeError(f"the Ray cluster at {gcs} runs without token authentication: anyone who reaches its ports "
+                         "can run code on it. Start it with RAY_AUTH_MODE=token (deploy/README.md), or pass "
+                         "--insecure-ray on a network you trust")  # fmt: skip
+
+
+__all__ = ["ServeError", "check_port_free", "is_loopback", "serve", "start_ray"]

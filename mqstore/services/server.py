@@ -20,6 +20,8 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from mqstore.services.internal_auth import AioSecret, InternalAuth, StrictDecode, SyncSecret
+
 MAX_MESSAGE_BYTES = 96 << 20  # a 64 MiB batch of bodies plus its columns
 CHANNEL_OPTIONS = [
     ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
@@ -89,22 +91,27 @@ class TlsFiles:
 
 
 async def start_grpc_server(host: str, port: int, registrations: Iterable[Registration], *,
-                            serving: bool = True, tls: TlsFiles | None = None) -> GrpcServer:  # fmt: skip
+                            serving: bool = True, tls: TlsFiles | None = None,
+                            auth: InternalAuth | None = None) -> GrpcServer:  # fmt: skip
     """Start a server on ``host:port`` (port 0: the system picks one, see ``.port``);
-    with ``tls`` it speaks TLS only (a plaintext client can not connect)."""
+    with ``tls`` it speaks TLS only (a plaintext client can not connect). With
+    ``auth`` it is an internal server: every call but health checks must carry the
+    deployment's secret, and it speaks TLS with the deployment's internal
+    certificate when ``auth.tls``. Malformed request bytes are INVALID_ARGUMENT."""
     regs = list(registrations)
-    server = grpc.aio.server(options=SERVER_OPTIONS)
+    server = grpc.aio.server(options=SERVER_OPTIONS, interceptors=[StrictDecode(auth)])
     for r in regs:
         r.add(r.servicer, server)
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     names = [r.name for r in regs]
     reflection.enable_server_reflection([*names, health.SERVICE_NAME, reflection.SERVICE_NAME], server)
-    if tls is None:
-        bound = server.add_insecure_port(f"{host}:{port}")
-    else:
+    creds = None
+    if tls is not None:
         creds = grpc.ssl_server_credentials([(tls.private_key, tls.cert_chain)])
-        bound = server.add_secure_port(f"{host}:{port}", creds)
+    elif auth is not None:
+        creds = auth.server_credentials()
+    bound = server.add_insecure_port(f"{host}:{port}") if creds is None else server.add_secure_port(f"{host}:{port}", creds)
     if bound == 0:
         raise OSError(f"can not listen on {host}:{port}")
     await server.start()
@@ -142,15 +149,29 @@ class ServerThread:
             self.loop.close()
 
 
-def channel(endpoint: str) -> grpc.aio.Channel:
-    """An insecure aio channel with mqstore's message limits."""
-    return grpc.aio.insecure_channel(endpoint, options=CHANNEL_OPTIONS)
+def channel(endpoint: str, auth: InternalAuth) -> grpc.aio.Channel:
+    """An aio channel to an internal service with mqstore's message limits: every
+    call carries the deployment's secret (TLS when ``auth.tls``)."""
+    creds = auth.channel_credentials()
+    interceptors = [AioSecret(auth)]
+    if creds is None:
+        return grpc.aio.insecure_channel(endpoint, options=CHANNEL_OPTIONS, interceptors=interceptors)
+    return grpc.aio.secure_channel(endpoint, creds, options=CHANNEL_OPTIONS + auth.channel_options(),
+                                   interceptors=interceptors)  # fmt: skip
 
 
-def sync_channel(endpoint: str, *, tls_ca: bytes | None = None, tls_server_name: str | None = None) -> grpc.Channel:
+def sync_channel(endpoint: str, *, tls_ca: bytes | None = None, tls_server_name: str | None = None,
+                 auth: InternalAuth | None = None) -> grpc.Channel:  # fmt: skip
     """A blocking channel with mqstore's message limits (clients, CLI): plaintext,
     or TLS trusting the PEM certificates ``tls_ca`` (``tls_server_name``: the name
-    the server's certificate must carry, when it is not the endpoint's host)."""
+    the server's certificate must carry, when it is not the endpoint's host). With
+    ``auth``: a channel to an internal service (its secret on every call, TLS when
+    ``auth.tls``)."""
+    if auth is not None:
+        creds = auth.channel_credentials()
+        ch = (grpc.insecure_channel(endpoint, options=CHANNEL_OPTIONS) if creds is None else
+              grpc.secure_channel(endpoint, creds, options=CHANNEL_OPTIONS + auth.channel_options()))  # fmt: skip
+        return grpc.intercept_channel(ch, SyncSecret(auth))
     if tls_ca is None:
         return grpc.insecure_channel(endpoint, options=CHANNEL_OPTIONS)
     options = list(CHANNEL_OPTIONS)

@@ -174,7 +174,7 @@ def test_health_and_reflection_on_every_server(stack):
                stack.index_builders[0].endpoint: "mqstore.v1.IndexService",
                stack.dispatchers[0].endpoint: "mqstore.v1.DispatcherService"}  # fmt: skip
     for endpoint, service in servers.items():
-        with sync_channel(endpoint) as ch:
+        with sync_channel(endpoint, auth=None if endpoint == stack.front_endpoint else stack.auth) as ch:
             health = health_pb2_grpc.HealthStub(ch)
             for name in ("", service):
                 assert health.Check(health_pb2.HealthCheckRequest(service=name), timeout=5).status == health_pb2.HealthCheckResponse.SERVING

@@ -18,6 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from mqstore.services.client import FrontClient
 from mqstore.services.commitlog import CommitLogServicer
 from mqstore.services.hosts import FrontHost, LocalStack, fixed
+from mqstore.services.internal_auth import InternalAuth
 from mqstore.services.server import ServerThread, start_grpc_server
 from mqstore.services.shard import Shard
 from tests.services.helpers import code_of, free_port, small_config, wait_dispatched
@@ -115,7 +116,8 @@ def test_status_of_a_recovering_shard_and_an_unreachable_one(tmp_path):
     sh.progress.advance(420)
     server = t.run(start_grpc_server("127.0.0.1", 0, [CommitLogServicer(sh).registration()], serving=False))
     dead = f"127.0.0.1:{free_port()}"  # nothing listens there
-    front = FrontHost([({"cl": fixed(f"127.0.0.1:{server.port}")}, None), ({"cl": fixed(dead)}, None)])
+    front = FrontHost([({"cl": fixed(f"127.0.0.1:{server.port}")}, None), ({"cl": fixed(dead)}, None)],
+                      auth=InternalAuth.new())  # fmt: skip
     try:
         with FrontClient(front.endpoint) as c:
             recovering, gone = c.store_status()
@@ -158,9 +160,10 @@ def test_a_shard_whose_layout_does_not_match_fails_and_says_why(tmp_path):
     from mqstore.services.routing import pin_layout
 
     pin_layout(tmp_path, 2)
+    auth = InternalAuth.new()
     host = ShardHost(tmp_path / "shard-0", small_config(), index=0, layout=(tmp_path, 3),
-                     resolve_queues=fixed("127.0.0.1:1"))  # fmt: skip
-    front = FrontHost([({"cl": fixed(host.endpoint)}, None)])
+                     resolve_queues=fixed("127.0.0.1:1"), auth=auth)  # fmt: skip
+    front = FrontHost([({"cl": fixed(host.endpoint)}, None)], auth=auth)
     try:
         assert host.wait_ready(30) is False
         with FrontClient(front.endpoint) as c:

@@ -28,7 +28,6 @@ NS = "mqstore-test"
 def deployment(tmp_path_factory):
     from mqstore.services.actors import start_deployment
 
-    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     ray.init(address="local", num_cpus=2, include_dashboard=False, object_store_memory=256 << 20,
              _node_ip_address="127.0.0.1", namespace=NS, log_to_driver=False)  # fmt: skip
     root = tmp_path_factory.mktemp("ray")

@@ -48,7 +48,7 @@ def test_readme_names_run_sh_as_the_main_job():
 def test_run_sh_serves_the_readme_examples(tmp_path):
     port, metrics = free_port(), free_port(skip=(free_port(),))
     store = tmp_path / "data"
-    env = {**os.environ, "MQSTORE_SKIP_SETUP": "1", "MQSTORE_PYTHON": sys.executable, "RAY_AUTH_MODE": "disabled"}
+    env = {**os.environ, "MQSTORE_SKIP_SETUP": "1", "MQSTORE_PYTHON": sys.executable}
     err = open(tmp_path / "run.err", "w+")
     proc = subprocess.Popen(["bash", str(ROOT / "scripts" / "run.sh"), "--store", str(store), "--port", str(port),
                              "--metrics-port", str(metrics)], stdout=subprocess.PIPE, stderr=err, text=True,

@@ -31,7 +31,7 @@ def server(tmp_path_factory):
     root = tmp_path_factory.mktemp("serve") / "data"
     port = free_port()
     metrics_port = free_port(skip=(port,))
-    env = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_DEDUP_LOGS": "0"}
+    env = {**os.environ, "RAY_DEDUP_LOGS": "0"}
     err = open(root.parent / "serve.err", "w+")  # a file, not a pipe: a full pipe would block the server
     proc = subprocess.Popen([sys.executable, "-m", "mqstore.cli.main", "serve", "--store", str(root), "--port", str(port),
                              "--shards", "2", "--segment-bytes", str(1 << 20), "--actor-log-level", "info",

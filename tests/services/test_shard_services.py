@@ -31,6 +31,7 @@ from mqstore.rpc.v1 import (
 from mqstore.services.client import FrontClient
 from mqstore.services.errors import status_of
 from mqstore.services.hosts import BuilderHost, DispatcherHost, LocalStack, ShardHost, resolver_of
+from mqstore.services.internal_auth import InternalAuth
 from mqstore.services.remote import PeerUnavailable
 from mqstore.services.server import sync_channel
 from mqstore.store.builders import GapError
@@ -65,6 +66,7 @@ class Parts:
 
     def __init__(self, root, cfg, *, dispatcher: bool = False) -> None:
         self.root, self.cfg, self.endpoints = root, cfg, {}
+        self.auth = InternalAuth.new()
         self.shard = self.start("cl")
         self.cq = self.start("cq")
         self.ix = self.start("ix")
@@ -74,17 +76,17 @@ class Parts:
     def start(self, part: str):
         e = self.endpoints
         if part == "cl":
-            h = ShardHost(self.root, self.cfg, resolve_queues=resolver_of(e, "cq"))
+            h = ShardHost(self.root, self.cfg, resolve_queues=resolver_of(e, "cq"), auth=self.auth)
         elif part in ("cq", "ix"):
             h = BuilderHost("consumequeue" if part == "cq" else "index", self.root, self.cfg,
-                            resolve_commitlog=resolver_of(e, "cl"))  # fmt: skip
+                            resolve_commitlog=resolver_of(e, "cl"), auth=self.auth)  # fmt: skip
         else:
-            h = DispatcherHost({k: resolver_of(e, k) for k in ("cl", "cq", "ix")}, config=self.cfg)
+            h = DispatcherHost({k: resolver_of(e, k) for k in ("cl", "cq", "ix")}, config=self.cfg, auth=self.auth)
         e[part] = h.endpoint
         return h
 
     def stubs(self):
-        chs = [sync_channel(self.endpoints[k]) for k in ("cl", "cq", "ix")]
+        chs = [sync_channel(self.endpoints[k], auth=self.auth) for k in ("cl", "cq", "ix")]
         return chs, (commitlog_pb2_grpc.CommitLogServiceStub(chs[0]),
                      consume_queue_pb2_grpc.ConsumeQueueServiceStub(chs[1]), index_pb2_grpc.IndexServiceStub(chs[2]))
 
@@ -259,7 +261,7 @@ def test_corrupt_bytes_where_dispatch_stands_are_data_loss(tmp_path):
     parts = Parts(tmp_path, small_config())
     shard = parts.shard
     try:
-        with sync_channel(shard.endpoint) as ch:
+        with sync_channel(shard.endpoint, auth=parts.auth) as ch:
             cl = commitlog_pb2_grpc.CommitLogServiceStub(ch)
             res = cl.AppendBatch(commitlog_pb2.AppendBatchRequest(messages=common_pb2.MessageColumns(
                 topics=["D"], bodies=[b"a" * 50, b"b" * 50], queue_ids=[0]))).result  # fmt: skip
@@ -281,7 +283,7 @@ def test_a_shard_that_can_not_be_resolved_is_unavailable(tmp_path):
     async def nowhere() -> str:
         raise LookupError("no actor named shard-0")
 
-    front = FrontHost([({"cl": nowhere, "cq": nowhere, "ix": nowhere}, None)])
+    front = FrontHost([({"cl": nowhere, "cq": nowhere, "ix": nowhere}, None)], auth=InternalAuth.new())
     try:
         with FrontClient(front.endpoint) as c:
             assert code_of(lambda: c.pull("T", 0, 0)) is C.UNAVAILABLE
@@ -342,7 +344,7 @@ def test_forced_retention_reports_unread_losses_as_forced(tmp_path):
         while c.topic_status("Full")[0].min_offset <= 1000:
             assert time.monotonic() < deadline
             time.sleep(0.1)
-        with sync_channel(st.shards[0].endpoint) as ch:
+        with sync_channel(st.shards[0].endpoint, auth=st.auth) as ch:
             o = commitlog_pb2_grpc.CommitLogServiceStub(ch).GetOffsets(commitlog_pb2.GetOffsetsRequest())
         assert 0 < o.min_offset <= o.forced_deleted_to
     losses = [e for e in logs if e["event"] == "unconsumed_messages_deleted" and e["group"] == "slow-group"]

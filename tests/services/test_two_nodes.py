@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_two_shards_on_two_nodes(tmp_path):
-    env = {**os.environ, "RAY_AUTH_MODE": "disabled", "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
     p = subprocess.run([sys.executable, str(ROOT / "tests" / "services" / "two_nodes_workload.py"), str(tmp_path)],
                        capture_output=True, text=True, timeout=400, env=env, cwd=ROOT)  # fmt: skip
     serve_err = tmp_path / "serve.err"

@@ -40,7 +40,7 @@ def main(work: Path) -> dict:
     from tests.services.helpers import free_port, wait_dispatched
     from tests.services.test_tls import make_ca_and_server
 
-    os.environ["RAY_AUTH_MODE"] = "disabled"
+    os.environ["RAY_AUTH_MODE"] = "token"
     ca, cert, key = make_ca_and_server(work / "pki")
     node_args = {"num_cpus": 1, "object_store_memory": 96 << 20}
     t0 = time.monotonic()
