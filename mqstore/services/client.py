@@ -6,10 +6,16 @@
         print([r.body for r in c.pull("TopicTest", 0, 0).records])
 
 Errors arrive as ``grpc.RpcError`` with the server's status code and message.
+
+A front with an ACL (``serve --acl``) wants every call signed: give ``access_key``
+and ``secret_key`` (default: the environment's MQSTORE_ACCESS_KEY and
+MQSTORE_SECRET_KEY); each call then carries RocketMQ 5's ``authorization`` and
+``x-mq-date-time`` headers, with a fresh date-time (services/acl.py).
 """
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import os
 from collections.abc import Iterator, Mapping, Sequence
@@ -19,6 +25,7 @@ import grpc
 
 from mqstore.errors import MqStoreError
 from mqstore.rpc.v1 import common_pb2, front_pb2, front_pb2_grpc
+from mqstore.services.acl import ENV_ACCESS_KEY, ENV_SECRET_KEY, auth_metadata
 from mqstore.services.server import sync_channel
 
 
@@ -48,16 +55,24 @@ class FrontClient:
     """See the module docstring. ``timeout``: seconds per call. ``tls_ca``: the PEM
     certificates (bytes, or a file) to trust: the front serves TLS (``serve
     --tls-cert``); ``tls_server_name``: the name its certificate carries when it is
-    not the endpoint's host."""
+    not the endpoint's host. ``access_key``/``secret_key``: sign every call as this
+    user (None: from MQSTORE_ACCESS_KEY/MQSTORE_SECRET_KEY; neither: unsigned)."""
 
     def __init__(self, endpoint: str, *, timeout: float = 30.0, tls_ca: bytes | str | os.PathLike | None = None,
-                 tls_server_name: str | None = None) -> None:  # fmt: skip
+                 tls_server_name: str | None = None, access_key: str | None = None,
+                 secret_key: str | None = None) -> None:  # fmt: skip
         self.endpoint = endpoint
         self.timeout = timeout
+        access_key = access_key or os.environ.get(ENV_ACCESS_KEY) or None
+        secret_key = secret_key or os.environ.get(ENV_SECRET_KEY) or None
+        if (access_key is None) != (secret_key is None):
+            raise ValueError(f"give both an access key and a secret key, or neither ({ENV_ACCESS_KEY}, {ENV_SECRET_KEY})")
+        self.access_key = access_key
         if tls_ca is not None and not isinstance(tls_ca, bytes):
             tls_ca = Path(tls_ca).read_bytes()
         self._channel = sync_channel(endpoint, tls_ca=tls_ca, tls_server_name=tls_server_name)
-        self.stub = front_pb2_grpc.FrontServiceStub(self._channel)
+        calls = self._channel if access_key is None else grpc.intercept_channel(self._channel, Signer(access_key, secret_key))
+        self.stub = front_pb2_grpc.FrontServiceStub(calls)
 
     def close(self) -> None:
         self._channel.close()
@@ -121,6 +136,49 @@ class FrontClient:
     def store_status(self) -> list[front_pb2.ShardStatus]:
         return list(self.stub.StoreStatus(front_pb2.StoreStatusRequest(), timeout=self.timeout).shards)
 
+    # ACL administration (an admin user; the front runs with --acl)
+
+    def list_users(self) -> list[front_pb2.AclUser]:
+        return list(self.stub.ListUsers(front_pb2.ListUsersRequest(), timeout=self.timeout).users)
+
+    def add_user(self, access_key: str, secret_key: str, *, admin: bool = False, replace: bool = False) -> front_pb2.AddUserResponse:
+        req = front_pb2.AddUserRequest(access_key=access_key, secret_key=secret_key, admin=admin, replace=replace)
+        return self.stub.AddUser(req, timeout=self.timeout)
+
+    def remove_user(self, access_key: str) -> int:
+        """Returns how many of the user's rules went with it."""
+        return self.stub.RemoveUser(front_pb2.RemoveUserRequest(access_key=access_key), timeout=self.timeout).rules_removed
+
+    def list_rules(self, user: str = "") -> list[front_pb2.AclRule]:
+        return list(self.stub.ListRules(front_pb2.ListRulesRequest(user=user), timeout=self.timeout).rules)
+
+    def add_rule(self, user: str, resource: str, actions: Sequence[str], decision: str = "Allow") -> front_pb2.AddRuleResponse:
+        rule = front_pb2.AclRule(user=user, resource=resource, actions=list(actions), decision=decision)
+        return self.stub.AddRule(front_pb2.AddRuleRequest(rule=rule), timeout=self.timeout)
+
+    def remove_rule(self, user: str, resource: str, decision: str = "") -> list[front_pb2.AclRule]:
+        req = front_pb2.RemoveRuleRequest(user=user, resource=resource, decision=decision)
+        return list(self.stub.RemoveRule(req, timeout=self.timeout).rules)
+
+
+class _CallDetails(collections.namedtuple("_CallDetails", ("method", "timeout", "metadata", "credentials",
+                                                           "wait_for_ready", "compression")),
+                   grpc.ClientCallDetails):  # fmt: skip
+    pass
+
+
+class Signer(grpc.UnaryUnaryClientInterceptor):
+    """Adds RocketMQ 5's signature headers (a fresh date-time) to every call."""
+
+    def __init__(self, access_key: str, secret_key: str) -> None:
+        self._access_key = access_key
+        self._secret_key = secret_key
+
+    def intercept_unary_unary(self, continuation, details, request):
+        metadata = list(details.metadata or ()) + list(auth_metadata(self._access_key, self._secret_key))
+        return continuation(_CallDetails(details.method, details.timeout, metadata, details.credentials,
+                                         details.wait_for_ready, details.compression), request)  # fmt: skip
+
 
 
 
@@ -144,4 +202,4 @@ def remote_errors() -> Iterator[None]:
         raise RemoteCallError(name, details or name) from None
 
 
-__all__ = ["FrontClient", "RemoteCallError", "columns", "remote_errors"]
+__all__ = ["FrontClient", "RemoteCallError", "Signer", "columns", "remote_errors"]

@@ -272,3 +272,107 @@ class StoreStatusResponse(_message.Message):
     SHARDS_FIELD_NUMBER: _ClassVar[int]
     shards: _containers.RepeatedCompositeFieldContainer[ShardStatus]
     def __init__(self, shards: _Optional[_Iterable[_Union[ShardStatus, _Mapping]]] = ...) -> None: ...
+
+class AclUser(_message.Message):
+    __slots__ = ("access_key", "admin")
+    ACCESS_KEY_FIELD_NUMBER: _ClassVar[int]
+    ADMIN_FIELD_NUMBER: _ClassVar[int]
+    access_key: str
+    admin: bool
+    def __init__(self, access_key: _Optional[str] = ..., admin: _Optional[bool] = ...) -> None: ...
+
+class AclRule(_message.Message):
+    __slots__ = ("user", "resource", "actions", "decision")
+    USER_FIELD_NUMBER: _ClassVar[int]
+    RESOURCE_FIELD_NUMBER: _ClassVar[int]
+    ACTIONS_FIELD_NUMBER: _ClassVar[int]
+    DECISION_FIELD_NUMBER: _ClassVar[int]
+    user: str
+    resource: str
+    actions: _containers.RepeatedScalarFieldContainer[str]
+    decision: str
+    def __init__(self, user: _Optional[str] = ..., resource: _Optional[str] = ..., actions: _Optional[_Iterable[str]] = ..., decision: _Optional[str] = ...) -> None: ...
+
+class ListUsersRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ListUsersResponse(_message.Message):
+    __slots__ = ("users",)
+    USERS_FIELD_NUMBER: _ClassVar[int]
+    users: _containers.RepeatedCompositeFieldContainer[AclUser]
+    def __init__(self, users: _Optional[_Iterable[_Union[AclUser, _Mapping]]] = ...) -> None: ...
+
+class AddUserRequest(_message.Message):
+    __slots__ = ("access_key", "secret_key", "admin", "replace")
+    ACCESS_KEY_FIELD_NUMBER: _ClassVar[int]
+    SECRET_KEY_FIELD_NUMBER: _ClassVar[int]
+    ADMIN_FIELD_NUMBER: _ClassVar[int]
+    REPLACE_FIELD_NUMBER: _ClassVar[int]
+    access_key: str
+    secret_key: str
+    admin: bool
+    replace: bool
+    def __init__(self, access_key: _Optional[str] = ..., secret_key: _Optional[str] = ..., admin: _Optional[bool] = ..., replace: _Optional[bool] = ...) -> None: ...
+
+class AddUserResponse(_message.Message):
+    __slots__ = ("user", "replaced")
+    USER_FIELD_NUMBER: _ClassVar[int]
+    REPLACED_FIELD_NUMBER: _ClassVar[int]
+    user: AclUser
+    replaced: bool
+    def __init__(self, user: _Optional[_Union[AclUser, _Mapping]] = ..., replaced: _Optional[bool] = ...) -> None: ...
+
+class RemoveUserRequest(_message.Message):
+    __slots__ = ("access_key",)
+    ACCESS_KEY_FIELD_NUMBER: _ClassVar[int]
+    access_key: str
+    def __init__(self, access_key: _Optional[str] = ...) -> None: ...
+
+class RemoveUserResponse(_message.Message):
+    __slots__ = ("rules_removed",)
+    RULES_REMOVED_FIELD_NUMBER: _ClassVar[int]
+    rules_removed: int
+    def __init__(self, rules_removed: _Optional[int] = ...) -> None: ...
+
+class ListRulesRequest(_message.Message):
+    __slots__ = ("user",)
+    USER_FIELD_NUMBER: _ClassVar[int]
+    user: str
+    def __init__(self, user: _Optional[str] = ...) -> None: ...
+
+class ListRulesResponse(_message.Message):
+    __slots__ = ("rules",)
+    RULES_FIELD_NUMBER: _ClassVar[int]
+    rules: _containers.RepeatedCompositeFieldContainer[AclRule]
+    def __init__(self, rules: _Optional[_Iterable[_Union[AclRule, _Mapping]]] = ...) -> None: ...
+
+class AddRuleRequest(_message.Message):
+    __slots__ = ("rule",)
+    RULE_FIELD_NUMBER: _ClassVar[int]
+    rule: AclRule
+    def __init__(self, rule: _Optional[_Union[AclRule, _Mapping]] = ...) -> None: ...
+
+class AddRuleResponse(_message.Message):
+    __slots__ = ("rule", "replaced")
+    RULE_FIELD_NUMBER: _ClassVar[int]
+    REPLACED_FIELD_NUMBER: _ClassVar[int]
+    rule: AclRule
+    replaced: bool
+    def __init__(self, rule: _Optional[_Union[AclRule, _Mapping]] = ..., replaced: _Optional[bool] = ...) -> None: ...
+
+class RemoveRuleRequest(_message.Message):
+    __slots__ = ("user", "resource", "decision")
+    USER_FIELD_NUMBER: _ClassVar[int]
+    RESOURCE_FIELD_NUMBER: _ClassVar[int]
+    DECISION_FIELD_NUMBER: _ClassVar[int]
+    user: str
+    resource: str
+    decision: str
+    def __init__(self, user: _Optional[str] = ..., resource: _Optional[str] = ..., decision: _Optional[str] = ...) -> None: ...
+
+class RemoveRuleResponse(_message.Message):
+    __slots__ = ("rules",)
+    RULES_FIELD_NUMBER: _ClassVar[int]
+    rules: _containers.RepeatedCompositeFieldContainer[AclRule]
+    def __init__(self, rules: _Optional[_Iterable[_Union[AclRule, _Mapping]]] = ...) -> None: ...

@@ -100,6 +100,36 @@ class FrontServiceStub:
                 request_serializer=mqstore_dot_v1_dot_front__pb2.StoreStatusRequest.SerializeToString,
                 response_deserializer=mqstore_dot_v1_dot_front__pb2.StoreStatusResponse.FromString,
                 _registered_method=True)
+        self.ListUsers = channel.unary_unary(
+                '/mqstore.v1.FrontService/ListUsers',
+                request_serializer=mqstore_dot_v1_dot_front__pb2.ListUsersRequest.SerializeToString,
+                response_deserializer=mqstore_dot_v1_dot_front__pb2.ListUsersResponse.FromString,
+                _registered_method=True)
+        self.AddUser = channel.unary_unary(
+                '/mqstore.v1.FrontService/AddUser',
+                request_serializer=mqstore_dot_v1_dot_front__pb2.AddUserRequest.SerializeToString,
+                response_deserializer=mqstore_dot_v1_dot_front__pb2.AddUserResponse.FromString,
+                _registered_method=True)
+        self.RemoveUser = channel.unary_unary(
+                '/mqstore.v1.FrontService/RemoveUser',
+                request_serializer=mqstore_dot_v1_dot_front__pb2.RemoveUserRequest.SerializeToString,
+                response_deserializer=mqstore_dot_v1_dot_front__pb2.RemoveUserResponse.FromString,
+                _registered_method=True)
+        self.ListRules = channel.unary_unary(
+                '/mqstore.v1.FrontService/ListRules',
+                request_serializer=mqstore_dot_v1_dot_front__pb2.ListRulesRequest.SerializeToString,
+                response_deserializer=mqstore_dot_v1_dot_front__pb2.ListRulesResponse.FromString,
+                _registered_method=True)
+        self.AddRule = channel.unary_unary(
+                '/mqstore.v1.FrontService/AddRule',
+                request_serializer=mqstore_dot_v1_dot_front__pb2.AddRuleRequest.SerializeToString,
+                response_deserializer=mqstore_dot_v1_dot_front__pb2.AddRuleResponse.FromString,
+                _registered_method=True)
+        self.RemoveRule = channel.unary_unary(
+                '/mqstore.v1.FrontService/RemoveRule',
+                request_serializer=mqstore_dot_v1_dot_front__pb2.RemoveRuleRequest.SerializeToString,
+                response_deserializer=mqstore_dot_v1_dot_front__pb2.RemoveRuleResponse.FromString,
+                _registered_method=True)
 
 
 class FrontServiceServicer:
@@ -198,6 +228,50 @@ class FrontServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListUsers(self, request, context):
+        """ACL administration (serve --acl; admin users only). Every change is written
+        to the ACL file before it answers.
+        The users, without their secrets.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def AddUser(self, request, context):
+        """Add a user (ALREADY_EXISTS unless replace is set).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RemoveUser(self, request, context):
+        """Remove a user and its rules (never the last admin).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListRules(self, request, context):
+        """The rules, of one user or of all.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def AddRule(self, request, context):
+        """Add a rule (replacing the user's rule with the same resource and decision).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RemoveRule(self, request, context):
+        """Remove a user's rules on a resource.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_FrontServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -265,6 +339,36 @@ def add_FrontServiceServicer_to_server(servicer, server):
                     servicer.StoreStatus,
                     request_deserializer=mqstore_dot_v1_dot_front__pb2.StoreStatusRequest.FromString,
                     response_serializer=mqstore_dot_v1_dot_front__pb2.StoreStatusResponse.SerializeToString,
+            ),
+            'ListUsers': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListUsers,
+                    request_deserializer=mqstore_dot_v1_dot_front__pb2.ListUsersRequest.FromString,
+                    response_serializer=mqstore_dot_v1_dot_front__pb2.ListUsersResponse.SerializeToString,
+            ),
+            'AddUser': grpc.unary_unary_rpc_method_handler(
+                    servicer.AddUser,
+                    request_deserializer=mqstore_dot_v1_dot_front__pb2.AddUserRequest.FromString,
+                    response_serializer=mqstore_dot_v1_dot_front__pb2.AddUserResponse.SerializeToString,
+            ),
+            'RemoveUser': grpc.unary_unary_rpc_method_handler(
+                    servicer.RemoveUser,
+                    request_deserializer=mqstore_dot_v1_dot_front__pb2.RemoveUserRequest.FromString,
+                    response_serializer=mqstore_dot_v1_dot_front__pb2.RemoveUserResponse.SerializeToString,
+            ),
+            'ListRules': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListRules,
+                    request_deserializer=mqstore_dot_v1_dot_front__pb2.ListRulesRequest.FromString,
+                    response_serializer=mqstore_dot_v1_dot_front__pb2.ListRulesResponse.SerializeToString,
+            ),
+            'AddRule': grpc.unary_unary_rpc_method_handler(
+                    servicer.AddRule,
+                    request_deserializer=mqstore_dot_v1_dot_front__pb2.AddRuleRequest.FromString,
+                    response_serializer=mqstore_dot_v1_dot_front__pb2.AddRuleResponse.SerializeToString,
+            ),
+            'RemoveRule': grpc.unary_unary_rpc_method_handler(
+                    servicer.RemoveRule,
+                    request_deserializer=mqstore_dot_v1_dot_front__pb2.RemoveRuleRequest.FromString,
+                    response_serializer=mqstore_dot_v1_dot_front__pb2.RemoveRuleResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -619,6 +723,168 @@ class FrontService:
             '/mqstore.v1.FrontService/StoreStatus',
             mqstore_dot_v1_dot_front__pb2.StoreStatusRequest.SerializeToString,
             mqstore_dot_v1_dot_front__pb2.StoreStatusResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListUsers(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mqstore.v1.FrontService/ListUsers',
+            mqstore_dot_v1_dot_front__pb2.ListUsersRequest.SerializeToString,
+            mqstore_dot_v1_dot_front__pb2.ListUsersResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AddUser(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mqstore.v1.FrontService/AddUser',
+            mqstore_dot_v1_dot_front__pb2.AddUserRequest.SerializeToString,
+            mqstore_dot_v1_dot_front__pb2.AddUserResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RemoveUser(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mqstore.v1.FrontService/RemoveUser',
+            mqstore_dot_v1_dot_front__pb2.RemoveUserRequest.SerializeToString,
+            mqstore_dot_v1_dot_front__pb2.RemoveUserResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListRules(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mqstore.v1.FrontService/ListRules',
+            mqstore_dot_v1_dot_front__pb2.ListRulesRequest.SerializeToString,
+            mqstore_dot_v1_dot_front__pb2.ListRulesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AddRule(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mqstore.v1.FrontService/AddRule',
+            mqstore_dot_v1_dot_front__pb2.AddRuleRequest.SerializeToString,
+            mqstore_dot_v1_dot_front__pb2.AddRuleResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RemoveRule(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mqstore.v1.FrontService/RemoveRule',
+            mqstore_dot_v1_dot_front__pb2.RemoveRuleRequest.SerializeToString,
+            mqstore_dot_v1_dot_front__pb2.RemoveRuleResponse.FromString,
             options,
             channel_credentials,
             insecure,
