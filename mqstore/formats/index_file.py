@@ -373,7 +373,7 @@ class IndexFileView:
             done += 1
         return done
 
-    def select(self, key: str, max_num: int, begin: int, end: int) -> list[int]:
+    def select(self, key: str, max_num: int, begin: int, end: int, *, seen: set[int] | None = None) -> list[int]:
         """RocketMQ selectPhyOffset: commitlog offsets of entries whose key *hash*
         equals ``key``'s and whose reconstructed time is in [begin, end], newest first,
         at most ``max_num``.
@@ -384,6 +384,12 @@ class IndexFileView:
         older than ``begin``. Java's max_num counts offsets already found in newer
         files; pass what is left. A corrupt chain with a cycle makes Java loop; this
         walk gives up after index_count steps.
+
+        ``seen`` (not RocketMQ): count *messages*, not entries. An offset in ``seen``
+        (found in a newer file, or earlier in this walk: the same record indexed
+        twice) is passed over without counting towards ``max_num``; each offset
+        returned is added to it. Java counts every matching entry, so a record
+        indexed twice fills two of the ``max_num`` places.
         """
         buf = self._buf
         key_hash = index_key_hash(key)
@@ -401,7 +407,11 @@ class IndexFileView:
                 break
             time_read = _wrap64(begin_ts + time_diff * 1000)
             if hash_read == key_hash and begin <= time_read <= end:
-                found.append(phy_offset)
+                if seen is None:
+                    found.append(phy_offset)
+                elif phy_offset not in seen:
+                    seen.add(phy_offset)
+                    found.append(phy_offset)
             if prev <= 0 or prev > count or prev == n or time_read < begin:
                 break
             n = prev
@@ -511,6 +521,21 @@ class IndexFileView:
         table[stale] = heads
         del table, entries  # release the buffer exports
         return int(stale.size)
+
+    def hashes_at_end(self, phy_offset: int) -> list[int]:
+        """Key hashes of the newest entries that point at ``phy_offset``, newest first
+        (the walk back stops at the first entry pointing elsewhere): the keys of the
+        last indexed record already in this file, when ``phy_offset`` is its offset."""
+        count = min(self._index_count(), self._max_entries)
+        out: list[int] = []
+        n = count - 1
+        while n >= 1:
+            key_hash, phy, _, _ = _ENTRY.unpack_from(self._buf, self._entries_at + n * INDEX_ENTRY_BYTES)
+            if phy != phy_offset:
+                break
+            out.append(key_hash)
+            n -= 1
+        return out
 
     def entries_below(self, phy_offset: int) -> int:
         """How many entries, oldest first, come before the first one whose commitlog

@@ -109,6 +109,10 @@ class CommitLogView(Protocol):
 
     def units_match(self, phys, sizes, queue_ids, queue_offsets, **kw) -> np.ndarray: ...
 
+    # Optional: ``record_size(offset) -> int | None``, the size of the record starting
+    # there; the index builder then resumes just past its last indexed record
+    # (without it, at that record's start: its keys are skipped as present).
+
 
 class LocalCommitLogView:
     """A ``CommitLogView`` of a CommitLog open in this process (tests, tools)."""
@@ -134,6 +138,22 @@ class LocalCommitLogView:
 
     def units_match(self, *args, **kw) -> np.ndarray:
         return self._cl.units_match(*args, **kw)
+
+    def record_size(self, offset: int) -> int | None:
+        return record_size_reader(self._cl)(offset)
+
+
+def record_size_reader(commitlog) -> Callable[[int], int | None]:
+    """``offset -> size`` of the record starting there in ``commitlog`` (None if
+    none does): IndexService.resume_offset's ``record_size``."""
+
+    def size(offset: int) -> int | None:
+        try:
+            return commitlog.read(offset).total_size
+        except OffsetError:
+            return None
+
+    return size
 
 
 def redispatch_from(store_dir: Path, *, clean: bool, wrote: int, min_offset: int, start_offset: int) -> int:
@@ -342,11 +362,14 @@ class IndexBuilder(_Builder):
                                   clock=self._clock)  # fmt: skip
         try:
             self.index.load(self.clean, view.index_msg_timestamp, repair=True)
-            candidates = [max(self.index.max_physical_offset, view.min_offset)]
+            candidates = []
             if not self.clean:
                 # Entries past the last thorough flush may be torn: cut them, they are put again.
                 self.index.truncate(min(view.redispatch_from, view.wrote))
                 candidates.append(view.redispatch_from)
+            # Just past the last indexed record (puts skip what the files hold, so a
+            # resume below that re-indexes nothing).
+            candidates.append(max(self.index.resume_offset(getattr(view, "record_size", None)), view.min_offset))
             self._started(max(min(candidates), view.min_offset))
         except BaseException:
             self.index.close()
@@ -379,4 +402,4 @@ class IndexBuilder(_Builder):
 
 
 __all__ = ["CommitLogView", "ConsumerProgress", "GapError", "Recovered", "IndexBuilder", "LocalCommitLogView", "QueueBuilder", "commit_consumer_offset", "consumer_progress",
-           "redispatch_from"]
+           "record_size_reader", "redispatch_from"]

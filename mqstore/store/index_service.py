@@ -13,8 +13,10 @@ order across all files.
 
 Two values leave the service:
 
-    max_physical_offset   end_phy_offset of the last file (-1 without files): entries
-                          with a smaller commitlog offset are taken as indexed already
+    max_physical_offset   end_phy_offset of the last file (-1 without files): the
+                          *start* of the last indexed record; entries with a smaller
+                          commitlog offset are taken as indexed already
+    resume_offset()       just past the last indexed record: where dispatch resumes
     index_msg_timestamp   the checkpoint's indexMsgTimestamp: the newest store time whose
                           entries are all durable (a full file flushed, or any flush);
                           the caller persists it
@@ -25,6 +27,16 @@ differences, all on purpose:
 
 * puts come in batches (IndexFileView.put_hashes); the next file is created when an entry
   needs it (RocketMQ: at the next dispatched message, keys or not);
+* a (key hash, record) pair is indexed once: RocketMQ puts one entry per KEYS element
+  and UNIQ_KEY, so ``KEYS "a a"`` (or a UNIQ_KEY also among the KEYS, or two keys whose
+  hashes collide) gives it two entries for one record, and it skips only records
+  *below* the last file's end_phy_offset, so the record *at* it is indexed again by
+  every re-dispatch (a restart, a crash). Here ``put`` drops pairs repeated in a batch
+  and pairs the files already hold for the record at end_phy_offset. Files stay
+  byte-compatible (each is what putKey writes for the entries it holds);
+* ``query`` counts messages: an offset is returned once and ``max_num`` counts distinct
+  offsets (RocketMQ counts entries, so duplicates written by RocketMQ or by an older
+  mqstore fill places in the answer);
 * the writer flushes a file that became full itself before moving index_msg_timestamp
   (RocketMQ: a background thread), and ``close`` flushes every file (as 5.x does);
 * ``flush`` moves index_msg_timestamp too (every entry put so far is durable then), and
@@ -49,6 +61,7 @@ from __future__ import annotations
 import enum
 import re
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -74,6 +87,29 @@ INDEX_NAME_DIGITS = 17
 _NAME_RE = re.compile(r"[0-9]{17}")
 _LONG_MAX = (1 << 63) - 1
 _INT_MAX = (1 << 31) - 1
+
+
+def _repeated(hashes: np.ndarray, phys: np.ndarray, held: np.ndarray, end: int) -> np.ndarray:
+    """Per entry: is its (key hash, offset) pair indexed already, in ``held`` (the
+    hashes the files hold for the record at ``end``) or earlier in this batch?"""
+    n = len(phys)
+    dup = np.zeros(n, bool)
+    if len(held):
+        dup |= (phys == end) & np.isin(hashes, held)
+    if n < 2:
+        return dup
+    step = np.diff(phys)
+    if (step < 0).any():  # not in commitlog order: sort by both
+        order = np.lexsort((np.arange(n), hashes, phys))
+    elif step.all():
+        return dup  # one entry per record
+    else:  # records in order: (record number, hash) packed in one int64, a stable sort keeps put order
+        record = np.concatenate(([0], np.cumsum(step != 0)))
+        order = np.argsort((record << 31) | hashes, kind="stable")
+    k_phys, k_hash = phys[order], hashes[order]
+    same = (k_phys[1:] == k_phys[:-1]) & (k_hash[1:] == k_hash[:-1])
+    dup[order[1:][same]] = True  # equal pairs are adjacent, the one put first stays
+    return dup
 
 
 def _put_point() -> None:
@@ -116,7 +152,7 @@ class IndexPutResult:
     """What ``put`` did with a batch: ``indexed + skipped`` is the batch size."""
 
     indexed: int
-    skipped: int  # commitlog offset below the end offset at that point: indexed before (re-dispatch)
+    skipped: int  # below the end offset at that point, or a (hash, offset) pair held already: re-dispatch, repeats
     created_files: tuple[str, ...]
 
 
@@ -326,8 +362,10 @@ class IndexService:
 
         An entry whose offset is below the end offset of the moment (the last file's
         end_phy_offset, raised by each entry put) is skipped: it was indexed before a
-        restart re-dispatched it. The entry *at* that offset is indexed again, as in
-        RocketMQ. When the last file is full the next one is created, started with the
+        restart re-dispatched it. So is an entry whose (key hash, offset) pair the
+        files already hold for the record *at* that offset (RocketMQ indexes that one
+        again), or that comes earlier in the batch (``KEYS "a a"``): each pair once.
+        When the last file is full the next one is created, started with the
         full file's end offset and end time; a file that becomes full is flushed and its
         end_timestamp becomes ``index_msg_timestamp``.
 
@@ -350,6 +388,7 @@ class IndexService:
             end0 = files[-1].view.header.end_phy_offset if files else 0
             floor = np.maximum.accumulate(np.concatenate(([end0], phys[:-1])))
             keep = phys >= floor
+            keep &= ~_repeated(hashes, phys, self._hashes_at_end(end0), end0)
             skipped = n - int(np.count_nonzero(keep))
             if skipped:
                 hashes, phys, times = hashes[keep], phys[keep], times[keep]
@@ -367,6 +406,19 @@ class IndexService:
                 elif k == 0:  # put_hashes only refuses entries when the file is full
                     raise CorruptFileError(f"{f.seg.path}: index file took no entry but is not full")
             return IndexPutResult(done, skipped, tuple(created))
+
+    def _hashes_at_end(self, end: int) -> np.ndarray:
+        """Key hashes already indexed for the record at ``end`` (the last file's
+        end_phy_offset): the newest entries pointing at it, in the last file and, when
+        that holds nothing else (a file started after a full one), in the files before."""
+        out: list[int] = []
+        for f in reversed(self._files):
+            h = f.view.header
+            found = f.view.hashes_at_end(end)
+            out += found
+            if len(found) < h.entries:
+                break
+        return np.asarray(out, np.int64)
 
     def dispatch(self, batch: DispatchBatch) -> None:
         """DispatchSink: index the keys of a dispatched batch (rollbacks are not indexed)."""
@@ -418,9 +470,12 @@ class IndexService:
 
     def query(self, topic: str, key: str, max_num: int = 32, begin: int = 0, end: int = _LONG_MAX) -> list[int]:
         """Commitlog offsets of messages indexed under ``topic#key`` and stored in
-        [begin, end] (ms), newest first (RocketMQ IndexService.queryOffset).
+        [begin, end] (ms), newest first (RocketMQ IndexService.queryOffset), each
+        offset once.
 
-        At most min(max_num, 64). Files are searched newest to oldest, each only if
+        At most min(max_num, 64) offsets: ``max_num`` counts distinct offsets, so
+        duplicate entries (files written by RocketMQ, or by mqstore before it
+        stopped writing them) never crowd other messages out. Files are searched newest to oldest, each only if
         its time range may hold matches; the search ends after a file that begins
         before ``begin``. Offsets are *hash* matches: the caller reads each message
         and compares its keys. Times are the index's reconstructed ones (seconds
@@ -430,13 +485,14 @@ class IndexService:
         if max_num <= 0:
             return found
         index_key = f"{topic}#{key}"
+        seen: set[int] = set()  # each offset once, and max_num counts offsets (RocketMQ: entries)
         with self._lock:
             self._check_open()
             for f in reversed(self._files):
                 h = f.view.header
                 fb, fe = h.begin_timestamp, h.end_timestamp
                 if (begin < fb and end > fe) or fb <= begin <= fe or fb <= end <= fe:
-                    found += f.view.select(index_key, max_num - len(found), begin, end)
+                    found += f.view.select(index_key, max_num - len(found), begin, end, seen=seen)
                 if fb < begin or len(found) >= max_num:
                     break
         return found
@@ -454,6 +510,21 @@ class IndexService:
         skipped by ``put`` as indexed already."""
         with self._lock:
             return self._files[-1].view.header.end_phy_offset if self._files else -1
+
+    def resume_offset(self, record_size: Callable[[int], int | None] | None = None) -> int:
+        """Where dispatch resumes for the index: just past the last indexed record,
+        -1 if none was ever indexed. The files keep that record's *start* (the last
+        file's end_phy_offset, RocketMQ's layout); ``record_size(offset)`` gives its
+        length. Without it, or when it answers None (the record is gone), the start
+        is returned: re-dispatching that record is harmless, ``put`` skips the keys
+        the files hold for it."""
+        with self._lock:
+            files = self._files
+            if not files or not any(f.view.header.entries for f in files):
+                return -1  # (an empty last file after full ones counts: the full ones have entries)
+            start = files[-1].view.header.end_phy_offset
+        size = record_size(start) if record_size is not None else None
+        return start + size if size is not None and size > 0 else start
 
     @property
     def files(self) -> list[str]:

@@ -12,7 +12,8 @@ What it does, in order (each step only when ``verify`` found a reason for it):
    the segments it changes are first copied aside;
 3. moves derived files that disagree with the commitlog aside: the bad queues'
    directories and the index (moving the index is what makes the store re-dispatch
-   from the commitlog's min offset; see MessageStore._resume_offset), or, in a store
+   from the commitlog's min offset; see MessageStore._resume_offset; the rebuilt index
+   holds each (key, record) pair once, so this also removes duplicate entries), or, in a store
    without an index, every queue; unusable config files and stray files too;
    restores a config file the store reads from ``.bak``; lowers checkpoint
    timestamps that are ahead of the data;

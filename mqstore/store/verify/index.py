@@ -10,7 +10,9 @@ entry points at a record start, or below the commitlog's min offset (retention).
 Then the keys: the index entries the dispatcher makes for the sampled records
 (``RecordTable.index_phys/index_hashes``, UNIQ_KEY and each KEYS element) are in
 the files, for records the index covers (up to the last file's end offset; later
-ones are indexed when the store next opens).
+ones are indexed when the store next opens), and each (key hash, record) pair is in
+one entry only (RocketMQ indexes the record at the end offset again after every
+restart, and a repeated key twice; mqstore's IndexService puts each pair once).
 
     kind                   severity  meaning
     index_file_size        error     the store deletes it and rebuilds on open
@@ -19,6 +21,9 @@ ones are indexed when the store next opens).
     index_order            error     entries not in commitlog order
     index_entry_dangling   error     no record starts where the entry points
     index_key_missing      error     a record's key is not in the index
+    index_entry_duplicate  error     one (key hash, record) pair in several entries: RocketMQ's
+                                     queries count it again and again (max_num), so other
+                                     messages drop out of answers; repair rebuilds the index
     index_entry_beyond_end warning   entries past the commitlog's valid end (the store drops them)
     index_stray_file       warning   the store ignores or removes it
     index_in_flux          info      the last file of a running store disagrees with itself (being written)
@@ -113,7 +118,26 @@ def check_index(store_dir: Path, hash_slots: int, max_entries: int, table: Recor
     actual_phys = np.concatenate(phys_parts) if phys_parts else np.zeros(0, np.int64)
     actual_hash = np.concatenate(hash_parts) if hash_parts else np.zeros(0, np.int64)
     checked = _check_keys(actual_phys, actual_hash, end_offset, table, findings, damage)
+    _check_duplicates(actual_phys, actual_hash, findings, damage)
     return IndexSummary(len(files), len(actual_phys), checked)
+
+
+def _check_duplicates(phys: np.ndarray, hashes: np.ndarray, findings: Findings, damage: Damage) -> None:
+    """Entries (of any files) that repeat a (record offset, key hash) pair: one
+    finding per record, naming how many entries it has too many."""
+    if len(phys) < 2:
+        return
+    order = np.lexsort((hashes, phys))
+    p, h = phys[order], hashes[order]
+    repeat = np.flatnonzero((p[1:] == p[:-1]) & (h[1:] == h[:-1])) + 1
+    if not repeat.size:
+        return
+    at, extra = np.unique(p[repeat], return_counts=True)
+    for offset, n in zip(at.tolist(), extra.tolist()):
+        findings.error("index_entry_duplicate", INDEX_DIR, f"the record at commitlog offset {offset} is indexed {n} more "
+                       f"time(s) under a key it already has an entry for; RocketMQ's queries count each entry, "
+                       f"so other messages drop out of their answers")  # fmt: skip
+    damage.index_bad = True
 
 
 def _check_file(mm: mmap.mmap, loc: str, hash_slots: int, max_entries: int, findings: Findings, damage: Damage, *,
