@@ -93,7 +93,12 @@ class BuilderShard:
                 log.error("builder_open_failed", kind=self.kind, shard=self.index, error=self.error, exc_info=e)
                 self._stop.wait(5.0)
                 continue
-            self._watch()
+            try:
+                self._watch()
+            except Exception as e:  # noqa: BLE001 - never ends the thread silently: recover again
+                self.error = f"{type(e).__name__}: {e}"
+                log.error("builder_watch_failed", kind=self.kind, shard=self.index, error=self.error,
+                          action="recover again against the commitlog", exc_info=e)  # fmt: skip
             if not self._stop.is_set():
                 self._close_builder(report=False)
 

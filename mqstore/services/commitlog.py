@@ -185,6 +185,14 @@ class CommitLogServicer(commitlog_pb2_grpc.CommitLogServiceServicer):
         out.confirm_offset, out.dispatched_offset = store.confirm_offset, store.dispatched_offset
         out.writable, out.unwritable_cause = bool(s["writable"]), s["unwritable_cause"] or ""
         out.queue_count, out.commitlog_bytes = s["queues"], s["wrote"] - s["min_offset"]
+        stopped = s["stopped_loops"]
+        out.stopped_loops.extend(f"{name}: {why}" for name, why in sorted(stopped.items()))
+        if stopped and not out.error:  # what `mqstore status` shows per shard
+            out.error = "background loop stopped: " + "; ".join(out.stopped_loops)
+        loops = s["loops"]
+        sched = loops.get("delay_scheduler", {})
+        out.delay_delivered, out.delay_skipped = sched.get("delivered", 0), sched.get("skipped", 0)
+        out.background_failures = sum(v.get("failures", 0) for v in loops.values())
         try:
             fs = os.statvfs(sh.store_dir)
             out.disk_free_bytes = fs.f_bavail * fs.f_frsize
@@ -197,8 +205,9 @@ class CommitLogServicer(commitlog_pb2_grpc.CommitLogServiceServicer):
         store = self.shard.ready()
         c = request.config
         validate.topic(c.topic)
+        perm = c.perm if c.HasField("perm") else 6  # optional: 0 is a perm (neither read nor write)
         tc = await self.shard.call(store.update_topic, c.topic, read_queue_nums=c.read_queue_nums or 4,
-                                   write_queue_nums=c.write_queue_nums or 4, perm=c.perm or 6)  # fmt: skip
+                                   write_queue_nums=c.write_queue_nums or 4, perm=perm)  # fmt: skip
         return pb.UpdateTopicResponse(config=topic_config_to_pb(tc))
 
     @rpc

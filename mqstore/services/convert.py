@@ -17,7 +17,7 @@ from mqstore.formats.msgid import Host
 from mqstore.formats.names import check_topic
 from mqstore.rpc.v1 import common_pb2 as pb
 from mqstore.services.errors import BadRequest, TooLarge
-from mqstore.store.messages import AUTO_QUEUE, AppendResult, MessageBatch, PutStatus
+from mqstore.store.messages import AUTO_QUEUE, MAX_PORT, AppendResult, MessageBatch, PutStatus
 
 MAX_BATCH_MESSAGES = 10_000
 MAX_BATCH_BODY_BYTES = 64 << 20
@@ -56,6 +56,15 @@ def parse_host(text: str, what: str = "host") -> Host:
     except ValueError:
         raise BadRequest(f"{what} {text!r}: {addr!r} is not an IP address") from None
     return Host(addr, int(port))
+
+
+def _born_host(text: str) -> Host:
+    """A producer's born host: parse_host, and a port in 0..65535 (records already
+    stored are read back whatever their port)."""
+    host = parse_host(text, "born host")
+    if host.port > MAX_PORT:
+        raise BadRequest(f"born host {text!r}: port {host.port} is outside 0..{MAX_PORT}")
+    return host
 
 
 def check_batch_limits(cols: pb.MessageColumns) -> int:
@@ -116,9 +125,9 @@ def columns_to_batch(cols: pb.MessageColumns, queue_ids: np.ndarray | None = Non
         born_ts = None
     hosts = _column(cols.born_hosts, n, "born_hosts")
     if isinstance(hosts, str):
-        hosts = parse_host(hosts, "born host") if hosts else None
+        hosts = _born_host(hosts) if hosts else None
     elif hosts is not None:
-        hosts = [parse_host(h, "born host") if h else Host("127.0.0.1", 0) for h in hosts]
+        hosts = [_born_host(h) if h else Host("127.0.0.1", 0) for h in hosts]
     uniq = cols.unique_keys
     if len(uniq) not in (0, n):
         raise BadRequest(f"column unique_keys has {len(uniq)} values for {n} messages (give 0 or {n}: "

@@ -22,8 +22,10 @@ from mqstore.errors import (
     ConfigError,
     CorruptFileError,
     DecodeError,
+    InvalidArgumentError,
     InvalidMessageError,
     MessageTooLargeError,
+    NoPermissionError,
     OffsetError,
     PropertiesTooLongError,
     StoreClosedError,
@@ -99,9 +101,11 @@ class Aborted(RpcError):
 
 # The table: most specific class first (the first isinstance match wins).
 _TABLE: tuple[tuple[type[BaseException], grpc.StatusCode], ...] = (
+    (NoPermissionError, Code.PERMISSION_DENIED),  # a reserved topic, a topic's perm (before InvalidTopicError)
     (MessageTooLargeError, Code.RESOURCE_EXHAUSTED),
     (PropertiesTooLongError, Code.RESOURCE_EXHAUSTED),
-    (InvalidMessageError, Code.INVALID_ARGUMENT),  # bad topic, queue id, group, columns
+    (InvalidMessageError, Code.INVALID_ARGUMENT),  # bad topic, queue id, group, columns, transaction bits
+    (InvalidArgumentError, Code.INVALID_ARGUMENT),  # a read's queue id, offset or count
     (OffsetError, Code.INVALID_ARGUMENT),
     (DecodeError, Code.INVALID_ARGUMENT),  # a malformed msgId
     (ConfigError, Code.INVALID_ARGUMENT),  # an out-of-range topic config value

@@ -42,7 +42,10 @@ from mqstore.services.errors import BadRequest, NotFound, PermissionDenied, Prec
 from mqstore.services.internal_auth import InternalAuth
 from mqstore.services.routing import Router
 from mqstore.services.server import Registration, channel
-from mqstore.store.messages import AUTO_QUEUE
+from mqstore.errors import ReservedTopicError, TransactionNotSupportedError
+from mqstore.formats.message import TRANSACTION_TYPE_MASK
+from mqstore.store.config_files import PERM_READ, PERM_WRITE, check_perm
+from mqstore.store.messages import AUTO_QUEUE, NOT_ALLOWED_SEND_TOPICS
 
 log = structlog.get_logger(__name__)
 SERVICE = "mqstore.v1.FrontService"
@@ -235,6 +238,7 @@ class FrontServicer(front_pb2_grpc.FrontServiceServicer):
         n = check_batch_limits(cols)
         topics = topic_column(cols, n)
         qids = queue_id_column(cols, n)
+        await self._check_sendable(cols, sorted(set(topics)))  # before any shard writes a part of the batch
         auto = np.flatnonzero(qids == AUTO_QUEUE)
         if len(auto):
             wq = await self._write_queue_nums()
@@ -272,6 +276,35 @@ class FrontServicer(front_pb2_grpc.FrontServiceServicer):
             errors.append(pb.ShardError(shard=s, code=code.name, message=message))
         return pb.SendBatchResponse(result=out, shard_errors=errors)
 
+    # ------------------------------------------------------------------ topic configs (perm checks)
+
+    _topic_perms: dict[str, int] | None = None  # topic -> perm, from ListTopics (no entry: no config)
+    _topic_perms_at = 0.0  # loop time of the last refresh; CreateOrUpdateTopic drops the table
+
+    async def _topic_perm(self, shard: ShardClient, topic: str) -> int | None:
+        """A topic's perm from a table of every topic's config at most 1 s old
+        (ListTopics on ``shard``, where the call goes anyway; every shard holds every
+        topic's config); None: the topic has no config (sends and pulls allowed)."""
+        now = asyncio.get_running_loop().time()
+        if self._topic_perms is None or now - self._topic_perms_at > 1.0:
+            res = await shard.call("cl", "ListTopics", commitlog_pb2.ListTopicsRequest())
+            self._topic_perms, self._topic_perms_at = {c.topic: c.perm for c in res.configs}, now
+        return self._topic_perms.get(topic)
+
+    async def _check_sendable(self, cols, topics: list[str]) -> None:
+        """What every shard would refuse of a split batch (messages.check_client_batch),
+        checked once before any part is written: reserved topics, the topics' write
+        perm, transaction bits."""
+        reserved = [t for t in topics if t in NOT_ALLOWED_SEND_TOPICS]
+        if reserved:
+            raise ReservedTopicError(f"sending to topic {reserved[0]!r} is forbidden: only the store writes it "
+                                     f"(RocketMQ's not-allowed-send topics)")  # fmt: skip
+        for t in topics:
+            check_perm(t, await self._topic_perm(self.shards[0], t), PERM_WRITE)
+        if any(f & TRANSACTION_TYPE_MASK for f in cols.sysflags):
+            raise TransactionNotSupportedError(f"a sysflag sets the transaction bits (0x{TRANSACTION_TYPE_MASK:X}); "
+                                               "the store has no transaction API")  # fmt: skip
+
     async def _write_queue_nums(self) -> dict[str, int]:
         if self._write_queues is None:
             res = await self.shards[0].call("cl", "ListTopics", commitlog_pb2.ListTopicsRequest())
@@ -290,6 +323,7 @@ class FrontServicer(front_pb2_grpc.FrontServiceServicer):
         tags = parse_tag_expression(request.tag_expression)
         codes = None if tags is None else np.array(sorted({tags_code(t) for t in tags}), np.int64)
         shard = self._shard(topic, qid)
+        check_perm(topic, await self._topic_perm(shard, topic), PERM_READ)  # TopicPermissionError: PERMISSION_DENIED
         per_read = want if tags is None else min(max(want * 4, 256), 100_000)
         budget = max(per_read, 4096)  # units a filtered pull may pass over before it answers NO_MATCHED_MESSAGE
         out = pb.PullResponse()
@@ -483,6 +517,7 @@ class FrontServicer(front_pb2_grpc.FrontServiceServicer):
         parts = await self._fan_out(lambda s: s.call("cl", "UpdateTopic",
                                                      commitlog_pb2.UpdateTopicRequest(config=request.config)))  # fmt: skip
         cfg = parts[0].config
+        self._topic_perms = None  # perms as of this change from the next send or pull on
         if self._write_queues is not None:
             self._write_queues[cfg.topic] = cfg.write_queue_nums
         return pb.CreateOrUpdateTopicResponse(config=cfg)

@@ -117,6 +117,8 @@ class ShardHost:
                     raise
             self.shard.open(self.queues.queue_ends, self.queues, give_up=self._closing.is_set)
             self.thread.run(self.server.set_serving(True))
+            self._ready.set()  # health follows the background loops from now on, until close
+            self.shard.watch_loops(lambda ok: self.thread.run(self.server.set_serving(ok)), self._closing)
         except Exception as e:  # noqa: BLE001 - reported through state/error (status(), health NOT_SERVING)
             log.error("shard_not_serving", shard=self.shard.index, error=str(e))
         finally:

@@ -23,6 +23,10 @@ scrape shows every shard without a metrics port per actor. Names (all ``mqstore_
     shard_wrote_offset / _flushed_offset / _dispatched_offset{shard}   gauges
     shard_writable{shard}                      gauge      0 while appends are refused
     shard_recovery_percent{shard,phase}        gauge      progress of the store's open
+    shard_delay_delivered_total{shard}         counter    delayed messages delivered to their real topics
+    shard_delay_skipped_total{shard}           counter    delay-topic records skipped (logged delay_record_skipped)
+    shard_background_failures_total{shard}     counter    failed passes of the delay scheduler and retention (retried)
+    shard_loop_stopped{shard,loop}             gauge      1 per background loop that stopped (health NOT_SERVING)
 
 Shard counters start at 0 when its process starts (a restart is a counter reset,
 which Prometheus' rate() handles).
@@ -168,8 +172,13 @@ class _ShardCollector:
             "appended_messages": "Messages appended since the shard's process started",
             "appended_bytes": "Record bytes appended since the shard's process started",
             "append_failures": "Append calls that failed since the shard's process started",
+            "delay_delivered": "Delayed messages delivered to their real topics since the shard's process started",
+            "delay_skipped": "Delay-topic records the scheduler could not deliver and skipped (logged)",
+            "background_failures": "Failed passes of the delay scheduler and retention (each retried)",
         }
         c = {k: CounterMetricFamily(f"mqstore_shard_{k}", doc, labels=["shard"]) for k, doc in counters.items()}
+        stopped = GaugeMetricFamily("mqstore_shard_loop_stopped", "1 per background loop that stopped",
+                                    labels=["shard", "loop"])  # fmt: skip
         append_rows, flush_rows = [], []
         for index, st in shards:
             label = [str(index)]
@@ -191,12 +200,15 @@ class _ShardCollector:
                 g[k].add_metric(label, float(v))
             for k in counters:
                 c[k].add_metric(label, float(getattr(st, k)))
+            for entry in st.stopped_loops:
+                stopped.add_metric([*label, entry.split(":", 1)[0]], 1.0)
             append_rows.append((label, st.append_seconds))
             flush_rows.append((label, st.flush_seconds))
         yield up
         yield recovery
         yield from g.values()
         yield from c.values()
+        yield stopped
         yield _histogram_family("mqstore_shard_append_seconds", "AppendBatch in the shard, seconds", ["shard"], append_rows)
         yield _histogram_family("mqstore_shard_flush_seconds", "Commitlog fsyncs, seconds", ["shard"], flush_rows)
 

@@ -24,6 +24,7 @@ import asyncio
 import enum
 import functools
 import random
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -112,6 +113,31 @@ class Shard:
             self.error = f"{type(e).__name__}: {e}"
             log.error("shard_open_failed", shard=self.index, store=str(self.store_dir), error=self.error)
             raise
+
+    def watch_loops(self, set_serving: Callable[[bool], None], stop: threading.Event, interval_s: float = 1.0) -> None:
+        """Until ``stop`` is set (blocking; the host's opener thread runs it once the
+        shard serves): health follows the store's background loops, NOT_SERVING
+        (``set_serving(False)``) while one of them stopped (``LogStore.stopped_loops``:
+        the delay scheduler, retention, the commitlog's flusher), SERVING again when
+        none has. GetStats names them (``stopped_loops``, ``error``)."""
+        healthy = True
+        while not stop.wait(interval_s):
+            store = self.store
+            if store is None or self.state is not ShardState.SERVING:
+                continue
+            try:
+                stopped = store.stopped_loops()
+            except Exception as e:  # noqa: BLE001 - closing under us: asked again next interval
+                log.debug("loop_check_failed", shard=self.index, error=str(e))
+                continue
+            if healthy == (not stopped):
+                continue
+            healthy = not stopped
+            if stopped:
+                log.error("background_loop_stopped", shard=self.index, loops=stopped, health="NOT_SERVING")
+            else:
+                log.info("background_loops_running", shard=self.index, health="SERVING")
+            set_serving(healthy)
 
     def _wait_for_queue_ends(self, queue_ends: QueueEnds, give_up: Callable[[], bool]):
         last_note = 0.0

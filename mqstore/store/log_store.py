@@ -45,6 +45,18 @@ from mqstore.store.schedule import DelayScheduler, QueuePicker, rewrite_delayed
 log = structlog.get_logger(__name__)
 
 DERIVED_KINDS = ("consume_queue", "index")
+_FLUSH_STOPPED = ("flush_failed", "read_only")  # unwritable causes that end the commitlog's flusher
+
+
+def stopped_loops(commitlog: CommitLog, loops: dict) -> dict[str, str]:
+    """Background loops that stopped though the store is open: ``{name: why}``.
+    ``loops`` maps names to objects with a ``stopped`` property (None while they run,
+    or once stopped on purpose); the commitlog's flusher ends on a failed sync."""
+    out = {name: why for name, part in loops.items() if part is not None and (why := part.stopped) is not None}
+    cause = commitlog.unwritable_cause
+    if cause in _FLUSH_STOPPED:
+        out["flush"] = f"stopped: {cause} (appends refused until a restart)"
+    return out
 _REPORT_FRESH_S = 5.0  # appends wait for a lagging dispatcher only while it reports
 
 
@@ -201,8 +213,22 @@ class LogStore:
 
     # ------------------------------------------------------------------ lifecycle
 
+    def stopped_loops(self) -> dict[str, str]:
+        """Background loops (delay scheduler, retention, the commitlog's flusher) that
+        stopped while the store is open: ``{name: why}``; empty while all run. The
+        shard's health is NOT_SERVING and its status names them while any has."""
+        if self._closed:
+            return {}
+        return stopped_loops(self.commitlog, {"delay_scheduler": self.scheduler, "retention": self.retention})
+
+    def loop_stats(self) -> dict:
+        """Counters of the background loops: deliveries, records skipped, failed passes."""
+        return {name: part.stats() for name, part in (("delay_scheduler", self.scheduler), ("retention", self.retention))
+                if part is not None}  # fmt: skip
+
     def status(self) -> dict:
-        """Offsets, writability, queues known and the last recovery, at a glance."""
+        """Offsets, writability, queues known, the last recovery and the background
+        loops (``loops``: counters; ``stopped_loops``: see there), at a glance."""
         cl = self.commitlog
         rec = cl.recovery
         return {"min_offset": cl.min_offset, "wrote": cl.wrote, "flushed": cl.flushed, "writable": self.writable,
@@ -210,7 +236,8 @@ class LogStore:
                 "dispatched": self.dispatched_offset, "progress": self.progress.as_dict(),
                 "last_recovery": {"clean_shutdown": rec.clean_shutdown, "start_segment": rec.start_segment,
                                   "bytes_validated": rec.bytes_validated, "seconds": round(rec.seconds, 3),
-                                  "truncated_at": rec.truncated_at}}  # fmt: skip
+                                  "truncated_at": rec.truncated_at},
+                "loops": self.loop_stats(), "stopped_loops": self.stopped_loops()}  # fmt: skip
 
     @property
     def writable(self) -> bool:

@@ -55,6 +55,7 @@ from mqstore.store.consume_queues import CONSUME_QUEUE_DIR, ConsumeQueues
 from mqstore.store.dispatch import ReputLoop
 from mqstore.store.index_service import IndexService
 from mqstore.store.layout import resolve_layout
+from mqstore.store.log_store import stopped_loops
 from mqstore.store.lockfile import BUILDER_KINDS, StoreLock, builder_files, last_exit_was_clean, remove_abort_marker
 from mqstore.store.mapped_file import fsync_dir
 from mqstore.store.recovery import RecoveryProgress
@@ -562,12 +563,30 @@ class MessageStore:
         (until space is freed). Reads work in every case."""
         return self.commitlog.unwritable_cause
 
+    def stopped_loops(self) -> dict[str, str]:
+        """Background loops that stopped while the store is open, ``{name: why}``:
+        the reput dispatcher (stopped on an error it does not retry), the delay
+        scheduler, retention, the commitlog's flusher (a failed sync) and the
+        consume-queue flusher. Empty while all run, and before they are started."""
+        if self._closed:
+            return {}
+        loops = {"delay_scheduler": self.scheduler, "retention": self.retention}
+        out = stopped_loops(self.commitlog, loops)
+        d = self.dispatcher
+        if d.error is not None and not d.running and d._thread is not None:
+            out["reput"] = f"stopped: {type(d.error).__name__}: {d.error}"
+        if self._flusher is not None and not self._flusher.is_alive() and not self._stop.is_set():
+            out["consume_queue_flush"] = "stopped"
+        return out
+
     def status(self) -> dict:
         """What an operator (or a status endpoint) wants at a glance: the open's phase
         and progress (``progress`` is readable from another thread while the store
         opens: pass one in), whether appends are accepted and why not, the commitlog's
-        offsets, the dispatch lag and the last recovery."""
+        offsets, the dispatch lag, the last recovery and the background loops
+        (``loops``: their counters; ``stopped_loops``: see there)."""
         rec = self.commitlog.recovery
+        d = self.dispatcher
         return {
             "state": "ready" if not self._closed else "closed",
             "progress": self.progress.as_dict(),
@@ -581,6 +600,10 @@ class MessageStore:
             "last_recovery": {"clean_shutdown": rec.clean_shutdown, "start_segment": rec.start_segment,
                               "bytes_validated": rec.bytes_validated, "seconds": round(rec.seconds, 3),
                               "truncated_at": rec.truncated_at},  # fmt: skip
+            "loops": {"delay_scheduler": self.scheduler.stats(), "retention": self.retention.stats(),
+                      "reput": {"running": d.running, "dispatched": d.dispatched,
+                                "error": None if d.error is None else str(d.error)}},  # fmt: skip
+            "stopped_loops": self.stopped_loops(),
         }
 
     def close(self) -> None:

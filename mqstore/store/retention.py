@@ -237,6 +237,7 @@ class Retention:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.error: BaseException | None = None  # the last failed run, if the loop hit one
+        self.failures = 0  # passes that raised (each retried at the next interval)
 
     # ------------------------------------------------------------------ one pass
 
@@ -349,16 +350,37 @@ class Retention:
         if self._thread is not None:
             self._thread.join()
 
+    @property
+    def running(self) -> bool:
+        """True while the background loop runs (started and not stopped)."""
+        return self._thread is not None and self._thread.is_alive()
+
+    @property
+    def stopped(self) -> str | None:
+        """Why the loop is gone though nobody stopped it (None otherwise)."""
+        if self._thread is None or self._thread.is_alive() or self._stop.is_set():
+            return None
+        return f"stopped: {type(self.error).__name__}: {self.error}" if self.error is not None else "stopped"
+
+    def stats(self) -> dict:
+        return {"running": self.running, "failures": self.failures,
+                "error": None if self.error is None else repr(self.error)}  # fmt: skip
+
     def _run(self) -> None:
-        while not self._stop.wait(self.config.check_interval_ms / 1000):
-            try:
-                report = self.run_once(self._clock.now_ms())
-                self.error = None
-                if self._on_report is not None:
-                    self._on_report(report)
-            except Exception as e:  # a failed pass is retried next interval, as RocketMQ does
-                self.error = e
-                log.error("retention_failed", error=repr(e))
+        try:
+            while not self._stop.wait(self.config.check_interval_ms / 1000):
+                try:
+                    report = self.run_once(self._clock.now_ms())
+                    self.error = None
+                    if self._on_report is not None:
+                        self._on_report(report)
+                except Exception as e:  # noqa: BLE001 - a failed pass is retried next interval, as RocketMQ does
+                    self.error, self.failures = e, self.failures + 1
+                    log.error("retention_failed", error=repr(e), failures=self.failures, action="retried next interval")
+        except BaseException as e:
+            self.error = e
+            log.error("retention_stopped", error=repr(e))
+            raise
 
 
 __all__ = ["ConsumerLoss", "IndexLike", "Retention", "RetentionConfig", "RetentionReport"]
