@@ -15,6 +15,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from mqstore.cli.remote import AccessKeyOpt, SecretKeyOpt
 from mqstore.errors import MqStoreError
 from mqstore.logging import configure_logging
 
@@ -37,6 +38,16 @@ class FlushChoice(str, Enum):
 StoreOpt = Annotated[Path, typer.Option("--store", help="Store directory (created if missing).")]
 
 
+def _export_credentials(access_key: str | None, secret_key: str | None) -> None:
+    """The bench's clients (threads of this process) take credentials from the
+    environment, as FrontClient does by default."""
+    import os
+
+    for name, value in (("MQSTORE_ACCESS_KEY", access_key), ("MQSTORE_SECRET_KEY", secret_key)):
+        if value:
+            os.environ[name] = value
+
+
 @app.callback()
 def _root(
     log_level: Annotated[str, typer.Option("--log-level", help="debug, info, warning or error (logs go to stderr).")] = "warning",
@@ -50,6 +61,8 @@ def _root(
 def bench_append(
     store: Annotated[Optional[Path], typer.Option("--store", help="Store directory (created if missing); or --server.")] = None,
     server: Annotated[Optional[str], typer.Option("--server", help="HOST:PORT of a running `mqstore serve`: send through it instead.")] = None,
+    access_key: AccessKeyOpt = None,
+    secret_key: SecretKeyOpt = None,
     messages: Annotated[int, typer.Option("--messages", min=0, help="How many messages to append.")] = 1_000_000,
     body_size: Annotated[int, typer.Option("--body-size", min=0, help="Body bytes per message.")] = 128,
     topics: Annotated[int, typer.Option("--topics", min=1, help="Spread messages over this many topics.")] = 1,
@@ -73,6 +86,7 @@ def bench_append(
     if server is not None:
         from mqstore.bench.remote import run_remote_append
 
+        _export_credentials(access_key, secret_key)
         print(json.dumps(run_remote_append(server, messages=messages, body_size=body_size, topics=topics, queues=queues,
                                            producers=producers, batch=min(batch, 10_000))), flush=True)  # fmt: skip
         return
@@ -95,6 +109,8 @@ def bench_consume(
     store: Annotated[Optional[Path], typer.Option("--store", help="Store directory; or --server.")] = None,
     batch: Annotated[int, typer.Option("--batch", min=1, help="Messages per pull.")] = 1000,
     server: Annotated[Optional[str], typer.Option("--server", help="HOST:PORT of a running `mqstore serve`: pull through it.")] = None,
+    access_key: AccessKeyOpt = None,
+    secret_key: SecretKeyOpt = None,
     topics: Annotated[int, typer.Option("--topics", min=1, help="With --server: pull BenchTopic0..N-1 (bench append's topics).")] = 1,
     consumers: Annotated[int, typer.Option("--consumers", min=1, help="With --server: consumer threads sharing the queues (each pulls its queues in turn).")] = 1,
     wait_dispatch: Annotated[float, typer.Option("--wait-dispatch", min=0, help="With --server: first wait up to this many seconds for every shard to dispatch what it wrote (0: pull what is dispatched now).")] = 60.0,
@@ -108,6 +124,7 @@ def bench_consume(
     if server is not None:
         from mqstore.bench.remote import run_remote_consume
 
+        _export_credentials(access_key, secret_key)
         print(json.dumps(run_remote_consume(server, topics=topics, batch=min(batch, 10_000), wait_dispatch=wait_dispatch,
                                             consumers=consumers)), flush=True)
         return
@@ -208,6 +225,7 @@ def print_records(
     print_records(itertools.islice(CommitLogReader(store).records(offset), count))
 
 
+from mqstore.cli import acl as _acl  # noqa: E402  (registers the acl group)
 from mqstore.cli import maintenance as _maintenance  # noqa: E402  (registers verify and repair)
 from mqstore.cli import queries as _queries  # noqa: E402  (registers the query commands)
 from mqstore.cli import remote as _remote  # noqa: E402  (registers serve and send)
@@ -217,6 +235,7 @@ _queries.register(app)
 _maintenance.register(app)
 _remote.register(app)
 _reconcile.register(app)
+_acl.register(app)
 
 
 def main() -> None:

@@ -18,7 +18,7 @@ from typing import Annotated
 
 import typer
 
-from mqstore.cli.remote import ServerOpt, TlsCaOpt, check_target, remote
+from mqstore.cli.remote import AccessKeyOpt, SecretKeyOpt, ServerOpt, TlsCaOpt, check_target, remote
 from mqstore.cli.render import print_records, print_table
 
 StoreArg = Annotated[Path | None, typer.Option("--store", help="Store directory (or --server).")]
@@ -67,11 +67,12 @@ def _records(found) -> list:
 def register(app: typer.Typer) -> None:
     @app.command("query-msg-by-id")
     def query_msg_by_id(msg_id: Annotated[str, typer.Argument(help="Offset msgId (32 or 56 hex digits).")],
-                        store: StoreArg = None, server: ServerOpt = None, tls_ca: TlsCaOpt = None, fmt: FormatArg = Format.json) -> None:  # fmt: skip
+                        store: StoreArg = None, server: ServerOpt = None, tls_ca: TlsCaOpt = None,
+                        access_key: AccessKeyOpt = None, secret_key: SecretKeyOpt = None, fmt: FormatArg = Format.json) -> None:  # fmt: skip
         """Print the message an offset msgId names (store host + commitlog offset)."""
         check_target(store, server)
         if server is not None:
-            with remote(server, tls_ca) as c:
+            with remote(server, tls_ca, access_key, secret_key) as c:
                 print_records(_records(c.query_by_msg_id(msg_id)), fmt.value)
             return
         with open_store(store) as s:
@@ -80,11 +81,12 @@ def register(app: typer.Typer) -> None:
     @app.command("query-msg-by-unique-key")
     def query_msg_by_unique_key(topic: TopicArg,
                                 unique_key: Annotated[str, typer.Argument(help="UNIQ_KEY (the client message id).")],
-                                store: StoreArg = None, server: ServerOpt = None, tls_ca: TlsCaOpt = None, fmt: FormatArg = Format.json) -> None:  # fmt: skip
+                                store: StoreArg = None, server: ServerOpt = None, tls_ca: TlsCaOpt = None,
+                                access_key: AccessKeyOpt = None, secret_key: SecretKeyOpt = None, fmt: FormatArg = Format.json) -> None:  # fmt: skip
         """Print the messages of a topic with this UNIQ_KEY (through the index)."""
         check_target(store, server)
         if server is not None:
-            with remote(server, tls_ca) as c:
+            with remote(server, tls_ca, access_key, secret_key) as c:
                 print_records(_records(c.query_by_unique_key(topic, unique_key)), fmt.value)
             return
         with open_store(store) as s:
@@ -98,11 +100,12 @@ def register(app: typer.Typer) -> None:
                          begin: Annotated[int, typer.Option("--begin", help="Earliest store time, ms since the epoch.")] = 0,
                          end: Annotated[int, typer.Option("--end", help="Latest store time, ms since the epoch.")] = (1 << 63) - 1,
                          max_count: Annotated[int, typer.Option("--max", min=1, max=64, help="At most this many (index limit 64).")] = 32,
-                         store: StoreArg = None, server: ServerOpt = None, tls_ca: TlsCaOpt = None, fmt: FormatArg = Format.json) -> None:  # fmt: skip
+                         store: StoreArg = None, server: ServerOpt = None, tls_ca: TlsCaOpt = None,
+                         access_key: AccessKeyOpt = None, secret_key: SecretKeyOpt = None, fmt: FormatArg = Format.json) -> None:  # fmt: skip
         """Print the messages of a topic whose KEYS hold KEY, newest first (through the index)."""
         check_target(store, server)
         if server is not None:
-            with remote(server, tls_ca) as c:
+            with remote(server, tls_ca, access_key, secret_key) as c:
                 print_records(_records(c.query_by_key(topic, key, begin_ms=begin, end_ms=end, max_num=max_count)), fmt.value)
             return
         with open_store(store) as s:
@@ -114,11 +117,12 @@ def register(app: typer.Typer) -> None:
     @app.command("query-msg-by-offset")
     def query_msg_by_offset(topic: TopicArg, queue: QueueArg,
                             offset: Annotated[int, typer.Option("--offset", min=0, help="Queue offset.")],
-                            store: StoreArg = None, server: ServerOpt = None, tls_ca: TlsCaOpt = None, fmt: FormatArg = Format.json) -> None:  # fmt: skip
+                            store: StoreArg = None, server: ServerOpt = None, tls_ca: TlsCaOpt = None,
+                            access_key: AccessKeyOpt = None, secret_key: SecretKeyOpt = None, fmt: FormatArg = Format.json) -> None:  # fmt: skip
         """Print the message at one queue offset of a topic's queue."""
         check_target(store, server)
         if server is not None:
-            with remote(server, tls_ca) as c:
+            with remote(server, tls_ca, access_key, secret_key) as c:
                 print_records(_records(c.query_by_offset(topic, queue, offset)), fmt.value)
             return
         with open_store(store) as s:
@@ -129,7 +133,8 @@ def register(app: typer.Typer) -> None:
              offset: Annotated[int, typer.Option("--offset", min=0, help="Queue offset to start at.")],
              max_count: Annotated[int, typer.Option("--max", min=1, max=100_000, help="At most this many messages (10,000 with --server).")] = 32,
              tags: Annotated[str | None, typer.Option("--tags", help="Tag expression, e.g. 'TagA || TagB'.")] = None,
-             store: StoreArg = None, server: ServerOpt = None, tls_ca: TlsCaOpt = None, fmt: FormatArg = Format.json) -> None:  # fmt: skip
+             store: StoreArg = None, server: ServerOpt = None, tls_ca: TlsCaOpt = None,
+             access_key: AccessKeyOpt = None, secret_key: SecretKeyOpt = None, fmt: FormatArg = Format.json) -> None:  # fmt: skip
         """Pull messages of one queue from a queue offset, optionally filtered by tags;
         prints the messages, then (on stderr) the next offset to pull from."""
         check_target(store, server)
@@ -137,7 +142,7 @@ def register(app: typer.Typer) -> None:
         if server is not None:
             from mqstore.rpc.v1 import front_pb2
 
-            with remote(server, tls_ca) as c:
+            with remote(server, tls_ca, access_key, secret_key) as c:
                 res = c.pull(topic, queue, offset, max_messages=max_count, tags=tags or "")
             print_records(_records(res.records), fmt.value)
             typer.echo(json.dumps({"next_offset": res.next_offset, "min_offset": res.min_offset,
@@ -152,11 +157,12 @@ def register(app: typer.Typer) -> None:
 
     @app.command("consumer-progress")
     def consumer_progress(group: Annotated[str, typer.Option("--group", help="Consumer group.")],
-                          store: StoreArg = None, server: ServerOpt = None, tls_ca: TlsCaOpt = None, fmt: FormatArg = Format.table) -> None:  # fmt: skip
+                          store: StoreArg = None, server: ServerOpt = None, tls_ca: TlsCaOpt = None,
+                          access_key: AccessKeyOpt = None, secret_key: SecretKeyOpt = None, fmt: FormatArg = Format.table) -> None:  # fmt: skip
         """Per queue of a consumer group: broker offset, consumer offset and lag."""
         check_target(store, server)
         if server is not None:
-            with remote(server, tls_ca) as c:
+            with remote(server, tls_ca, access_key, secret_key) as c:
                 rows = [{"topic": r.topic, "queue_id": r.queue_id, "broker_offset": r.broker_offset,
                          "consumer_offset": r.consumer_offset, "lag": r.lag} for r in c.consumer_progress(group)]  # fmt: skip
         else:
@@ -171,11 +177,12 @@ def register(app: typer.Typer) -> None:
                      read_queue_nums: Annotated[int, typer.Option("--read-queue-nums", min=1, max=65536)] = 4,
                      write_queue_nums: Annotated[int, typer.Option("--write-queue-nums", min=1, max=65536)] = 4,
                      perm: Annotated[int, typer.Option("--perm", min=0, max=15, help="2 write, 4 read, 6 both.")] = 6,
-                     store: StoreArg = None, server: ServerOpt = None, tls_ca: TlsCaOpt = None) -> None:  # fmt: skip
+                     store: StoreArg = None, server: ServerOpt = None, tls_ca: TlsCaOpt = None,
+                     access_key: AccessKeyOpt = None, secret_key: SecretKeyOpt = None) -> None:  # fmt: skip
         """Create or change a topic's config (config/topics.json; every shard's with --server)."""
         check_target(store, server)
         if server is not None:
-            with remote(server, tls_ca) as c:
+            with remote(server, tls_ca, access_key, secret_key) as c:
                 tc = c.update_topic(topic, read_queue_nums=read_queue_nums, write_queue_nums=write_queue_nums, perm=perm)
             typer.echo(json.dumps({"topicName": tc.topic, "readQueueNums": tc.read_queue_nums,
                                    "writeQueueNums": tc.write_queue_nums, "perm": tc.perm}))  # fmt: skip
@@ -185,14 +192,15 @@ def register(app: typer.Typer) -> None:
         typer.echo(json.dumps(tc.to_json()))
 
     @app.command("status")
-    def status(store: StoreArg = None, server: ServerOpt = None, tls_ca: TlsCaOpt = None, fmt: FormatArg = Format.table) -> None:
+    def status(store: StoreArg = None, server: ServerOpt = None, tls_ca: TlsCaOpt = None,
+               access_key: AccessKeyOpt = None, secret_key: SecretKeyOpt = None, fmt: FormatArg = Format.table) -> None:  # fmt: skip
         """Every shard: state, whether appends are accepted (and why not), recovery
         progress, commitlog offsets (wrote, flushed, dispatched), dispatch lag, consume
         queues, store size and free disk. With --store: that store's own status.
         Exits 1 if a shard is not serving or not writable."""
         check_target(store, server)
         if server is not None:
-            with remote(server, tls_ca) as c:
+            with remote(server, tls_ca, access_key, secret_key) as c:
                 shards = c.store_status()
             if fmt is Format.table:
                 print_table([shard_status_row(st) for st in shards])
@@ -216,11 +224,12 @@ def register(app: typer.Typer) -> None:
             raise typer.Exit(1)
 
     @app.command("topic-status")
-    def topic_status(topic: TopicArg, store: StoreArg = None, server: ServerOpt = None, tls_ca: TlsCaOpt = None, fmt: FormatArg = Format.table) -> None:
+    def topic_status(topic: TopicArg, store: StoreArg = None, server: ServerOpt = None, tls_ca: TlsCaOpt = None,
+                     access_key: AccessKeyOpt = None, secret_key: SecretKeyOpt = None, fmt: FormatArg = Format.table) -> None:  # fmt: skip
         """Min and max offset and the last store time of every queue of a topic."""
         check_target(store, server)
         if server is not None:
-            with remote(server, tls_ca) as c:
+            with remote(server, tls_ca, access_key, secret_key) as c:
                 rows = [{"topic": q.topic, "queue_id": q.queue_id, "min_offset": q.min_offset, "max_offset": q.max_offset,
                          "last_store_timestamp": q.last_store_timestamp} for q in c.topic_status(topic)]  # fmt: skip
         else:

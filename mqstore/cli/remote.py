@@ -18,6 +18,10 @@ import typer
 ServerOpt = Annotated[str | None, typer.Option("--server", help="HOST:PORT of a running `mqstore serve` (instead of --store).")]
 TlsCaOpt = Annotated[Path | None, typer.Option("--tls-ca", envvar="MQSTORE_TLS_CA", dir_okay=False,
                                                help="With --server: the front speaks TLS; trust these PEM certificates (env MQSTORE_TLS_CA).")]  # fmt: skip
+AccessKeyOpt = Annotated[str | None, typer.Option("--access-key", envvar="MQSTORE_ACCESS_KEY", show_default=False,
+                                                  help="With --server: sign calls as this user (a front serving --acl; env MQSTORE_ACCESS_KEY).")]  # fmt: skip
+SecretKeyOpt = Annotated[str | None, typer.Option("--secret-key", envvar="MQSTORE_SECRET_KEY", show_default=False,
+                                                  help="With --server: the user's secret key (env MQSTORE_SECRET_KEY, which keeps it out of the process list).")]  # fmt: skip
 
 
 class FlushChoice(str, Enum):
@@ -37,12 +41,14 @@ def check_target(store: Path | None, server: str | None) -> None:
 
 
 @contextlib.contextmanager
-def remote(server: str, tls_ca: Path | None = None) -> Iterator:
-    """A FrontClient for ``server`` (TLS trusting ``tls_ca`` if given); gRPC
-    failures become one-line errors."""
+def remote(server: str, tls_ca: Path | None = None, access_key: str | None = None,
+           secret_key: str | None = None) -> Iterator:  # fmt: skip
+    """A FrontClient for ``server`` (TLS trusting ``tls_ca`` if given; every call
+    signed as ``access_key`` if given, see services/acl.py); gRPC failures become
+    one-line errors."""
     from mqstore.services.client import FrontClient, remote_errors
 
-    with remote_errors(), FrontClient(server, tls_ca=tls_ca) as c:
+    with remote_errors(), FrontClient(server, tls_ca=tls_ca, access_key=access_key, secret_key=secret_key) as c:
         yield c
 
 
@@ -91,6 +97,8 @@ def register(app: typer.Typer) -> None:
         store: Annotated[Path | None, typer.Option("--store", help="Store directory (appends in this process).")] = None,
         server: ServerOpt = None,
         tls_ca: TlsCaOpt = None,
+        access_key: AccessKeyOpt = None,
+        secret_key: SecretKeyOpt = None,
         queue: Annotated[int, typer.Option("--queue", min=-1, max=65535, help="Queue id; -1: round robin.")] = -1,
         tags: Annotated[str | None, typer.Option("--tags", help="TAGS of every message.")] = None,
         keys: Annotated[str | None, typer.Option("--keys", help="KEYS of every message (space separated).")] = None,
@@ -106,7 +114,7 @@ def register(app: typer.Typer) -> None:
             if server is not None:
                 from mqstore.rpc.v1 import common_pb2
 
-                c = stack.enter_context(remote(server, tls_ca))
+                c = stack.enter_context(remote(server, tls_ca, access_key, secret_key))
             else:
                 from mqstore.cli.queries import open_store
                 from mqstore.store.messages import MessageBatch
@@ -128,4 +136,4 @@ def register(app: typer.Typer) -> None:
         out.flush()
 
 
-__all__ = ["ServerOpt", "TlsCaOpt", "check_target", "register", "remote"]
+__all__ = ["AccessKeyOpt", "SecretKeyOpt", "ServerOpt", "TlsCaOpt", "check_target", "register", "remote"]
