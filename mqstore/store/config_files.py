@@ -417,7 +417,7 @@ PERM_PRIORITY = 8
 PERM_READ = 4
 PERM_WRITE = 2
 PERM_INHERIT = 1
-_PERM_NAMES = {PERM_READ: "read", PERM_WRITE: "write"}
+_PERM_NAMES = {PERM_READ: ("readable", "read"), PERM_WRITE: ("writable", "write")}
 
 
 def check_perm(topic: str, perm: int | None, needed: int) -> None:
@@ -427,10 +427,10 @@ def check_perm(topic: str, perm: int | None, needed: int) -> None:
     PermName.isReadable / isWriteable)."""
     if perm is None or perm & needed == needed:
         return
-    what = _PERM_NAMES.get(needed, f"0x{needed:x}")
-    raise TopicPermissionError(f"topic {topic!r} is not {what}able (perm {perm}: "
+    able, bit = _PERM_NAMES.get(needed, ("allowed", f"0x{needed:x}"))
+    raise TopicPermissionError(f"topic {topic!r} is not {able} (perm {perm}: "
                                f"{'r' if perm & PERM_READ else '-'}{'w' if perm & PERM_WRITE else '-'}"
-                               f"{'x' if perm & PERM_INHERIT else '-'}); change its perm to {what}",
+                               f"{'x' if perm & PERM_INHERIT else '-'}; the {bit} bit is {needed})",
                                topic=topic, perm=perm, needed=needed)  # fmt: skip
 
 

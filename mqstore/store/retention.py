@@ -377,10 +377,10 @@ class Retention:
                 except Exception as e:  # noqa: BLE001 - a failed pass is retried next interval, as RocketMQ does
                     self.error, self.failures = e, self.failures + 1
                     log.error("retention_failed", error=repr(e), failures=self.failures, action="retried next interval")
-        except BaseException as e:
+        except BaseException as e:  # noqa: BLE001
             self.error = e
-            log.error("retention_stopped", error=repr(e))
-            raise
+            log.error("retention_stopped", exc_info=e, error=repr(e))
+            # the thread ends here: ``stopped`` names it (health NOT_SERVING when served)
 
 
 __all__ = ["ConsumerLoss", "IndexLike", "Retention", "RetentionConfig", "RetentionReport"]

@@ -177,7 +177,8 @@ class DelayScheduler:
         self._offsets.persist()
 
     def deliver_due(self, now_ms: int) -> int:
-        """Deliver every unit whose deliver time is <= ``now_ms``; returns how many."""
+        """Deliver every unit whose deliver time is <= ``now_ms`` (skipping what can not
+        be delivered); returns how many were delivered."""
         total = 0
         for level in range(1, len(self._delays) + 1):
             cq = self._store.consume_queues.find(SCHEDULE_TOPIC, level - 1)
@@ -196,12 +197,11 @@ class DelayScheduler:
                         items.append((start + i, rec))
                     else:
                         self._skip(level, start + i, int(off), why)
-                if items:
-                    self._append(level, items)
+                delivered = self._append(level, items) if items else 0
                 self._offsets.set(level, start + due)
                 self._offsets.set_commitlog_offset(self._store.commitlog.wrote)
                 self._offsets.persist()
-                total += due
+                total += delivered
         self.delivered += total
         return total
 
@@ -233,19 +233,23 @@ class DelayScheduler:
         log.error("delay_record_skipped", level=level, queue_offset=queue_offset, commitlog_offset=offset,
                   reason=why[:300], skipped=self.skipped)  # fmt: skip
 
-    def _append(self, level: int, items) -> None:
+    def _append(self, level: int, items) -> int:
         """Deliver (queue offset, record) pairs in one append; if the commitlog refuses
-        the batch (a record it can not take), one by one, skipping what it refuses."""
+        the batch (a record it can not take), one by one, skipping what it refuses.
+        Returns how many were delivered."""
         try:
             self._store.commitlog.append(self._real_messages(items, level))
-            return
+            return len(items)
         except InvalidMessageError:
             pass
+        done = 0
         for qo, r in items:
             try:
                 self._store.commitlog.append(self._real_messages([(qo, r)], level))
+                done += 1
             except InvalidMessageError as e:
                 self._skip(level, qo, r.physical_offset, f"refused by the commitlog: {e}")
+        return done
 
     @staticmethod
     def _real_messages(items, level: int) -> MessageBatch:
@@ -321,10 +325,10 @@ class DelayScheduler:
                     pause = min(max(pause * 2, 0.1), _MAX_BACKOFF_S)
                     log.error("delay_delivery_failed", error=f"{type(e).__name__}: {e}", failures=self.failures,
                               action=f"retried in {pause:.1f} s")  # fmt: skip
-        except BaseException as e:
+        except BaseException as e:  # noqa: BLE001
             self.error = e
-            log.error("delay_scheduler_stopped", error=f"{type(e).__name__}: {e}")
-            raise
+            log.error("delay_scheduler_stopped", exc_info=e, error=f"{type(e).__name__}: {e}")
+            # the thread ends here: ``stopped`` names it (health NOT_SERVING when served)
 
 
 _MARK_EVERY_S = 1.0  # how often the scanned-up-to position is persisted (a restart scans at most ~1 s of log)
