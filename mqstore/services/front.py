@@ -38,7 +38,8 @@ from mqstore.rpc.v1 import front_pb2 as pb
 from mqstore.services import deadline, validate
 from mqstore.services.acl import GROUP, TOPIC, Acl, Action, Rule, User
 from mqstore.services.convert import check_batch_limits, queue_id_column, topic_column
-from mqstore.services.errors import BadRequest, NotFound, PermissionDenied, Precondition, Unavailable, rpc, status_of
+from mqstore.services.errors import (BadRequest, NotFound, PermissionDenied, Precondition, Unauthenticated, Unavailable, rpc,
+                                     status_of)  # fmt: skip
 from mqstore.services.internal_auth import InternalAuth
 from mqstore.services.routing import Router
 from mqstore.services.server import Registration, channel
@@ -209,19 +210,29 @@ class FrontServicer(front_pb2_grpc.FrontServiceServicer):
 
     def _caller(self, context) -> User | None:
         """The user who signed the call (None: the front is anonymous); Unauthenticated otherwise."""
-        return None if self.acl is None else self.acl.authenticate(context.invocation_metadata())
+        if self.acl is None:
+            return None
+        try:
+            return self.acl.authenticate(context.invocation_metadata())
+        except Unauthenticated as e:
+            log.info("acl_refused", peer=context.peer(), code="UNAUTHENTICATED", reason=str(e))
+            raise
 
     def _allow(self, context, *needs: tuple[Action, str, str]) -> User | None:
         """Authenticate, then PermissionDenied unless every (action, kind, name) is allowed."""
         user = self._caller(context)
-        if user is not None:
-            for action, kind, name in needs:
+        try:
+            for action, kind, name in needs if user is not None else ():
                 self.acl.authorize(user, action, kind, name)
+        except PermissionDenied as e:
+            log.info("acl_refused", peer=context.peer(), code="PERMISSION_DENIED", reason=str(e))
+            raise
         return user
 
     def _admin(self, context, what: str) -> User | None:
         user = self._caller(context)
-        if user is not None:
+        if user is not None and not user.admin:
+            log.info("acl_refused", peer=context.peer(), code="PERMISSION_DENIED", user=user.access_key, what=what)
             self.acl.require_admin(user, what)
         return user
 
@@ -395,6 +406,7 @@ class FrontServicer(front_pb2_grpc.FrontServiceServicer):
             raise NotFound(f"msgId {request.msg_id} names store host {host}, which is no shard of this deployment")
         rd = await shard.call("cl", "Read", commitlog_pb2.ReadRequest(offsets=[offset]))
         if user is not None and not all(self.acl.decide(user, Action.SUB, TOPIC, r.topic)[0] for r in rd.records):
+            log.info("acl_refused", peer=context.peer(), code="PERMISSION_DENIED", user=user.access_key, msg_id=request.msg_id)
             raise PermissionDenied(f"user {user.access_key!r} may not Sub on the topic of message {request.msg_id}")
         return pb.QueryResponse(records=rd.records)
 
