@@ -295,3 +295,28 @@ def test_cli_acl_commands_on_a_file(tmp_path):
     assert p.returncode == 1 and "does not exist" in p.stderr
     p = mq("acl", "list-users")
     assert p.returncode == 2 and "give --file" in p.stderr
+
+
+def test_every_server_command_takes_credentials_and_acl_commands_have_help():
+    import typer
+    from typer.testing import CliRunner
+
+    from mqstore.cli.main import app
+
+    def walk(cmd, path=()):
+        yield path, cmd
+        for name, sub in getattr(cmd, "commands", {}).items():
+            yield from walk(sub, (*path, name))
+
+    with_server = []
+    for path, cmd in walk(typer.main.get_command(app)):
+        params = {p.name: p for p in cmd.params}
+        if "server" in params:
+            with_server.append(" ".join(path))
+            assert params["access_key"].envvar == "MQSTORE_ACCESS_KEY", path
+            assert params["secret_key"].envvar == "MQSTORE_SECRET_KEY", path
+    assert {"send", "pull", "status", "update-topic", "bench append", "acl add-rule"} <= set(with_server)
+    runner = CliRunner()
+    for name in ("", "list-users", "add-user", "remove-user", "list-rules", "add-rule", "remove-rule"):
+        r = runner.invoke(app, ["acl", *([name] if name else []), "--help"])
+        assert r.exit_code == 0 and "Usage" in r.output, (name, r.output)
