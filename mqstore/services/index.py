@@ -1,6 +1,10 @@
 """IndexService: keys in (from the dispatcher), offsets out by topic#key and time,
 the builder's progress (proto/mqstore/v1/index.proto). Served by the index
-builder's process (builder.py)."""
+builder's process (builder.py).
+
+PutKeys may repeat keys the builder has (a resume below its progress): the store
+core puts each (key hash, record) pair once. Query answers each offset once, and
+``max_num`` counts offsets (messages), not index entries."""
 
 from __future__ import annotations
 
