@@ -119,10 +119,10 @@ def _configure_logging(component: str, shard: int | None = None) -> None:
                       json=os.environ.get("MQSTORE_LOG_FORMAT", "json") == "json", context=context)  # fmt: skip
 
 
-def node_address() -> str:
-    """This node's address as Ray knows it: where internal servers bind and what
-    they publish (127.0.0.1 on a local instance)."""
-    return ray.util.get_node_ip_address()
+def node_address(host: str | None = None) -> str:
+    """Where an internal server binds and what it publishes: ``host`` when given
+    (127.0.0.1 for a local instance), else this node's address as Ray knows it."""
+    return host or ray.util.get_node_ip_address()
 
 
 class _Hosted:
@@ -145,9 +145,10 @@ class _Hosted:
 @ray.remote(num_cpus=0, max_restarts=MAX_RESTARTS, max_task_retries=0, max_concurrency=CONCURRENCY)
 class ShardActor(_Hosted):
     def __init__(self, store_dir: str, config: StoreConfig, index: int, namespace: str, auth: InternalAuth,
-                 retention: RetentionConfig | None = None, layout: tuple[str, int] | None = None) -> None:  # fmt: skip
+                 host: str | None = None, retention: RetentionConfig | None = None,
+                 layout: tuple[str, int] | None = None) -> None:  # fmt: skip
         _configure_logging("commitlog", index)
-        self.host = ShardHost(store_dir, config, index=index, host=node_address(), retention=retention, auth=auth,
+        self.host = ShardHost(store_dir, config, index=index, host=node_address(host), retention=retention, auth=auth,
                               resolve_queues=actor_resolver(builder_name("consumequeue", index), namespace),
                               layout=None if layout is None else (Path(layout[0]), layout[1]))  # fmt: skip
 
@@ -161,9 +162,9 @@ class ShardActor(_Hosted):
 @ray.remote(num_cpus=0, max_restarts=MAX_RESTARTS, max_task_retries=0, max_concurrency=CONCURRENCY)
 class BuilderActor(_Hosted):
     def __init__(self, kind: str, store_dir: str, config: StoreConfig, index: int, namespace: str,
-                 auth: InternalAuth) -> None:  # fmt: skip
+                 auth: InternalAuth, host: str | None = None) -> None:  # fmt: skip
         _configure_logging(kind, index)
-        self.host = BuilderHost(kind, store_dir, config, index=index, host=node_address(), auth=auth,
+        self.host = BuilderHost(kind, store_dir, config, index=index, host=node_address(host), auth=auth,
                                 resolve_commitlog=actor_resolver(shard_name(index), namespace))  # fmt: skip
 
     def wait_ready(self, timeout_s: float = 600.0) -> bool:
@@ -183,10 +184,11 @@ def shard_resolvers(i: int, namespace: str, index_enabled: bool = True) -> Shard
 
 @ray.remote(num_cpus=0, max_restarts=MAX_RESTARTS, max_task_retries=0, max_concurrency=CONCURRENCY)
 class DispatcherActor(_Hosted):
-    def __init__(self, shard: int, namespace: str, config: StoreConfig, auth: InternalAuth) -> None:
+    def __init__(self, shard: int, namespace: str, config: StoreConfig, auth: InternalAuth,
+                 host: str | None = None) -> None:  # fmt: skip
         _configure_logging("dispatcher", shard)
         self.host = DispatcherHost(shard_resolvers(shard, namespace, config.message_index_enable), shard=shard,
-                                   config=config, host=node_address(), auth=auth)  # fmt: skip
+                                   config=config, host=node_address(host), auth=auth)  # fmt: skip
 
     def status(self) -> dict:
         return self.host.status()
@@ -269,7 +271,7 @@ def start_deployment(root: str | Path, config: StoreConfig | None = None, *, sha
                      port: int = 8080, namespace: str = NAMESPACE, node_id: str | None = None,
                      retention: RetentionConfig | None = None, placement: str = "node",
                      metrics_port: int = 0, tls: TlsFiles | None = None, auth: InternalAuth | None = None,
-                     acl: str | Path | None = None) -> Deployment:  # fmt: skip
+                     acl: str | Path | None = None, internal_host: str | None = None) -> Deployment:  # fmt: skip
     """Create the actors of a deployment in the connected Ray cluster and return
     once the front listens (shards may still be recovering: ``wait_ready``).
     ``node_id``: the node holding the store directories and running the front
@@ -279,7 +281,8 @@ def start_deployment(root: str | Path, config: StoreConfig | None = None, *, sha
     speaks TLS only (certificate and key as bytes: read on the driver). ``auth``:
     the deployment's secret (default: a fresh one, with internal TLS when the front
     speaks TLS); the front is ``host``:``port``, every internal server binds to its
-    node's address as Ray knows it. ``acl``: the front's users-and-permissions file
+    node's address as Ray knows it (``internal_host`` instead when given: 127.0.0.1
+    for a local instance, whose node Ray knows by the machine's address). ``acl``: the front's users-and-permissions file
     (on the front's node: the driver's)."""
     auth = auth or InternalAuth.new(tls=tls is not None)
     if placement not in PLACEMENTS:
@@ -304,15 +307,15 @@ def start_deployment(root: str | Path, config: StoreConfig | None = None, *, sha
             layout = (str(root), shards)
         c = shard_config(cfg, i, shards)
         dep.shards.append(ShardActor.options(name=shard_name(i), namespace=namespace, **where(i))
-                          .remote(str(d), c, i, namespace, auth, retention, layout))  # fmt: skip
+                          .remote(str(d), c, i, namespace, auth, internal_host, retention, layout))  # fmt: skip
         dep.queue_builders.append(BuilderActor.options(name=builder_name("consumequeue", i), namespace=namespace,
-                                                       **where(i)).remote("consumequeue", str(d), c, i, namespace, auth))  # fmt: skip
+                                                       **where(i)).remote("consumequeue", str(d), c, i, namespace, auth, internal_host))  # fmt: skip
         if cfg.message_index_enable:
             dep.index_builders.append(BuilderActor.options(name=builder_name("index", i), namespace=namespace,
-                                                           **where(i)).remote("index", str(d), c, i, namespace, auth))  # fmt: skip
+                                                           **where(i)).remote("index", str(d), c, i, namespace, auth, internal_host))  # fmt: skip
     for i in range(shards):
         dep.dispatchers.append(DispatcherActor.options(name=dispatcher_name(i), namespace=namespace, **where(i))
-                               .remote(i, namespace, cfg, auth))  # fmt: skip
+                               .remote(i, namespace, cfg, auth, internal_host))  # fmt: skip
     dep.front = FrontActor.options(name=FRONT, namespace=namespace, scheduling_strategy=pin).remote(
         shards, namespace, host, port, cfg.default_queue_nums, auth, metrics_port, tls, cfg.message_index_enable,
         None if acl is None else str(Path(acl).resolve()))  # fmt: skip

@@ -109,7 +109,8 @@ def serve(root: Path, *, host: str = "127.0.0.1", port: int = 8080, shards: int 
         t0 = time.monotonic()
         dep = start_deployment(root, config, shards=shards, host=host, port=port, namespace=namespace,
                                placement=placement, metrics_port=metrics_port, tls=tls, acl=acl,
-                               auth=InternalAuth.new(tls=tls is not None))  # fmt: skip
+                               auth=InternalAuth.new(tls=tls is not None),
+                               internal_host="127.0.0.1" if local else None)  # fmt: skip
         told = False
         while not stop.is_set():  # recovery can take minutes: stay interruptible
             try:
@@ -152,8 +153,7 @@ def start_ray(ray, address: str | None, namespace: str, env: dict, insecure_ray:
         raise ServeError("RAY_AUTH_MODE=disabled turns off Ray's token authentication, and Ray's ports listen on "
                          "every interface: unset it (or pass --insecure-ray on a trusted network)")  # fmt: skip
     try:
-        if address is None:
-            os.environ.setdefault("RAY_AUTH_MODE", "token")
+        if address is None:  # a new local instance: Ray makes (or reuses) ~/.ray/auth_token and requires it
             ray.init(address="local", num_cpus=os.cpu_count() or 2, include_dashboard=False,
                      object_store_memory=256 << 20, _node_ip_address="127.0.0.1", namespace=namespace,
                      runtime_env={"env_vars": env}, logging_level="WARNING", log_to_driver=True)  # fmt: skip

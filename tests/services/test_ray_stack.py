@@ -31,7 +31,7 @@ def deployment(tmp_path_factory):
     ray.init(address="local", num_cpus=2, include_dashboard=False, object_store_memory=256 << 20,
              _node_ip_address="127.0.0.1", namespace=NS, log_to_driver=False)  # fmt: skip
     root = tmp_path_factory.mktemp("ray")
-    dep = start_deployment(root, small_config(), port=free_port(), namespace=NS)
+    dep = start_deployment(root, small_config(), port=free_port(), namespace=NS, internal_host="127.0.0.1")
     try:
         assert dep.wait_ready(120)
         yield dep, root
