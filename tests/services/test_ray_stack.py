@@ -7,6 +7,7 @@ seconds and hundreds of MB)."""
 from __future__ import annotations
 
 import os
+import signal
 import threading
 import time
 from collections import Counter
@@ -74,7 +75,9 @@ class Load:
     """Producer threads sending batches through the front; ``acked`` holds what
     the front acknowledged (PUT_OK under sync flush: durable)."""
 
-    def __init__(self, endpoint: str, topic: str, threads: int = 2, batch: int = 50) -> None:
+    def __init__(self, endpoint: str, topic: str, threads: int = 2, batch: int = 50, deadline_s: float = 20) -> None:
+        self.deadline_s = deadline_s
+        self.calls: list[tuple[float, float, str]] = []  # (start, end, status code) of every send
         self.acked: list[bytes] = []
         self.failures = 0
         self.sent_batches = 0
@@ -87,18 +90,21 @@ class Load:
 
     def _run(self, endpoint: str, topic: str, tid: int, batch: int) -> None:
         seq = 0
-        with FrontClient(endpoint, timeout=20) as c:
+        with FrontClient(endpoint, timeout=self.deadline_s) as c:
             while not self._stop.is_set():
                 bodies = [f"{topic}-{tid}-{seq + i:07d}".encode() for i in range(batch)]
                 seq += batch
+                t0 = time.monotonic()
                 try:
                     r = c.send(topic, bodies, keys=[b.decode() for b in bodies])
-                except grpc.RpcError:
+                except grpc.RpcError as e:
                     with self._lock:
+                        self.calls.append((t0, time.monotonic(), e.code().name))
                         self.failures += 1
                     time.sleep(0.05)
                     continue
                 with self._lock:
+                    self.calls.append((t0, time.monotonic(), "OK"))
                     self.sent_batches += 1
                     self.acked.extend(b for b, s in zip(bodies, r.statuses) if s == common_pb2.PUT_OK)
 
@@ -166,6 +172,29 @@ def test_shard_killed_mid_load_loses_nothing_acknowledged(deployment, client):
     assert len(pulled) >= len(load.acked)  # unacknowledged batches may be stored too (at least once)
     st = ray.get(dep.dispatchers[0].status.remote())
     assert st["resyncs"] >= 2  # the dispatcher followed the shard's new incarnation
+
+
+def test_sends_in_flight_when_the_commitlog_is_killed_are_answered(deployment, client):
+    """kill -9 of the commitlog actor's process under 4 producers with a 120 s
+    deadline: every send is answered within 10 s of the kill (UNAVAILABLE while the
+    actor restarts, PUT_OK after), and nothing acknowledged is lost."""
+    dep, root = deployment
+    pid = ray.get(dep.shards[0].pid.remote())
+    load = Load(dep.front_endpoint, "KillNine", threads=4, deadline_s=120)
+    time.sleep(1.5)
+    killed_at = time.monotonic()
+    os.kill(pid, signal.SIGKILL)
+    time.sleep(12)  # the restart (about 3 s), then sends succeed again
+    load.stop()
+    assert ray.get(dep.shards[0].wait_ready.remote(60))
+    late = [(round(t0 - killed_at, 2), round(t1 - max(t0, killed_at), 2), code) for t0, t1, code in load.calls
+            if t1 - max(t0, killed_at) > 10]  # fmt: skip
+    assert not late, late
+    after = [code for t0, _, code in load.calls if t0 > killed_at + 8]
+    assert after and set(after) == {"OK"}, Counter(after)  # back to normal once the actor is back
+    codes = Counter(code for t0, t1, code in load.calls if t1 > killed_at)
+    assert set(codes) <= {"OK", "UNAVAILABLE"}, codes
+    _check(client, root, "KillNine", load.acked)
 
 
 @pytest.mark.parametrize("which", ["queue_builders", "index_builders"])
