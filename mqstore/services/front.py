@@ -452,7 +452,7 @@ class FrontServicer(front_pb2_grpc.FrontServiceServicer):
         async def one(s: ShardClient) -> list[common_pb2.Record]:
             q = await s.call("ix", "Query", index_pb2.IndexQueryRequest(topic=topic, key=key, begin_ms=begin,
                                                                         end_ms=end, max_num=max_num))  # fmt: skip
-            offsets = list(dict.fromkeys(q.physical_offsets))  # a restart re-indexes the last message: once is enough
+            offsets = list(q.physical_offsets)  # each message once (the index counts messages, not entries)
             if not offsets:
                 return []
             rd = await s.call("cl", "Read", commitlog_pb2.ReadRequest(offsets=offsets, skip_missing=True))

@@ -174,6 +174,12 @@ class RemoteCommitLog:
             out[i] = found.get(off, -1)
         return out
 
+    def record_size(self, offset: int) -> int | None:
+        """Size of the record starting at ``offset`` (None where none does): where the
+        index builder resumes after the last record it indexed."""
+        r = self._peer.call("Read", commitlog_pb2.ReadRequest(offsets=[offset], skip_missing=True))
+        return r.records[0].size if r.records else None
+
     def note_derived(self, kind: str, durable_offset: int, timestamp: int) -> None:
         self._peer.call("NoteDerived", commitlog_pb2.NoteDerivedRequest(kind=kind, durable_offset=durable_offset,
                                                                          timestamp=timestamp))  # fmt: skip

@@ -492,8 +492,7 @@ class MessageStore:
         if self.index is None:
             raise ConfigError("the message index is disabled for this store (message_index_enable=False)")
         out = []
-        # dict.fromkeys: the last message indexed before a restart is indexed again after it
-        for offset in dict.fromkeys(self.index.query(topic, key, max_num=max_num, begin=begin, end=end)):
+        for offset in self.index.query(topic, key, max_num=max_num, begin=begin, end=end):  # each message once
             try:
                 rec = self.commitlog.read(offset)
             except OffsetError:
