@@ -16,12 +16,17 @@
 #   MQSTORE_STORE         /var/lib/mqstore               store root on every node's local disk (DIR/shard-i)
 #   MQSTORE_SHARDS        1
 #   MQSTORE_PLACEMENT     resource                       or node (every shard on the head)
-#   MQSTORE_HOST          0.0.0.0                        every gRPC server binds here
+#   MQSTORE_HOST          0.0.0.0                        the front binds here (internal servers bind to
+#                                                       their node's address; a non-loopback front needs
+#                                                       MQSTORE_ACL or MQSTORE_ALLOW_ANONYMOUS=1)
 #   MQSTORE_PORT          8080                           the front (public API)
 #   MQSTORE_METRICS_PORT  9464                           the front's Prometheus metrics (0: none)
 #   MQSTORE_FLUSH         sync
 #   MQSTORE_TLS_DIR       (none)                         a directory with tls.crt and tls.key (a Kubernetes TLS
 #                                                       secret's layout): the front speaks TLS only
+#   MQSTORE_ACL           (none)                         the front's users and permissions (`serve --acl`); on
+#                                                       Kubernetes kuberay.yaml mounts the secret mqstore-acl there
+#   MQSTORE_ALLOW_ANONYMOUS  0                           1: serve a non-loopback front without an ACL
 #   MQSTORE_DRY_RUN       1: print the command line (one argument per line) instead of running it
 set -euo pipefail
 
@@ -39,6 +44,12 @@ args=(
 )
 if [[ -n "${MQSTORE_TLS_DIR:-}" && -f "$MQSTORE_TLS_DIR/tls.crt" && -f "$MQSTORE_TLS_DIR/tls.key" ]]; then
   args+=(--tls-cert "$MQSTORE_TLS_DIR/tls.crt" --tls-key "$MQSTORE_TLS_DIR/tls.key")
+fi
+if [[ -n "${MQSTORE_ACL:-}" && -f "$MQSTORE_ACL" ]]; then
+  args+=(--acl "$MQSTORE_ACL")
+fi
+if [[ "${MQSTORE_ALLOW_ANONYMOUS:-0}" == 1 ]]; then
+  args+=(--allow-anonymous)
 fi
 args+=("$@")
 

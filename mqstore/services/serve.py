@@ -87,8 +87,10 @@ def serve(root: Path, *, host: str = "127.0.0.1", port: int = 8080, shards: int 
     if not is_loopback(host) and acl is None and not allow_anonymous:
         raise ServeError(f"--host {host} is reachable from other machines: give --acl FILE (users and permissions) "
                          "or --allow-anonymous to let anyone who reaches it send, read and change topics")  # fmt: skip
-    if acl is not None and not Path(acl).is_file():
-        raise ServeError(f"--acl {acl}: no such file")
+    if acl is not None:
+        from mqstore.services.acl import Acl
+
+        Acl.load(acl)  # a file that does not parse fails here, in one line, not in the front's actor
     tls = None if tls_cert is None else TlsFiles.load(tls_cert, tls_key)
     pin_layout(root, shards)  # with placement "resource" each shard's node checks its own disk too
     check_port_free(host, port)
@@ -144,6 +146,25 @@ def serve(root: Path, *, host: str = "127.0.0.1", port: int = 8080, shards: int 
     print("mqstore: stopped", file=sys.stderr, flush=True)
 
 
+TOKEN_HINT = ("the Ray cluster at {address} requires its token: set RAY_AUTH_TOKEN, or RAY_AUTH_TOKEN_PATH to a "
+              "file holding it, or copy it to ~/.ray/auth_token (`ray get-auth-token` on the head node prints it)")
+
+
+def _token_required_but_missing(address: str) -> bool:
+    """True if the cluster's GCS refuses calls without a token and this process
+    has none (ray.init would retry for a minute and then fail without saying why)."""
+    from ray._private.services import canonicalize_bootstrap_address
+    from ray._raylet import AuthenticationTokenLoader
+
+    if AuthenticationTokenLoader.instance().has_token(ignore_auth_mode=True):
+        return False
+    try:
+        gcs = canonicalize_bootstrap_address(address)
+        return gcs is not None and gcs_requires_token(gcs, timeout_s=5)
+    except (ValueError, ConnectionError, grpc.RpcError):  # unknown or unreachable: ray.init says so
+        return False
+
+
 def start_ray(ray, address: str | None, namespace: str, env: dict, insecure_ray: bool = False) -> None:
     """Start a local Ray instance (``address`` None) or join a cluster, with token
     authentication (Ray's default for new local instances): a Ray that runs code
@@ -152,6 +173,8 @@ def start_ray(ray, address: str | None, namespace: str, env: dict, insecure_ray:
     if mode == "disabled" and not insecure_ray:
         raise ServeError("RAY_AUTH_MODE=disabled turns off Ray's token authentication, and Ray's ports listen on "
                          "every interface: unset it (or pass --insecure-ray on a trusted network)")  # fmt: skip
+    if address is not None and _token_required_but_missing(address):
+        raise ServeError(TOKEN_HINT.format(address=address))
     try:
         if address is None:  # a new local instance: Ray makes (or reuses) ~/.ray/auth_token and requires it
             ray.init(address="local", num_cpus=os.cpu_count() or 2, include_dashboard=False,
@@ -160,9 +183,7 @@ def start_ray(ray, address: str | None, namespace: str, env: dict, insecure_ray:
         else:
             ray.init(address=address, namespace=namespace, runtime_env={"env_vars": env}, logging_level="WARNING")
     except ray.exceptions.AuthenticationError:
-        raise ServeError(f"the Ray cluster at {address} requires its token: set RAY_AUTH_TOKEN, or RAY_AUTH_TOKEN_PATH "
-                         "to a file holding it, or copy it to ~/.ray/auth_token (`ray get-auth-token` on the head "
-                         "node prints it)") from None  # fmt: skip
+        raise ServeError(TOKEN_HINT.format(address=address)) from None
     if insecure_ray or address is None:
         return
     gcs = ray.get_runtime_context().gcs_address

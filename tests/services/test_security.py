@@ -12,13 +12,17 @@ on loopback as it would to the network; these tests send nothing to any other ad
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import json
 import os
 import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
+import time
+from concurrent import futures
 from pathlib import Path
 
 import grpc
@@ -213,3 +217,56 @@ def test_ray_auth_disabled_is_refused(tmp_path):
                         str(free_port())], capture_output=True, text=True, timeout=60, env=env)  # fmt: skip
     assert p.returncode == 1 and "RAY_AUTH_MODE=disabled" in p.stderr and "--insecure-ray" in p.stderr, p.stderr
     assert "Traceback" not in p.stderr
+
+
+def test_joining_a_token_cluster_without_its_token_says_how(tmp_path):
+    """A cluster started with token authentication (`ray start --head`); `serve
+    --address` from a HOME without the token fails in one line naming where the
+    token goes, not with a traceback."""
+    ray_bin = Path(sys.executable).with_name("ray")
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_AUTH")}
+    head_env = {**env, "HOME": str(tmp_path / "head"), "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": "7" * 32}
+    head = subprocess.Popen([str(ray_bin), "start", "--head", "--block", "--port", str(port), "--node-ip-address",
+                             "127.0.0.1", "--num-cpus", "1", "--include-dashboard", "false",
+                             "--temp-dir", tempfile.mkdtemp(prefix="ray", dir="/tmp")], env=head_env, stdout=subprocess.DEVNULL,
+                            stderr=open(tmp_path / "head.err", "w"), start_new_session=True)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        while True:  # the GCS answers (refusing, without a token)
+            try:
+                if gcs_requires_token(f"127.0.0.1:{port}", timeout_s=2):
+                    break
+            except grpc.RpcError:
+                pass
+            assert time.monotonic() < deadline and head.poll() is None, (tmp_path / "head.err").read_text()[-3000:]
+            time.sleep(0.5)
+        p = subprocess.run([sys.executable, "-m", "mqstore.cli.main", "serve", "--store", str(tmp_path / "d"),
+                            "--address", f"127.0.0.1:{port}", "--port", str(free_port(skip=(port,)))],
+                           capture_output=True, text=True, timeout=120, env={**env, "HOME": str(tmp_path / "stranger")})  # fmt: skip
+        assert p.returncode == 1, p.stderr[-3000:]
+        last = p.stderr.strip().splitlines()[-1]
+        assert "requires its token" in last and "RAY_AUTH_TOKEN" in last, p.stderr[-3000:]
+        assert "Traceback" not in p.stderr
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(head.pid, signal.SIGTERM)
+        try:
+            head.wait(30)
+        except subprocess.TimeoutExpired:
+            os.killpg(head.pid, signal.SIGKILL)
+
+
+def test_a_gcs_that_answers_without_a_token_is_told_apart(tmp_path):
+    """gcs_requires_token: Ray's real GCS refuses (the tests above); a server that
+    answers the same call without a token is recognised as unprotected."""
+    server = grpc.server(futures.ThreadPoolExecutor(2))
+    handler = grpc.method_handlers_generic_handler("ray.rpc.NodeInfoGcsService", {
+        "GetAllNodeInfo": grpc.unary_unary_rpc_method_handler(lambda req, ctx: b"")})  # fmt: skip
+    server.add_generic_rpc_handlers((handler,))
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    try:
+        assert gcs_requires_token(f"127.0.0.1:{port}") is False
+    finally:
+        server.stop(0)
