@@ -197,7 +197,7 @@ def register(app: typer.Typer) -> None:
         """Every shard: state, whether appends are accepted (and why not), recovery
         progress, commitlog offsets (wrote, flushed, dispatched), dispatch lag, consume
         queues, store size and free disk. With --store: that store's own status.
-        Exits 1 if a shard is not serving or not writable."""
+        Exits 1 if a shard is not serving, not writable or has a background loop stopped."""
         check_target(store, server)
         if server is not None:
             with remote(server, tls_ca, access_key, secret_key) as c:
@@ -207,7 +207,7 @@ def register(app: typer.Typer) -> None:
             else:
                 for st in shards:  # every field, numbers as numbers
                     typer.echo(json.dumps(_fields(st)))
-            healthy = all(st.state == "SERVING" and st.writable for st in shards)
+            healthy = all(st.state == "SERVING" and st.writable and not st.stopped_loops for st in shards)
         else:
             with open_store(store) as s:
                 st = s.status()
@@ -219,7 +219,7 @@ def register(app: typer.Typer) -> None:
                               "commitlog": human_bytes(st["wrote"] - st["min_offset"])}])  # fmt: skip
             else:
                 typer.echo(json.dumps(st))
-            healthy = bool(st["writable"])
+            healthy = bool(st["writable"]) and not st.get("stopped_loops")
         if not healthy:
             raise typer.Exit(1)
 

@@ -596,6 +596,7 @@ class FrontServicer(front_pb2_grpc.FrontServiceServicer):
                 st.queue_count, st.commitlog_bytes, st.disk_free_bytes = o.queue_count, o.commitlog_bytes, o.disk_free_bytes
                 st.clean_shutdown, st.recovery_seconds = o.clean_shutdown, o.recovery_seconds
                 st.appended_messages = o.appended_messages
+                st.stopped_loops.extend(o.stopped_loops)
             st.endpoint = s.endpoint
             for service, field, request in (("cq", "queue_builder", consume_queue_pb2.GetProgressRequest()),
                                             ("ix", "index_builder", index_pb2.IndexProgressRequest())):  # fmt: skip

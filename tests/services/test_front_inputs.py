@@ -6,6 +6,8 @@ NOT_SERVING and is named by StoreStatus."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
 
 import grpc
@@ -119,7 +121,7 @@ def _internal_append(stack, props: dict) -> None:
                                                               properties=props))  # fmt: skip
 
 
-def _delivered(client, topic: str, queue: int, body: bytes, timeout: float = 20.0) -> None:
+def _delivered(client, topic: str, queue: int, body: bytes, timeout: float = 60.0) -> None:
     deadline = time.monotonic() + timeout
     while True:
         p = client.pull(topic, queue, 0, max_messages=100)
@@ -173,3 +175,7 @@ def test_a_stopped_loop_makes_health_not_serving_and_status_names_it(tmp_path) -
                 time.sleep(0.1)
         (s,) = c.store_status()
         assert "delay_scheduler" in s.error and "SystemExit" in s.error
+        assert [x.split(":")[0] for x in s.stopped_loops] == ["delay_scheduler"]
+        p = subprocess.run([sys.executable, "-m", "mqstore.cli.main", "status", "--server", st.front_endpoint],
+                           capture_output=True, text=True, timeout=60)  # fmt: skip
+        assert p.returncode == 1 and "delay_scheduler" in p.stdout, (p.stdout, p.stderr)
