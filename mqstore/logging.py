@@ -17,6 +17,18 @@ from typing import Any
 import structlog
 
 
+class _Stderr:
+    """Whatever ``sys.stderr`` is when an event is written, not when logging was
+    configured: a stream swapped in for a while (a CLI run inside tests, a captured
+    stream) and closed after must not break every later log call."""
+
+    def write(self, text: str) -> int:
+        return sys.stderr.write(text)
+
+    def flush(self) -> None:
+        sys.stderr.flush()
+
+
 def configure_logging(*, level: str = "info", json: bool = True, context: Mapping[str, Any] | None = None) -> None:
     """Render structlog events as JSON lines (or for a console) on stderr, each with
     the fields of ``context`` (see the module docstring)."""
@@ -37,7 +49,7 @@ def configure_logging(*, level: str = "info", json: bool = True, context: Mappin
             renderer,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(logging.getLevelNamesMapping()[level.upper()]),
-        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        logger_factory=structlog.PrintLoggerFactory(file=_Stderr()),
         cache_logger_on_first_use=True,
     )
 

@@ -92,6 +92,8 @@ def serve(root: Path, *, host: str = "127.0.0.1", port: int = 8080, shards: int 
 
         Acl.load(acl)  # a file that does not parse fails here, in one line, not in the front's actor
     tls = None if tls_cert is None else TlsFiles.load(tls_cert, tls_key)
+    if os.environ.get("RAY_AUTH_MODE", "").lower() == "disabled" and not insecure_ray:
+        raise ServeError(RAY_AUTH_DISABLED)
     pin_layout(root, shards)  # with placement "resource" each shard's node checks its own disk too
     check_port_free(host, port)
     if metrics_port:
@@ -146,6 +148,8 @@ def serve(root: Path, *, host: str = "127.0.0.1", port: int = 8080, shards: int 
     print("mqstore: stopped", file=sys.stderr, flush=True)
 
 
+RAY_AUTH_DISABLED = ("RAY_AUTH_MODE=disabled turns off Ray's token authentication, and Ray's ports listen on every "
+                     "interface: unset it (or pass --insecure-ray on a trusted network)")
 TOKEN_HINT = ("the Ray cluster at {address} requires its token: set RAY_AUTH_TOKEN, or RAY_AUTH_TOKEN_PATH to a "
               "file holding it, or copy it to ~/.ray/auth_token (`ray get-auth-token` on the head node prints it)")
 
@@ -169,10 +173,8 @@ def start_ray(ray, address: str | None, namespace: str, env: dict, insecure_ray:
     """Start a local Ray instance (``address`` None) or join a cluster, with token
     authentication (Ray's default for new local instances): a Ray that runs code
     for anyone who reaches its ports is refused unless ``insecure_ray``."""
-    mode = os.environ.get("RAY_AUTH_MODE", "").lower()
-    if mode == "disabled" and not insecure_ray:
-        raise ServeError("RAY_AUTH_MODE=disabled turns off Ray's token authentication, and Ray's ports listen on "
-                         "every interface: unset it (or pass --insecure-ray on a trusted network)")  # fmt: skip
+    if os.environ.get("RAY_AUTH_MODE", "").lower() == "disabled" and not insecure_ray:
+        raise ServeError(RAY_AUTH_DISABLED)
     if address is not None and _token_required_but_missing(address):
         raise ServeError(TOKEN_HINT.format(address=address))
     try:

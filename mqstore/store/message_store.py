@@ -215,7 +215,6 @@ class MessageStore:
                                start_offset=start)  # fmt: skip
 
     def _resume_offset(self) -> int:
-        rec = self.commitlog.recovery
         candidates = [max(self.consume_queues.max_physical_offset(), self.commitlog.min_offset)]
         if self.index is not None:  # just past the last indexed message
             candidates.append(max(self.index.resume_offset(record_size_reader(self.commitlog)), self.commitlog.min_offset))

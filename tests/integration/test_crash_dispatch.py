@@ -27,9 +27,18 @@ SEG = 1 << 20
 
 
 def run_and_kill(store: Path, ack: Path, flush: str, min_acks: int = 3000) -> list[dict]:
+    return kill_bench_append(store, ack, ["--body-size", "150", "--topics", "3", "--queues", "4", "--flush", flush,
+                                          "--producers", "2", "--batch", "100", "--segment-bytes", str(SEG),
+                                          "--index-hash-slots", "1000", "--index-max-entries", "4000"],
+                             min_acks=min_acks, settle_s=0.3)  # fmt: skip
+
+
+def kill_bench_append(store: Path, ack: Path, args: list[str], *, min_acks: int, settle_s: float) -> list[dict]:
+    """`mqstore bench append` into ``store`` (with ``args``) in a child process,
+    SIGKILLed ``settle_s`` after ``min_acks`` acknowledgements (about 120 bytes each
+    in ``ack``): the acknowledged messages."""
     cmd = [sys.executable, "-m", "mqstore.cli.main", "bench", "append", "--store", str(store), "--messages", "100000000",
-           "--body-size", "150", "--topics", "3", "--queues", "4", "--flush", flush, "--producers", "2", "--batch", "100",
-           "--segment-bytes", str(SEG), "--ack-log", str(ack), "--index-hash-slots", "1000", "--index-max-entries", "4000"]  # fmt: skip
+           "--ack-log", str(ack), *args]  # fmt: skip
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 60
     try:
@@ -39,7 +48,7 @@ def run_and_kill(store: Path, ack: Path, flush: str, min_acks: int = 3000) -> li
             if ack.exists() and ack.stat().st_size > min_acks * 120:
                 break
             time.sleep(0.05)
-        time.sleep(0.3)  # kill somewhere in the middle of appending and dispatching
+        time.sleep(settle_s)  # kill somewhere in the middle of appending and dispatching
     finally:
         proc.send_signal(signal.SIGKILL)
         proc.wait()

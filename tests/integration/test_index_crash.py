@@ -5,12 +5,7 @@ by its key and its UNIQ_KEY, and ``verify`` clean."""
 
 from __future__ import annotations
 
-import json
 import mmap
-import signal
-import subprocess
-import sys
-import time
 from collections import Counter
 from pathlib import Path
 
@@ -21,30 +16,17 @@ from mqstore.store import StoreConfig
 from mqstore.store.index_service import INDEX_DIR
 from mqstore.store.message_store import MessageStore
 from mqstore.store.verify import verify_store
+from tests.integration.test_crash_dispatch import kill_bench_append
 
 SEG = 1 << 20
 SLOTS, ENTRIES = 1000, 4000  # small files: several fill (and move the checkpoint's index time) per run
 
 
 def run_and_kill(store: Path, ack: Path, min_acks: int = 4000) -> list[dict]:
-    cmd = [sys.executable, "-m", "mqstore.cli.main", "bench", "append", "--store", str(store), "--messages", "100000000",
-           "--body-size", "100", "--topics", "2", "--queues", "2", "--flush", "sync", "--producers", "1", "--batch", "50",
-           "--segment-bytes", str(SEG), "--ack-log", str(ack), "--index-hash-slots", str(SLOTS),
-           "--index-max-entries", str(ENTRIES)]  # fmt: skip
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    deadline = time.monotonic() + 60
-    try:
-        while time.monotonic() < deadline:
-            if proc.poll() is not None:
-                raise AssertionError(f"writer exited early: {proc.stderr.read().decode()[-2000:]}")
-            if ack.exists() and ack.stat().st_size > min_acks * 120:
-                break
-            time.sleep(0.05)
-        time.sleep(0.2)  # kill somewhere in the middle of appending and dispatching
-    finally:
-        proc.send_signal(signal.SIGKILL)
-        proc.wait()
-    return [json.loads(x) for x in ack.read_text().splitlines() if x.strip()]
+    return kill_bench_append(store, ack, ["--body-size", "100", "--topics", "2", "--queues", "2", "--flush", "sync",
+                                          "--producers", "1", "--batch", "50", "--segment-bytes", str(SEG),
+                                          "--index-hash-slots", str(SLOTS), "--index-max-entries", str(ENTRIES)],
+                             min_acks=min_acks, settle_s=0.2)  # fmt: skip
 
 
 def duplicate_entries(store: Path) -> int:

@@ -158,13 +158,16 @@ def test_bad_request_gets_its_code_and_the_server_keeps_answering(client, name, 
     assert client.pull("Alive", 0, 0).status in (front_pb2.FOUND, front_pb2.NO_NEW_MESSAGE, front_pb2.NO_MESSAGE_IN_QUEUE)
 
 
-def test_garbage_bytes_do_not_kill_the_server(stack, client):
-    ch = grpc.insecure_channel(stack.front_endpoint)
-    call = ch.unary_unary("/mqstore.v1.FrontService/SendBatch", request_serializer=None, response_deserializer=None)
-    with pytest.raises(grpc.RpcError) as e:
-        call(b"\xff\xff\xff\xff\x0f", timeout=10)
-    assert e.value.code() in (C.UNKNOWN, C.INTERNAL, C.INVALID_ARGUMENT)  # grpc rejects it before any handler
-    ch.close()
+def test_garbage_bytes_are_invalid_argument_and_do_not_kill_the_server(stack, client):
+    """Bytes that are not the request message: INVALID_ARGUMENT naming the method, on
+    the front and (with the secret) on an internal server."""
+    for endpoint, method, auth in ((stack.front_endpoint, "/mqstore.v1.FrontService/SendBatch", None),
+                                   (stack.shards[0].endpoint, "/mqstore.v1.CommitLogService/AppendBatch", stack.auth)):  # fmt: skip
+        with sync_channel(endpoint, auth=auth) as ch:
+            call = ch.unary_unary(method, request_serializer=None, response_deserializer=None)
+            with pytest.raises(grpc.RpcError) as e:
+                call(b"\xff\xff\xff\xff\x0f", timeout=10)
+        assert e.value.code() is C.INVALID_ARGUMENT and "malformed request" in e.value.details(), e.value
     assert client.send("Alive", [b"y"], queue_ids=0).statuses[0] == common_pb2.PUT_OK
 
 

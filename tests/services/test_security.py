@@ -216,7 +216,7 @@ def test_ray_auth_disabled_is_refused(tmp_path):
     p = subprocess.run([sys.executable, "-m", "mqstore.cli.main", "serve", "--store", str(tmp_path / "d"), "--port",
                         str(free_port())], capture_output=True, text=True, timeout=60, env=env)  # fmt: skip
     assert p.returncode == 1 and "RAY_AUTH_MODE=disabled" in p.stderr and "--insecure-ray" in p.stderr, p.stderr
-    assert "Traceback" not in p.stderr
+    assert "Traceback" not in p.stderr and not (tmp_path / "d").exists()  # refused before anything is made
 
 
 def test_joining_a_token_cluster_without_its_token_says_how(tmp_path):

@@ -139,3 +139,26 @@ def test_the_openssl_way_makes_a_pair_too(tmp_path):
     d.mkdir()
     _openssl(d, d / "ca.pem", d / "server.pem", d / "server.key", "o")
     assert TlsFiles.load(d / "server.pem", d / "server.key").private_key
+
+
+def test_internal_services_speak_tls_when_the_front_does(tls_stack):
+    """With a TLS front the internal servers speak TLS with the deployment's own
+    certificate: the secret sent in plaintext reaches nothing, and a client that
+    trusts that certificate (the deployment's own) is answered."""
+    from dataclasses import replace
+
+    from mqstore.rpc.v1 import commitlog_pb2, commitlog_pb2_grpc
+    from mqstore.services.server import sync_channel
+
+    st, _, _ = tls_stack
+    assert st.auth.tls
+    plain = replace(st.auth, cert_chain=None, private_key=None)  # the right secret, without TLS
+    for auth, ok in ((plain, False), (st.auth, True)):
+        with sync_channel(st.shards[0].endpoint, auth=auth) as ch:
+            stub = commitlog_pb2_grpc.CommitLogServiceStub(ch)
+            if ok:
+                assert stub.GetOffsets(commitlog_pb2.GetOffsetsRequest(), timeout=5).wrote_offset >= 0
+            else:
+                with pytest.raises(grpc.RpcError) as e:
+                    stub.GetOffsets(commitlog_pb2.GetOffsetsRequest(), timeout=5)
+                assert e.value.code() is grpc.StatusCode.UNAVAILABLE
