@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 
 import pytest
+import structlog
 
 GOLDEN_DIR = Path(__file__).parent / "golden"
 
@@ -18,3 +19,14 @@ os.environ["RAY_AUTH_MODE"] = "token"
 @pytest.fixture(scope="session")
 def golden() -> dict:
     return json.loads((GOLDEN_DIR / "rocketmq_vectors.json").read_text())
+
+
+@pytest.fixture(autouse=True)
+def _structlog_unconfigured():
+    """A test that configures logging in this process (the CLI run in-process, the
+    logging test) leaves structlog as it found it: with ``cache_logger_on_first_use``
+    every logger used later would keep that configuration, and ``capture_logs`` in
+    later tests would see nothing."""
+    yield
+    if structlog.is_configured():
+        structlog.reset_defaults()

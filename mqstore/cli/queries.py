@@ -241,10 +241,15 @@ def register(app: typer.Typer) -> None:
 
 
 def _fields(msg) -> dict:
-    """A protobuf message as a dict, nested messages too, numbers kept as numbers
-    (json_format would print 64-bit integers as strings)."""
-    return {f.name: _fields(v) if f.message_type is not None else v
-            for f in msg.DESCRIPTOR.fields for v in [getattr(msg, f.name)]}  # fmt: skip
+    """A protobuf message as a dict, nested messages too, repeated fields as lists,
+    numbers kept as numbers (json_format would print 64-bit integers as strings)."""
+
+    def value(f, v):
+        if f.is_repeated:
+            return [_fields(x) if f.message_type is not None else x for x in v]
+        return _fields(v) if f.message_type is not None else v
+
+    return {f.name: value(f, getattr(msg, f.name)) for f in msg.DESCRIPTOR.fields}
 
 
 def human_bytes(n: int) -> str:

@@ -25,9 +25,10 @@ from mqstore.store.config_files import PERM_WRITE, check_perm
 AUTO_QUEUE = -1  # queue id meaning "pick one for me" (round robin per topic)
 MAX_PORT = 65_535
 
-# RocketMQ TopicValidator.NOT_ALLOWED_SEND_TOPIC_SET (apache/rocketmq 8fc57f1,
-# common/.../topic/TopicValidator.java): the broker refuses producers' sends to these.
-# Only the store writes them (SCHEDULE_TOPIC_XXXX: the delay scheduler).
+# RocketMQ TopicValidator.NOT_ALLOWED_SEND_TOPIC_SET (common/.../topic/TopicValidator.java,
+# with the broker-sync topics newer releases add): the broker refuses producers' sends
+# to these. Only the store writes them (SCHEDULE_TOPIC_XXXX: the delay scheduler).
+# RMQ_SYS_TRACE_TOPIC is a system topic but not in the set: clients send traces there.
 NOT_ALLOWED_SEND_TOPICS = frozenset({
     "SCHEDULE_TOPIC_XXXX",
     "RMQ_SYS_TRANS_HALF_TOPIC",
@@ -35,6 +36,12 @@ NOT_ALLOWED_SEND_TOPICS = frozenset({
     "TRANS_CHECK_MAX_TIME_TOPIC",
     "SELF_TEST_TOPIC",
     "OFFSET_MOVED_EVENT",
+    "RMQ_SYS_TOPIC_CONFIG_SYNC",
+    "RMQ_SYS_CONSUMER_OFFSET_SYNC",
+    "RMQ_SYS_DELAY_OFFSET_SYNC",
+    "RMQ_SYS_SUBSCRIPTION_GROUP_SYNC",
+    "RMQ_SYS_MESSAGE_MODE_SYNC",
+    "RMQ_SYS_TIMER_METRICS_SYNC",
 })  # fmt: skip
 # Properties only the store sets (a forged one would move the delay scheduler's progress).
 STORE_ONLY_PROPERTIES = frozenset({SCHEDULE_SOURCE})
