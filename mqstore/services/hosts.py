@@ -21,6 +21,7 @@ from pathlib import Path
 
 import structlog
 
+from mqstore.services.acl import Acl
 from mqstore.services.builder import BuilderShard, BuilderState
 from mqstore.services.commitlog import CommitLogServicer
 from mqstore.services.consume_queue import ConsumeQueueServicer
@@ -233,11 +234,7 @@ class FrontHost:
         ``metrics_port``: serve Prometheus metrics on ``host:metrics_port`` (0: none).
         ``tls``: the public API speaks TLS only (internal servers speak TLS when
         ``auth.tls``). ``acl``: the users-and-permissions file (None: anonymous)."""
-        access = None
-        if acl is not None:
-            from mqstore.services.acl import Acl
-
-            access = Acl.load(acl)
+        access = None if acl is None else Acl.load(acl)
         self.thread = ServerThread("mqstore-front")
         clients = [ShardClient(i, r, d, auth=auth) for i, (r, d) in enumerate(shards)]
         self.metrics = FrontMetrics(self._shard_stats)
