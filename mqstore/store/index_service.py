@@ -515,14 +515,19 @@ class IndexService:
         """Where dispatch resumes for the index: just past the last indexed record,
         -1 if none was ever indexed. The files keep that record's *start* (the last
         file's end_phy_offset, RocketMQ's layout); ``record_size(offset)`` gives its
-        length. Without it, or when it answers None (the record is gone), the start
-        is returned: re-dispatching that record is harmless, ``put`` skips the keys
-        the files hold for it."""
+        length. The start itself is returned (the record is dispatched again; ``put``
+        skips the keys the files hold for it) when the record's keys may not all be
+        there: the last file is full or empty, so its keys may have spilled into a
+        next file that a crash (or an abnormal load) took away; and without
+        ``record_size``, or when it answers None (the record is gone)."""
         with self._lock:
             files = self._files
             if not files or not any(f.view.header.entries for f in files):
                 return -1  # (an empty last file after full ones counts: the full ones have entries)
-            start = files[-1].view.header.end_phy_offset
+            last = files[-1].view
+            start = last.header.end_phy_offset
+            if last.is_full() or last.header.entries == 0:
+                return start
         size = record_size(start) if record_size is not None else None
         return start + size if size is not None and size > 0 else start
 

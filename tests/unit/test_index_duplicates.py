@@ -127,3 +127,29 @@ def test_verify_reports_duplicate_entries_and_repair_removes_them(tmp_path: Path
     assert duplicates(tmp_path) == {}
     with MessageStore(tmp_path, CFG) as s:
         assert [r.body for r in s.query_by_key("T", "shared", max_num=8)] == [b"%d" % i for i in reversed(range(8))]
+
+
+def test_resume_is_at_a_record_whose_keys_may_have_spilled_into_a_lost_file(tmp_path: Path) -> None:
+    """A record's keys fill the last file and spill into a next one that a crash (or
+    an abnormal load deleting files past the checkpoint's index time) took away:
+    dispatch resumes *at* that record, so its lost keys are indexed again (and the
+    ones held are not repeated); past it only while the last file holds the whole
+    record (neither full nor empty)."""
+    svc = IndexService(tmp_path, hash_slots=8, max_entries=4)  # 3 entries a file
+    svc.load(clean_shutdown=True, index_msg_timestamp=0)
+    k = [f"T#k{i}" for i in range(4)]
+    svc.put(IndexEntries(index_key_hashes(k[:1]), np.array([10]), np.array([1000])))
+    assert svc.resume_offset(lambda off: 20) == 30  # the last file holds all of record 10: past it
+    svc.put(IndexEntries(index_key_hashes(k[1:]), np.array([30, 30, 30]), np.array([3000] * 3)))  # k1 k2 | k3
+    names = svc.files
+    assert len(names) == 2
+    svc.close()
+    (tmp_path / INDEX_DIR / names[-1]).unlink()  # the file holding k3 is gone
+    svc = IndexService(tmp_path, hash_slots=8, max_entries=4)
+    svc.load(clean_shutdown=True, index_msg_timestamp=0)
+    assert len(svc.files) == 1 and svc.resume_offset(lambda off: 20) == 30  # at record 30: the file is full
+    r = svc.put(IndexEntries(index_key_hashes(k[1:]), np.array([30, 30, 30]), np.array([3000] * 3)))
+    assert (r.indexed, r.skipped) == (1, 2)  # k3 again, k1 and k2 not repeated
+    assert [svc.query("T", f"k{i}") for i in range(4)] == [[10], [30], [30], [30]]
+    assert svc.resume_offset(lambda off: 20) == 50  # the new last file holds record 30's last key: past it
+    svc.close()
