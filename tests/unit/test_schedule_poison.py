@@ -16,20 +16,10 @@ from mqstore.errors import ReservedTopicError
 from mqstore.store import MessageBatch, StoreConfig
 from mqstore.store.message_store import MessageStore
 from mqstore.store.schedule import SCHEDULE_TOPIC
+from tests.unit.test_schedule import StepClock
 
 CFG = StoreConfig(segment_bytes=256 * 1024, index_hash_slots=512, index_max_entries=2048)
 T0 = 1_700_000_000_000
-
-
-class StepClock:
-    def __init__(self, now_ms: int) -> None:
-        self.now = now_ms
-
-    def now_ms(self) -> int:
-        return self.now
-
-    def monotonic(self) -> float:
-        return time.monotonic()
 
 
 # What a producer could send to the schedule topic before the fix (queue = level - 1).
