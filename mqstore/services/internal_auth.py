@@ -115,12 +115,14 @@ class StrictDecode(grpc.aio.ServerInterceptor):
 
     async def intercept_service(self, continuation, details):
         method = details.method or ""
+        handler = await continuation(details)
+        if handler is None:
+            return None  # UNIMPLEMENTED
         if self._auth is not None and not method.startswith(_OPEN_SERVICES) and not self._auth.accepts(
                 details.invocation_metadata):  # fmt: skip
-            return _refuse(grpc.StatusCode.UNAUTHENTICATED,
+            return _refuse(handler, grpc.StatusCode.UNAUTHENTICATED,
                            "internal service: the call does not carry this deployment's secret")  # fmt: skip
-        handler = await continuation(details)
-        if handler is None or handler.request_streaming or handler.request_deserializer is None:
+        if handler.request_streaming or handler.request_deserializer is None:
             return handler
         decode = handler.request_deserializer
         if handler.response_streaming:
@@ -148,11 +150,21 @@ async def _decode(decode: Callable, raw: bytes, context, method: str):
                             f"malformed request for {method}: {type(e).__name__}: {e}")  # fmt: skip
 
 
-def _refuse(code: grpc.StatusCode, message: str) -> grpc.RpcMethodHandler:
+def _refuse(handler: grpc.RpcMethodHandler, code: grpc.StatusCode, message: str) -> grpc.RpcMethodHandler:
+    """A handler of the same shape as ``handler`` that ends every call with ``code``
+    (requests are not decoded)."""
+
     async def refuse(request, context):
         await context.abort(code, message)
 
-    return grpc.unary_unary_rpc_method_handler(refuse)
+    async def refuse_stream(request, context):
+        await context.abort(code, message)
+        yield  # an async generator, as a streaming handler must be
+
+    make = {(False, False): grpc.unary_unary_rpc_method_handler, (False, True): grpc.unary_stream_rpc_method_handler,
+            (True, False): grpc.stream_unary_rpc_method_handler,
+            (True, True): grpc.stream_stream_rpc_method_handler}[(handler.request_streaming, handler.response_streaming)]  # fmt: skip
+    return make(refuse_stream if handler.response_streaming else refuse)
 
 
 # ---------------------------------------------------------------- client side

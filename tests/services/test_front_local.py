@@ -185,6 +185,12 @@ def test_health_and_reflection_on_every_server(stack):
             answers = refl.ServerReflectionInfo(iter([reflection_pb2.ServerReflectionRequest(list_services="")]), timeout=5)
             names = {s.name for a in answers for s in a.list_services_response.service}
             assert service in names and "grpc.health.v1.Health" in names
+    for endpoint in list(servers)[1:]:  # internal servers: reflection (a stream) without the secret is refused too
+        with sync_channel(endpoint) as ch:
+            refl = reflection_pb2_grpc.ServerReflectionStub(ch)
+            with pytest.raises(grpc.RpcError) as e:
+                list(refl.ServerReflectionInfo(iter([reflection_pb2.ServerReflectionRequest(list_services="")]), timeout=5))
+            assert e.value.code() is grpc.StatusCode.UNAUTHENTICATED
 
 
 def test_store_status(client):
