@@ -116,13 +116,12 @@ class StrictDecode(grpc.aio.ServerInterceptor):
     async def intercept_service(self, continuation, details):
         method = details.method or ""
         handler = await continuation(details)
-        if handler is None:
-            return None  # UNIMPLEMENTED
         if self._auth is not None and not method.startswith(_OPEN_SERVICES) and not self._auth.accepts(
                 details.invocation_metadata):  # fmt: skip
+            # every method, known or not: a stranger learns nothing of what is served
             return _refuse(handler, grpc.StatusCode.UNAUTHENTICATED,
                            "internal service: the call does not carry this deployment's secret")  # fmt: skip
-        if handler.request_streaming or handler.request_deserializer is None:
+        if handler is None or handler.request_streaming or handler.request_deserializer is None:
             return handler
         decode = handler.request_deserializer
         if handler.response_streaming:
@@ -150,9 +149,9 @@ async def _decode(decode: Callable, raw: bytes, context, method: str):
                             f"malformed request for {method}: {type(e).__name__}: {e}")  # fmt: skip
 
 
-def _refuse(handler: grpc.RpcMethodHandler, code: grpc.StatusCode, message: str) -> grpc.RpcMethodHandler:
-    """A handler of the same shape as ``handler`` that ends every call with ``code``
-    (requests are not decoded)."""
+def _refuse(handler: grpc.RpcMethodHandler | None, code: grpc.StatusCode, message: str) -> grpc.RpcMethodHandler:
+    """A handler of the same shape as ``handler`` (unary without one) that ends every
+    call with ``code`` (requests are not decoded)."""
 
     async def refuse(request, context):
         await context.abort(code, message)
@@ -163,8 +162,9 @@ def _refuse(handler: grpc.RpcMethodHandler, code: grpc.StatusCode, message: str)
 
     make = {(False, False): grpc.unary_unary_rpc_method_handler, (False, True): grpc.unary_stream_rpc_method_handler,
             (True, False): grpc.stream_unary_rpc_method_handler,
-            (True, True): grpc.stream_stream_rpc_method_handler}[(handler.request_streaming, handler.response_streaming)]  # fmt: skip
-    return make(refuse_stream if handler.response_streaming else refuse)
+            (True, True): grpc.stream_stream_rpc_method_handler}  # fmt: skip
+    shape = (False, False) if handler is None else (handler.request_streaming, handler.response_streaming)
+    return make[shape](refuse_stream if shape[1] else refuse)
 
 
 # ---------------------------------------------------------------- client side
