@@ -70,7 +70,7 @@ def register(app: typer.Typer) -> None:
         placement: Annotated[Placement, typer.Option("--placement", help="node: every shard on this machine; resource: shard i on the Ray node offering the custom resource mqstore_shard_i (its disk holds DIR/shard-i).")] = Placement.node,
         acl: Annotated[Path | None, typer.Option("--acl", dir_okay=False, help="Users and permissions of the front (JSON; see `mqstore acl --help`): every call must be signed by a user the file allows.")] = None,
         allow_anonymous: Annotated[bool, typer.Option("--allow-anonymous", help="Serve a --host that is not loopback without --acl: anyone who reaches it may send, read and change topics.")] = False,
-        insecure_ray: Annotated[bool, typer.Option("--insecure-ray", help="Join (--address) a Ray cluster that runs without token authentication, or run with RAY_AUTH_MODE=disabled: anyone who reaches Ray's ports can then run code as this user.")] = False,
+        insecure_ray: Annotated[bool, typer.Option("--insecure-ray", help="Join (--address) a Ray cluster that runs without token authentication: anyone who reaches its ports can run code as its user.")] = False,
     ) -> None:
         """Serve the store over gRPC on Ray until Ctrl-C/SIGTERM: per shard a commitlog,
         a consume-queue builder, an index builder and a dispatcher actor, and one front;

@@ -92,8 +92,6 @@ def serve(root: Path, *, host: str = "127.0.0.1", port: int = 8080, shards: int 
 
         Acl.load(acl)  # a file that does not parse fails here, in one line, not in the front's actor
     tls = None if tls_cert is None else TlsFiles.load(tls_cert, tls_key)
-    if os.environ.get("RAY_AUTH_MODE", "").lower() == "disabled" and not insecure_ray:
-        raise ServeError(RAY_AUTH_DISABLED)
     pin_layout(root, shards)  # with placement "resource" each shard's node checks its own disk too
     check_port_free(host, port)
     if metrics_port:
@@ -148,8 +146,6 @@ def serve(root: Path, *, host: str = "127.0.0.1", port: int = 8080, shards: int 
     print("mqstore: stopped", file=sys.stderr, flush=True)
 
 
-RAY_AUTH_DISABLED = ("RAY_AUTH_MODE=disabled turns off Ray's token authentication, and Ray's ports listen on every "
-                     "interface: unset it (or pass --insecure-ray on a trusted network)")
 TOKEN_HINT = ("the Ray cluster at {address} requires its token: set RAY_AUTH_TOKEN, or RAY_AUTH_TOKEN_PATH to a "
               "file holding it, or copy it to ~/.ray/auth_token (`ray get-auth-token` on the head node prints it)")
 
@@ -171,14 +167,16 @@ def _token_required_but_missing(address: str) -> bool:
 
 def start_ray(ray, address: str | None, namespace: str, env: dict, insecure_ray: bool = False) -> None:
     """Start a local Ray instance (``address`` None) or join a cluster, with token
-    authentication (Ray's default for new local instances): a Ray that runs code
-    for anyone who reaches its ports is refused unless ``insecure_ray``."""
-    if os.environ.get("RAY_AUTH_MODE", "").lower() == "disabled" and not insecure_ray:
-        raise ServeError(RAY_AUTH_DISABLED)
+    authentication: a local instance always requires its token, whatever the
+    environment says; a cluster that runs code for anyone who reaches its ports is
+    refused unless ``insecure_ray``."""
     if address is not None and _token_required_but_missing(address):
         raise ServeError(TOKEN_HINT.format(address=address))
     try:
         if address is None:  # a new local instance: Ray makes (or reuses) ~/.ray/auth_token and requires it
+            from ray._private.authentication.authentication_token_setup import _enable_token_auth
+
+            _enable_token_auth()  # token mode for this process and Ray's, also over an environment that turned it off
             ray.init(address="local", num_cpus=os.cpu_count() or 2, include_dashboard=False,
                      object_store_memory=256 << 20, _node_ip_address="127.0.0.1", namespace=namespace,
                      runtime_env={"env_vars": env}, logging_level="WARNING", log_to_driver=True)  # fmt: skip
