@@ -43,10 +43,8 @@ from mqstore.services.errors import (BadRequest, NotFound, PermissionDenied, Pre
 from mqstore.services.internal_auth import InternalAuth
 from mqstore.services.routing import Router
 from mqstore.services.server import Registration, channel
-from mqstore.errors import ReservedTopicError, TransactionNotSupportedError
-from mqstore.formats.message import TRANSACTION_TYPE_MASK
-from mqstore.store.config_files import PERM_READ, PERM_WRITE, check_perm
-from mqstore.store.messages import AUTO_QUEUE, NOT_ALLOWED_SEND_TOPICS
+from mqstore.store.config_files import PERM_READ, check_perm
+from mqstore.store.messages import AUTO_QUEUE, check_no_transaction, check_send_topics
 
 log = structlog.get_logger(__name__)
 SERVICE = "mqstore.v1.FrontService"
@@ -292,29 +290,22 @@ class FrontServicer(front_pb2_grpc.FrontServiceServicer):
     _topic_perms: dict[str, int] | None = None  # topic -> perm, from ListTopics (no entry: no config)
     _topic_perms_at = 0.0  # loop time of the last refresh; CreateOrUpdateTopic drops the table
 
-    async def _topic_perm(self, shard: ShardClient, topic: str) -> int | None:
-        """A topic's perm from a table of every topic's config at most 1 s old
-        (ListTopics on ``shard``, where the call goes anyway; every shard holds every
-        topic's config); None: the topic has no config (sends and pulls allowed)."""
+    async def _perms(self, shard: ShardClient) -> dict[str, int]:
+        """Every topic's perm (no entry: the topic has no config, sends and pulls
+        allowed), from a table at most 1 s old (ListTopics on ``shard``, where the call
+        goes anyway; every shard holds every topic's config)."""
         now = asyncio.get_running_loop().time()
         if self._topic_perms is None or now - self._topic_perms_at > 1.0:
             res = await shard.call("cl", "ListTopics", commitlog_pb2.ListTopicsRequest())
             self._topic_perms, self._topic_perms_at = {c.topic: c.perm for c in res.configs}, now
-        return self._topic_perms.get(topic)
+        return self._topic_perms
 
     async def _check_sendable(self, cols, topics: list[str]) -> None:
-        """What every shard would refuse of a split batch (messages.check_client_batch),
-        checked once before any part is written: reserved topics, the topics' write
-        perm, transaction bits."""
-        reserved = [t for t in topics if t in NOT_ALLOWED_SEND_TOPICS]
-        if reserved:
-            raise ReservedTopicError(f"sending to topic {reserved[0]!r} is forbidden: only the store writes it "
-                                     f"(RocketMQ's not-allowed-send topics)")  # fmt: skip
-        for t in topics:
-            check_perm(t, await self._topic_perm(self.shards[0], t), PERM_WRITE)
-        if any(f & TRANSACTION_TYPE_MASK for f in cols.sysflags):
-            raise TransactionNotSupportedError(f"a sysflag sets the transaction bits (0x{TRANSACTION_TYPE_MASK:X}); "
-                                               "the store has no transaction API")  # fmt: skip
+        """What every shard would refuse of a split batch, checked once before any
+        part is written, with the store's own checks (messages.check_client_batch):
+        reserved topics, the topics' write perm, transaction bits."""
+        check_send_topics(set(topics), (await self._perms(self.shards[0])).get)
+        check_no_transaction(np.asarray(cols.sysflags, np.int64))
 
     async def _write_queue_nums(self) -> dict[str, int]:
         if self._write_queues is None:
@@ -334,7 +325,7 @@ class FrontServicer(front_pb2_grpc.FrontServiceServicer):
         tags = parse_tag_expression(request.tag_expression)
         codes = None if tags is None else np.array(sorted({tags_code(t) for t in tags}), np.int64)
         shard = self._shard(topic, qid)
-        check_perm(topic, await self._topic_perm(shard, topic), PERM_READ)  # TopicPermissionError: PERMISSION_DENIED
+        check_perm(topic, (await self._perms(shard)).get(topic), PERM_READ)  # TopicPermissionError: PERMISSION_DENIED
         per_read = want if tags is None else min(max(want * 4, 256), 100_000)
         budget = max(per_read, 4096)  # units a filtered pull may pass over before it answers NO_MATCHED_MESSAGE
         out = pb.PullResponse()

@@ -558,6 +558,11 @@ class TopicConfigs:
         with self._lock:
             return self._topics.get(topic)
 
+    def perm_of(self, topic: str) -> int | None:
+        """The topic's perm (PermName bits); None: the topic has no config."""
+        tc = self.get(topic)
+        return None if tc is None else tc.perm
+
     def all(self) -> dict[str, TopicConfig]:
         """A copy of the table, ``{topic: config}``."""
         with self._lock:

@@ -138,13 +138,9 @@ class LogStore:
         if not self.accepting:
             raise StoreNotWritableError("the commitlog waits for the consume queues' ends before appends",
                                         cause="recovering")  # fmt: skip
-        check_client_batch(batch, max_queue_id=self.config.max_queue_id, perm_of=self._perm_of)
+        check_client_batch(batch, max_queue_id=self.config.max_queue_id, perm_of=self.topics.perm_of)
         self._hold_back_for_dispatch()
         return self.commitlog.append(rewrite_delayed(batch, len(self._delays_ms), self._pick_queue))
-
-    def _perm_of(self, topic: str) -> int | None:
-        tc = self.topics.get(topic)
-        return None if tc is None else tc.perm
 
     def _hold_back_for_dispatch(self) -> None:
         limit = self.config.max_dispatch_lag_bytes

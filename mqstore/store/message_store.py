@@ -288,13 +288,9 @@ class MessageStore:
         What a producer may not send (reserved topics, transaction bits, a topic
         without the write perm, ...: ``messages.check_client_batch``) raises before
         anything is written."""
-        check_client_batch(batch, max_queue_id=self.config.max_queue_id, perm_of=self._perm_of)
+        check_client_batch(batch, max_queue_id=self.config.max_queue_id, perm_of=self.topics.perm_of)
         self._hold_back_for_dispatch()
         return self.commitlog.append(rewrite_delayed(batch, len(self._delays_ms), self._pick_queue))
-
-    def _perm_of(self, topic: str) -> int | None:
-        tc = self.topics.get(topic)
-        return None if tc is None else tc.perm
 
     def _check_queue(self, topic: str, queue_id: int) -> None:
         """The topic name and queue id of a read, checked before any file is looked at."""
@@ -354,7 +350,7 @@ class MessageStore:
         self._check_queue(topic, queue_id)
         self._check_offset(offset)
         self._check_count(max_count, "max_count")
-        check_perm(topic, self._perm_of(topic), PERM_READ)
+        check_perm(topic, self.topics.perm_of(topic), PERM_READ)
         cq = self.consume_queues.find(topic, queue_id)
         if cq is None:
             return PullResult([], offset, 0, 0)
@@ -395,7 +391,7 @@ class MessageStore:
         self._check_queue(topic, queue_id)
         self._check_offset(offset)
         self._check_count(max_count, "max_count")
-        check_perm(topic, self._perm_of(topic), PERM_READ)
+        check_perm(topic, self.topics.perm_of(topic), PERM_READ)
         cq = self.consume_queues.find(topic, queue_id)
         if cq is None:
             return RawPullResult([], offset, 0, 0)

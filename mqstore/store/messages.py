@@ -138,21 +138,8 @@ def check_client_batch(batch: MessageBatch, *, max_queue_id: int,
     * born host ports in 0..65535.
 
     Costs one pass over the columns that are given per message; scalars once."""
-    topics = {batch.topics} if isinstance(batch.topics, str) else set(batch.topics)
-    for t in topics:
-        check_topic(t)
-    reserved = sorted(topics & NOT_ALLOWED_SEND_TOPICS)
-    if reserved:
-        raise ReservedTopicError(f"sending to topic {reserved[0]!r} is forbidden: only the store writes it "
-                                 f"(RocketMQ's not-allowed-send topics)")  # fmt: skip
-    if perm_of is not None:
-        for t in sorted(topics):
-            check_perm(t, perm_of(t), PERM_WRITE)
-    flags = _integers(batch.sysflags, "sysflags")
-    if (flags & TRANSACTION_TYPE_MASK).any():
-        i = int(np.argmax((flags & TRANSACTION_TYPE_MASK) != 0)) if flags.ndim else 0
-        raise TransactionNotSupportedError(f"message {i}: sysflag {int(flags.flat[i])} sets the transaction bits "
-                                           f"(0x{TRANSACTION_TYPE_MASK:X}); the store has no transaction API")  # fmt: skip
+    check_send_topics({batch.topics} if isinstance(batch.topics, str) else set(batch.topics), perm_of)
+    check_no_transaction(_integers(batch.sysflags, "sysflags"))
     if batch.queue_ids is not None:
         q = _integers(batch.queue_ids, "queue_ids")
         bad = (q < AUTO_QUEUE) | (q > max_queue_id)
@@ -162,6 +149,29 @@ def check_client_batch(batch: MessageBatch, *, max_queue_id: int,
                                       f"(or {AUTO_QUEUE}: automatic)")  # fmt: skip
     _check_properties(batch.properties)
     _check_hosts(batch.born_hosts)
+
+
+def check_send_topics(topics: set[str], perm_of: Callable[[str], int | None] | None = None) -> None:
+    """Producers' topics: legal names, none only the store writes, each writable by
+    its config (``perm_of``; None: not checked)."""
+    for t in topics:
+        check_topic(t)
+    reserved = sorted(topics & NOT_ALLOWED_SEND_TOPICS)
+    if reserved:
+        raise ReservedTopicError(f"sending to topic {reserved[0]!r} is forbidden: only the store writes it "
+                                 f"(RocketMQ's not-allowed-send topics)")  # fmt: skip
+    if perm_of is not None:
+        for t in sorted(topics):
+            check_perm(t, perm_of(t), PERM_WRITE)
+
+
+def check_no_transaction(flags: np.ndarray) -> None:
+    """No sysflag (a scalar or a column) may set the transaction bits."""
+    flags = np.asarray(flags, np.int64)
+    if (flags & TRANSACTION_TYPE_MASK).any():
+        i = int(np.argmax((flags & TRANSACTION_TYPE_MASK) != 0)) if flags.ndim else 0
+        raise TransactionNotSupportedError(f"message {i}: sysflag {int(flags.flat[i])} sets the transaction bits "
+                                           f"(0x{TRANSACTION_TYPE_MASK:X}); the store has no transaction API")  # fmt: skip
 
 
 def _integers(value, name: str) -> np.ndarray:
@@ -275,5 +285,5 @@ class AppendResult:
 
 __all__ = [
     "AUTO_QUEUE", "MAX_PORT", "NOT_ALLOWED_SEND_TOPICS", "STORE_ONLY_PROPERTIES", "AppendResult", "AppendedMessage",
-    "Message", "MessageBatch", "PutStatus", "check_client_batch",
+    "Message", "MessageBatch", "PutStatus", "check_client_batch", "check_no_transaction", "check_send_topics",
 ]  # fmt: skip
