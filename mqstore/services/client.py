@@ -15,7 +15,6 @@ MQSTORE_SECRET_KEY); each call then carries RocketMQ 5's ``authorization`` and
 
 from __future__ import annotations
 
-import collections
 import contextlib
 import os
 from collections.abc import Iterator, Mapping, Sequence
@@ -26,6 +25,7 @@ import grpc
 from mqstore.errors import MqStoreError
 from mqstore.rpc.v1 import common_pb2, front_pb2, front_pb2_grpc
 from mqstore.services.acl import ENV_ACCESS_KEY, ENV_SECRET_KEY, auth_metadata
+from mqstore.services.headers import AddHeaders
 from mqstore.services.server import sync_channel
 
 
@@ -71,7 +71,8 @@ class FrontClient:
         if tls_ca is not None and not isinstance(tls_ca, bytes):
             tls_ca = Path(tls_ca).read_bytes()
         self._channel = sync_channel(endpoint, tls_ca=tls_ca, tls_server_name=tls_server_name)
-        calls = self._channel if access_key is None else grpc.intercept_channel(self._channel, Signer(access_key, secret_key))
+        calls = self._channel if access_key is None else grpc.intercept_channel(
+            self._channel, AddHeaders(lambda: auth_metadata(access_key, secret_key)))  # a fresh date-time per call
         self.stub = front_pb2_grpc.FrontServiceStub(calls)
 
     def close(self) -> None:
@@ -161,27 +162,6 @@ class FrontClient:
         return list(self.stub.RemoveRule(req, timeout=self.timeout).rules)
 
 
-class _CallDetails(collections.namedtuple("_CallDetails", ("method", "timeout", "metadata", "credentials",
-                                                           "wait_for_ready", "compression")),
-                   grpc.ClientCallDetails):  # fmt: skip
-    pass
-
-
-class Signer(grpc.UnaryUnaryClientInterceptor):
-    """Adds RocketMQ 5's signature headers (a fresh date-time) to every call."""
-
-    def __init__(self, access_key: str, secret_key: str) -> None:
-        self._access_key = access_key
-        self._secret_key = secret_key
-
-    def intercept_unary_unary(self, continuation, details, request):
-        metadata = list(details.metadata or ()) + list(auth_metadata(self._access_key, self._secret_key))
-        return continuation(_CallDetails(details.method, details.timeout, metadata, details.credentials,
-                                         details.wait_for_ready, details.compression), request)  # fmt: skip
-
-
-
-
 class RemoteCallError(MqStoreError):
     """A call to a server failed: ``code`` is the gRPC status code name."""
 
@@ -202,4 +182,4 @@ def remote_errors() -> Iterator[None]:
         raise RemoteCallError(name, details or name) from None
 
 
-__all__ = ["FrontClient", "RemoteCallError", "Signer", "columns", "remote_errors"]
+__all__ = ["FrontClient", "RemoteCallError", "columns", "remote_errors"]

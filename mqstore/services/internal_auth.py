@@ -167,50 +167,6 @@ def _refuse(handler: grpc.RpcMethodHandler | None, code: grpc.StatusCode, messag
     return make[shape](refuse_stream if shape[1] else refuse)
 
 
-# ---------------------------------------------------------------- client side
-
-
-def _with_secret(details, auth: InternalAuth, aio: bool):
-    metadata = list(details.metadata or ()) + list(auth.metadata())
-    if aio:
-        return grpc.aio.ClientCallDetails(details.method, details.timeout, metadata, details.credentials,
-                                          details.wait_for_ready)  # fmt: skip
-    return _CallDetails(details.method, details.timeout, metadata, details.credentials, details.wait_for_ready,
-                        getattr(details, "compression", None))  # fmt: skip
-
-
-class _CallDetails(grpc.ClientCallDetails):
-    def __init__(self, method, timeout, metadata, credentials, wait_for_ready, compression) -> None:
-        self.method, self.timeout, self.metadata = method, timeout, metadata
-        self.credentials, self.wait_for_ready, self.compression = credentials, wait_for_ready, compression
-
-
-class AioSecret(grpc.aio.UnaryUnaryClientInterceptor, grpc.aio.UnaryStreamClientInterceptor,
-                grpc.aio.StreamUnaryClientInterceptor, grpc.aio.StreamStreamClientInterceptor):  # fmt: skip
-    """Adds the deployment's secret to every call of an aio channel."""
-
-    def __init__(self, auth: InternalAuth) -> None:
-        self._auth = auth
-
-    async def _call(self, continuation, details, request):
-        return await continuation(_with_secret(details, self._auth, True), request)
-
-    intercept_unary_unary = intercept_unary_stream = intercept_stream_unary = intercept_stream_stream = _call
-
-
-class SyncSecret(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClientInterceptor,
-                 grpc.StreamUnaryClientInterceptor, grpc.StreamStreamClientInterceptor):  # fmt: skip
-    """Adds the deployment's secret to every call of a blocking channel."""
-
-    def __init__(self, auth: InternalAuth) -> None:
-        self._auth = auth
-
-    def _call(self, continuation, details, request):
-        return continuation(_with_secret(details, self._auth, False), request)
-
-    intercept_unary_unary = intercept_unary_stream = intercept_stream_unary = intercept_stream_stream = _call
-
-
 # ---------------------------------------------------------------- Ray
 
 
@@ -227,5 +183,4 @@ def gcs_requires_token(gcs_address: str, timeout_s: float = 10.0) -> bool:
     return False
 
 
-__all__ = ["INTERNAL_NAME", "SECRET_HEADER", "AioSecret", "InternalAuth", "StrictDecode", "SyncSecret",
-           "gcs_requires_token"]  # fmt: skip
+__all__ = ["INTERNAL_NAME", "SECRET_HEADER", "InternalAuth", "StrictDecode", "gcs_requires_token"]

@@ -20,7 +20,8 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from mqstore.services.internal_auth import AioSecret, InternalAuth, StrictDecode, SyncSecret
+from mqstore.services.headers import AddHeaders, AioAddHeaders
+from mqstore.services.internal_auth import InternalAuth, StrictDecode
 
 MAX_MESSAGE_BYTES = 96 << 20  # a 64 MiB batch of bodies plus its columns
 CHANNEL_OPTIONS = [
@@ -153,7 +154,7 @@ def channel(endpoint: str, auth: InternalAuth) -> grpc.aio.Channel:
     """An aio channel to an internal service with mqstore's message limits: every
     call carries the deployment's secret (TLS when ``auth.tls``)."""
     creds = auth.channel_credentials()
-    interceptors = [AioSecret(auth)]
+    interceptors = [AioAddHeaders(auth.metadata)]
     if creds is None:
         return grpc.aio.insecure_channel(endpoint, options=CHANNEL_OPTIONS, interceptors=interceptors)
     return grpc.aio.secure_channel(endpoint, creds, options=CHANNEL_OPTIONS + auth.channel_options(),
@@ -171,7 +172,7 @@ def sync_channel(endpoint: str, *, tls_ca: bytes | None = None, tls_server_name:
         creds = auth.channel_credentials()
         ch = (grpc.insecure_channel(endpoint, options=CHANNEL_OPTIONS) if creds is None else
               grpc.secure_channel(endpoint, creds, options=CHANNEL_OPTIONS + auth.channel_options()))  # fmt: skip
-        return grpc.intercept_channel(ch, SyncSecret(auth))
+        return grpc.intercept_channel(ch, AddHeaders(auth.metadata))
     if tls_ca is None:
         return grpc.insecure_channel(endpoint, options=CHANNEL_OPTIONS)
     options = list(CHANNEL_OPTIONS)
