@@ -19,14 +19,27 @@ after BORNHOST moves by 12 bytes for each IPv6 host (16-byte address instead of 
     ..      4      reconsume_times
     ..      8      prepared_transaction_offset
     ..      4+n    body_len, body
-    ..      1+n    topic_len (signed byte), topic   V2: 2-byte length
+    ..      1+n    topic_len (signed byte), topic   V2: 2+n, topic_len a signed short
     ..      2+n    props_len (signed short), props  see properties.py
 
 The fixed part is 91 bytes for V1 with IPv4 hosts. A BLANK record ends a segment: only
 its 8 bytes (total_size = bytes left in the segment, magic BLANK) are written, and a
 record is never started unless ``size + 8`` bytes remain, so no record spans segments.
 
-mqstore writes V1 only (topics are at most 127 characters) and reads V1 and V2.
+Versions (RocketMQ 5.1+ MessageVersion): a V2 record (magic 0xDAA320AB) differs from
+V1 only in the topic length field, 2 bytes (big-endian int16) instead of 1, so every
+field after it moves by one byte and TOTALSIZE is one larger. RocketMQ 5 writes V2
+exactly when the topic is longer than 127 characters (``autoMessageVersionOnTopicLen``;
+only ``%RETRY%`` / ``%DLQ%`` topics may be, up to 255: names.check_topic); a V1
+topic length byte read as signed could not hold more. mqstore does the same: V1 (the
+bytes of 4.9 and 5.x) for a topic of at most 127 bytes, V2 for a longer one
+(:func:`topic_field`, :class:`PreparedRecords`). Topics are ASCII, so characters and
+UTF-8 bytes agree. A 200-character ``%RETRY%...`` topic, IPv4 hosts::
+
+    4  magic 0xDAA320AB ... body_len, body | 00 C8 | 200 topic bytes | props_len, props
+
+Every reader here (decode_record, scan_records and the RecordFields it gathers for
+recovery, dispatch, verify and the Spark columns) accepts both magics.
 """
 
 from __future__ import annotations
@@ -48,7 +61,8 @@ MAGIC_V1 = -626843481  # 0xDAA320A7
 MAGIC_V2 = -626843477  # 0xDAA320AB
 BLANK_MAGIC = -875286124  # 0xCBD43194
 BLANK_RECORD_BYTES = 8  # END_FILE_MIN_BLANK_LENGTH: a record needs size + 8 bytes free
-MAX_TOPIC_BYTES_V1 = 127
+MAX_TOPIC_BYTES_V1 = 127  # a longer topic is written as V2
+MAX_TOPIC_BYTES_V2 = 32767  # the int16 topic length of V2 (check_topic allows 255)
 
 
 class SysFlag(enum.IntFlag):
@@ -85,8 +99,11 @@ def host_bytes(sysflag: int, flag: int) -> int:
     return 20 if sysflag & flag else 8
 
 
-def record_size(*, body_len: int, topic_len: int, props_len: int, sysflag: int = 0, v2: bool = False) -> int:
-    """TOTALSIZE of a record (RocketMQ calMsgLength)."""
+def record_size(*, body_len: int, topic_len: int, props_len: int, sysflag: int = 0, v2: bool | None = None) -> int:
+    """TOTALSIZE of a record (RocketMQ calMsgLength); ``v2`` None: the version
+    mqstore writes for a topic of ``topic_len`` bytes (V2 above 127)."""
+    if v2 is None:
+        v2 = topic_len > MAX_TOPIC_BYTES_V1
     return (
         68
         + host_bytes(sysflag, SysFlag.BORNHOST_V6)
@@ -414,11 +431,12 @@ def _validate(buf, f: _Fields, pos_arr: np.ndarray, positions: list[int], stop: 
     bad = body_len_at + 4 > rec_end
     body_len_at = np.where(bad, at, body_len_at)
     body_len = f.get(body_len_at, ">i4")
-    bad |= (body_len < 0) | (body_len_at + 4 + body_len + 3 > rec_end)
-    topic_len_at = np.where(bad, at, body_len_at + 4 + body_len)
     v2 = magic == MAGIC_V2
+    topic_len_bytes = np.where(v2, 2, 1)  # the only difference between V1 and V2
+    bad |= (body_len < 0) | (body_len_at + 4 + body_len + topic_len_bytes + 2 > rec_end)
+    topic_len_at = np.where(bad, at, body_len_at + 4 + body_len)
     topic_len = np.where(v2, f.get(topic_len_at, ">i2"), f.get(topic_len_at, "i1"))
-    props_len_at = topic_len_at + np.where(v2, 2, 1) + topic_len
+    props_len_at = topic_len_at + topic_len_bytes + topic_len
     bad |= (topic_len < 0) | (props_len_at + 2 > rec_end)
     props_len_at = np.where(bad, at, props_len_at)
     props_len = f.get(props_len_at, ">i2")
@@ -445,7 +463,7 @@ def _validate(buf, f: _Fields, pos_arr: np.ndarray, positions: list[int], stop: 
             reason = f"record at {positions[k]}: body CRC mismatch"
     fields = None
     if want_fields:
-        fields = _fields_of(buf, f, head[:k], store_ts[:k], topic_len_at[:k] + np.where(v2[:k], 2, 1), topic_len[:k]) if k else _NO_FIELDS
+        fields = _fields_of(buf, f, head[:k], store_ts[:k], topic_len_at[:k] + topic_len_bytes[:k], topic_len[:k]) if k else _NO_FIELDS
     if k < n:
         if reason:
             return ScanResult(pos_arr[:k], all_sizes[:k], positions[k], ScanOutcome.INVALID, reason, fields)
@@ -568,12 +586,32 @@ def _long_topic_ids(buf, at: np.ndarray, lens: np.ndarray) -> np.ndarray:
 _ROW_CHUNK = 1 << 16
 
 
+def topic_is_v2(topic_bytes: int) -> bool:
+    """Whether a record of a topic of ``topic_bytes`` UTF-8 bytes is written as V2
+    (RocketMQ 5: the topic is longer than 127, Byte.MAX_VALUE)."""
+    return topic_bytes > MAX_TOPIC_BYTES_V1
+
+
 def topic_field(topic: str) -> bytes:
-    """A V1 record's topic field: the length byte, then the UTF-8 name."""
+    """A record's topic field: the length, then the UTF-8 name.
+
+    V1 (up to 127 bytes): one length byte. V2 (128 bytes or more): a big-endian int16
+    length; the record must then carry MAGIC_V2, which :class:`PreparedRecords` sets
+    from the field's length (a V1 field is at most 128 bytes, a V2 one at least 130).
+    """
     raw = topic.encode("utf-8")
-    if len(raw) > MAX_TOPIC_BYTES_V1:
-        raise ValueError(f"a V1 topic has at most {MAX_TOPIC_BYTES_V1} bytes, got {len(raw)}")
-    return bytes((len(raw),)) + raw
+    n = len(raw)
+    if n <= MAX_TOPIC_BYTES_V1:
+        return bytes((n,)) + raw
+    if n > MAX_TOPIC_BYTES_V2:
+        raise ValueError(f"a topic has at most {MAX_TOPIC_BYTES_V2} bytes, got {n}")
+    return _I16.pack(n) + raw
+
+
+def topic_field_lengths(fields: Sequence[bytes]) -> np.ndarray:
+    """The topics' byte lengths of :func:`topic_field` results (1 or 2 length bytes)."""
+    lens = np.fromiter(map(len, fields), np.int64, len(fields))
+    return lens - np.where(lens > MAX_TOPIC_BYTES_V1 + 1, 2, 1)
 
 
 class PreparedRecords:
@@ -586,7 +624,9 @@ class PreparedRecords:
     IPv6 born host, IPv4 or IPv6 store host); callers split mixed batches into runs.
     ``topics`` holds each record's topic field (:func:`topic_field`); repeating the
     same object for every message of a topic costs nothing. ``topic_lens`` (the
-    topics' byte lengths) may be given when the caller knows them already.
+    topics' byte lengths) may be given when the caller knows them already. A record
+    whose topic is longer than 127 bytes gets MAGIC_V2 (its field has the 2-byte
+    length), every other one MAGIC_V1, as RocketMQ 5 writes them.
     Not thread-safe: one caller (the CommitLog under its put lock) renders it.
     """
 
@@ -614,12 +654,15 @@ class PreparedRecords:
         self.body_lens = np.fromiter(map(len, bodies), np.int64, n)
         props_lens = np.fromiter(map(len, properties), np.int64, n)
         if topic_lens is None:
-            topic_lens = np.fromiter(map(len, topics), np.int64, n) - 1
+            topic_lens = topic_field_lengths(topics)
+        topic_lens = np.asarray(topic_lens, np.int64)
+        v2 = topic_lens > MAX_TOPIC_BYTES_V1
+        any_v2 = bool(v2.any())
         self.props_lens = props_lens
-        self.sizes = dtype.itemsize + self.body_lens + 1 + topic_lens + 2 + props_lens
+        self.sizes = dtype.itemsize + self.body_lens + (np.where(v2, 2, 1) if any_v2 else 1) + topic_lens + 2 + props_lens
         head = np.empty(n, dtype)  # every field is set below or in render()
         head["total_size"] = self.sizes
-        head["magic"] = MAGIC_V1
+        head["magic"] = np.where(v2, MAGIC_V2, MAGIC_V1) if any_v2 else MAGIC_V1
         head["body_crc"] = np.fromiter(map(crc32, bodies), np.int64, n) & CRC_MASK
         head["flag"] = flags
         v6_bits = (SysFlag.BORNHOST_V6 if born_v6 else 0) | (SysFlag.STOREHOST_V6 if store_v6 else 0)
@@ -680,6 +723,8 @@ __all__ = [
     "BLANK_RECORD_BYTES",
     "MAGIC_V1",
     "MAGIC_V2",
+    "MAX_TOPIC_BYTES_V1",
+    "MAX_TOPIC_BYTES_V2",
     "MIN_RECORD_BYTES",
     "MessageRecord",
     "PreparedRecords",
@@ -697,5 +742,7 @@ __all__ = [
     "record_size",
     "scan_records",
     "topic_field",
+    "topic_field_lengths",
+    "topic_is_v2",
     "transaction_type",
 ]

@@ -12,6 +12,11 @@ from mqstore.errors import DecodeError, InvalidTopicError
 
 FILE_NAME_DIGITS = 20
 TOPIC_MAX_CHARS = 127
+# RocketMQ 5.x TopicValidator: retry and dead-letter topics (``%RETRY%<group>``,
+# ``%DLQ%<group>``) may be up to 255 characters; commitlog records of a topic over
+# 127 characters use the V2 magic (2-byte topic length, formats/message.py).
+LONG_TOPIC_MAX_CHARS = 255
+LONG_TOPIC_PREFIXES = ("%RETRY%", "%DLQ%")
 _TOPIC_RE = re.compile(r"[%|a-zA-Z0-9_-]+")
 
 
@@ -33,19 +38,49 @@ def file_name_to_offset(name: str) -> int:
     return int(name)
 
 
+def topic_max_chars(topic: str) -> int:
+    """The length limit that applies to ``topic``: 255 for a retry / dead-letter topic
+    (``%RETRY%...``, ``%DLQ%...``), 127 for any other."""
+    return LONG_TOPIC_MAX_CHARS if topic.startswith(LONG_TOPIC_PREFIXES) else TOPIC_MAX_CHARS
+
+
+def topic_error(topic: object) -> str | None:
+    """Why ``topic`` is not a legal RocketMQ topic name, or None if it is."""
+    if not isinstance(topic, str) or not topic:
+        return "topic name is empty"
+    limit = topic_max_chars(topic)
+    if len(topic) > limit:
+        if limit == TOPIC_MAX_CHARS and len(topic) <= LONG_TOPIC_MAX_CHARS:
+            return (f"topic name is {len(topic)} characters long; the limit is {TOPIC_MAX_CHARS} "
+                    f"({LONG_TOPIC_MAX_CHARS} only for topics starting with %RETRY% or %DLQ%)")  # fmt: skip
+        return f"topic name is {len(topic)} characters long; the limit is {limit}"
+    if not _TOPIC_RE.fullmatch(topic):
+        return f"topic name {topic!r} has characters outside [%|a-zA-Z0-9_-]"
+    return None
+
+
 def check_topic(topic: str) -> None:
     """Raise InvalidTopicError unless ``topic`` is a legal RocketMQ topic name.
 
-    RocketMQ's TopicValidator: characters ``[%|a-zA-Z0-9_-]`` only, 1 to 127 of them.
-    The set has no ``/``, ``.`` or NUL, so a valid name is always a single, plain
-    path component (the consume queue directory) inside the store.
+    RocketMQ 5.x TopicValidator: characters ``[%|a-zA-Z0-9_-]`` only, 1 to 127 of
+    them, or up to 255 for a topic starting with ``%RETRY%`` or ``%DLQ%``. The set
+    has no ``/``, ``.`` or NUL, so a valid name is always a single, plain path
+    component (the consume queue directory; 255 bytes is the usual NAME_MAX) inside
+    the store.
     """
-    if not isinstance(topic, str) or not topic:
-        raise InvalidTopicError("topic name is empty")
-    if len(topic) > TOPIC_MAX_CHARS:
-        raise InvalidTopicError(f"topic name is {len(topic)} characters long; the limit is {TOPIC_MAX_CHARS}")
-    if not _TOPIC_RE.fullmatch(topic):
-        raise InvalidTopicError(f"topic name {topic!r} has characters outside [%|a-zA-Z0-9_-]")
+    reason = topic_error(topic)
+    if reason is not None:
+        raise InvalidTopicError(reason)
 
 
-__all__ = ["FILE_NAME_DIGITS", "TOPIC_MAX_CHARS", "check_topic", "file_name_to_offset", "offset_to_file_name"]
+__all__ = [
+    "FILE_NAME_DIGITS",
+    "LONG_TOPIC_MAX_CHARS",
+    "LONG_TOPIC_PREFIXES",
+    "TOPIC_MAX_CHARS",
+    "check_topic",
+    "file_name_to_offset",
+    "offset_to_file_name",
+    "topic_error",
+    "topic_max_chars",
+]

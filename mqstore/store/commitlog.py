@@ -72,6 +72,7 @@ from mqstore.formats.message import (
     record_heads,
     scan_records,
     topic_field,
+    topic_field_lengths,
 )
 from mqstore.formats.msgid import Host, UniqKeyGenerator, encode_host, offset_msg_id_prefix
 from mqstore.formats.names import check_topic, file_name_to_offset
@@ -396,7 +397,7 @@ class CommitLog:
         topics, codes = self._topics(batch.topics, n)
         fields = [topic_field(t) for t in topics]
         topic_bytes = [fields[0]] * n if len(topics) == 1 else [fields[c] for c in codes.tolist()]
-        topic_lens = np.array([len(f) - 1 for f in fields], np.int64)[codes]
+        topic_lens = topic_field_lengths(fields)[codes]  # a topic over 127 bytes is written as V2
         queue_ids = self._queue_ids(batch.queue_ids, n)
         uniq = self._unique_keys(batch.unique_keys, n)
         try:

@@ -533,8 +533,9 @@ class TopicConfigs:
 
     Every change bumps ``dataVersion`` (counter + 1, timestamp = clock) and is persisted
     before the call returns; if writing fails, the table in memory stays as it was.
-    Entries of the file we cannot represent (a 5.x retry topic longer than 127
-    characters, an unknown filter type) are kept verbatim and written back.
+    Entries of the file we cannot represent (a name check_topic refuses, an unknown
+    filter type) are kept verbatim and written back; 5.x retry and dead-letter topics
+    of up to 255 characters are ordinary entries.
 
     Thread-safe: one lock guards the table and the file.
     """

@@ -393,26 +393,32 @@ def test_topic_configs_create_update_delete(tmp_path: Path) -> None:
 
 def test_topic_configs_read_a_rocketmq_4_9_file(tmp_path: Path) -> None:
     (tmp_path / "config").mkdir()
-    long_retry = "%RETRY%" + "g" * 150  # 5.x allows it, check_topic does not: kept verbatim
+    long_retry = "%RETRY%" + "g" * 150  # 5.x allows it (up to 255 characters): a topic like any other
+    odd = "Odd"  # a filter type we do not know: kept verbatim
     (tmp_path / "config" / "topics.json").write_text(
         '{\n\t"dataVersion":{\n\t\t"counter":7,\n\t\t"timestamp":1690000000000\n\t},\n'
         '\t"topicConfigTable":{\n'
         '\t\t"TBW102":{\n\t\t\t"order":false,\n\t\t\t"perm":7,\n\t\t\t"readQueueNums":8,\n'
         '\t\t\t"topicFilterType":"SINGLE_TAG",\n\t\t\t"topicName":"TBW102",\n\t\t\t"topicSysFlag":0,\n'
         '\t\t\t"writeQueueNums":8\n\t\t},\n'
-        f'\t\t"{long_retry}":{{"topicName":"{long_retry}","readQueueNums":1,"writeQueueNums":1,"perm":6}}\n'
+        f'\t\t"{long_retry}":{{"topicName":"{long_retry}","readQueueNums":1,"writeQueueNums":1,"perm":6}},\n'
+        f'\t\t"{odd}":{{"topicName":"{odd}","readQueueNums":1,"writeQueueNums":1,"perm":6,"topicFilterType":"NEW_KIND"}}\n'
         "\t}\n}"
     )
     tc = TopicConfigs(tmp_path, clock=FakeClock())
     assert tc.data_version == DataVersion(7, 1690000000000, 0)
     assert tc.get("TBW102") == TopicConfig(topic_name="TBW102", read_queue_nums=8, write_queue_nums=8, perm=7)
-    assert list(tc.all()) == ["TBW102"]
+    assert tc.get(long_retry) == TopicConfig(topic_name=long_retry, read_queue_nums=1, write_queue_nums=1, perm=6)
+    assert list(tc.all()) == ["TBW102", long_retry]
     tc.create_or_update("new")
     raw = read_config_json(tc.path)
     assert raw["topicConfigTable"][long_retry]["readQueueNums"] == 1
+    assert raw["topicConfigTable"][odd]["topicFilterType"] == "NEW_KIND"
     assert raw["dataVersion"]["counter"] == 8
     assert tc.delete(long_retry) is True
     assert long_retry not in read_config_json(tc.path)["topicConfigTable"]
+    assert tc.delete(odd) is True
+    assert odd not in read_config_json(tc.path)["topicConfigTable"]
 
 
 def test_topic_config_validation(tmp_path: Path) -> None:
