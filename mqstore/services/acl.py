@@ -57,6 +57,7 @@ from pathlib import Path
 import grpc
 
 from mqstore.errors import ConfigError
+from mqstore.formats.names import topic_error
 from mqstore.services.errors import BadRequest, NotFound, PermissionDenied, Precondition, RpcError, Unauthenticated
 
 AUTHORIZATION = "authorization"
@@ -111,8 +112,10 @@ class Resource:
             raise BadRequest(f"resource {text!r} is not Topic:<name>, Group:<name> (a name, Prefix* or *) or *")
         prefix = name.endswith("*")
         stem = name[:-1] if prefix else name
-        if (stem or not prefix) and not _NAME_RE.fullmatch(stem):
-            raise BadRequest(f"resource {text!r}: the name must be 1-127 of [%|a-zA-Z0-9_-], optionally ending in *")
+        # Topic names follow the store's rule (RocketMQ 5: %RETRY% / %DLQ% topics up to 255 characters).
+        if (stem or not prefix) and not (_NAME_RE.fullmatch(stem) or (kind == TOPIC and topic_error(stem) is None)):
+            raise BadRequest(f"resource {text!r}: the name must be 1-127 of [%|a-zA-Z0-9_-] (a topic starting with "
+                             f"%RETRY% or %DLQ%: up to 255), optionally ending in *")  # fmt: skip
         return cls(kind, stem, prefix)
 
     def __str__(self) -> str:

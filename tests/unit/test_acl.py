@@ -217,6 +217,20 @@ def test_resource_round_trips():
         assert str(Resource.parse(text)) == text
 
 
+def test_long_retry_topics_as_resources():
+    """RocketMQ 5 topics starting with %RETRY% or %DLQ% may have up to 255 characters
+    (names.check_topic): rules can name them; other names keep the 127 limit."""
+    retry = "%RETRY%" + "g" * 193
+    for text in [f"Topic:{retry}", f"Topic:{retry[:150]}*", "Topic:%DLQ%" + "d" * 250]:
+        assert str(Resource.parse(text)) == text
+    acl, user = acl_of((f"Topic:{retry}", ["Sub"], "Allow"))
+    assert acl.decide(user, SUB, "Topic", retry)[0] and not acl.decide(user, SUB, "Topic", retry[:-1])[0]
+    for text in ["Topic:" + "T" * 200, "Topic:%RETRY%" + "g" * 249, "Group:%RETRY%" + "g" * 193, "Topic:%retry%" + "g" * 193]:
+        with pytest.raises(RpcError, match="up to 255") as e:
+            Resource.parse(text)
+        assert e.value.code is grpc.StatusCode.INVALID_ARGUMENT
+
+
 def test_bad_users_and_rules():
     for bad in [dict(access_key="", secret_key="12345678"), dict(access_key="a b", secret_key="12345678"),
                 dict(access_key="a,b", secret_key="12345678"), dict(access_key="ab", secret_key="short")]:  # fmt: skip
