@@ -18,6 +18,7 @@ from mqstore.formats import Host, build_offset_msg_id
 from mqstore.formats.message import MAGIC_V1, MAGIC_V2, decode_record
 from mqstore.store import Message, MessageBatch, StoreConfig
 from mqstore.store.message_store import MessageStore
+from mqstore.store.verify import verify_store
 
 CFG = StoreConfig(segment_bytes=64 * 1024, consume_queue_file_bytes=20 * 64, index_hash_slots=256, index_max_entries=1024)
 RETRY = "%RETRY%" + "order_processing_consumer_group-" * 6 + "x" * 1  # 200 characters
@@ -83,6 +84,12 @@ def test_long_topics_are_written_as_v2_and_survive_a_torn_tail(tmp_path: Path) -
         f.flush()
         os.fsync(f.fileno())
     (tmp_path / "abort").touch()
+    torn = verify_store(tmp_path, index_keys="full")
+    kinds = {f.kind for f in torn.findings}
+    assert {"commitlog_torn_tail", "cq_unit_beyond_end", "index_entry_beyond_end"} <= kinds, torn.findings
+    (cut_unit,) = [f for f in torn.findings if f.kind == "cq_unit_beyond_end"]
+    assert cut_unit.location == f"consumequeue/{RETRY}/0#21"
+    assert torn.messages == 4 + 40 + 10 + 10  # verify's walk stops before the torn V2 record too
 
     with MessageStore(tmp_path, CFG) as s:
         assert s.commitlog.wrote == last.physical_offset  # recovery's walk stopped at the torn V2 record
@@ -119,6 +126,10 @@ def test_long_topics_are_written_as_v2_and_survive_a_torn_tail(tmp_path: Path) -
         assert s.read_queue_offset(RETRY, 0, 21).magic == MAGIC_V2
         assert {q.queue_id: q.max_offset for q in s.topic_status(DLQ)} == {0: 6, 1: 5}
         assert s.topic_status(SHORT)[0].max_offset == 2 + 5
+    report = verify_store(tmp_path, index_keys="full")  # verify's own walk, queue and index checks read V2 too
+    assert report.ok and report.findings == [], report.findings
+    assert report.messages == 4 + 40 + 10 + 10 + 1
+    assert report.counts["index_keys_checked"] == 2 * report.messages  # UNIQ_KEY and one KEYS each
 
 
 def rocketmq5_record(topic: str, body: bytes, props: str, *, phys: int, queue_id: int, queue_offset: int,
@@ -169,6 +180,8 @@ def test_a_store_written_by_rocketmq5_opens_and_answers(tmp_path: Path) -> None:
         res = s.append(MessageBatch.of([Message(RETRY, b"mine", queue_id=1)]))
         assert int(res.physical_offsets[0]) == pos and int(res.queue_offsets[0]) == 2
         assert magic_at(tmp_path, pos) == MAGIC_V2
+    report = verify_store(tmp_path, index_keys="full")
+    assert report.ok and report.findings == [] and report.messages == len(plan) + 1, report.findings
 
 
 def test_a_long_ordinary_topic_is_refused_with_a_clear_message(tmp_path: Path) -> None:
