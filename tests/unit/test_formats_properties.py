@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import re
 import string
 import struct
-import dataclasses
 from dataclasses import dataclass
 
 import numpy as np

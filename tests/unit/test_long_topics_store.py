@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import struct
+import time
 import zlib
 from pathlib import Path
 
@@ -194,3 +195,38 @@ def test_a_long_ordinary_topic_is_refused_with_a_clear_message(tmp_path: Path) -
         with pytest.raises(InvalidTopicError, match="the limit is 127"):
             s.pull("OrderTopic" * 20, 0, 0)
         assert s.commitlog.wrote == before
+
+
+class StepClock:
+    """Wall time the test moves by hand (monotonic time stays real)."""
+
+    def __init__(self, now_ms: int) -> None:
+        self.now = now_ms
+
+    def now_ms(self) -> int:
+        return self.now
+
+    def monotonic(self) -> float:
+        return time.monotonic()
+
+
+def test_a_delayed_retry_reaches_its_long_retry_topic(tmp_path: Path) -> None:
+    """RocketMQ's consumer send-back: a retry waits in SCHEDULE_TOPIC_XXXX (a V1 record
+    whose REAL_TOPIC property names the long retry topic), then is delivered to that
+    topic as a V2 record; a reopen finds the delivery and does not repeat it."""
+    clock = StepClock(1_700_000_000_000)
+    with MessageStore(tmp_path, CFG, clock=clock, background_dispatch=False) as s:
+        res = s.append(MessageBatch.of([Message(RETRY, b"retry me", queue_id=0, keys=["r-1"], properties={"DELAY": "3"})]))
+        assert magic_at(tmp_path, int(res.physical_offsets[0])) == MAGIC_V1  # stored under the schedule topic first
+        s.dispatcher.catch_up()
+        assert s.pull(RETRY, 0, 0).records == []
+        clock.now += 10_000  # level 3: 10 s
+        assert s.scheduler.deliver_due(clock.now) == 1
+        s.dispatcher.catch_up()
+        (got,) = s.pull(RETRY, 0, 0).records
+        assert (got.magic, got.topic, got.body, got.keys) == (MAGIC_V2, RETRY, b"retry me", "r-1")
+    with MessageStore(tmp_path, CFG, clock=clock, background_dispatch=False) as s:
+        assert s.scheduler.deliver_due(clock.now + 100_000) == 0
+        s.dispatcher.catch_up()
+        assert [r.body for r in s.pull(RETRY, 0, 0).records] == [b"retry me"]
+        assert [r.body for r in s.query_by_key(RETRY, "r-1")] == [b"retry me"]
