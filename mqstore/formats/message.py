@@ -586,12 +586,6 @@ def _long_topic_ids(buf, at: np.ndarray, lens: np.ndarray) -> np.ndarray:
 _ROW_CHUNK = 1 << 16
 
 
-def topic_is_v2(topic_bytes: int) -> bool:
-    """Whether a record of a topic of ``topic_bytes`` UTF-8 bytes is written as V2
-    (RocketMQ 5: the topic is longer than 127, Byte.MAX_VALUE)."""
-    return topic_bytes > MAX_TOPIC_BYTES_V1
-
-
 def topic_field(topic: str) -> bytes:
     """A record's topic field: the length, then the UTF-8 name.
 
@@ -743,6 +737,5 @@ __all__ = [
     "scan_records",
     "topic_field",
     "topic_field_lengths",
-    "topic_is_v2",
     "transaction_type",
 ]
