@@ -50,6 +50,11 @@ class InvalidArgumentError(MqStoreError, ValueError):
     count below 1. Raised by ``MessageStore`` before it touches a file; fix the call."""
 
 
+class LimitExceededError(InvalidArgumentError):
+    """A read asked for more than one call answers: over 10,000 messages in a pull,
+    over 64 in a key query (RocketMQ's index limit). Ask for fewer and page on."""
+
+
 class NoPermissionError(MqStoreError):
     """The call is not allowed on this topic (RocketMQ's NO_PERMISSION). Nothing was
     written or read. Subclasses say why; the caller should not retry as is."""
@@ -84,6 +89,12 @@ class OffsetError(MqStoreError, ValueError):
     """A read asked for a commitlog offset where no record starts: below the oldest
     kept segment, at or past the write position, or inside a record. The caller
     should ask for an offset it got from the store (an append result, a queue unit)."""
+
+
+class NotFoundError(OffsetError):
+    """A query found nothing: no record at that msgId (never written, or deleted by
+    retention), no message at that queue offset, no message with that key, a topic
+    with no queues. The answer, not a fault: the caller may ask something else."""
 
 
 class CorruptFileError(MqStoreError):
@@ -127,16 +138,24 @@ class ConfigError(MqStoreError, ValueError):
     (for instance a segment size that differs from the existing segments)."""
 
 
+class IndexDisabledError(ConfigError):
+    """A key query on a store whose message index is off (``message_index_enable``
+    is False): nothing can answer it. Query by msgId or queue offset instead."""
+
+
 __all__ = [
     "ConfigError",
     "CorruptFileError",
     "DecodeError",
+    "IndexDisabledError",
     "InvalidArgumentError",
     "InvalidMessageError",
     "InvalidTopicError",
+    "LimitExceededError",
     "MessageTooLargeError",
     "MqStoreError",
     "NoPermissionError",
+    "NotFoundError",
     "OffsetError",
     "PropertiesTooLongError",
     "ReservedTopicError",

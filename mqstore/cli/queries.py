@@ -20,6 +20,7 @@ import typer
 
 from mqstore.cli.remote import AccessKeyOpt, SecretKeyOpt, ServerOpt, TlsCaOpt, check_target, remote
 from mqstore.cli.render import print_records, print_table
+from mqstore.store.reads import parse_tag_expression
 
 StoreArg = Annotated[Path | None, typer.Option("--store", help="Store directory (or --server).")]
 TopicArg = Annotated[str, typer.Option("--topic", help="Topic name.")]
@@ -46,16 +47,6 @@ def open_store(store: Path, *, create: bool = False) -> Iterator:
         yield s
     finally:
         s.close()
-
-
-def parse_tag_expression(expr: str | None) -> set[str] | None:
-    """RocketMQ's tag expression: ``TagA || TagB``; ``*`` or empty means every tag."""
-    if expr is None or expr.strip() in ("", "*"):
-        return None
-    tags = {t.strip() for t in expr.split("||")}
-    if "" in tags:
-        raise ValueError(f"bad tag expression {expr!r}: use 'TagA || TagB'")
-    return tags
 
 
 def _records(found) -> list:
@@ -90,10 +81,7 @@ def register(app: typer.Typer) -> None:
                 print_records(_records(c.query_by_unique_key(topic, unique_key)), fmt.value)
             return
         with open_store(store) as s:
-            found = s.query_by_unique_key(topic, unique_key)
-            if not found:
-                raise LookupError(f"no message of {topic!r} has UNIQ_KEY {unique_key!r}")
-            print_records(found, fmt.value)
+            print_records(s.query_by_unique_key(topic, unique_key), fmt.value)
 
     @app.command("query-msg-by-key")
     def query_msg_by_key(topic: TopicArg, key: Annotated[str, typer.Argument(help="One of the message's KEYS.")],
@@ -109,10 +97,7 @@ def register(app: typer.Typer) -> None:
                 print_records(_records(c.query_by_key(topic, key, begin_ms=begin, end_ms=end, max_num=max_count)), fmt.value)
             return
         with open_store(store) as s:
-            found = s.query_by_key(topic, key, begin=begin, end=end, max_num=max_count)
-            if not found:
-                raise LookupError(f"no message of {topic!r} has key {key!r} in that time range")
-            print_records(found, fmt.value)
+            print_records(s.query_by_key(topic, key, begin=begin, end=end, max_num=max_count), fmt.value)
 
     @app.command("query-msg-by-offset")
     def query_msg_by_offset(topic: TopicArg, queue: QueueArg,
@@ -131,14 +116,14 @@ def register(app: typer.Typer) -> None:
     @app.command("pull")
     def pull(topic: TopicArg, queue: QueueArg,
              offset: Annotated[int, typer.Option("--offset", min=0, help="Queue offset to start at.")],
-             max_count: Annotated[int, typer.Option("--max", min=1, max=100_000, help="At most this many messages (10,000 with --server).")] = 32,
+             max_count: Annotated[int, typer.Option("--max", min=1, max=10_000, help="At most this many messages.")] = 32,
              tags: Annotated[str | None, typer.Option("--tags", help="Tag expression, e.g. 'TagA || TagB'.")] = None,
              store: StoreArg = None, server: ServerOpt = None, tls_ca: TlsCaOpt = None,
              access_key: AccessKeyOpt = None, secret_key: SecretKeyOpt = None, fmt: FormatArg = Format.json) -> None:  # fmt: skip
         """Pull messages of one queue from a queue offset, optionally filtered by tags;
         prints the messages, then (on stderr) the next offset to pull from."""
         check_target(store, server)
-        wanted = parse_tag_expression(tags)
+        wanted = parse_tag_expression(tags)  # a bad expression fails before anything is opened
         if server is not None:
             from mqstore.rpc.v1 import front_pb2
 
@@ -153,7 +138,7 @@ def register(app: typer.Typer) -> None:
             res = s.pull(topic, queue, offset, max_count=max_count, tags=wanted)
             print_records(res.records, fmt.value)
             typer.echo(json.dumps({"next_offset": res.next_offset, "min_offset": res.min_offset,
-                                   "max_offset": res.max_offset}), err=True)  # fmt: skip
+                                   "max_offset": res.max_offset, "status": res.status.name}), err=True)  # fmt: skip
 
     @app.command("consumer-progress")
     def consumer_progress(group: Annotated[str, typer.Option("--group", help="Consumer group.")],
@@ -234,7 +219,8 @@ def register(app: typer.Typer) -> None:
                          "last_store_timestamp": q.last_store_timestamp} for q in c.topic_status(topic)]  # fmt: skip
         else:
             with open_store(store) as s:
-                rows = [q.__dict__ for q in s.topic_status(topic)]
+                rows = [{"topic": q.topic, "queue_id": q.queue_id, "min_offset": q.min_offset, "max_offset": q.max_offset,
+                         "last_store_timestamp": q.last_store_timestamp} for q in s.topic_status(topic)]  # fmt: skip
         if not rows:
             raise ValueError(f"topic {topic!r} has no queues in {store}")
         _print_rows(rows, fmt)
@@ -298,4 +284,4 @@ def _print_rows(rows: list[dict], fmt: Format) -> None:
             typer.echo(json.dumps(r))
 
 
-__all__ = ["human_bytes", "open_store", "parse_tag_expression", "register", "shard_status_row"]
+__all__ = ["human_bytes", "open_store", "register", "shard_status_row"]

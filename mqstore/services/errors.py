@@ -22,10 +22,13 @@ from mqstore.errors import (
     ConfigError,
     CorruptFileError,
     DecodeError,
+    IndexDisabledError,
     InvalidArgumentError,
     InvalidMessageError,
+    LimitExceededError,
     MessageTooLargeError,
     NoPermissionError,
+    NotFoundError,
     OffsetError,
     PropertiesTooLongError,
     StoreClosedError,
@@ -104,7 +107,10 @@ _TABLE: tuple[tuple[type[BaseException], grpc.StatusCode], ...] = (
     (NoPermissionError, Code.PERMISSION_DENIED),  # a reserved topic, a topic's perm (before InvalidTopicError)
     (MessageTooLargeError, Code.RESOURCE_EXHAUSTED),
     (PropertiesTooLongError, Code.RESOURCE_EXHAUSTED),
-    (InvalidMessageError, Code.INVALID_ARGUMENT),  # bad topic, queue id, group, columns, transaction bits
+    (InvalidMessageError, Code.INVALID_ARGUMENT),
+    (LimitExceededError, Code.RESOURCE_EXHAUSTED),  # a pull or key query over its count limit
+    (NotFoundError, Code.NOT_FOUND),  # a query that found nothing (before OffsetError)
+    (IndexDisabledError, Code.FAILED_PRECONDITION),  # before ConfigError  # bad topic, queue id, group, columns, transaction bits
     (InvalidArgumentError, Code.INVALID_ARGUMENT),  # a read's queue id, offset or count
     (OffsetError, Code.INVALID_ARGUMENT),
     (DecodeError, Code.INVALID_ARGUMENT),  # a malformed msgId

@@ -20,7 +20,7 @@ import grpc
 import numpy as np
 import structlog
 
-from mqstore.formats.javahash import tags_code
+from mqstore.errors import NotFoundError
 from mqstore.formats.msgid import offset_msg_id_prefix, parse_offset_msg_id
 from mqstore.rpc.v1 import (
     commitlog_pb2,
@@ -38,33 +38,29 @@ from mqstore.rpc.v1 import front_pb2 as pb
 from mqstore.services import deadline, validate
 from mqstore.services.acl import GROUP, TOPIC, Acl, Action, Rule, User
 from mqstore.services.convert import check_batch_limits, queue_id_column, topic_column
-from mqstore.services.errors import (BadRequest, NotFound, PermissionDenied, Precondition, Unauthenticated, Unavailable, rpc,
-                                     status_of)  # fmt: skip
+from mqstore.services.errors import (
+    BadRequest,
+    PermissionDenied,
+    Precondition,
+    Unauthenticated,
+    Unavailable,
+    rpc,
+    status_of,  # fmt: skip
+)
+from mqstore.services.front_ports import GrpcPorts
 from mqstore.services.internal_auth import InternalAuth
 from mqstore.services.routing import Router
 from mqstore.services.server import Registration, channel
-from mqstore.store.config_files import PERM_READ, check_perm
+from mqstore.store import reads
 from mqstore.store.messages import AUTO_QUEUE, check_no_transaction, check_send_topics
+from mqstore.store.reads import drive_async
 
 log = structlog.get_logger(__name__)
 SERVICE = "mqstore.v1.FrontService"
-PRE_BLANK_SIZE = 0x7FFFFFFF
-MAX_PULL = 10_000
-MAX_QUERY = 64
 _LONG_MAX = (1 << 63) - 1
 Resolver = Callable[[], Awaitable[str]]
 RESOLVE_CAP_S = 10.0  # a shard's actor not found again within this: UNAVAILABLE (the client retries)
 SERVICE_NAMES = {"cl": "commitlog", "cq": "consume-queue builder", "ix": "index builder"}
-
-
-def parse_tag_expression(expr: str) -> set[str] | None:
-    """RocketMQ's tag expression ``TagA || TagB``; "" or "*" = every tag (None)."""
-    if expr.strip() in ("", "*"):
-        return None
-    tags = {t.strip() for t in expr.split("||")}
-    if "" in tags:
-        raise BadRequest(f"bad tag expression {expr!r}: use 'TagA || TagB'")
-    return tags
 
 
 class ShardClient:
@@ -318,70 +314,16 @@ class FrontServicer(front_pb2_grpc.FrontServiceServicer):
     @rpc
     async def Pull(self, request: pb.PullRequest, context) -> pb.PullResponse:
         self._allow(context, (Action.SUB, TOPIC, request.topic))
-        topic = validate.topic(request.topic)
-        qid = validate.queue_id(request.queue_id)
-        offset = validate.offset(request.offset)
-        want = validate.count(request.max_messages, default=32, high=MAX_PULL, what="max_messages")
-        tags = parse_tag_expression(request.tag_expression)
-        codes = None if tags is None else np.array(sorted({tags_code(t) for t in tags}), np.int64)
-        shard = self._shard(topic, qid)
-        check_perm(topic, (await self._perms(shard)).get(topic), PERM_READ)  # TopicPermissionError: PERMISSION_DENIED
-        per_read = want if tags is None else min(max(want * 4, 256), 100_000)
-        budget = max(per_read, 4096)  # units a filtered pull may pass over before it answers NO_MATCHED_MESSAGE
-        out = pb.PullResponse()
-        scanned = 0
-        pos = offset
-        while True:
-            u = await shard.call("cq", "GetUnits", consume_queue_pb2.GetUnitsRequest(
-                topic=topic, queue_id=qid, offset=pos, max_units=per_read))  # fmt: skip
-            out.min_offset, out.max_offset = u.min_offset, u.max_offset
-            if not u.exists:
-                out.status, out.next_offset = pb.NO_MESSAGE_IN_QUEUE, 0
-                return out
-            if pos < u.min_offset:
-                out.status, out.next_offset = pb.OFFSET_TOO_SMALL, u.min_offset
-                return out
-            if pos >= u.max_offset:
-                out.status = pb.NO_NEW_MESSAGE if pos == u.max_offset else pb.OFFSET_OVERFLOW
-                out.next_offset = u.max_offset
-                if scanned:  # a filtered pull that passed over units first
-                    out.status = pb.NO_MATCHED_MESSAGE if not _found(out) else pb.FOUND
-                return out
-            phys = np.asarray(u.physical_offsets, np.int64)
-            sizes = np.asarray(u.sizes, np.int64)
-            keep = sizes != PRE_BLANK_SIZE
-            if codes is not None:
-                keep &= np.isin(np.asarray(u.tags_codes, np.int64), codes)
-            idx = np.flatnonzero(keep)
-            got = len(out.records) + len(out.raw_records)
-            taken_to = len(phys)  # units consumed by this round (all, unless the pull fills up)
-            if len(idx):
-                rd = await shard.call("cl", "Read", commitlog_pb2.ReadRequest(
-                    offsets=phys[idx].tolist(), raw=request.raw, skip_missing=True,
-                    sizes=sizes[idx].tolist() if request.raw else []))  # fmt: skip
-                unit_of = dict(zip(phys[idx].tolist(), idx.tolist()))
-                if request.raw:
-                    for off, raw in zip(rd.offsets, rd.raw_records):
-                        out.raw_records.append(raw)
-                        got += 1
-                        if got >= want:  # full: the next pull starts after this message
-                            taken_to = unit_of[off] + 1
-                            break
-                else:
-                    for off, rec in zip(rd.offsets, rd.records):
-                        if tags is not None and rec.tags not in tags:
-                            continue
-                        out.records.append(rec)
-                        got += 1
-                        if got >= want:
-                            taken_to = unit_of[off] + 1
-                            break
-            pos = u.first_offset + taken_to
-            scanned += taken_to
-            if got >= want or tags is None or scanned >= budget or pos >= u.max_offset:
-                out.next_offset = pos
-                out.status = pb.FOUND if got else pb.NO_MATCHED_MESSAGE
-                return out
+        read = reads.pull(request.topic, request.queue_id, request.offset, max_count=request.max_messages or 32,
+                          tags=reads.parse_tag_expression(request.tag_expression), raw=request.raw)  # fmt: skip
+        a = await drive_async(read, self._ports(self._shard(request.topic, request.queue_id)))
+        out = pb.PullResponse(status=pb.PullStatus.Value(a.status.name), next_offset=a.next_offset,
+                              min_offset=a.min_offset, max_offset=a.max_offset)  # fmt: skip
+        (out.raw_records if request.raw else out.records).extend(a.records)
+        return out
+
+    def _ports(self, shard: ShardClient) -> GrpcPorts:
+        return GrpcPorts(shard, self._perms)
 
     # ------------------------------------------------------------------ queries
 
@@ -391,15 +333,23 @@ class FrontServicer(front_pb2_grpc.FrontServiceServicer):
         if not request.msg_id:
             raise BadRequest("msg_id is empty")
         host, offset = parse_offset_msg_id(request.msg_id)
-        prefix = offset_msg_id_prefix(host)
-        shard = await self._shard_by_prefix(prefix)
-        if shard is None:
-            raise NotFound(f"msgId {request.msg_id} names store host {host}, which is no shard of this deployment")
-        rd = await shard.call("cl", "Read", commitlog_pb2.ReadRequest(offsets=[offset]))
-        if user is not None and not all(self.acl.decide(user, Action.SUB, TOPIC, r.topic)[0] for r in rd.records):
+        shard = await self._shard_by_prefix(offset_msg_id_prefix(host))
+        rec = await self._by_msg_id(request.msg_id, offset, shard)
+        if user is not None and not self.acl.decide(user, Action.SUB, TOPIC, rec.topic)[0]:
             log.info("acl_refused", peer=context.peer(), code="PERMISSION_DENIED", user=user.access_key, msg_id=request.msg_id)
             raise PermissionDenied(f"user {user.access_key!r} may not Sub on the topic of message {request.msg_id}")
-        return pb.QueryResponse(records=rd.records)
+        return pb.QueryResponse(records=[rec])
+
+    async def _by_msg_id(self, msg_id: str, offset: int, shard: ShardClient | None) -> common_pb2.Record:
+        """The shard whose store host the msgId names is asked; a host that is none of
+        ours (records written under another host name: a store taken over from a
+        broker) is looked for on every shard, and must match the record's own msgId."""
+        for s in [shard] if shard is not None else self.shards:
+            try:
+                return await drive_async(reads.by_msg_id(msg_id, offset), self._ports(s))
+            except NotFoundError:
+                continue
+        raise reads.no_message(msg_id)
 
     async def _shard_by_prefix(self, prefix: str) -> ShardClient | None:
         for refresh in (False, True):
@@ -417,68 +367,33 @@ class FrontServicer(front_pb2_grpc.FrontServiceServicer):
     @rpc
     async def QueryByUniqueKey(self, request: pb.QueryByUniqueKeyRequest, context) -> pb.QueryResponse:
         self._allow(context, (Action.SUB, TOPIC, request.topic))
-        topic = validate.topic(request.topic)
-        key = validate.key(request.unique_key, "unique_key")
-        n = validate.count(request.max_num, default=32, high=MAX_QUERY, what="max_num")
-        found = await self._query_index(topic, key, 0, _LONG_MAX, n, lambda r: r.unique_key == key)
-        if not found:
-            raise NotFound(f"no message of {topic!r} has UNIQ_KEY {key!r}")
+        found = await self._by_key(request.topic, request.unique_key, 0, _LONG_MAX, request.max_num or 32, unique=True)
         return pb.QueryResponse(records=found)
 
     @rpc
     async def QueryByKey(self, request: pb.QueryByKeyRequest, context) -> pb.QueryResponse:
         self._allow(context, (Action.SUB, TOPIC, request.topic))
-        topic = validate.topic(request.topic)
-        key = validate.key(request.key)
-        n = validate.count(request.max_num, default=32, high=MAX_QUERY, what="max_num")
-        begin, end = request.begin_ms, request.end_ms or _LONG_MAX
-        if begin < 0 or end < begin:
-            raise BadRequest(f"time range [{begin}, {end}] is empty or negative")
-        found = await self._query_index(topic, key, begin, end, n, lambda r: key in r.keys.split(" "))
-        if not found:
-            raise NotFound(f"no message of {topic!r} has key {key!r} in that time range")
+        found = await self._by_key(request.topic, request.key, request.begin_ms, request.end_ms or _LONG_MAX,
+                                   request.max_num or 32, unique=False)  # fmt: skip
         return pb.QueryResponse(records=found)
 
-    async def _query_index(self, topic, key, begin, end, max_num, matches) -> list[common_pb2.Record]:
-        async def one(s: ShardClient) -> list[common_pb2.Record]:
-            q = await s.call("ix", "Query", index_pb2.IndexQueryRequest(topic=topic, key=key, begin_ms=begin,
-                                                                        end_ms=end, max_num=max_num))  # fmt: skip
-            offsets = list(q.physical_offsets)  # each message once (the index counts messages, not entries)
-            if not offsets:
-                return []
-            rd = await s.call("cl", "Read", commitlog_pb2.ReadRequest(offsets=offsets, skip_missing=True))
-            # index hashes can collide: check what the records really hold
-            return [r for r in rd.records if r.topic == topic and matches(r) and begin <= r.store_timestamp <= end]
-
-        found = [r for part in await self._fan_out(one) for r in part]
-        found.sort(key=lambda r: (r.store_timestamp, r.shard, r.physical_offset), reverse=True)
-        return found[:max_num]
+    async def _by_key(self, topic: str, key: str, begin: int, end: int, max_num: int, *, unique: bool) -> list:
+        reads.check_key_query(topic, key, begin, end, max_num, "unique key" if unique else "key")
+        parts = await self._fan_out(lambda s: drive_async(reads.by_key(topic, key, begin=begin, end=end, max_num=max_num,
+                                                                       unique=unique), self._ports(s)))  # fmt: skip
+        return reads.newest_first(enumerate(parts), max_num, topic, key, unique=unique)
 
     @rpc
     async def QueryByOffset(self, request: pb.QueryByOffsetRequest, context) -> pb.QueryResponse:
         self._allow(context, (Action.SUB, TOPIC, request.topic))
-        topic = validate.topic(request.topic)
-        qid = validate.queue_id(request.queue_id)
-        offset = validate.offset(request.offset)
-        shard = self._shard(topic, qid)
-        u = await shard.call("cq", "GetUnits", consume_queue_pb2.GetUnitsRequest(topic=topic, queue_id=qid,
-                                                                                offset=offset, max_units=1))  # fmt: skip
-        if not u.exists or not u.min_offset <= offset < u.max_offset or not u.physical_offsets:
-            raise NotFound(f"{topic}:{qid} has no message at queue offset {offset} "
-                           f"(it holds [{u.min_offset}, {u.max_offset}))")  # fmt: skip
-        if u.sizes[0] == PRE_BLANK_SIZE:
-            raise NotFound(f"{topic}:{qid} has no message at queue offset {offset} (a pre-blank unit)")
-        rd = await shard.call("cl", "Read", commitlog_pb2.ReadRequest(offsets=[u.physical_offsets[0]]))
-        return pb.QueryResponse(records=rd.records)
+        read = reads.by_queue_offset(request.topic, request.queue_id, request.offset)
+        return pb.QueryResponse(records=[await drive_async(read, self._ports(self._shard(request.topic, request.queue_id)))])
 
     @rpc
     async def GetOffsetByTime(self, request: pb.GetOffsetByTimeRequest, context) -> pb.GetOffsetByTimeResponse:
         self._allow(context, (Action.SUB, TOPIC, request.topic))
-        topic = validate.topic(request.topic)
-        qid = validate.queue_id(request.queue_id)
-        r = await self._shard(topic, qid).call("cq", "OffsetAtTime", consume_queue_pb2.OffsetAtTimeRequest(
-            topic=topic, queue_id=qid, timestamp_ms=request.timestamp_ms))  # fmt: skip
-        return pb.GetOffsetByTimeResponse(offset=r.offset)
+        read = reads.offset_at_time(request.topic, request.queue_id, request.timestamp_ms)
+        return pb.GetOffsetByTimeResponse(offset=await drive_async(read, self._ports(self._shard(request.topic, request.queue_id))))
 
     # ------------------------------------------------------------------ consumer offsets
 
@@ -505,11 +420,8 @@ class FrontServicer(front_pb2_grpc.FrontServiceServicer):
     @rpc
     async def ConsumerProgress(self, request: pb.ConsumerProgressRequest, context) -> pb.ConsumerProgressResponse:
         self._allow(context, (Action.SUB, GROUP, request.group))
-        validate.group(request.group)
-        parts = await self._fan_out(lambda s: s.call("cq", "GroupOffsets",
-                                                     consume_queue_pb2.GroupOffsetsRequest(group=request.group)))  # fmt: skip
-        rows = sorted((r for p in parts for r in p.offsets), key=lambda r: (r.topic, r.queue_id))
-        return pb.ConsumerProgressResponse(rows=rows)
+        parts = await self._fan_out(lambda sh: drive_async(reads.consumer_progress(request.group), self._ports(sh)))
+        return pb.ConsumerProgressResponse(rows=reads.merge_progress(parts))
 
     # ------------------------------------------------------------------ topics and status
 
@@ -528,23 +440,11 @@ class FrontServicer(front_pb2_grpc.FrontServiceServicer):
     @rpc
     async def TopicStatus(self, request: pb.TopicStatusRequest, context) -> pb.TopicStatusResponse:
         self._allow(context, (Action.SUB, TOPIC, request.topic))
-        topic = validate.topic(request.topic)
-
-        async def one(s: ShardClient) -> list[common_pb2.QueueRange]:
-            mm = await s.call("cq", "MinMax", consume_queue_pb2.MinMaxRequest(topic=topic))
-            queues = list(mm.queues)
-            last = [q.last_physical_offset for q in queues if q.last_physical_offset >= 0]
-            if last:
-                rd = await s.call("cl", "Read", commitlog_pb2.ReadRequest(offsets=last, skip_missing=True))
-                ts = {r.physical_offset: r.store_timestamp for r in rd.records}
-                for q in queues:
-                    q.last_store_timestamp = ts.get(q.last_physical_offset, 0)
-            return queues
-
-        queues = sorted((q for part in await self._fan_out(one) for q in part), key=lambda q: q.queue_id)
-        if not queues:
-            raise NotFound(f"topic {topic!r} has no queues")
-        return pb.TopicStatusResponse(queues=queues)
+        parts = await self._fan_out(lambda s: drive_async(reads.topic_status(request.topic, s.index), self._ports(s)))
+        return pb.TopicStatusResponse(queues=[
+            common_pb2.QueueRange(topic=q.topic, queue_id=q.queue_id, min_offset=q.min_offset, max_offset=q.max_offset,
+                                  last_store_timestamp=q.last_store_timestamp, shard=q.shard)
+            for q in reads.merge_topic_status(request.topic, parts)])  # fmt: skip
 
     async def shard_stats(self, timeout: float = 5.0) -> list[tuple[int, commitlog_pb2.GetStatsResponse | None]]:
         """Every shard's GetStats (None where the shard did not answer), in parallel."""
@@ -664,10 +564,6 @@ def _rule_pb(r: Rule) -> pb.AclRule:
     return pb.AclRule(**r.to_json())
 
 
-def _found(out: pb.PullResponse) -> bool:
-    return bool(out.records or out.raw_records)
-
-
 def _empty_result(n: int) -> common_pb2.AppendResult:
     return common_pb2.AppendResult(
         statuses=[common_pb2.PUT_STATUS_UNSPECIFIED] * n, msg_ids=[""] * n, physical_offsets=[-1] * n,
@@ -699,4 +595,4 @@ def _take_rows(cols: common_pb2.MessageColumns, rows: np.ndarray, n: int) -> com
     return out
 
 
-__all__ = ["SERVICE", "FrontServicer", "ShardClient", "parse_tag_expression"]
+__all__ = ["SERVICE", "FrontServicer", "ShardClient"]

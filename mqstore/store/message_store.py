@@ -25,15 +25,14 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 import structlog
 
-from mqstore.errors import ConfigError, InvalidArgumentError, OffsetError, StoreClosedError
-from mqstore.formats.javahash import tags_code
+from mqstore.errors import StoreClosedError
 from mqstore.formats.message import MessageRecord
 from mqstore.formats.msgid import parse_offset_msg_id
-from mqstore.formats.names import check_topic, file_name_to_offset
-from mqstore.store.builders import (ConsumerProgress, commit_consumer_offset, consumer_progress, record_size_reader,
+from mqstore.formats.names import file_name_to_offset
+from mqstore.store import reads
+from mqstore.store.builders import (ConsumerProgress, commit_consumer_offset, record_size_reader,
                                     redispatch_from)
 from mqstore.store.clock import Clock, SystemClock
 from mqstore.store.commitlog import CommitLog
@@ -42,11 +41,9 @@ from mqstore.store.config_files import (
     BAK_SUFFIX,
     CONSUMER_OFFSET_FILE,
     DELAY_OFFSET_FILE,
-    PERM_READ,
     TOPICS_FILE,
     ConsumerOffsets,
     TopicConfigs,
-    check_perm,
     inspect_config_file,
     parse_delay_levels,
     write_derived_offset,
@@ -55,28 +52,17 @@ from mqstore.store.consume_queues import CONSUME_QUEUE_DIR, ConsumeQueues
 from mqstore.store.dispatch import ReputLoop
 from mqstore.store.index_service import IndexService
 from mqstore.store.layout import resolve_layout
+from mqstore.store.local_ports import LocalPorts
 from mqstore.store.log_store import stopped_loops
 from mqstore.store.lockfile import BUILDER_KINDS, StoreLock, builder_files, last_exit_was_clean, remove_abort_marker
 from mqstore.store.mapped_file import fsync_dir
+from mqstore.store.reads import PullStatus, QueueStatus, drive
 from mqstore.store.recovery import RecoveryProgress
 from mqstore.store.retention import Retention, RetentionConfig
 from mqstore.store.schedule import SCHEDULE_TOPIC, DelayScheduler, QueuePicker, rewrite_delayed
 from mqstore.store.messages import AppendResult, MessageBatch, check_client_batch
 
 log = structlog.get_logger(__name__)
-
-
-@dataclass(frozen=True)
-class QueueStatus:
-    """One queue of a topic: offsets and the newest message's store time (ms, 0 if none)."""
-
-    topic: str
-    queue_id: int
-    min_offset: int
-    max_offset: int
-    last_store_timestamp: int
-
-
 
 
 @dataclass(frozen=True)
@@ -87,6 +73,7 @@ class RawPullResult:
     next_offset: int
     min_offset: int
     max_offset: int
+    status: PullStatus = PullStatus.FOUND
 
 
 @dataclass(frozen=True)
@@ -97,6 +84,7 @@ class PullResult:
     next_offset: int
     min_offset: int
     max_offset: int
+    status: PullStatus = PullStatus.FOUND  # see reads.py
 
 
 class MessageStore:
@@ -166,6 +154,8 @@ class MessageStore:
                 # re-dispatch (from there) puts them again.
                 self.index.truncate(min(self._redispatch_from(), self.commitlog.wrote))
                 sinks.append(self.index)
+            self._ports = LocalPorts(self.commitlog, self.consume_queues, self.index, self.consumer_offsets,
+                                     perm_of=self.topics.perm_of)  # fmt: skip
             reput_from = self._resume_offset()
             limit = (lambda: self.commitlog.flushed) if cfg.flush_mode is FlushMode.SYNC else (lambda: self.commitlog.wrote)
             self._delays_ms = parse_delay_levels(cfg.message_delay_level)
@@ -292,26 +282,6 @@ class MessageStore:
         self._hold_back_for_dispatch()
         return self.commitlog.append(rewrite_delayed(batch, len(self._delays_ms), self._pick_queue))
 
-    def _check_queue(self, topic: str, queue_id: int) -> None:
-        """The topic name and queue id of a read, checked before any file is looked at."""
-        check_topic(topic)
-        if not isinstance(queue_id, (int, np.integer)) or isinstance(queue_id, bool):
-            raise InvalidArgumentError(f"queue id must be an integer, got {queue_id!r}")
-        if not 0 <= queue_id <= self.config.max_queue_id:
-            raise InvalidArgumentError(f"queue id {queue_id} is outside 0..{self.config.max_queue_id}")
-
-    @staticmethod
-    def _check_offset(offset: int, what: str = "queue offset") -> None:
-        if not isinstance(offset, (int, np.integer)) or isinstance(offset, bool):
-            raise InvalidArgumentError(f"{what} must be an integer, got {offset!r}")
-        if offset < 0:
-            raise InvalidArgumentError(f"{what} {offset} is negative")
-
-    @staticmethod
-    def _check_count(count: int, what: str) -> None:
-        if not isinstance(count, (int, np.integer)) or isinstance(count, bool) or count < 1:
-            raise InvalidArgumentError(f"{what} must be an integer >= 1, got {count!r}")
-
     def _hold_back_for_dispatch(self) -> None:
         """Back-pressure: while the dispatcher is more than ``max_dispatch_lag_bytes``
         behind, appends wait (up to a second at a time) until it is half that. In one
@@ -338,115 +308,46 @@ class MessageStore:
             self._stop.wait(0.001)
         return True
 
-    # ------------------------------------------------------------------ reads
+    # ------------------------------------------------------------------ reads (reads.py, as the front)
+
+    def _read(self, read):
+        self._check_open()
+        return drive(read, self._ports)
 
     def pull(self, topic: str, queue_id: int, offset: int, *, max_count: int = 32, tags: set[str] | None = None) -> PullResult:
-        """Up to ``max_count`` messages of (topic, queue_id) from queue offset
-        ``offset``; with ``tags``, only messages whose TAGS is one of them (matched by
-        tagsCode in the queue first, then exactly on the record, as RocketMQ does).
-        A topic whose perm lacks READ raises TopicPermissionError; a bad topic,
-        queue id, offset or count raises before any file is touched."""
-        self._check_open()
-        self._check_queue(topic, queue_id)
-        self._check_offset(offset)
-        self._check_count(max_count, "max_count")
-        check_perm(topic, self.topics.perm_of(topic), PERM_READ)
-        cq = self.consume_queues.find(topic, queue_id)
-        if cq is None:
-            return PullResult([], offset, 0, 0)
-        try:
-            lo, hi = cq.min_offset, cq.max_offset
-            start = min(max(offset, lo), hi)
-            units = cq.read_units(start, max_count if not tags else max(max_count * 4, 256))
-        except OffsetError:  # retention moved the queue's min offset meanwhile: start there
-            lo, hi = cq.min_offset, cq.max_offset
-            start = min(max(offset, lo), hi)
-            units = cq.read_units(start, max_count if not tags else max(max_count * 4, 256))
-        codes = None if not tags else np.array([tags_code(t) for t in tags], np.int64)
-        records: list[MessageRecord] = []
-        nxt = start
-        for u in units:
-            nxt += 1
-            if int(u["size"]) == 0x7FFFFFFF:  # a pre-blank unit: no message
-                continue
-            if codes is not None and int(u["tags_code"]) not in codes:
-                continue
-            try:
-                rec = self.commitlog.read(int(u["commitlog_offset"]))
-            except OffsetError:
-                continue  # below the commitlog's min offset: deleted by retention
-            if tags and rec.tags not in tags:
-                continue
-            records.append(rec)
-            if len(records) >= max_count:
-                break
-        return PullResult(records, nxt, lo, hi)
+        """Up to ``max_count`` (<= 10,000) messages of (topic, queue_id) from queue
+        offset ``offset``, and a status (see reads.py: OFFSET_TOO_SMALL below the min
+        offset, NO_NEW_MESSAGE at the max, ...; ``next_offset`` goes on from there);
+        with ``tags``, only messages whose TAGS is one of them (matched by tagsCode in
+        the queue first, then exactly on the record, as RocketMQ does). A topic whose
+        perm lacks READ raises TopicPermissionError; a bad topic, queue id, offset or
+        count raises before any file is touched."""
+        a = self._read(reads.pull(topic, queue_id, offset, max_count=max_count, tags=tags))
+        return PullResult(a.records, a.next_offset, a.min_offset, a.max_offset, a.status)
 
     def pull_raw(self, topic: str, queue_id: int, offset: int, *, max_count: int = 32,
                  tags_codes: set[int] | None = None) -> RawPullResult:  # fmt: skip
         """Like ``pull`` but the messages stay encoded (the stored record bytes, as a
         broker hands them to clients), filtered by tagsCode only, as RocketMQ's broker
         does (clients check the tag strings). The fast path for consumers."""
-        self._check_open()
-        self._check_queue(topic, queue_id)
-        self._check_offset(offset)
-        self._check_count(max_count, "max_count")
-        check_perm(topic, self.topics.perm_of(topic), PERM_READ)
-        cq = self.consume_queues.find(topic, queue_id)
-        if cq is None:
-            return RawPullResult([], offset, 0, 0)
-        lo, hi = cq.min_offset, cq.max_offset
-        start = min(max(offset, lo), hi)
-        units = cq.read_units(start, max_count)
-        keep = (units["size"] != 0x7FFFFFFF) & (units["commitlog_offset"] >= self.commitlog.min_offset)  # no pre-blanks, nothing retention removed
-        if tags_codes is not None:
-            keep &= np.isin(units["tags_code"], np.fromiter(tags_codes, np.int64))
-        sel = units[keep]
-        data = self.commitlog.read_raw(sel["commitlog_offset"].astype(np.int64), sel["size"].astype(np.int64))
-        return RawPullResult(data, start + len(units), lo, hi)
+        a = self._read(reads.pull(topic, queue_id, offset, max_count=max_count, tags_codes=tags_codes, raw=True))
+        return RawPullResult(a.records, a.next_offset, a.min_offset, a.max_offset, a.status)
 
     def offset_at_time(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
         """The first queue offset of (topic, queue_id) stored at or after
         ``timestamp_ms`` (RocketMQ getOffsetInQueueByTime, boundary LOWER)."""
-        self._check_open()
-        self._check_queue(topic, queue_id)
-        cq = self.consume_queues.find(topic, queue_id)
-        if cq is None:
-            return 0
-        return cq.offset_at_time(timestamp_ms, self._store_times, commitlog_min_offset=self.commitlog.min_offset)
-
-    def _store_times(self, offsets: np.ndarray) -> np.ndarray:
-        out = np.full(len(offsets), -1, np.int64)
-        for i, off in enumerate(offsets.tolist()):
-            try:
-                out[i] = self.commitlog.read(off).store_timestamp
-            except OffsetError:
-                pass
-        return out
+        return self._read(reads.offset_at_time(topic, queue_id, timestamp_ms))
 
     def read_msg_id(self, msg_id: str) -> MessageRecord:
-        """The record an offset msgId names (mqadmin queryMsgById)."""
-        self._check_open()
+        """The record an offset msgId names (mqadmin queryMsgById); NotFoundError if
+        none (deleted, never written, or a record of another store host there)."""
         _, offset = parse_offset_msg_id(msg_id)
-        return self.commitlog.read(offset)
+        return self._read(reads.by_msg_id(msg_id, offset))
 
     def topic_status(self, topic: str) -> list[QueueStatus]:
-        """Per queue of ``topic``: min and max offset and the last message's store time."""
-        self._check_open()
-        check_topic(topic)
-        out = []
-        qids = sorted(q for t, q in self.consume_queues.keys() if t == topic)
-        for qid in qids:
-            cq = self.consume_queues.find(topic, qid)
-            last = cq.last_unit()
-            ts = 0
-            if last is not None and last.size != 0x7FFFFFFF:
-                try:
-                    ts = self.commitlog.read(last.commitlog_offset).store_timestamp
-                except OffsetError:
-                    ts = 0
-            out.append(QueueStatus(topic, qid, cq.min_offset, cq.max_offset, ts))
-        return out
+        """Per queue of ``topic``: min and max offset and the last message's store
+        time; NotFoundError for a topic with no queues."""
+        return reads.merge_topic_status(topic, [self._read(reads.topic_status(topic))])
 
     def update_topic(self, topic: str, *, read_queue_nums: int = 4, write_queue_nums: int = 4, perm: int = 6):
         """Create or change a topic's config (persisted in config/topics.json); automatic
@@ -460,52 +361,35 @@ class MessageStore:
         offset to read); one past the queue's max is refused (see
         ``builders.commit_consumer_offset``)."""
         self._check_open()
-        self._check_queue(topic, queue_id)
-        self._check_offset(offset)
+        reads.check_queue(topic, queue_id)
+        reads.check_offset(offset, "consumer offset")
         commit_consumer_offset(self.consume_queues, self.consumer_offsets, group, topic, queue_id, offset)
+
+    def fetch_offset(self, group: str, topic: str, queue_id: int) -> int:
+        """The group's committed offset of (topic, queue_id); -1 if it has none."""
+        self._check_open()
+        reads.check_queue(topic, queue_id)
+        return self.consumer_offsets.fetch(group, topic, queue_id)
 
     def consumer_progress(self, group: str) -> list[ConsumerProgress]:
         """Per queue the group has an offset for: broker (max) offset, consumer offset, lag."""
-        self._check_open()
-        return consumer_progress(self.consume_queues, self.consumer_offsets, group)
+        return reads.merge_progress([self._read(reads.consumer_progress(group))])
 
-    def query_by_key(self, topic: str, key: str, *, begin: int = 0, end: int = (1 << 63) - 1, max_num: int = 32) -> list[MessageRecord]:
+    def query_by_key(self, topic: str, key: str, *, begin: int = 0, end: int = reads.LONG_MAX, max_num: int = 32) -> list[MessageRecord]:
         """Messages of ``topic`` whose KEYS hold ``key``, stored in [begin, end] (ms),
-        newest first, at most ``max_num`` (RocketMQ caps index lookups at 64)."""
-        return self._query_index(topic, key, begin, end, max_num, lambda r: key in (r.keys or "").split(" "))
+        newest first, at most ``max_num`` (<= 64, RocketMQ's index limit);
+        NotFoundError if none, IndexDisabledError if the store keeps no index."""
+        found = self._read(reads.by_key(topic, key, begin=begin, end=end, max_num=max_num))
+        return reads.newest_first([(0, found)], max_num, topic, key)
 
     def query_by_unique_key(self, topic: str, unique_key: str, *, max_num: int = 32) -> list[MessageRecord]:
-        """Messages of ``topic`` with this UNIQ_KEY (the client's message id)."""
-        return self._query_index(topic, unique_key, 0, (1 << 63) - 1, max_num, lambda r: r.unique_key == unique_key)
-
-    def _query_index(self, topic, key, begin, end, max_num, matches) -> list[MessageRecord]:
-        self._check_open()
-        check_topic(topic)
-        self._check_count(max_num, "max_num")
-        if not isinstance(key, str) or not key:
-            raise InvalidArgumentError(f"the key must be a non-empty string, got {key!r}")
-        if self.index is None:
-            raise ConfigError("the message index is disabled for this store (message_index_enable=False)")
-        out = []
-        for offset in self.index.query(topic, key, max_num=max_num, begin=begin, end=end):  # each message once
-            try:
-                rec = self.commitlog.read(offset)
-            except OffsetError:
-                continue  # deleted by retention
-            if rec.topic == topic and matches(rec) and begin <= rec.store_timestamp <= end:  # hash hits may collide
-                out.append(rec)
-        return out
+        """Messages of ``topic`` with this UNIQ_KEY (the client's message id), as ``query_by_key``."""
+        found = self._read(reads.by_key(topic, unique_key, max_num=max_num, unique=True))
+        return reads.newest_first([(0, found)], max_num, topic, unique_key, unique=True)
 
     def read_queue_offset(self, topic: str, queue_id: int, queue_offset: int) -> MessageRecord:
-        """The message at one queue offset (mqadmin queryMsgByOffset)."""
-        self._check_open()
-        self._check_queue(topic, queue_id)
-        self._check_offset(queue_offset)
-        cq = self.consume_queues.find(topic, queue_id)
-        if cq is None or not cq.min_offset <= queue_offset < cq.max_offset:
-            raise OffsetError(f"{topic}:{queue_id} has no message at queue offset {queue_offset}")
-        (unit,) = cq.read_units(queue_offset, 1)
-        return self.commitlog.read(int(unit["commitlog_offset"]))
+        """The message at one queue offset (mqadmin queryMsgByOffset); NotFoundError if none."""
+        return self._read(reads.by_queue_offset(topic, queue_id, queue_offset))
 
     # ------------------------------------------------------------------ lifecycle
 

@@ -2,17 +2,12 @@
 ``A`` = MessageStore in this process, ``B`` = the served composition through
 FrontClient. Answers are normalised to plain values (every record field, offsets,
 statuses; an error becomes its gRPC code name, the store's exceptions through the
-services' one errors table) and must be equal.
+services' one errors table, with its message) and must be equal.
 
-Where the engines differ today (docs/one-engine.md, section 1) the test is a strict
-xfail naming the row: the day the engines agree it fails, and its mark goes.
-
-Seen while writing it (the table says more than one store shows): key queries come
-back in the same order from both (row 11's "not re-sorted": on one shard the
-index's order is already newest first); a queue that starts with pre-blank units
-has its min offset past them in both, so row 10's wrong record is not reachable
-through it (both refuse the offset: row 13). Three differences the table does not
-list are pinned under rows 12 and 21.
+Both engines answer through store/reads.py (MessageStore over local ports, the
+front over gRPC ports), so the only differences left are proto3's: a 0 on the wire
+is "unset" (a max count of 0 is the default, an end time of 0 is no end); the two
+tests at those points say so.
 """
 
 from __future__ import annotations
@@ -30,10 +25,6 @@ from tests.equivalence.conftest import BLANK, QUEUES, RARE_AT, SPARSE, TOPICS
 UNKNOWN_QUEUE = 9  # no topic of the workload has it
 ALL_QUEUES = [(t, q) for t in TOPICS for q in range(QUEUES)]
 LONG_MAX = (1 << 63) - 1
-
-
-def xfail_row(row: int, what: str):
-    return pytest.mark.xfail(strict=True, reason=f"docs/one-engine.md row {row}: {what}")
 
 
 # ---------------------------------------------------------------------- normalising
@@ -68,13 +59,14 @@ def status_name(status) -> str | None:
 
 
 def answer(call) -> tuple:
-    """("ok", value) or ("error", gRPC code name)."""
+    """("ok", value) or ("error", gRPC code name, message)."""
     try:
         return "ok", call()
     except grpc.RpcError as e:
-        return "error", e.code().name
+        return "error", e.code().name, e.details()
     except Exception as e:  # noqa: BLE001 - the store's exceptions, as a server would answer them
-        return "error", status_of(e)[0].name
+        code, message = status_of(e)
+        return "error", code.name, message
 
 
 class InProcess:
@@ -219,7 +211,8 @@ def test_the_workload_has_what_the_questions_need(a):
     assert a.s.commitlog.min_offset > 0
     assert all(queue_range(a, t, q)[0] > 0 for t, q in ALL_QUEUES)
     assert queue_range(a, BLANK, 0) == (3, 8)
-    late = [r for q in range(QUEUES) for r in a.s.pull("EqA", q, 0, max_count=1000).records if r.tags == "Late"]
+    late = [r for q in range(QUEUES) for r in a.s.pull("EqA", q, queue_range(a, "EqA", q)[0], max_count=1000).records
+            if r.tags == "Late"]
     assert len(late) == 8 and all("SCHEDULE_SOURCE" in r.properties for r in late)
 
 
@@ -256,8 +249,6 @@ def test_pull_with_a_tag_expression(a, b, tags, count):
         same(a, b, "pull", t, q, lo, max_count=count, tags=tags)
 
 
-@xfail_row(8, "tag-filter budget: MS reads max(4n, 256) units once and answers a subset (next 256); "
-              "served reads on up to 4096 units and finds every match")  # fmt: skip
 def test_pull_with_tags_across_more_than_256_units(a, b):
     ok, page = same(a, b, "pull", SPARSE, 0, 0, max_count=32, tags={"Rare"})
     assert ok == "ok" and [r["queue_offset"] for r in page["records"]] == list(RARE_AT)
@@ -278,8 +269,6 @@ def test_pull_at_and_past_the_max(a, b, past):
         assert ok == "ok" and page["records"] == [] and page["next_offset"] == hi
 
 
-@xfail_row(8, "below the min offset MS clamps and returns records from the min; served answers "
-              "OFFSET_TOO_SMALL with no records")  # fmt: skip
 @pytest.mark.parametrize("topic,qid", [("EqA", 3), ("EqC", 0), (BLANK, 0)])
 def test_pull_below_the_min(a, b, topic, qid):
     same(a, b, "pull", topic, qid, 0)
@@ -290,12 +279,10 @@ def test_pull_of_an_unknown_queue_at_offset_0(a, b):
     assert ok == "ok" and page == dict(records=[], next_offset=0, min_offset=0, max_offset=0)
 
 
-@xfail_row(8, "unknown queue: MS gives next = the offset asked, served gives 0")
 def test_pull_of_an_unknown_queue_at_offset_5(a, b):
     same(a, b, "pull", "EqA", UNKNOWN_QUEUE, 5)
 
 
-@xfail_row(8, "max count: unbounded in MS, RESOURCE_EXHAUSTED above 10,000 in served")
 def test_pull_more_than_10000(a, b):
     lo, _ = queue_range(a, "EqA", 0)
     same(a, b, "pull", "EqA", 0, lo, max_count=10_001)
@@ -311,8 +298,6 @@ PULL_STATUS_CASES = {  # (topic, queue id, offset from (min, max), tags)
 }
 
 
-@xfail_row(8, "MS's pull has no status (it clamps); served answers FOUND / NO_NEW_MESSAGE / OFFSET_OVERFLOW / "
-              "OFFSET_TOO_SMALL / NO_MESSAGE_IN_QUEUE / NO_MATCHED_MESSAGE")  # fmt: skip
 @pytest.mark.parametrize("case", list(PULL_STATUS_CASES))
 def test_pull_status(a, b, case):
     topic, qid, where, tags = PULL_STATUS_CASES[case]
@@ -331,8 +316,6 @@ def test_raw_pull_in_range(a, b, topic, qid, count):
         same(a, b, "pull_raw", topic, qid, off, max_count=count)
 
 
-@xfail_row(9, "raw pull with a tag filter: MS reads max_count units and filters them (next = start + units "
-              "read); served reads on until max_count match (next = just after the last one taken)")  # fmt: skip
 def test_raw_pull_with_tags(a, b):
     lo, _ = queue_range(a, "EqA", 0)
     same(a, b, "pull_raw", "EqA", 0, lo, max_count=8, tags={"TagA"})
@@ -358,23 +341,17 @@ def test_query_by_msg_id(a, b):
         assert ok == "ok" and got[0]["body"] == r.body
 
 
-@xfail_row(12, "MS ignores the msgId's store host and answers the record; served answers NOT_FOUND for a "
-               "host that is not one of its shards")  # fmt: skip
 def test_query_by_msg_id_of_another_host(a, b):
     r = some_records(a)[0]
     other = offset_msg_id_prefix(Host("10.0.0.5", 10911)) + r.msg_id[-16:]
     same(a, b, "by_msg_id", other)
 
 
-@xfail_row(12, "(not in the table) a msgId past the log's end: OffsetError (INVALID_ARGUMENT) in MS, "
-               "NOT_FOUND in served")  # fmt: skip
 def test_query_by_msg_id_past_the_end(a, b):
     r = some_records(a)[0]
     same(a, b, "by_msg_id", r.msg_id[:-16] + f"{a.s.commitlog.wrote + 1000:016X}")
 
 
-@xfail_row(12, "(not in the table) a msgId of a record retention deleted: OffsetError (INVALID_ARGUMENT) "
-               "in MS, NOT_FOUND in served")  # fmt: skip
 def test_query_by_msg_id_below_the_min(a, b):
     """A record retention deleted (offset 0 was a record start)."""
     r = some_records(a)[0]
@@ -424,19 +401,19 @@ def test_query_by_key_in_a_time_range(a, b, live):
     assert asked >= 20
 
 
-@xfail_row(11, "no result: [] in MS, NOT_FOUND in served")
 def test_query_by_an_unknown_key(a, b):
     same(a, b, "by_key", "EqA", "no-such-key")
 
 
-@xfail_row(11, "max_num > 64: allowed in MS (the index caps it), RESOURCE_EXHAUSTED in served")
 def test_query_by_key_max_num_over_64(a, b):
     same(a, b, "by_key", "EqA", "k1", max_num=100)
 
 
-@xfail_row(11, "end_ms 0 means 'no end' only in served (MS: nothing is stored at or before 0)")
-def test_query_by_key_end_0(a, b):
-    same(a, b, "by_key", "EqA", "k1", begin=0, end=0)
+def test_query_by_key_end_0_is_no_end_on_the_wire(a, b):
+    """proto3 cannot tell an end_ms of 0 from none: over gRPC 0 means no end. In
+    process, end=0 asks for messages stored at or before 0: there are none."""
+    assert answer(lambda: a.by_key("EqA", "k1", begin=0, end=0))[:2] == ("error", "NOT_FOUND")
+    assert answer(lambda: b.by_key("EqA", "k1", begin=0, end=0)) == answer(lambda: a.by_key("EqA", "k1", max_num=32))
 
 
 def test_query_by_unique_key(a, b, workload, live):
@@ -465,7 +442,6 @@ def test_query_by_queue_offset_in_range(a, b):
                 assert ok == "ok" and got[0]["queue_offset"] == off
 
 
-@xfail_row(13, "out of range: OffsetError (INVALID_ARGUMENT) in MS, NOT_FOUND naming the range in served")
 @pytest.mark.parametrize("where", ["below the min", "pre-blank", "at the max", "unknown queue"])
 def test_query_by_queue_offset_out_of_range(a, b, where):
     t, q, off = {"below the min": ("EqA", 0, 0), "pre-blank": (BLANK, 0, 1),
@@ -482,7 +458,6 @@ def test_topic_status(a, b, topic):
     assert ok == "ok" and got and all(ts > 0 for *_, ts in got)
 
 
-@xfail_row(14, "unknown topic: [] in MS, NOT_FOUND in served")
 def test_topic_status_of_an_unknown_topic(a, b):
     same(a, b, "topic_status", "NoSuchTopic")
 
@@ -527,14 +502,20 @@ def test_fetch_offset(a, b, workload):
     ("pull", ("EqA", 0, -1), {}),
     ("pull", ("bad topic!", 0, 0), {}),
     ("pull", ("EqA", 70_000, 0), {}),
-    pytest.param("pull", ("EqA", 0, 0), {"max_count": 0}, marks=xfail_row(21, "(not in the table) a max count of 0: "
-                 "InvalidArgumentError in MS, the default (32) in served (proto3's unset)")),
     ("by_offset", ("EqA", 0, -1), {}),
     ("by_key", ("EqA", ""), {}),
     ("by_msg_id", ("zz",), {}),
     ("topic_status", ("bad topic!",), {}),
     ("offset_at_time", ("EqA", 70_000, 0), {}),
 ], ids=lambda x: repr(x)[:40])  # fmt: skip
-def test_bad_questions_get_the_same_code(a, b, method, args, kw):
-    ok, code = same(a, b, method, *args, **kw)
+def test_bad_questions_get_the_same_error(a, b, method, args, kw):
+    ok, code, _ = same(a, b, method, *args, **kw)
     assert ok == "error" and code in ("INVALID_ARGUMENT", "RESOURCE_EXHAUSTED")
+
+
+def test_a_max_count_of_0_is_the_default_on_the_wire(a, b):
+    """proto3 cannot tell 0 from unset: over gRPC a max count of 0 is the default
+    (32). In process it is refused."""
+    lo, _ = queue_range(a, "EqA", 0)
+    assert answer(lambda: a.pull("EqA", 0, lo, max_count=0))[:2] == ("error", "INVALID_ARGUMENT")
+    assert answer(lambda: b.pull("EqA", 0, lo, max_count=0)) == answer(lambda: a.pull("EqA", 0, lo, max_count=32))

@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import os
 import shutil
+import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from mqstore.errors import NotFoundError
 from mqstore.formats.javahash import tags_code
 from mqstore.store import Message, MessageBatch, StoreConfig
 from mqstore.store.message_store import MessageStore
+from mqstore.store.reads import PullStatus
 
 CFG = StoreConfig(segment_bytes=256 * 1024, consume_queue_file_bytes=20 * 50, index_hash_slots=512, index_max_entries=2048)
 
@@ -97,10 +100,15 @@ def test_pull_with_tags_and_offsets(tmp_path: Path) -> None:
         assert s.wait_dispatched()
         got = s.pull("T1", 1, 0, max_count=1000)
         assert [r.queue_offset for r in got.records] == list(range(got.max_offset))
+        want = [r.queue_offset for r in got.records if r.tags in ("Tag1", "Tag3")]
         tagged = s.pull("T1", 1, 0, max_count=1000, tags={"Tag1", "Tag3"})
-        assert tagged.records and {r.tags for r in tagged.records} <= {"Tag1", "Tag3"}
-        assert s.pull("T1", 1, got.max_offset).records == []
-        assert s.pull("Nope", 0, 0).records == []
+        assert want and [r.queue_offset for r in tagged.records] == want  # every match, not a subset
+        assert tagged.status is PullStatus.FOUND and tagged.next_offset == got.max_offset
+        first = s.pull("T1", 1, 0, max_count=1, tags={"Tag1", "Tag3"})  # full: go on after the one taken
+        assert [r.queue_offset for r in first.records] == want[:1] and first.next_offset == want[0] + 1
+        at_end = s.pull("T1", 1, got.max_offset)
+        assert (at_end.records, at_end.status, at_end.next_offset) == ([], PullStatus.NO_NEW_MESSAGE, got.max_offset)
+        assert s.pull("Nope", 0, 0).status is PullStatus.NO_MESSAGE_IN_QUEUE
 
 
 @pytest.mark.parametrize("flush", ["sync", "async"])
@@ -111,9 +119,11 @@ def test_background_dispatch_keeps_up(tmp_path: Path, flush: str) -> None:
     with MessageStore(tmp_path, cfg) as s:
         for _ in range(50):
             s.append(MessageBatch(topics="T", bodies=[b"z" * 64] * 200, queue_ids=np.arange(200) % 4, tags="A"))
-        s.dispatcher.stop()
+        deadline = time.monotonic() + 30  # the reput thread builds the queues while the store runs
+        while sum(cq.max_offset for cq in s.consume_queues.all()) < 10_000 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert s.dispatcher.running and sum(cq.max_offset for cq in s.consume_queues.all()) == 10_000
         assert s.dispatcher.reput_offset == s.commitlog.wrote
-        assert sum(cq.max_offset for cq in s.consume_queues.all()) == 10_000
 
 
 def test_consumer_offsets_and_topic_configs_persist(tmp_path: Path) -> None:
@@ -152,7 +162,8 @@ def test_transaction_halves_are_indexed_but_not_queued(tmp_path: Path) -> None:
         assert s.wait_dispatched()
         assert [r.body for r in s.pull("Tx", 0, 0).records] == [b"commit", b"plain"]
         assert [r.body for r in s.query_by_key("Tx", "kh")] == [b"half"]  # prepared halves are indexed
-        assert s.query_by_key("Tx", "kr") == []  # rollbacks are not
+        with pytest.raises(NotFoundError):  # rollbacks are not
+            s.query_by_key("Tx", "kr")
 
 
 def test_offset_at_time(tmp_path: Path) -> None:

@@ -22,6 +22,7 @@ from mqstore.formats.message import decode_record
 from mqstore.store import MessageBatch, StoreConfig
 from mqstore.store.commitlog import DeleteReason
 from mqstore.store.message_store import MessageStore
+from mqstore.store.reads import PullStatus
 from mqstore.store.retention import ConsumerLoss, Retention, RetentionConfig
 
 CFG = StoreConfig(segment_bytes=64 * 1024, consume_queue_file_bytes=20 * 50)
@@ -185,7 +186,9 @@ def test_forced_deletion_until_under_the_threshold(tmp_path: Path) -> None:
         # What group G lost in T:0: it had read up to 3, the queue now starts later.
         before, after = rep.queue_min_offsets[("T", 0)]
         assert before == 0 and after > 3
-        assert s.pull("T", 0, 3).records[0].queue_offset == after
+        below = s.pull("T", 0, 3)  # what it would have read next is gone: the pull says where to go on
+        assert (below.status, below.records, below.next_offset) == (PullStatus.OFFSET_TOO_SMALL, [], after)
+        assert s.pull("T", 0, below.next_offset).records[0].queue_offset == after
         # ... is reported exactly, per group, and loudly; queues it never read are not its loss.
         assert rep.consumer_losses == (ConsumerLoss("G", "T", 0, 3, after, True),)
         (lost,) = [e for e in logs if e["event"] == "unconsumed_messages_deleted"]
@@ -241,7 +244,9 @@ def test_consume_queue_files_below_the_new_min_go_and_pulls_start_there(tmp_path
                 prev = (qdir / cq.files[0]).read_bytes()[(cq.min_offset - 1) * UNIT_SIZE - int(cq.files[0]):][:UNIT_SIZE]
                 assert UNIT.unpack(prev)[0] < cl_min
             assert rep.queue_min_offsets[("T", q)] == (0, cq.min_offset)
-            pulled = s.pull("T", q, 0, max_count=5)
+            below = s.pull("T", q, 0, max_count=5)
+            assert (below.status, below.next_offset, below.min_offset) == (PullStatus.OFFSET_TOO_SMALL, cq.min_offset, cq.min_offset)
+            pulled = s.pull("T", q, below.next_offset, max_count=5)
             assert [m.queue_offset for m in pulled.records] == list(range(cq.min_offset, cq.min_offset + 5))
             assert pulled.min_offset == cq.min_offset
             with pytest.raises(OffsetError):
@@ -269,7 +274,8 @@ def test_reopen_after_deletion(tmp_path: Path) -> None:
             for q in range(QUEUES):
                 cq = s.consume_queues.find("T", q)
                 assert (cq.min_offset, cq.max_offset) == (mins[q], maxs[q])
-                assert s.pull("T", q, 0, max_count=1).records[0].queue_offset == mins[q]
+                assert s.pull("T", q, 0, max_count=1).next_offset == mins[q]
+                assert s.pull("T", q, mins[q], max_count=1).records[0].queue_offset == mins[q]
             res = s.append(MessageBatch(topics="T", bodies=[b"after"] * QUEUES, queue_ids=list(range(QUEUES))))
             assert res.queue_offsets.tolist() == [maxs[q] for q in range(QUEUES)]
             assert s.wait_dispatched()

@@ -1,0 +1,58 @@
+"""The reads' ports (store/reads.py ShardPorts) of one shard over gRPC, for the front:
+the same questions ``LocalPorts`` answers from files, asked of the shard's
+consume-queue builder (units, ranges, offset by time, consumer progress), commitlog
+(records, perms) and index builder (keys). Records stay ``Record`` messages; the
+front hands them on as they came."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+import numpy as np
+
+from mqstore.rpc.v1 import commitlog_pb2, consume_queue_pb2, index_pb2
+from mqstore.store.reads import QueueRange, UnitsPage
+
+
+class GrpcPorts:
+    """reads.ShardPorts (as coroutines) of the shard ``shard`` (a front.ShardClient);
+    ``perms`` gives the shard's topic perms (the front caches them)."""
+
+    def __init__(self, shard, perms: Callable[[object], Awaitable[dict[str, int]]]) -> None:
+        self.shard = shard
+        self._perms = perms
+
+    async def perm(self, topic: str) -> int | None:
+        return (await self._perms(self.shard)).get(topic)
+
+    async def units(self, topic: str, queue_id: int, offset: int, max_units: int) -> UnitsPage:
+        u = await self.shard.call("cq", "GetUnits", consume_queue_pb2.GetUnitsRequest(
+            topic=topic, queue_id=queue_id, offset=offset, max_units=max_units))  # fmt: skip
+        return UnitsPage(u.exists, u.first_offset, u.min_offset, u.max_offset, np.asarray(u.physical_offsets, np.int64),
+                         np.asarray(u.sizes, np.int64), np.asarray(u.tags_codes, np.int64))  # fmt: skip
+
+    async def ranges(self, topic: str) -> list[QueueRange]:
+        mm = await self.shard.call("cq", "MinMax", consume_queue_pb2.MinMaxRequest(topic=topic))
+        return [QueueRange(q.topic, q.queue_id, q.min_offset, q.max_offset, q.last_physical_offset) for q in mm.queues]
+
+    async def read(self, offsets: np.ndarray, sizes: np.ndarray | None, raw: bool) -> tuple[np.ndarray, list]:
+        rd = await self.shard.call("cl", "Read", commitlog_pb2.ReadRequest(
+            offsets=offsets.tolist(), raw=raw, skip_missing=True, sizes=[] if sizes is None else sizes.tolist()))  # fmt: skip
+        return np.asarray(rd.offsets, np.int64), list(rd.raw_records if raw else rd.records)
+
+    async def keys(self, topic: str, key: str, max_num: int, begin: int, end: int) -> list[int]:
+        q = await self.shard.call("ix", "Query", index_pb2.IndexQueryRequest(topic=topic, key=key, begin_ms=begin,
+                                                                              end_ms=end, max_num=max_num))  # fmt: skip
+        return list(q.physical_offsets)
+
+    async def offset_at_time(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
+        r = await self.shard.call("cq", "OffsetAtTime", consume_queue_pb2.OffsetAtTimeRequest(
+            topic=topic, queue_id=queue_id, timestamp_ms=timestamp_ms))  # fmt: skip
+        return r.offset
+
+    async def progress(self, group: str) -> list:
+        r = await self.shard.call("cq", "GroupOffsets", consume_queue_pb2.GroupOffsetsRequest(group=group))
+        return list(r.offsets)
+
+
+__all__ = ["GrpcPorts"]
