@@ -11,7 +11,7 @@ import time
 import numpy as np
 
 from mqstore.errors import MqStoreError, OffsetError
-from mqstore.formats.message import BLANK_MAGIC, MAGIC_V1, MAGIC_V2
+from mqstore.formats.message import BLANK_MAGIC
 from mqstore.rpc.v1 import commitlog_pb2 as pb
 from mqstore.rpc.v1 import common_pb2
 from mqstore.rpc.v1 import commitlog_pb2_grpc
@@ -22,9 +22,10 @@ from mqstore.services.convert import (
     record_to_pb,
     topic_config_to_pb,
 )
-from mqstore.services.errors import BadRequest, NotFound, TooLarge, rpc
+from mqstore.services.errors import BadRequest, TooLarge, rpc
 from mqstore.services.server import Registration
 from mqstore.services.shard import Shard, ShardState
+from mqstore.store.local_ports import read_records
 from mqstore.store.log_store import LogStore
 from mqstore.store.messages import PutStatus
 
@@ -71,34 +72,14 @@ class CommitLogServicer(commitlog_pb2_grpc.CommitLogServiceServicer):
         return await self.shard.call(self._read, store, request)
 
     def _read(self, store: LogStore, req: pb.ReadRequest) -> pb.ReadResponse:
-        cl = store.commitlog
-        lo, hi = cl.min_offset, cl.wrote
-        offsets = np.asarray(req.offsets, np.int64)
-        if len(offsets) and offsets.min() < 0:
-            raise BadRequest(f"commitlog offset {int(offsets.min())} is negative")
-        gone = (offsets < lo) | (offsets >= hi)
-        if gone.any() and not req.skip_missing:
-            off = int(offsets[np.argmax(gone)])
-            why = f"deleted (min offset {lo})" if off < lo else f"past the write position {hi}"
-            raise NotFound(f"no message at commitlog offset {off}: {why}")
-        keep = ~gone
-        offsets = offsets[keep]
+        sizes = np.asarray(req.sizes, np.int64) if req.raw and req.sizes else None
+        offsets, found = read_records(store.commitlog, np.asarray(req.offsets, np.int64), sizes, req.raw,
+                                      skip_missing=req.skip_missing)  # fmt: skip
         out = pb.ReadResponse(offsets=offsets.tolist())
-        if not req.raw:
-            out.records.extend(record_to_pb(cl.read(o), self.shard.index) for o in offsets.tolist())
-            return out
-        if req.sizes:
-            sizes = np.asarray(req.sizes, np.int64)[keep]
-            if len(sizes) and sizes.min() <= 0:
-                raise BadRequest("sizes must be > 0")
+        if req.raw:
+            out.raw_records.extend(found)
         else:
-            sizes = np.array([cl.read(o).total_size for o in offsets.tolist()], np.int64)
-        raws = cl.read_raw(offsets, sizes)
-        for off, size, raw in zip(offsets.tolist(), sizes.tolist(), raws):
-            total, magic = _HEAD.unpack_from(raw, 0) if len(raw) >= 8 else (-1, 0)
-            if total != size or magic not in (MAGIC_V1, MAGIC_V2):
-                raise BadRequest(f"no record of {size} bytes starts at commitlog offset {off}")
-        out.raw_records.extend(raws)
+            out.records.extend(record_to_pb(r, self.shard.index) for r in found)
         return out
 
     @rpc

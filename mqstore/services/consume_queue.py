@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from mqstore.errors import OffsetError
 from mqstore.formats.names import check_topic
 from mqstore.rpc.v1 import common_pb2, consume_queue_pb2_grpc
 from mqstore.rpc.v1 import consume_queue_pb2 as pb
@@ -17,10 +16,10 @@ from mqstore.services.errors import BadRequest, rpc
 from mqstore.services.server import Registration
 from mqstore.store.dispatch import DispatchBatch
 from mqstore.store.builders import QueueBuilder
+from mqstore.store.local_ports import queue_ranges, units_page
 
 SERVICE = "mqstore.v1.ConsumeQueueService"
 MAX_UNITS = 100_000
-PRE_BLANK_SIZE = 0x7FFFFFFF
 
 
 class ConsumeQueueServicer(consume_queue_pb2_grpc.ConsumeQueueServiceServicer):
@@ -71,19 +70,10 @@ class ConsumeQueueServicer(consume_queue_pb2_grpc.ConsumeQueueServiceServicer):
         return await self.shard.call(self._min_max, store, request.topic, list(request.queue_ids))
 
     def _min_max(self, store: QueueBuilder, topic: str, queue_ids: list[int]) -> pb.MinMaxResponse:
-        cqs = store.consume_queues
-        qids = queue_ids or sorted(q for t, q in cqs.keys() if t == topic)  # noqa: SIM118 (not a dict)
-        out = pb.MinMaxResponse()
-        for qid in qids:
-            cq = cqs.find(topic, qid)
-            if cq is None:
-                continue
-            last = cq.last_unit()
-            last_phys = last.commitlog_offset if last is not None and last.size != PRE_BLANK_SIZE else -1
-            out.queues.append(common_pb2.QueueRange(topic=topic, queue_id=qid, min_offset=cq.min_offset,
-                                                    max_offset=cq.max_offset, last_physical_offset=last_phys,
-                                                    shard=self.shard.index))  # fmt: skip
-        return out
+        return pb.MinMaxResponse(queues=[
+            common_pb2.QueueRange(topic=q.topic, queue_id=q.queue_id, min_offset=q.min_offset, max_offset=q.max_offset,
+                                  last_physical_offset=q.last_physical_offset, shard=self.shard.index)
+            for q in queue_ranges(store.consume_queues, topic, queue_ids)])  # fmt: skip
 
     @rpc
     async def OffsetAtTime(self, request: pb.OffsetAtTimeRequest, context) -> pb.OffsetAtTimeResponse:
@@ -131,25 +121,11 @@ class ConsumeQueueServicer(consume_queue_pb2_grpc.ConsumeQueueServiceServicer):
 
 
 def _get_units(store: QueueBuilder, topic: str, qid: int, offset: int, n: int) -> pb.GetUnitsResponse:
-    cq = store.consume_queues.find(topic, qid)
-    if cq is None:
-        return pb.GetUnitsResponse(first_offset=offset, exists=False)
-    for _ in range(3):  # retention may move the min offset between the read of it and the read of units
-        lo, hi = cq.min_offset, cq.max_offset
-        start = min(max(offset, lo), hi)
-        try:
-            units = cq.read_units(start, n) if start < hi else None
-            break
-        except OffsetError:
-            continue
-    else:
-        raise OffsetError(f"{topic}:{qid} moved its min offset three times during one read; try again")
-    out = pb.GetUnitsResponse(first_offset=start, min_offset=lo, max_offset=hi, exists=True)
-    if units is not None and len(units):
-        out.physical_offsets.extend(units["commitlog_offset"].tolist())
-        out.sizes.extend(units["size"].tolist())
-        out.tags_codes.extend(units["tags_code"].tolist())
-    return out
+    page = units_page(store.consume_queues, topic, qid, offset, n)
+    return pb.GetUnitsResponse(exists=page.exists, first_offset=page.first_offset,
+                               min_offset=page.min_offset, max_offset=page.max_offset,
+                               physical_offsets=page.physical_offsets.tolist(), sizes=page.sizes.tolist(),
+                               tags_codes=page.tags_codes.tolist())  # fmt: skip
 
 
 def _dispatch_batch(r: pb.PutUnitsRequest) -> DispatchBatch:

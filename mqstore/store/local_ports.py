@@ -8,7 +8,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from mqstore.errors import IndexDisabledError, InvalidArgumentError, OffsetError
+from mqstore.errors import IndexDisabledError, InvalidArgumentError, NotFoundError, OffsetError
 from mqstore.formats.consume_queue import PRE_BLANK_SIZE
 from mqstore.formats.message import MAGIC_V1, MAGIC_V2, MessageRecord
 from mqstore.store.builders import consumer_progress
@@ -25,7 +25,7 @@ def units_page(queues: ConsumeQueues, topic: str, queue_id: int, offset: int, ma
     """Up to ``max_units`` units of one queue from ``offset`` clamped into [min, max]."""
     cq = queues.find(topic, queue_id)
     if cq is None:
-        return UnitsPage(False, 0, 0, 0, _NONE, _NONE, _NONE)
+        return UnitsPage(False, offset, 0, 0, _NONE, _NONE, _NONE)
     for _ in range(3):  # retention may move the min offset between the read of it and the read of units
         lo, hi = cq.min_offset, cq.max_offset
         start = min(max(offset, lo), hi)
@@ -61,7 +61,7 @@ def read_records(commitlog: CommitLog, offsets: np.ndarray, sizes: np.ndarray | 
                  skip_missing: bool = True) -> tuple[np.ndarray, list]:  # fmt: skip
     """The records at ``offsets`` (decoded, or their stored bytes with ``raw``), those
     below the min offset or at/past the write position left out (``skip_missing``) or
-    refused with OffsetError naming the first. Raw reads need each record's size
+    refused with NotFoundError naming the first. Raw reads need each record's size
     (from its unit); a size that does not match the record there is refused."""
     offsets = np.asarray(offsets, np.int64)
     if len(offsets) and offsets.min() < 0:
@@ -70,7 +70,7 @@ def read_records(commitlog: CommitLog, offsets: np.ndarray, sizes: np.ndarray | 
     gone = (offsets < lo) | (offsets >= hi)
     if gone.any() and not skip_missing:
         off = int(offsets[np.argmax(gone)])
-        raise OffsetError(f"no message at commitlog offset {off}: "
+        raise NotFoundError(f"no message at commitlog offset {off}: "
                           + (f"deleted (min offset {lo})" if off < lo else f"past the write position {hi}"))  # fmt: skip
     offsets = offsets[~gone]
     if not raw:

@@ -58,7 +58,7 @@ class UnitsPage(NamedTuple):
     """Consume-queue units of one queue from ``first_offset`` (the asked offset
     clamped into [min_offset, max_offset]); empty columns at or past the max."""
 
-    exists: bool  # False: the queue has no consume queue (then every number is 0)
+    exists: bool  # False: the queue has no consume queue (then min and max are 0)
     first_offset: int
     min_offset: int
     max_offset: int
