@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 from typing import Annotated
 
+import structlog
 import typer
 
 
@@ -38,6 +39,21 @@ def _ensure_progress_logs() -> None:
     configure_logging(level="info", json=json_fmt)
 
 
+def one_line(e: BaseException) -> str:
+    """What an exception from Spark says, in one line: the last line of a Python
+    worker's traceback (``AttributeError: ...``), the Java exception of a Py4J error
+    (not "An error occurred while calling o42.collect"), else the first line."""
+    lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
+    if not lines:
+        return type(e).__name__
+    if any(ln.startswith("Traceback (most recent call last)") for ln in lines):
+        tail = [ln for ln in lines if not ln.startswith(("File ", "^", "~", "at ", "SQLSTATE", "Traceback"))]
+        return tail[-1] if tail else lines[-1]
+    if lines[0].startswith("An error occurred while calling") and len(lines) > 1:
+        return lines[1].lstrip(": ")
+    return lines[0]
+
+
 def run(store: Path, master: str | None, output: Path | None, repair: bool, chunk_mb: int, index_keys: str,
         fmt: str, progress: bool) -> int:  # fmt: skip
     """The command's body (also the spark-submit entry's): returns the exit status."""
@@ -60,11 +76,16 @@ def run(store: Path, master: str | None, output: Path | None, repair: bool, chun
     try:
         spark = session(master)
     except Exception as e:  # noqa: BLE001  (no Java, a master that cannot be reached, ...)
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        print(f"mqstore: error: cannot start Spark on {master or 'the spark-submit master'}: {first}", file=sys.stderr)
+        print(f"mqstore: error: cannot start Spark on {master or 'the spark-submit master'}: {one_line(e)}", file=sys.stderr)
         return 1
     try:
         result = reconcile(spark, store, output=output, repair=repair, chunk_bytes=chunk_mb << 20, index_keys=index_keys)
+    except (OSError, ValueError, LookupError):
+        raise  # the caller's one-line errors (an output that went away, ...)
+    except Exception as e:  # noqa: BLE001  (a failed Spark job: its traceback is for --log-level debug)
+        structlog.get_logger(__name__).debug("reconcile_failed", error=str(e))
+        print(f"mqstore: error: the Spark job failed: {one_line(e)}", file=sys.stderr)
+        return 1
     finally:
         if master is not None:
             spark.stop()
@@ -128,4 +149,4 @@ def main(argv: list[str] | None = None) -> None:
     sys.exit(code)
 
 
-__all__ = ["main", "register", "run"]
+__all__ = ["main", "one_line", "register", "run"]

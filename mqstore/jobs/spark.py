@@ -5,7 +5,18 @@ Java 17+ must be on the PATH or in JAVA_HOME). Before the JVM starts, the Python
 workers are pointed at this interpreter (otherwise they run whatever ``python3`` is
 on the PATH, which cannot import mqstore or pyarrow) and, in local mode, Spark is
 bound to the loopback address. Spark's own logging goes through a log4j2 file at
-level error, so the job's structlog progress is what shows on stderr.
+level error, so the job's structlog progress is what shows on stderr; a failed
+task is not logged there with its stack trace (the executor and task-set loggers
+are at fatal): the job's failure reaches the driver, and ``mqstore reconcile``
+prints it as one line.
+
+Python workers run with ``PYTHONSAFEPATH=1`` (``spark.executorEnv``): Spark starts
+them with ``python -m pyspark.daemon`` in the JVM's working directory, which
+Python would otherwise put first on ``sys.path``. Run from a folder holding a
+checkout named ``mqstore`` (its root has ``jobs/reconcile.py``), that checkout was
+taken for the package and the tasks failed to unpickle (issue 14); with the flag a
+worker imports mqstore from where its interpreter has it installed (or from
+``--py-files``), whatever the working directory.
 
 Under ``spark-submit`` the session already exists (or is created from the submit's
 settings): :func:`session` then only adds what is missing.
@@ -13,6 +24,7 @@ settings): :func:`session` then only adds what is missing.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import sys
 import tempfile
@@ -30,6 +42,10 @@ logger.spark.name = org.apache.spark
 logger.spark.level = error
 logger.hadoop.name = org.apache.hadoop
 logger.hadoop.level = error
+logger.executor.name = org.apache.spark.executor.Executor
+logger.executor.level = fatal
+logger.tasks.name = org.apache.spark.scheduler.TaskSetManager
+logger.tasks.level = fatal
 """
 
 DEFAULT_CONF = {
@@ -38,12 +54,17 @@ DEFAULT_CONF = {
     "spark.sql.session.timeZone": "UTC",
     "spark.python.worker.reuse": "true",
     "spark.sql.execution.arrow.pyspark.enabled": "true",
+    # workers never import from their working directory (see the module docstring)
+    "spark.executorEnv.PYTHONSAFEPATH": "1",
 }
 
 
 def log4j2_file() -> Path:
-    """A log4j2 properties file at level error (written once per user)."""
-    path = Path(tempfile.gettempdir()) / f"mqstore-log4j2-{os.getuid()}.properties"
+    """A log4j2 properties file at level error (written once per user and content:
+    the name holds a hash of it, so a process of another mqstore version never
+    rewrites the file a running JVM reads)."""
+    digest = hashlib.sha256(LOG4J2.encode()).hexdigest()[:12]
+    path = Path(tempfile.gettempdir()) / f"mqstore-log4j2-{os.getuid()}-{digest}.properties"
     if not path.exists() or path.read_text() != LOG4J2:
         tmp = path.with_name(path.name + f".{os.getpid()}")
         tmp.write_text(LOG4J2)
