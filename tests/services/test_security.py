@@ -16,6 +16,7 @@ import contextlib
 import ipaddress
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -221,9 +222,10 @@ def test_joining_a_token_cluster_without_its_token_says_how(tmp_path):
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_AUTH")}
     head_env = {**env, "HOME": str(tmp_path / "head"), "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": "7" * 32}
+    ray_tmp = tempfile.mkdtemp(prefix="ray", dir="/tmp")  # short: Ray's socket paths must fit in 107 bytes
     head = subprocess.Popen([str(ray_bin), "start", "--head", "--block", "--port", str(port), "--node-ip-address",
                              "127.0.0.1", "--num-cpus", "1", "--include-dashboard", "false",
-                             "--temp-dir", tempfile.mkdtemp(prefix="ray", dir="/tmp")], env=head_env, stdout=subprocess.DEVNULL,
+                             "--temp-dir", ray_tmp], env=head_env, stdout=subprocess.DEVNULL,
                             stderr=open(tmp_path / "head.err", "w"), start_new_session=True)  # fmt: skip
     try:
         deadline = time.monotonic() + 60
@@ -249,6 +251,7 @@ def test_joining_a_token_cluster_without_its_token_says_how(tmp_path):
             head.wait(30)
         except subprocess.TimeoutExpired:
             os.killpg(head.pid, signal.SIGKILL)
+        shutil.rmtree(ray_tmp, ignore_errors=True)  # the head's session (logs, sockets): not left in /tmp
 
 
 def test_a_gcs_that_answers_without_a_token_is_told_apart(tmp_path):
