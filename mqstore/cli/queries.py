@@ -1,9 +1,9 @@
 """Query commands, mirroring mqadmin (queryMsgById, ...), over a store directory
 (``--store DIR``) or a running server (``--server HOST:PORT``, see ``mqstore serve``).
 
-With ``--store`` each opens the store (taking its lock, running recovery and
-catching the dispatcher up), answers, and closes it; with ``--server`` each is one
-or two gRPC calls to the front. Records print as JSON lines with every field
+With ``--store`` the queries read the files as they are (store/read_view.py: no
+lock, no recovery, nothing written; ``status`` and ``update-topic`` open the store
+for writing); with ``--server`` each is one or two gRPC calls to the front. Records print as JSON lines with every field
 (``--format table`` for people), the same either way.
 """
 
@@ -37,16 +37,35 @@ FormatArg = Annotated[Format, typer.Option("--format", help="json (JSON lines, e
 
 @contextlib.contextmanager
 def open_store(store: Path, *, create: bool = False) -> Iterator:
-    """The store at ``store``, opened for a query; a clear error if there is none."""
+    """The store at ``store``, opened for writing (recovered, locked); a clear error
+    if there is none and ``create`` is not given."""
     from mqstore.store.message_store import MessageStore
 
-    if not create and not (store / "commitlog").is_dir():
-        raise FileNotFoundError(f"no store at {store} (it has no commitlog/ directory)")
+    check_store(store, create=create)
     s = MessageStore(store, background_dispatch=False)
     try:
         yield s
     finally:
         s.close()
+
+
+@contextlib.contextmanager
+def open_view(store: Path) -> Iterator:
+    """The store at ``store``, opened for questions only (store/read_view.py: no
+    lock, no recovery, no file changed)."""
+    from mqstore.store.read_view import ReadView
+
+    check_store(store)
+    with ReadView(store) as v:
+        yield v
+
+
+def check_store(store: Path, *, create: bool = False) -> None:
+    """FileNotFoundError naming ``store`` unless it holds a store (or ``create``)."""
+    if not create and not (store / "commitlog").is_dir():
+        what = "does not exist" if not store.exists() else "has no commitlog/ directory"
+        raise FileNotFoundError(f"no store at {store}: it {what} (give the directory `mqstore serve` or "
+                                "`bench` made, or --create to make a new one)")  # fmt: skip
 
 
 def _records(found) -> list:
@@ -66,7 +85,7 @@ def register(app: typer.Typer) -> None:
             with remote(server, tls_ca, access_key, secret_key) as c:
                 print_records(_records(c.query_by_msg_id(msg_id)), fmt.value)
             return
-        with open_store(store) as s:
+        with open_view(store) as s:
             print_records([s.read_msg_id(msg_id)], fmt.value)
 
     @app.command("query-msg-by-unique-key")
@@ -80,7 +99,7 @@ def register(app: typer.Typer) -> None:
             with remote(server, tls_ca, access_key, secret_key) as c:
                 print_records(_records(c.query_by_unique_key(topic, unique_key)), fmt.value)
             return
-        with open_store(store) as s:
+        with open_view(store) as s:
             print_records(s.query_by_unique_key(topic, unique_key), fmt.value)
 
     @app.command("query-msg-by-key")
@@ -96,7 +115,7 @@ def register(app: typer.Typer) -> None:
             with remote(server, tls_ca, access_key, secret_key) as c:
                 print_records(_records(c.query_by_key(topic, key, begin_ms=begin, end_ms=end, max_num=max_count)), fmt.value)
             return
-        with open_store(store) as s:
+        with open_view(store) as s:
             print_records(s.query_by_key(topic, key, begin=begin, end=end, max_num=max_count), fmt.value)
 
     @app.command("query-msg-by-offset")
@@ -110,7 +129,7 @@ def register(app: typer.Typer) -> None:
             with remote(server, tls_ca, access_key, secret_key) as c:
                 print_records(_records(c.query_by_offset(topic, queue, offset)), fmt.value)
             return
-        with open_store(store) as s:
+        with open_view(store) as s:
             print_records([s.read_queue_offset(topic, queue, offset)], fmt.value)
 
     @app.command("pull")
@@ -134,7 +153,7 @@ def register(app: typer.Typer) -> None:
                                    "max_offset": res.max_offset, "status": front_pb2.PullStatus.Name(res.status)}),
                        err=True)  # fmt: skip
             return
-        with open_store(store) as s:
+        with open_view(store) as s:
             res = s.pull(topic, queue, offset, max_count=max_count, tags=wanted)
             print_records(res.records, fmt.value)
             typer.echo(json.dumps({"next_offset": res.next_offset, "min_offset": res.min_offset,
@@ -151,7 +170,7 @@ def register(app: typer.Typer) -> None:
                 rows = [{"topic": r.topic, "queue_id": r.queue_id, "broker_offset": r.broker_offset,
                          "consumer_offset": r.consumer_offset, "lag": r.lag} for r in c.consumer_progress(group)]  # fmt: skip
         else:
-            with open_store(store) as s:
+            with open_view(store) as s:
                 rows = [r.__dict__ for r in s.consumer_progress(group)]
         if not rows:
             raise ValueError(f"consumer group {group!r} has no committed offsets in {store or server}")
@@ -162,6 +181,7 @@ def register(app: typer.Typer) -> None:
                      read_queue_nums: Annotated[int, typer.Option("--read-queue-nums", min=1, max=65536)] = 4,
                      write_queue_nums: Annotated[int, typer.Option("--write-queue-nums", min=1, max=65536)] = 4,
                      perm: Annotated[int, typer.Option("--perm", min=0, max=15, help="2 write, 4 read, 6 both.")] = 6,
+                     create: Annotated[bool, typer.Option("--create", help="With --store: make a new store there if it holds none.")] = False,
                      store: StoreArg = None, server: ServerOpt = None, tls_ca: TlsCaOpt = None,
                      access_key: AccessKeyOpt = None, secret_key: SecretKeyOpt = None) -> None:  # fmt: skip
         """Create or change a topic's config (config/topics.json; every shard's with --server)."""
@@ -172,7 +192,7 @@ def register(app: typer.Typer) -> None:
             typer.echo(json.dumps({"topicName": tc.topic, "readQueueNums": tc.read_queue_nums,
                                    "writeQueueNums": tc.write_queue_nums, "perm": tc.perm}))  # fmt: skip
             return
-        with open_store(store, create=True) as s:
+        with open_store(store, create=create) as s:
             tc = s.update_topic(topic, read_queue_nums=read_queue_nums, write_queue_nums=write_queue_nums, perm=perm)
         typer.echo(json.dumps(tc.to_json()))
 
@@ -218,7 +238,7 @@ def register(app: typer.Typer) -> None:
                 rows = [{"topic": q.topic, "queue_id": q.queue_id, "min_offset": q.min_offset, "max_offset": q.max_offset,
                          "last_store_timestamp": q.last_store_timestamp} for q in c.topic_status(topic)]  # fmt: skip
         else:
-            with open_store(store) as s:
+            with open_view(store) as s:
                 rows = [{"topic": q.topic, "queue_id": q.queue_id, "min_offset": q.min_offset, "max_offset": q.max_offset,
                          "last_store_timestamp": q.last_store_timestamp} for q in s.topic_status(topic)]  # fmt: skip
         if not rows:
@@ -284,4 +304,4 @@ def _print_rows(rows: list[dict], fmt: Format) -> None:
             typer.echo(json.dumps(r))
 
 
-__all__ = ["human_bytes", "open_store", "register", "shard_status_row"]
+__all__ = ["check_store", "human_bytes", "open_store", "open_view", "register", "shard_status_row"]

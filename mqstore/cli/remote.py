@@ -95,6 +95,7 @@ def register(app: typer.Typer) -> None:
         topic: Annotated[str, typer.Option("--topic", help="Topic name.")],
         bodies: Annotated[list[str] | None, typer.Argument(help="Message bodies (UTF-8); none: one per line of stdin.")] = None,
         store: Annotated[Path | None, typer.Option("--store", help="Store directory (appends in this process).")] = None,
+        create: Annotated[bool, typer.Option("--create", help="With --store: make a new store there if it holds none.")] = False,
         server: ServerOpt = None,
         tls_ca: TlsCaOpt = None,
         access_key: AccessKeyOpt = None,
@@ -119,7 +120,7 @@ def register(app: typer.Typer) -> None:
                 from mqstore.cli.queries import open_store
                 from mqstore.store.messages import MessageBatch
 
-                s = stack.enter_context(open_store(store, create=True))
+                s = stack.enter_context(open_store(store, create=create))
             for lo in range(0, len(texts), batch):
                 chunk = [t.encode() for t in texts[lo : lo + batch]]
                 if server is not None:

@@ -137,6 +137,7 @@ class ConsumeQueue:
     def __init__(
         self, store_dir: str | Path, topic: str, queue_id: int, *, file_bytes: int = DEFAULT_FILE_BYTES,
         preallocate: bool = True, pool: FilePool | None = None, fresh: bool = False, repair: bool = False,
+        read_only: bool = False,
     ) -> None:  # fmt: skip
         """Open (creating the directory if needed) the queue's files.
 
@@ -173,8 +174,9 @@ class ConsumeQueue:
         self._max_phys = -1
         self._closed = False
         self._last_file_blocks: tuple[str, int] | None = None  # (name, st_blocks) of the last file at open
+        self._read_only = read_only
         if not fresh:
-            self._load(repair)
+            self._load(repair and not read_only)
 
     @property
     def _log(self):  # bound on use: most queues never log, and 200,000 bound loggers cost memory
@@ -190,8 +192,9 @@ class ConsumeQueue:
         bases = []
         for name in names:
             if name.endswith(".tmp"):
-                self._log.warning("unfinished_file_removed", path=f"{self.directory}/{name}")
-                os.unlink(self.directory / name)
+                if not self._read_only:
+                    self._log.warning("unfinished_file_removed", path=f"{self.directory}/{name}")
+                    os.unlink(self.directory / name)
                 continue
             try:
                 bases.append(file_name_to_offset(name))
@@ -202,8 +205,9 @@ class ConsumeQueue:
         sizes = [st.st_size for st in stats]
         if bases and sizes[-1] == 0:
             last = self.directory / offset_to_file_name(bases[-1])
-            self._log.warning("empty_file_removed", path=str(last))
-            last.unlink()
+            if not self._read_only:
+                self._log.warning("empty_file_removed", path=str(last))
+                last.unlink()
             bases.pop()
             sizes.pop()
         if repair and bases and sizes[-1] != self.file_bytes and not bases[-1] % self.file_bytes:

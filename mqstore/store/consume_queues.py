@@ -66,8 +66,13 @@ def _write_behind_all(queues: list[ConsumeQueue]) -> None:
 class ConsumeQueues:
     """The store's consume queues; a DispatchSink."""
 
-    def __init__(self, store_dir: Path, *, file_bytes: int, max_open_files: int = 512) -> None:
+    def __init__(self, store_dir: Path, *, file_bytes: int, max_open_files: int = 512,
+                 read_only_above: int | None = None) -> None:  # fmt: skip
+        """``read_only_above``: a query's view (store/read_view.py) of a commitlog whose
+        min offset is this; queues open on first use (``find``), opening one changes no
+        file, and its min offset is corrected to the commitlog's in memory only."""
         self._store_dir = store_dir
+        self._read_only_above = read_only_above
         self._file_bytes = file_bytes
         self.pool = FilePool(max_open_files)  # bounds descriptors over all queues
         self._queues: dict[tuple[str, int], ConsumeQueue] = {}
@@ -159,7 +164,10 @@ class ConsumeQueues:
                     # Sparse files, as RocketMQ's setLength makes them: 200,000 queues x 6 MB
                     # pre-allocated would be 1.2 TB of blocks for nothing.
                     cq = ConsumeQueue(self._store_dir, topic, queue_id, file_bytes=self._file_bytes, pool=self.pool,
-                                      preallocate=False, fresh=new, repair=repair)  # fmt: skip
+                                      preallocate=False, fresh=new, repair=repair,
+                                      read_only=self._read_only_above is not None)  # fmt: skip
+                    if self._read_only_above is not None:
+                        cq.correct_min_offset(self._read_only_above)
                     self._queues[key] = cq
         return cq
 

@@ -230,7 +230,8 @@ class IndexService:
 
     # ------------------------------------------------------------------ lifecycle
 
-    def load(self, clean_shutdown: bool, index_msg_timestamp: int, *, repair: bool = False) -> IndexLoadReport:
+    def load(self, clean_shutdown: bool, index_msg_timestamp: int, *, repair: bool = False,
+             read_only: bool = False) -> IndexLoadReport:  # fmt: skip
         """Open the files (RocketMQ IndexService.load), oldest first.
 
         ``index_msg_timestamp`` is the checkpoint's value. After an abnormal exit
@@ -244,16 +245,23 @@ class IndexService:
         one putKey could have written (IndexFileView.damage, each file against the one
         before), is deleted with every later file, and so is a newest file whose
         entries or slots are damaged (checked in full up to 2M entries). The store
-        then re-dispatches from the new last file's end, which rebuilds them."""
+        then re-dispatches from the new last file's end, which rebuilds them.
+
+        ``read_only`` (a query's view, store/read_view.py): nothing is created, removed
+        or repaired; leftover ``.tmp`` files are passed over."""
+        if read_only and (repair or not clean_shutdown):
+            raise ValueError("a read-only load neither repairs nor deletes: clean_shutdown=True, repair=False")
         with self._write_lock:
             if self._state is not _State.NEW:
                 raise RuntimeError(f"IndexService.load() runs once, on a new service (state {self._state.value})")
-            self.directory.mkdir(parents=True, exist_ok=True)
+            if not read_only:
+                self.directory.mkdir(parents=True, exist_ok=True)
             names = []
-            for p in self.directory.iterdir():
+            for p in self.directory.iterdir() if self.directory.is_dir() else ():
                 if p.name.endswith(".tmp"):
-                    self._log.warning("unfinished_file_removed", path=str(p))
-                    p.unlink()
+                    if not read_only:
+                        self._log.warning("unfinished_file_removed", path=str(p))
+                        p.unlink()
                 elif _NAME_RE.fullmatch(p.name) and p.is_file():
                     names.append(p.name)
                 else:

@@ -5,18 +5,22 @@ GetUnits), ``queue_ranges`` (MinMax) and ``read_records`` (CommitLog Read)."""
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
 from mqstore.errors import IndexDisabledError, InvalidArgumentError, NotFoundError, OffsetError
 from mqstore.formats.consume_queue import PRE_BLANK_SIZE
 from mqstore.formats.message import MAGIC_V1, MAGIC_V2, MessageRecord
-from mqstore.store.builders import consumer_progress
+from mqstore.formats.msgid import parse_offset_msg_id
+from mqstore.store import reads
+from mqstore.store.builders import ConsumerProgress, consumer_progress
 from mqstore.store.commitlog import CommitLog
+from mqstore.store.reader import CommitLogView
 from mqstore.store.config_files import ConsumerOffsets
 from mqstore.store.consume_queues import ConsumeQueues
 from mqstore.store.index_service import IndexService
-from mqstore.store.reads import QueueRange, UnitsPage
+from mqstore.store.reads import PullStatus, QueueRange, QueueStatus, UnitsPage, drive
 
 _NONE = np.zeros(0, np.int64)
 
@@ -57,7 +61,7 @@ def queue_ranges(queues: ConsumeQueues, topic: str, queue_ids: Sequence[int] = (
     return out
 
 
-def read_records(commitlog: CommitLog, offsets: np.ndarray, sizes: np.ndarray | None, raw: bool, *,
+def read_records(commitlog: CommitLog | CommitLogView, offsets: np.ndarray, sizes: np.ndarray | None, raw: bool, *,
                  skip_missing: bool = True) -> tuple[np.ndarray, list]:  # fmt: skip
     """The records at ``offsets`` (decoded, or their stored bytes with ``raw``), those
     below the min offset or at/past the write position left out (``skip_missing``) or
@@ -93,7 +97,7 @@ class LocalPorts:
     """reads.ShardPorts over one store's commitlog, consume queues, index (None: off)
     and consumer offsets, all in this process."""
 
-    def __init__(self, commitlog: CommitLog, queues: ConsumeQueues, index: IndexService | None,
+    def __init__(self, commitlog: CommitLog | CommitLogView, queues: ConsumeQueues, index: IndexService | None,
                  consumer_offsets: ConsumerOffsets, *, perm_of: Callable[[str], int | None]) -> None:  # fmt: skip
         self.perm = perm_of
         self.commitlog = commitlog
@@ -142,4 +146,105 @@ def store_times_reader(read: Callable[[int], MessageRecord]) -> Callable[[np.nda
     return store_times
 
 
-__all__ = ["LocalPorts", "queue_ranges", "read_records", "store_times_reader", "units_page"]
+@dataclass(frozen=True)
+class RawPullResult:
+    """Encoded messages of one queue (see ``LocalReads.pull_raw``)."""
+
+    messages: list[bytes]
+    next_offset: int
+    min_offset: int
+    max_offset: int
+    status: PullStatus = PullStatus.FOUND
+
+
+@dataclass(frozen=True)
+class PullResult:
+    """Messages of one queue from ``offset`` on, and the pull's status (reads.py);
+    ``next_offset`` continues the pull."""
+
+    records: list[MessageRecord]
+    next_offset: int
+    min_offset: int
+    max_offset: int
+    status: PullStatus = PullStatus.FOUND
+
+
+class LocalReads:
+    """The read API of a store in this process (``MessageStore``, and ``ReadView``
+    for the query commands): each method is one read of reads.py over ``_ports``,
+    the same lines the front runs over gRPC."""
+
+    _ports: LocalPorts
+
+    def _check_open(self) -> None:
+        """Raise StoreClosedError once the store is closed (the subclass knows)."""
+
+    def _read(self, read):
+        self._check_open()
+        return drive(read, self._ports)
+
+    def pull(self, topic: str, queue_id: int, offset: int, *, max_count: int = 32, tags: set[str] | None = None) -> PullResult:
+        """Up to ``max_count`` (<= 10,000) messages of (topic, queue_id) from queue
+        offset ``offset``, and a status (see reads.py: OFFSET_TOO_SMALL below the min
+        offset, NO_NEW_MESSAGE at the max, ...; ``next_offset`` goes on from there);
+        with ``tags``, only messages whose TAGS is one of them (matched by tagsCode in
+        the queue first, then exactly on the record, as RocketMQ does). A topic whose
+        perm lacks READ raises TopicPermissionError; a bad topic, queue id, offset or
+        count raises before any file is touched."""
+        a = self._read(reads.pull(topic, queue_id, offset, max_count=max_count, tags=tags))
+        return PullResult(a.records, a.next_offset, a.min_offset, a.max_offset, a.status)
+
+    def pull_raw(self, topic: str, queue_id: int, offset: int, *, max_count: int = 32,
+                 tags_codes: set[int] | None = None) -> RawPullResult:  # fmt: skip
+        """Like ``pull`` but the messages stay encoded (the stored record bytes, as a
+        broker hands them to clients), filtered by tagsCode only, as RocketMQ's broker
+        does (clients check the tag strings). The fast path for consumers."""
+        a = self._read(reads.pull(topic, queue_id, offset, max_count=max_count, tags_codes=tags_codes, raw=True))
+        return RawPullResult(a.records, a.next_offset, a.min_offset, a.max_offset, a.status)
+
+    def offset_at_time(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
+        """The first queue offset of (topic, queue_id) stored at or after
+        ``timestamp_ms`` (RocketMQ getOffsetInQueueByTime, boundary LOWER)."""
+        return self._read(reads.offset_at_time(topic, queue_id, timestamp_ms))
+
+    def read_msg_id(self, msg_id: str) -> MessageRecord:
+        """The record an offset msgId names (mqadmin queryMsgById); NotFoundError if
+        none (deleted, never written, or a record of another store host there)."""
+        _, offset = parse_offset_msg_id(msg_id)
+        return self._read(reads.by_msg_id(msg_id, offset))
+
+    def read_queue_offset(self, topic: str, queue_id: int, queue_offset: int) -> MessageRecord:
+        """The message at one queue offset (mqadmin queryMsgByOffset); NotFoundError if none."""
+        return self._read(reads.by_queue_offset(topic, queue_id, queue_offset))
+
+    def topic_status(self, topic: str) -> list[QueueStatus]:
+        """Per queue of ``topic``: min and max offset and the last message's store
+        time; NotFoundError for a topic with no queues."""
+        return reads.merge_topic_status(topic, [self._read(reads.topic_status(topic))])
+
+    def query_by_key(self, topic: str, key: str, *, begin: int = 0, end: int = reads.LONG_MAX,
+                     max_num: int = 32) -> list[MessageRecord]:  # fmt: skip
+        """Messages of ``topic`` whose KEYS hold ``key``, stored in [begin, end] (ms),
+        newest first, at most ``max_num`` (<= 64, RocketMQ's index limit);
+        NotFoundError if none, IndexDisabledError if the store keeps no index."""
+        found = self._read(reads.by_key(topic, key, begin=begin, end=end, max_num=max_num))
+        return reads.newest_first([(0, found)], max_num, topic, key)
+
+    def query_by_unique_key(self, topic: str, unique_key: str, *, max_num: int = 32) -> list[MessageRecord]:
+        """Messages of ``topic`` with this UNIQ_KEY (the client's message id), as ``query_by_key``."""
+        found = self._read(reads.by_key(topic, unique_key, max_num=max_num, unique=True))
+        return reads.newest_first([(0, found)], max_num, topic, unique_key, unique=True)
+
+    def fetch_offset(self, group: str, topic: str, queue_id: int) -> int:
+        """The group's committed offset of (topic, queue_id); -1 if it has none."""
+        self._check_open()
+        reads.check_queue(topic, queue_id)
+        return self._ports.consumer_offsets.fetch(group, topic, queue_id)
+
+    def consumer_progress(self, group: str) -> list[ConsumerProgress]:
+        """Per queue the group has an offset for: broker (max) offset, consumer offset, lag."""
+        return reads.merge_progress([self._read(reads.consumer_progress(group))])
+
+
+__all__ = ["LocalPorts", "LocalReads", "PullResult", "RawPullResult", "queue_ranges", "read_records",
+           "store_times_reader", "units_page"]  # fmt: skip

@@ -22,14 +22,11 @@ from __future__ import annotations
 
 import os
 import threading
-from dataclasses import dataclass
 from pathlib import Path
 
 import structlog
 
 from mqstore.errors import StoreClosedError
-from mqstore.formats.message import MessageRecord
-from mqstore.formats.msgid import parse_offset_msg_id
 from mqstore.formats.names import file_name_to_offset
 from mqstore.store import reads
 from mqstore.store.builders import (ConsumerProgress, commit_consumer_offset, record_size_reader,
@@ -52,11 +49,11 @@ from mqstore.store.consume_queues import CONSUME_QUEUE_DIR, ConsumeQueues
 from mqstore.store.dispatch import ReputLoop
 from mqstore.store.index_service import IndexService
 from mqstore.store.layout import resolve_layout
-from mqstore.store.local_ports import LocalPorts
+from mqstore.store.local_ports import LocalPorts, LocalReads, PullResult, RawPullResult
 from mqstore.store.log_store import stopped_loops
 from mqstore.store.lockfile import BUILDER_KINDS, StoreLock, builder_files, last_exit_was_clean, remove_abort_marker
 from mqstore.store.mapped_file import fsync_dir
-from mqstore.store.reads import PullStatus, QueueStatus, drive
+from mqstore.store.reads import QueueStatus
 from mqstore.store.recovery import RecoveryProgress
 from mqstore.store.retention import Retention, RetentionConfig
 from mqstore.store.schedule import SCHEDULE_TOPIC, DelayScheduler, QueuePicker, rewrite_delayed
@@ -65,29 +62,7 @@ from mqstore.store.messages import AppendResult, MessageBatch, check_client_batc
 log = structlog.get_logger(__name__)
 
 
-@dataclass(frozen=True)
-class RawPullResult:
-    """Encoded messages of one queue (see ``MessageStore.pull_raw``)."""
-
-    messages: list[bytes]
-    next_offset: int
-    min_offset: int
-    max_offset: int
-    status: PullStatus = PullStatus.FOUND
-
-
-@dataclass(frozen=True)
-class PullResult:
-    """Messages of one queue from ``offset`` on; ``next_offset`` continues the pull."""
-
-    records: list[MessageRecord]
-    next_offset: int
-    min_offset: int
-    max_offset: int
-    status: PullStatus = PullStatus.FOUND  # see reads.py
-
-
-class MessageStore:
+class MessageStore(LocalReads):
     """See the module docstring."""
 
     def __init__(
@@ -308,47 +283,6 @@ class MessageStore:
             self._stop.wait(0.001)
         return True
 
-    # ------------------------------------------------------------------ reads (reads.py, as the front)
-
-    def _read(self, read):
-        self._check_open()
-        return drive(read, self._ports)
-
-    def pull(self, topic: str, queue_id: int, offset: int, *, max_count: int = 32, tags: set[str] | None = None) -> PullResult:
-        """Up to ``max_count`` (<= 10,000) messages of (topic, queue_id) from queue
-        offset ``offset``, and a status (see reads.py: OFFSET_TOO_SMALL below the min
-        offset, NO_NEW_MESSAGE at the max, ...; ``next_offset`` goes on from there);
-        with ``tags``, only messages whose TAGS is one of them (matched by tagsCode in
-        the queue first, then exactly on the record, as RocketMQ does). A topic whose
-        perm lacks READ raises TopicPermissionError; a bad topic, queue id, offset or
-        count raises before any file is touched."""
-        a = self._read(reads.pull(topic, queue_id, offset, max_count=max_count, tags=tags))
-        return PullResult(a.records, a.next_offset, a.min_offset, a.max_offset, a.status)
-
-    def pull_raw(self, topic: str, queue_id: int, offset: int, *, max_count: int = 32,
-                 tags_codes: set[int] | None = None) -> RawPullResult:  # fmt: skip
-        """Like ``pull`` but the messages stay encoded (the stored record bytes, as a
-        broker hands them to clients), filtered by tagsCode only, as RocketMQ's broker
-        does (clients check the tag strings). The fast path for consumers."""
-        a = self._read(reads.pull(topic, queue_id, offset, max_count=max_count, tags_codes=tags_codes, raw=True))
-        return RawPullResult(a.records, a.next_offset, a.min_offset, a.max_offset, a.status)
-
-    def offset_at_time(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
-        """The first queue offset of (topic, queue_id) stored at or after
-        ``timestamp_ms`` (RocketMQ getOffsetInQueueByTime, boundary LOWER)."""
-        return self._read(reads.offset_at_time(topic, queue_id, timestamp_ms))
-
-    def read_msg_id(self, msg_id: str) -> MessageRecord:
-        """The record an offset msgId names (mqadmin queryMsgById); NotFoundError if
-        none (deleted, never written, or a record of another store host there)."""
-        _, offset = parse_offset_msg_id(msg_id)
-        return self._read(reads.by_msg_id(msg_id, offset))
-
-    def topic_status(self, topic: str) -> list[QueueStatus]:
-        """Per queue of ``topic``: min and max offset and the last message's store
-        time; NotFoundError for a topic with no queues."""
-        return reads.merge_topic_status(topic, [self._read(reads.topic_status(topic))])
-
     def update_topic(self, topic: str, *, read_queue_nums: int = 4, write_queue_nums: int = 4, perm: int = 6):
         """Create or change a topic's config (persisted in config/topics.json); automatic
         queue ids then spread over ``write_queue_nums`` queues."""
@@ -364,32 +298,6 @@ class MessageStore:
         reads.check_queue(topic, queue_id)
         reads.check_offset(offset, "consumer offset")
         commit_consumer_offset(self.consume_queues, self.consumer_offsets, group, topic, queue_id, offset)
-
-    def fetch_offset(self, group: str, topic: str, queue_id: int) -> int:
-        """The group's committed offset of (topic, queue_id); -1 if it has none."""
-        self._check_open()
-        reads.check_queue(topic, queue_id)
-        return self.consumer_offsets.fetch(group, topic, queue_id)
-
-    def consumer_progress(self, group: str) -> list[ConsumerProgress]:
-        """Per queue the group has an offset for: broker (max) offset, consumer offset, lag."""
-        return reads.merge_progress([self._read(reads.consumer_progress(group))])
-
-    def query_by_key(self, topic: str, key: str, *, begin: int = 0, end: int = reads.LONG_MAX, max_num: int = 32) -> list[MessageRecord]:
-        """Messages of ``topic`` whose KEYS hold ``key``, stored in [begin, end] (ms),
-        newest first, at most ``max_num`` (<= 64, RocketMQ's index limit);
-        NotFoundError if none, IndexDisabledError if the store keeps no index."""
-        found = self._read(reads.by_key(topic, key, begin=begin, end=end, max_num=max_num))
-        return reads.newest_first([(0, found)], max_num, topic, key)
-
-    def query_by_unique_key(self, topic: str, unique_key: str, *, max_num: int = 32) -> list[MessageRecord]:
-        """Messages of ``topic`` with this UNIQ_KEY (the client's message id), as ``query_by_key``."""
-        found = self._read(reads.by_key(topic, unique_key, max_num=max_num, unique=True))
-        return reads.newest_first([(0, found)], max_num, topic, unique_key, unique=True)
-
-    def read_queue_offset(self, topic: str, queue_id: int, queue_offset: int) -> MessageRecord:
-        """The message at one queue offset (mqadmin queryMsgByOffset); NotFoundError if none."""
-        return self._read(reads.by_queue_offset(topic, queue_id, queue_offset))
 
     # ------------------------------------------------------------------ lifecycle
 

@@ -1,5 +1,5 @@
 """Read-only access to a store's commitlog, for tools that must not take the lock
-(``mqstore print`` next to a running store, and later the Spark jobs).
+(``mqstore print`` next to a running store, the query commands' ``--store``).
 
 It maps segments read-only, runs no recovery and changes nothing: the walk simply
 stops at the first record that does not validate, as recovery would.
@@ -10,6 +10,8 @@ from __future__ import annotations
 import mmap
 from collections.abc import Iterator
 from pathlib import Path
+
+import numpy as np
 
 from mqstore.errors import OffsetError
 from mqstore.formats.message import MessageRecord, ScanOutcome, decode_record, scan_records
@@ -65,4 +67,77 @@ class CommitLogReader:
                 return
 
 
-__all__ = ["CommitLogReader"]
+class CommitLogView(CommitLogReader):
+    """Records by offset, read-only, for questions (store/read_view.py): ``read`` and
+    ``read_raw`` as CommitLog has them, ``min_offset`` and ``wrote``. ``wrote`` is the
+    end of valid records, found by walking from ``end_hint`` (a record boundary at or
+    before the end: the offset the derived files were durable to), or from the last
+    segment's start without one; nothing is scanned until it is first asked."""
+
+    def __init__(self, store_dir: str | Path, *, end_hint: int | None = None) -> None:
+        super().__init__(store_dir)
+        self._maps: dict[int, mmap.mmap] = {}
+        self._hint = end_hint
+        self._wrote: int | None = None
+
+    def _map(self, i: int) -> mmap.mmap:
+        mm = self._maps.get(i)
+        if mm is None:
+            with self._segments[i][1].open("rb") as f:
+                mm = self._maps[i] = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        return mm
+
+    def _segment_at(self, offset: int) -> tuple[int, mmap.mmap]:
+        bases = [b for b, _ in self._segments]
+        i = int(np.searchsorted(bases, offset, side="right")) - 1
+        if i < 0 or offset >= bases[i] + self._segments[i][1].stat().st_size:
+            raise OffsetError(f"commitlog offset {offset} is in no segment")
+        return bases[i], self._map(i)
+
+    @property
+    def wrote(self) -> int:
+        if self._wrote is None:
+            self._wrote = self._find_end()
+        return self._wrote
+
+    def _find_end(self) -> int:
+        at = self._hint if self._hint is not None and self._hint >= self.min_offset else self._newest_start()
+        while True:
+            try:
+                base, mm = self._segment_at(at)
+            except OffsetError:
+                return at  # past the last segment
+            res = scan_records(mm, at - base, len(mm), check_crc=True, base_offset=base)
+            if res.outcome is not ScanOutcome.END_OF_SEGMENT:
+                return base + res.stop
+            at = base + len(mm)  # a BLANK record fills the rest: go on in the next segment
+
+    def _newest_start(self) -> int:
+        """The base of the newest segment that starts with a record (files made ahead are empty)."""
+        for i in range(len(self._segments) - 1, 0, -1):
+            if self._segments[i][1].stat().st_size >= 8 and self._map(i)[:8] != bytes(8):
+                return self._segments[i][0]
+        return self.min_offset
+
+    def read(self, offset: int) -> MessageRecord:
+        """The record that starts at ``offset``; OffsetError if none does."""
+        base, mm = self._segment_at(offset)
+        try:
+            return decode_record(mm, offset - base, check_crc=False)
+        except ValueError as e:
+            raise OffsetError(f"no record starts at commitlog offset {offset}: {e}") from e
+
+    def read_raw(self, offsets: np.ndarray, sizes: np.ndarray) -> list[bytes]:
+        out = []
+        for off, size in zip(np.asarray(offsets).tolist(), np.asarray(sizes).tolist()):
+            base, mm = self._segment_at(off)
+            out.append(mm[off - base:off - base + size])
+        return out
+
+    def close(self) -> None:
+        for mm in self._maps.values():
+            mm.close()
+        self._maps.clear()
+
+
+__all__ = ["CommitLogReader", "CommitLogView"]

@@ -33,6 +33,7 @@ from mqstore.services.client import FrontClient
 from mqstore.services.hosts import LocalStack
 from mqstore.store import Message, MessageBatch
 from mqstore.store.message_store import MessageStore
+from mqstore.store.read_view import ReadView
 from mqstore.store.retention import Retention, RetentionConfig
 from tests.services.helpers import small_config, wait_dispatched
 
@@ -125,6 +126,16 @@ def store_a(workload):
     s = MessageStore(copy, CFG, background_dispatch=False)
     yield s
     s.close()
+
+
+@pytest.fixture(scope="module")
+def view_c(workload):
+    """Copy C, answered by ReadView (the query commands' --store: no recovery, no writes)."""
+    copy = workload.store_dir.with_name("copy-c")
+    shutil.copytree(workload.store_dir, copy)
+    v = ReadView(copy)
+    yield v
+    v.close()
 
 
 @pytest.fixture(scope="module")

@@ -162,9 +162,10 @@ class Served:
         return self.c.fetch_offset(group, topic, qid)
 
 
-@pytest.fixture(scope="module")
-def a(store_a):
-    return InProcess(store_a)
+@pytest.fixture(scope="module", params=["store", "view"])
+def a(request, store_a):
+    """MessageStore, then ReadView (what `--store` queries read through)."""
+    return InProcess(store_a if request.param == "store" else request.getfixturevalue("view_c"))
 
 
 @pytest.fixture(scope="module")

@@ -134,7 +134,7 @@ def test_status_of_a_recovering_shard_and_an_unreachable_one(tmp_path):
 
 def test_local_status_command(tmp_path):
     store = tmp_path / "local"
-    assert mq("send", "--store", str(store), "--topic", "L", "a", "b").returncode == 0
+    assert mq("send", "--store", str(store), "--create", "--topic", "L", "a", "b").returncode == 0
     p = mq("status", "--store", str(store), "--format", "json")
     assert p.returncode == 0, p.stderr
     st = json.loads(p.stdout)

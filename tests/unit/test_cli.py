@@ -158,3 +158,18 @@ def test_bench_recover_before_checkpoint_times_the_open(tmp_path: Path) -> None:
     out = json.loads(p.stdout.strip().splitlines()[-1])
     assert out["bytes_before_checkpoint"] >= 8 << 20 and out["bytes_after_checkpoint"] >= 1 << 20
     assert not out["clean_shutdown"] and out["open_seconds"] > 0
+
+
+def test_only_create_makes_a_store(tmp_path: Path) -> None:
+    """A mistyped --store names the missing directory and exits 1, creating nothing;
+    --create makes the store; queries never create one."""
+    missing = tmp_path / "typo"
+    for args in (("send", "--topic", "T", "x"), ("update-topic", "--topic", "T"), ("pull", "--topic", "T", "--queue", "0",
+                 "--offset", "0"), ("topic-status", "--topic", "T"), ("query-msg-by-key", "--topic", "T", "k")):  # fmt: skip
+        p = mq(*args, "--store", str(missing))
+        assert p.returncode == 1 and f"no store at {missing}" in p.stderr and "Traceback" not in p.stderr, (args, p.stderr)
+        assert not missing.exists()
+    assert mq("send", "--store", str(missing), "--create", "--topic", "T", "--queue", "0", "x").returncode == 0
+    p = mq("pull", "--store", str(missing), "--topic", "T", "--queue", "0", "--offset", "0")
+    assert p.returncode == 0 and json.loads(p.stdout)["body"] == "x"
+    assert json.loads(p.stderr.splitlines()[-1]) == {"next_offset": 1, "min_offset": 0, "max_offset": 1, "status": "FOUND"}
