@@ -10,9 +10,9 @@
 #                     (default: the python3 on the PATH); driver and executors run it
 #   MQSTORE_PY_FILES  1: ship the mqstore package as a zip (--py-files) instead of relying on an
 #                     installed mqstore on the executors (their python still needs numpy, pyarrow,
-#                     structlog)
+#                     structlog); the zip is made in a temporary folder removed when the script ends
 #   SPARK_SUBMIT_ARGS more spark-submit arguments (e.g. "--executor-memory 2g --total-executor-cores 8")
-# Arguments go to jobs/reconcile.py (the options of `mqstore reconcile`).
+# Arguments go to jobs/reconcile.py (every option of `mqstore reconcile`). Exit status: spark-submit's.
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 PY="${MQSTORE_PYTHON:-$(command -v python3)}"
@@ -25,8 +25,18 @@ if [ -z "$SUBMIT" ]; then
   if [ -x "$(dirname "$PY")/spark-submit" ]; then SUBMIT="$(dirname "$PY")/spark-submit"; else SUBMIT=spark-submit; fi
 fi
 EXTRA=()
+TMP_DIR=""
+cleanup() { if [ -n "$TMP_DIR" ]; then rm -rf "$TMP_DIR"; fi; }
+# Every way out removes the zip's folder: spark-submit's end, a failed step, Ctrl-C or
+# a SIGTERM/SIGHUP (bash runs a trap once the foreground spark-submit has ended;
+# Ctrl-C reaches both). Only SIGKILL leaves it behind.
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+trap 'exit 129' HUP
 if [ "${MQSTORE_PY_FILES:-0}" = "1" ]; then
-  ZIP="$(mktemp -d)/mqstore.zip"
+  TMP_DIR="$(mktemp -d -t mqstore-py-files.XXXXXX)"
+  ZIP="$TMP_DIR/mqstore.zip"
   (cd "$HERE" && "$PY" -c 'import sys, zipfile, pathlib
 z = zipfile.ZipFile(sys.argv[1], "w", zipfile.ZIP_DEFLATED)
 for p in sorted(pathlib.Path("mqstore").rglob("*.py")):
@@ -34,13 +44,16 @@ for p in sorted(pathlib.Path("mqstore").rglob("*.py")):
 z.close()' "$ZIP")
   EXTRA+=(--py-files "$ZIP")
 fi
-LOG4J="$("$PY" -c 'from mqstore.jobs.spark import log4j2_file; print(log4j2_file())' 2>/dev/null || true)"
-if [ -n "$LOG4J" ]; then
+LOG4J="$(cd "$HERE" && "$PY" -c 'from mqstore.jobs.spark import log4j2_file; print(log4j2_file())' 2>/dev/null || true)"
+if [ -n "$LOG4J" ]; then  # the driver only: the file is on this machine, executors run elsewhere
   EXTRA+=(--conf "spark.driver.extraJavaOptions=-Dlog4j2.configurationFile=file:$LOG4J")
 fi
+# Not exec: the script stays to remove the zip's folder when spark-submit ends.
+STATUS=0
 # shellcheck disable=SC2086
-exec "$SUBMIT" --master "${SPARK_MASTER:-local[*]}" \
+"$SUBMIT" --master "${SPARK_MASTER:-local[*]}" \
   --conf "spark.pyspark.python=$PY" --conf "spark.pyspark.driver.python=$PY" \
   --conf spark.ui.showConsoleProgress=false \
   "${EXTRA[@]}" ${SPARK_SUBMIT_ARGS:-} \
-  "$HERE/jobs/reconcile.py" "$@"
+  "$HERE/jobs/reconcile.py" "$@" || STATUS=$?
+exit "$STATUS"

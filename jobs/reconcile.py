@@ -1,4 +1,5 @@
-"""spark-submit entry for ``mqstore reconcile`` (the same options as the command).
+"""spark-submit entry for ``mqstore reconcile``: every option of the command (the same
+definitions: mqstore.cli.reconcile), plus mqstore's --log-level and --log-format.
 
     spark-submit --master spark://HOST:7077 --py-files mqstore.zip jobs/reconcile.py \
         --store /shared/store --output /shared/reconcile-out [--repair]

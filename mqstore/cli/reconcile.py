@@ -9,6 +9,7 @@ error, 0 otherwise. ``jobs/reconcile.py`` runs the same under ``spark-submit``.
 
 from __future__ import annotations
 
+import inspect
 import json
 import sys
 from pathlib import Path
@@ -98,12 +99,21 @@ def run(store: Path, master: str | None, output: Path | None, repair: bool, chun
     return 0 if result.ok else 1
 
 
-def register(app: typer.Typer) -> None:
-    @app.command("reconcile")
+def register(app: typer.Typer, *, spark_submit: bool = False) -> None:
+    """Add the ``reconcile`` command to ``app``. ``spark_submit``: the command of the
+    spark-submit entry (jobs/reconcile.py): the same options, the master is
+    spark-submit's unless --master is given, and ``mqstore``'s --log-level and
+    --log-format are options of the command itself."""
+    if spark_submit:
+        master_help = "Spark master (default: the one spark-submit was given), e.g. spark://HOST:PORT."
+        master_default: str | None = None
+    else:
+        master_help = "Spark master: local[*] (default, in this process), local[N], spark://HOST:PORT, ..."
+        master_default = "local[*]"
+
     def reconcile_cmd(
         store: Annotated[Path, typer.Option("--store", help="Store directory to reconcile (read only: no lock, no writes).")],
-        master: Annotated[str, typer.Option("--master", help="Spark master: local[*] (default, in this process), "
-                                            "local[N], spark://HOST:PORT, ...")] = "local[*]",
+        master: str | None = typer.Option(master_default, "--master", help=master_help),  # (closure values: no Annotated)
         output: Annotated[Path | None, typer.Option("--output", help="Directory for the findings (Parquet), "
                                                        "summary.json and, with --repair, rebuilt files.")] = None,
         repair: Annotated[bool, typer.Option("--repair", help="Write rebuilt consume queues and index files for what "
@@ -113,6 +123,8 @@ def register(app: typer.Typer) -> None:
                                                 "sample (the first million, then every 16th) or off.")] = "full",
         fmt: Annotated[str, typer.Option("--format", help="text (a summary table) or json (summary.json's content).")] = "text",
         progress: Annotated[bool, typer.Option("--progress/--no-progress", help="Log progress (structlog, stderr).")] = True,
+        log_level: str = typer.Option("warning", "--log-level", help="debug, info, warning or error (logs go to stderr)."),
+        log_format: str = typer.Option("json", "--log-format", help="json or console."),
     ) -> None:
         """Check with Spark that the commitlog, consume queues, index files, checkpoint
         and consumer offsets agree, up to what the checkpoint counts as flushed; exit 0
@@ -121,32 +133,35 @@ def register(app: typer.Typer) -> None:
             raise typer.BadParameter("--index-keys is full, sample or off")
         if fmt not in ("text", "json"):
             raise typer.BadParameter("--format is text or json")
+        if spark_submit:  # (mqstore's own callback configures logging for the command line)
+            from mqstore.logging import configure_logging
+
+            configure_logging(level=log_level, json=log_format == "json")
         raise typer.Exit(run(store, master, output, repair, chunk_mb, index_keys, fmt, progress))
+
+    if not spark_submit:  # `mqstore --log-level ... reconcile`: the log options are mqstore's, not the command's
+        sig = inspect.signature(reconcile_cmd, eval_str=True)
+        reconcile_cmd.__signature__ = sig.replace(
+            parameters=[p for p in sig.parameters.values() if p.name not in ("log_level", "log_format")])  # fmt: skip
+    app.command("reconcile")(reconcile_cmd)
+
+
+def entry_app() -> typer.Typer:
+    """The spark-submit entry's command line (one command: reconcile's)."""
+    app = typer.Typer(name="reconcile", help="mqstore reconcile under spark-submit.", pretty_exceptions_enable=False,
+                      add_completion=False)  # fmt: skip
+    register(app, spark_submit=True)
+    return app
 
 
 def main(argv: list[str] | None = None) -> None:
-    """spark-submit entry (jobs/reconcile.py): the same options; the master comes from
-    spark-submit unless --master is given."""
-    import argparse
-
-    from mqstore.logging import configure_logging
-
-    p = argparse.ArgumentParser(prog="reconcile", description="mqstore reconcile under spark-submit")
-    p.add_argument("--store", required=True, type=Path)
-    p.add_argument("--master", default=None)
-    p.add_argument("--output", type=Path, default=None)
-    p.add_argument("--repair", action="store_true")
-    p.add_argument("--chunk-mb", type=int, default=64)
-    p.add_argument("--index-keys", choices=("full", "sample", "off"), default="full")
-    p.add_argument("--format", choices=("text", "json"), default="text")
-    args = p.parse_args(argv)
-    configure_logging(level="info")
+    """spark-submit entry (jobs/reconcile.py): every option of ``mqstore reconcile``
+    (the master comes from spark-submit unless --master is given)."""
     try:
-        code = run(args.store, args.master, args.output, args.repair, args.chunk_mb, args.index_keys, args.format, True)
+        entry_app()(args=argv, prog_name="reconcile")
     except (OSError, ValueError, LookupError) as e:
         print(f"mqstore: error: {e}", file=sys.stderr)
-        code = 1
-    sys.exit(code)
+        sys.exit(1)
 
 
-__all__ = ["main", "one_line", "register", "run"]
+__all__ = ["entry_app", "main", "one_line", "register", "run"]

@@ -8,7 +8,9 @@ bound to the loopback address. Spark's own logging goes through a log4j2 file at
 level error, so the job's structlog progress is what shows on stderr; a failed
 task is not logged there with its stack trace (the executor and task-set loggers
 are at fatal): the job's failure reaches the driver, and ``mqstore reconcile``
-prints it as one line.
+prints it as one line. The file is written on the driver's machine and only the
+driver's JVM is pointed at it: executors on other hosts keep their own log4j2
+configuration (their logs go to the worker's log directory, not to this terminal).
 
 Python workers run with ``PYTHONSAFEPATH=1`` (``spark.executorEnv``): Spark starts
 them with ``python -m pyspark.daemon`` in the JVM's working directory, which
@@ -96,8 +98,9 @@ def session(master: str | None = "local[*]", *, app_name: str = "mqstore", conf:
     java_opts = f"-Dlog4j2.configurationFile=file:{log4j2_file()}"
     settings = {
         **DEFAULT_CONF,
+        # the driver only: the file is on the driver's machine, an executor on another
+        # host has no such path (in local mode the executor is the driver's JVM)
         "spark.driver.extraJavaOptions": java_opts,
-        "spark.executor.extraJavaOptions": java_opts,
         **(conf or {}),
     }
     if master is not None and master.startswith("local"):

@@ -180,6 +180,16 @@ DAMAGE = [
 # ---------------------------------------------------------------- tests
 
 
+def test_session_points_only_the_driver_at_its_log4j_file(spark) -> None:
+    """The log4j2 file is written on the driver's machine: an executor on another
+    host must not be told to read it; Python workers never import from their
+    working directory."""
+    conf = spark.sparkContext.getConf()
+    assert "log4j2.configurationFile" in conf.get("spark.driver.extraJavaOptions")
+    assert "log4j2" not in (conf.get("spark.executor.extraJavaOptions") or "")
+    assert conf.get("spark.executorEnv.PYTHONSAFEPATH") == "1"
+
+
 def test_clean_store_has_no_findings(spark, pristine: Path, tmp_path: Path) -> None:
     out = tmp_path / "out"
     result = run(spark, pristine, out)
