@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -53,3 +55,65 @@ def _structlog_unconfigured():
     yield
     if structlog.is_configured():
         structlog.reset_defaults()
+
+
+_PURE_TIER_HINT = ("tests under tests/unit/ and tests/integration/ test the store in-process and must not start "
+                   "a cluster: a test that needs Ray belongs in tests/services/, one that needs Spark in tests/jobs/ "
+                   "(tests/README.md)")  # fmt: skip
+# Commands that start Ray or Spark: `ray start`, `mqstore serve` (a local Ray instance),
+# `mqstore reconcile` (a SparkSession), spark-submit / pyspark; `--help` starts nothing.
+_CLUSTER_SUBCOMMANDS = {"ray": {"start"}, "mqstore": {"serve", "reconcile"}, "mqstore.cli.main": {"serve", "reconcile"}}
+_CLUSTER_PROGRAMS = {"spark-submit", "pyspark", "spark-shell"}
+
+
+def _cluster_command(args) -> str | None:
+    """The command line if ``args`` (as given to Popen) starts Ray or Spark, else None."""
+    words = shlex.split(args) if isinstance(args, str) else [os.fspath(a) for a in args]
+    if "--help" in words or "-h" in words:
+        return None
+    for i, word in enumerate(words):
+        name = os.path.basename(word) if isinstance(word, str) else ""
+        if name in _CLUSTER_PROGRAMS or set(words[i + 1 :]) & _CLUSTER_SUBCOMMANDS.get(name, set()):
+            return " ".join(map(str, words))
+    return None
+
+
+class _NoClusterPopen(subprocess.Popen):
+    def __init__(self, args, *a, **kw) -> None:
+        if (cmd := _cluster_command(args)) is not None:
+            pytest.fail(f"{cmd!r} starts a cluster; {_PURE_TIER_HINT}", pytrace=True)
+        super().__init__(args, *a, **kw)
+
+
+@pytest.fixture
+def no_clusters(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Starting Ray or Spark fails the test at once, with a message saying where such a
+    test belongs: ``ray.init`` and any Ray node (``ray.cluster_utils`` too), a
+    SparkSession or SparkContext, and a subprocess running ``ray start``, ``mqstore
+    serve``/``reconcile`` or spark-submit. Autouse in tests/unit/ and
+    tests/integration/ (their conftest.py). Fails with ``pytest.fail`` (a BaseException):
+    an ``except Exception`` in the code under test does not hide it."""
+
+    def refuse(what: str):
+        def refused(*args, **kwargs):
+            pytest.fail(f"{what}: {_PURE_TIER_HINT}", pytrace=True)
+
+        return refused
+
+    try:
+        import ray
+        import ray._private.node
+    except ImportError:
+        pass
+    else:
+        monkeypatch.setattr(ray, "init", refuse("ray.init"))
+        monkeypatch.setattr(ray._private.node.Node, "__init__", refuse("starting a Ray node"))
+    try:
+        from pyspark import SparkContext
+        from pyspark.sql import SparkSession
+    except ImportError:
+        pass
+    else:
+        monkeypatch.setattr(SparkSession.Builder, "getOrCreate", refuse("starting a SparkSession"))
+        monkeypatch.setattr(SparkContext, "__init__", refuse("starting a SparkContext"))
+    monkeypatch.setattr(subprocess, "Popen", _NoClusterPopen)
