@@ -36,7 +36,7 @@ def test_every_line_parses_and_stays_in_its_page(tmp_path: Path) -> None:
     written: list[dict] = []
     n = 0
     pads_in_place = 0
-    for _ in range(600):
+    for k in range(600):
         lines = []
         for _ in range(rng.choice((1, 1, 2, 5, 40))):
             rec = {"i": n, "pad": "x" * rng.choice((0, 3, 50, 120, 900, 2000))}
@@ -47,7 +47,12 @@ def test_every_line_parses_and_stays_in_its_page(tmp_path: Path) -> None:
         if before % PAGE and before % PAGE + len(lines[0]) > PAGE:
             pads_in_place += 1
         log.write_lines(lines)
-        assert check_file(path.read_bytes()) == written  # whole lines after every write
+        raw = path.read_bytes()
+        assert raw.endswith(b"\n")  # whole lines after every write
+        tail = raw[raw.rfind(b"\n", 0, before - 1) + 1 if before else 0 :]  # the line before it (maybe padded) on
+        assert [json.loads(x) for x in tail.splitlines()][-len(lines) :] == written[-len(lines) :]
+        if k % 100 == 0:
+            assert check_file(raw) == written
     log.close()
     assert pads_in_place > 20, "the test did not pad a line of an earlier write"
     raw = path.read_bytes()
