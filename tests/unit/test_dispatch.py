@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from pathlib import Path
 
 from mqstore.formats.javahash import tags_code
@@ -22,10 +23,22 @@ class Collect:
     def rows(self) -> list[tuple]:
         out = []
         for b in self.batches:
+            keys, unique_keys = b.keys, b.unique_keys  # each access decodes the whole batch: once, not per row
             for i in range(len(b)):
                 out.append((int(b.physical_offsets[i]), b.topics[b.topic_codes[i]], int(b.queue_ids[i]),
-                            int(b.queue_offsets[i]), int(b.tags_codes[i]), b.keys[i], b.unique_keys[i]))  # fmt: skip
+                            int(b.queue_offsets[i]), int(b.tags_codes[i]), keys[i], unique_keys[i]))  # fmt: skip
         return out
+
+
+def wait_dispatched_while_running(loop: ReputLoop, cl: CommitLog, timeout_s: float = 10.0) -> None:
+    """Polls until the running loop's own thread has dispatched everything written:
+    asserted before ``stop()``, whose final ``catch_up()`` would dispatch the rest
+    synchronously and hide a thread that never ran."""
+    deadline = time.monotonic() + timeout_s
+    while loop.lag > 0:
+        assert loop.running and loop.error is None, f"the loop stopped: {loop.error!r}"
+        assert time.monotonic() < deadline, f"the loop thread is at {loop.reput_offset} of {cl.wrote} after {timeout_s} s"
+        time.sleep(0.005)
 
 
 def test_dispatch_columns_match_the_records(tmp_path: Path) -> None:
@@ -65,12 +78,16 @@ def test_background_loop_follows_appends(tmp_path: Path) -> None:
         sink = Collect()
         loop = ReputLoop(cl, [sink], reput_offset=0)
         loop.start()
-        for _ in range(50):
-            cl.append(MessageBatch(topics="T", bodies=[b"m"] * 100, tags="A", keys="k"))
-        loop.stop()
-        assert loop.error is None
-        assert [r[3] for r in sink.rows() if r[2] == 0] == list(range(1250))
-        assert len(sink.rows()) == 5000
+        try:
+            for _ in range(50):
+                cl.append(MessageBatch(topics="T", bodies=[b"m"] * 100, tags="A", keys="k"))
+            wait_dispatched_while_running(loop, cl)
+            rows = sink.rows()
+            assert [r[3] for r in rows if r[2] == 0] == list(range(1250))
+            assert len(rows) == 5000
+        finally:
+            loop.stop()
+        assert loop.error is None and loop.dispatched == 5000  # stop() found nothing left to dispatch
 
 
 def test_limit_holds_dispatch_back(tmp_path: Path) -> None:
@@ -101,11 +118,16 @@ def test_thread_safety_smoke(tmp_path: Path) -> None:
         ts = [threading.Thread(target=produce, args=(q,)) for q in (0, 1)]
         for t in ts:
             t.start()
-        for t in ts:
-            t.join()
-        loop.stop()
-        for q in (0, 1):
-            assert [r[3] for r in sink.rows() if r[2] == q] == list(range(2000))
+        try:
+            for t in ts:
+                t.join()
+            wait_dispatched_while_running(loop, cl)
+            rows = sink.rows()
+            for q in (0, 1):
+                assert [r[3] for r in rows if r[2] == q] == list(range(2000))
+        finally:
+            loop.stop()
+        assert loop.error is None and loop.dispatched == 4000  # stop() found nothing left to dispatch
 
 
 def test_index_entries_follow_rocketmq_order_and_hashes(tmp_path: Path) -> None:
