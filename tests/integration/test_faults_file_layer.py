@@ -114,6 +114,7 @@ def _append_acked(store, i: int, expect: list[tuple[int, str]], **kw) -> int:
 # ---------------------------------------------------------------------- EIO / EROFS on the commitlog
 
 
+@pytest.mark.slow  # over 2 s: not in the fast tier (tests/README.md)
 @pytest.mark.parametrize(("err", "cause"), [("EIO", "flush_failed"), ("EROFS", "read_only")])
 def test_failed_sync_under_sync_flush_is_never_acknowledged(tmp_path: Path, plan, err: str, cause: str) -> None:
     store_dir = tmp_path / "store"
@@ -266,6 +267,7 @@ def tiny_disk(tmp_path: Path):
         subprocess.run(["umount", "-l", str(mnt)], capture_output=True, check=False)
 
 
+@pytest.mark.slow  # over 2 s: not in the fast tier (tests/README.md)
 def test_real_full_disk_then_space_freed(tiny_disk: Path, tmp_path: Path) -> None:
     ballast = tiny_disk / "ballast"  # what an operator deletes to free space
     ballast.write_bytes(b"b" * (1 << 20))

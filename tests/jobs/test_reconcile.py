@@ -28,7 +28,7 @@ from mqstore.store import ConsumerOffsets, Message, MessageBatch, StoreConfig
 from mqstore.store.message_store import MessageStore
 from mqstore.store.reader import CommitLogReader
 
-pytestmark = pytest.mark.timeout(600)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]  # Spark
 
 CFG = StoreConfig(segment_bytes=1 << 20, consume_queue_file_bytes=20 * 100, index_hash_slots=512, index_max_entries=2048)
 MESSAGES = 3600

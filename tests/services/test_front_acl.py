@@ -225,6 +225,7 @@ def mq(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
                           env={**base, **(env or {})})  # fmt: skip
 
 
+@pytest.mark.slow  # over 2 s: not in the fast tier (tests/README.md)
 def test_cli_credentials_from_flags_and_environment(stack, root):
     root.send("Orders", [b"cli"], queue_ids=3)
     wait_dispatched(root)
@@ -243,6 +244,7 @@ def test_cli_credentials_from_flags_and_environment(stack, root):
     assert p.returncode == 0, p.stderr
 
 
+@pytest.mark.slow  # over 2 s: not in the fast tier (tests/README.md)
 def test_cli_acl_commands_through_the_server(stack, acl_file):
     admin = ["--server", stack.front_endpoint]
     env = {"MQSTORE_ACCESS_KEY": "root", "MQSTORE_SECRET_KEY": ROOT[1]}
@@ -272,6 +274,7 @@ def test_cli_acl_commands_through_the_server(stack, acl_file):
     assert "erin" not in acl_file.read_text()
 
 
+@pytest.mark.slow  # over 2 s: not in the fast tier (tests/README.md)
 def test_cli_acl_commands_on_a_file(tmp_path):
     f = tmp_path / "new" / "acl.json"
     p = mq("acl", "add-user", "root", "--admin", "--file", str(f))

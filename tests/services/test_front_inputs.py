@@ -131,6 +131,7 @@ def _delivered(client, topic: str, queue: int, body: bytes, timeout: float = 60.
         time.sleep(0.1)
 
 
+@pytest.mark.slow  # over 2 s: not in the fast tier (tests/README.md)
 def test_poison_schedule_records_are_skipped_and_later_delays_delivered(stack, client) -> None:
     for props in (FORGED_TOPIC, FORGED_QID, SELF_FEEDING):
         _internal_append(stack, props)
@@ -145,6 +146,7 @@ def test_poison_schedule_records_are_skipped_and_later_delays_delivered(stack, c
     assert st.state == "SERVING" and not st.error
 
 
+@pytest.mark.slow  # over 2 s: not in the fast tier (tests/README.md)
 def test_a_store_that_already_holds_a_poison_delivers_when_served(tmp_path) -> None:
     cfg = small_config()
     with MessageStore(tmp_path, cfg, background_dispatch=False) as s:  # written before the fix (internal path)
@@ -158,6 +160,7 @@ def test_a_store_that_already_holds_a_poison_delivers_when_served(tmp_path) -> N
             _delivered(c, "Later", 1, body)
 
 
+@pytest.mark.slow  # over 2 s: not in the fast tier (tests/README.md)
 def test_a_stopped_loop_makes_health_not_serving_and_status_names_it(tmp_path) -> None:
     with LocalStack(tmp_path, small_config()) as st, FrontClient(st.front_endpoint) as c:
         assert st.wait_ready(60)

@@ -34,6 +34,7 @@ def test_bench_append_prints_the_contracted_fields(tmp_path: Path) -> None:
     assert all(sorted(v) == list(range(len(v))) for v in per_queue.values())
 
 
+@pytest.mark.slow  # over 2 s: not in the fast tier (tests/README.md)
 def test_print_decodes_records_as_json(tmp_path: Path) -> None:
     store = tmp_path / "s"
     assert mq("bench", "append", "--store", str(store), "--messages", "20", "--segment-bytes", str(1 << 20)).returncode == 0
@@ -85,6 +86,7 @@ def test_every_command_has_help(cmd: list[str]) -> None:
     assert p.returncode == 0 and "Usage" in p.stdout
 
 
+@pytest.mark.slow  # over 2 s: not in the fast tier (tests/README.md)
 def test_store_query_commands(tmp_path: Path) -> None:
     store = tmp_path / "s"
     p = mq("bench", "append", "--store", str(store), "--messages", "6000", "--topics", "2", "--queues", "2",
@@ -115,6 +117,7 @@ def test_store_query_commands(tmp_path: Path) -> None:
     assert none.returncode == 1 and "no message" in none.stderr
 
 
+@pytest.mark.slow  # over 2 s: not in the fast tier (tests/README.md)
 def test_bench_consume_and_query(tmp_path: Path) -> None:
     store = tmp_path / "s"
     mq("bench", "append", "--store", str(store), "--messages", "4000", "--segment-bytes", str(1 << 20),
@@ -125,6 +128,7 @@ def test_bench_consume_and_query(tmp_path: Path) -> None:
     assert query["lookups"] == 200 and query["found"] == 200 and query["p99_us"] > 0
 
 
+@pytest.mark.slow  # over 2 s: not in the fast tier (tests/README.md)
 def test_bench_reopen_checks_queues_and_runs_retention(tmp_path: Path) -> None:
     store = tmp_path / "s"
     p = mq("bench", "append", "--store", str(store), "--messages", "20000", "--body-size", "64", "--topics", "300",
@@ -142,6 +146,7 @@ def test_bench_reopen_checks_queues_and_runs_retention(tmp_path: Path) -> None:
     assert p.returncode == 1 and "is it a store" in p.stderr and "Traceback" not in p.stderr
 
 
+@pytest.mark.slow  # over 2 s: not in the fast tier (tests/README.md)
 def test_bench_retention_reports_both_rounds(tmp_path: Path) -> None:
     p = mq("bench", "retention", "--store", str(tmp_path / "s"), "--segment-bytes", str(1 << 20), "--fill-segments", "4",
            "--round-messages", "2000")  # fmt: skip
@@ -151,6 +156,7 @@ def test_bench_retention_reports_both_rounds(tmp_path: Path) -> None:
     assert out["p99_idle_ms"] > 0 and out["p99_deleting_ms"] > 0 and out["p99_ratio"] > 0
 
 
+@pytest.mark.slow  # over 2 s: not in the fast tier (tests/README.md)
 def test_bench_recover_before_checkpoint_times_the_open(tmp_path: Path) -> None:
     p = mq("bench", "recover", "--store", str(tmp_path / "s"), "--before-checkpoint", str(8 << 20),
            "--bytes", str(1 << 20), "--body-size", "512")  # fmt: skip
@@ -160,6 +166,7 @@ def test_bench_recover_before_checkpoint_times_the_open(tmp_path: Path) -> None:
     assert not out["clean_shutdown"] and out["open_seconds"] > 0
 
 
+@pytest.mark.slow  # over 2 s: not in the fast tier (tests/README.md)
 def test_only_create_makes_a_store(tmp_path: Path) -> None:
     """A mistyped --store names the missing directory and exits 1, creating nothing;
     --create makes the store; queries never create one."""

@@ -55,6 +55,7 @@ def ask_everything(v) -> list:
     return out
 
 
+@pytest.mark.slow  # over 2 s: not in the fast tier (tests/README.md)
 def test_a_view_answers_as_the_store_and_changes_nothing(tmp_path: Path) -> None:
     store = tmp_path / "s"
     ids = fill(store)
