@@ -92,7 +92,7 @@ i = 0
 while s.commitlog.wrote < before:
     s.append(w.batch(i, 1000)); i += 1000
 s.wait_dispatched(600)
-s._flush_derived(thorough=True)  # what the 60 s flush does: the checkpoint now covers everything
+s.flush_derived()  # what the 60 s flush does: the checkpoint now covers everything
 s.commitlog.flush()
 checkpointed = s.commitlog.wrote
 while s.commitlog.wrote < checkpointed + after:

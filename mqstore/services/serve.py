@@ -17,6 +17,7 @@ import os
 import signal
 import socket
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -82,6 +83,7 @@ def serve(root: Path, *, host: str = "127.0.0.1", port: int = 8080, shards: int 
     from mqstore.services.actors import start_deployment
 
     root = Path(root).resolve()
+    acl = None if acl is None else Path(acl).resolve()  # (Ray starts from another directory: see start_ray)
     if (tls_cert is None) != (tls_key is None):
         raise ValueError("give both --tls-cert and --tls-key (or neither)")
     if not is_loopback(host) and acl is None and not allow_anonymous:
@@ -92,7 +94,8 @@ def serve(root: Path, *, host: str = "127.0.0.1", port: int = 8080, shards: int 
 
         Acl.load(acl)  # a file that does not parse fails here, in one line, not in the front's actor
     tls = None if tls_cert is None else TlsFiles.load(tls_cert, tls_key)
-    pin_layout(root, shards)  # with placement "resource" each shard's node checks its own disk too
+    if placement == "node":  # with placement "resource" each shard's node pins its own disk (a driver may have none)
+        pin_layout(root, shards)
     check_port_free(host, port)
     if metrics_port:
         if metrics_port == port:
@@ -172,6 +175,12 @@ def start_ray(ray, address: str | None, namespace: str, env: dict, insecure_ray:
     refused unless ``insecure_ray``."""
     if address is not None and _token_required_but_missing(address):
         raise ServeError(TOKEN_HINT.format(address=address))
+    here = os.getcwd()
+    # Ray puts the driver's working directory first on every worker's sys.path: from a
+    # folder that holds a checkout named mqstore, workers would import that instead.
+    neutral = Path(tempfile.gettempdir()) / f"mqstore-ray-cwd-{os.getuid()}"
+    neutral.mkdir(mode=0o700, exist_ok=True)
+    os.chdir(neutral)
     try:
         if address is None:  # a new local instance: Ray makes (or reuses) ~/.ray/auth_token and requires it
             from ray._private.authentication.authentication_token_setup import _enable_token_auth
@@ -184,6 +193,8 @@ def start_ray(ray, address: str | None, namespace: str, env: dict, insecure_ray:
             ray.init(address=address, namespace=namespace, runtime_env={"env_vars": env}, logging_level="WARNING")
     except ray.exceptions.AuthenticationError:
         raise ServeError(TOKEN_HINT.format(address=address)) from None
+    finally:
+        os.chdir(here)
     if insecure_ray or address is None:
         return
     gcs = ray.get_runtime_context().gcs_address

@@ -42,7 +42,7 @@ from mqstore.errors import OffsetError
 from mqstore.formats.names import file_name_to_offset
 from mqstore.store.clock import Clock, SystemClock
 from mqstore.store.config import StoreConfig
-from mqstore.store.config_files import ConsumerOffsets, read_derived_offset
+from mqstore.store.config_files import CONSUMER_OFFSET_FILE, ConsumerOffsets, read_derived_offset, set_aside_unusable
 from mqstore.store.consume_queues import ConsumeQueues
 from mqstore.store.dispatch import DispatchBatch, IndexEntries
 from mqstore.store.index_service import IndexService
@@ -179,6 +179,7 @@ class _Builder:
         self.store_dir = Path(store_dir)
         self.config = resolve_layout(self.store_dir, config or StoreConfig())
         self.view_incarnation = view.incarnation
+        self._view = view
         self._clock = clock or SystemClock()
         self._on_durable = on_durable
         lock_name, self._abort_name = builder_files(self.kind)
@@ -189,6 +190,7 @@ class _Builder:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._closed = False
+        self.close_failed = False  # close could not make everything durable: the abort marker stays
         self.progress_offset = 0
         self.durable_offset = 0
 
@@ -220,6 +222,12 @@ class _Builder:
     def _every_few_seconds(self) -> None:
         pass
 
+    @property
+    def stopped(self) -> str | None:
+        """Why the flush loop stopped while the builder is open (None while it runs)."""
+        t = self._thread
+        return "stopped" if t is not None and not t.is_alive() and not self._stop.is_set() else None
+
     def flush(self, *, thorough: bool = True) -> None:
         progress = self.progress_offset  # every record below it is in a buffer now
         ts = self._write_out(thorough)
@@ -235,7 +243,8 @@ class _Builder:
         raise NotImplementedError
 
     def _check_gap(self, from_offset: int) -> None:
-        if from_offset > self.progress_offset:
+        # (retention may have taken records the builder never saw: nothing is missing below the log's start)
+        if from_offset > max(self.progress_offset, self._view.min_offset):
             raise GapError(f"{self.kind}: a batch from commitlog offset {from_offset}, but everything is built only "
                            f"up to {self.progress_offset}: it would leave a gap")  # fmt: skip
 
@@ -252,6 +261,7 @@ class _Builder:
             self.flush(thorough=True)
         except Exception as e:  # noqa: BLE001 - the marker stays: the next open recovers as after a crash
             ok = False
+            self.close_failed = True
             log.error("builder_close_flush_failed", kind=self.kind, error=str(e))
         try:
             self._close_files()
@@ -280,7 +290,10 @@ class QueueBuilder(_Builder):
         cfg = self.config
         self.consume_queues = None
         try:
+            unusable = set_aside_unusable(self.store_dir, (CONSUMER_OFFSET_FILE,))
             self.consumer_offsets = ConsumerOffsets(self.store_dir)
+            if unusable:
+                self.consumer_offsets.persist()  # empty: groups start where their consumers' settings say
             self.consume_queues = ConsumeQueues(self.store_dir, file_bytes=cfg.consume_queue_file_bytes,
                                                 max_open_files=cfg.max_open_queue_files)  # fmt: skip
             self.consume_queues.load(repair=True)
@@ -299,6 +312,10 @@ class QueueBuilder(_Builder):
                 self.consume_queues.close()
             self._lock_file.release()
             raise
+
+    def dispatch(self, batch: DispatchBatch, from_offset: int, to_offset: int) -> None:
+        """DispatchSink (a ReputLoop in this process feeds it)."""
+        self.put(batch, from_offset, to_offset)
 
     def put(self, batch: DispatchBatch, from_offset: int, to_offset: int) -> int:
         """Units of the records [from_offset, to_offset) (commitlog order); units
@@ -328,6 +345,28 @@ class QueueBuilder(_Builder):
     def consumer_progress(self, group: str) -> list[ConsumerProgress]:
         return consumer_progress(self.consume_queues, self.consumer_offsets, group)
 
+    def clamp_consumer_offsets(self) -> list[tuple[str, str, int, int, int]]:
+        """A stored consumer offset past its queue's end (a damaged consumerOffset.json
+        that still parses; a queue cut by recovery) would skip the queue's next
+        messages: set it to the end, as a broker corrects an overflowing pull. Call it
+        once the builder has caught up with the commitlog of its open, so every queue
+        is as long as the commitlog makes it. Returns (group, topic, queue id, old, new)."""
+        clamped = []
+        for group in self.consumer_offsets.groups():
+            for (topic, qid), offset in sorted(self.consumer_offsets.offsets(group).items()):
+                cq = self.consume_queues.find(topic, qid)
+                top = cq.max_offset if cq is not None else 0
+                if offset <= top:
+                    continue
+                log.warning("consumer_offset_past_end", group=group, topic=topic, queue_id=qid, offset=offset,
+                            max_offset=top, action="set to the max offset")  # fmt: skip
+                try:
+                    self.consumer_offsets.commit(group, topic, qid, top)
+                    clamped.append((group, topic, qid, offset, top))
+                except ValueError as e:  # a name the store would never have written: left alone
+                    log.warning("consumer_offset_left_alone", group=group, topic=topic, queue_id=qid, error=str(e))
+        return clamped
+
     def clean_below(self, commitlog_min: int, *, forced: bool = False) -> tuple[ConsumerLoss, ...]:
         """Retention's part for the consume queues: files wholly below the commitlog's
         new min offset go, min offsets move up; groups that had not consumed what went
@@ -349,6 +388,9 @@ class QueueBuilder(_Builder):
             self.consume_queues.close()
 
 
+_NO_ENTRIES = IndexEntries(np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64))
+
+
 class IndexBuilder(_Builder):
     """The index files of a store; see the module docstring."""
 
@@ -363,9 +405,11 @@ class IndexBuilder(_Builder):
         try:
             self.index.load(self.clean, view.index_msg_timestamp, repair=True)
             candidates = []
+            # Entries past the log's end point at nothing (a log cut by recovery or repair);
+            # after a crash, entries past the last thorough flush may be torn: cut them,
+            # they are put again.
+            self.index.truncate(view.wrote if self.clean else min(view.redispatch_from, view.wrote))
             if not self.clean:
-                # Entries past the last thorough flush may be torn: cut them, they are put again.
-                self.index.truncate(min(view.redispatch_from, view.wrote))
                 candidates.append(view.redispatch_from)
             # Just past the last indexed record (puts skip what the files hold, so a
             # resume below that re-indexes nothing).
@@ -375,6 +419,10 @@ class IndexBuilder(_Builder):
             self.index.close()
             self._lock_file.release()
             raise
+
+    def dispatch(self, batch: DispatchBatch, from_offset: int, to_offset: int) -> None:
+        """DispatchSink (a ReputLoop in this process feeds it)."""
+        self.put(batch.index_entries() if len(batch) else _NO_ENTRIES, from_offset, to_offset)
 
     def put(self, entries: IndexEntries, from_offset: int, to_offset: int) -> tuple[int, int, int]:
         """Keys of the records [from_offset, to_offset); (indexed, skipped, progress)."""

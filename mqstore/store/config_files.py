@@ -175,6 +175,26 @@ def inspect_config_file(store_dir: Path, name: str) -> ConfigFileState:
     return ConfigFileState(path, "none", None, problem)
 
 
+def set_aside_unusable(store_dir: Path, names: tuple[str, ...]) -> set[str]:
+    """Config files among ``names`` that neither parse nor have a usable .bak would
+    start the store with an empty table and stay unreadable: each is renamed to
+    ``<file>.corrupt`` (and its .bak to ``<file>.bak.corrupt``), to look at later,
+    for its owner to rebuild. Returns the names set aside."""
+    out = set()
+    for name in names:
+        st = inspect_config_file(store_dir, name)
+        if st.source != "none" or st.problem is None:
+            continue
+        for path in (st.path, st.path.with_name(st.path.name + BAK_SUFFIX)):
+            if path.exists():
+                os.replace(path, path.with_name(path.name + ".corrupt"))
+        fsync_dir(st.path.parent)
+        _log().warning("config_file_set_aside", path=str(st.path), problem=st.problem,
+                       action=f"renamed to {st.path.name}.corrupt; rebuilt")  # fmt: skip
+        out.add(name)
+    return out
+
+
 def _encode(obj: object) -> bytes:
     # fastjson's PrettyFormat: tab indentation, no blank after ':'.
     return json.dumps(obj, indent="\t", separators=(",", ":"), ensure_ascii=False).encode("utf-8")

@@ -192,8 +192,9 @@ class ConsumeQueues:
     def all(self) -> list[ConsumeQueue]:
         return list(self._queues.values())
 
-    def dispatch(self, batch: DispatchBatch) -> None:
-        """Buffer the units of NOT_TYPE and COMMIT records in their queues.
+    def dispatch(self, batch: DispatchBatch, from_offset: int = 0, to_offset: int = 0) -> None:
+        """Buffer the units of NOT_TYPE and COMMIT records in their queues (a
+        DispatchSink: the range is not needed here).
 
         Everything per unit is done for the whole batch with numpy (grouping by queue,
         the in-order checks, encoding); per queue touched there is a dict lookup and a

@@ -56,6 +56,11 @@ class DispatchBatch:
     def __len__(self) -> int:
         return len(self.physical_offsets)
 
+    @classmethod
+    def empty(cls) -> DispatchBatch:
+        none = np.zeros(0, np.int64)
+        return cls(none, none, [], none, none, none, none, none, none, b"", none, none, none, none)
+
     @property
     def keys(self) -> list[str | None]:
         """Raw KEYS values (space separated), decoded on demand."""
@@ -129,9 +134,11 @@ def _index_entries(b: DispatchBatch) -> IndexEntries:
 
 
 class DispatchSink(Protocol):
-    """Something built from the commitlog: consume queues, the index."""
+    """Something built from the commitlog: consume queues, the index, a builder.
+    ``batch`` holds the records of [from_offset, to_offset) (possibly none: a range
+    that is only the BLANK end of a segment still moves a builder's progress)."""
 
-    def dispatch(self, batch: DispatchBatch) -> None: ...
+    def dispatch(self, batch: DispatchBatch, from_offset: int, to_offset: int) -> None: ...
 
 
 def build_dispatch_batch(chunk: ScanChunk, delays_ms: list[int] | None = None) -> DispatchBatch:
@@ -181,8 +188,11 @@ class ReputLoop:
         chunk_bytes: int = 8 << 20,
         idle_sleep_s: float = 0.001,
         delays_ms: list[int] | None = None,
+        on_progress: Callable[[int], None] | None = None,
     ) -> None:
+        """``on_progress(reput_offset)``: told after every chunk the sinks took."""
         self._delays = delays_ms
+        self._on_progress = on_progress
         self._log = commitlog
         self._sinks = list(sinks)
         self.reput_offset = max(reput_offset, commitlog.min_offset)
@@ -208,13 +218,16 @@ class ReputLoop:
         """Dispatch one chunk; returns how many records it held (0: caught up)."""
         if self.reput_offset < self._log.min_offset:  # retention removed what we had not read
             self.reput_offset = self._log.min_offset
-        chunk = self._log.scan(self.reput_offset, limit=self._limit(), max_bytes=self._chunk_bytes)
-        if len(chunk.sizes):
-            batch = build_dispatch_batch(chunk, self._delays)
+        start = self.reput_offset
+        chunk = self._log.scan(start, limit=self._limit(), max_bytes=self._chunk_bytes)
+        if chunk.next_offset > start:
+            batch = build_dispatch_batch(chunk, self._delays) if len(chunk.sizes) else DispatchBatch.empty()
             for sink in self._sinks:
-                sink.dispatch(batch)
+                sink.dispatch(batch, start, chunk.next_offset)
             self.dispatched += len(batch)
-        self.reput_offset = chunk.next_offset
+            self.reput_offset = chunk.next_offset
+            if self._on_progress is not None:
+                self._on_progress(self.reput_offset)
         return len(chunk.sizes)
 
     def catch_up(self) -> int:

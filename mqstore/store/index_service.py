@@ -428,7 +428,7 @@ class IndexService:
                 break
         return np.asarray(out, np.int64)
 
-    def dispatch(self, batch: DispatchBatch) -> None:
+    def dispatch(self, batch: DispatchBatch, from_offset: int = 0, to_offset: int = 0) -> None:
         """DispatchSink: index the keys of a dispatched batch (rollbacks are not indexed)."""
         self.put(batch.index_entries())
 

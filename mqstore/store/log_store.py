@@ -34,13 +34,14 @@ from mqstore.store.builders import redispatch_from
 from mqstore.store.clock import Clock, SystemClock
 from mqstore.store.commitlog import CommitLog
 from mqstore.store.config import FlushMode, StoreConfig
-from mqstore.store.config_files import TopicConfigs, parse_delay_levels, read_derived_offset, write_derived_offset
+from mqstore.store.config_files import (DELAY_OFFSET_FILE, TOPICS_FILE, TopicConfigs, parse_delay_levels,
+                                        read_derived_offset, set_aside_unusable, write_derived_offset)  # fmt: skip
 from mqstore.store.consume_queues import CONSUME_QUEUE_DIR
 from mqstore.store.layout import resolve_layout
 from mqstore.store.messages import AppendResult, MessageBatch, check_client_batch
 from mqstore.store.recovery import RecoveryProgress
 from mqstore.store.retention import Retention, RetentionConfig, RetentionReport
-from mqstore.store.schedule import DelayScheduler, QueuePicker, rewrite_delayed
+from mqstore.store.schedule import SCHEDULE_TOPIC, DelayScheduler, QueuePicker, rewrite_delayed
 
 log = structlog.get_logger(__name__)
 
@@ -76,6 +77,7 @@ class LogStore:
         self.commitlog = CommitLog(self.store_dir, cfg, clock=self._clock, queue_offsets_from_derived=has_queues,
                                    progress=self.progress, on_sync_seconds=on_sync_seconds)  # fmt: skip
         try:
+            self._set_aside = set_aside_unusable(self.store_dir, (TOPICS_FILE, DELAY_OFFSET_FILE))
             self.topics = TopicConfigs(self.store_dir, clock=self._clock)
             for name, tc in self.topics.all().items():
                 self.commitlog.set_queue_nums(name, tc.write_queue_nums)
@@ -95,33 +97,64 @@ class LogStore:
         # consume-queue builder reports groups' losses below it as forced.
         self.forced_deleted_to = 0
         self._reported_at = -1e18
+        # Whether appends should wait for a lagging dispatcher: one that reported lately
+        # (a dispatcher in another process); MessageStore: its reput thread runs.
+        self.dispatch_active: Callable[[], bool] = lambda: self._clock.monotonic() - self._reported_at < _REPORT_FRESH_S
         self.accepting = False
         self.scheduler: DelayScheduler | None = None
         self.retention: Retention | None = None
         self._closed = False
         self._wake = threading.Event()  # never set: a sleep that is not the clock's
 
+    @property
+    def delays_ms(self) -> list[int]:
+        """The delay levels' delays (config ``message_delay_level``), level 1 first."""
+        return self._delays_ms
+
     # ------------------------------------------------------------------ open, step 2
 
     def attach_queue_ends(self, ends: dict[tuple[str, int], int], built_up_to: int) -> int:
         """Continue queue offsets from the consume queues' ends and the records past
-        what they hold; appends are accepted from now on. Returns records read."""
+        what they hold; appends are accepted from now on. Returns records read. A
+        topics.json set aside at open is rebuilt from the queues (every topic with
+        queues, as many queues as its highest queue id)."""
+        if TOPICS_FILE in self._set_aside:
+            self._rebuild_topics(ends)
         self.commitlog.raise_queue_offsets(ends)
         n = self.commitlog.raise_queue_offsets_from(max(min(built_up_to, self.commitlog.wrote), self.commitlog.min_offset))
         self.accepting = True
         log.info("queue_offsets_attached", queues=len(ends), records_after=n, built_up_to=built_up_to)
         return n
 
-    def start_background(self, queues, retention: RetentionConfig | None = None) -> None:
+    def _rebuild_topics(self, ends: dict[tuple[str, int], int]) -> None:
+        seen: dict[str, int] = {}
+        for topic, qid in ends:
+            if topic != SCHEDULE_TOPIC:
+                seen[topic] = max(seen.get(topic, 0), qid + 1)
+        for topic, nums in sorted(seen.items()):
+            self.topics.create_or_update(topic, read_queue_nums=nums, write_queue_nums=nums)
+            self.commitlog.set_queue_nums(topic, nums)
+        self._set_aside.discard(TOPICS_FILE)
+        log.warning("topic_configs_rebuilt", topics=len(seen), source="consume queues")
+
+    def start_background(self, queues, retention: RetentionConfig | None = None, *, start: bool = True,
+                         builder=None, index=None) -> None:  # fmt: skip
         """Delay deliveries (``queues.find`` gives the delay topic's queues, wherever
-        they are) and the retention of commitlog segments."""
+        they are) and the retention of commitlog segments. In one process
+        (MessageStore) ``builder`` (the QueueBuilder) and ``index`` (the IndexService)
+        are cleaned by retention in the same pass; in the services each builder cleans
+        its own files when it sees the commitlog's new min offset. ``start`` False:
+        made, not started (a store opened for one command)."""
         self.consume_queues = queues  # what DelayScheduler reads
         self.scheduler = DelayScheduler(self, self._delays_ms)
-        self.retention = Retention(self.commitlog, None, reput_offset=lambda: self.dispatched_offset,
-                                   config=retention or RetentionConfig(), clock=self._clock,
-                                   on_report=self._note_retention)  # fmt: skip
-        self.scheduler.start()
-        self.retention.start()
+        self.retention = Retention(
+            self.commitlog, queues if builder is not None else None, reput_offset=lambda: self.dispatched_offset,
+            index=index, consumer_offsets=builder.consumer_offsets if builder is not None else None,
+            config=retention or RetentionConfig(), clock=self._clock, on_report=self._note_retention,
+        )  # fmt: skip
+        if start:
+            self.scheduler.start()
+            self.retention.start()
 
     def _note_retention(self, report: RetentionReport) -> None:
         if report.forced_range is not None:
@@ -143,16 +176,21 @@ class LogStore:
         return self.commitlog.append(rewrite_delayed(batch, len(self._delays_ms), self._pick_queue))
 
     def _hold_back_for_dispatch(self) -> None:
+        """Back-pressure: while the dispatcher is more than ``max_dispatch_lag_bytes``
+        behind, appends wait (up to a second at a time) until it is half that. Without
+        it an appender outruns dispatch (in one process it takes nearly all of the GIL)
+        and consume queues fall ever further behind."""
         limit = self.config.max_dispatch_lag_bytes
-        if not self._lagging(limit):  # the usual case: one comparison per append
+        if self.dispatch_lag <= limit or not self.dispatch_active():  # the usual case
             return
         deadline = self._clock.monotonic() + 1.0
-        while self._lagging(limit) and self._clock.monotonic() < deadline:
-            self._wake.wait(0.001)
+        while self.dispatch_lag > limit // 2 and self.dispatch_active() and self._clock.monotonic() < deadline:
+            self._wake.wait(0.0005)
 
-    def _lagging(self, limit: int) -> bool:
-        fresh = self._clock.monotonic() - self._reported_at < _REPORT_FRESH_S
-        return fresh and self.confirm_offset - self.dispatched_offset > limit // 2
+    @property
+    def dispatch_lag(self) -> int:
+        """Bytes the dispatcher may hand out but has not yet reported dispatched."""
+        return max(0, self.confirm_offset - self.dispatched_offset)
 
     def update_topic(self, topic: str, *, read_queue_nums: int = 4, write_queue_nums: int = 4, perm: int = 6):
         tc = self.topics.create_or_update(topic, read_queue_nums=read_queue_nums, write_queue_nums=write_queue_nums, perm=perm)

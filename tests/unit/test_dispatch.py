@@ -17,7 +17,8 @@ class Collect:
     def __init__(self) -> None:
         self.batches: list[DispatchBatch] = []
 
-    def dispatch(self, batch: DispatchBatch) -> None:
+    def dispatch(self, batch: DispatchBatch, from_offset: int, to_offset: int) -> None:
+        assert len(batch) == 0 or (from_offset <= batch.physical_offsets[0] and batch.physical_offsets[-1] < to_offset)
         self.batches.append(batch)
 
     def rows(self) -> list[tuple]:

@@ -120,10 +120,13 @@ def test_background_dispatch_keeps_up(tmp_path: Path, flush: str) -> None:
         for _ in range(50):
             s.append(MessageBatch(topics="T", bodies=[b"z" * 64] * 200, queue_ids=np.arange(200) % 4, tags="A"))
         deadline = time.monotonic() + 30  # the reput thread builds the queues while the store runs
-        while sum(cq.max_offset for cq in s.consume_queues.all()) < 10_000 and time.monotonic() < deadline:
+
+        def done() -> bool:  # (the loop moves reput_offset just after the sinks took a chunk)
+            return s.dispatcher.reput_offset == s.commitlog.wrote and sum(cq.max_offset for cq in s.consume_queues.all()) == 10_000
+
+        while not done() and time.monotonic() < deadline:
             time.sleep(0.01)
-        assert s.dispatcher.running and sum(cq.max_offset for cq in s.consume_queues.all()) == 10_000
-        assert s.dispatcher.reput_offset == s.commitlog.wrote
+        assert s.dispatcher.running and done()
 
 
 def test_consumer_offsets_and_topic_configs_persist(tmp_path: Path) -> None:
