@@ -74,7 +74,7 @@ class CommitLogServicer(commitlog_pb2_grpc.CommitLogServiceServicer):
     def _read(self, store: LogStore, req: pb.ReadRequest) -> pb.ReadResponse:
         sizes = np.asarray(req.sizes, np.int64) if req.raw and req.sizes else None
         offsets, found = read_records(store.commitlog, np.asarray(req.offsets, np.int64), sizes, req.raw,
-                                      skip_missing=req.skip_missing)  # fmt: skip
+                                      skip_missing=req.skip_missing, check_sizes=True)  # fmt: skip
         out = pb.ReadResponse(offsets=offsets.tolist())
         if req.raw:
             out.raw_records.extend(found)

@@ -62,34 +62,37 @@ def queue_ranges(queues: ConsumeQueues, topic: str, queue_ids: Sequence[int] = (
 
 
 def read_records(commitlog: CommitLog | CommitLogView, offsets: np.ndarray, sizes: np.ndarray | None, raw: bool, *,
-                 skip_missing: bool = True) -> tuple[np.ndarray, list]:  # fmt: skip
+                 skip_missing: bool = True, check_sizes: bool = False) -> tuple[np.ndarray, list]:  # fmt: skip
     """The records at ``offsets`` (decoded, or their stored bytes with ``raw``), those
     below the min offset or at/past the write position left out (``skip_missing``) or
-    refused with NotFoundError naming the first. Raw reads need each record's size
-    (from its unit); a size that does not match the record there is refused."""
+    refused with NotFoundError naming the first. Raw reads take each record's size
+    from its unit; ``check_sizes`` (sizes from a caller, not from the store's own
+    units) refuses a size that does not match the record there."""
     offsets = np.asarray(offsets, np.int64)
     if len(offsets) and offsets.min() < 0:
         raise InvalidArgumentError(f"commitlog offset {int(offsets.min())} is negative")
     lo, hi = commitlog.min_offset, commitlog.wrote
     gone = (offsets < lo) | (offsets >= hi)
-    if gone.any() and not skip_missing:
-        off = int(offsets[np.argmax(gone)])
-        raise NotFoundError(f"no message at commitlog offset {off}: "
-                          + (f"deleted (min offset {lo})" if off < lo else f"past the write position {hi}"))  # fmt: skip
-    offsets = offsets[~gone]
+    if gone.any():
+        if not skip_missing:
+            off = int(offsets[np.argmax(gone)])
+            raise NotFoundError(f"no message at commitlog offset {off}: "
+                                + (f"deleted (min offset {lo})" if off < lo else f"past the write position {hi}"))  # fmt: skip
+        offsets = offsets[~gone]
+        sizes = None if sizes is None else np.asarray(sizes, np.int64)[~gone]
     if not raw:
         return offsets, [commitlog.read(o) for o in offsets.tolist()]
     if sizes is None:
         sizes = np.array([commitlog.read(o).total_size for o in offsets.tolist()], np.int64)
-    else:
-        sizes = np.asarray(sizes, np.int64)[~gone]
-        if len(sizes) and sizes.min() <= 0:
-            raise InvalidArgumentError("record sizes must be > 0")
-    raws = commitlog.read_raw(offsets, sizes)
-    for off, size, data in zip(offsets.tolist(), sizes.tolist(), raws):
-        head = np.frombuffer(data[:8], ">i4") if len(data) >= 8 else ()
-        if len(head) != 2 or head[0] != size or head[1] not in (MAGIC_V1, MAGIC_V2):
-            raise InvalidArgumentError(f"no record of {size} bytes starts at commitlog offset {off}")
+    elif len(sizes) and np.min(sizes) <= 0:
+        raise InvalidArgumentError("record sizes must be > 0")
+    raws = commitlog.read_raw(offsets, np.asarray(sizes, np.int64))
+    if check_sizes and raws:
+        heads = np.frombuffer(b"".join(r[:8].ljust(8, b"\0") for r in raws), ">i4").reshape(-1, 2)
+        bad = np.flatnonzero((heads[:, 0] != sizes) | ~np.isin(heads[:, 1], (MAGIC_V1, MAGIC_V2)))
+        if len(bad):
+            i = int(bad[0])
+            raise InvalidArgumentError(f"no record of {int(sizes[i])} bytes starts at commitlog offset {int(offsets[i])}")
     return offsets, raws
 
 

@@ -234,16 +234,13 @@ def pull(topic: str, queue_id: int, offset: int, *, max_count: int = 32, tags: s
         idx = np.flatnonzero(keep)
         taken_to = len(page.physical_offsets)  # units this page used up (all, unless the pull fills)
         if len(idx):
-            phys = page.physical_offsets[idx]
+            phys = page.physical_offsets[idx]  # ascending: a queue's units follow the commitlog
             found_at, items = yield ("read", phys, page.sizes[idx] if raw else None, raw)
-            unit_of = dict(zip(phys.tolist(), idx.tolist()))
-            for at, item in zip(np.asarray(found_at).tolist(), items):
-                if exact is not None and item.tags not in exact:
-                    continue
-                taken.append(item)
-                if len(taken) >= max_count:  # full: the next pull starts after this message
-                    taken_to = unit_of[at] + 1
-                    break
+            keep = range(len(items)) if exact is None else [k for k, r in enumerate(items) if r.tags in exact]
+            keep = keep[: max_count - len(taken)]
+            taken.extend(items[: len(keep)] if exact is None else [items[k] for k in keep])
+            if len(taken) >= max_count:  # full: the next pull starts after the last message taken
+                taken_to = int(idx[np.searchsorted(phys, found_at[keep[-1]])]) + 1
         pos = page.first_offset + taken_to
         scanned += taken_to
         if len(taken) >= max_count or codes is None or scanned >= budget or pos >= hi or not taken_to:
