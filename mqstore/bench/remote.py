@@ -23,7 +23,7 @@ import numpy as np
 
 from mqstore.bench.workload import Workload, topic_name
 from mqstore.rpc.v1 import common_pb2
-from mqstore.services.client import FrontClient, remote_errors
+from mqstore.services.query.client import FrontClient, remote_errors
 
 
 def _tls_ca() -> str | None:

@@ -5,7 +5,7 @@ signed by an admin user: ``--access-key``/``--secret-key`` or MQSTORE_ACCESS_KEY
 MQSTORE_SECRET_KEY) or on the file itself (``--file``): to make the first admin
 before ``serve --acl`` starts, or while no front serves the file (a running front
 keeps the ACL in memory and writes it whole on its next change). The file's format,
-the matching and the signature: mqstore/services/acl.py and the services README.
+the matching and the signature: services/query/acl.py and the services README.
 """
 
 from __future__ import annotations
@@ -60,7 +60,7 @@ class _FileTarget:
     """The commands' operations on an ACL file (services.acl.Acl); rows as the RPCs return them."""
 
     def __init__(self, path: Path, create: bool) -> None:
-        from mqstore.services.acl import Acl
+        from mqstore.services.query.acl import Acl
 
         self.acl = Acl.load(path) if path.exists() or not create else Acl(path=path)
 
@@ -68,7 +68,7 @@ class _FileTarget:
         return [{"access_key": u.access_key, "admin": u.admin} for u in self.acl.users]
 
     def add_user(self, access_key: str, secret_key: str, admin: bool, replace: bool) -> bool:
-        from mqstore.services.acl import User
+        from mqstore.services.query.acl import User
 
         return self.acl.add_user(User(access_key, secret_key, admin=admin), replace=replace)
 
@@ -79,7 +79,7 @@ class _FileTarget:
         return [r.to_json() for r in self.acl.rules(user or None)]
 
     def add_rule(self, user: str, resource: str, actions: list[str], decision: str) -> bool:
-        from mqstore.services.acl import Rule
+        from mqstore.services.query.acl import Rule
 
         return self.acl.add_rule(Rule.of(user, resource, actions, decision))
 
@@ -125,7 +125,7 @@ def _target(file: Path | None, server: str | None, tls_ca: Path | None, access_k
         with remote(server, tls_ca, access_key, secret_key) as c:
             yield _ServerTarget(c)
         return
-    from mqstore.services.errors import RpcError
+    from mqstore.services.common.errors import RpcError
 
     try:
         yield _FileTarget(file, create)

@@ -69,7 +69,7 @@ def check_store(store: Path, *, create: bool = False) -> None:
 
 
 def _records(found) -> list:
-    from mqstore.services.convert import record_from_pb
+    from mqstore.services.common.convert import record_from_pb
 
     return [record_from_pb(r) for r in found]
 

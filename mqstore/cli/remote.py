@@ -46,7 +46,7 @@ def remote(server: str, tls_ca: Path | None = None, access_key: str | None = Non
     """A FrontClient for ``server`` (TLS trusting ``tls_ca`` if given; every call
     signed as ``access_key`` if given, see services/acl.py); gRPC failures become
     one-line errors."""
-    from mqstore.services.client import FrontClient, remote_errors
+    from mqstore.services.query.client import FrontClient, remote_errors
 
     with remote_errors(), FrontClient(server, tls_ca=tls_ca, access_key=access_key, secret_key=secret_key) as c:
         yield c
@@ -76,7 +76,7 @@ def register(app: typer.Typer) -> None:
         a consume-queue builder, an index builder and a dispatcher actor, and one front;
         prints one JSON line with the front's address once every shard has recovered,
         and closes every store cleanly on the way out."""
-        from mqstore.services.serve import serve as run
+        from mqstore.services.startup.serve import serve as run
         from mqstore.store.config import FlushMode, StoreConfig
 
         cfg = StoreConfig(flush_mode=FlushMode(flush.value), segment_bytes=segment_bytes)

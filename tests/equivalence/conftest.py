@@ -29,8 +29,8 @@ from pathlib import Path
 
 import pytest
 
-from mqstore.services.client import FrontClient
-from mqstore.services.hosts import LocalStack
+from mqstore.services.query.client import FrontClient
+from mqstore.services.startup.local import LocalStack
 from mqstore.store import Message, MessageBatch
 from mqstore.store.message_store import MessageStore
 from mqstore.store.read_view import ReadView

@@ -18,7 +18,7 @@ import pytest
 from mqstore.formats.javahash import tags_code
 from mqstore.formats.msgid import Host, offset_msg_id_prefix
 from mqstore.rpc.v1 import front_pb2
-from mqstore.services.errors import status_of
+from mqstore.services.common.errors import status_of
 from mqstore.store.schedule import SCHEDULE_TOPIC
 from tests.equivalence.conftest import BLANK, QUEUES, RARE_AT, SPARSE, TOPICS
 

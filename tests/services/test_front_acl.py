@@ -15,9 +15,9 @@ import grpc
 import pytest
 
 from mqstore.rpc.v1 import common_pb2, front_pb2
-from mqstore.services.acl import auth_metadata
-from mqstore.services.client import FrontClient
-from mqstore.services.hosts import LocalStack
+from mqstore.services.query.acl import auth_metadata
+from mqstore.services.query.client import FrontClient
+from mqstore.services.startup.local import LocalStack
 from tests.services.helpers import small_config, wait_dispatched
 
 C = grpc.StatusCode

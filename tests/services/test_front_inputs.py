@@ -15,9 +15,9 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from mqstore.rpc.v1 import common_pb2, front_pb2
-from mqstore.services.client import FrontClient
-from mqstore.services.hosts import LocalStack
-from mqstore.services.server import sync_channel
+from mqstore.services.query.client import FrontClient
+from mqstore.services.startup.local import LocalStack
+from mqstore.services.common.server import sync_channel
 from mqstore.store import MessageBatch
 from mqstore.store.message_store import MessageStore
 from mqstore.store.schedule import SCHEDULE_TOPIC

@@ -14,9 +14,9 @@ from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 from mqstore.formats.message import decode_record
 from mqstore.rpc.v1 import common_pb2, front_pb2
-from mqstore.services.client import FrontClient, columns
-from mqstore.services.hosts import LocalStack
-from mqstore.services.server import sync_channel
+from mqstore.services.query.client import FrontClient, columns
+from mqstore.services.startup.local import LocalStack
+from mqstore.services.common.server import sync_channel
 from tests.services.helpers import code_of, small_config, wait_dispatched
 
 C = grpc.StatusCode

@@ -12,8 +12,8 @@ from pathlib import Path
 
 from mqstore.formats import IndexFileView
 from mqstore.rpc.v1 import commitlog_pb2, common_pb2, index_pb2
-from mqstore.services.client import FrontClient
-from mqstore.services.hosts import LocalStack
+from mqstore.services.query.client import FrontClient
+from mqstore.services.startup.local import LocalStack
 from mqstore.store.index_service import INDEX_DIR
 from tests.services.helpers import small_config, wait_dispatched
 from tests.services.test_shard_services import Parts

@@ -12,8 +12,8 @@ import pytest
 
 from mqstore.formats.message import MAGIC_V2, decode_record
 from mqstore.rpc.v1 import common_pb2, front_pb2
-from mqstore.services.client import FrontClient
-from mqstore.services.hosts import LocalStack
+from mqstore.services.query.client import FrontClient
+from mqstore.services.startup.local import LocalStack
 from tests.services.helpers import small_config, wait_dispatched
 
 RETRY = "%RETRY%" + "order_processing_consumer_group-" * 6 + "x"

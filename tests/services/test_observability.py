@@ -15,12 +15,14 @@ import grpc
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from mqstore.services.client import FrontClient
-from mqstore.services.commitlog import CommitLogServicer
-from mqstore.services.hosts import FrontHost, LocalStack, fixed
-from mqstore.services.internal_auth import InternalAuth
-from mqstore.services.server import ServerThread, start_grpc_server
-from mqstore.services.shard import Shard
+from mqstore.services.query.client import FrontClient
+from mqstore.services.commitlog.servicer import CommitLogServicer
+from mqstore.services.common.peers import fixed
+from mqstore.services.query.host import FrontHost
+from mqstore.services.startup.local import LocalStack
+from mqstore.services.common.internal_auth import InternalAuth
+from mqstore.services.common.server import ServerThread, start_grpc_server
+from mqstore.services.commitlog.state import Shard
 from tests.services.helpers import code_of, free_port, small_config, wait_dispatched
 
 pytestmark = pytest.mark.timeout(120)
@@ -156,8 +158,8 @@ def test_a_shard_whose_layout_does_not_match_fails_and_says_why(tmp_path):
     """Placement "resource": a shard pins the layout on its own node's disk; a root
     laid out for another shard count fails the open (FAILED in StoreStatus, with the
     reason; `serve` exits 1 on it)."""
-    from mqstore.services.hosts import ShardHost
-    from mqstore.services.routing import pin_layout
+    from mqstore.services.commitlog.host import ShardHost
+    from mqstore.services.query.routing import pin_layout
 
     pin_layout(tmp_path, 2)
     auth = InternalAuth.new()

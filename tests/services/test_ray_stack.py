@@ -16,7 +16,7 @@ import grpc
 import pytest
 
 from mqstore.rpc.v1 import common_pb2, front_pb2
-from mqstore.services.client import FrontClient
+from mqstore.services.query.client import FrontClient
 from mqstore.store.reader import CommitLogReader
 from tests.services.helpers import code_of, free_port, small_config, wait_dispatched
 
@@ -27,7 +27,7 @@ NS = "mqstore-test"
 
 @pytest.fixture(scope="module")
 def deployment(tmp_path_factory):
-    from mqstore.services.actors import start_deployment
+    from mqstore.services.startup.deployment import start_deployment
 
     ray.init(address="local", num_cpus=2, include_dashboard=False, object_store_memory=256 << 20,
              _node_ip_address="127.0.0.1", namespace=NS, log_to_driver=False)  # fmt: skip
@@ -49,7 +49,7 @@ def client(deployment):
 
 
 def test_actors_are_named_and_serve_grpc(deployment, client):
-    from mqstore.services.actors import builder_name, dispatcher_name, shard_name
+    from mqstore.services.common.actor import builder_name, dispatcher_name, shard_name
 
     dep, _ = deployment
     for name in (shard_name(0), builder_name("consumequeue", 0), builder_name("index", 0)):

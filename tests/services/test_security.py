@@ -31,8 +31,8 @@ import psutil
 import pytest
 
 from mqstore.rpc.v1 import commitlog_pb2, common_pb2
-from mqstore.services.client import FrontClient
-from mqstore.services.internal_auth import gcs_requires_token
+from mqstore.services.query.client import FrontClient
+from mqstore.services.common.internal_auth import gcs_requires_token
 from tests.services.helpers import free_port
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]

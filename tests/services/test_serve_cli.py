@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from mqstore.services.client import FrontClient
+from mqstore.services.query.client import FrontClient
 from tests.services.helpers import free_port, wait_dispatched
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]

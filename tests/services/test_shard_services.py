@@ -28,12 +28,16 @@ from mqstore.rpc.v1 import (
     index_pb2,
     index_pb2_grpc,
 )
-from mqstore.services.client import FrontClient
-from mqstore.services.errors import status_of
-from mqstore.services.hosts import BuilderHost, DispatcherHost, LocalStack, ShardHost, resolver_of
-from mqstore.services.internal_auth import InternalAuth
-from mqstore.services.remote import PeerUnavailable
-from mqstore.services.server import sync_channel
+from mqstore.services.query.client import FrontClient
+from mqstore.services.common.errors import status_of
+from mqstore.services.commitlog.host import ShardHost
+from mqstore.services.common.peers import resolver_of
+from mqstore.services.dispatcher.host import DispatcherHost
+from mqstore.services.index.host import BuilderHost
+from mqstore.services.startup.local import LocalStack
+from mqstore.services.common.internal_auth import InternalAuth
+from mqstore.services.common.peers import PeerUnavailable
+from mqstore.services.common.server import sync_channel
 from mqstore.store.builders import GapError
 from mqstore.store.retention import RetentionConfig
 from tests.services.helpers import code_of, small_config, wait_dispatched
@@ -169,9 +173,9 @@ def test_units_and_keys_sent_twice_are_harmless(shard):
 
 
 def test_a_recovering_shard_answers_unavailable(tmp_path):
-    from mqstore.services.commitlog import CommitLogServicer
-    from mqstore.services.server import ServerThread, start_grpc_server
-    from mqstore.services.shard import Shard
+    from mqstore.services.commitlog.servicer import CommitLogServicer
+    from mqstore.services.common.server import ServerThread, start_grpc_server
+    from mqstore.services.commitlog.state import Shard
 
     sh = Shard(tmp_path, small_config())  # never opened: stays RECOVERING
     t = ServerThread()
@@ -278,7 +282,7 @@ def test_corrupt_bytes_where_dispatch_stands_are_data_loss(tmp_path):
 
 
 def test_a_shard_that_can_not_be_resolved_is_unavailable(tmp_path):
-    from mqstore.services.hosts import FrontHost
+    from mqstore.services.query.host import FrontHost
 
     async def nowhere() -> str:
         raise LookupError("no actor named shard-0")

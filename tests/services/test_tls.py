@@ -16,9 +16,9 @@ from pathlib import Path
 import grpc
 import pytest
 
-from mqstore.services.client import FrontClient
-from mqstore.services.hosts import LocalStack
-from mqstore.services.server import TlsFiles
+from mqstore.services.query.client import FrontClient
+from mqstore.services.startup.local import LocalStack
+from mqstore.services.common.server import TlsFiles
 from tests.services.helpers import small_config, wait_dispatched
 
 pytestmark = pytest.mark.timeout(120)
@@ -148,7 +148,7 @@ def test_internal_services_speak_tls_when_the_front_does(tls_stack):
     from dataclasses import replace
 
     from mqstore.rpc.v1 import commitlog_pb2, commitlog_pb2_grpc
-    from mqstore.services.server import sync_channel
+    from mqstore.services.common.server import sync_channel
 
     st, _, _ = tls_stack
     assert st.auth.tls

@@ -34,9 +34,9 @@ def main(work: Path) -> dict:
     import ray
     from ray.cluster_utils import Cluster
 
-    from mqstore.services.actors import dispatcher_name, shard_name
-    from mqstore.services.client import FrontClient
-    from mqstore.services.routing import Router
+    from mqstore.services.common.actor import dispatcher_name, shard_name
+    from mqstore.services.query.client import FrontClient
+    from mqstore.services.query.routing import Router
     from tests.services.helpers import free_port, wait_dispatched
     from tests.services.test_tls import make_ca_and_server
 

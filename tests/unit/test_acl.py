@@ -1,4 +1,4 @@
-"""The ACL (mqstore/services/acl.py): RocketMQ 5's request signature, ACL 2.0's
+"""The ACL (services/query/acl.py): RocketMQ 5's request signature, ACL 2.0's
 matching, the file and its changes. No server: the front's end-to-end checks are in
 tests/services/test_front_acl.py."""
 
@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mqstore.errors import ConfigError
-from mqstore.services.acl import (
+from mqstore.services.query.acl import (
     Acl,
     Action,
     Decision,
@@ -28,7 +28,7 @@ from mqstore.services.acl import (
     parse_authorization,
     sign,
 )
-from mqstore.services.errors import NotFound, PermissionDenied, Precondition, RpcError, Unauthenticated
+from mqstore.services.common.errors import NotFound, PermissionDenied, Precondition, RpcError, Unauthenticated
 
 NOW = 1_735_787_045.0  # 2025-01-02T03:04:05Z
 PUB, SUB = Action.PUB, Action.SUB

@@ -26,7 +26,7 @@ if _version_not_supported:
 
 
 class CommitLogServiceStub:
-    """One per shard, served by the commitlog actor (mqstore/services/commitlog.py).
+    """One per shard, served by the commitlog actor (services/commitlog/servicer.py).
     """
 
     def __init__(self, channel):
@@ -88,7 +88,7 @@ class CommitLogServiceStub:
 
 
 class CommitLogServiceServicer:
-    """One per shard, served by the commitlog actor (mqstore/services/commitlog.py).
+    """One per shard, served by the commitlog actor (services/commitlog/servicer.py).
     """
 
     def AppendBatch(self, request, context):
@@ -230,7 +230,7 @@ def add_CommitLogServiceServicer_to_server(servicer, server):
 
  # This class is part of an EXPERIMENTAL API.
 class CommitLogService:
-    """One per shard, served by the commitlog actor (mqstore/services/commitlog.py).
+    """One per shard, served by the commitlog actor (services/commitlog/servicer.py).
     """
 
     @staticmethod

@@ -27,7 +27,7 @@ if _version_not_supported:
 
 
 class ConsumeQueueServiceStub:
-    """One per shard, served by the consume-queue builder actor (mqstore/services/consume_queue.py).
+    """One per shard, served by the consume-queue builder actor (services/index/queue_servicer.py).
     """
 
     def __init__(self, channel):
@@ -84,7 +84,7 @@ class ConsumeQueueServiceStub:
 
 
 class ConsumeQueueServiceServicer:
-    """One per shard, served by the consume-queue builder actor (mqstore/services/consume_queue.py).
+    """One per shard, served by the consume-queue builder actor (services/index/queue_servicer.py).
     """
 
     def PutUnits(self, request, context):
@@ -209,7 +209,7 @@ def add_ConsumeQueueServiceServicer_to_server(servicer, server):
 
  # This class is part of an EXPERIMENTAL API.
 class ConsumeQueueService:
-    """One per shard, served by the consume-queue builder actor (mqstore/services/consume_queue.py).
+    """One per shard, served by the consume-queue builder actor (services/index/queue_servicer.py).
     """
 
     @staticmethod

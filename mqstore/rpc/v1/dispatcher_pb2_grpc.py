@@ -26,7 +26,7 @@ if _version_not_supported:
 
 
 class DispatcherServiceStub:
-    """One per shard, served by the dispatcher actor (mqstore/services/dispatcher.py).
+    """One per shard, served by the dispatcher actor (services/dispatcher/reput.py).
     """
 
     def __init__(self, channel):
@@ -43,7 +43,7 @@ class DispatcherServiceStub:
 
 
 class DispatcherServiceServicer:
-    """One per shard, served by the dispatcher actor (mqstore/services/dispatcher.py).
+    """One per shard, served by the dispatcher actor (services/dispatcher/reput.py).
     """
 
     def Status(self, request, context):
@@ -70,7 +70,7 @@ def add_DispatcherServiceServicer_to_server(servicer, server):
 
  # This class is part of an EXPERIMENTAL API.
 class DispatcherService:
-    """One per shard, served by the dispatcher actor (mqstore/services/dispatcher.py).
+    """One per shard, served by the dispatcher actor (services/dispatcher/reput.py).
     """
 
     @staticmethod

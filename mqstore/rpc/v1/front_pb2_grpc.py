@@ -26,7 +26,7 @@ if _version_not_supported:
 
 
 class FrontServiceStub:
-    """One per deployment, served by the front actor (mqstore/services/front.py).
+    """One per deployment, served by the front actor (services/query/front.py).
     """
 
     def __init__(self, channel):
@@ -133,7 +133,7 @@ class FrontServiceStub:
 
 
 class FrontServiceServicer:
-    """One per deployment, served by the front actor (mqstore/services/front.py).
+    """One per deployment, served by the front actor (services/query/front.py).
     """
 
     def SendBatch(self, request, context):
@@ -379,7 +379,7 @@ def add_FrontServiceServicer_to_server(servicer, server):
 
  # This class is part of an EXPERIMENTAL API.
 class FrontService:
-    """One per deployment, served by the front actor (mqstore/services/front.py).
+    """One per deployment, served by the front actor (services/query/front.py).
     """
 
     @staticmethod

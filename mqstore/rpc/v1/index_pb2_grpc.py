@@ -27,7 +27,7 @@ if _version_not_supported:
 
 
 class IndexServiceStub:
-    """One per shard, served by the index builder actor (mqstore/services/index.py).
+    """One per shard, served by the index builder actor (services/index/index_servicer.py).
     """
 
     def __init__(self, channel):
@@ -54,7 +54,7 @@ class IndexServiceStub:
 
 
 class IndexServiceServicer:
-    """One per shard, served by the index builder actor (mqstore/services/index.py).
+    """One per shard, served by the index builder actor (services/index/index_servicer.py).
     """
 
     def PutKeys(self, request, context):
@@ -106,7 +106,7 @@ def add_IndexServiceServicer_to_server(servicer, server):
 
  # This class is part of an EXPERIMENTAL API.
 class IndexService:
-    """One per shard, served by the index builder actor (mqstore/services/index.py).
+    """One per shard, served by the index builder actor (services/index/index_servicer.py).
     """
 
     @staticmethod

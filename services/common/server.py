@@ -19,9 +19,8 @@ from typing import Any, TypeVar
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
-
-from mqstore.services.headers import AddHeaders, AioAddHeaders
-from mqstore.services.internal_auth import InternalAuth, StrictDecode
+from mqstore.services.common.headers import AddHeaders, AioAddHeaders
+from mqstore.services.common.internal_auth import InternalAuth, StrictDecode
 
 MAX_MESSAGE_BYTES = 96 << 20  # a 64 MiB batch of bodies plus its columns
 CHANNEL_OPTIONS = [

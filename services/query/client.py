@@ -21,12 +21,12 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 import grpc
+from mqstore.services.common.headers import AddHeaders
+from mqstore.services.common.server import sync_channel
+from mqstore.services.query.acl import ENV_ACCESS_KEY, ENV_SECRET_KEY, auth_metadata
 
 from mqstore.errors import MqStoreError
 from mqstore.rpc.v1 import common_pb2, front_pb2, front_pb2_grpc
-from mqstore.services.acl import ENV_ACCESS_KEY, ENV_SECRET_KEY, auth_metadata
-from mqstore.services.headers import AddHeaders
-from mqstore.services.server import sync_channel
 
 
 def columns(topics: str | Sequence[str], bodies: Sequence[bytes], *, queue_ids: int | Sequence[int] | None = None,

@@ -11,13 +11,19 @@ from __future__ import annotations
 import ipaddress
 
 import numpy as np
+from mqstore.services.common.errors import BadRequest, TooLarge
 
 from mqstore.formats.message import MessageRecord
 from mqstore.formats.msgid import Host
 from mqstore.formats.names import check_topic
 from mqstore.rpc.v1 import common_pb2 as pb
-from mqstore.services.errors import BadRequest, TooLarge
-from mqstore.store.messages import AUTO_QUEUE, MAX_PORT, AppendResult, MessageBatch, PutStatus
+from mqstore.store.messages import (
+    AUTO_QUEUE,
+    MAX_PORT,
+    AppendResult,
+    MessageBatch,
+    PutStatus,
+)
 
 MAX_BATCH_MESSAGES = 10_000
 MAX_BATCH_BODY_BYTES = 64 << 20

@@ -4,7 +4,7 @@
 What runs where (see README.md): this process (the commitlog actor) owns the
 commitlog, the topic configs, delay deliveries and the retention of segments. The
 consume-queue builder and the index builder are processes of their own
-(builder.py) and the reput dispatcher another (dispatcher.py).
+(index/state.py) and the reput dispatcher another (dispatcher/reput.py).
 
 Open, as a protocol between them:
   1. RECOVERING: the commitlog recovers (LogStore).
@@ -32,11 +32,11 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import structlog
+from mqstore.services.common.errors import Unavailable
+from mqstore.services.common.metrics import ShardStats
 
 from mqstore.errors import StoreLockedError
 from mqstore.formats.msgid import offset_msg_id_prefix
-from mqstore.services.errors import Unavailable
-from mqstore.services.metrics import ShardStats
 from mqstore.store.config import StoreConfig
 from mqstore.store.log_store import LogStore
 from mqstore.store.recovery import RecoveryProgress

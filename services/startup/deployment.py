@@ -1,5 +1,5 @@
-"""The Ray actors (the only module importing Ray): one per component, each hosting
-its gRPC server (hosts.py) on a port it picks and publishes through ``endpoint()``.
+"""The Ray actors : one per component, each hosting
+its gRPC server (each room's host.py) on a port it picks and publishes through ``endpoint()``.
 
     commitlog-<i>     ShardActor: the commitlog writer of store directory i (CommitLog service)
     consumequeue-<i>  BuilderActor: its consume queues and consumer offsets (ConsumeQueue service)
@@ -22,15 +22,13 @@ part under its own lock). Two placements:
 They restart up to ``max_restarts`` times; a restarted commitlog actor recovers its
 commitlog (abnormal recovery: the abort file is still there) and waits for the
 consume-queue builder's ends, a restarted builder recovers its files against the
-commitlog, a restarted dispatcher resumes at the builders' progress (see shard.py
+commitlog, a restarted dispatcher resumes at the builders' progress (see commitlog/state.py
 and builder.py). Methods are not retried (max_task_retries=0): they are cheap
 status reads, and a poison call must not burn every restart.
 """
 
 from __future__ import annotations
 
-import asyncio
-import os
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -38,175 +36,31 @@ from pathlib import Path
 
 import ray
 import structlog
+from mqstore.services.commitlog.actor import ShardActor
+from mqstore.services.common.actor import (
+    FRONT,
+    NAMESPACE,
+    builder_name,
+    dispatcher_name,
+    shard_name,
+    shard_resource,
+)
+from mqstore.services.common.internal_auth import InternalAuth
+from mqstore.services.common.server import TlsFiles
+from mqstore.services.dispatcher.actor import DispatcherActor
+from mqstore.services.index.actor import BuilderActor
+from mqstore.services.query.actor import FrontActor
+from mqstore.services.query.routing import shard_dir
+from mqstore.services.startup.local import shard_config
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from mqstore.logging import configure_logging
-from mqstore.services.internal_auth import InternalAuth
-from mqstore.services.hosts import BuilderHost, DispatcherHost, FrontHost, ShardHost, ShardResolvers, shard_config
-from mqstore.services.routing import shard_dir
-from mqstore.services.server import TlsFiles
 from mqstore.store.config import StoreConfig
 from mqstore.store.retention import RetentionConfig
 
 log = structlog.get_logger(__name__)
-NAMESPACE = "mqstore"
-FRONT = "front"
-MAX_RESTARTS = 20
-# Threaded actors: a long call (wait_ready while a commitlog waits for its builder)
-# must not hold up the cheap ones (endpoint, asked by that very builder's resolver).
-CONCURRENCY = 8
 PLACEMENTS = ("node", "resource")
+
 SHARD_RESOURCE_UNITS = 0.01  # of mqstore_shard_<i>: a marker, not a capacity (the four actors of shard i fit)
-
-
-def shard_name(i: int) -> str:
-    """The commitlog actor of shard ``i`` (it holds the shard's store lock)."""
-    return f"commitlog-{i}"
-
-
-def builder_name(kind: str, i: int) -> str:
-    """The "consumequeue" or "index" builder actor of shard ``i``."""
-    return f"{kind}-{i}"
-
-
-def dispatcher_name(i: int) -> str:
-    return f"dispatcher-{i}"
-
-
-def shard_resource(i: int) -> str:
-    """The custom resource a node offers to hold shard ``i`` (placement "resource")."""
-    return f"mqstore_shard_{i}"
-
-
-ASK_S = 3.0  # one ask of an actor's endpoint: a call sent just before it died may never be answered
-
-
-def actor_resolver(name: str, namespace: str, timeout_s: float = 120.0):
-    """An async resolver of the named actor's gRPC endpoint (asked on every call:
-    after a restart the actor listens on a new port). Blocks while it restarts, up
-    to ``timeout_s``; each ask is bounded (``ASK_S``) and made on a fresh handle."""
-
-    def get() -> str:
-        deadline = time.monotonic() + timeout_s
-        while True:
-            try:
-                handle = ray.get_actor(name, namespace=namespace)
-                return ray.get(handle.endpoint.remote(), timeout=min(ASK_S, max(0.1, deadline - time.monotonic())))
-            except (ValueError, ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError):  # not there yet, restarting
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.2)
-
-    async def resolve() -> str:
-        return await asyncio.get_running_loop().run_in_executor(None, get)
-
-    return resolve
-
-
-def _configure_logging(component: str, shard: int | None = None) -> None:
-    """Actors log like the CLI: JSON lines on stderr (Ray's worker log files, and the
-    driver's stderr), level from MQSTORE_LOG_LEVEL (``serve`` passes its
-    --actor-log-level through the runtime environment); every event carries the
-    actor's component, its shard and its Ray node id."""
-    context: dict = {"component": component}
-    if shard is not None:
-        context["shard"] = shard
-    try:
-        context["node_id"] = ray.get_runtime_context().get_node_id()  # as `ray list nodes` shows it
-    except Exception:  # noqa: BLE001 - a log field is not worth failing an actor
-        pass
-    configure_logging(level=os.environ.get("MQSTORE_LOG_LEVEL", "info"),
-                      json=os.environ.get("MQSTORE_LOG_FORMAT", "json") == "json", context=context)  # fmt: skip
-
-
-def node_address(host: str | None = None) -> str:
-    """Where an internal server binds and what it publishes: ``host`` when given
-    (127.0.0.1 for a local instance), else this node's address as Ray knows it."""
-    return host or ray.util.get_node_ip_address()
-
-
-class _Hosted:
-    host: ShardHost | BuilderHost | DispatcherHost | FrontHost
-
-    def endpoint(self) -> str:
-        return self.host.endpoint
-
-    def pid(self) -> int:
-        return os.getpid()
-
-    def node_id(self) -> str:
-        """The Ray node this incarnation runs on."""
-        return ray.get_runtime_context().get_node_id()
-
-    def close(self) -> None:
-        self.host.close()
-
-
-@ray.remote(num_cpus=0, max_restarts=MAX_RESTARTS, max_task_retries=0, max_concurrency=CONCURRENCY)
-class ShardActor(_Hosted):
-    def __init__(self, store_dir: str, config: StoreConfig, index: int, namespace: str, auth: InternalAuth,
-                 host: str | None = None, retention: RetentionConfig | None = None,
-                 layout: tuple[str, int] | None = None) -> None:  # fmt: skip
-        _configure_logging("commitlog", index)
-        self.host = ShardHost(store_dir, config, index=index, host=node_address(host), retention=retention, auth=auth,
-                              resolve_queues=actor_resolver(builder_name("consumequeue", index), namespace),
-                              layout=None if layout is None else (Path(layout[0]), layout[1]))  # fmt: skip
-
-    def wait_ready(self, timeout_s: float = 600.0) -> bool:
-        return self.host.wait_ready(timeout_s)
-
-    def status(self) -> dict:
-        return self.host.status()
-
-
-@ray.remote(num_cpus=0, max_restarts=MAX_RESTARTS, max_task_retries=0, max_concurrency=CONCURRENCY)
-class BuilderActor(_Hosted):
-    def __init__(self, kind: str, store_dir: str, config: StoreConfig, index: int, namespace: str,
-                 auth: InternalAuth, host: str | None = None) -> None:  # fmt: skip
-        _configure_logging(kind, index)
-        self.host = BuilderHost(kind, store_dir, config, index=index, host=node_address(host), auth=auth,
-                                resolve_commitlog=actor_resolver(shard_name(index), namespace))  # fmt: skip
-
-    def wait_ready(self, timeout_s: float = 600.0) -> bool:
-        return self.host.wait_ready(timeout_s)
-
-    def status(self) -> dict:
-        return self.host.status()
-
-
-def shard_resolvers(i: int, namespace: str, index_enabled: bool = True) -> ShardResolvers:
-    """Resolvers of shard ``i``'s services by actor name."""
-    out = {"cl": actor_resolver(shard_name(i), namespace), "cq": actor_resolver(builder_name("consumequeue", i), namespace)}
-    if index_enabled:
-        out["ix"] = actor_resolver(builder_name("index", i), namespace)
-    return out
-
-
-@ray.remote(num_cpus=0, max_restarts=MAX_RESTARTS, max_task_retries=0, max_concurrency=CONCURRENCY)
-class DispatcherActor(_Hosted):
-    def __init__(self, shard: int, namespace: str, config: StoreConfig, auth: InternalAuth,
-                 host: str | None = None) -> None:  # fmt: skip
-        _configure_logging("dispatcher", shard)
-        self.host = DispatcherHost(shard_resolvers(shard, namespace, config.message_index_enable), shard=shard,
-                                   config=config, host=node_address(host), auth=auth)  # fmt: skip
-
-    def status(self) -> dict:
-        return self.host.status()
-
-
-@ray.remote(num_cpus=0, max_restarts=MAX_RESTARTS, max_task_retries=0, max_concurrency=CONCURRENCY)
-class FrontActor(_Hosted):
-    def __init__(self, shards: int, namespace: str, host: str, port: int, default_queue_nums: int, auth: InternalAuth,
-                 metrics_port: int = 0, tls: TlsFiles | None = None, index_enabled: bool = True,
-                 acl: str | None = None) -> None:  # fmt: skip
-        resolvers = [(shard_resolvers(i, namespace, index_enabled), actor_resolver(dispatcher_name(i), namespace))
-                     for i in range(shards)]  # fmt: skip
-        _configure_logging("front")
-        self.host = FrontHost(resolvers, host=host, port=port, default_queue_nums=default_queue_nums,
-                              metrics_port=metrics_port, tls=tls, auth=auth, acl=acl)  # fmt: skip
-
-    def metrics_endpoint(self) -> str:
-        return self.host.metrics_endpoint
 
 
 @dataclass
@@ -250,7 +104,6 @@ class Deployment:
             for a in group:
                 ray.kill(a, no_restart=True)
 
-
 def _close_actor(actor, timeout_s: float) -> None:
     deadline = time.monotonic() + timeout_s
     while True:
@@ -265,7 +118,6 @@ def _close_actor(actor, timeout_s: float) -> None:
         except Exception as e:  # noqa: BLE001 - still kill it; the next open recovers
             log.error("close_failed", error=str(e))
             return
-
 
 def start_deployment(root: str | Path, config: StoreConfig | None = None, *, shards: int = 1, host: str = "127.0.0.1",
                      port: int = 8080, namespace: str = NAMESPACE, node_id: str | None = None,
@@ -324,20 +176,4 @@ def start_deployment(root: str | Path, config: StoreConfig | None = None, *, sha
     return dep
 
 
-__all__ = [
-    "FRONT",
-    "NAMESPACE",
-    "PLACEMENTS",
-    "BuilderActor",
-    "Deployment",
-    "DispatcherActor",
-    "FrontActor",
-    "ShardActor",
-    "actor_resolver",
-    "builder_name",
-    "dispatcher_name",
-    "shard_name",
-    "shard_resolvers",
-    "shard_resource",
-    "start_deployment",
-]  # fmt: skip
+__all__ = ["PLACEMENTS", "Deployment", "start_deployment"]

@@ -55,10 +55,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import grpc
+from mqstore.services.common.errors import (
+    BadRequest,
+    NotFound,
+    PermissionDenied,
+    Precondition,
+    RpcError,
+    Unauthenticated,
+)
 
 from mqstore.errors import ConfigError
 from mqstore.formats.names import topic_error
-from mqstore.services.errors import BadRequest, NotFound, PermissionDenied, Precondition, RpcError, Unauthenticated
 
 AUTHORIZATION = "authorization"
 DATE_TIME = "x-mq-date-time"

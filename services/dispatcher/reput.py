@@ -26,6 +26,9 @@ from collections.abc import Awaitable, Callable
 
 import grpc
 import structlog
+from mqstore.services.common.errors import rpc
+from mqstore.services.common.internal_auth import InternalAuth
+from mqstore.services.common.server import Registration, channel
 
 from mqstore.formats.message import scan_records
 from mqstore.rpc.v1 import (
@@ -38,9 +41,6 @@ from mqstore.rpc.v1 import (
     index_pb2_grpc,
 )
 from mqstore.rpc.v1 import dispatcher_pb2 as pb
-from mqstore.services.errors import rpc
-from mqstore.services.internal_auth import InternalAuth
-from mqstore.services.server import Registration, channel
 from mqstore.store.commitlog import ScanChunk
 from mqstore.store.dispatch import DispatchBatch, build_dispatch_batch
 

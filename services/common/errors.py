@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 
 import grpc
 import structlog
+from mqstore.services.common import deadline
 
 from mqstore.errors import (
     ConfigError,
@@ -35,7 +36,6 @@ from mqstore.errors import (
     StoreLockedError,
     StoreNotWritableError,
 )
-from mqstore.services import deadline
 from mqstore.store.builders import GapError
 
 log = structlog.get_logger(__name__)
@@ -132,7 +132,7 @@ def status_of(exc: BaseException) -> tuple[grpc.StatusCode, str]:
         return exc.code, str(exc)
     if isinstance(exc, grpc.aio.AioRpcError):  # a downstream call (front -> shard) failed: pass it on
         return exc.code(), exc.details() or exc.code().name
-    if isinstance(exc, grpc.RpcError) and isinstance(exc, grpc.Call):  # a blocking call to a peer (remote.py)
+    if isinstance(exc, grpc.RpcError) and isinstance(exc, grpc.Call):  # a blocking call to a peer (common/peers.py)
         return exc.code(), exc.details() or exc.code().name
     if isinstance(exc, StoreNotWritableError):  # a full disk is a resource; the rest need a restart
         code = Code.RESOURCE_EXHAUSTED if exc.cause == "disk_full" else Code.UNAVAILABLE

@@ -1,8 +1,8 @@
 """``mqstore serve``: a deployment on Ray until Ctrl-C or SIGTERM.
 
 Starts a local Ray instance (or joins a running cluster with ``address="auto"``),
-pins the layout (routing.py), creates per shard the commitlog, consume-queue builder,
-index builder and dispatcher actors, and the front (actors.py), waits until every
+pins the layout (query/routing.py), creates per shard the commitlog, consume-queue builder,
+index builder and dispatcher actors, and the front (startup/deployment.py), waits until every
 shard has recovered, prints one JSON line ``{"front": "host:port", ...}`` on stdout,
 and serves. On SIGINT/SIGTERM it closes the front, the dispatchers, the builders and
 the commitlogs in that order (every file closed cleanly: flushed, checkpoint
@@ -25,11 +25,11 @@ from typing import TextIO
 
 import grpc
 import structlog
+from mqstore.services.common.internal_auth import InternalAuth, gcs_requires_token
+from mqstore.services.common.server import TlsFiles
+from mqstore.services.query.routing import pin_layout, shard_dir
 
 from mqstore.errors import MqStoreError
-from mqstore.services.internal_auth import InternalAuth, gcs_requires_token
-from mqstore.services.routing import pin_layout, shard_dir
-from mqstore.services.server import TlsFiles
 from mqstore.store.config import StoreConfig
 
 log = structlog.get_logger(__name__)
@@ -74,13 +74,12 @@ def serve(root: Path, *, host: str = "127.0.0.1", port: int = 8080, shards: int 
     ``metrics_port``: the front's Prometheus endpoint on ``host`` (0: none).
     ``tls_cert``/``tls_key``: PEM files; the front (public API) then speaks TLS only,
     and internal services speak TLS with a certificate made for this deployment.
-    ``acl``: the front's users and permissions (a JSON file, see acl.py); a
+    ``acl``: the front's users and permissions (a JSON file, see query/acl.py); a
     ``host`` that is not loopback needs it, or ``allow_anonymous``. Ray runs with
     token authentication; joining a cluster without it needs ``insecure_ray``.
     ``ready_out``: where the ready line goes (default stdout)."""
     import ray
-
-    from mqstore.services.actors import start_deployment
+    from mqstore.services.startup.deployment import start_deployment
 
     root = Path(root).resolve()
     acl = None if acl is None else Path(acl).resolve()  # (Ray starts from another directory: see start_ray)
@@ -90,7 +89,7 @@ def serve(root: Path, *, host: str = "127.0.0.1", port: int = 8080, shards: int 
         raise ServeError(f"--host {host} is reachable from other machines: give --acl FILE (users and permissions) "
                          "or --allow-anonymous to let anyone who reaches it send, read and change topics")  # fmt: skip
     if acl is not None:
-        from mqstore.services.acl import Acl
+        from mqstore.services.query.acl import Acl
 
         Acl.load(acl)  # a file that does not parse fails here, in one line, not in the front's actor
     tls = None if tls_cert is None else TlsFiles.load(tls_cert, tls_key)
@@ -183,7 +182,9 @@ def start_ray(ray, address: str | None, namespace: str, env: dict, insecure_ray:
     os.chdir(neutral)
     try:
         if address is None:  # a new local instance: Ray makes (or reuses) ~/.ray/auth_token and requires it
-            from ray._private.authentication.authentication_token_setup import _enable_token_auth
+            from ray._private.authentication.authentication_token_setup import (
+                _enable_token_auth,
+            )
 
             _enable_token_auth()  # token mode for this process and Ray's, also over an environment that turned it off
             ray.init(address="local", num_cpus=os.cpu_count() or 2, include_dashboard=False,

@@ -1,5 +1,5 @@
 """FrontService: the public API (proto/mqstore/v1/front.proto), routing every topic
-queue to its shard (routing.py) and composing the shard services, as in the
+queue to its shard (query/routing.py) and composing the shard services, as in the
 architecture: pull = ConsumeQueue.GetUnits -> CommitLog.Read; query by key =
 Index.Query on every shard -> CommitLog.Read -> check topic, key and time; send =
 CommitLog.AppendBatch per shard, in parallel.
@@ -19,6 +19,26 @@ from collections.abc import Awaitable, Callable
 import grpc
 import numpy as np
 import structlog
+from mqstore.services.common import deadline, validate
+from mqstore.services.common.convert import (
+    check_batch_limits,
+    queue_id_column,
+    topic_column,
+)
+from mqstore.services.common.errors import (
+    BadRequest,
+    PermissionDenied,
+    Precondition,
+    Unauthenticated,
+    Unavailable,
+    rpc,
+    status_of,  # fmt: skip
+)
+from mqstore.services.common.internal_auth import InternalAuth
+from mqstore.services.common.server import Registration, channel
+from mqstore.services.query.acl import GROUP, TOPIC, Acl, Action, Rule, User
+from mqstore.services.query.ports import GrpcPorts
+from mqstore.services.query.routing import Router
 
 from mqstore.errors import NotFoundError
 from mqstore.formats.msgid import offset_msg_id_prefix, parse_offset_msg_id
@@ -35,22 +55,6 @@ from mqstore.rpc.v1 import (
     index_pb2_grpc,
 )
 from mqstore.rpc.v1 import front_pb2 as pb
-from mqstore.services import deadline, validate
-from mqstore.services.acl import GROUP, TOPIC, Acl, Action, Rule, User
-from mqstore.services.convert import check_batch_limits, queue_id_column, topic_column
-from mqstore.services.errors import (
-    BadRequest,
-    PermissionDenied,
-    Precondition,
-    Unauthenticated,
-    Unavailable,
-    rpc,
-    status_of,  # fmt: skip
-)
-from mqstore.services.front_ports import GrpcPorts
-from mqstore.services.internal_auth import InternalAuth
-from mqstore.services.routing import Router
-from mqstore.services.server import Registration, channel
 from mqstore.store import reads
 from mqstore.store.messages import AUTO_QUEUE, check_no_transaction, check_send_topics
 from mqstore.store.reads import drive_async
@@ -200,7 +204,7 @@ class FrontServicer(front_pb2_grpc.FrontServiceServicer):
         """fn on every shard at once; the first failure is raised."""
         return list(await asyncio.gather(*(fn(s) for s in self.shards)))
 
-    # ------------------------------------------------------------------ users and permissions (acl.py)
+    # ------------------------------------------------------------------ users and permissions (query/acl.py)
 
     def _caller(self, context) -> User | None:
         """The user who signed the call (None: the front is anonymous); Unauthenticated otherwise."""

@@ -1,6 +1,6 @@
 """A derived-file builder of one shard as the services see it: the consume-queue
 builder or the index builder (store/builders.py) in a process of its own, with its
-state and its half of the open protocol (see shard.py).
+state and its half of the open protocol (see commitlog/state.py).
 
 The builder's thread: ask the commitlog for its recovery facts (GetRecovery, retried
 while the commitlog recovers), recover against them (``RemoteCommitLog``: the tail
@@ -28,12 +28,13 @@ from typing import Any, TypeVar
 
 import grpc
 import structlog
+from mqstore.services.common.errors import Aborted, BadRequest, Unavailable
+from mqstore.services.common.internal_auth import InternalAuth
+from mqstore.services.common.peers import PeerUnavailable, Resolver
+from mqstore.services.index.commitlog_view import RemoteCommitLog
 
 from mqstore.errors import StoreLockedError
 from mqstore.rpc.v1 import common_pb2
-from mqstore.services.errors import Aborted, BadRequest, Unavailable
-from mqstore.services.internal_auth import InternalAuth
-from mqstore.services.remote import PeerUnavailable, RemoteCommitLog, Resolver
 from mqstore.store.builders import IndexBuilder, QueueBuilder
 from mqstore.store.config import StoreConfig
 

@@ -1,6 +1,6 @@
 """IndexService: keys in (from the dispatcher), offsets out by topic#key and time,
 the builder's progress (proto/mqstore/v1/index.proto). Served by the index
-builder's process (builder.py).
+builder's process (index/state.py).
 
 PutKeys may repeat keys the builder has (a resume below its progress): the store
 core puts each (key hash, record) pair once. Query answers each offset once, and
@@ -9,14 +9,13 @@ core puts each (key hash, record) pair once. Query answers each offset once, and
 from __future__ import annotations
 
 import numpy as np
+from mqstore.services.common import validate
+from mqstore.services.common.errors import BadRequest, rpc
+from mqstore.services.common.server import Registration
+from mqstore.services.index.state import BuilderShard
 
-from mqstore.rpc.v1 import common_pb2
+from mqstore.rpc.v1 import common_pb2, index_pb2_grpc
 from mqstore.rpc.v1 import index_pb2 as pb
-from mqstore.rpc.v1 import index_pb2_grpc
-from mqstore.services import validate
-from mqstore.services.builder import BuilderShard
-from mqstore.services.errors import BadRequest, rpc
-from mqstore.services.server import Registration
 from mqstore.store.dispatch import IndexEntries
 
 SERVICE = "mqstore.v1.IndexService"

@@ -1,21 +1,21 @@
 """ConsumeQueueService: units in (from the dispatcher), units out by queue offset,
 queue ranges, lookups by time, consumer offsets, and the builder's progress and
 queue ends (proto/mqstore/v1/consume_queue.proto). Served by the consume-queue
-builder's process (builder.py)."""
+builder's process (index/state.py)."""
 
 from __future__ import annotations
 
 import numpy as np
+from mqstore.services.common import validate
+from mqstore.services.common.errors import BadRequest, rpc
+from mqstore.services.common.server import Registration
+from mqstore.services.index.state import BuilderShard
 
 from mqstore.formats.names import check_topic
 from mqstore.rpc.v1 import common_pb2, consume_queue_pb2_grpc
 from mqstore.rpc.v1 import consume_queue_pb2 as pb
-from mqstore.services import validate
-from mqstore.services.builder import BuilderShard
-from mqstore.services.errors import BadRequest, rpc
-from mqstore.services.server import Registration
-from mqstore.store.dispatch import DispatchBatch
 from mqstore.store.builders import QueueBuilder
+from mqstore.store.dispatch import DispatchBatch
 from mqstore.store.local_ports import queue_ranges, units_page
 
 SERVICE = "mqstore.v1.ConsumeQueueService"

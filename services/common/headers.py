@@ -1,6 +1,6 @@
 """Client interceptors that add headers to every call of a channel: the deployment's
 secret on internal channels (internal_auth.py), a user's signature on the front's
-clients (acl.py). ``headers`` is asked on every call (a signature carries the time)."""
+clients (query/acl.py). ``headers`` is asked on every call (a signature carries the time)."""
 
 from __future__ import annotations
 

@@ -9,22 +9,21 @@ import struct
 import time
 
 import numpy as np
-
-from mqstore.errors import MqStoreError, OffsetError
-from mqstore.formats.message import BLANK_MAGIC
-from mqstore.rpc.v1 import commitlog_pb2 as pb
-from mqstore.rpc.v1 import common_pb2
-from mqstore.rpc.v1 import commitlog_pb2_grpc
-from mqstore.services import validate
-from mqstore.services.convert import (
+from mqstore.services.commitlog.state import Shard, ShardState
+from mqstore.services.common import validate
+from mqstore.services.common.convert import (
     append_result_to_pb,
     columns_to_batch,
     record_to_pb,
     topic_config_to_pb,
 )
-from mqstore.services.errors import BadRequest, TooLarge, rpc
-from mqstore.services.server import Registration
-from mqstore.services.shard import Shard, ShardState
+from mqstore.services.common.errors import BadRequest, TooLarge, rpc
+from mqstore.services.common.server import Registration
+
+from mqstore.errors import MqStoreError, OffsetError
+from mqstore.formats.message import BLANK_MAGIC
+from mqstore.rpc.v1 import commitlog_pb2 as pb
+from mqstore.rpc.v1 import commitlog_pb2_grpc, common_pb2
 from mqstore.store.local_ports import read_records
 from mqstore.store.log_store import LogStore
 from mqstore.store.messages import PutStatus

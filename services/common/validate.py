@@ -3,8 +3,9 @@ store's own typed error) with a message that names the field and the rule."""
 
 from __future__ import annotations
 
+from mqstore.services.common.errors import BadRequest, TooLarge
+
 from mqstore.formats.names import check_topic
-from mqstore.services.errors import BadRequest, TooLarge
 from mqstore.store.config_files import check_group
 
 MAX_QUEUE_ID = 65_535

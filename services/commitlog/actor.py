@@ -1,0 +1,42 @@
+"""``commitlog-<i>``: the commitlog writer of shard i as a Ray actor (see
+startup/deployment.py for placement and restarts)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import ray
+from mqstore.services.commitlog.host import ShardHost
+from mqstore.services.common.actor import (
+    CONCURRENCY,
+    MAX_RESTARTS,
+    Hosted,
+    actor_resolver,
+    builder_name,
+    configure_actor_logging,
+    node_address,
+)
+from mqstore.services.common.internal_auth import InternalAuth
+
+from mqstore.store.config import StoreConfig
+from mqstore.store.retention import RetentionConfig
+
+
+@ray.remote(num_cpus=0, max_restarts=MAX_RESTARTS, max_task_retries=0, max_concurrency=CONCURRENCY)
+class ShardActor(Hosted):
+    def __init__(self, store_dir: str, config: StoreConfig, index: int, namespace: str, auth: InternalAuth,
+                 host: str | None = None, retention: RetentionConfig | None = None,
+                 layout: tuple[str, int] | None = None) -> None:  # fmt: skip
+        configure_actor_logging("commitlog", index)
+        self.host = ShardHost(store_dir, config, index=index, host=node_address(host), retention=retention, auth=auth,
+                              resolve_queues=actor_resolver(builder_name("consumequeue", index), namespace),
+                              layout=None if layout is None else (Path(layout[0]), layout[1]))  # fmt: skip
+
+    def wait_ready(self, timeout_s: float = 600.0) -> bool:
+        return self.host.wait_ready(timeout_s)
+
+    def status(self) -> dict:
+        return self.host.status()
+
+
+__all__ = ["ShardActor"]

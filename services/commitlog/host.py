@@ -1,0 +1,94 @@
+"""The commitlog writer of one shard with its gRPC server, on its own event-loop
+thread, without Ray (the actor wraps it; tests and LocalStack use it directly)."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import structlog
+from mqstore.services.commitlog.remote_queues import RemoteQueues
+from mqstore.services.commitlog.servicer import CommitLogServicer
+from mqstore.services.commitlog.state import Shard, ShardState
+from mqstore.services.common.internal_auth import InternalAuth
+from mqstore.services.common.peers import Resolver, endpoint_of, internal_address
+from mqstore.services.common.server import ServerThread, start_grpc_server
+from mqstore.services.query.routing import pin_layout
+
+from mqstore.store.config import StoreConfig
+from mqstore.store.retention import RetentionConfig
+
+log = structlog.get_logger(__name__)
+
+
+class ShardHost:
+    """One shard's commitlog and its CommitLog service. The commitlog opens
+    (recovers) in the background, then waits for the consume-queue builder at
+    ``resolve_queues`` (see commitlog/state.py for the protocol)."""
+
+    def __init__(self, store_dir: str | Path, config: StoreConfig | None = None, *, resolve_queues: Resolver,
+                 auth: InternalAuth, index: int = 0, host: str = "127.0.0.1", port: int = 0,
+                 retention: RetentionConfig | None = None, layout: tuple[Path, int] | None = None) -> None:  # fmt: skip
+        """``layout``: (root, shards) to pin (``routing.pin_layout``) on this machine
+        before the store opens (a shard on a node of its own: the driver's check
+        does not see this disk). ``auth``: the deployment's secret (every call must
+        carry it; the calls this shard makes carry it)."""
+        host = internal_address(host)
+        self.thread = ServerThread(f"mqstore-shard{index}")
+        self._layout = layout
+        self.shard = Shard(store_dir, config, index=index, retention=retention)
+        self.queues = RemoteQueues(resolve_queues, auth)
+        self._closing = threading.Event()
+        self.server = self.thread.run(start_grpc_server(host, port, [CommitLogServicer(self.shard).registration()],
+                                                        serving=False, auth=auth))  # fmt: skip
+        self.endpoint = endpoint_of(host, self.server.port)
+        self._ready = threading.Event()
+        self._opener = threading.Thread(target=self._open, name=f"mqstore-shard{index}-open", daemon=True)
+        self._opener.start()
+        log.info("shard_listening", shard=index, endpoint=self.endpoint, store=str(store_dir))
+
+    def _open(self) -> None:
+        try:
+            if self._layout is not None:
+                try:
+                    pin_layout(*self._layout)
+                except Exception as e:
+                    self.shard.state, self.shard.error = ShardState.FAILED, f"{type(e).__name__}: {e}"
+                    raise
+            self.shard.open(self.queues.queue_ends, self.queues, give_up=self._closing.is_set)
+            self.thread.run(self.server.set_serving(True))
+            self._ready.set()  # health follows the background loops from now on, until close
+            self.shard.watch_loops(lambda ok: self.thread.run(self.server.set_serving(ok)), self._closing)
+        except Exception as e:  # noqa: BLE001 - reported through state/error (status(), health NOT_SERVING)
+            log.error("shard_not_serving", shard=self.shard.index, error=str(e))
+        finally:
+            self._ready.set()
+
+    def wait_ready(self, timeout: float | None = None) -> bool:
+        """True once the store is open (False: still recovering or it failed)."""
+        self._ready.wait(timeout)
+        return self.shard.state is ShardState.SERVING
+
+    def status(self) -> dict:
+        s = self.shard
+        out = {"shard": s.index, "endpoint": self.endpoint, "state": s.state.value, "error": s.error,
+               "incarnation": s.incarnation, "recovery": s.progress.as_dict()}  # fmt: skip
+        store = s.store
+        if store is not None:
+            cl = store.commitlog
+            out.update(min_offset=cl.min_offset, wrote=cl.wrote, flushed=cl.flushed, dispatched=store.dispatched_offset)
+        return out
+
+    def close(self) -> None:
+        """Stop serving, then close the store cleanly (flushed, abort file removed)."""
+        self._closing.set()
+        self.queues.close()  # delay deliveries stop asking the (closed) consume-queue builder
+        try:
+            self.thread.run(self.server.stop(1.0), timeout=30)
+        finally:
+            self._opener.join()
+            self.shard.close()
+            self.thread.stop()
+
+
+__all__ = ["ShardHost"]

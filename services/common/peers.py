@@ -1,0 +1,139 @@
+"""How services find and call each other: the address a server binds and publishes
+(never a wildcard for internal ones), resolvers of a peer's endpoint (fixed, or read
+from a table filled in later), and ``Peer``, a blocking stub that resolves its peer
+again after UNAVAILABLE (for core code running in plain threads)."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import threading
+import time
+from collections.abc import Awaitable, Callable
+
+import grpc
+from mqstore.services.common.internal_auth import InternalAuth
+from mqstore.services.common.server import sync_channel
+
+Resolver = Callable[[], Awaitable[str]]
+ShardResolvers = dict[str, Resolver]  # "cl", "cq", "ix" (absent: index disabled) -> resolver
+RESOLVE_S = 10.0
+
+WILDCARDS = ("0.0.0.0", "::", "[::]", "")
+
+def advertised(host: str) -> str:
+    """The address others reach the front bound to ``host`` at: a wildcard bind
+    (0.0.0.0, ::) is published as this machine's address, not as the wildcard
+    (internal servers never bind a wildcard: see ``internal_address``)."""
+    if host not in WILDCARDS:
+        return host
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.connect(("10.255.255.255", 1))  # no packet is sent: it only picks the outgoing interface
+            return s.getsockname()[0]
+    except OSError:
+        return "127.0.0.1"
+
+def internal_address(host: str) -> str:
+    """The address an internal server binds to and publishes: one address of this
+    node (what Ray knows the node as), never a wildcard, which would listen on
+    every interface."""
+    if host in WILDCARDS:
+        raise ValueError(f"internal services bind to the node's own address, not to {host!r}")
+    return host
+
+def endpoint_of(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host and not host.startswith("[") else f"{host}:{port}"
+
+def fixed(endpoint: str) -> Resolver:
+    """A resolver that always answers ``endpoint``."""
+
+    async def resolve() -> str:
+        return endpoint
+
+    return resolve
+
+def resolver_of(endpoints: dict[str, str], name: str) -> Resolver:
+    """A resolver reading ``endpoints[name]`` on every call (waiting until it is
+    there): endpoints filled in or replaced after the caller was created."""
+
+    async def resolve() -> str:
+        while name not in endpoints:
+            await asyncio.sleep(0.01)
+        return endpoints[name]
+
+    return resolve
+
+
+class PeerUnavailable(ConnectionError):
+    """The peer's endpoint could not be resolved in time (its actor restarts or is gone)."""
+
+def resolve_within(resolve: Resolver, timeout_s: float = RESOLVE_S) -> str:
+    """Run the async resolver to completion in a daemon thread, at most ``timeout_s``."""
+    box: dict = {}
+
+    def run() -> None:
+        try:
+            box["endpoint"] = asyncio.run(resolve())
+        except BaseException as e:  # noqa: BLE001 - handed to the caller
+            box["error"] = e
+
+    t = threading.Thread(target=run, name="mqstore-resolve", daemon=True)
+    t.start()
+    t.join(timeout_s)
+    if "endpoint" in box:
+        return box["endpoint"]
+    why = f"{type(box['error']).__name__}: {box['error']}" if "error" in box else f"not resolved within {timeout_s:.0f} s"
+    raise PeerUnavailable(why)
+
+class Peer:
+    """A stub of one peer service. After the peer could not be resolved, calls fail
+    at once for ``backoff_s`` (a caller polling many things must not wait on each)."""
+
+    def __init__(self, resolve: Resolver, stub_class, auth: InternalAuth, *, resolve_s: float = RESOLVE_S,
+                 backoff_s: float = 1.0) -> None:  # fmt: skip
+        self._resolve = resolve
+        self._auth = auth
+        self._stub_class = stub_class
+        self._resolve_s = resolve_s
+        self._backoff_s = backoff_s
+        self._down_until = 0.0
+        self._closed = False
+        self._channel: grpc.Channel | None = None
+        self._lock = threading.Lock()
+
+    def stub(self):
+        with self._lock:
+            if self._closed:
+                raise PeerUnavailable("closed")
+            if self._channel is None:
+                if time.monotonic() < self._down_until:
+                    raise PeerUnavailable("not resolved a moment ago")
+                try:
+                    self._channel = sync_channel(resolve_within(self._resolve, self._resolve_s), auth=self._auth)
+                except PeerUnavailable:
+                    self._down_until = time.monotonic() + self._backoff_s
+                    raise
+                self._stub = self._stub_class(self._channel)
+            return self._stub
+
+    def call(self, method: str, request, timeout: float = 30.0):
+        try:
+            return getattr(self.stub(), method)(request, timeout=timeout)
+        except grpc.RpcError as e:
+            if e.code() is grpc.StatusCode.UNAVAILABLE:
+                self.reset()
+            raise
+        except ValueError as e:  # the channel was closed under the call (a reopen, a close)
+            raise PeerUnavailable(str(e)) from e
+
+    def reset(self, *, close: bool = False) -> None:
+        with self._lock:
+            ch, self._channel = self._channel, None
+            self._closed |= close
+        if ch is not None:
+            ch.close()
+
+
+__all__ = ["RESOLVE_S", "Peer", "PeerUnavailable", "Resolver", "ShardResolvers", "advertised", "endpoint_of", "fixed",
+           "internal_address", "resolve_within", "resolver_of"]  # fmt: skip

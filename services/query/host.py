@@ -1,0 +1,62 @@
+"""The front (the public API) with its gRPC server and metrics endpoint, on its own
+event-loop thread, without Ray (the actor wraps it)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import structlog
+from mqstore.services.common.internal_auth import InternalAuth
+from mqstore.services.common.metrics import FrontMetrics
+from mqstore.services.common.peers import Resolver, ShardResolvers, advertised
+from mqstore.services.common.server import ServerThread, TlsFiles, start_grpc_server
+from mqstore.services.query.acl import Acl
+from mqstore.services.query.front import FrontServicer, ShardClient
+
+log = structlog.get_logger(__name__)
+
+
+class FrontHost:
+    """The public API over the given shards: ``shards[i]`` = (resolvers of shard i's
+    services, resolve its dispatcher or None)."""
+
+    def __init__(self, shards: Sequence[tuple[ShardResolvers, Resolver | None]], *, auth: InternalAuth,
+                 host: str = "127.0.0.1", port: int = 0, default_queue_nums: int = 4, metrics_port: int = 0,
+                 tls: TlsFiles | None = None, acl: str | Path | None = None) -> None:  # fmt: skip
+        """``auth``: the deployment's secret, carried by every call to the shards.
+        ``metrics_port``: serve Prometheus metrics on ``host:metrics_port`` (0: none).
+        ``tls``: the public API speaks TLS only (internal servers speak TLS when
+        ``auth.tls``). ``acl``: the users-and-permissions file (None: anonymous)."""
+        access = None if acl is None else Acl.load(acl)
+        self.thread = ServerThread("mqstore-front")
+        clients = [ShardClient(i, r, d, auth=auth) for i, (r, d) in enumerate(shards)]
+        self.metrics = FrontMetrics(self._shard_stats)
+        self.servicer = FrontServicer(clients, default_queue_nums=default_queue_nums, metrics=self.metrics, acl=access)
+        self.server = self.thread.run(start_grpc_server(host, port, [self.servicer.registration()], tls=tls))
+        self.endpoint = f"{advertised(host)}:{self.server.port}"
+        self.tls = tls is not None
+        self.metrics_endpoint = ""
+        if metrics_port:
+            try:
+                bound = self.metrics.serve(host, metrics_port)
+            except OSError as e:
+                self.close()
+                raise OSError(f"can not serve metrics on {host}:{metrics_port}: {e.strerror or e}") from None
+            self.metrics_endpoint = f"{advertised(host)}:{bound}"
+        log.info("front_listening", endpoint=self.endpoint, tls=self.tls, metrics=self.metrics_endpoint or None,
+                 shards=len(clients))  # fmt: skip
+
+    def _shard_stats(self) -> list:
+        return self.thread.run(self.servicer.shard_stats(), timeout=10)
+
+    def close(self) -> None:
+        try:
+            self.metrics.close()
+            self.thread.run(self.server.stop(1.0), timeout=30)
+            self.thread.run(self.servicer.close(), timeout=30)
+        finally:
+            self.thread.stop()
+
+
+__all__ = ["FrontHost"]

@@ -1,0 +1,93 @@
+"""A whole deployment in one process, without Ray: per shard a commitlog, a
+consume-queue builder, an index builder and a dispatcher, and a front, each host on
+its own event-loop thread and every hop over gRPC on loopback (tests, embedding)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from mqstore.services.commitlog.host import ShardHost
+from mqstore.services.common.internal_auth import InternalAuth
+from mqstore.services.common.peers import ShardResolvers, fixed, resolver_of
+from mqstore.services.common.server import TlsFiles
+from mqstore.services.dispatcher.host import DispatcherHost
+from mqstore.services.index.host import BuilderHost
+from mqstore.services.query.host import FrontHost
+from mqstore.services.query.routing import STORE_PORT_BASE, shard_dir
+
+from mqstore.store.config import StoreConfig
+from mqstore.store.retention import RetentionConfig
+
+
+def shard_config(config: StoreConfig, index: int, shards: int) -> StoreConfig:
+    """Shard ``index``'s config: with several shards each records its own store host
+    port (10911 + index), so an offset msgId names the shard that holds it."""
+    if shards == 1:
+        return config
+    from dataclasses import replace
+
+    return replace(config, store_host=config.store_host._replace(port=STORE_PORT_BASE + index))
+
+class LocalStack:
+    """A whole deployment in this process (no Ray): per shard a commitlog, a
+    consume-queue builder, an index builder and a dispatcher, and a front; every hop
+    over gRPC on loopback. ``front_endpoint`` is the public API."""
+
+    def __init__(self, root: str | Path, config: StoreConfig | None = None, *, shards: int = 1,
+                 host: str = "127.0.0.1", front_port: int = 0, retention: RetentionConfig | None = None,
+                 metrics_port: int = 0, tls: TlsFiles | None = None, acl: str | Path | None = None,
+                 auth: InternalAuth | None = None) -> None:  # fmt: skip
+        """``host``: the front's address (internal servers listen on 127.0.0.1).
+        ``auth``: the deployment's secret (default: a fresh one, with internal TLS
+        when the front speaks TLS): ``self.auth``. ``acl``: see ``FrontHost``."""
+        cfg = config or StoreConfig()
+        root = Path(root)
+        self.auth = auth = auth or InternalAuth.new(tls=tls is not None)
+        inner = "127.0.0.1"
+        self.shards: list[ShardHost] = []
+        self.queue_builders: list[BuilderHost] = []
+        self.index_builders: list[BuilderHost] = []
+        self.dispatchers: list[DispatcherHost] = []
+        resolvers: list[ShardResolvers] = []
+        for i in range(shards):
+            d, c = shard_dir(root, i, shards), shard_config(cfg, i, shards)
+            d.mkdir(parents=True, exist_ok=True)
+            later: dict[str, str] = {}
+            shard = ShardHost(d, c, index=i, host=inner, retention=retention, resolve_queues=resolver_of(later, "cq"),
+                              auth=auth)  # fmt: skip
+            cq = BuilderHost("consumequeue", d, c, resolve_commitlog=fixed(shard.endpoint), index=i, host=inner, auth=auth)
+            later["cq"] = cq.endpoint
+            r: ShardResolvers = {"cl": fixed(shard.endpoint), "cq": fixed(cq.endpoint)}
+            self.shards.append(shard)
+            self.queue_builders.append(cq)
+            if cfg.message_index_enable:
+                ix = BuilderHost("index", d, c, resolve_commitlog=fixed(shard.endpoint), index=i, host=inner, auth=auth)
+                self.index_builders.append(ix)
+                r["ix"] = fixed(ix.endpoint)
+            resolvers.append(r)
+            self.dispatchers.append(DispatcherHost(r, shard=i, config=cfg, host=inner, auth=auth))
+        self.front = FrontHost([(r, fixed(d.endpoint)) for r, d in zip(resolvers, self.dispatchers)], host=host,
+                               port=front_port, default_queue_nums=cfg.default_queue_nums, metrics_port=metrics_port,
+                               tls=tls, acl=acl, auth=auth)  # fmt: skip
+        self.front_endpoint = self.front.endpoint
+
+    def wait_ready(self, timeout: float = 60.0) -> bool:
+        """True once every commitlog serves and every builder is open."""
+        return all(h.wait_ready(timeout) for h in self.shards + self.queue_builders + self.index_builders)
+
+    def close(self) -> None:
+        """Front first (no new work), then dispatchers (after dispatching what is
+        confirmed), then builders, then commitlogs (each closes cleanly)."""
+        self.front.close()
+        for group in (self.dispatchers, self.queue_builders + self.index_builders, self.shards):
+            for h in group:
+                h.close()
+
+    def __enter__(self) -> LocalStack:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+__all__ = ["LocalStack", "shard_config"]
