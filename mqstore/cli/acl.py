@@ -20,8 +20,8 @@ from typing import Annotated
 
 import typer
 
-from mqstore.cli.remote import AccessKeyOpt, SecretKeyOpt, TlsCaOpt, remote
 from mqstore.cli.render import print_table
+from mqstore.cli.target import AccessKeyOpt, SecretKeyOpt, TlsCaOpt, remote
 from mqstore.errors import MqStoreError
 
 acl_app = typer.Typer(help="Users and permissions of a front (serve --acl FILE): list, add and remove users and rules.",

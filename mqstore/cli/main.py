@@ -15,7 +15,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from mqstore.cli.remote import AccessKeyOpt, SecretKeyOpt
+from mqstore.cli.target import AccessKeyOpt, SecretKeyOpt
 from mqstore.errors import MqStoreError
 from mqstore.logging import configure_logging
 
@@ -80,7 +80,7 @@ def bench_append(
     print one JSON line: messages, bytes, seconds, msgs_per_s, mb_per_s, p50_ms, p99_ms, ...
     With --server the batches go through the server's front (flush, segment and index
     options are the server's; --ack-log and --no-dispatch do not apply)."""
-    from mqstore.cli.remote import check_target
+    from mqstore.cli.target import check_target
 
     check_target(store, server)
     if server is not None:
@@ -118,7 +118,7 @@ def bench_consume(
     """Pull every queue of the store to its end (encoded records, as a broker serves
     them); last line JSON with messages, seconds, msgs_per_s (with --server also
     client_cpu_s, dispatch_wait_s, dispatch_caught_up)."""
-    from mqstore.cli.remote import check_target
+    from mqstore.cli.target import check_target
 
     check_target(store, server)
     if server is not None:

@@ -9,17 +9,16 @@ for writing); with ``--server`` each is one or two gRPC calls to the front. Reco
 
 from __future__ import annotations
 
-import contextlib
 import json
-from collections.abc import Iterator
 from enum import Enum
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from mqstore.cli.remote import AccessKeyOpt, SecretKeyOpt, ServerOpt, TlsCaOpt, check_target, remote
 from mqstore.cli.render import print_records, print_table
+from mqstore.cli.target import (AccessKeyOpt, SecretKeyOpt, ServerOpt, TlsCaOpt, check_target, open_store, open_view,
+                                remote)  # fmt: skip
 from mqstore.store.reads import parse_tag_expression
 
 StoreArg = Annotated[Path | None, typer.Option("--store", help="Store directory (or --server).")]
@@ -33,39 +32,6 @@ class Format(str, Enum):
 
 
 FormatArg = Annotated[Format, typer.Option("--format", help="json (JSON lines, every field) or table.")]
-
-
-@contextlib.contextmanager
-def open_store(store: Path, *, create: bool = False) -> Iterator:
-    """The store at ``store``, opened for writing (recovered, locked); a clear error
-    if there is none and ``create`` is not given."""
-    from mqstore.store.message_store import MessageStore
-
-    check_store(store, create=create)
-    s = MessageStore(store, background_dispatch=False)
-    try:
-        yield s
-    finally:
-        s.close()
-
-
-@contextlib.contextmanager
-def open_view(store: Path) -> Iterator:
-    """The store at ``store``, opened for questions only (store/read_view.py: no
-    lock, no recovery, no file changed)."""
-    from mqstore.store.read_view import ReadView
-
-    check_store(store)
-    with ReadView(store) as v:
-        yield v
-
-
-def check_store(store: Path, *, create: bool = False) -> None:
-    """FileNotFoundError naming ``store`` unless it holds a store (or ``create``)."""
-    if not create and not (store / "commitlog").is_dir():
-        what = "does not exist" if not store.exists() else "has no commitlog/ directory"
-        raise FileNotFoundError(f"no store at {store}: it {what} (give the directory `mqstore serve` or "
-                                "`bench` made, or --create to make a new one)")  # fmt: skip
 
 
 def _records(found) -> list:
@@ -304,4 +270,4 @@ def _print_rows(rows: list[dict], fmt: Format) -> None:
             typer.echo(json.dumps(r))
 
 
-__all__ = ["check_store", "human_bytes", "open_store", "open_view", "register", "shard_status_row"]
+__all__ = ["human_bytes", "register", "shard_status_row"]

@@ -1,6 +1,6 @@
 """``mqstore serve`` (a deployment on Ray, serving the gRPC API) and ``mqstore send``
-(append messages, to a store directory or to a server), plus the ``--server``
-plumbing the query commands share."""
+(append messages, to a store directory or to a server). The ``--store``/``--server``
+plumbing they share with the other commands is in target.py."""
 
 from __future__ import annotations
 
@@ -8,20 +8,13 @@ import contextlib
 import json
 import os
 import sys
-from collections.abc import Iterator
 from enum import Enum
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-ServerOpt = Annotated[str | None, typer.Option("--server", help="HOST:PORT of a running `mqstore serve` (instead of --store).")]
-TlsCaOpt = Annotated[Path | None, typer.Option("--tls-ca", envvar="MQSTORE_TLS_CA", dir_okay=False,
-                                               help="With --server: the front speaks TLS; trust these PEM certificates (env MQSTORE_TLS_CA).")]  # fmt: skip
-AccessKeyOpt = Annotated[str | None, typer.Option("--access-key", envvar="MQSTORE_ACCESS_KEY", show_default=False,
-                                                  help="With --server: sign calls as this user (a front serving --acl; env MQSTORE_ACCESS_KEY).")]  # fmt: skip
-SecretKeyOpt = Annotated[str | None, typer.Option("--secret-key", envvar="MQSTORE_SECRET_KEY", show_default=False,
-                                                  help="With --server: the user's secret key (env MQSTORE_SECRET_KEY, which keeps it out of the process list).")]  # fmt: skip
+from mqstore.cli.target import AccessKeyOpt, SecretKeyOpt, ServerOpt, TlsCaOpt, check_target, open_store, remote
 
 
 class FlushChoice(str, Enum):
@@ -32,24 +25,6 @@ class FlushChoice(str, Enum):
 class Placement(str, Enum):
     node = "node"
     resource = "resource"
-
-
-def check_target(store: Path | None, server: str | None) -> None:
-    """Exactly one of --store and --server."""
-    if (store is None) == (server is None):
-        raise typer.BadParameter("give --store DIR or --server HOST:PORT (one of them)")
-
-
-@contextlib.contextmanager
-def remote(server: str, tls_ca: Path | None = None, access_key: str | None = None,
-           secret_key: str | None = None) -> Iterator:  # fmt: skip
-    """A FrontClient for ``server`` (TLS trusting ``tls_ca`` if given; every call
-    signed as ``access_key`` if given, see services/acl.py); gRPC failures become
-    one-line errors."""
-    from mqstore.services.query.client import FrontClient, remote_errors
-
-    with remote_errors(), FrontClient(server, tls_ca=tls_ca, access_key=access_key, secret_key=secret_key) as c:
-        yield c
 
 
 def register(app: typer.Typer) -> None:
@@ -117,7 +92,6 @@ def register(app: typer.Typer) -> None:
 
                 c = stack.enter_context(remote(server, tls_ca, access_key, secret_key))
             else:
-                from mqstore.cli.queries import open_store
                 from mqstore.store.messages import MessageBatch
 
                 s = stack.enter_context(open_store(store, create=create))
@@ -137,4 +111,4 @@ def register(app: typer.Typer) -> None:
         out.flush()
 
 
-__all__ = ["AccessKeyOpt", "SecretKeyOpt", "ServerOpt", "TlsCaOpt", "check_target", "register", "remote"]
+__all__ = ["register"]

@@ -1,0 +1,83 @@
+"""Where a command acts: a store directory (``--store DIR``) or a running server
+(``--server HOST:PORT``), and how it opens either.
+
+Owns the options every ``--server`` command shares (``--server``, ``--tls-ca``,
+``--access-key``, ``--secret-key``), the one-of-them check, and the three ways in:
+``remote()`` (a FrontClient), ``open_store()`` (the store opened for writing) and
+``open_view()`` (read-only, no lock, no recovery). The command modules (queries.py,
+remote.py, acl.py, main.py) import it and nothing of each other, so the CLI has no
+import cycle.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+ServerOpt = Annotated[str | None, typer.Option("--server", help="HOST:PORT of a running `mqstore serve` (instead of --store).")]
+TlsCaOpt = Annotated[Path | None, typer.Option("--tls-ca", envvar="MQSTORE_TLS_CA", dir_okay=False,
+                                               help="With --server: the front speaks TLS; trust these PEM certificates (env MQSTORE_TLS_CA).")]  # fmt: skip
+AccessKeyOpt = Annotated[str | None, typer.Option("--access-key", envvar="MQSTORE_ACCESS_KEY", show_default=False,
+                                                  help="With --server: sign calls as this user (a front serving --acl; env MQSTORE_ACCESS_KEY).")]  # fmt: skip
+SecretKeyOpt = Annotated[str | None, typer.Option("--secret-key", envvar="MQSTORE_SECRET_KEY", show_default=False,
+                                                  help="With --server: the user's secret key (env MQSTORE_SECRET_KEY, which keeps it out of the process list).")]  # fmt: skip
+
+
+def check_target(store: Path | None, server: str | None) -> None:
+    """Exactly one of --store and --server."""
+    if (store is None) == (server is None):
+        raise typer.BadParameter("give --store DIR or --server HOST:PORT (one of them)")
+
+
+@contextlib.contextmanager
+def remote(server: str, tls_ca: Path | None = None, access_key: str | None = None,
+           secret_key: str | None = None) -> Iterator:  # fmt: skip
+    """A FrontClient for ``server`` (TLS trusting ``tls_ca`` if given; every call
+    signed as ``access_key`` if given, see services/acl.py); gRPC failures become
+    one-line errors."""
+    # Imported here: the gRPC client is heavy, and --store commands never need it.
+    from mqstore.services.query.client import FrontClient, remote_errors
+
+    with remote_errors(), FrontClient(server, tls_ca=tls_ca, access_key=access_key, secret_key=secret_key) as c:
+        yield c
+
+
+@contextlib.contextmanager
+def open_store(store: Path, *, create: bool = False) -> Iterator:
+    """The store at ``store``, opened for writing (recovered, locked); a clear error
+    if there is none and ``create`` is not given."""
+    from mqstore.store.message_store import MessageStore
+
+    check_store(store, create=create)
+    s = MessageStore(store, background_dispatch=False)
+    try:
+        yield s
+    finally:
+        s.close()
+
+
+@contextlib.contextmanager
+def open_view(store: Path) -> Iterator:
+    """The store at ``store``, opened for questions only (store/read_view.py: no
+    lock, no recovery, no file changed)."""
+    from mqstore.store.read_view import ReadView
+
+    check_store(store)
+    with ReadView(store) as v:
+        yield v
+
+
+def check_store(store: Path, *, create: bool = False) -> None:
+    """FileNotFoundError naming ``store`` unless it holds a store (or ``create``)."""
+    if not create and not (store / "commitlog").is_dir():
+        what = "does not exist" if not store.exists() else "has no commitlog/ directory"
+        raise FileNotFoundError(f"no store at {store}: it {what} (give the directory `mqstore serve` or "
+                                "`bench` made, or --create to make a new one)")  # fmt: skip
+
+
+__all__ = ["AccessKeyOpt", "SecretKeyOpt", "ServerOpt", "TlsCaOpt", "check_store", "check_target", "open_store",
+           "open_view", "remote"]  # fmt: skip
