@@ -1,11 +1,16 @@
-"""Shared by the service tests: a small store config, waiting for dispatch, status codes."""
+"""Shared by the service tests: a small store config, waiting for dispatch, status codes,
+producer threads under load."""
 
 from __future__ import annotations
 
 import socket
+import threading
 import time
 
 import grpc
+
+from mqstore.rpc.v1 import common_pb2
+from mqstore.services.query.client import FrontClient
 
 from mqstore.store.config import FlushMode, StoreConfig
 
@@ -51,3 +56,46 @@ def free_port(skip: tuple[int, ...] = ()) -> int:
                 continue
             return port
     raise RuntimeError("no free port")
+
+
+class Load:
+    """Producer threads sending batches through the front; ``acked`` holds what
+    the front acknowledged (PUT_OK under sync flush: durable)."""
+
+    def __init__(self, endpoint: str, topic: str, threads: int = 2, batch: int = 50, deadline_s: float = 20) -> None:
+        self.deadline_s = deadline_s
+        self.calls: list[tuple[float, float, str]] = []  # (start, end, status code) of every send
+        self.acked: list[bytes] = []
+        self.failures = 0
+        self.sent_batches = 0
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._threads = [threading.Thread(target=self._run, args=(endpoint, topic, t, batch), daemon=True)
+                         for t in range(threads)]  # fmt: skip
+        for t in self._threads:
+            t.start()
+
+    def _run(self, endpoint: str, topic: str, tid: int, batch: int) -> None:
+        seq = 0
+        with FrontClient(endpoint, timeout=self.deadline_s) as c:
+            while not self._stop.is_set():
+                bodies = [f"{topic}-{tid}-{seq + i:07d}".encode() for i in range(batch)]
+                seq += batch
+                t0 = time.monotonic()
+                try:
+                    r = c.send(topic, bodies, keys=[b.decode() for b in bodies])
+                except grpc.RpcError as e:
+                    with self._lock:
+                        self.calls.append((t0, time.monotonic(), e.code().name))
+                        self.failures += 1
+                    time.sleep(0.05)
+                    continue
+                with self._lock:
+                    self.calls.append((t0, time.monotonic(), "OK"))
+                    self.sent_batches += 1
+                    self.acked.extend(b for b, s in zip(bodies, r.statuses) if s == common_pb2.PUT_OK)
+
+    def stop(self) -> None:
+        self._stop.set()
+        for t in self._threads:
+            t.join(30)

@@ -8,17 +8,16 @@ from __future__ import annotations
 
 import os
 import signal
-import threading
 import time
 from collections import Counter
 
 import grpc
 import pytest
 
-from mqstore.rpc.v1 import common_pb2, front_pb2
+from mqstore.rpc.v1 import front_pb2
 from mqstore.services.query.client import FrontClient
 from mqstore.store.reader import CommitLogReader
-from tests.services.helpers import code_of, free_port, small_config, wait_dispatched
+from tests.services.helpers import Load, code_of, free_port, small_config, wait_dispatched
 
 ray = pytest.importorskip("ray")
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
@@ -69,49 +68,6 @@ def test_actors_are_named_and_serve_grpc(deployment, client):
     assert code_of(lambda: client.send("bad topic", [b"x"])) is grpc.StatusCode.INVALID_ARGUMENT
     assert code_of(lambda: client.pull("RayTopic", 1, -3)) is grpc.StatusCode.INVALID_ARGUMENT
     assert client.pull("RayTopic", 1, 2).status == front_pb2.NO_NEW_MESSAGE  # still answering
-
-
-class Load:
-    """Producer threads sending batches through the front; ``acked`` holds what
-    the front acknowledged (PUT_OK under sync flush: durable)."""
-
-    def __init__(self, endpoint: str, topic: str, threads: int = 2, batch: int = 50, deadline_s: float = 20) -> None:
-        self.deadline_s = deadline_s
-        self.calls: list[tuple[float, float, str]] = []  # (start, end, status code) of every send
-        self.acked: list[bytes] = []
-        self.failures = 0
-        self.sent_batches = 0
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._threads = [threading.Thread(target=self._run, args=(endpoint, topic, t, batch), daemon=True)
-                         for t in range(threads)]  # fmt: skip
-        for t in self._threads:
-            t.start()
-
-    def _run(self, endpoint: str, topic: str, tid: int, batch: int) -> None:
-        seq = 0
-        with FrontClient(endpoint, timeout=self.deadline_s) as c:
-            while not self._stop.is_set():
-                bodies = [f"{topic}-{tid}-{seq + i:07d}".encode() for i in range(batch)]
-                seq += batch
-                t0 = time.monotonic()
-                try:
-                    r = c.send(topic, bodies, keys=[b.decode() for b in bodies])
-                except grpc.RpcError as e:
-                    with self._lock:
-                        self.calls.append((t0, time.monotonic(), e.code().name))
-                        self.failures += 1
-                    time.sleep(0.05)
-                    continue
-                with self._lock:
-                    self.calls.append((t0, time.monotonic(), "OK"))
-                    self.sent_batches += 1
-                    self.acked.extend(b for b, s in zip(bodies, r.statuses) if s == common_pb2.PUT_OK)
-
-    def stop(self) -> None:
-        self._stop.set()
-        for t in self._threads:
-            t.join(30)
 
 
 def _restart(actor) -> None:
