@@ -11,33 +11,28 @@ lock, as RocketMQ's putMessageLock) and the read methods (no lock: they only see
 bytes below ``wrote``). ``close`` once, after the others have returned.
 
 Append path (RocketMQ CommitLog.asyncPutMessage): validate and encode the batch
-outside the lock; under the lock take the store time, pick automatic queue ids,
-assign queue offsets and physical offsets (a record that does not fit the current
-segment with 8 bytes to spare is preceded by a BLANK and goes to the next segment),
-create any segment the batch needs *before* writing a byte (so a full disk fails the
-whole batch and leaves no partial one), write each run of records with its first
-TOTALSIZE still 0 and then set it (so a crash mid-copy leaves no record whose
-unchecked properties are torn), then advance ``wrote``. Sync flush waits for the
-group fsync after the lock is released.
+outside the lock (record_batch.py); under the lock take the store time, pick
+automatic queue ids, assign queue offsets and physical offsets (a record that does
+not fit the current segment with 8 bytes to spare is preceded by a BLANK and goes to
+the next segment), create any segment the batch needs *before* writing a byte (so a
+full disk fails the whole batch and leaves no partial one), write each run of
+records with its first TOTALSIZE still 0 and then set it (so a crash mid-copy leaves
+no record whose unchecked properties are torn), then advance ``wrote``. Sync flush
+waits for the group fsync after the lock is released.
 
-When the disk fails (README "Faults"): a failed commitlog sync (EIO, EROFS...) or
-a failed write makes the commitlog refuse every later append at once with
-StoreNotWritableError naming the cause ("flush_failed", "read_only", "io_error");
-it is never retried (a restart is the way back) and reads go on. A full disk
-(ENOSPC on a segment allocation or a write) refuses appends with cause "disk_full"
-until space is back: the allocation is retried at most once a second, so writes
-resume by themselves. ``writable`` / ``unwritable_cause`` report the state; the
-changes are logged ("store_not_writable", "store_writable_again").
+When the disk fails (README "Faults") appends are refused with StoreNotWritableError
+naming the cause (flush_failed, read_only, io_error until a restart; disk_full until
+space is back) and reads go on: the states and their retries are writability.py.
+This module keeps the log itself: segments, the append under the lock, flush and
+checkpoint, reads, scans and retention.
 """
 
 from __future__ import annotations
 
 import enum
-import errno
 import mmap
 import os
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,9 +43,7 @@ import structlog
 from mqstore.errors import (
     CorruptFileError,
     InvalidMessageError,
-    MessageTooLargeError,
     OffsetError,
-    PropertiesTooLongError,
     StoreClosedError,
     StoreNotWritableError,
 )
@@ -63,20 +56,16 @@ from mqstore.formats.message import (
     MAGIC_V2,
     MessageRecord,
     RecordFields,
-    PreparedRecords,
     ScanOutcome,
-    advances_queue_offset,
     blank_record,
     decode_record,
     record_fields,
     record_heads,
     scan_records,
-    topic_field,
-    topic_field_lengths,
 )
-from mqstore.formats.msgid import Host, UniqKeyGenerator, encode_host, offset_msg_id_prefix
+from mqstore.formats.msgid import offset_msg_id_prefix
 from mqstore.formats.names import check_topic, file_name_to_offset
-from mqstore.formats.properties import MAX_PROPERTIES_BYTES, locate_properties, serialize_properties
+from mqstore.formats.properties import locate_properties
 from mqstore.store import faults
 from mqstore.store.checkpoint_file import read_checkpoint, write_checkpoint
 from mqstore.store.clock import Clock, SystemClock
@@ -85,32 +74,16 @@ from mqstore.store.flush import FlushService
 from mqstore.store.lockfile import StoreLock, create_abort_marker, last_exit_was_clean, remove_abort_marker
 from mqstore.store.mapped_file import forget_sync_failures, sync_failures
 from mqstore.store.messages import AUTO_QUEUE, AppendResult, MessageBatch, PutStatus
+from mqstore.store.record_batch import BatchEncoder, PreparedBatch
 from mqstore.store.recovery import QueueKey, RecoveryProgress, RecoveryReport, merge_queue_offsets, recover
 from mqstore.store.segments import SegmentQueue
 from mqstore.store.tuning import tune_allocator
+from mqstore.store.writability import Writability, cause_of, errno_name
 
 log = structlog.get_logger(__name__)
 
 COMMITLOG_DIR = "commitlog"
 _NO_OFFSETS = np.zeros(0, np.int64)
-_DEFAULT_BORN_HOST = encode_host(Host("127.0.0.1", 0))
-_SEPARATORS = ("\x01", "\x02")
-_DISK_RETRY_S = 1.0  # a full disk: appends try to allocate again at most this often
-
-
-def _cause_of(err: BaseException, default: str) -> str:
-    """The StoreNotWritableError cause for an OSError from the disk."""
-    code = getattr(err, "errno", None)
-    if code in (errno.ENOSPC, errno.EDQUOT):
-        return "disk_full"
-    if code == errno.EROFS:
-        return "read_only"
-    return default
-
-
-def _errno_name(err: BaseException) -> str | None:
-    code = getattr(err, "errno", None)
-    return None if code is None else errno.errorcode.get(code, str(code))
 
 
 @dataclass(frozen=True)
@@ -167,22 +140,6 @@ class ScanChunk:
     next_offset: int
 
 
-class _Prepared:
-    """A batch validated and encoded outside the put lock."""
-
-    __slots__ = ("runs", "n", "topics", "topic_codes", "queue_ids", "advances", "unique_keys", "sizes")
-
-    def __init__(self, runs, n, topics, topic_codes, queue_ids, advances, unique_keys, sizes):  # noqa: PLR0913
-        self.runs: list[PreparedRecords] = runs
-        self.n = n
-        self.topics: list[str] = topics  # distinct topics of the batch
-        self.topic_codes: np.ndarray = topic_codes  # index into topics, per message
-        self.queue_ids: np.ndarray = queue_ids  # AUTO_QUEUE where the store picks
-        self.advances: np.ndarray | None = advances  # None: every message takes a queue offset
-        self.unique_keys: tuple[str, list[str]] = unique_keys  # (head, tails)
-        self.sizes: np.ndarray = sizes
-
-
 def _tags_codes(buf, f: RecordFields) -> np.ndarray:
     """ConsumeQueue tagsCode of each record (Java hashCode of TAGS, 0 without), as the
     dispatcher computes it."""
@@ -192,32 +149,6 @@ def _tags_codes(buf, f: RecordFields) -> np.ndarray:
     for i in np.flatnonzero(non_ascii).tolist():
         codes[i] = java_string_hash(buf[int(ts[i]) : int(te[i])].decode("utf-8", "replace"))
     return np.asarray(codes, np.int64)
-
-
-def _broadcast(value, n: int) -> list:
-    if value is None or isinstance(value, (str, bytes, int, Host, dict)):
-        return [value] * n
-    if len(value) != n:
-        raise InvalidMessageError(f"a column has {len(value)} values for {n} messages")
-    return list(value)
-
-
-def _int_column(value, n: int, name: str) -> np.ndarray | int:
-    if isinstance(value, (int, np.integer)):
-        return int(value)
-    try:
-        arr = np.asarray(value, dtype=np.int64)
-    except (TypeError, ValueError, OverflowError) as e:
-        raise InvalidMessageError(f"{name} must be integers: {e}") from e
-    if arr.shape != (n,):
-        raise InvalidMessageError(f"{name} has {arr.size} values for {n} messages")
-    return arr
-
-
-def _check_no_separators(what: str, values) -> None:
-    joined = "".join(filter(None, values))
-    if "\x01" in joined or "\x02" in joined:
-        raise InvalidMessageError(f"{what} must not contain the property separators \\x01 or \\x02")
 
 
 class CommitLog:
@@ -253,11 +184,6 @@ class CommitLog:
     def _open(self) -> None:
         cfg = self.config
         forget_sync_failures(self.store_dir)  # a new run: what failed in an earlier one is on disk or cut
-        self._not_writable: StoreNotWritableError | None = None  # sticky: a sync or write failed
-        self._disk_full: StoreNotWritableError | None = None  # clears once an allocation succeeds
-        self._disk_retry_at = 0.0  # appends retry the allocation from then on
-        self._disk_probe_at = 0.0  # unwritable_cause looks at the free space from then on
-        self._disk_need = 0
         self._write_high = 0  # how far the append in progress wrote (to undo it if it fails)
         self._unclean: list[str] = []  # why close must leave the abort marker
         self._derived_frozen = False
@@ -282,15 +208,14 @@ class CommitLog:
         self._queue_offsets: dict[QueueKey, int] = dict(self.recovery.queue_offsets)
         self._round_robin: dict[str, int] = {}
         self._topic_queue_nums: dict[str, int] = {}
-        self._known_topics: set[str] = set()
         self._put_lock = threading.Lock()
+        self._writability = Writability(self.store_dir, self._segments.directory, self._put_lock, self.mark_unclean)
         self._checkpoint_lock = threading.Lock()
         self._wrote = self.recovery.write_position
         self._last_store_ts = self.recovery.last_store_timestamp
         self._wrote_state = (self._wrote, self._last_store_ts)
-        self._uniq = UniqKeyGenerator(cfg.store_host)
+        self._encoder = BatchEncoder(cfg, self._clock)
         self._msg_id_prefix = offset_msg_id_prefix(cfg.store_host)
-        self._store_host = encode_host(cfg.store_host)
         self._last_checkpoint_write = -1e18
         self._flusher = FlushService(
             cfg,
@@ -348,13 +273,13 @@ class CommitLog:
         for bad input, StoreNotWritableError when the disk is full or failed,
         StoreClosedError after close."""
         self._check_open()
-        prep = self._prepare(batch)
+        prep = self._encoder.prepare(batch)
         if prep.n == 0:
             empty = np.zeros(0, np.int64)
             return AppendResult(PutStatus.PUT_OK, empty, empty, empty, empty, 0, ("", []), self._msg_id_prefix)
         with self._put_lock:
             self._check_open()
-            self._check_writable()
+            self._writability.check()
             now = max(self._clock.now_ms(), self._last_store_ts)
             queue_ids = self._pick_queues(prep)
             queue_offsets, commit_offsets = self._assign_queue_offsets(prep, queue_ids)
@@ -363,8 +288,7 @@ class CommitLog:
                 physical = self._write(prep, queue_ids, queue_offsets, now)
             except (OSError, StoreNotWritableError) as e:
                 raise self._write_failed(e) from e
-            if self._disk_full is not None:
-                self._disk_back()
+            self._writability.wrote()
             commit_offsets()
             self._last_store_ts = now
             end = int(physical[-1] + prep.sizes[-1])
@@ -378,7 +302,7 @@ class CommitLog:
             except Exception as e:
                 raise StoreNotWritableError(
                     f"flush failed, batch not durable: {e}; the store accepts no more writes until it is restarted",
-                    cause=_cause_of(e, "flush_failed"),
+                    cause=cause_of(e, "flush_failed"),
                 ) from e
             if not ok:
                 status = PutStatus.FLUSH_DISK_TIMEOUT
@@ -386,175 +310,7 @@ class CommitLog:
             status, physical, prep.sizes, queue_ids, queue_offsets, now, prep.unique_keys, self._msg_id_prefix
         )
 
-    def _prepare(self, batch: MessageBatch) -> _Prepared:
-        """Validate and encode a batch (outside the put lock)."""
-        bodies = batch.bodies
-        n = len(bodies)
-        if n == 0:
-            return _Prepared([], 0, [], np.zeros(0, np.int64), np.zeros(0, np.int64), None, ("", []), np.zeros(0, np.int64))
-        if isinstance(bodies, (bytes, str)):
-            raise InvalidMessageError("bodies must be a sequence of bytes, one per message")
-        topics, codes = self._topics(batch.topics, n)
-        fields = [topic_field(t) for t in topics]
-        topic_bytes = [fields[0]] * n if len(topics) == 1 else [fields[c] for c in codes.tolist()]
-        topic_lens = topic_field_lengths(fields)[codes]  # a topic over 127 bytes is written as V2
-        queue_ids = self._queue_ids(batch.queue_ids, n)
-        uniq = self._unique_keys(batch.unique_keys, n)
-        try:
-            props = self._encode_properties(batch, n, uniq)
-        except TypeError as e:
-            raise InvalidMessageError(f"tags, keys, unique keys and properties must be strings: {e}") from e
-        sysflags = _int_column(batch.sysflags, n, "sysflags")
-        takes_offset = advances_queue_offset(sysflags)
-        advances = None if takes_offset.all() else np.broadcast_to(takes_offset, (n,))
-        born_ts = self._born_timestamps(batch.born_timestamps, n)
-        columns = {
-            "flags": _int_column(batch.flags, n, "flags"),
-            "sysflags": sysflags,
-            "born_timestamps": born_ts,
-            "reconsume_times": _int_column(batch.reconsume_times, n, "reconsume_times"),
-            "prepared_transaction_offsets": _int_column(batch.prepared_transaction_offsets, n, "prepared_transaction_offsets"),
-        }
-        runs = []
-        try:
-            for lo, hi, born in self._host_runs(batch.born_hosts, n):
-                part = {k: v if isinstance(v, int) else v[lo:hi] for k, v in columns.items()}
-                runs.append(
-                    PreparedRecords(
-                        topics=topic_bytes[lo:hi], topic_lens=topic_lens[lo:hi], bodies=bodies[lo:hi],
-                        properties=props[lo:hi], born_hosts=born, store_host=self._store_host, **part,
-                    )  # fmt: skip
-                )
-        except TypeError as e:
-            raise InvalidMessageError(f"every body must be bytes: {e}") from e
-        sizes = runs[0].sizes if len(runs) == 1 else np.concatenate([r.sizes for r in runs])
-        self._check_sizes(runs, sizes)
-        return _Prepared(runs, n, topics, codes, queue_ids, advances, uniq, sizes)
-
-    def _topics(self, value: str | list[str], n: int) -> tuple[list[str], np.ndarray]:
-        """Distinct topics (each validated once per store) and each message's index into them."""
-        if isinstance(value, str):
-            topics, codes = [value], np.zeros(n, np.int64)
-        else:
-            if len(value) != n:
-                raise InvalidMessageError(f"topics has {len(value)} values for {n} messages")
-            index: dict[str, int] = {}
-            codes = np.fromiter((index.setdefault(t, len(index)) for t in value), np.int64, n)
-            topics = list(index)
-        for t in topics:
-            if t not in self._known_topics:
-                check_topic(t)
-                self._known_topics.add(t)
-        return topics, codes
-
-    def _queue_ids(self, value, n: int) -> np.ndarray:
-        if value is None:
-            return np.full(n, AUTO_QUEUE, np.int64)
-        try:
-            queue_ids = np.broadcast_to(np.asarray(value, np.int64), (n,))
-        except (TypeError, ValueError) as e:
-            raise InvalidMessageError(f"queue_ids must be integers, one per message: {e}") from e
-        if queue_ids.min() < AUTO_QUEUE or queue_ids.max() > self.config.max_queue_id:
-            i = int(np.argmax((queue_ids < AUTO_QUEUE) | (queue_ids > self.config.max_queue_id)))
-            raise InvalidMessageError(f"message {i}: queue id {int(queue_ids[i])} is outside 0..{self.config.max_queue_id}")
-        return queue_ids
-
-    def _unique_keys(self, value, n: int) -> tuple[str, list[str]]:
-        """UNIQ_KEYs as (head, tails): generated ones share a head; given ones have head ''."""
-        if value is None:
-            return self._uniq.reserve(n, now_ms=self._clock.now_ms())
-        given = list(value)
-        if len(given) != n:
-            raise InvalidMessageError(f"unique_keys has {len(given)} values for {n} messages")
-        if None in given:
-            head, tails = self._uniq.reserve(n, now_ms=self._clock.now_ms())
-            given = [u or head + t for u, t in zip(given, tails)]
-        return "", given
-
-    def _born_timestamps(self, value, n: int) -> np.ndarray | int:
-        if value is None:
-            return self._clock.now_ms()
-        if not isinstance(value, (int, np.ndarray)) and None in list(value):
-            now = self._clock.now_ms()
-            value = [now if t is None else t for t in value]
-        return _int_column(value, n, "born_timestamps")
-
-    @staticmethod
-    def _host_runs(value, n: int) -> list[tuple[int, int, bytes | list[bytes]]]:
-        """Runs of consecutive messages whose born hosts share an address family."""
-        try:
-            if value is None:
-                return [(0, n, _DEFAULT_BORN_HOST)]
-            if isinstance(value, Host):
-                return [(0, n, encode_host(value))]
-            hosts = [encode_host(h) for h in _broadcast(value, n)]
-        except (ValueError, TypeError) as e:
-            raise InvalidMessageError(f"bad born host: {e}") from e
-        runs, start = [], 0
-        for i in range(1, n + 1):
-            if i == n or len(hosts[i]) != len(hosts[start]):
-                runs.append((start, i, hosts[start:i]))
-                start = i
-        return runs
-
-    def _check_sizes(self, runs: list[PreparedRecords], sizes: np.ndarray) -> None:
-        cfg = self.config
-        limit = min(cfg.max_record_bytes, cfg.segment_bytes - BLANK_RECORD_BYTES)
-        body_max = max(int(r.body_lens.max()) for r in runs)
-        props_max = max(int(r.props_lens.max()) for r in runs)
-        if body_max <= cfg.max_message_bytes and props_max <= MAX_PROPERTIES_BYTES and int(sizes.max()) <= limit:
-            return
-        body_lens = np.concatenate([r.body_lens for r in runs])
-        props_lens = np.concatenate([r.props_lens for r in runs])
-        if (body_lens > cfg.max_message_bytes).any():
-            i = int(np.argmax(body_lens > cfg.max_message_bytes))
-            raise MessageTooLargeError(f"message {i}: body of {int(body_lens[i])} bytes exceeds max_message_bytes {cfg.max_message_bytes}")
-        if (props_lens > MAX_PROPERTIES_BYTES).any():
-            i = int(np.argmax(props_lens > MAX_PROPERTIES_BYTES))
-            raise PropertiesTooLongError(f"message {i}: properties of {int(props_lens[i])} bytes exceed {MAX_PROPERTIES_BYTES}")
-        i = int(np.argmax(sizes > limit))
-        raise MessageTooLargeError(f"message {i}: record of {int(sizes[i])} bytes exceeds the limit of {limit} bytes")
-
-    def _encode_properties(self, batch: MessageBatch, n: int, uniq: tuple[str, list[str]]) -> list[bytes]:
-        """Each message's properties bytes (TAGS, KEYS, UNIQ_KEY and the user's)."""
-        tags = _broadcast(batch.tags, n)
-        keys = _broadcast(batch.keys, n)
-        head, tails = uniq
-        if batch.properties is None and all(tags) and all(keys):
-            # The common case in bulk: one join for the whole batch, one encode, one
-            # split on NUL (checked absent from user text; UNIQ_KEY parts are hex).
-            pieces: list[str | None] = [None] * (6 * n)
-            pieces[0::6] = tags
-            pieces[1::6] = ["\x02KEYS\x01"] * n
-            pieces[2::6] = keys
-            pieces[3::6] = [f"\x02UNIQ_KEY\x01{head}"] * n
-            pieces[4::6] = tails
-            pieces[5::6] = ["\x02\x00TAGS\x01"] * n
-            big = ("TAGS\x01" + "".join(pieces)).encode()  # type: ignore[arg-type]
-            user_text = "".join(tags) + "".join(keys)  # the only parts not generated here
-            if "\x00" not in user_text and "\x01" not in user_text and "\x02" not in user_text:
-                out = big.split(b"\x00")
-                out.pop()
-                return out
-        _check_no_separators("tags", tags)
-        _check_no_separators("keys", keys)
-        _check_no_separators("unique keys", tails)
-        user = _broadcast(batch.properties, n)
-        out = []
-        for t, k, u, p in zip(tags, keys, (head + t for t in tails), user):
-            d = {}
-            if p:
-                _check_no_separators("property names and values", list(p.keys()) + list(p.values()))
-                d.update(p)
-            if t:
-                d["TAGS"] = t
-            if k:
-                d["KEYS"] = k
-            d["UNIQ_KEY"] = u
-            out.append(serialize_properties(d).encode())
-        return out
-
-    def _pick_queues(self, prep: _Prepared) -> np.ndarray:
+    def _pick_queues(self, prep: PreparedBatch) -> np.ndarray:
         qids = prep.queue_ids
         auto = qids == AUTO_QUEUE
         if not auto.any():
@@ -570,7 +326,7 @@ class CommitLog:
             self._round_robin[topic] = start + count
         return qids
 
-    def _assign_queue_offsets(self, prep: _Prepared, queue_ids: np.ndarray):
+    def _assign_queue_offsets(self, prep: PreparedBatch, queue_ids: np.ndarray):
         """Queue offsets for the batch, and a function that commits the table."""
         table = self._queue_offsets
         n = prep.n
@@ -601,7 +357,7 @@ class CommitLog:
 
         return out, commit
 
-    def _write(self, prep: _Prepared, queue_ids: np.ndarray, queue_offsets: np.ndarray, store_ts: int) -> np.ndarray:
+    def _write(self, prep: PreparedBatch, queue_ids: np.ndarray, queue_offsets: np.ndarray, store_ts: int) -> np.ndarray:
         """Lay the records out from ``wrote``, create the segments they need, copy them in."""
         seg_bytes = self.config.segment_bytes
         sizes = prep.sizes
@@ -646,61 +402,22 @@ class CommitLog:
             lo = hi
         return physical
 
-    # ------------------------------------------------------------------ when the disk fails
-
-    def _check_writable(self) -> None:
-        """Raise at once (under the put lock) while the store refuses writes."""
-        nw = self._not_writable
-        if nw is not None:
-            raise StoreNotWritableError(str(nw), cause=nw.cause)
-        full = self._disk_full
-        if full is not None:
-            now = time.monotonic()
-            if now < self._disk_retry_at:
-                raise StoreNotWritableError(
-                    f"{full}; writes resume once space is freed (tried again at most once a second)", cause="disk_full"
-                )
-            self._disk_retry_at = now + _DISK_RETRY_S  # this append is the retry
-
-    def _set_unwritable(self, cause: str, message: str, err: BaseException | None) -> None:
-        if self._not_writable is not None:
-            return
-        self._not_writable = StoreNotWritableError(message, cause=cause)
-        self._unclean.append(cause)
-        log.error("store_not_writable", store=str(self.store_dir), cause=cause, errno=_errno_name(err) if err else None,
-                  error=message, wrote=self._wrote, flushed=self._flusher.flushed if hasattr(self, "_flusher") else None)  # fmt: skip
+    # ------------------------------------------------------------------ when the disk fails (writability.py)
 
     def _flush_failed(self, err: BaseException) -> None:
         """The flusher's fdatasync/msync failed (called in its thread, once)."""
-        cause = _cause_of(err, "flush_failed")
-        if cause == "disk_full":
-            cause = "flush_failed"  # ENOSPC from a flush: data is lost, not merely space missing
-        self._set_unwritable(cause, f"commitlog flush failed ({err}); restart the store to write again", err)
+        self._writability.flush_failed(err, wrote=self._wrote, flushed=self._flusher.flushed)
 
     def _write_failed(self, err: BaseException) -> StoreNotWritableError:
         """An append's segment allocation or write failed; returns the error to raise.
         Bytes the attempt wrote past ``wrote`` are zeroed first (best effort), so no
         part of it can ever look like a record."""
         self._zero_attempt(self._wrote, self._write_high)
-        if isinstance(err, StoreNotWritableError):
-            cause = err.cause
+        if isinstance(err, StoreNotWritableError) and self.config.preallocate_segments:
+            need = self.config.segment_bytes  # a segment allocation
         else:
-            cause = _cause_of(err, "io_error")
-        if cause == "disk_full":
-            if isinstance(err, StoreNotWritableError) and self.config.preallocate_segments:
-                need = self.config.segment_bytes  # a segment allocation
-            else:
-                need = max(self._write_high - self._wrote, mmap.PAGESIZE)
-            now = time.monotonic()
-            if self._disk_full is None:
-                log.error("store_not_writable", store=str(self.store_dir), cause="disk_full", errno=_errno_name(err.__cause__ or err),
-                          error=str(err), wrote=self._wrote)  # fmt: skip
-            self._disk_full = StoreNotWritableError(f"disk full: {err}", cause="disk_full")
-            self._disk_retry_at = self._disk_probe_at = now + _DISK_RETRY_S
-            self._disk_need = need
-            return StoreNotWritableError(f"disk full, batch not written: {err}", cause="disk_full")
-        self._set_unwritable(cause, f"commitlog write failed ({err}); restart the store to write again", err)
-        return StoreNotWritableError(f"write failed, batch not written: {err}", cause=cause)
+            need = max(self._write_high - self._wrote, mmap.PAGESIZE)
+        return self._writability.write_failed(err, need=need, wrote=self._wrote, flushed=self._flusher.flushed)
 
     def _zero_attempt(self, start: int, end: int) -> None:
         try:
@@ -715,51 +432,27 @@ class CommitLog:
         except OSError as e:  # the range stays as it is: nothing points at it (wrote did not move)
             log.warning("failed_append_not_zeroed", start=start, end=end, error=str(e))
 
-    def _disk_back(self) -> None:
-        self._disk_full = None
-        log.warning("store_writable_again", store=str(self.store_dir), cause="disk_full")
-
     @property
     def writable(self) -> bool:
         """False while appends are refused (``unwritable_cause`` says why)."""
-        return self.unwritable_cause is None
+        return self._writability.cause is None
 
     @property
     def unwritable_cause(self) -> str | None:
         """None when writable; else "flush_failed", "read_only" or "io_error" (until a
         restart) or "disk_full" (until space is back: once a second this checks the
         free space, and the next append retries the allocation)."""
-        nw = self._not_writable
-        if nw is not None:
-            return nw.cause
-        if self._disk_full is None:
-            return None
-        if time.monotonic() >= self._disk_probe_at:
-            try:
-                st = os.statvfs(self._segments.directory)
-                free = st.f_bavail * st.f_frsize
-            except OSError:
-                free = 0
-            if free >= self._disk_need:
-                with self._put_lock:
-                    if self._disk_full is not None:
-                        self._disk_retry_at = 0.0
-                        self._disk_back()
-                return None
-            self._disk_probe_at = time.monotonic() + _DISK_RETRY_S
-        return "disk_full"
+        return self._writability.cause
 
     @property
     def unwritable_error(self) -> StoreNotWritableError | None:
         """The error appends get now (message and cause), or None."""
-        if self._not_writable is not None:
-            return self._not_writable
-        return self._disk_full if self.unwritable_cause == "disk_full" else None
+        return self._writability.error
 
     def mark_unclean(self, reason: str) -> None:
         """Make ``close`` leave the abort marker, so the next open runs the recovery
         that checks and rebuilds derived files (the store calls this when flushing a
-        consume queue or index file failed)."""
+        consume queue or index file failed; writability.py when appends stop for good)."""
         if reason not in self._unclean:
             self._unclean.append(reason)
 
@@ -863,33 +556,6 @@ class CommitLog:
                 return ScanChunk(res.positions + seg.base_offset, res.sizes, res.fields, seg.mm, nxt)
             pos = nxt
         return ScanChunk(_NO_OFFSETS, _NO_OFFSETS, _NO_FIELDS, b"", pos)
-
-    def matching_units(self, physical_offsets: np.ndarray, sizes: np.ndarray, queue_id: int, first_queue_offset: int, *,
-                       topic: str | None = None, tags_codes: np.ndarray | None = None, check_from: int = 0) -> int:  # fmt: skip
-        """How many leading consume-queue units (of one queue, from queue offset
-        ``first_queue_offset``) point at a record of exactly that size, queue id and
-        queue offset, in increasing commitlog order. Pre-blank units (0, 0x7FFFFFFF)
-        pass. Recovery cuts a queue at the first unit that does not.
-
-        With ``topic`` the record must be of that topic, with ``tags_codes`` its TAGS
-        must hash to the unit's tagsCode. Units pointing below ``check_from`` are only
-        checked to lie inside the commitlog, in order (their records are not read)."""
-        n = len(physical_offsets)
-        if n == 0:
-            return 0
-        phys = np.asarray(physical_offsets, np.int64)
-        sizes = np.asarray(sizes, np.int64)
-        blank = (phys == 0) & (sizes == 0x7FFFFFFF)
-        ok = blank | self.units_match(
-            phys, sizes, np.full(n, queue_id, np.int64), first_queue_offset + np.arange(n),
-            topics=None if topic is None else [topic], topic_index=np.zeros(n, np.int64),
-            tags_codes=None if tags_codes is None else np.asarray(tags_codes, np.int64), check_from=check_from,
-        )  # fmt: skip
-        real = np.flatnonzero(~blank)
-        if len(real) > 1:
-            ok[real[1:]] &= phys[real[1:]] > phys[real[:-1]]
-        bad = np.flatnonzero(~ok)
-        return int(bad[0]) if bad.size else n
 
     def units_match(self, phys: np.ndarray, sizes: np.ndarray, queue_ids: np.ndarray, queue_offsets: np.ndarray, *,
                     topics: list[str] | None = None, topic_index: np.ndarray | None = None,
@@ -1008,7 +674,7 @@ class CommitLog:
         try:
             self._flusher.wait_flushed(target, self.config.sync_flush_timeout_ms / 1000)
         except Exception as e:
-            raise StoreNotWritableError(f"flush failed: {e}", cause=_cause_of(e, "flush_failed")) from e
+            raise StoreNotWritableError(f"flush failed: {e}", cause=cause_of(e, "flush_failed")) from e
         return self._flusher.flushed
 
     def _on_flushed(self, offset: int, store_ts: int) -> None:
@@ -1018,7 +684,7 @@ class CommitLog:
         try:
             self._write_checkpoint(store_ts)
         except OSError as e:  # the old checkpoint stays (recovery starts earlier: safe); tried again next flush
-            log.error("checkpoint_write_failed", store=str(self.store_dir), errno=_errno_name(e), error=str(e))
+            log.error("checkpoint_write_failed", store=str(self.store_dir), errno=errno_name(e), error=str(e))
             return
         self._last_checkpoint_write = now
 
@@ -1144,7 +810,7 @@ class CommitLog:
             try:
                 self._write_checkpoint(self._last_store_ts)
             except OSError as e:
-                log.error("checkpoint_write_failed", store=str(self.store_dir), errno=_errno_name(e), error=str(e))
+                log.error("checkpoint_write_failed", store=str(self.store_dir), errno=errno_name(e), error=str(e))
                 unclean.append("checkpoint.write")
         self._segments.close()
         if not unclean:
