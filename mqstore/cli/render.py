@@ -36,7 +36,7 @@ def record_dict(rec: MessageRecord) -> dict:
         "tags": rec.tags,
         "keys": rec.keys,
         "unique_key": rec.unique_key,
-        "properties": rec.properties,
+        "properties": dict(sorted(rec.properties.items())),  # one order whatever the source (a protobuf map has none)
         "body": body,
         "body_encoding": encoding,
     }
