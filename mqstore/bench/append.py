@@ -108,7 +108,7 @@ def run_append_bench(b: AppendBench) -> dict:
         t.join()
     seconds = time.perf_counter() - t0
     lag = cl.dispatcher.lag if b.dispatch else 0
-    resources = _process_resources()
+    resources = process_resources()
     if b.dispatch:  # the bound on consume-queue descriptors, and how close the run came to it
         resources.update(max_open_queue_files=cl.config.max_open_queue_files,
                          peak_queue_files_open=cl.consume_queues.pool.peak_open)  # fmt: skip
@@ -149,7 +149,7 @@ def run_append_bench(b: AppendBench) -> dict:
     }
 
 
-def _process_resources() -> dict:
+def process_resources() -> dict:
     """Peak RSS, open descriptors and memory maps of this process right now (Linux)."""
     import resource
 
@@ -162,4 +162,4 @@ def _process_resources() -> dict:
     return {"max_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1), "open_files": fds, "maps": maps}
 
 
-__all__ = ["AppendBench", "run_append_bench"]
+__all__ = ["AppendBench", "process_resources", "run_append_bench"]

@@ -98,7 +98,7 @@ def _run_timed(threads: list[threading.Thread]) -> tuple[float, float]:
     return time.perf_counter() - t0, time.process_time() - cpu0
 
 
-def _wait_dispatched(c: FrontClient, timeout: float) -> tuple[bool, float]:
+def wait_dispatched(c: FrontClient, timeout: float) -> tuple[bool, float]:
     """Wait until every shard serves and has dispatched up to its write position:
     (caught up, seconds waited)."""
     t0 = time.perf_counter()
@@ -142,7 +142,7 @@ def run_remote_consume(server: str, *, topics: int = 1, batch: int = 1000, wait_
 
     with remote_errors():
         with FrontClient(server, timeout=120, tls_ca=_tls_ca()) as c:
-            caught_up, waited = _wait_dispatched(c, wait_dispatch)
+            caught_up, waited = wait_dispatched(c, wait_dispatch)
             queues = [(q.topic, q.queue_id, q.min_offset, q.max_offset)
                       for t in range(topics) for q in c.topic_status(topic_name(t))]  # fmt: skip
         seconds, cpu = _run_timed([threading.Thread(target=consume, args=(queues[i::consumers],),
@@ -158,4 +158,4 @@ def run_remote_consume(server: str, *, topics: int = 1, batch: int = 1000, wait_
     }  # fmt: skip
 
 
-__all__ = ["run_remote_append", "run_remote_consume"]
+__all__ = ["run_remote_append", "run_remote_consume", "wait_dispatched"]

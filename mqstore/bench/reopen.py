@@ -18,7 +18,7 @@ from pathlib import Path
 
 import structlog
 
-from mqstore.bench.append import _process_resources
+from mqstore.bench.append import process_resources
 from mqstore.store.message_store import MessageStore
 from mqstore.store.retention import RetentionConfig
 
@@ -66,7 +66,7 @@ def run_reopen_bench(b: ReopenBench) -> dict:
                 "checked_units_after_retention": after_checked,
                 "mismatches_after_retention": after_mismatches,
             }
-        resources = _process_resources()
+        resources = process_resources()
     finally:
         t3 = time.perf_counter()
         store.close()

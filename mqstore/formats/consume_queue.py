@@ -117,7 +117,19 @@ def decode_units(buf: bytes | bytearray | memoryview) -> np.ndarray:
 
 def is_pre_blank(units: np.ndarray) -> np.ndarray:
     """Per unit: True for the ``(0, 0x7FFFFFFF, 0)`` filler written by fillPreBlank."""
-    return (units["commitlog_offset"] == 0) & (units["size"] == PRE_BLANK_SIZE) & (units["tags_code"] == 0)
+    return is_pre_blank_unit(units["commitlog_offset"], units["size"], units["tags_code"])
+
+
+def is_pre_blank_unit(commitlog_offset, size, tags_code=None):
+    """:func:`is_pre_blank` on a unit's fields given apart: ints (a bool) or arrays
+    (per unit). Without ``tags_code`` that field is not looked at (for callers that
+    hold only offsets and sizes).
+
+    >>> is_pre_blank_unit(0, PRE_BLANK_SIZE, 0), is_pre_blank_unit(0, 20, 0)
+    (True, False)
+    """
+    blank = (commitlog_offset == 0) & (size == PRE_BLANK_SIZE)
+    return blank if tags_code is None else blank & (tags_code == 0)
 
 
 __all__ = [
@@ -133,5 +145,6 @@ __all__ = [
     "encode_units",
     "file_bytes_for",
     "is_pre_blank",
+    "is_pre_blank_unit",
     "unit_position",
 ]

@@ -189,7 +189,55 @@ _HEAD = struct.Struct(">iiiiiqqiq")  # total_size .. born_timestamp (48 bytes)
 _I32 = struct.Struct(">i")
 _I64 = struct.Struct(">q")
 _I16 = struct.Struct(">h")
-_SIZE_MAGIC = struct.Struct(">ii")
+_SIZE_MAGIC = struct.Struct(">ii")  # total_size, magic: the head every record and BLANK starts with
+_MAGIC_AT = 4  # byte offsets in a record of the two fields a record signature is made of
+_PHYSICAL_OFFSET_AT = 28
+_MAGIC_FIRST_BYTE = 0xDA  # both message magics start with it (big-endian)
+assert (MAGIC_V1 & 0xFFFFFFFF) >> 24 == (MAGIC_V2 & 0xFFFFFFFF) >> 24 == _MAGIC_FIRST_BYTE
+
+
+def record_head(buf: bytes | memoryview, pos: int = 0) -> tuple[int, int]:
+    """``(total_size, magic)``: the first 8 bytes of the record or BLANK at ``pos``
+    (struct.error if fewer than 8 bytes are left)."""
+    return _SIZE_MAGIC.unpack_from(buf, pos)
+
+
+def raw_record_heads(raws: Sequence[bytes]) -> tuple[np.ndarray, np.ndarray]:
+    """``(total sizes, magics)`` of many records' stored bytes, one entry each
+    (int32 arrays); bytes shorter than a head read as if zero-padded to 8."""
+    heads = np.frombuffer(b"".join(r[:8].ljust(8, b"\0") for r in raws), ">i4").reshape(-1, 2)
+    return heads[:, 0], heads[:, 1]
+
+
+def head_holds_data(buf: bytes | memoryview, pos: int = 0) -> bool:
+    """False for an unwritten head: the 8 bytes at ``pos`` (zero-padded when fewer
+    are left) hold total_size 0 and no message magic, as in a pre-allocated,
+    zero-filled segment. Recovery and verify decide by it whether a segment holds data."""
+    size, magic = _SIZE_MAGIC.unpack(bytes(buf[pos : pos + 8]).ljust(8, b"\0"))
+    return size != 0 or magic in (MAGIC_V1, MAGIC_V2)
+
+
+def record_signatures(buf: bytes | memoryview, lo: int, hi: int, base_offset: int) -> np.ndarray:
+    """The positions ``p`` in ``[lo, hi)`` that carry a record signature: a message
+    magic (V1 or V2) at ``p + 4`` and a PHYSICALOFFSET equal to ``base_offset + p``
+    at ``p + 28`` (12 bytes no body is likely to hold by chance; callers validate
+    the record found there). Positions too close to the end of ``buf`` for a whole
+    minimal record (``p + MIN_RECORD_BYTES > len(buf)``) are not looked at.
+    Recovery (to split a segment), verify (to resynchronise after damage) and the
+    Spark jobs (to start a chunk) search with it; int64 positions, in order."""
+    size = len(buf)
+    hi = min(hi, size - MIN_RECORD_BYTES + 1)
+    if hi <= lo:
+        return np.zeros(0, np.int64)
+    u8 = np.frombuffer(buf, np.uint8, count=hi - lo, offset=lo + _MAGIC_AT)
+    cand = np.flatnonzero(u8 == _MAGIC_FIRST_BYTE) + lo
+    del u8
+    magic = np.ndarray((size - 3,), dtype=">i4", buffer=buf, strides=(1,))
+    phys = np.ndarray((size - 7,), dtype=">i8", buffer=buf, strides=(1,))
+    m = magic[cand + _MAGIC_AT]
+    ok = ((m == MAGIC_V1) | (m == MAGIC_V2)) & (phys[cand + _PHYSICAL_OFFSET_AT] == cand + base_offset)
+    del magic, phys  # views of buf: an mmap cannot close while they live
+    return cand[ok].astype(np.int64)
 
 
 def decode_record(buf: bytes | memoryview, pos: int = 0, *, check_crc: bool = True) -> MessageRecord:
@@ -356,7 +404,7 @@ def scan_records(
     stop = positions[-1] + _SIZE_MAGIC.unpack_from(buf, positions[-1])[0] if n else start
     if n == 0:
         res = _scan_stop_without_records(buf, start, end, pos_arr)
-        return res._replace(fields=_NO_FIELDS) if fields else res
+        return res._replace(fields=NO_FIELDS) if fields else res
     f = _Fields(buf)
     try:
         return _validate(buf, f, pos_arr, positions, stop, end, check_crc, base_offset, fields)
@@ -463,7 +511,7 @@ def _validate(buf, f: _Fields, pos_arr: np.ndarray, positions: list[int], stop: 
             reason = f"record at {positions[k]}: body CRC mismatch"
     fields = None
     if want_fields:
-        fields = _fields_of(buf, f, head[:k], store_ts[:k], topic_len_at[:k] + topic_len_bytes[:k], topic_len[:k]) if k else _NO_FIELDS
+        fields = _fields_of(buf, f, head[:k], store_ts[:k], topic_len_at[:k] + topic_len_bytes[:k], topic_len[:k]) if k else NO_FIELDS
     if k < n:
         if reason:
             return ScanResult(pos_arr[:k], all_sizes[:k], positions[k], ScanOutcome.INVALID, reason, fields)
@@ -488,14 +536,15 @@ class RecordFields(NamedTuple):
 
 
 _EMPTY = np.zeros(0, np.int64)
-_NO_FIELDS = RecordFields(_EMPTY, _EMPTY, _EMPTY, _EMPTY, _EMPTY, [], _EMPTY, _EMPTY)
+NO_FIELDS = RecordFields(_EMPTY, _EMPTY, _EMPTY, _EMPTY, _EMPTY, [], _EMPTY, _EMPTY)  # of no records
+_NO_FIELDS = NO_FIELDS  # the name mqstore/store/commitlog.py still imports
 
 
 def record_fields(buf: bytes | memoryview, positions: np.ndarray) -> RecordFields:
     """Gather the fields that key a record (topic, queue) for many records at once."""
     n = len(positions)
     if n == 0:
-        return _NO_FIELDS
+        return NO_FIELDS
     f = _Fields(buf)
     try:
         head, store_ts, body_len_at = f.heads(positions)
@@ -720,6 +769,7 @@ __all__ = [
     "MAX_TOPIC_BYTES_V1",
     "MAX_TOPIC_BYTES_V2",
     "MIN_RECORD_BYTES",
+    "NO_FIELDS",
     "MessageRecord",
     "PreparedRecords",
     "RecordFields",
@@ -730,9 +780,13 @@ __all__ = [
     "blank_record",
     "body_crc",
     "decode_record",
+    "head_holds_data",
     "header_dtype",
+    "raw_record_heads",
     "record_fields",
+    "record_head",
     "record_heads",
+    "record_signatures",
     "record_size",
     "scan_records",
     "topic_field",

@@ -204,11 +204,11 @@ def records_batch(buf, base: int, positions: np.ndarray, sizes: np.ndarray, fiel
 
 def _resume_after(mm, pos: int, base: int) -> int | None:
     """Where valid records resume after invalid bytes at ``pos`` (verify's search)."""
-    from mqstore.store.verify.records import _first_nonzero, _resync
+    from mqstore.store.verify.records import first_nonzero, resync
 
-    if _first_nonzero(mm, pos, len(mm)) is None:
+    if first_nonzero(mm, pos, len(mm)) is None:
         return None
-    return _resync(mm, pos, len(mm), base)
+    return resync(mm, pos, len(mm), base)
 
 
 def scan_batches(mm, base: int, lo: int = 0, hi: int | None = None, *, check_crc: bool = False,

@@ -36,16 +36,20 @@ from mqstore.formats.consume_queue import (
     is_pre_blank,
 )
 from mqstore.formats.message import (
-    MAGIC_V1,
-    MAGIC_V2,
     MIN_RECORD_BYTES,
     ScanOutcome,
+    record_signatures,
     scan_records,
 )
 from mqstore.store.commitlog import ScanChunk
 from mqstore.store.dispatch import build_dispatch_batch
 from mqstore.store.schedule import SCHEDULE_TOPIC
-from mqstore.store.verify.records import CHUNK_BYTES, _Columns, _first_nonzero, _Walk
+from mqstore.store.verify.records import (
+    CHUNK_BYTES,
+    RecordColumns,
+    RecordWalk,
+    first_nonzero,
+)
 from mqstore.store.verify.report import Damage, Severity
 
 _SEARCH_WINDOW = 16 << 20
@@ -133,27 +137,17 @@ def record_start_in(mm, base: int, lo: int, hi: int) -> int | None:
     a PHYSICALOFFSET equal to the position, and a record there that validates."""
     size = len(mm)
     hi = min(hi, size - MIN_RECORD_BYTES)
-    magic = np.ndarray((size - 3,), dtype=">i4", buffer=mm, strides=(1,))
-    phys = np.ndarray((size - 7,), dtype=">i8", buffer=mm, strides=(1,))
-    try:
-        at = lo
-        while at < hi:
-            n = min(_SEARCH_WINDOW, hi - at)
-            u8 = np.frombuffer(mm, np.uint8, count=n, offset=at + 4)
-            cand = np.flatnonzero(u8 == 0xDA) + at
-            del u8
-            m = magic[cand + 4]
-            ok = ((m == MAGIC_V1) | (m == MAGIC_V2)) & (phys[cand + 28] == cand + base)
-            for c in cand[ok].tolist():
-                if len(scan_records(mm, c, size, check_crc=False, max_records=1, base_offset=base).positions):
-                    return c
-            at += n
-        return None
-    finally:
-        del magic, phys
+    at = lo
+    while at < hi:
+        n = min(_SEARCH_WINDOW, hi - at)
+        for c in record_signatures(mm, at, at + n, base).tolist():
+            if len(scan_records(mm, c, size, check_crc=False, max_records=1, base_offset=base).positions):
+                return c
+        at += n
+    return None
 
 
-class _TsColumns(_Columns):
+class _TsColumns(RecordColumns):
     """verify's columns plus each record's store time (to find the checkpoint's
     flushed point when it has no confirm offset)."""
 
@@ -166,7 +160,7 @@ class _TsColumns(_Columns):
         self.parts["ts"].append(batch.store_timestamps)
 
 
-class _ChunkWalk(_Walk):
+class _ChunkWalk(RecordWalk):
     """verify's walk (records.py) over one chunk instead of whole segments: the same
     scans, classification of where valid data stops, resynchronisation and columns."""
 
@@ -182,11 +176,11 @@ class _ChunkWalk(_Walk):
         size = len(mm)
         hi = min(spec.hi, size)
         if spec.after_data:
-            nz = _first_nonzero(mm, spec.lo, hi)
+            nz = first_nonzero(mm, spec.lo, hi)
             if nz is not None:
                 self.f.error("commitlog_garbage", f"commitlog/{spec.base:020d}@{nz}",
                              "non-zero bytes in a segment after the end of data", offset=spec.base + nz)  # fmt: skip
-                self._note_cut(spec.base + nz)
+                self.note_cut(spec.base + nz)
             return spec.lo
         pos = spec.lo
         if pos > 0:
@@ -209,7 +203,7 @@ class _ChunkWalk(_Walk):
                 pos = res.stop
                 continue
             self.f.offset = spec.base + res.stop
-            nxt = self._stopped(mm, spec.base, res.stop, res.reason, last=spec.last)
+            nxt = self.classify_stop(mm, spec.base, res.stop, res.reason, last=spec.last)
             self.f.offset = -1
             if nxt is None:
                 self.data_stopped = spec.base + res.stop
@@ -532,7 +526,7 @@ def check_queues(store_dir: str, file_bytes: int, queues: list[tuple[str, int]])
     offsets increasing). Returns findings and per-queue metadata, with each file's
     range of commitlog offsets, so chunk tasks read only the units that point into
     them."""
-    from mqstore.store.verify.queues import _read_queue
+    from mqstore.store.verify.queues import read_queue
 
     findings = TaskFindings()
     damage = Damage()
@@ -541,7 +535,7 @@ def check_queues(store_dir: str, file_bytes: int, queues: list[tuple[str, int]])
     meta: dict[tuple[str, int], dict] = {}
     for topic, qid in queues:
         qdir = root / topic / str(qid)
-        q = _read_queue(qdir, topic, qid, fb, findings, damage)
+        q = read_queue(qdir, topic, qid, fb, findings, damage)
         units = q.units
         n = len(units)
         pre = is_pre_blank(units) if n else np.zeros(0, bool)
@@ -596,10 +590,10 @@ def _runs(values: np.ndarray) -> list[tuple[int, int]]:
 
 
 def check_index_file(path: str, hash_slots: int, max_entries: int, *, in_flux: bool) -> dict:
-    """One index file: size, header and chains (verify's _check_file); the range of
+    """One index file: size, header and chains (verify's check_header_and_chains); the range of
     commitlog offsets its entries point at, so chunk tasks read only their part."""
     from mqstore.formats.index_file import index_file_size
-    from mqstore.store.verify.index import _check_file
+    from mqstore.store.verify.index import check_header_and_chains
 
     findings = TaskFindings()
     damage = Damage()
@@ -615,7 +609,7 @@ def check_index_file(path: str, hash_slots: int, max_entries: int, *, in_flux: b
         out["index_bad"] = True
         return out
     with p.open("rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
-        entries = _check_file(mm, loc, hash_slots, max_entries, findings, damage, in_flux=in_flux)
+        entries = check_header_and_chains(mm, loc, hash_slots, max_entries, findings, damage, in_flux=in_flux)
         if entries is not None and len(entries):
             phy = entries["phy_offset"].astype(np.int64)
             out.update(entries=len(phy), first=int(phy[0]), last=int(phy[-1]), min=int(phy.min()), max=int(phy.max()))

@@ -37,7 +37,6 @@ import structlog
 from mqstore.errors import CorruptFileError, InvalidMessageError, OffsetError, StoreClosedError, StoreNotWritableError
 from mqstore.formats.consume_queue import (
     DEFAULT_FILE_BYTES,
-    PRE_BLANK_SIZE,
     PRE_BLANK_UNIT,
     UNIT,
     UNIT_DTYPE,
@@ -47,6 +46,7 @@ from mqstore.formats.consume_queue import (
     encode_units,
     file_bytes_for,
     is_pre_blank,
+    is_pre_blank_unit,
 )
 from mqstore.formats.names import check_topic, file_name_to_offset, offset_to_file_name
 from mqstore.store import faults
@@ -848,7 +848,7 @@ class ConsumeQueue:
         first, size = self._probe_locked(self._min)
         if last < commitlog_min_offset:  # nothing valid left: min points at the next unit
             byte = self._wrote
-        elif first >= commitlog_min_offset and size != PRE_BLANK_SIZE:
+        elif first >= commitlog_min_offset and not is_pre_blank_unit(first, size):
             return  # the usual case: min still points at a kept record
         else:
             byte = self._min

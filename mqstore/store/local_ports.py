@@ -10,8 +10,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from mqstore.errors import IndexDisabledError, InvalidArgumentError, NotFoundError, OffsetError
-from mqstore.formats.consume_queue import PRE_BLANK_SIZE
-from mqstore.formats.message import MAGIC_V1, MAGIC_V2, MessageRecord
+from mqstore.formats.consume_queue import is_pre_blank_unit
+from mqstore.formats.message import MAGIC_V1, MAGIC_V2, MessageRecord, raw_record_heads
 from mqstore.formats.msgid import parse_offset_msg_id
 from mqstore.store import reads
 from mqstore.store.builders import ConsumerProgress, consumer_progress
@@ -55,7 +55,7 @@ def queue_ranges(queues: ConsumeQueues, topic: str, queue_ids: Sequence[int] = (
         if cq is None:
             continue
         last = cq.last_unit()
-        blank = last is None or (last.commitlog_offset == 0 and last.size == PRE_BLANK_SIZE and last.tags_code == 0)
+        blank = last is None or is_pre_blank_unit(last.commitlog_offset, last.size, last.tags_code)
         last_phys = -1 if blank else last.commitlog_offset
         out.append(QueueRange(topic, qid, cq.min_offset, cq.max_offset, last_phys))
     return out
@@ -88,8 +88,8 @@ def read_records(commitlog: CommitLog | CommitLogView, offsets: np.ndarray, size
         raise InvalidArgumentError("record sizes must be > 0")
     raws = commitlog.read_raw(offsets, np.asarray(sizes, np.int64))
     if check_sizes and raws:
-        heads = np.frombuffer(b"".join(r[:8].ljust(8, b"\0") for r in raws), ">i4").reshape(-1, 2)
-        bad = np.flatnonzero((heads[:, 0] != sizes) | ~np.isin(heads[:, 1], (MAGIC_V1, MAGIC_V2)))
+        stored_sizes, magics = raw_record_heads(raws)
+        bad = np.flatnonzero((stored_sizes != sizes) | ~np.isin(magics, (MAGIC_V1, MAGIC_V2)))
         if len(bad):
             i = int(bad[0])
             raise InvalidArgumentError(f"no record of {int(sizes[i])} bytes starts at commitlog offset {int(offsets[i])}")

@@ -30,7 +30,7 @@ from typing import Any, NamedTuple, Protocol
 import numpy as np
 
 from mqstore.errors import InvalidArgumentError, LimitExceededError, NotFoundError
-from mqstore.formats.consume_queue import PRE_BLANK_SIZE
+from mqstore.formats.consume_queue import is_pre_blank_unit
 from mqstore.formats.javahash import tags_code
 from mqstore.formats.names import check_topic
 from mqstore.store.config_files import PERM_READ, check_group, check_perm
@@ -194,8 +194,8 @@ def parse_tag_expression(expr: str | None) -> set[str] | None:
 
 
 def real_units(page: UnitsPage) -> np.ndarray:
-    """Per unit: False for a pre-blank unit (0, 0x7FFFFFFF, 0), which holds no message."""
-    return ~((page.physical_offsets == 0) & (page.sizes == PRE_BLANK_SIZE) & (page.tags_codes == 0))
+    """Per unit: False for a pre-blank unit (formats.consume_queue), which holds no message."""
+    return ~is_pre_blank_unit(page.physical_offsets, page.sizes, page.tags_codes)
 
 
 def pull(topic: str, queue_id: int, offset: int, *, max_count: int = 32, tags: set[str] | None = None,

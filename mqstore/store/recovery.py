@@ -36,13 +36,13 @@ import structlog
 
 from mqstore.formats.checkpoint import Checkpoint
 from mqstore.formats.message import (
-    MAGIC_V1,
-    MAGIC_V2,
     MIN_RECORD_BYTES,
     ScanOutcome,
     RecordFields,
     advances_queue_offset,
+    head_holds_data,
     record_fields,
+    record_signatures,
     scan_records,
 )
 from mqstore.store import faults
@@ -163,9 +163,11 @@ def _scan_range(seg, start: int, end: int, table: dict[QueueKey, int], *, check_
         pos = res.stop
 
 
-def _data_end_estimate(seg) -> int:
-    """Where written bytes seem to end (the last page that is not all zeros, found by
-    binary search). Only a hint for splitting work; correctness never depends on it."""
+def data_end_estimate(seg) -> int:
+    """Where written bytes seem to end in ``seg`` (anything with ``mm`` and ``size``:
+    a Segment, or a read-only map): the end of the last page that is not all zeros,
+    found by binary search. Only a hint for splitting work (here and in the Spark
+    jobs' chunks); correctness never depends on it."""
     zero = bytes(mmap.PAGESIZE)
     lo, hi = 0, seg.size // mmap.PAGESIZE
     while lo < hi:
@@ -177,22 +179,15 @@ def _data_end_estimate(seg) -> int:
     return lo * mmap.PAGESIZE
 
 
-def _record_start_after(seg, at: int) -> int | None:
-    """The first position >= ``at`` that looks like a record start: a known magic and
-    a PHYSICALOFFSET equal to its own position (12 bytes no body is likely to hold by
-    chance; a crafted one is caught because the first half's walk must land on it)."""
+def record_start_after(seg, at: int) -> int | None:
+    """The first position >= ``at`` in ``seg`` (anything with ``mm``, ``size`` and
+    ``base_offset``) that looks like a record start, searched within 16 MB: a record
+    signature (formats.message.record_signatures; a crafted one is caught because the
+    first half's walk must land on it). Verify resynchronises after damage with it."""
     n = min(_SPLIT_SEARCH_BYTES, seg.size - at - MIN_RECORD_BYTES)
     if n <= 0:
         return None
-    u8 = np.frombuffer(seg.mm, np.uint8, count=n, offset=at + 4)
-    cand = np.flatnonzero(u8 == 0xDA) + at
-    del u8
-    magic = np.ndarray((seg.size - 3,), dtype=">i4", buffer=seg.mm, strides=(1,))
-    phys = np.ndarray((seg.size - 7,), dtype=">i8", buffer=seg.mm, strides=(1,))
-    m = magic[cand + 4]
-    ok = ((m == MAGIC_V1) | (m == MAGIC_V2)) & (phys[cand + 28] == cand + seg.base_offset)
-    del magic, phys
-    hits = cand[ok]
+    hits = record_signatures(seg.mm, at, at + n, seg.base_offset)
     return int(hits[0]) if hits.size else None
 
 
@@ -213,9 +208,7 @@ def _confirmed_position(queue: SegmentQueue, confirmed: int) -> tuple[int, int] 
         return i, 0
     if pos + MIN_RECORD_BYTES > seg.size:
         return None
-    magic = int.from_bytes(seg.mm[pos + 4 : pos + 8], "big", signed=True)
-    phys = int.from_bytes(seg.mm[pos + 28 : pos + 36], "big", signed=True)
-    return (i, pos) if magic in (MAGIC_V1, MAGIC_V2) and phys == confirmed else None
+    return (i, pos) if len(record_signatures(seg.mm, pos, pos + 1, seg.base_offset)) else None
 
 
 def _scan_segment(seg, table: dict[QueueKey, int], *, check_crc: bool, progress: RecoveryProgress | None = None,
@@ -226,9 +219,9 @@ def _scan_segment(seg, table: dict[QueueKey, int], *, check_crc: bool, progress:
     faults.hit("recovery.scan_segment", seg.path)  # also lets tests count the segments read
     split = None
     if (os.cpu_count() or 1) > 1 and hasattr(os, "fork"):
-        end = _data_end_estimate(seg)
+        end = data_end_estimate(seg)
         if end - start >= _PARALLEL_MIN_BYTES:
-            split = _record_start_after(seg, start + (end - start) // 2)
+            split = record_start_after(seg, start + (end - start) // 2)
     if split is None:
         return _scan_range(seg, start, seg.size, table, check_crc=check_crc, progress=progress)
     r, w = os.pipe()
@@ -284,7 +277,7 @@ def recover(
     if at and rebuild_queue_offsets:
         last_ts = max(last_ts, _scan_range(segs[start], 0, at, table, check_crc=False)[2])
     if progress is not None:
-        total = sum(seg.size for seg in segs[start:-1]) + _data_end_estimate(segs[-1]) - at
+        total = sum(seg.size for seg in segs[start:-1]) + data_end_estimate(segs[-1]) - at
         progress.set_phase("commitlog", max(total, 0))
     records = validated = 0
     stop = segs[start].base_offset + at
@@ -312,7 +305,7 @@ def recover(
     if not last_ts and start and not rebuild_queue_offsets:
         last_ts = _scan_segment(segs[start - 1], {}, check_crc=False)[2]
     later = [s for s in segs if s.base_offset > stop]
-    truncated = truncated or any(_has_data(s) for s in later)
+    truncated = truncated or any(head_holds_data(s.mm) for s in later)
     deleted = queue.truncate_after(stop)
     report = RecoveryReport(
         clean_shutdown=clean_shutdown,
@@ -336,9 +329,12 @@ def recover(
     return report
 
 
-def _has_data(seg) -> bool:
-    size, magic = int.from_bytes(seg.mm[0:4], "big", signed=True), int.from_bytes(seg.mm[4:8], "big", signed=True)
-    return size != 0 or magic in (MAGIC_V1, MAGIC_V2)
-
-
-__all__ = ["QueueKey", "RecoveryProgress", "RecoveryReport", "merge_queue_offsets", "recover"]
+__all__ = [
+    "QueueKey",
+    "RecoveryProgress",
+    "RecoveryReport",
+    "data_end_estimate",
+    "merge_queue_offsets",
+    "record_start_after",
+    "recover",
+]

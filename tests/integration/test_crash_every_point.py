@@ -55,12 +55,12 @@ def test_kill_at_point_then_reopen(tmp_path: Path, point: str, nth: int) -> None
 def _chain_problems(path: Path, slots: int, max_entries: int) -> list[str]:
     import mmap
 
-    from mqstore.store.verify.index import _check_file
+    from mqstore.store.verify.index import check_header_and_chains
     from mqstore.store.verify.report import Damage, Findings
 
     findings = Findings()
     with path.open("rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
-        _check_file(mm, path.name, slots, max_entries, findings, Damage())
+        check_header_and_chains(mm, path.name, slots, max_entries, findings, Damage())
     return [f"{f.kind}: {f.detail}" for f in findings.listed()]
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from mqstore.bench.remote import _wait_dispatched
+from mqstore.bench.remote import wait_dispatched
 
 
 class _Front:
@@ -21,11 +21,11 @@ class _Front:
 def test_waits_until_every_shard_dispatched_what_it_wrote() -> None:
     front = _Front([[("SERVING", 100, 50), ("SERVING", 10, 10)], [("RECOVERING", 100, 100), ("SERVING", 10, 10)],
                     [("SERVING", 100, 100), ("SERVING", 10, 10)]])  # fmt: skip
-    caught_up, _ = _wait_dispatched(front, timeout=10)  # type: ignore[arg-type]
+    caught_up, _ = wait_dispatched(front, timeout=10)  # type: ignore[arg-type]
     assert caught_up and front.calls == 3
 
 
 def test_gives_up_after_the_timeout() -> None:
     front = _Front([[("SERVING", 100, 50)]])
-    caught_up, waited = _wait_dispatched(front, timeout=0.1)  # type: ignore[arg-type]
+    caught_up, waited = wait_dispatched(front, timeout=0.1)  # type: ignore[arg-type]
     assert not caught_up and waited >= 0.1

@@ -85,9 +85,9 @@ def test_split_point_is_a_real_record(tmp_path: Path) -> None:
     offsets = build(tmp_path / "s")
     seg = CommitLog(tmp_path / "s", StoreConfig(segment_bytes=SEG))
     try:
-        end = recovery._data_end_estimate(seg._segments.segments[0])
+        end = recovery.data_end_estimate(seg._segments.segments[0])
         assert end >= offsets[-1]
-        split = recovery._record_start_after(seg._segments.segments[0], end // 2)
+        split = recovery.record_start_after(seg._segments.segments[0], end // 2)
         assert split in offsets
     finally:
         seg.close()
@@ -117,9 +117,9 @@ def test_a_fake_record_in_a_body_cannot_fool_the_split(tmp_path: Path, monkeypat
     with CommitLog(store, StoreConfig(segment_bytes=SEG)) as cl:
         seg = cl._segments.segments[0]
         fake_search_from = offsets[30 * 100] + 1
-        found = recovery._record_start_after(seg, fake_search_from)
+        found = recovery.record_start_after(seg, fake_search_from)
         assert found not in offsets  # the crafted head is found first...
-        monkeypatch.setattr(recovery, "_data_end_estimate", lambda s: 2 * fake_search_from)
+        monkeypatch.setattr(recovery, "data_end_estimate", lambda s: 2 * fake_search_from)
     par, seq = recover_both(store, monkeypatch)
     same(par, seq)  # ...and the walk, which never lands on it, still gets everything right
     assert par.records == len(offsets) and par.truncated_at is None

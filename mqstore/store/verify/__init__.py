@@ -67,12 +67,12 @@ def verify_store(store_dir: str | Path, *, index_keys: IndexKeys = "sample", loc
         findings.info("unclean_shutdown", ABORT_FILE, "the store did not shut down cleanly; it recovers when it next opens")
     cfg = _layout(store, findings)
     state = read_state(store)
-    table = walk_commitlog(store, cfg.segment_bytes, findings, damage, index_sample=_index_sample(index_keys),
+    table = walk_commitlog(store, cfg.segment_bytes, findings, damage, index_sample=index_sample_for(index_keys),
                            running=running)  # fmt: skip
     damage.newest_store_timestamp = table.newest_store_timestamp
     log.info("verify_progress", stage="consume_queues", records=len(table.phys))
     queues = read_queues(store, cfg.consume_queue_file_bytes, table, findings, damage, running=running)
-    resume = _resume_offset(store, table, queues, damage, state.checkpoint, clean=running or not (store / ABORT_FILE).exists())
+    resume = resume_offset(store, table, queues, damage, state.checkpoint, clean=running or not (store / ABORT_FILE).exists())
     queue_max = check_records(queues, table, findings, damage, resume_offset=resume, running=running)
     log.info("verify_progress", stage="index", queues=len(queues))
     index = check_index(store, cfg.index_hash_slots, cfg.index_max_entries, table, findings, damage, running=running)
@@ -107,18 +107,22 @@ def _layout(store: Path, findings: Findings) -> StoreConfig:
         return StoreConfig()
 
 
-def _index_sample(index_keys: IndexKeys) -> tuple[int, int]:
-    """(every n-th record, after how many records sampling starts) for the walk."""
+def index_sample_for(index_keys: IndexKeys) -> tuple[int, int]:
+    """The walk's ``index_sample`` for an ``index_keys`` setting: (every n-th record,
+    after how many records sampling starts)."""
     return {"off": (0, 0), "full": (1, 0), "sample": (SAMPLE_EVERY, SAMPLE_AFTER)}[index_keys]
 
 
-def _resume_offset(store: Path, table: RecordTable, queues: dict, damage: Damage, checkpoint: Checkpoint | None, *,
-                   clean: bool) -> int:  # fmt: skip
-    """Where the store's dispatcher starts when it next opens (MessageStore's
-    _resume_offset): the newest consume-queue unit, no later than the index's end,
-    and after an unclean exit no later than the segment abnormal recovery starts
-    from. Units and entries past the commitlog's valid end are cut first, as the
-    store does."""
+def resume_offset(store: Path, table: RecordTable, queues: dict, damage: Damage, checkpoint: Checkpoint | None, *,
+                  clean: bool) -> int:  # fmt: skip
+    """Where the store's dispatcher starts when it next opens (the builders' resume
+    rule): the newest consume-queue unit, no later than the index's end, and after
+    an unclean exit no later than the segment abnormal recovery starts from. Units
+    and entries past the commitlog's valid end are cut first, as the store does.
+
+    Of ``table`` only ``min_offset``, ``data_end`` and ``first_store_timestamps`` are
+    read, of each queue only ``last_end_below(limit)`` (the Spark jobs pass stand-ins
+    built from their per-chunk results)."""
     lo = table.min_offset
     end = damage.commitlog_cut if damage.commitlog_cut is not None else table.data_end
     candidates = [max(max((q.last_end_below(end) for q in queues.values()), default=-1), lo)]
@@ -132,4 +136,4 @@ def _resume_offset(store: Path, table: RecordTable, queues: dict, damage: Damage
     return max(min(candidates), lo)
 
 
-__all__ = ["Damage", "Finding", "Severity", "VerifyReport", "verify_store"]
+__all__ = ["Damage", "Finding", "Severity", "VerifyReport", "index_sample_for", "resume_offset", "verify_store"]

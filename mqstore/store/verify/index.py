@@ -101,7 +101,7 @@ def check_index(store_dir: Path, hash_slots: int, max_entries: int, table: Recor
             continue
         with path.open("rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
             in_flux = running and path == files[-1]  # a running store may be putting entries into it right now
-            entries = _check_file(mm, loc, hash_slots, max_entries, findings, damage, in_flux=in_flux)
+            entries = check_header_and_chains(mm, loc, hash_slots, max_entries, findings, damage, in_flux=in_flux)
         if entries is None:
             continue
         phy = entries["phy_offset"].astype(np.int64)
@@ -148,10 +148,11 @@ def _check_duplicates(phys: np.ndarray, hashes: np.ndarray, findings: Findings, 
     damage.index_bad = True
 
 
-def _check_file(mm: mmap.mmap, loc: str, hash_slots: int, max_entries: int, findings: Findings, damage: Damage, *,
-                in_flux: bool = False) -> np.ndarray | None:  # fmt: skip
-    """Header and chain checks of one file; its entries (None if unreadable).
-    ``in_flux``: the file is being written, so disagreements are only info."""
+def check_header_and_chains(mm: mmap.mmap, loc: str, hash_slots: int, max_entries: int, findings: Findings,
+                            damage: Damage, *, in_flux: bool = False) -> np.ndarray | None:  # fmt: skip
+    """Header and chain checks of one index file mapped as ``mm`` (named ``loc`` in
+    findings); its entries (None if unreadable). ``in_flux``: the file is being
+    written, so disagreements are only info."""
     raw = IndexHeader.decode(mm[:INDEX_HEADER_BYTES])
     if not 0 <= raw.index_count <= max_entries:
         findings.error("index_header", loc, f"index_count {raw.index_count} is outside 0..{max_entries}")
@@ -251,4 +252,4 @@ def _check_keys(actual_phys: np.ndarray, actual_hash: np.ndarray, end_offset: in
     return len(want)
 
 
-__all__ = ["IndexSummary", "check_index", "index_end_offset", "index_files"]
+__all__ = ["IndexSummary", "check_header_and_chains", "check_index", "index_end_offset", "index_files"]

@@ -119,14 +119,18 @@ def read_queues(store_dir: Path, file_bytes: int, table: RecordTable, findings: 
     out: dict[QueueKey, QueueFiles] = {}
     fb = file_bytes_for(file_bytes)
     for topic, queue_id, qdir in queue_dirs(store_dir, findings, damage):
-        q = _read_queue(qdir, topic, queue_id, fb, findings, damage)
+        q = read_queue(qdir, topic, queue_id, fb, findings, damage)
         if not q.unreadable:
             _check_units(q, table, findings, damage, running=running)
         out[(q.topic, q.queue_id)] = q
     return out
 
 
-def _read_queue(qdir: Path, topic: str, queue_id: int, file_bytes: int, findings: Findings, damage: Damage) -> QueueFiles:
+def read_queue(qdir: Path, topic: str, queue_id: int, file_bytes: int, findings: Findings, damage: Damage) -> QueueFiles:
+    """One queue's files in ``qdir`` (``file_bytes`` each, as file_bytes_for gives):
+    names, sizes and contiguity checked, its units read up to the first invalid one
+    as the store reads them, a torn or gapped tail reported. Unreadable files give
+    a QueueFiles with ``unreadable`` set and no units."""
     loc = f"{CONSUME_QUEUE_DIR}/{topic}/{queue_id}"
     bases = []
     for p in qdir.iterdir():
@@ -300,4 +304,4 @@ def _check_sequence(qo: np.ndarray, ph: np.ndarray, loc: str, findings: Findings
                        f"{int(qo[i + 1])}, but the one before it in this queue has {int(qo[i])}")  # fmt: skip
 
 
-__all__ = ["QueueFiles", "check_records", "read_queues"]
+__all__ = ["QueueFiles", "check_records", "queue_dirs", "read_queue", "read_queues"]

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import dataclasses
 import mmap
-import struct
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,13 +45,15 @@ from mqstore.formats.message import (
     ScanOutcome,
     advances_queue_offset,
     decode_record,
+    head_holds_data,
+    record_head,
     scan_records,
 )
 from mqstore.formats.names import file_name_to_offset
 from mqstore.store.commitlog import COMMITLOG_DIR, ScanChunk
 from mqstore.store.dispatch import DispatchBatch, build_dispatch_batch
 from mqstore.store.reader import CommitLogReader
-from mqstore.store.recovery import _record_start_after
+from mqstore.store.recovery import record_start_after
 from mqstore.store.verify.report import Damage, Findings
 
 log = structlog.get_logger(__name__)
@@ -60,7 +61,6 @@ log = structlog.get_logger(__name__)
 CHUNK_BYTES = 4 << 20  # one scan's worth: the passes over it stay in the CPU caches
 _ZERO_PROBE_BYTES = 16 << 20
 _PROGRESS_EVERY_S = 5.0
-_SIZE_MAGIC = struct.Struct(">ii")
 _BATCH_ARRAYS = ("physical_offsets", "sizes", "topic_codes", "queue_ids", "queue_offsets", "sysflags",
                  "store_timestamps", "tags_codes", "keys_at", "keys_end", "uniq_at", "uniq_end")  # fmt: skip
 
@@ -105,8 +105,10 @@ class RecordTable:
         return self.topics[key >> 32], qid - (1 << 32) if qid >= 1 << 31 else qid
 
 
-class _Columns:
-    """Per-chunk arrays, concatenated once at the end."""
+class RecordColumns:
+    """The walk's columns: per-chunk arrays of the records found (``add``, one
+    dispatch batch at a time), concatenated once at the end (``table``). The Spark
+    jobs extend it with more columns (mqstore.jobs.units)."""
 
     def __init__(self, index_sample: tuple[int, int]) -> None:
         names = ("phys", "sizes", "keys", "qoffs", "adv", "tags", "iphys", "ihash")
@@ -161,8 +163,9 @@ def _loc(base: int, pos: int | None = None) -> str:
     return name if pos is None else f"{name}@{pos}"
 
 
-def _first_nonzero(mm: mmap.mmap, start: int, end: int) -> int | None:
-    """The first position in [start, end) holding a non-zero byte, or None."""
+def first_nonzero(mm: mmap.mmap, start: int, end: int) -> int | None:
+    """The first position in [start, end) of ``mm`` holding a non-zero byte, or None
+    (read in 16 MB pieces)."""
     pos = start
     while pos < end:
         n = min(_ZERO_PROBE_BYTES, end - pos)
@@ -176,16 +179,17 @@ def _first_nonzero(mm: mmap.mmap, start: int, end: int) -> int | None:
     return None
 
 
-def _resync(mm: mmap.mmap, pos: int, size: int, base: int) -> int | None:
-    """Where valid records resume after the invalid bytes at ``pos`` (None: nowhere
-    in this segment): after the record at ``pos`` if its head is sane, else at the
-    next record signature (recovery's own search)."""
+def resync(mm: mmap.mmap, pos: int, size: int, base: int) -> int | None:
+    """Where valid records resume after the invalid bytes at ``pos`` of the segment
+    mapped as ``mm`` (``size`` bytes, commitlog offset ``base``); None: nowhere in
+    this segment. After the record at ``pos`` if its head is sane, else at the next
+    record signature (recovery's own search); the record there must validate."""
     candidates = []
     if pos + 8 <= size:
-        total, magic = _SIZE_MAGIC.unpack_from(mm, pos)
+        total, magic = record_head(mm, pos)
         if magic in (MAGIC_V1, MAGIC_V2) and total >= MIN_RECORD_BYTES and pos + total <= size:
             candidates.append(pos + total)
-    sig = _record_start_after(SimpleNamespace(mm=mm, size=size, base_offset=base), pos + 1)
+    sig = record_start_after(SimpleNamespace(mm=mm, size=size, base_offset=base), pos + 1)
     if sig is not None:
         candidates.append(sig)
     for c in sorted(set(candidates)):
@@ -204,18 +208,19 @@ def _whole_record_with_bad_crc(mm: mmap.mmap, pos: int, base: int) -> bool:
     return rec.physical_offset == base + pos
 
 
-def _has_data(path: Path) -> bool:
-    """Like recovery: a segment whose first record head is not zero holds data."""
+def segment_has_data(path: Path) -> bool:
+    """Like recovery: the segment file at ``path`` holds data unless its first record
+    head is unwritten (formats.message.head_holds_data)."""
     with path.open("rb") as f:
         head = f.read(8)
-    if len(head) < 8:
-        return False
-    size, magic = _SIZE_MAGIC.unpack(head)
-    return size != 0 or magic in (MAGIC_V1, MAGIC_V2)
+    return len(head) == 8 and head_holds_data(head)
 
 
-class _Walk:
-    """One pass over the segments; see the module docstring."""
+class RecordWalk:
+    """One pass over the segments; see the module docstring. :func:`walk_commitlog`
+    runs it over every segment; the Spark jobs walk chunks of a segment with a
+    subclass (mqstore.jobs.units) that reuses :meth:`check_segment_names`,
+    :meth:`classify_stop`, :meth:`note_cut` and the columns (``cols``)."""
 
     def __init__(self, store_dir: Path, segment_bytes: int, findings: Findings, damage: Damage, *,
                  index_sample: tuple[int, int], running: bool) -> None:  # fmt: skip
@@ -224,19 +229,23 @@ class _Walk:
         self.f = findings
         self.damage = damage
         self.running = running
-        self.cols = _Columns(index_sample)
+        self.cols = RecordColumns(index_sample)
         self.records_at_cut = 0
         self.corrupt = 0  # whole records with a bad CRC, kept in the table
         self.first_ts: dict[int, int] = {}
         self._t0 = self._last_log = time.perf_counter()
 
-    def _note_cut(self, offset: int) -> None:
+    def note_cut(self, offset: int) -> None:
+        """Valid data ends at commitlog ``offset`` (the first such place is where
+        recovery cuts: kept in ``damage``)."""
         if self.damage.commitlog_cut is None:
             self.damage.commitlog_cut = offset
             self.damage.newest_store_timestamp_below_cut = self.cols.newest
             self.records_at_cut = self.cols.count
 
-    def _check_names(self, segs: list[tuple[int, Path]]) -> None:
+    def check_segment_names(self, segs: list[tuple[int, Path]]) -> None:
+        """Stray files in the commitlog directory; names, sizes and contiguity of
+        ``segs`` ((base offset, path) in order, CommitLogReader.segments)."""
         for p in sorted((self.store_dir / COMMITLOG_DIR).iterdir()):
             try:
                 file_name_to_offset(p.name)
@@ -264,9 +273,9 @@ class _Walk:
 
     def run(self) -> RecordTable:
         segs = CommitLogReader(self.store_dir).segments
-        self._check_names(segs)
+        self.check_segment_names(segs)
         segs = [(b, p) for b, p in segs if p.exists() and p.stat().st_size > 0]
-        with_data = [i for i, (_, p) in enumerate(segs) if _has_data(p)]
+        with_data = [i for i, (_, p) in enumerate(segs) if segment_has_data(p)]
         last_data = with_data[-1] if with_data else -1
         for i, (base, path) in enumerate(segs):
             try:
@@ -283,10 +292,10 @@ class _Walk:
     def _segment(self, mm: mmap.mmap, base: int, *, last: bool, after_data: bool) -> None:
         size = len(mm)
         if after_data:  # past the last segment with data: it must be all zeros
-            nz = _first_nonzero(mm, 0, size)
+            nz = first_nonzero(mm, 0, size)
             if nz is not None:
                 self.f.error("commitlog_garbage", _loc(base, nz), "non-zero bytes in a segment after the end of data")
-                self._note_cut(base)
+                self.note_cut(base)
             return
         pos = 0
         while True:
@@ -302,29 +311,29 @@ class _Walk:
             if res.outcome is ScanOutcome.LIMIT and len(res.positions) and res.stop + 8 <= size:
                 pos = res.stop
                 continue
-            nxt = self._stopped(mm, base, res.stop, res.reason, last=last)
+            nxt = self.classify_stop(mm, base, res.stop, res.reason, last=last)
             if nxt is None:
                 return
             pos = nxt
 
-    def _stopped(self, mm: mmap.mmap, base: int, pos: int, reason: str, *, last: bool) -> int | None:
+    def classify_stop(self, mm: mmap.mmap, base: int, pos: int, reason: str, *, last: bool) -> int | None:
         """The valid data of a segment stops at ``pos``: classify what follows;
         returns where valid records resume in this segment, if they do."""
         size = len(mm)
         offset = base + pos
-        nz = _first_nonzero(mm, pos, size)
+        nz = first_nonzero(mm, pos, size)
         if nz is None:  # only zeros follow: the data simply ends here
             if not last:
                 self.f.error("commitlog_segment_not_closed", _loc(base, pos),
                              "the segment's data ends without a BLANK record but later segments hold data; "
                              "recovery cuts the commitlog here and deletes them")  # fmt: skip
-                self._note_cut(offset)
+                self.note_cut(offset)
             return None
         whole = _whole_record_with_bad_crc(mm, pos, base)
         if whole:
-            self._note_cut(offset)
+            self.note_cut(offset)
             self._add_corrupt(mm, pos, base)
-        resume = _resync(mm, pos, size, base)
+        resume = resync(mm, pos, size, base)
         if resume is not None or not last:
             where = f"valid records resume at {base + resume}" if resume is not None else "later segments hold valid records"
             if whole:
@@ -333,10 +342,10 @@ class _Walk:
             else:
                 self.f.error("commitlog_corrupt_record", _loc(base, pos), f"no valid record at commitlog offset {offset} "
                              f"({reason or 'bad head'}); {where}, which recovery would cut with it")  # fmt: skip
-            self._note_cut(offset)
+            self.note_cut(offset)
             return resume
-        self._note_cut(offset)
-        head_size, magic = _SIZE_MAGIC.unpack_from(mm, pos) if pos + 8 <= size else (0, 0)
+        self.note_cut(offset)
+        head_size, magic = record_head(mm, pos) if pos + 8 <= size else (0, 0)
         if whole:
             detail = f"the last record (commitlog offset {offset}): body CRC mismatch; recovery cuts it"
             self.f.error("commitlog_crc", _loc(base, pos), detail)
@@ -376,7 +385,16 @@ def walk_commitlog(store_dir: Path, segment_bytes: int, findings: Findings, dama
     damage are added to, the valid records are returned. ``index_sample`` = (n, k):
     keep the expected index entries of the first k records, then of every n-th
     ((1, 0): all, (0, 0): none)."""
-    return _Walk(Path(store_dir), segment_bytes, findings, damage, index_sample=index_sample, running=running).run()
+    return RecordWalk(Path(store_dir), segment_bytes, findings, damage, index_sample=index_sample, running=running).run()
 
 
-__all__ = ["CHUNK_BYTES", "RecordTable", "walk_commitlog"]
+__all__ = [
+    "CHUNK_BYTES",
+    "RecordColumns",
+    "RecordTable",
+    "RecordWalk",
+    "first_nonzero",
+    "resync",
+    "segment_has_data",
+    "walk_commitlog",
+]

@@ -1,0 +1,187 @@
+"""Reconcile's planning, on the driver, before any Spark work: the store and output
+directories checked, then (:func:`plan`) the checkpoint-independent facts the jobs
+need, from directory listings and a few headers: the layout, the segment names, the
+chunks (a segment, or the part of one whose records start in [lo, hi), chunk_bytes
+each; the last segment with data is chunked up to where its data seems to end), the
+queues and the index files."""
+
+from __future__ import annotations
+
+import dataclasses
+import mmap
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import SimpleNamespace
+
+from mqstore.errors import ConfigError
+from mqstore.jobs.reconcile.result import LISTED_PER_KIND
+from mqstore.jobs.units import ChunkSpec, TaskFindings
+from mqstore.store.commitlog import COMMITLOG_DIR
+from mqstore.store.config import StoreConfig
+from mqstore.store.consume_queues import CONSUME_QUEUE_DIR
+from mqstore.store.layout import LAYOUT_FILE, layout_for_reading
+from mqstore.store.lockfile import ABORT_FILE, lock_holder
+from mqstore.store.reader import CommitLogReader
+from mqstore.store.recovery import data_end_estimate
+from mqstore.store.verify.index import index_files
+from mqstore.store.verify.records import RecordWalk, segment_has_data
+from mqstore.store.verify.report import Damage
+
+DEFAULT_CHUNK_BYTES = 64 << 20
+
+
+class NotAStoreError(FileNotFoundError):
+    """The directory holds no store."""
+
+
+
+
+@dataclass
+class Plan:
+    """What the jobs work on: the store's layout, its segments and their chunks, the
+    queues and index files, and the findings made while listing them (``pre``,
+    ``pre_damage``)."""
+
+    store: Path
+    cfg: StoreConfig
+    running: bool
+    clean: bool
+    segments: list[tuple[int, Path]]
+    chunks: list[ChunkSpec]
+    queues: list[tuple[str, int]]
+    index_paths: list[Path]
+    min_offset: int
+    commitlog_bytes: int
+    pre: TaskFindings = field(default_factory=TaskFindings)
+    pre_damage: Damage = field(default_factory=Damage)
+
+
+def check_store_dir(store: str | Path) -> Path:
+    """The store directory, or NotAStoreError (before any Spark work)."""
+    path = Path(store)
+    if not (path / COMMITLOG_DIR).is_dir():
+        raise NotAStoreError(f"no store at {path} (it has no {COMMITLOG_DIR}/ directory)")
+    return path
+
+
+def check_output_dir(output: str | Path) -> Path:
+    """Create ``output`` if needed and make sure files can be written there
+    (OSError / NotADirectoryError otherwise, before any Spark work)."""
+    path = Path(output)
+    if path.exists() and not path.is_dir():
+        raise NotADirectoryError(f"output {path} exists and is not a directory")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        probe = path / f".mqstore-probe-{time.time_ns()}"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as e:
+        raise OSError(f"cannot write to output {path}: {e.strerror or e}") from e
+    return path
+
+
+def plan(store: Path, chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> Plan:
+    """Everything the jobs need to know, from directory listings and a few headers."""
+    pre, damage = TaskFindings(cap=LISTED_PER_KIND), Damage()
+    holder = lock_holder(store)
+    running = holder is not None
+    if running:
+        pre.info("store_running", "lock", f"the store is open in process {holder or '(another namespace)'}; "
+                 "reconcile reads the files as they are now")  # fmt: skip
+    elif (store / ABORT_FILE).exists():
+        pre.info("unclean_shutdown", ABORT_FILE, "the store did not shut down cleanly; it recovers when it next opens")
+    try:
+        cfg = layout_for_reading(store)
+    except ConfigError as e:
+        pre.error("layout_unreadable", str(LAYOUT_FILE), f"{e}; the store refuses to open")
+        cfg = StoreConfig()
+    segs = CommitLogReader(store).segments
+    walker = RecordWalk(store, cfg.segment_bytes, pre, damage, index_sample=(0, 0), running=running)
+    walker.check_segment_names(segs)
+    segs = [(b, p) for b, p in segs if p.exists() and p.stat().st_size > 0]
+    with_data = [i for i, (_, p) in enumerate(segs) if segment_has_data(p)]
+    last_data = with_data[-1] if with_data else -1
+    chunks: list[ChunkSpec] = []
+    total = 0
+    for i, (base, path) in enumerate(segs):
+        size = path.stat().st_size
+        # The last segment with data is mostly zeros after its data: chunks cover the
+        # data (where it seems to end: a hint), the last one runs to the segment's end.
+        used = _data_end_hint(path, size) if i == last_data else size
+        total += used if i <= last_data else 0
+        step = max(chunk_bytes, 64 << 10) if i <= last_data else size  # all-zero segments: one check each
+        los = list(range(0, max(used, 1), step)) if i <= last_data else [0]
+        for k, lo in enumerate(los):
+            hi = size if k == len(los) - 1 else min(lo + step, size)
+            chunks.append(ChunkSpec(len(chunks), str(path), base, lo, hi, cfg.segment_bytes,
+                                    last=i >= last_data, after_data=i > last_data))  # fmt: skip
+    if chunks:
+        chunks[-1] = dataclasses.replace(chunks[-1], open_end=True)
+    queues = _list_queues(store, pre, damage)
+    idx = index_files(store) or []
+    _stray_index_files(store, idx, pre, damage)
+    return Plan(store, cfg, running, not (store / ABORT_FILE).exists() or running, segs, chunks, queues, idx,
+                segs[0][0] if segs else 0, total, pre, damage)  # fmt: skip
+
+
+def _data_end_hint(path: Path, size: int) -> int:
+    """Where a segment's written bytes seem to end (recovery's page bisection); only
+    splits work, a wrong hint costs time, never a finding."""
+    with path.open("rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+        return data_end_estimate(SimpleNamespace(mm=mm, size=size))
+
+
+def _list_queues(store: Path, findings: TaskFindings, damage: Damage) -> list[tuple[str, int]]:
+    """(topic, queue id) of every queue directory, stray names reported as verify does."""
+    from mqstore.store.verify.queues import queue_dirs
+
+    return [(topic, queue_id) for topic, queue_id, _ in queue_dirs(store, findings, damage)]
+
+
+def _stray_index_files(store: Path, files: list[Path], findings: TaskFindings, damage: Damage) -> None:
+    from mqstore.store.index_service import INDEX_DIR
+
+    d = store / INDEX_DIR
+    if not d.is_dir():
+        return
+    for p in sorted(d.iterdir()):
+        if p not in files:
+            tmp = p.name.endswith(".tmp")
+            what = "an unfinished file; the store removes it on open" if tmp else "not an index file; the store ignores it"
+            findings.warning("index_stray_file", f"{INDEX_DIR}/{p.name}", what)
+            if not tmp:
+                damage.stray_files.append(f"{INDEX_DIR}/{p.name}")
+
+
+def queue_groups(store: Path, queues: list[tuple[str, int]], groups: int) -> list[list[tuple[str, int]]]:
+    """Queues in about ``groups`` groups of similar size on disk (file counts): the
+    consume-queue tasks of the first job."""
+    if not queues:
+        return []
+    weights = []
+    for topic, qid in queues:
+        try:
+            weights.append(max(1, sum(1 for _ in (store / CONSUME_QUEUE_DIR / topic / str(qid)).iterdir())))
+        except OSError:
+            weights.append(1)
+    groups = max(1, min(groups, len(queues)))
+    out: list[list[tuple[str, int]]] = [[] for _ in range(groups)]
+    load = [0] * groups
+    for i in sorted(range(len(queues)), key=lambda i: -weights[i]):
+        g = load.index(min(load))
+        out[g].append(queues[i])
+        load[g] += weights[i]
+    return [g for g in out if g]
+
+
+
+__all__ = [
+    "DEFAULT_CHUNK_BYTES",
+    "NotAStoreError",
+    "Plan",
+    "check_output_dir",
+    "check_store_dir",
+    "plan",
+    "queue_groups",
+]
