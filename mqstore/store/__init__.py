@@ -2,10 +2,12 @@
 
 from mqstore.store.commitlog import COMMITLOG_DIR, CommitLog, CommitLogStats, ReadBatch
 from mqstore.store.config import FlushMode, StoreConfig
-from mqstore.store.config_files import ConsumerOffsets, DelayOffsets, TopicConfig, TopicConfigs, parse_delay_levels
 from mqstore.store.consume_queue import ConsumeQueue, queue_dir
+from mqstore.store.consumer_offsets import ConsumerOffsets
+from mqstore.store.delay_offsets import DelayOffsets, parse_delay_levels
 from mqstore.store.messages import AUTO_QUEUE, AppendedMessage, AppendResult, Message, MessageBatch, PutStatus
 from mqstore.store.recovery import RecoveryReport
+from mqstore.store.topic_configs import TopicConfig, TopicConfigs
 
 __all__ = [
     "AUTO_QUEUE",

@@ -42,8 +42,10 @@ from mqstore.errors import OffsetError
 from mqstore.formats.names import file_name_to_offset
 from mqstore.store.clock import Clock, SystemClock
 from mqstore.store.config import StoreConfig
-from mqstore.store.config_files import CONSUMER_OFFSET_FILE, ConsumerOffsets, read_derived_offset, set_aside_unusable
+from mqstore.store.config_files import set_aside_unusable
 from mqstore.store.consume_queues import ConsumeQueues
+from mqstore.store.consumer_offsets import CONSUMER_OFFSET_FILE, ConsumerOffsets
+from mqstore.store.derived_offset import read_derived_offset
 from mqstore.store.dispatch import DispatchBatch, IndexEntries
 from mqstore.store.index_service import IndexService
 from mqstore.store.layout import resolve_layout

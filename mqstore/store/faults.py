@@ -38,7 +38,7 @@ directory as ``path``; what the store does when it fails is in README "Faults"):
     syncfs             mapped_file.sync_file_system                   syncfs(2) (consume queues, >64 dirty)
     dir.fsync          mapped_file.fsync_dir                          fsync of a directory
     checkpoint.write   checkpoint_file.write_checkpoint               write + fdatasync of checkpoint.tmp
-    config.write       config_files.write_config_json,                write + fsync of <file>.tmp
+    config.write       json_files.write_config_json,                  write + fsync of <file>.tmp
                        layout.py (config/mqstore.json)
 
 Other points, between the steps of a write (kill points for crash tests, each

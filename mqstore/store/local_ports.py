@@ -17,7 +17,7 @@ from mqstore.store import reads
 from mqstore.store.builders import ConsumerProgress, consumer_progress
 from mqstore.store.commitlog import CommitLog
 from mqstore.store.reader import CommitLogView
-from mqstore.store.config_files import ConsumerOffsets
+from mqstore.store.consumer_offsets import ConsumerOffsets
 from mqstore.store.consume_queues import ConsumeQueues
 from mqstore.store.index_service import IndexService
 from mqstore.store.reads import PullStatus, QueueRange, QueueStatus, UnitsPage, drive

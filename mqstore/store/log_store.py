@@ -34,14 +34,16 @@ from mqstore.store.builders import redispatch_from
 from mqstore.store.clock import Clock, SystemClock
 from mqstore.store.commitlog import CommitLog
 from mqstore.store.config import FlushMode, StoreConfig
-from mqstore.store.config_files import (DELAY_OFFSET_FILE, TOPICS_FILE, TopicConfigs, parse_delay_levels,
-                                        read_derived_offset, set_aside_unusable, write_derived_offset)  # fmt: skip
+from mqstore.store.config_files import set_aside_unusable
 from mqstore.store.consume_queues import CONSUME_QUEUE_DIR
+from mqstore.store.delay_offsets import DELAY_OFFSET_FILE, parse_delay_levels
+from mqstore.store.derived_offset import read_derived_offset, write_derived_offset
 from mqstore.store.layout import resolve_layout
 from mqstore.store.messages import AppendResult, MessageBatch, check_client_batch
 from mqstore.store.recovery import RecoveryProgress
 from mqstore.store.retention import Retention, RetentionConfig, RetentionReport
 from mqstore.store.schedule import SCHEDULE_TOPIC, DelayScheduler, QueuePicker, rewrite_delayed
+from mqstore.store.topic_configs import TOPICS_FILE, TopicConfigs
 
 log = structlog.get_logger(__name__)
 

@@ -20,7 +20,7 @@ from mqstore.formats.message import TRANSACTION_TYPE_MASK
 from mqstore.formats.msgid import Host
 from mqstore.formats.names import check_topic
 from mqstore.formats.properties import SCHEDULE_SOURCE, unstorable_property
-from mqstore.store.config_files import PERM_WRITE, check_perm
+from mqstore.store.topic_configs import PERM_WRITE, check_perm
 
 AUTO_QUEUE = -1  # queue id meaning "pick one for me" (round robin per topic)
 MAX_PORT = 65_535

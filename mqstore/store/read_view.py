@@ -20,12 +20,14 @@ from pathlib import Path
 import structlog
 
 from mqstore.errors import StoreClosedError
-from mqstore.store.config_files import ConsumerOffsets, TopicConfigs, read_derived_offset
 from mqstore.store.consume_queues import ConsumeQueues
+from mqstore.store.consumer_offsets import ConsumerOffsets
+from mqstore.store.derived_offset import read_derived_offset
 from mqstore.store.index_service import IndexService
 from mqstore.store.layout import layout_for_reading
 from mqstore.store.local_ports import LocalPorts, LocalReads
 from mqstore.store.reader import CommitLogView
+from mqstore.store.topic_configs import TopicConfigs
 
 log = structlog.get_logger(__name__)
 

@@ -33,7 +33,8 @@ from mqstore.errors import InvalidArgumentError, LimitExceededError, NotFoundErr
 from mqstore.formats.consume_queue import is_pre_blank_unit
 from mqstore.formats.javahash import tags_code
 from mqstore.formats.names import check_topic
-from mqstore.store.config_files import PERM_READ, check_group, check_perm
+from mqstore.store.consumer_offsets import check_group
+from mqstore.store.topic_configs import PERM_READ, check_perm
 
 MAX_QUEUE_ID = 65_535
 MAX_PULL = 10_000  # messages per pull

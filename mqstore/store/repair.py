@@ -44,7 +44,7 @@ from mqstore.errors import StoreLockedError
 from mqstore.formats.checkpoint import Checkpoint
 from mqstore.store.checkpoint_file import write_checkpoint
 from mqstore.store.commitlog import COMMITLOG_DIR
-from mqstore.store.config_files import BAK_SUFFIX, CONFIG_DIR
+from mqstore.store.json_files import BAK_SUFFIX, CONFIG_DIR
 from mqstore.store.consume_queues import CONSUME_QUEUE_DIR
 from mqstore.store.index_service import INDEX_DIR
 from mqstore.store.layout import layout_for_reading

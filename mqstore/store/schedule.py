@@ -41,7 +41,7 @@ from mqstore.errors import CorruptFileError, DecodeError, InvalidMessageError, O
 from mqstore.formats.message import TRANSACTION_TYPE_MASK
 from mqstore.formats.names import check_topic
 from mqstore.formats.properties import DELAY, REAL_QID, REAL_TOPIC, SCHEDULE_SOURCE, locate_properties
-from mqstore.store.config_files import DelayOffsets
+from mqstore.store.delay_offsets import DelayOffsets
 from mqstore.store.messages import AUTO_QUEUE, NOT_ALLOWED_SEND_TOPICS, MessageBatch
 
 log = structlog.get_logger(__name__)

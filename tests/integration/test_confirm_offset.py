@@ -24,7 +24,8 @@ from pathlib import Path
 import pytest
 
 from mqstore.store import faults
-from mqstore.store.config_files import CONSUMER_OFFSET_FILE, TOPIC_GROUP_SEPARATOR, inspect_config_file
+from mqstore.store.config_files import inspect_config_file
+from mqstore.store.consumer_offsets import CONSUMER_OFFSET_FILE, TOPIC_GROUP_SEPARATOR
 from tests.integration.crash_workload import check_messages, open_store, run_child, verify_errors
 
 ROUNDS = 4

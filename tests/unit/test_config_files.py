@@ -15,17 +15,10 @@ import pytest
 from structlog.testing import capture_logs
 
 from mqstore.errors import ConfigError, InvalidMessageError, InvalidTopicError, StoreClosedError
-from mqstore.store.config_files import (
-    ConsumerOffsets,
-    DataVersion,
-    DelayOffsets,
-    TopicConfig,
-    TopicConfigs,
-    parse_delay_levels,
-    quote_int_keys,
-    read_config_json,
-    write_config_json,
-)
+from mqstore.store.consumer_offsets import ConsumerOffsets
+from mqstore.store.delay_offsets import DelayOffsets, parse_delay_levels
+from mqstore.store.json_files import quote_int_keys, read_config_json, write_config_json
+from mqstore.store.topic_configs import DataVersion, TopicConfig, TopicConfigs
 
 OLD = {"offsetTable": {"t@g": {"0": 1}}, "name": "old"}
 NEW = {"offsetTable": {"t@g": {"0": 2, "1": 3}}, "name": "nouveau é ✓"}
@@ -184,7 +177,7 @@ def test_crash_at_every_step_leaves_old_or_new(tmp_path: Path, before: str) -> N
 _WRITER = """
 import sys
 from pathlib import Path
-from mqstore.store.config_files import write_config_json
+from mqstore.store.json_files import write_config_json
 path = Path(sys.argv[1])
 i = 0
 while True:
