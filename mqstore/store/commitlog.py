@@ -50,10 +50,10 @@ from mqstore.errors import (
 from mqstore.formats.checkpoint import Checkpoint
 from mqstore.formats.javahash import java_hash_of_ranges, java_string_hash
 from mqstore.formats.message import (
-    _NO_FIELDS,
     BLANK_RECORD_BYTES,
     MAGIC_V1,
     MAGIC_V2,
+    NO_FIELDS,
     MessageRecord,
     RecordFields,
     ScanOutcome,
@@ -555,7 +555,7 @@ class CommitLog:
             if len(res.positions):
                 return ScanChunk(res.positions + seg.base_offset, res.sizes, res.fields, seg.mm, nxt)
             pos = nxt
-        return ScanChunk(_NO_OFFSETS, _NO_OFFSETS, _NO_FIELDS, b"", pos)
+        return ScanChunk(_NO_OFFSETS, _NO_OFFSETS, NO_FIELDS, b"", pos)
 
     def units_match(self, phys: np.ndarray, sizes: np.ndarray, queue_ids: np.ndarray, queue_offsets: np.ndarray, *,
                     topics: list[str] | None = None, topic_index: np.ndarray | None = None,
