@@ -537,7 +537,6 @@ class RecordFields(NamedTuple):
 
 _EMPTY = np.zeros(0, np.int64)
 NO_FIELDS = RecordFields(_EMPTY, _EMPTY, _EMPTY, _EMPTY, _EMPTY, [], _EMPTY, _EMPTY)  # of no records
-_NO_FIELDS = NO_FIELDS  # the name mqstore/store/commitlog.py still imports
 
 
 def record_fields(buf: bytes | memoryview, positions: np.ndarray) -> RecordFields:
