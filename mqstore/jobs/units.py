@@ -384,10 +384,13 @@ def _bisect_phy(mm, at: int, count: int, target: int) -> int:
     """The first entry (0-based, of ``count`` from byte ``at``) whose commitlog offset
     is >= ``target``, assuming entries are in commitlog order (verify's index_order
     check says when they are not)."""
+    from mqstore.formats.index_file import INDEX_ENTRY_DTYPE
+
+    phy_at = at + INDEX_ENTRY_DTYPE.fields["phy_offset"][1]
     lo, hi = 0, count
     while lo < hi:
         mid = (lo + hi) // 2
-        if _I64.unpack_from(mm, at + mid * 20 + 4)[0] < target:
+        if _I64.unpack_from(mm, phy_at + mid * INDEX_ENTRY_DTYPE.itemsize)[0] < target:
             lo = mid + 1
         else:
             hi = mid
