@@ -95,9 +95,10 @@ class LogStore:
         self._pick_queue = QueuePicker(self.topics, cfg.default_queue_nums)
         self._lock = threading.Lock()
         self.dispatched_offset = 0
-        # End of the newest range forced deletion (disk high watermark) removed: the
-        # consume-queue builder reports groups' losses below it as forced.
-        self.forced_deleted_to = 0
+        # What retention's last pass left: (the commitlog's min offset, the end of the
+        # newest range forced deletion removed), set together once a pass is done, so a
+        # builder told the min offset is told whether its losses below it were forced.
+        self.retention_told = (self.commitlog.min_offset, 0)
         self._reported_at = -1e18
         # Whether appends should wait for a lagging dispatcher: one that reported lately
         # (a dispatcher in another process); MessageStore: its reput thread runs.
@@ -159,8 +160,16 @@ class LogStore:
             self.retention.start()
 
     def _note_retention(self, report: RetentionReport) -> None:
+        forced_to = self.retention_told[1]
         if report.forced_range is not None:
-            self.forced_deleted_to = max(self.forced_deleted_to, report.forced_range[1])
+            forced_to = max(forced_to, report.forced_range[1])
+        self.retention_told = (max(report.min_offset_after, self.retention_told[0]), forced_to)
+
+    @property
+    def forced_deleted_to(self) -> int:
+        """End of the newest range forced deletion (disk high watermark) removed: the
+        consume-queue builder reports groups' losses below it as forced."""
+        return self.retention_told[1]
 
     # ------------------------------------------------------------------ writes
 

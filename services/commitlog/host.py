@@ -24,7 +24,9 @@ log = structlog.get_logger(__name__)
 class ShardHost:
     """One shard's commitlog and its CommitLog service. The commitlog opens
     (recovers) in the background, then waits for the consume-queue builder at
-    ``resolve_queues`` (see commitlog/state.py for the protocol)."""
+    ``resolve_queues``, whose queue ends it awaits (see commitlog/state.py for the
+    protocol); ``resolve_queues`` is also where its delay scheduler reads the delay
+    topic's queues."""
 
     def __init__(self, store_dir: str | Path, config: StoreConfig | None = None, *, resolve_queues: Resolver,
                  auth: InternalAuth, index: int = 0, host: str = "127.0.0.1", port: int = 0,
@@ -55,7 +57,7 @@ class ShardHost:
                 except Exception as e:
                     self.shard.state, self.shard.error = ShardState.FAILED, f"{type(e).__name__}: {e}"
                     raise
-            self.shard.open(self.queues.queue_ends, self.queues, give_up=self._closing.is_set)
+            self.shard.open(self.queues, give_up=self._closing.is_set)
             self.thread.run(self.server.set_serving(True))
             self._ready.set()  # health follows the background loops from now on, until close
             self.shard.watch_loops(lambda ok: self.thread.run(self.server.set_serving(ok)), self._closing)

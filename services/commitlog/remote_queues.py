@@ -56,15 +56,6 @@ class RemoteQueues:
             return None
         return _RemoteQueue(self._peer, topic, queue_id, queues[queue_id])
 
-    def queue_ends(self) -> tuple[int, int, dict[tuple[str, int], int]]:
-        """(commitlog incarnation the builder recovered against, its progress, max
-        offset per queue): what the commitlog continues queue offsets from."""
-        r = self._peer.call("QueueEnds", consume_queue_pb2.QueueEndsRequest(), timeout=120)
-        if r.progress.state != "SERVING":
-            return 0, 0, {}
-        return r.progress.commitlog_incarnation, r.progress.progress_offset, {
-            (q.topic, q.queue_id): q.max_offset for q in r.queues}  # fmt: skip
-
     def close(self) -> None:
         """Every later call finds nothing (the commitlog is closing)."""
         self._peer.reset(close=True)

@@ -113,8 +113,10 @@ class CommitLogServicer(commitlog_pb2_grpc.CommitLogServiceServicer):
             # Anything else may be a caller's mistake: check it first (INVALID_ARGUMENT).
             _check_record_start(cl, start)
         chunk = cl.scan(start, limit=limit, max_bytes=max_bytes, fields=False)  # the dispatcher decodes them
+        low, forced = store.retention_told  # as retention's last pass left them (told to the builders)
         out = pb.ReadRangeResponse(offset=chunk.next_offset, next_offset=chunk.next_offset,
-                                   incarnation=self.shard.incarnation, confirm_offset=limit)  # fmt: skip
+                                   incarnation=self.shard.incarnation, confirm_offset=limit, min_offset=low,
+                                   forced_deleted_to=forced)  # fmt: skip
         n = len(chunk.sizes)
         if n:
             first = int(chunk.physical_offsets[0])
@@ -239,6 +241,16 @@ class CommitLogServicer(commitlog_pb2_grpc.CommitLogServiceServicer):
         except ValueError as e:
             raise BadRequest(str(e)) from None
         return pb.NoteDerivedResponse(derived_offset=low)
+
+    @rpc
+    async def AttachQueueEnds(self, request: pb.AttachQueueEndsRequest, context) -> pb.AttachQueueEndsResponse:
+        validate.offset(request.progress_offset, "progress_offset")
+        ends = {}
+        for q in request.queues:
+            validate.topic(q.topic)
+            ends[(q.topic, validate.queue_id(q.queue_id))] = validate.offset(q.max_offset, "max_offset")
+        self.shard.attach_queue_ends(request.incarnation, request.progress_offset, ends)
+        return pb.AttachQueueEndsResponse()
 
 
 def _check_record_start(cl, offset: int) -> None:

@@ -9,10 +9,13 @@ consume-queue builder and the index builder are processes of their own
 Open, as a protocol between them:
   1. RECOVERING: the commitlog recovers (LogStore).
   2. AWAITING_BUILDERS: reads, ReadRange, GetRecovery and CheckUnits are served:
-     the builders recover against this open (its incarnation). The shard asks the
-     consume-queue builder for its queue ends (``queue_ends``) until the builder
-     recovered against this incarnation, then continues queue offsets from them.
+     the builders recover against this open (its incarnation). The consume-queue
+     builder, once recovered against it, hands over its queue ends
+     (AttachQueueEnds: ``attach_queue_ends``); queue offsets continue from them.
   3. SERVING: appends accepted; delay deliveries and retention run.
+
+The commitlog never calls a builder to open: the calls of the open go one way,
+builders -> commitlog (GetRecovery, CheckUnits, AttachQueueEnds).
 
 Blocking store calls run on ``executor`` threads (sync flush waits there, so
 concurrent appends share a group commit); the event loop only waits.
@@ -32,7 +35,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import structlog
-from mqstore.services.common.errors import Unavailable
+from mqstore.services.common.errors import Aborted, Unavailable
 from mqstore.services.common.metrics import ShardStats
 
 from mqstore.errors import StoreLockedError
@@ -44,7 +47,6 @@ from mqstore.store.retention import RetentionConfig
 
 log = structlog.get_logger(__name__)
 T = TypeVar("T")
-QueueEnds = Callable[[], tuple[int, int, dict[tuple[str, int], int]]]  # -> (builder's incarnation, progress, ends)
 
 
 class ShardState(enum.Enum):
@@ -77,10 +79,12 @@ class Shard:
         self.executor = ThreadPoolExecutor(16, thread_name_prefix=f"mqstore-shard{index}")
         self.msg_id_prefix = offset_msg_id_prefix(self.config.store_host)
         self._appended: asyncio.Event | None = None
+        self._ends: tuple[dict[tuple[str, int], int], int] | None = None  # (queue ends, builder progress) handed over
+        self._ends_given = threading.Event()
 
     # ------------------------------------------------------------------ lifecycle
 
-    def open(self, queue_ends: QueueEnds, queues=None, *, give_up: Callable[[], bool] = lambda: False) -> None:
+    def open(self, queues=None, *, give_up: Callable[[], bool] = lambda: False) -> None:
         """Recover the commitlog, wait for the consume-queue builder's ends, serve
         (blocking; minutes for a big store after a crash). A lock still held by the
         previous incarnation's dying process is waited for. ``queues``: where the
@@ -101,7 +105,7 @@ class Shard:
             self.progress.set_phase("awaiting_builders")
             log.info("commitlog_recovered_awaiting_builders", shard=self.index, incarnation=self.incarnation,
                      wrote=store.commitlog.wrote)  # fmt: skip
-            ends, built = self._wait_for_queue_ends(queue_ends, give_up)
+            ends, built = self._wait_for_queue_ends(give_up)
             store.attach_queue_ends(ends, built)
             store.start_background(queues, self.retention)
             self.state = ShardState.SERVING
@@ -139,22 +143,29 @@ class Shard:
                 log.info("background_loops_running", shard=self.index, health="SERVING")
             set_serving(healthy)
 
-    def _wait_for_queue_ends(self, queue_ends: QueueEnds, give_up: Callable[[], bool]):
-        last_note = 0.0
-        while True:
-            try:
-                incarnation, built, ends = queue_ends()
-                if incarnation == self.incarnation:
-                    return ends, built
-                why = f"builder recovered against incarnation {incarnation}"
-            except Exception as e:  # noqa: BLE001 - the builder may be starting or restarting: ask again
-                why = f"{type(e).__name__}: {e}"
+    def _wait_for_queue_ends(self, give_up: Callable[[], bool]):
+        waited = 0.0
+        while not self._ends_given.wait(0.1):
             if give_up():
-                raise RuntimeError(f"gave up waiting for the consume-queue builder ({why})")
-            if time.monotonic() - last_note > 5:
-                last_note = time.monotonic()
-                log.info("awaiting_consume_queue_builder", shard=self.index, incarnation=self.incarnation, why=why[:200])
-            time.sleep(0.1)
+                raise RuntimeError("gave up waiting for the consume-queue builder's queue ends")
+            waited += 0.1
+            if waited >= 5:
+                waited = 0.0
+                log.info("awaiting_consume_queue_builder", shard=self.index, incarnation=self.incarnation)
+        return self._ends
+
+    def attach_queue_ends(self, incarnation: int, progress: int, ends: dict[tuple[str, int], int]) -> None:
+        """The consume-queue builder's ends (AttachQueueEnds), taken once per open;
+        Aborted if the builder recovered against another open. Once serving, a
+        builder that reopened on its own hands them over again: nothing to do."""
+        if incarnation != self.incarnation:
+            raise Aborted(f"queue ends of a builder recovered against commitlog incarnation {incarnation}; "
+                          f"this open is {self.incarnation}: recover again")  # fmt: skip
+        if self.state is ShardState.AWAITING_BUILDERS and not self._ends_given.is_set():
+            self._ends = (ends, progress)
+            self._ends_given.set()
+        elif self.state not in (ShardState.AWAITING_BUILDERS, ShardState.SERVING):
+            raise self._unavailable()
 
     def close(self) -> None:
         """Close the store (flushes, writes the checkpoint, removes the abort file).

@@ -164,19 +164,21 @@ class RemoteDispatcher:
         self.resyncs += 1
         log.info("dispatch_resumed", shard=self.shard, reput_offset=self.reput_offset, incarnation=self.incarnation)
         read = asyncio.ensure_future(self._read(cl, self.reput_offset))
+        told_min = 0  # the commitlog min offset the builders were told (every batch carries it)
         try:
             while True:
                 r = await read
                 if r.incarnation != self.incarnation:
                     raise _Resync(f"shard reopened (incarnation {r.incarnation}, was {self.incarnation})")
                 self.confirm_offset = r.confirm_offset
-                if r.next_offset == self.reput_offset and not r.record_count:
-                    read = asyncio.ensure_future(self._read(cl, self.reput_offset))  # nothing new: wait again
-                    continue
-                read = asyncio.ensure_future(self._read(cl, r.next_offset))  # the next chunk, meanwhile
-                units, keys = self._requests(r)
+                idle = r.next_offset == self.reput_offset and not r.record_count
+                read = asyncio.ensure_future(self._read(cl, r.next_offset))  # the next chunk (or wait), meanwhile
+                if idle and r.min_offset <= told_min:
+                    continue  # nothing new
+                units, keys = self._requests(r)  # (idle: retention moved the start, the builders clean below it)
                 puts = [cq.PutUnits(units, timeout=60)] + ([ix.PutKeys(keys, timeout=60)] if ix is not None else [])
                 await asyncio.gather(*puts)
+                told_min = max(told_min, r.min_offset)
                 self.reput_offset = r.next_offset
                 self.dispatched_records += r.record_count
                 self.batches += 1
@@ -193,9 +195,11 @@ class RemoteDispatcher:
 
     def _requests(self, r: commitlog_pb2.ReadRangeResponse):
         frm, to, inc = self.reput_offset, r.next_offset, self.incarnation
+        low, forced = r.min_offset, r.forced_deleted_to  # retention, told to the builders
         if not r.record_count:  # a BLANK (end of a segment) or retention moved the start: progress only
-            return (consume_queue_pb2.PutUnitsRequest(from_offset=frm, to_offset=to, incarnation=inc),
-                    index_pb2.PutKeysRequest(from_offset=frm, to_offset=to, incarnation=inc))  # fmt: skip
+            return (consume_queue_pb2.PutUnitsRequest(from_offset=frm, to_offset=to, incarnation=inc,
+                                                      commitlog_min_offset=low, forced_deleted_to=forced),
+                    index_pb2.PutKeysRequest(from_offset=frm, to_offset=to, incarnation=inc, commitlog_min_offset=low))  # fmt: skip
         b = decode_range(r.data, r.offset, r.next_offset, self._delays)
         if len(b) != r.record_count:
             raise _Resync(f"ReadRange said {r.record_count} records at {r.offset}, {len(b)} decoded")
@@ -204,11 +208,12 @@ class RemoteDispatcher:
             queue_offsets=b.queue_offsets.tolist(), physical_offsets=b.physical_offsets.tolist(),
             sizes=b.sizes.tolist(), tags_codes=b.tags_codes.tolist(), store_timestamps=b.store_timestamps.tolist(),
             sysflags=b.sysflags.tolist(), from_offset=frm, to_offset=to, incarnation=inc,
+            commitlog_min_offset=low, forced_deleted_to=forced,
         )  # fmt: skip
         e = b.index_entries()
         keys = index_pb2.PutKeysRequest(key_hashes=e.key_hashes.tolist(), physical_offsets=e.physical_offsets.tolist(),
                                         store_timestamps=e.store_timestamps.tolist(), from_offset=frm, to_offset=to,
-                                        incarnation=inc)  # fmt: skip
+                                        incarnation=inc, commitlog_min_offset=low)  # fmt: skip
         return units, keys
 
     def status(self) -> pb.DispatcherStatusResponse:

@@ -93,6 +93,12 @@ class RemoteCommitLog:
         self._peer.call("NoteDerived", commitlog_pb2.NoteDerivedRequest(kind=kind, durable_offset=durable_offset,
                                                                          timestamp=timestamp))  # fmt: skip
 
+    def attach_queue_ends(self, progress: int, ends: list) -> None:
+        """Hand the consume queues' ends (QueueRange messages) to the commitlog this
+        view recovered against (AttachQueueEnds); ABORTED if it reopened since."""
+        self._peer.call("AttachQueueEnds", commitlog_pb2.AttachQueueEndsRequest(
+            incarnation=self.incarnation, progress_offset=progress, queues=ends), timeout=30)  # fmt: skip
+
     def close(self) -> None:
         self._peer.reset()
 

@@ -46,6 +46,7 @@ class IndexServicer(index_pb2_grpc.IndexServiceServicer):
                                np.asarray(request.store_timestamps, np.int64))  # fmt: skip
         indexed, skipped, progress = await self.shard.call(self.shard.put, request.incarnation, entries,
                                                            request.from_offset, request.to_offset)  # fmt: skip
+        await self.shard.clean_below(request.commitlog_min_offset)
         return pb.PutKeysResponse(indexed=indexed, skipped=skipped, progress_offset=progress)
 
     @rpc

@@ -1,7 +1,7 @@
-"""ConsumeQueueService: units in (from the dispatcher), units out by queue offset,
-queue ranges, lookups by time, consumer offsets, and the builder's progress and
-queue ends (proto/mqstore/v1/consume_queue.proto). Served by the consume-queue
-builder's process (index/state.py)."""
+"""ConsumeQueueService (proto/mqstore/v1/consume_queue.proto), served by the
+consume-queue builder's process (index/state.py): units in (from the dispatcher,
+with the commitlog's min offset: files below it go), units out by queue offset,
+queue ranges, lookups by time, consumer offsets, and the builder's progress."""
 
 from __future__ import annotations
 
@@ -36,21 +36,12 @@ class ConsumeQueueServicer(consume_queue_pb2_grpc.ConsumeQueueServiceServicer):
         batch = _dispatch_batch(request)
         await self.shard.check_to_offset(request.to_offset)
         progress = await self.shard.call(self.shard.put, request.incarnation, batch, request.from_offset, request.to_offset)
+        await self.shard.clean_below(request.commitlog_min_offset, request.forced_deleted_to)
         return pb.PutUnitsResponse(progress_offset=progress)
 
     @rpc
     async def GetProgress(self, request, context) -> common_pb2.BuilderProgress:
         return self.shard.progress()
-
-    @rpc
-    async def QueueEnds(self, request, context) -> pb.QueueEndsResponse:
-        progress = self.shard.progress()
-        if progress.state != "SERVING":
-            return pb.QueueEndsResponse(progress=progress)
-        b: QueueBuilder = self.shard.ready()
-        queues = [common_pb2.QueueRange(topic=q.topic, queue_id=q.queue_id, min_offset=q.min_offset, max_offset=q.max_offset,
-                                        shard=self.shard.index) for q in b.consume_queues.all()]  # fmt: skip
-        return pb.QueueEndsResponse(progress=progress, queues=queues)
 
     @rpc
     async def GetUnits(self, request: pb.GetUnitsRequest, context) -> pb.GetUnitsResponse:

@@ -4,15 +4,17 @@ state and its half of the open protocol (see commitlog/state.py).
 
 The builder's thread: ask the commitlog for its recovery facts (GetRecovery, retried
 while the commitlog recovers), recover against them (``RemoteCommitLog``: the tail
-check goes over CheckUnits), serve, and then watch the commitlog once a second:
+check goes over CheckUnits), serve (the consume-queue builder hands its queue ends
+to the commitlog first: AttachQueueEnds), and then watch the commitlog once a
+second for a new incarnation (it reopened: after a crash its tail may be shorter):
+close the builder (everything flushed) and recover again against the new open;
+batches read from the old one are refused (ABORTED) meanwhile.
 
-  * a new commitlog incarnation (it reopened: after a crash its tail may be
-    shorter) -> close the builder (everything flushed) and recover again against the
-    new open; batches read from the old one are refused (ABORTED) meanwhile;
-  * its min offset moved (retention deleted segments) -> delete own files below it
-    (the consume queues report the groups that lost unread messages).
-
-Thorough flushes report the durable offset to the commitlog (NoteDerived).
+Retention is told, not polled: the dispatcher's batches carry the commitlog's min
+offset (PutUnits/PutKeys), and the builder deletes its files below it
+(``clean_below``; the consume queues report the groups that lost unread messages).
+Thorough flushes report the durable offset to the commitlog (NoteDerived). Every
+call goes builder -> commitlog; the commitlog never calls a builder to open.
 """
 
 from __future__ import annotations
@@ -73,6 +75,9 @@ class BuilderShard:
         self.opened = threading.Event()  # set on every successful open
         self._stop = threading.Event()
         self._swap = threading.Lock()  # a reopen waits for puts in progress, puts wait for a reopen
+        self._clean_lock = threading.Lock()
+        self._cleaned = 0  # the commitlog min offset the files were last cleaned below
+        self._ends_attached = True  # the queue ends reached this builder's commitlog open (consume queues only)
         self._thread = threading.Thread(target=self._run, name=f"mqstore-{kind}{index}-open", daemon=True)
 
     def start(self) -> None:
@@ -114,15 +119,32 @@ class BuilderShard:
             raise
         with self._swap:
             self.view, self.builder, self.error = view, builder, None
+            self._cleaned = view.min_offset
+            self._ends_attached = self.kind != "consumequeue"
             self.state = BuilderState.SERVING
+        self._attach_ends()
         self.opened.set()
         log.info("builder_serving", kind=self.kind, shard=self.index, commitlog_incarnation=view.incarnation,
                  progress_offset=builder.progress_offset)  # fmt: skip
 
+    def _attach_ends(self) -> None:
+        """Hand the queue ends to the commitlog (it awaits them to accept appends);
+        retried every poll until it took them."""
+        if self._ends_attached:
+            return
+        b, view = self.builder, self.view
+        ends = [common_pb2.QueueRange(topic=q.topic, queue_id=q.queue_id, min_offset=q.min_offset, max_offset=q.max_offset,
+                                      shard=self.index) for q in b.consume_queues.all()]  # fmt: skip
+        try:
+            view.attach_queue_ends(b.progress_offset, ends)
+            self._ends_attached = True
+        except (grpc.RpcError, PeerUnavailable) as e:  # the commitlog restarts: the watch sees its new open
+            log.warning("queue_ends_not_attached", shard=self.index, error=str(e), action="tried again")
+
     def _watch(self) -> None:
-        view, builder = self.view, self.builder
-        cleaned = view.min_offset
+        view = self.view
         while not self._stop.wait(self._poll_s):
+            self._attach_ends()
             try:
                 r = view.offsets()
             except (grpc.RpcError, PeerUnavailable):
@@ -131,12 +153,25 @@ class BuilderShard:
                 log.warning("commitlog_reopened", kind=self.kind, shard=self.index, was=view.incarnation,
                             now=r.incarnation, action="recover again against it")  # fmt: skip
                 return
-            if r.min_offset > cleaned:
-                try:
-                    builder.clean_below(r.min_offset, forced=r.min_offset <= r.forced_deleted_to)
-                    cleaned = r.min_offset
-                except Exception as e:  # noqa: BLE001 - tried again next second
-                    log.error("builder_clean_failed", kind=self.kind, shard=self.index, error=str(e))
+
+    async def clean_below(self, commitlog_min: int, forced_deleted_to: int = 0) -> None:
+        """Retention, as the dispatcher tells it: delete own files wholly below the
+        commitlog's min offset (once per new min; a failure is tried at the next batch)."""
+        if commitlog_min <= self._cleaned:
+            return
+
+        def clean() -> None:
+            with self._clean_lock:
+                b = self.builder
+                if b is None or commitlog_min <= self._cleaned:
+                    return
+                b.clean_below(commitlog_min, forced=commitlog_min <= forced_deleted_to)
+                self._cleaned = commitlog_min
+
+        try:
+            await self.call(clean)
+        except Exception as e:  # noqa: BLE001 - the batch itself is built; cleaning is tried again next batch
+            log.error("builder_clean_failed", kind=self.kind, shard=self.index, error=str(e))
 
     def _close_builder(self, *, report: bool) -> None:
         with self._swap:

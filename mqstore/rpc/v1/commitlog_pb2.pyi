@@ -54,20 +54,24 @@ class ReadRangeRequest(_message.Message):
     def __init__(self, offset: _Optional[int] = ..., max_bytes: _Optional[int] = ..., wait_ms: _Optional[int] = ..., acked_offset: _Optional[int] = ...) -> None: ...
 
 class ReadRangeResponse(_message.Message):
-    __slots__ = ("offset", "data", "record_count", "next_offset", "incarnation", "confirm_offset")
+    __slots__ = ("offset", "data", "record_count", "next_offset", "incarnation", "confirm_offset", "min_offset", "forced_deleted_to")
     OFFSET_FIELD_NUMBER: _ClassVar[int]
     DATA_FIELD_NUMBER: _ClassVar[int]
     RECORD_COUNT_FIELD_NUMBER: _ClassVar[int]
     NEXT_OFFSET_FIELD_NUMBER: _ClassVar[int]
     INCARNATION_FIELD_NUMBER: _ClassVar[int]
     CONFIRM_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    MIN_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    FORCED_DELETED_TO_FIELD_NUMBER: _ClassVar[int]
     offset: int
     data: bytes
     record_count: int
     next_offset: int
     incarnation: int
     confirm_offset: int
-    def __init__(self, offset: _Optional[int] = ..., data: _Optional[bytes] = ..., record_count: _Optional[int] = ..., next_offset: _Optional[int] = ..., incarnation: _Optional[int] = ..., confirm_offset: _Optional[int] = ...) -> None: ...
+    min_offset: int
+    forced_deleted_to: int
+    def __init__(self, offset: _Optional[int] = ..., data: _Optional[bytes] = ..., record_count: _Optional[int] = ..., next_offset: _Optional[int] = ..., incarnation: _Optional[int] = ..., confirm_offset: _Optional[int] = ..., min_offset: _Optional[int] = ..., forced_deleted_to: _Optional[int] = ...) -> None: ...
 
 class GetOffsetsRequest(_message.Message):
     __slots__ = ()
@@ -268,3 +272,17 @@ class NoteDerivedResponse(_message.Message):
     DERIVED_OFFSET_FIELD_NUMBER: _ClassVar[int]
     derived_offset: int
     def __init__(self, derived_offset: _Optional[int] = ...) -> None: ...
+
+class AttachQueueEndsRequest(_message.Message):
+    __slots__ = ("incarnation", "progress_offset", "queues")
+    INCARNATION_FIELD_NUMBER: _ClassVar[int]
+    PROGRESS_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    QUEUES_FIELD_NUMBER: _ClassVar[int]
+    incarnation: int
+    progress_offset: int
+    queues: _containers.RepeatedCompositeFieldContainer[_common_pb2.QueueRange]
+    def __init__(self, incarnation: _Optional[int] = ..., progress_offset: _Optional[int] = ..., queues: _Optional[_Iterable[_Union[_common_pb2.QueueRange, _Mapping]]] = ...) -> None: ...
+
+class AttachQueueEndsResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...

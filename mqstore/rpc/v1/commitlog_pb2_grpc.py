@@ -85,6 +85,11 @@ class CommitLogServiceStub:
                 request_serializer=mqstore_dot_v1_dot_commitlog__pb2.NoteDerivedRequest.SerializeToString,
                 response_deserializer=mqstore_dot_v1_dot_commitlog__pb2.NoteDerivedResponse.FromString,
                 _registered_method=True)
+        self.AttachQueueEnds = channel.unary_unary(
+                '/mqstore.v1.CommitLogService/AttachQueueEnds',
+                request_serializer=mqstore_dot_v1_dot_commitlog__pb2.AttachQueueEndsRequest.SerializeToString,
+                response_deserializer=mqstore_dot_v1_dot_commitlog__pb2.AttachQueueEndsResponse.FromString,
+                _registered_method=True)
 
 
 class CommitLogServiceServicer:
@@ -168,6 +173,16 @@ class CommitLogServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def AttachQueueEnds(self, request, context):
+        """The consume-queue builder, once recovered against this open (its incarnation),
+        hands over its queue ends: queue offsets continue from them and appends are
+        accepted from then on. Sent again after every reopen of the builder; the
+        commitlog never calls the builder.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_CommitLogServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -220,6 +235,11 @@ def add_CommitLogServiceServicer_to_server(servicer, server):
                     servicer.NoteDerived,
                     request_deserializer=mqstore_dot_v1_dot_commitlog__pb2.NoteDerivedRequest.FromString,
                     response_serializer=mqstore_dot_v1_dot_commitlog__pb2.NoteDerivedResponse.SerializeToString,
+            ),
+            'AttachQueueEnds': grpc.unary_unary_rpc_method_handler(
+                    servicer.AttachQueueEnds,
+                    request_deserializer=mqstore_dot_v1_dot_commitlog__pb2.AttachQueueEndsRequest.FromString,
+                    response_serializer=mqstore_dot_v1_dot_commitlog__pb2.AttachQueueEndsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -493,6 +513,33 @@ class CommitLogService:
             '/mqstore.v1.CommitLogService/NoteDerived',
             mqstore_dot_v1_dot_commitlog__pb2.NoteDerivedRequest.SerializeToString,
             mqstore_dot_v1_dot_commitlog__pb2.NoteDerivedResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AttachQueueEnds(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mqstore.v1.CommitLogService/AttachQueueEnds',
+            mqstore_dot_v1_dot_commitlog__pb2.AttachQueueEndsRequest.SerializeToString,
+            mqstore_dot_v1_dot_commitlog__pb2.AttachQueueEndsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -8,7 +8,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class PutUnitsRequest(_message.Message):
-    __slots__ = ("topics", "topic_codes", "queue_ids", "queue_offsets", "physical_offsets", "sizes", "tags_codes", "store_timestamps", "sysflags", "from_offset", "to_offset", "incarnation")
+    __slots__ = ("topics", "topic_codes", "queue_ids", "queue_offsets", "physical_offsets", "sizes", "tags_codes", "store_timestamps", "sysflags", "from_offset", "to_offset", "incarnation", "commitlog_min_offset", "forced_deleted_to")
     TOPICS_FIELD_NUMBER: _ClassVar[int]
     TOPIC_CODES_FIELD_NUMBER: _ClassVar[int]
     QUEUE_IDS_FIELD_NUMBER: _ClassVar[int]
@@ -21,6 +21,8 @@ class PutUnitsRequest(_message.Message):
     FROM_OFFSET_FIELD_NUMBER: _ClassVar[int]
     TO_OFFSET_FIELD_NUMBER: _ClassVar[int]
     INCARNATION_FIELD_NUMBER: _ClassVar[int]
+    COMMITLOG_MIN_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    FORCED_DELETED_TO_FIELD_NUMBER: _ClassVar[int]
     topics: _containers.RepeatedScalarFieldContainer[str]
     topic_codes: _containers.RepeatedScalarFieldContainer[int]
     queue_ids: _containers.RepeatedScalarFieldContainer[int]
@@ -33,7 +35,9 @@ class PutUnitsRequest(_message.Message):
     from_offset: int
     to_offset: int
     incarnation: int
-    def __init__(self, topics: _Optional[_Iterable[str]] = ..., topic_codes: _Optional[_Iterable[int]] = ..., queue_ids: _Optional[_Iterable[int]] = ..., queue_offsets: _Optional[_Iterable[int]] = ..., physical_offsets: _Optional[_Iterable[int]] = ..., sizes: _Optional[_Iterable[int]] = ..., tags_codes: _Optional[_Iterable[int]] = ..., store_timestamps: _Optional[_Iterable[int]] = ..., sysflags: _Optional[_Iterable[int]] = ..., from_offset: _Optional[int] = ..., to_offset: _Optional[int] = ..., incarnation: _Optional[int] = ...) -> None: ...
+    commitlog_min_offset: int
+    forced_deleted_to: int
+    def __init__(self, topics: _Optional[_Iterable[str]] = ..., topic_codes: _Optional[_Iterable[int]] = ..., queue_ids: _Optional[_Iterable[int]] = ..., queue_offsets: _Optional[_Iterable[int]] = ..., physical_offsets: _Optional[_Iterable[int]] = ..., sizes: _Optional[_Iterable[int]] = ..., tags_codes: _Optional[_Iterable[int]] = ..., store_timestamps: _Optional[_Iterable[int]] = ..., sysflags: _Optional[_Iterable[int]] = ..., from_offset: _Optional[int] = ..., to_offset: _Optional[int] = ..., incarnation: _Optional[int] = ..., commitlog_min_offset: _Optional[int] = ..., forced_deleted_to: _Optional[int] = ...) -> None: ...
 
 class PutUnitsResponse(_message.Message):
     __slots__ = ("progress_offset",)
@@ -44,18 +48,6 @@ class PutUnitsResponse(_message.Message):
 class GetProgressRequest(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
-
-class QueueEndsRequest(_message.Message):
-    __slots__ = ()
-    def __init__(self) -> None: ...
-
-class QueueEndsResponse(_message.Message):
-    __slots__ = ("progress", "queues")
-    PROGRESS_FIELD_NUMBER: _ClassVar[int]
-    QUEUES_FIELD_NUMBER: _ClassVar[int]
-    progress: _common_pb2.BuilderProgress
-    queues: _containers.RepeatedCompositeFieldContainer[_common_pb2.QueueRange]
-    def __init__(self, progress: _Optional[_Union[_common_pb2.BuilderProgress, _Mapping]] = ..., queues: _Optional[_Iterable[_Union[_common_pb2.QueueRange, _Mapping]]] = ...) -> None: ...
 
 class GetUnitsRequest(_message.Message):
     __slots__ = ("topic", "queue_id", "offset", "max_units")

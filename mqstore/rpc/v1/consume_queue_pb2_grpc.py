@@ -76,11 +76,6 @@ class ConsumeQueueServiceStub:
                 request_serializer=mqstore_dot_v1_dot_consume__queue__pb2.GetProgressRequest.SerializeToString,
                 response_deserializer=mqstore_dot_v1_dot_common__pb2.BuilderProgress.FromString,
                 _registered_method=True)
-        self.QueueEnds = channel.unary_unary(
-                '/mqstore.v1.ConsumeQueueService/QueueEnds',
-                request_serializer=mqstore_dot_v1_dot_consume__queue__pb2.QueueEndsRequest.SerializeToString,
-                response_deserializer=mqstore_dot_v1_dot_consume__queue__pb2.QueueEndsResponse.FromString,
-                _registered_method=True)
 
 
 class ConsumeQueueServiceServicer:
@@ -144,14 +139,6 @@ class ConsumeQueueServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
-    def QueueEnds(self, request, context):
-        """The max offset of every queue (the commitlog continues queue offsets from
-        them when it opens), with the builder's progress.
-        """
-        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
-        context.set_details('Method not implemented!')
-        raise NotImplementedError('Method not implemented!')
-
 
 def add_ConsumeQueueServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -194,11 +181,6 @@ def add_ConsumeQueueServiceServicer_to_server(servicer, server):
                     servicer.GetProgress,
                     request_deserializer=mqstore_dot_v1_dot_consume__queue__pb2.GetProgressRequest.FromString,
                     response_serializer=mqstore_dot_v1_dot_common__pb2.BuilderProgress.SerializeToString,
-            ),
-            'QueueEnds': grpc.unary_unary_rpc_method_handler(
-                    servicer.QueueEnds,
-                    request_deserializer=mqstore_dot_v1_dot_consume__queue__pb2.QueueEndsRequest.FromString,
-                    response_serializer=mqstore_dot_v1_dot_consume__queue__pb2.QueueEndsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -418,33 +400,6 @@ class ConsumeQueueService:
             '/mqstore.v1.ConsumeQueueService/GetProgress',
             mqstore_dot_v1_dot_consume__queue__pb2.GetProgressRequest.SerializeToString,
             mqstore_dot_v1_dot_common__pb2.BuilderProgress.FromString,
-            options,
-            channel_credentials,
-            insecure,
-            call_credentials,
-            compression,
-            wait_for_ready,
-            timeout,
-            metadata,
-            _registered_method=True)
-
-    @staticmethod
-    def QueueEnds(request,
-            target,
-            options=(),
-            channel_credentials=None,
-            call_credentials=None,
-            insecure=False,
-            compression=None,
-            wait_for_ready=None,
-            timeout=None,
-            metadata=None):
-        return grpc.experimental.unary_unary(
-            request,
-            target,
-            '/mqstore.v1.ConsumeQueueService/QueueEnds',
-            mqstore_dot_v1_dot_consume__queue__pb2.QueueEndsRequest.SerializeToString,
-            mqstore_dot_v1_dot_consume__queue__pb2.QueueEndsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -12,20 +12,22 @@ class IndexProgressRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class PutKeysRequest(_message.Message):
-    __slots__ = ("key_hashes", "physical_offsets", "store_timestamps", "from_offset", "to_offset", "incarnation")
+    __slots__ = ("key_hashes", "physical_offsets", "store_timestamps", "from_offset", "to_offset", "incarnation", "commitlog_min_offset")
     KEY_HASHES_FIELD_NUMBER: _ClassVar[int]
     PHYSICAL_OFFSETS_FIELD_NUMBER: _ClassVar[int]
     STORE_TIMESTAMPS_FIELD_NUMBER: _ClassVar[int]
     FROM_OFFSET_FIELD_NUMBER: _ClassVar[int]
     TO_OFFSET_FIELD_NUMBER: _ClassVar[int]
     INCARNATION_FIELD_NUMBER: _ClassVar[int]
+    COMMITLOG_MIN_OFFSET_FIELD_NUMBER: _ClassVar[int]
     key_hashes: _containers.RepeatedScalarFieldContainer[int]
     physical_offsets: _containers.RepeatedScalarFieldContainer[int]
     store_timestamps: _containers.RepeatedScalarFieldContainer[int]
     from_offset: int
     to_offset: int
     incarnation: int
-    def __init__(self, key_hashes: _Optional[_Iterable[int]] = ..., physical_offsets: _Optional[_Iterable[int]] = ..., store_timestamps: _Optional[_Iterable[int]] = ..., from_offset: _Optional[int] = ..., to_offset: _Optional[int] = ..., incarnation: _Optional[int] = ...) -> None: ...
+    commitlog_min_offset: int
+    def __init__(self, key_hashes: _Optional[_Iterable[int]] = ..., physical_offsets: _Optional[_Iterable[int]] = ..., store_timestamps: _Optional[_Iterable[int]] = ..., from_offset: _Optional[int] = ..., to_offset: _Optional[int] = ..., incarnation: _Optional[int] = ..., commitlog_min_offset: _Optional[int] = ...) -> None: ...
 
 class PutKeysResponse(_message.Message):
     __slots__ = ("indexed", "skipped", "progress_offset")
