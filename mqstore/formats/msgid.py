@@ -25,6 +25,7 @@ import ipaddress
 import os
 import random
 import struct
+import threading
 from typing import NamedTuple
 
 from mqstore.errors import DecodeError
@@ -102,7 +103,8 @@ _HEX4 = [f"{i:04X}" for i in range(1 << 16)]
 
 
 class UniqKeyGenerator:
-    """Makes UNIQ_KEY strings in RocketMQ's layout. Thread-safe only under a caller's lock.
+    """Makes UNIQ_KEY strings in RocketMQ's layout. Thread-safe: concurrent appends
+    (prepared outside the store's put lock) never get the same keys.
 
     >>> g = UniqKeyGenerator(Host("127.0.0.1", 0), pid=1, loader_hash=2)
     >>> g.batch(2, now_ms=1700000000000)
@@ -117,6 +119,7 @@ class UniqKeyGenerator:
         self._counter = 0
         self._month_start = 0
         self._month_end = -1
+        self._lock = threading.Lock()
 
     def batch(self, n: int, *, now_ms: int) -> list[str]:
         """``n`` fresh keys for messages sent at ``now_ms``."""
@@ -126,18 +129,19 @@ class UniqKeyGenerator:
     def reserve(self, n: int, *, now_ms: int) -> tuple[str, list[str]]:
         """``n`` fresh keys as one shared head and ``n`` 4-digit tails, for callers
         that splice the parts into bigger strings without building each key."""
-        if not self._month_start <= now_ms < self._month_end:
-            self._month_start = _month_start_ms(now_ms)
-            self._month_end = self._month_start + 28 * 86_400_000  # re-check at least monthly
-        head = f"{self._prefix}{(now_ms - self._month_start) & 0xFFFFFFFF:08X}"
-        first = self._counter & 0xFFFF
-        self._counter += n
-        tails: list[str] = []
-        while len(tails) < n:  # the 16-bit counter wraps
-            take = min(n - len(tails), 0x10000 - first)
-            tails += _HEX4[first : first + take]
-            first = 0
-        return head, tails
+        with self._lock:
+            if not self._month_start <= now_ms < self._month_end:
+                self._month_start = _month_start_ms(now_ms)
+                self._month_end = self._month_start + 28 * 86_400_000  # re-check at least monthly
+            head = f"{self._prefix}{(now_ms - self._month_start) & 0xFFFFFFFF:08X}"
+            first = self._counter & 0xFFFF
+            self._counter += n
+            tails: list[str] = []
+            while len(tails) < n:  # the 16-bit counter wraps
+                take = min(n - len(tails), 0x10000 - first)
+                tails += _HEX4[first : first + take]
+                first = 0
+            return head, tails
 
 
 __all__ = [

@@ -41,12 +41,8 @@ import numpy as np
 import structlog
 
 from mqstore.jobs.units import ChunkSpec, walk_table
-from mqstore.store.config_files import (
-    CONFIG_DIR,
-    CONSUMER_OFFSET_FILE,
-    TOPIC_GROUP_SEPARATOR,
-    write_config_json,
-)
+from mqstore.store.consumer_offsets import CONSUMER_OFFSET_FILE, TOPIC_GROUP_SEPARATOR
+from mqstore.store.json_files import CONFIG_DIR, write_config_json
 from mqstore.store.consume_queues import CONSUME_QUEUE_DIR
 from mqstore.store.index_service import INDEX_DIR
 

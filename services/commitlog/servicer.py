@@ -5,7 +5,6 @@ watermarks, topic configs, and what the builders recover against
 from __future__ import annotations
 
 import os
-import struct
 import time
 
 import numpy as np
@@ -21,7 +20,7 @@ from mqstore.services.common.errors import BadRequest, TooLarge, rpc
 from mqstore.services.common.server import Registration
 
 from mqstore.errors import MqStoreError, OffsetError
-from mqstore.formats.message import BLANK_MAGIC
+from mqstore.formats.message import BLANK_MAGIC, record_head
 from mqstore.rpc.v1 import commitlog_pb2 as pb
 from mqstore.rpc.v1 import commitlog_pb2_grpc, common_pb2
 from mqstore.store.local_ports import read_records
@@ -33,7 +32,6 @@ MAX_READ_OFFSETS = 10_000
 DEFAULT_RANGE_BYTES = 8 << 20
 MAX_RANGE_BYTES = 64 << 20
 MAX_CHECK_UNITS = 200_000
-_HEAD = struct.Struct(">ii")
 
 
 class CommitLogServicer(commitlog_pb2_grpc.CommitLogServiceServicer):
@@ -265,7 +263,7 @@ def _check_record_start(cl, offset: int) -> None:
         (head,) = cl.read_raw(np.array([offset], np.int64), np.array([8], np.int64))
     except OffsetError as e:
         raise BadRequest(str(e)) from None
-    if len(head) == 8 and _HEAD.unpack(head)[1] == BLANK_MAGIC:
+    if len(head) == 8 and record_head(head)[1] == BLANK_MAGIC:
         return
     raise BadRequest(f"no record starts at commitlog offset {offset}")
 

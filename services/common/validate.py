@@ -6,7 +6,7 @@ from __future__ import annotations
 from mqstore.services.common.errors import BadRequest, TooLarge
 
 from mqstore.formats.names import check_topic
-from mqstore.store.config_files import check_group
+from mqstore.store.consumer_offsets import check_group
 
 MAX_QUEUE_ID = 65_535
 

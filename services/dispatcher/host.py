@@ -12,7 +12,7 @@ from mqstore.services.common.server import ServerThread, start_grpc_server
 from mqstore.services.dispatcher.reput import DispatcherServicer, RemoteDispatcher
 
 from mqstore.store.config import StoreConfig
-from mqstore.store.config_files import parse_delay_levels
+from mqstore.store.delay_offsets import parse_delay_levels
 
 log = structlog.get_logger(__name__)
 

@@ -22,15 +22,11 @@ from pathlib import Path
 from mqstore.errors import DecodeError
 from mqstore.formats.checkpoint import CHECKPOINT_BYTES, Checkpoint
 from mqstore.store.checkpoint_file import CHECKPOINT_FILE
-from mqstore.store.config_files import (
-    CONFIG_DIR,
-    CONSUMER_OFFSET_FILE,
-    DELAY_OFFSET_FILE,
-    TOPIC_GROUP_SEPARATOR,
-    TOPICS_FILE,
-    ConfigFileState,
-    inspect_config_file,
-)
+from mqstore.store.config_files import inspect_config_file
+from mqstore.store.consumer_offsets import CONSUMER_OFFSET_FILE, TOPIC_GROUP_SEPARATOR
+from mqstore.store.delay_offsets import DELAY_OFFSET_FILE
+from mqstore.store.json_files import CONFIG_DIR, ConfigFileState
+from mqstore.store.topic_configs import TOPICS_FILE
 from mqstore.store.verify.report import Damage, Findings, QueueKey
 
 CONFIG_FILES = (CONSUMER_OFFSET_FILE, TOPICS_FILE, DELAY_OFFSET_FILE)
