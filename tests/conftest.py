@@ -57,9 +57,11 @@ def _structlog_unconfigured():
         structlog.reset_defaults()
 
 
-_PURE_TIER_HINT = ("tests under tests/unit/ and tests/integration/ test the store in-process and must not start "
-                   "a cluster: a test that needs Ray belongs in tests/services/, one that needs Spark in tests/jobs/ "
-                   "(tests/README.md)")  # fmt: skip
+_PURE_TIER_HINT = (
+    "tests under tests/unit/ and tests/integration/ test the store in-process and must not start "
+    "a cluster: a test that needs Ray belongs in tests/services/, one that needs Spark in tests/jobs/ "
+    "(tests/README.md)"
+)
 # Commands that start Ray or Spark: `ray start`, `mqstore serve` (a local Ray instance),
 # `mqstore reconcile` (a SparkSession), spark-submit / pyspark; `--help` starts nothing.
 _CLUSTER_SUBCOMMANDS = {"ray": {"start"}, "mqstore": {"serve", "reconcile"}, "mqstore.cli.main": {"serve", "reconcile"}}

@@ -51,9 +51,12 @@ class AppendBench:
 def run_append_bench(b: AppendBench) -> dict:
     workload = Workload(body_size=b.body_size, topics=b.topics, queues=b.queues)
     config = StoreConfig(
-        segment_bytes=b.segment_bytes, flush_mode=b.flush, default_queue_nums=b.queues,
-        index_hash_slots=b.index_hash_slots, index_max_entries=b.index_max_entries,
-    )  # fmt: skip
+        segment_bytes=b.segment_bytes,
+        flush_mode=b.flush,
+        default_queue_nums=b.queues,
+        index_hash_slots=b.index_hash_slots,
+        index_max_entries=b.index_max_entries,
+    )
     ack = AckLog(b.ack_log) if b.ack_log else None
     cl = MessageStore(b.store, config) if b.dispatch else CommitLog(b.store, config)
     lock = threading.Lock()
@@ -83,11 +86,18 @@ def run_append_bench(b: AppendBench) -> dict:
                     acked += count
                     if ack is not None:
                         topics = [batch.topics] * count if isinstance(batch.topics, str) else batch.topics
-                        ack.write_lines([
-                            f'{{"msg_id":"{m}","physical_offset":{p},"topic":"{t}","queue_id":{q},"queue_offset":{o}}}\n'
-                            for m, p, t, q, o in zip(res.msg_ids, res.physical_offsets.tolist(), topics,
-                                                     res.queue_ids.tolist(), res.queue_offsets.tolist())
-                        ])  # fmt: skip
+                        ack.write_lines(
+                            [
+                                f'{{"msg_id":"{m}","physical_offset":{p},"topic":"{t}","queue_id":{q},"queue_offset":{o}}}\n'
+                                for m, p, t, q, o in zip(
+                                    res.msg_ids,
+                                    res.physical_offsets.tolist(),
+                                    topics,
+                                    res.queue_ids.tolist(),
+                                    res.queue_offsets.tolist(),
+                                )
+                            ]
+                        )
                 else:
                     timeouts += count
                 if (start // progress_every) != ((start + count) // progress_every):
@@ -110,8 +120,9 @@ def run_append_bench(b: AppendBench) -> dict:
     lag = cl.dispatcher.lag if b.dispatch else 0
     resources = process_resources()
     if b.dispatch:  # the bound on consume-queue descriptors, and how close the run came to it
-        resources.update(max_open_queue_files=cl.config.max_open_queue_files,
-                         peak_queue_files_open=cl.consume_queues.pool.peak_open)  # fmt: skip
+        resources.update(
+            max_open_queue_files=cl.config.max_open_queue_files, peak_queue_files_open=cl.consume_queues.pool.peak_open
+        )
     t1 = time.perf_counter()
     if b.dispatch:
         cl.wait_dispatched(timeout_s=600)
@@ -159,7 +170,11 @@ def process_resources() -> dict:
             maps = sum(1 for _ in f)
     except OSError:
         fds = maps = -1
-    return {"max_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1), "open_files": fds, "maps": maps}
+    return {
+        "max_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+        "open_files": fds,
+        "maps": maps,
+    }
 
 
 __all__ = ["AppendBench", "process_resources", "run_append_bench"]

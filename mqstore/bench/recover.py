@@ -42,8 +42,9 @@ sys.stdin.read()
 def _write_then_kill(script: str, *args: object) -> dict:
     """Run a writer ``script`` in a child process until it prints its JSON line (its
     data written, the store still open), then SIGKILL it; returns that line."""
-    child = subprocess.Popen([sys.executable, "-c", script, *map(str, args)], stdin=subprocess.PIPE,
-                             stdout=subprocess.PIPE)  # fmt: skip
+    child = subprocess.Popen(
+        [sys.executable, "-c", script, *map(str, args)], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+    )
     line = child.stdout.readline()
     os.kill(child.pid, signal.SIGKILL)
     child.wait()
@@ -102,8 +103,9 @@ sys.stdin.read()
 """
 
 
-def run_reopen_after_checkpoint_bench(store: Path, *, before_bytes: int, after_bytes: int, body_size: int,
-                                      segment_bytes: int = 1 << 30) -> dict:  # fmt: skip
+def run_reopen_after_checkpoint_bench(
+    store: Path, *, before_bytes: int, after_bytes: int, body_size: int, segment_bytes: int = 1 << 30
+) -> dict:
     """A MessageStore (consume queues, index) holds ``before_bytes`` covered by its
     checkpoint and ``after_bytes`` more when the writer is killed with SIGKILL; time the
     next open. It should grow with the bytes after the checkpoint only."""

@@ -33,13 +33,25 @@ def _tls_ca() -> str | None:
 def _columns(batch) -> common_pb2.MessageColumns:
     topics = [batch.topics] if isinstance(batch.topics, str) else list(batch.topics)
     q = batch.queue_ids
-    return common_pb2.MessageColumns(topics=topics, bodies=batch.bodies,
-                                     queue_ids=[int(q)] if isinstance(q, int) else np.asarray(q).tolist(),
-                                     tags=batch.tags, keys=batch.keys)  # fmt: skip
+    return common_pb2.MessageColumns(
+        topics=topics,
+        bodies=batch.bodies,
+        queue_ids=[int(q)] if isinstance(q, int) else np.asarray(q).tolist(),
+        tags=batch.tags,
+        keys=batch.keys,
+    )
 
 
-def run_remote_append(server: str, *, messages: int, body_size: int = 128, topics: int = 1, queues: int = 4,
-                      producers: int = 1, batch: int = 1000) -> dict:  # fmt: skip
+def run_remote_append(
+    server: str,
+    *,
+    messages: int,
+    body_size: int = 128,
+    topics: int = 1,
+    queues: int = 4,
+    producers: int = 1,
+    batch: int = 1000,
+) -> dict:
     workload = Workload(body_size=body_size, topics=topics, queues=queues)
     lock = threading.Lock()
     next_start = [0]
@@ -74,18 +86,27 @@ def run_remote_append(server: str, *, messages: int, body_size: int = 128, topic
             totals["acked"] += acked
             totals["timeouts"] += timeouts
 
-    seconds, cpu = _run_timed([threading.Thread(target=producer, name=f"remote-producer-{i}") for i in range(producers)])
+    seconds, cpu = _run_timed(
+        [threading.Thread(target=producer, name=f"remote-producer-{i}") for i in range(producers)]
+    )
     if errors:
         raise errors[0]
     lat = np.array(latencies) * 1000 if latencies else np.zeros(1)
     return {
-        "server": server, "messages": messages, "acked": totals["acked"], "flush_timeouts": totals["timeouts"],
-        "bytes": totals["bytes"], "seconds": round(seconds, 4),
+        "server": server,
+        "messages": messages,
+        "acked": totals["acked"],
+        "flush_timeouts": totals["timeouts"],
+        "bytes": totals["bytes"],
+        "seconds": round(seconds, 4),
         "msgs_per_s": round(messages / seconds, 1) if seconds else 0.0,
         "mb_per_s": round(totals["bytes"] / 1e6 / seconds, 2) if seconds else 0.0,
-        "p50_ms": round(float(np.percentile(lat, 50)), 3), "p99_ms": round(float(np.percentile(lat, 99)), 3),
-        "batch": batch, "producers": producers, "client_cpu_s": round(cpu, 3),
-    }  # fmt: skip
+        "p50_ms": round(float(np.percentile(lat, 50)), 3),
+        "p99_ms": round(float(np.percentile(lat, 99)), 3),
+        "batch": batch,
+        "producers": producers,
+        "client_cpu_s": round(cpu, 3),
+    }
 
 
 def _run_timed(threads: list[threading.Thread]) -> tuple[float, float]:
@@ -111,8 +132,9 @@ def wait_dispatched(c: FrontClient, timeout: float) -> tuple[bool, float]:
         time.sleep(0.05)
 
 
-def run_remote_consume(server: str, *, topics: int = 1, batch: int = 1000, wait_dispatch: float = 60.0,
-                       consumers: int = 1) -> dict:  # fmt: skip
+def run_remote_consume(
+    server: str, *, topics: int = 1, batch: int = 1000, wait_dispatch: float = 60.0, consumers: int = 1
+) -> dict:
     """``consumers`` threads (each with its own channel) share the queues, as a
     consumer group's members do; one pulls every queue in turn."""
     totals = {"messages": 0, "bytes": 0, "calls": 0}
@@ -143,19 +165,34 @@ def run_remote_consume(server: str, *, topics: int = 1, batch: int = 1000, wait_
     with remote_errors():
         with FrontClient(server, timeout=120, tls_ca=_tls_ca()) as c:
             caught_up, waited = wait_dispatched(c, wait_dispatch)
-            queues = [(q.topic, q.queue_id, q.min_offset, q.max_offset)
-                      for t in range(topics) for q in c.topic_status(topic_name(t))]  # fmt: skip
-        seconds, cpu = _run_timed([threading.Thread(target=consume, args=(queues[i::consumers],),
-                                                     name=f"remote-consumer-{i}") for i in range(consumers)])  # fmt: skip
+            queues = [
+                (q.topic, q.queue_id, q.min_offset, q.max_offset)
+                for t in range(topics)
+                for q in c.topic_status(topic_name(t))
+            ]
+        seconds, cpu = _run_timed(
+            [
+                threading.Thread(target=consume, args=(queues[i::consumers],), name=f"remote-consumer-{i}")
+                for i in range(consumers)
+            ]
+        )
         if errors:
             raise errors[0]
     messages, nbytes = totals["messages"], totals["bytes"]
     return {
-        "server": server, "messages": messages, "bytes": nbytes, "queues": len(queues), "pulls": totals["calls"],
-        "seconds": round(seconds, 4), "msgs_per_s": round(messages / seconds, 1) if seconds else 0.0,
-        "mb_per_s": round(nbytes / 1e6 / seconds, 2) if seconds else 0.0, "client_cpu_s": round(cpu, 3),
-        "dispatch_wait_s": round(waited, 3), "dispatch_caught_up": caught_up, "consumers": consumers,
-    }  # fmt: skip
+        "server": server,
+        "messages": messages,
+        "bytes": nbytes,
+        "queues": len(queues),
+        "pulls": totals["calls"],
+        "seconds": round(seconds, 4),
+        "msgs_per_s": round(messages / seconds, 1) if seconds else 0.0,
+        "mb_per_s": round(nbytes / 1e6 / seconds, 2) if seconds else 0.0,
+        "client_cpu_s": round(cpu, 3),
+        "dispatch_wait_s": round(waited, 3),
+        "dispatch_caught_up": caught_up,
+        "consumers": consumers,
+    }
 
 
 __all__ = ["run_remote_append", "run_remote_consume", "wait_dispatched"]

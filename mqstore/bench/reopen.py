@@ -38,7 +38,9 @@ class ReopenBench:
 def run_reopen_bench(b: ReopenBench) -> dict:
     if not (b.store / "commitlog").is_dir():
         raise FileNotFoundError(f"{b.store} has no commitlog/ directory: is it a store?")
-    retention = RetentionConfig(file_reserved_hours=0, delete_when=_EVERY_HOUR, max_deletes_per_run=b.delete_segments or 1)
+    retention = RetentionConfig(
+        file_reserved_hours=0, delete_when=_EVERY_HOUR, max_deletes_per_run=b.delete_segments or 1
+    )
     t0 = time.perf_counter()
     store = MessageStore(b.store, retention=retention)
     open_seconds = time.perf_counter() - t0

@@ -80,8 +80,9 @@ def run_retention_bench(b: RetentionBench) -> dict:
     }
 
 
-def _timed_round(store: MessageStore, w: Workload, i: int, b: RetentionBench,
-                 while_alive: threading.Thread | None = None) -> tuple[np.ndarray, int]:  # fmt: skip
+def _timed_round(
+    store: MessageStore, w: Workload, i: int, b: RetentionBench, while_alive: threading.Thread | None = None
+) -> tuple[np.ndarray, int]:
     """Append ``round_messages`` timing each batch in ms; with ``while_alive``, append
     while that thread runs instead (only batches that overlap the deletes count)."""
     lat = []

@@ -24,14 +24,23 @@ from mqstore.cli.render import print_table
 from mqstore.cli.target import AccessKeyOpt, SecretKeyOpt, TlsCaOpt, remote
 from mqstore.errors import MqStoreError
 
-acl_app = typer.Typer(help="Users and permissions of a front (serve --acl FILE): list, add and remove users and rules.",
-                      no_args_is_help=True)  # fmt: skip
+acl_app = typer.Typer(
+    help="Users and permissions of a front (serve --acl FILE): list, add and remove users and rules.",
+    no_args_is_help=True,
+)
 
-FileOpt = Annotated[Path | None, typer.Option("--file", dir_okay=False,
-                                              help="Work on this ACL file (instead of --server); add-user creates it.")]  # fmt: skip
-ServerOpt = Annotated[str | None, typer.Option("--server", help="HOST:PORT of a running front (instead of --file); sign as an admin user.")]
+FileOpt = Annotated[
+    Path | None,
+    typer.Option("--file", dir_okay=False, help="Work on this ACL file (instead of --server); add-user creates it."),
+]
+ServerOpt = Annotated[
+    str | None,
+    typer.Option("--server", help="HOST:PORT of a running front (instead of --file); sign as an admin user."),
+]
 UserArg = Annotated[str, typer.Argument(help="The user's access key.")]
-ResourceArg = Annotated[str, typer.Argument(help="Topic:NAME, Group:NAME, a prefix (Topic:Order*), Topic:*, Group:* or *.")]
+ResourceArg = Annotated[
+    str, typer.Argument(help="Topic:NAME, Group:NAME, a prefix (Topic:Order*), Topic:*, Group:* or *.")
+]
 
 
 class Format(str, Enum):
@@ -117,8 +126,15 @@ def _rule_dict(r) -> dict:
 
 
 @contextlib.contextmanager
-def _target(file: Path | None, server: str | None, tls_ca: Path | None, access_key: str | None,
-            secret_key: str | None, *, create: bool = False) -> Iterator[_FileTarget | _ServerTarget]:  # fmt: skip
+def _target(
+    file: Path | None,
+    server: str | None,
+    tls_ca: Path | None,
+    access_key: str | None,
+    secret_key: str | None,
+    *,
+    create: bool = False,
+) -> Iterator[_FileTarget | _ServerTarget]:
     if (file is None) == (server is None):
         raise typer.BadParameter("give --file ACL.json or --server HOST:PORT (one of them)")
     if server is not None:
@@ -142,21 +158,46 @@ def _rows(rows: list[dict], fmt: Format) -> None:
 
 
 @acl_app.command("list-users")
-def list_users(file: FileOpt = None, server: ServerOpt = None, tls_ca: TlsCaOpt = None,
-               access_key: AccessKeyOpt = None, secret_key: SecretKeyOpt = None, fmt: FormatOpt = Format.table) -> None:  # fmt: skip
+def list_users(
+    file: FileOpt = None,
+    server: ServerOpt = None,
+    tls_ca: TlsCaOpt = None,
+    access_key: AccessKeyOpt = None,
+    secret_key: SecretKeyOpt = None,
+    fmt: FormatOpt = Format.table,
+) -> None:
     """List the users: access key and whether it is an admin (never a secret)."""
     with _target(file, server, tls_ca, access_key, secret_key) as t:
         _rows(t.list_users(), fmt)
 
 
 @acl_app.command("add-user")
-def add_user(user: UserArg,
-             user_secret: Annotated[str | None, typer.Option("--user-secret", envvar="MQSTORE_USER_SECRET", show_default=False,
-                                                             help="The new user's secret key, 8-256 characters (env MQSTORE_USER_SECRET); default: a random one, printed once.")] = None,
-             admin: Annotated[bool, typer.Option("--admin", help="An admin: allowed everything, topic changes and the ACL included.")] = False,
-             replace: Annotated[bool, typer.Option("--replace", help="Replace a user with this access key (new secret and admin flag; its rules stay).")] = False,
-             file: FileOpt = None, server: ServerOpt = None, tls_ca: TlsCaOpt = None,
-             access_key: AccessKeyOpt = None, secret_key: SecretKeyOpt = None) -> None:  # fmt: skip
+def add_user(
+    user: UserArg,
+    user_secret: Annotated[
+        str | None,
+        typer.Option(
+            "--user-secret",
+            envvar="MQSTORE_USER_SECRET",
+            show_default=False,
+            help="The new user's secret key, 8-256 characters (env MQSTORE_USER_SECRET); default: a random one, printed once.",
+        ),
+    ] = None,
+    admin: Annotated[
+        bool, typer.Option("--admin", help="An admin: allowed everything, topic changes and the ACL included.")
+    ] = False,
+    replace: Annotated[
+        bool,
+        typer.Option(
+            "--replace", help="Replace a user with this access key (new secret and admin flag; its rules stay)."
+        ),
+    ] = False,
+    file: FileOpt = None,
+    server: ServerOpt = None,
+    tls_ca: TlsCaOpt = None,
+    access_key: AccessKeyOpt = None,
+    secret_key: SecretKeyOpt = None,
+) -> None:
     """Add a user; prints one JSON line with its access key and secret key (keep the secret: it is never shown again)."""
     new_secret = user_secret or secrets.token_urlsafe(24)
     with _target(file, server, tls_ca, access_key, secret_key, create=True) as t:
@@ -165,8 +206,14 @@ def add_user(user: UserArg,
 
 
 @acl_app.command("remove-user")
-def remove_user(user: UserArg, file: FileOpt = None, server: ServerOpt = None, tls_ca: TlsCaOpt = None,
-                access_key: AccessKeyOpt = None, secret_key: SecretKeyOpt = None) -> None:  # fmt: skip
+def remove_user(
+    user: UserArg,
+    file: FileOpt = None,
+    server: ServerOpt = None,
+    tls_ca: TlsCaOpt = None,
+    access_key: AccessKeyOpt = None,
+    secret_key: SecretKeyOpt = None,
+) -> None:
     """Remove a user and its rules (never the last admin)."""
     with _target(file, server, tls_ca, access_key, secret_key) as t:
         n = t.remove_user(user)
@@ -174,20 +221,35 @@ def remove_user(user: UserArg, file: FileOpt = None, server: ServerOpt = None, t
 
 
 @acl_app.command("list-rules")
-def list_rules(user: Annotated[str, typer.Option("--user", help="Only this user's rules.")] = "",
-               file: FileOpt = None, server: ServerOpt = None, tls_ca: TlsCaOpt = None,
-               access_key: AccessKeyOpt = None, secret_key: SecretKeyOpt = None, fmt: FormatOpt = Format.table) -> None:  # fmt: skip
+def list_rules(
+    user: Annotated[str, typer.Option("--user", help="Only this user's rules.")] = "",
+    file: FileOpt = None,
+    server: ServerOpt = None,
+    tls_ca: TlsCaOpt = None,
+    access_key: AccessKeyOpt = None,
+    secret_key: SecretKeyOpt = None,
+    fmt: FormatOpt = Format.table,
+) -> None:
     """List the rules: user, resource, actions, decision."""
     with _target(file, server, tls_ca, access_key, secret_key) as t:
         _rows(t.list_rules(user), fmt)
 
 
 @acl_app.command("add-rule")
-def add_rule(user: UserArg, resource: ResourceArg,
-             actions: Annotated[list[ActionChoice], typer.Option("--action", help="Pub (send to a topic) or Sub (read a topic, use a group); repeat for both.")],
-             decision: Annotated[DecisionChoice, typer.Option("--decision", help="Allow or Deny.")] = DecisionChoice.allow,
-             file: FileOpt = None, server: ServerOpt = None, tls_ca: TlsCaOpt = None,
-             access_key: AccessKeyOpt = None, secret_key: SecretKeyOpt = None) -> None:  # fmt: skip
+def add_rule(
+    user: UserArg,
+    resource: ResourceArg,
+    actions: Annotated[
+        list[ActionChoice],
+        typer.Option("--action", help="Pub (send to a topic) or Sub (read a topic, use a group); repeat for both."),
+    ],
+    decision: Annotated[DecisionChoice, typer.Option("--decision", help="Allow or Deny.")] = DecisionChoice.allow,
+    file: FileOpt = None,
+    server: ServerOpt = None,
+    tls_ca: TlsCaOpt = None,
+    access_key: AccessKeyOpt = None,
+    secret_key: SecretKeyOpt = None,
+) -> None:
     """Allow or deny actions of a user on a resource.
 
     It replaces the user's rule with the same resource and decision. The most
@@ -195,15 +257,26 @@ def add_rule(user: UserArg, resource: ResourceArg,
     acts = sorted({a.value for a in actions})
     with _target(file, server, tls_ca, access_key, secret_key) as t:
         replaced = t.add_rule(user, resource, acts, decision.value)
-    typer.echo(json.dumps({"user": user, "resource": resource, "actions": acts, "decision": decision.value,
-                           "replaced": replaced}))  # fmt: skip
+    typer.echo(
+        json.dumps(
+            {"user": user, "resource": resource, "actions": acts, "decision": decision.value, "replaced": replaced}
+        )
+    )
 
 
 @acl_app.command("remove-rule")
-def remove_rule(user: UserArg, resource: ResourceArg,
-                decision: Annotated[DecisionChoice | None, typer.Option("--decision", help="Only the rule with this decision (default: both).")] = None,
-                file: FileOpt = None, server: ServerOpt = None, tls_ca: TlsCaOpt = None,
-                access_key: AccessKeyOpt = None, secret_key: SecretKeyOpt = None) -> None:  # fmt: skip
+def remove_rule(
+    user: UserArg,
+    resource: ResourceArg,
+    decision: Annotated[
+        DecisionChoice | None, typer.Option("--decision", help="Only the rule with this decision (default: both).")
+    ] = None,
+    file: FileOpt = None,
+    server: ServerOpt = None,
+    tls_ca: TlsCaOpt = None,
+    access_key: AccessKeyOpt = None,
+    secret_key: SecretKeyOpt = None,
+) -> None:
     """Remove a user's rules on a resource; prints each removed rule as a JSON line."""
     with _target(file, server, tls_ca, access_key, secret_key) as t:
         gone = t.remove_rule(user, resource, decision.value if decision else "")

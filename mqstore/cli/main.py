@@ -50,7 +50,9 @@ def _export_credentials(access_key: str | None, secret_key: str | None) -> None:
 
 @app.callback()
 def _root(
-    log_level: Annotated[str, typer.Option("--log-level", help="debug, info, warning or error (logs go to stderr).")] = "warning",
+    log_level: Annotated[
+        str, typer.Option("--log-level", help="debug, info, warning or error (logs go to stderr).")
+    ] = "warning",
     log_format: Annotated[str, typer.Option("--log-format", help="json or console.")] = "json",
 ) -> None:
     """mqstore: a RocketMQ byte-compatible message store."""
@@ -59,22 +61,38 @@ def _root(
 
 @bench_app.command("append")
 def bench_append(
-    store: Annotated[Optional[Path], typer.Option("--store", help="Store directory (created if missing); or --server.")] = None,
-    server: Annotated[Optional[str], typer.Option("--server", help="HOST:PORT of a running `mqstore serve`: send through it instead.")] = None,
+    store: Annotated[
+        Optional[Path], typer.Option("--store", help="Store directory (created if missing); or --server.")
+    ] = None,
+    server: Annotated[
+        Optional[str], typer.Option("--server", help="HOST:PORT of a running `mqstore serve`: send through it instead.")
+    ] = None,
     access_key: AccessKeyOpt = None,
     secret_key: SecretKeyOpt = None,
     messages: Annotated[int, typer.Option("--messages", min=0, help="How many messages to append.")] = 1_000_000,
     body_size: Annotated[int, typer.Option("--body-size", min=0, help="Body bytes per message.")] = 128,
     topics: Annotated[int, typer.Option("--topics", min=1, help="Spread messages over this many topics.")] = 1,
     queues: Annotated[int, typer.Option("--queues", min=1, max=65536, help="Queues per topic.")] = 4,
-    flush: Annotated[FlushChoice, typer.Option("--flush", help="async: ack from page cache; sync: ack after group fsync.")] = FlushChoice.async_,
+    flush: Annotated[
+        FlushChoice, typer.Option("--flush", help="async: ack from page cache; sync: ack after group fsync.")
+    ] = FlushChoice.async_,
     producers: Annotated[int, typer.Option("--producers", min=1, help="Producer threads.")] = 1,
     batch: Annotated[int, typer.Option("--batch", min=1, help="Messages per append call.")] = 1000,
-    segment_bytes: Annotated[int, typer.Option("--segment-bytes", min=4096, help="CommitLog segment size in bytes.")] = 1 << 30,
-    ack_log: Annotated[Optional[Path], typer.Option("--ack-log", help="Write one JSON line per acknowledged message here.")] = None,
-    no_dispatch: Annotated[bool, typer.Option("--no-dispatch", help="CommitLog only: no dispatcher, consume queues or index.")] = False,
-    index_hash_slots: Annotated[int, typer.Option("--index-hash-slots", min=1, help="Hash slots per index file.")] = 5_000_000,
-    index_max_entries: Annotated[int, typer.Option("--index-max-entries", min=2, help="Entries per index file.")] = 20_000_000,
+    segment_bytes: Annotated[
+        int, typer.Option("--segment-bytes", min=4096, help="CommitLog segment size in bytes.")
+    ] = 1 << 30,
+    ack_log: Annotated[
+        Optional[Path], typer.Option("--ack-log", help="Write one JSON line per acknowledged message here.")
+    ] = None,
+    no_dispatch: Annotated[
+        bool, typer.Option("--no-dispatch", help="CommitLog only: no dispatcher, consume queues or index.")
+    ] = False,
+    index_hash_slots: Annotated[
+        int, typer.Option("--index-hash-slots", min=1, help="Hash slots per index file.")
+    ] = 5_000_000,
+    index_max_entries: Annotated[
+        int, typer.Option("--index-max-entries", min=2, help="Entries per index file.")
+    ] = 20_000_000,
 ) -> None:
     """Append a deterministic workload (TAGS, two KEYS and a UNIQ_KEY per message) and
     print one JSON line: messages, bytes, seconds, msgs_per_s, mb_per_s, p50_ms, p99_ms, ...
@@ -87,19 +105,40 @@ def bench_append(
         from mqstore.bench.remote import run_remote_append
 
         _export_credentials(access_key, secret_key)
-        print(json.dumps(run_remote_append(server, messages=messages, body_size=body_size, topics=topics, queues=queues,
-                                           producers=producers, batch=min(batch, 10_000))), flush=True)  # fmt: skip
+        print(
+            json.dumps(
+                run_remote_append(
+                    server,
+                    messages=messages,
+                    body_size=body_size,
+                    topics=topics,
+                    queues=queues,
+                    producers=producers,
+                    batch=min(batch, 10_000),
+                )
+            ),
+            flush=True,
+        )
         return
     from mqstore.bench.append import AppendBench, run_append_bench
     from mqstore.store.config import FlushMode
 
     result = run_append_bench(
         AppendBench(
-            store=store, messages=messages, body_size=body_size, topics=topics, queues=queues,
-            flush=FlushMode(flush.value), producers=producers, batch=batch, segment_bytes=segment_bytes,
-            ack_log=ack_log, dispatch=not no_dispatch, index_hash_slots=index_hash_slots,
+            store=store,
+            messages=messages,
+            body_size=body_size,
+            topics=topics,
+            queues=queues,
+            flush=FlushMode(flush.value),
+            producers=producers,
+            batch=batch,
+            segment_bytes=segment_bytes,
+            ack_log=ack_log,
+            dispatch=not no_dispatch,
+            index_hash_slots=index_hash_slots,
             index_max_entries=index_max_entries,
-        )  # fmt: skip
+        )
     )
     print(json.dumps(result), flush=True)
 
@@ -108,12 +147,30 @@ def bench_append(
 def bench_consume(
     store: Annotated[Optional[Path], typer.Option("--store", help="Store directory; or --server.")] = None,
     batch: Annotated[int, typer.Option("--batch", min=1, help="Messages per pull.")] = 1000,
-    server: Annotated[Optional[str], typer.Option("--server", help="HOST:PORT of a running `mqstore serve`: pull through it.")] = None,
+    server: Annotated[
+        Optional[str], typer.Option("--server", help="HOST:PORT of a running `mqstore serve`: pull through it.")
+    ] = None,
     access_key: AccessKeyOpt = None,
     secret_key: SecretKeyOpt = None,
-    topics: Annotated[int, typer.Option("--topics", min=1, help="With --server: pull BenchTopic0..N-1 (bench append's topics).")] = 1,
-    consumers: Annotated[int, typer.Option("--consumers", min=1, help="With --server: consumer threads sharing the queues (each pulls its queues in turn).")] = 1,
-    wait_dispatch: Annotated[float, typer.Option("--wait-dispatch", min=0, help="With --server: first wait up to this many seconds for every shard to dispatch what it wrote (0: pull what is dispatched now).")] = 60.0,
+    topics: Annotated[
+        int, typer.Option("--topics", min=1, help="With --server: pull BenchTopic0..N-1 (bench append's topics).")
+    ] = 1,
+    consumers: Annotated[
+        int,
+        typer.Option(
+            "--consumers",
+            min=1,
+            help="With --server: consumer threads sharing the queues (each pulls its queues in turn).",
+        ),
+    ] = 1,
+    wait_dispatch: Annotated[
+        float,
+        typer.Option(
+            "--wait-dispatch",
+            min=0,
+            help="With --server: first wait up to this many seconds for every shard to dispatch what it wrote (0: pull what is dispatched now).",
+        ),
+    ] = 60.0,
 ) -> None:
     """Pull every queue of the store to its end (encoded records, as a broker serves
     them); last line JSON with messages, seconds, msgs_per_s (with --server also
@@ -125,8 +182,14 @@ def bench_consume(
         from mqstore.bench.remote import run_remote_consume
 
         _export_credentials(access_key, secret_key)
-        print(json.dumps(run_remote_consume(server, topics=topics, batch=min(batch, 10_000), wait_dispatch=wait_dispatch,
-                                            consumers=consumers)), flush=True)
+        print(
+            json.dumps(
+                run_remote_consume(
+                    server, topics=topics, batch=min(batch, 10_000), wait_dispatch=wait_dispatch, consumers=consumers
+                )
+            ),
+            flush=True,
+        )
         return
     from mqstore.bench.consume import run_consume_bench
 
@@ -156,15 +219,25 @@ def bench_disk(
     one JSON line with mb_per_s (median of the rounds): the yardstick for append figures."""
     from mqstore.bench.disk import run_disk_bench
 
-    print(json.dumps(run_disk_bench(store, total_bytes=total_bytes, chunk_bytes=chunk_bytes, rounds=rounds)), flush=True)
+    print(
+        json.dumps(run_disk_bench(store, total_bytes=total_bytes, chunk_bytes=chunk_bytes, rounds=rounds)), flush=True
+    )
 
 
 @bench_app.command("recover")
 def bench_recover(
     store: StoreOpt,
-    total_bytes: Annotated[int, typer.Option("--bytes", min=1, help="CommitLog bytes to write before the kill.")] = 1 << 30,
+    total_bytes: Annotated[int, typer.Option("--bytes", min=1, help="CommitLog bytes to write before the kill.")] = 1
+    << 30,
     body_size: Annotated[int, typer.Option("--body-size", min=0, help="Body bytes per message.")] = 1024,
-    before_checkpoint: Annotated[int, typer.Option("--before-checkpoint", min=0, help="Write a whole store (consume queues, index) with this many bytes covered by its checkpoint first; --bytes more follow before the kill, and the next open is timed.")] = 0,
+    before_checkpoint: Annotated[
+        int,
+        typer.Option(
+            "--before-checkpoint",
+            min=0,
+            help="Write a whole store (consume queues, index) with this many bytes covered by its checkpoint first; --bytes more follow before the kill, and the next open is timed.",
+        ),
+    ] = 0,
 ) -> None:
     """Write a commitlog in a child process, kill -9 it, then time the abnormal
     recovery (CRC checked) and print one JSON line with gb_per_s. With
@@ -173,8 +246,9 @@ def bench_recover(
     from mqstore.bench.recover import run_recover_bench, run_reopen_after_checkpoint_bench
 
     if before_checkpoint:
-        result = run_reopen_after_checkpoint_bench(store, before_bytes=before_checkpoint, after_bytes=total_bytes,
-                                                   body_size=body_size)  # fmt: skip
+        result = run_reopen_after_checkpoint_bench(
+            store, before_bytes=before_checkpoint, after_bytes=total_bytes, body_size=body_size
+        )
     else:
         result = run_recover_bench(store, total_bytes=total_bytes, body_size=body_size)
     print(json.dumps(result), flush=True)
@@ -183,37 +257,56 @@ def bench_recover(
 @bench_app.command("reopen")
 def bench_reopen(
     store: Annotated[Path, typer.Option("--store", help="An existing store (closed, or left by kill -9).")],
-    sample: Annotated[int, typer.Option("--sample", min=0, help="Queues whose every unit is checked against its record.")] = 1000,
-    delete_segments: Annotated[int, typer.Option("--delete-segments", min=0, help="Let retention delete up to this many of the oldest segments.")] = 0,
+    sample: Annotated[
+        int, typer.Option("--sample", min=0, help="Queues whose every unit is checked against its record.")
+    ] = 1000,
+    delete_segments: Annotated[
+        int,
+        typer.Option("--delete-segments", min=0, help="Let retention delete up to this many of the oldest segments."),
+    ] = 0,
 ) -> None:
     """Open a store (recovery, consume-queue load, catch-up dispatch), check a sample of
     queues against the commitlog, optionally run retention, and print one JSON line:
     open_seconds, queues, mismatches, open files, maps, RSS, ..."""
     from mqstore.bench.reopen import ReopenBench, run_reopen_bench
 
-    print(json.dumps(run_reopen_bench(ReopenBench(store=store, sample=sample, delete_segments=delete_segments))), flush=True)
+    print(
+        json.dumps(run_reopen_bench(ReopenBench(store=store, sample=sample, delete_segments=delete_segments))),
+        flush=True,
+    )
 
 
 @bench_app.command("retention")
 def bench_retention(
     store: Annotated[Path, typer.Option("--store", help="An empty directory for the store.")],
-    segment_bytes: Annotated[int, typer.Option("--segment-bytes", min=1 << 20, help="CommitLog segment size.")] = 64 << 20,
-    fill_segments: Annotated[int, typer.Option("--fill-segments", min=2, help="Segments written before the timed rounds (all but the last go).")] = 12,
-    round_messages: Annotated[int, typer.Option("--round-messages", min=1000, help="Messages in the idle round.")] = 300_000,
+    segment_bytes: Annotated[int, typer.Option("--segment-bytes", min=1 << 20, help="CommitLog segment size.")] = 64
+    << 20,
+    fill_segments: Annotated[
+        int,
+        typer.Option("--fill-segments", min=2, help="Segments written before the timed rounds (all but the last go)."),
+    ] = 12,
+    round_messages: Annotated[
+        int, typer.Option("--round-messages", min=1000, help="Messages in the idle round.")
+    ] = 300_000,
 ) -> None:
     """Time appends with retention idle, then while it deletes old segments (and the
     consume-queue and index files behind them); print one JSON line with p99_idle_ms,
     p99_deleting_ms and p99_ratio."""
     from mqstore.bench.retention import RetentionBench, run_retention_bench
 
-    b = RetentionBench(store=store, segment_bytes=segment_bytes, fill_segments=fill_segments, round_messages=round_messages)
+    b = RetentionBench(
+        store=store, segment_bytes=segment_bytes, fill_segments=fill_segments, round_messages=round_messages
+    )
     print(json.dumps(run_retention_bench(b)), flush=True)
 
 
 @app.command("print")
 def print_records(
     store: Annotated[Path, typer.Option("--store", help="Store directory to read (not modified, no lock taken).")],
-    offset: Annotated[Optional[int], typer.Option("--offset", min=0, help="Commitlog offset of the first record (default: the oldest).")] = None,
+    offset: Annotated[
+        Optional[int],
+        typer.Option("--offset", min=0, help="Commitlog offset of the first record (default: the oldest)."),
+    ] = None,
     count: Annotated[int, typer.Option("--count", min=1, help="How many records to print at most.")] = 10,
 ) -> None:
     """Print decoded records as JSON lines (like mqadmin printMsg), read-only."""
@@ -228,8 +321,8 @@ def print_records(
 from mqstore.cli import acl as _acl  # noqa: E402  (registers the acl group)
 from mqstore.cli import maintenance as _maintenance  # noqa: E402  (registers verify and repair)
 from mqstore.cli import queries as _queries  # noqa: E402  (registers the query commands)
-from mqstore.cli import remote as _remote  # noqa: E402  (registers serve and send)
 from mqstore.cli import reconcile as _reconcile  # noqa: E402  (registers reconcile)
+from mqstore.cli import remote as _remote  # noqa: E402  (registers serve and send)
 
 _queries.register(app)
 _maintenance.register(app)

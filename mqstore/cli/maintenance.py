@@ -45,28 +45,39 @@ def render_report(report: VerifyReport) -> str:
         f"store      {report.store}",
         f"commitlog  {_plural(c['segments'], 'segment')}, {_plural(report.messages, 'record')}, {report.bytes:,} bytes",
         f"queues     {_plural(c['queues'], 'queue')}, {_plural(c['units'], 'unit')}",
-        (f"index      {_plural(c['index_files'], 'file')}, {_plural(c['index_entries'], 'entry', 'entries')} "
-         f"({c['index_keys_checked']:,} keys checked)"),
+        (
+            f"index      {_plural(c['index_files'], 'file')}, {_plural(c['index_entries'], 'entry', 'entries')} "
+            f"({c['index_keys_checked']:,} keys checked)"
+        ),
         f"config     {_plural(c['consumer_offsets'], 'consumer offset')} checked",
-    ]  # fmt: skip
+    ]
     lines += [_finding_line(f) for f in report.findings]
     verdict = "OK" if report.ok else "NOT OK"
-    lines.append(f"{verdict}: {_plural(c['errors'], 'error')}, {_plural(c['warnings'], 'warning')} "
-                 f"in {report.seconds:.2f} s ({mb_s:,.0f} MB/s)")  # fmt: skip
+    lines.append(
+        f"{verdict}: {_plural(c['errors'], 'error')}, {_plural(c['warnings'], 'warning')} "
+        f"in {report.seconds:.2f} s ({mb_s:,.0f} MB/s)"
+    )
     return "\n".join(lines)
 
 
 def register(app: typer.Typer) -> None:
     @app.command("verify")
     def verify(
-        store: Annotated[Path, typer.Option("--store", help="Store directory to check (read only: no lock, no writes).")],
-        fmt: Annotated[ReportFormat, typer.Option("--format", help="text (a summary for people) or json (one object).")] = (
-            ReportFormat.text),
-        index_keys: Annotated[IndexKeysChoice, typer.Option(
-            "--index-keys", help="Check that records' keys are in the index: full, sample (the first million records, "
-                                 "then every 16th) or off.",
-        )] = IndexKeysChoice.sample,
-    ) -> None:  # fmt: skip
+        store: Annotated[
+            Path, typer.Option("--store", help="Store directory to check (read only: no lock, no writes).")
+        ],
+        fmt: Annotated[
+            ReportFormat, typer.Option("--format", help="text (a summary for people) or json (one object).")
+        ] = (ReportFormat.text),
+        index_keys: Annotated[
+            IndexKeysChoice,
+            typer.Option(
+                "--index-keys",
+                help="Check that records' keys are in the index: full, sample (the first million records, "
+                "then every 16th) or off.",
+            ),
+        ] = IndexKeysChoice.sample,
+    ) -> None:
         """Check that the commitlog, consume queues, index files, checkpoint and config
         files agree; exit 0 if no finding is an error, 1 otherwise. Works on a running
         store (it reads what is on disk)."""
@@ -84,12 +95,18 @@ def register(app: typer.Typer) -> None:
     @app.command("repair")
     def repair(
         store: Annotated[Path, typer.Option("--store", help="Store directory to repair (it must not be running).")],
-        dry_run: Annotated[bool, typer.Option("--dry-run", help="Print what repair would do and change nothing.")] = False,
-        truncate_corrupt: Annotated[bool, typer.Option(
-            "--truncate-corrupt", help="Cut the commitlog at a corrupt record even though valid records follow it "
-                                       "(they are lost; the cut segments are copied aside first).",
-        )] = False,
-    ) -> None:  # fmt: skip
+        dry_run: Annotated[
+            bool, typer.Option("--dry-run", help="Print what repair would do and change nothing.")
+        ] = False,
+        truncate_corrupt: Annotated[
+            bool,
+            typer.Option(
+                "--truncate-corrupt",
+                help="Cut the commitlog at a corrupt record even though valid records follow it "
+                "(they are lost; the cut segments are copied aside first).",
+            ),
+        ] = False,
+    ) -> None:
         """Cut torn commitlog tails and rebuild consume queues and index files from the
         commitlog where verify finds them wrong; moved files are kept in
         <store>/repair-<time>/. Exit 0 when the store verifies clean afterwards."""

@@ -17,8 +17,16 @@ from typing import Annotated
 import typer
 
 from mqstore.cli.render import print_records, print_table
-from mqstore.cli.target import (AccessKeyOpt, SecretKeyOpt, ServerOpt, TlsCaOpt, check_target, open_store, open_view,
-                                remote)  # fmt: skip
+from mqstore.cli.target import (
+    AccessKeyOpt,
+    SecretKeyOpt,
+    ServerOpt,
+    TlsCaOpt,
+    check_target,
+    open_store,
+    open_view,
+    remote,
+)
 from mqstore.store.reads import parse_tag_expression
 
 StoreArg = Annotated[Path | None, typer.Option("--store", help="Store directory (or --server).")]
@@ -42,9 +50,15 @@ def _records(found) -> list:
 
 def register(app: typer.Typer) -> None:
     @app.command("query-msg-by-id")
-    def query_msg_by_id(msg_id: Annotated[str, typer.Argument(help="Offset msgId (32 or 56 hex digits).")],
-                        store: StoreArg = None, server: ServerOpt = None, tls_ca: TlsCaOpt = None,
-                        access_key: AccessKeyOpt = None, secret_key: SecretKeyOpt = None, fmt: FormatArg = Format.json) -> None:  # fmt: skip
+    def query_msg_by_id(
+        msg_id: Annotated[str, typer.Argument(help="Offset msgId (32 or 56 hex digits).")],
+        store: StoreArg = None,
+        server: ServerOpt = None,
+        tls_ca: TlsCaOpt = None,
+        access_key: AccessKeyOpt = None,
+        secret_key: SecretKeyOpt = None,
+        fmt: FormatArg = Format.json,
+    ) -> None:
         """Print the message an offset msgId names (store host + commitlog offset)."""
         check_target(store, server)
         if server is not None:
@@ -55,10 +69,16 @@ def register(app: typer.Typer) -> None:
             print_records([s.read_msg_id(msg_id)], fmt.value)
 
     @app.command("query-msg-by-unique-key")
-    def query_msg_by_unique_key(topic: TopicArg,
-                                unique_key: Annotated[str, typer.Argument(help="UNIQ_KEY (the client message id).")],
-                                store: StoreArg = None, server: ServerOpt = None, tls_ca: TlsCaOpt = None,
-                                access_key: AccessKeyOpt = None, secret_key: SecretKeyOpt = None, fmt: FormatArg = Format.json) -> None:  # fmt: skip
+    def query_msg_by_unique_key(
+        topic: TopicArg,
+        unique_key: Annotated[str, typer.Argument(help="UNIQ_KEY (the client message id).")],
+        store: StoreArg = None,
+        server: ServerOpt = None,
+        tls_ca: TlsCaOpt = None,
+        access_key: AccessKeyOpt = None,
+        secret_key: SecretKeyOpt = None,
+        fmt: FormatArg = Format.json,
+    ) -> None:
         """Print the messages of a topic with this UNIQ_KEY (through the index)."""
         check_target(store, server)
         if server is not None:
@@ -69,26 +89,44 @@ def register(app: typer.Typer) -> None:
             print_records(s.query_by_unique_key(topic, unique_key), fmt.value)
 
     @app.command("query-msg-by-key")
-    def query_msg_by_key(topic: TopicArg, key: Annotated[str, typer.Argument(help="One of the message's KEYS.")],
-                         begin: Annotated[int, typer.Option("--begin", help="Earliest store time, ms since the epoch.")] = 0,
-                         end: Annotated[int, typer.Option("--end", help="Latest store time, ms since the epoch.")] = (1 << 63) - 1,
-                         max_count: Annotated[int, typer.Option("--max", min=1, max=64, help="At most this many (index limit 64).")] = 32,
-                         store: StoreArg = None, server: ServerOpt = None, tls_ca: TlsCaOpt = None,
-                         access_key: AccessKeyOpt = None, secret_key: SecretKeyOpt = None, fmt: FormatArg = Format.json) -> None:  # fmt: skip
+    def query_msg_by_key(
+        topic: TopicArg,
+        key: Annotated[str, typer.Argument(help="One of the message's KEYS.")],
+        begin: Annotated[int, typer.Option("--begin", help="Earliest store time, ms since the epoch.")] = 0,
+        end: Annotated[int, typer.Option("--end", help="Latest store time, ms since the epoch.")] = (1 << 63) - 1,
+        max_count: Annotated[
+            int, typer.Option("--max", min=1, max=64, help="At most this many (index limit 64).")
+        ] = 32,
+        store: StoreArg = None,
+        server: ServerOpt = None,
+        tls_ca: TlsCaOpt = None,
+        access_key: AccessKeyOpt = None,
+        secret_key: SecretKeyOpt = None,
+        fmt: FormatArg = Format.json,
+    ) -> None:
         """Print the messages of a topic whose KEYS hold KEY, newest first (through the index)."""
         check_target(store, server)
         if server is not None:
             with remote(server, tls_ca, access_key, secret_key) as c:
-                print_records(_records(c.query_by_key(topic, key, begin_ms=begin, end_ms=end, max_num=max_count)), fmt.value)
+                print_records(
+                    _records(c.query_by_key(topic, key, begin_ms=begin, end_ms=end, max_num=max_count)), fmt.value
+                )
             return
         with open_view(store) as s:
             print_records(s.query_by_key(topic, key, begin=begin, end=end, max_num=max_count), fmt.value)
 
     @app.command("query-msg-by-offset")
-    def query_msg_by_offset(topic: TopicArg, queue: QueueArg,
-                            offset: Annotated[int, typer.Option("--offset", min=0, help="Queue offset.")],
-                            store: StoreArg = None, server: ServerOpt = None, tls_ca: TlsCaOpt = None,
-                            access_key: AccessKeyOpt = None, secret_key: SecretKeyOpt = None, fmt: FormatArg = Format.json) -> None:  # fmt: skip
+    def query_msg_by_offset(
+        topic: TopicArg,
+        queue: QueueArg,
+        offset: Annotated[int, typer.Option("--offset", min=0, help="Queue offset.")],
+        store: StoreArg = None,
+        server: ServerOpt = None,
+        tls_ca: TlsCaOpt = None,
+        access_key: AccessKeyOpt = None,
+        secret_key: SecretKeyOpt = None,
+        fmt: FormatArg = Format.json,
+    ) -> None:
         """Print the message at one queue offset of a topic's queue."""
         check_target(store, server)
         if server is not None:
@@ -99,12 +137,19 @@ def register(app: typer.Typer) -> None:
             print_records([s.read_queue_offset(topic, queue, offset)], fmt.value)
 
     @app.command("pull")
-    def pull(topic: TopicArg, queue: QueueArg,
-             offset: Annotated[int, typer.Option("--offset", min=0, help="Queue offset to start at.")],
-             max_count: Annotated[int, typer.Option("--max", min=1, max=10_000, help="At most this many messages.")] = 32,
-             tags: Annotated[str | None, typer.Option("--tags", help="Tag expression, e.g. 'TagA || TagB'.")] = None,
-             store: StoreArg = None, server: ServerOpt = None, tls_ca: TlsCaOpt = None,
-             access_key: AccessKeyOpt = None, secret_key: SecretKeyOpt = None, fmt: FormatArg = Format.json) -> None:  # fmt: skip
+    def pull(
+        topic: TopicArg,
+        queue: QueueArg,
+        offset: Annotated[int, typer.Option("--offset", min=0, help="Queue offset to start at.")],
+        max_count: Annotated[int, typer.Option("--max", min=1, max=10_000, help="At most this many messages.")] = 32,
+        tags: Annotated[str | None, typer.Option("--tags", help="Tag expression, e.g. 'TagA || TagB'.")] = None,
+        store: StoreArg = None,
+        server: ServerOpt = None,
+        tls_ca: TlsCaOpt = None,
+        access_key: AccessKeyOpt = None,
+        secret_key: SecretKeyOpt = None,
+        fmt: FormatArg = Format.json,
+    ) -> None:
         """Pull messages of one queue from a queue offset, optionally filtered by tags;
         prints the messages, then (on stderr) the next offset to pull from."""
         check_target(store, server)
@@ -115,26 +160,57 @@ def register(app: typer.Typer) -> None:
             with remote(server, tls_ca, access_key, secret_key) as c:
                 res = c.pull(topic, queue, offset, max_messages=max_count, tags=tags or "")
             print_records(_records(res.records), fmt.value)
-            typer.echo(json.dumps({"next_offset": res.next_offset, "min_offset": res.min_offset,
-                                   "max_offset": res.max_offset, "status": front_pb2.PullStatus.Name(res.status)}),
-                       err=True)  # fmt: skip
+            typer.echo(
+                json.dumps(
+                    {
+                        "next_offset": res.next_offset,
+                        "min_offset": res.min_offset,
+                        "max_offset": res.max_offset,
+                        "status": front_pb2.PullStatus.Name(res.status),
+                    }
+                ),
+                err=True,
+            )
             return
         with open_view(store) as s:
             res = s.pull(topic, queue, offset, max_count=max_count, tags=wanted)
             print_records(res.records, fmt.value)
-            typer.echo(json.dumps({"next_offset": res.next_offset, "min_offset": res.min_offset,
-                                   "max_offset": res.max_offset, "status": res.status.name}), err=True)  # fmt: skip
+            typer.echo(
+                json.dumps(
+                    {
+                        "next_offset": res.next_offset,
+                        "min_offset": res.min_offset,
+                        "max_offset": res.max_offset,
+                        "status": res.status.name,
+                    }
+                ),
+                err=True,
+            )
 
     @app.command("consumer-progress")
-    def consumer_progress(group: Annotated[str, typer.Option("--group", help="Consumer group.")],
-                          store: StoreArg = None, server: ServerOpt = None, tls_ca: TlsCaOpt = None,
-                          access_key: AccessKeyOpt = None, secret_key: SecretKeyOpt = None, fmt: FormatArg = Format.table) -> None:  # fmt: skip
+    def consumer_progress(
+        group: Annotated[str, typer.Option("--group", help="Consumer group.")],
+        store: StoreArg = None,
+        server: ServerOpt = None,
+        tls_ca: TlsCaOpt = None,
+        access_key: AccessKeyOpt = None,
+        secret_key: SecretKeyOpt = None,
+        fmt: FormatArg = Format.table,
+    ) -> None:
         """Per queue of a consumer group: broker offset, consumer offset and lag."""
         check_target(store, server)
         if server is not None:
             with remote(server, tls_ca, access_key, secret_key) as c:
-                rows = [{"topic": r.topic, "queue_id": r.queue_id, "broker_offset": r.broker_offset,
-                         "consumer_offset": r.consumer_offset, "lag": r.lag} for r in c.consumer_progress(group)]  # fmt: skip
+                rows = [
+                    {
+                        "topic": r.topic,
+                        "queue_id": r.queue_id,
+                        "broker_offset": r.broker_offset,
+                        "consumer_offset": r.consumer_offset,
+                        "lag": r.lag,
+                    }
+                    for r in c.consumer_progress(group)
+                ]
         else:
             with open_view(store) as s:
                 rows = [r.__dict__ for r in s.consumer_progress(group)]
@@ -143,28 +219,51 @@ def register(app: typer.Typer) -> None:
         _print_rows(rows, fmt)
 
     @app.command("update-topic")
-    def update_topic(topic: TopicArg,
-                     read_queue_nums: Annotated[int, typer.Option("--read-queue-nums", min=1, max=65536)] = 4,
-                     write_queue_nums: Annotated[int, typer.Option("--write-queue-nums", min=1, max=65536)] = 4,
-                     perm: Annotated[int, typer.Option("--perm", min=0, max=15, help="2 write, 4 read, 6 both.")] = 6,
-                     create: Annotated[bool, typer.Option("--create", help="With --store: make a new store there if it holds none.")] = False,
-                     store: StoreArg = None, server: ServerOpt = None, tls_ca: TlsCaOpt = None,
-                     access_key: AccessKeyOpt = None, secret_key: SecretKeyOpt = None) -> None:  # fmt: skip
+    def update_topic(
+        topic: TopicArg,
+        read_queue_nums: Annotated[int, typer.Option("--read-queue-nums", min=1, max=65536)] = 4,
+        write_queue_nums: Annotated[int, typer.Option("--write-queue-nums", min=1, max=65536)] = 4,
+        perm: Annotated[int, typer.Option("--perm", min=0, max=15, help="2 write, 4 read, 6 both.")] = 6,
+        create: Annotated[
+            bool, typer.Option("--create", help="With --store: make a new store there if it holds none.")
+        ] = False,
+        store: StoreArg = None,
+        server: ServerOpt = None,
+        tls_ca: TlsCaOpt = None,
+        access_key: AccessKeyOpt = None,
+        secret_key: SecretKeyOpt = None,
+    ) -> None:
         """Create or change a topic's config (config/topics.json; every shard's with --server)."""
         check_target(store, server)
         if server is not None:
             with remote(server, tls_ca, access_key, secret_key) as c:
-                tc = c.update_topic(topic, read_queue_nums=read_queue_nums, write_queue_nums=write_queue_nums, perm=perm)
-            typer.echo(json.dumps({"topicName": tc.topic, "readQueueNums": tc.read_queue_nums,
-                                   "writeQueueNums": tc.write_queue_nums, "perm": tc.perm}))  # fmt: skip
+                tc = c.update_topic(
+                    topic, read_queue_nums=read_queue_nums, write_queue_nums=write_queue_nums, perm=perm
+                )
+            typer.echo(
+                json.dumps(
+                    {
+                        "topicName": tc.topic,
+                        "readQueueNums": tc.read_queue_nums,
+                        "writeQueueNums": tc.write_queue_nums,
+                        "perm": tc.perm,
+                    }
+                )
+            )
             return
         with open_store(store, create=create) as s:
             tc = s.update_topic(topic, read_queue_nums=read_queue_nums, write_queue_nums=write_queue_nums, perm=perm)
         typer.echo(json.dumps(tc.to_json()))
 
     @app.command("status")
-    def status(store: StoreArg = None, server: ServerOpt = None, tls_ca: TlsCaOpt = None,
-               access_key: AccessKeyOpt = None, secret_key: SecretKeyOpt = None, fmt: FormatArg = Format.table) -> None:  # fmt: skip
+    def status(
+        store: StoreArg = None,
+        server: ServerOpt = None,
+        tls_ca: TlsCaOpt = None,
+        access_key: AccessKeyOpt = None,
+        secret_key: SecretKeyOpt = None,
+        fmt: FormatArg = Format.table,
+    ) -> None:
         """Every shard: state, whether appends are accepted (and why not), recovery
         progress, commitlog offsets (wrote, flushed, dispatched), dispatch lag, consume
         queues, store size and free disk. With --store: that store's own status.
@@ -184,10 +283,19 @@ def register(app: typer.Typer) -> None:
                 st = s.status()
             if fmt is Format.table:
                 rec = st["last_recovery"]
-                print_table([{"store": str(store), "writable": "yes" if st["writable"] else f"NO ({st['unwritable_cause']})",
-                              "recovery": "clean" if rec["clean_shutdown"] else f"after a crash ({rec['seconds']} s)",
-                              "wrote": st["wrote"], "flushed": st["flushed"], "queues": st["queues"],
-                              "commitlog": human_bytes(st["wrote"] - st["min_offset"])}])  # fmt: skip
+                print_table(
+                    [
+                        {
+                            "store": str(store),
+                            "writable": "yes" if st["writable"] else f"NO ({st['unwritable_cause']})",
+                            "recovery": "clean" if rec["clean_shutdown"] else f"after a crash ({rec['seconds']} s)",
+                            "wrote": st["wrote"],
+                            "flushed": st["flushed"],
+                            "queues": st["queues"],
+                            "commitlog": human_bytes(st["wrote"] - st["min_offset"]),
+                        }
+                    ]
+                )
             else:
                 typer.echo(json.dumps(st))
             healthy = bool(st["writable"]) and not st.get("stopped_loops")
@@ -195,18 +303,41 @@ def register(app: typer.Typer) -> None:
             raise typer.Exit(1)
 
     @app.command("topic-status")
-    def topic_status(topic: TopicArg, store: StoreArg = None, server: ServerOpt = None, tls_ca: TlsCaOpt = None,
-                     access_key: AccessKeyOpt = None, secret_key: SecretKeyOpt = None, fmt: FormatArg = Format.table) -> None:  # fmt: skip
+    def topic_status(
+        topic: TopicArg,
+        store: StoreArg = None,
+        server: ServerOpt = None,
+        tls_ca: TlsCaOpt = None,
+        access_key: AccessKeyOpt = None,
+        secret_key: SecretKeyOpt = None,
+        fmt: FormatArg = Format.table,
+    ) -> None:
         """Min and max offset and the last store time of every queue of a topic."""
         check_target(store, server)
         if server is not None:
             with remote(server, tls_ca, access_key, secret_key) as c:
-                rows = [{"topic": q.topic, "queue_id": q.queue_id, "min_offset": q.min_offset, "max_offset": q.max_offset,
-                         "last_store_timestamp": q.last_store_timestamp} for q in c.topic_status(topic)]  # fmt: skip
+                rows = [
+                    {
+                        "topic": q.topic,
+                        "queue_id": q.queue_id,
+                        "min_offset": q.min_offset,
+                        "max_offset": q.max_offset,
+                        "last_store_timestamp": q.last_store_timestamp,
+                    }
+                    for q in c.topic_status(topic)
+                ]
         else:
             with open_view(store) as s:
-                rows = [{"topic": q.topic, "queue_id": q.queue_id, "min_offset": q.min_offset, "max_offset": q.max_offset,
-                         "last_store_timestamp": q.last_store_timestamp} for q in s.topic_status(topic)]  # fmt: skip
+                rows = [
+                    {
+                        "topic": q.topic,
+                        "queue_id": q.queue_id,
+                        "min_offset": q.min_offset,
+                        "max_offset": q.max_offset,
+                        "last_store_timestamp": q.last_store_timestamp,
+                    }
+                    for q in s.topic_status(topic)
+                ]
         if not rows:
             raise ValueError(f"topic {topic!r} has no queues in {store}")
         _print_rows(rows, fmt)
@@ -247,14 +378,21 @@ def shard_status_row(st) -> dict:
     writable = ("yes" if st.writable else f"NO ({st.unwritable_cause or 'unknown'})") if serving else "-"
     num = (lambda v: v) if serving else (lambda v: "-")  # noqa: E731
     return {
-        "shard": st.shard, "state": st.state, "writable": writable, "recovery": recovery,
-        "wrote": num(st.wrote_offset), "flushed": num(st.flushed_offset), "dispatched": num(st.dispatched_offset),
+        "shard": st.shard,
+        "state": st.state,
+        "writable": writable,
+        "recovery": recovery,
+        "wrote": num(st.wrote_offset),
+        "flushed": num(st.flushed_offset),
+        "dispatched": num(st.dispatched_offset),
         "dispatch_lag": human_bytes(max(0, st.confirm_offset - st.dispatched_offset)) if serving else "-",
-        "queues": num(st.queue_count), "commitlog": human_bytes(st.commitlog_bytes) if serving else "-",
+        "queues": num(st.queue_count),
+        "commitlog": human_bytes(st.commitlog_bytes) if serving else "-",
         "disk_free": human_bytes(st.disk_free_bytes) if serving else "-",
         "builders": "/".join(_builder(b) for b in (st.queue_builder, st.index_builder) if b.state) or "-",
-        "endpoint": st.endpoint or "-", "error": st.error or "",
-    }  # fmt: skip
+        "endpoint": st.endpoint or "-",
+        "error": st.error or "",
+    }
 
 
 def _builder(b) -> str:

@@ -55,8 +55,16 @@ def one_line(e: BaseException) -> str:
     return lines[0]
 
 
-def run(store: Path, master: str | None, output: Path | None, repair: bool, chunk_mb: int, index_keys: str,
-        fmt: str, progress: bool) -> int:  # fmt: skip
+def run(
+    store: Path,
+    master: str | None,
+    output: Path | None,
+    repair: bool,
+    chunk_mb: int,
+    index_keys: str,
+    fmt: str,
+    progress: bool,
+) -> int:
     """The command's body (also the spark-submit entry's): returns the exit status."""
     from mqstore.jobs.reconcile import (
         check_output_dir,
@@ -77,10 +85,15 @@ def run(store: Path, master: str | None, output: Path | None, repair: bool, chun
     try:
         spark = session(master)
     except Exception as e:  # noqa: BLE001  (no Java, a master that cannot be reached, ...)
-        print(f"mqstore: error: cannot start Spark on {master or 'the spark-submit master'}: {one_line(e)}", file=sys.stderr)
+        print(
+            f"mqstore: error: cannot start Spark on {master or 'the spark-submit master'}: {one_line(e)}",
+            file=sys.stderr,
+        )
         return 1
     try:
-        result = reconcile(spark, store, output=output, repair=repair, chunk_bytes=chunk_mb << 20, index_keys=index_keys)
+        result = reconcile(
+            spark, store, output=output, repair=repair, chunk_bytes=chunk_mb << 20, index_keys=index_keys
+        )
     except (OSError, ValueError, LookupError):
         raise  # the caller's one-line errors (an output that went away, ...)
     except Exception as e:  # noqa: BLE001  (a failed Spark job: its traceback is for --log-level debug)
@@ -112,18 +125,44 @@ def register(app: typer.Typer, *, spark_submit: bool = False) -> None:
         master_default = "local[*]"
 
     def reconcile_cmd(
-        store: Annotated[Path, typer.Option("--store", help="Store directory to reconcile (read only: no lock, no writes).")],
-        master: str | None = typer.Option(master_default, "--master", help=master_help),  # (closure values: no Annotated)
-        output: Annotated[Path | None, typer.Option("--output", help="Directory for the findings (Parquet), "
-                                                       "summary.json and, with --repair, rebuilt files.")] = None,
-        repair: Annotated[bool, typer.Option("--repair", help="Write rebuilt consume queues and index files for what "
-                                             "is damaged into --output/repair (never into the store).")] = False,
+        store: Annotated[
+            Path, typer.Option("--store", help="Store directory to reconcile (read only: no lock, no writes).")
+        ],
+        master: str | None = typer.Option(
+            master_default, "--master", help=master_help
+        ),  # (closure values: no Annotated)
+        output: Annotated[
+            Path | None,
+            typer.Option(
+                "--output", help="Directory for the findings (Parquet), summary.json and, with --repair, rebuilt files."
+            ),
+        ] = None,
+        repair: Annotated[
+            bool,
+            typer.Option(
+                "--repair",
+                help="Write rebuilt consume queues and index files for what "
+                "is damaged into --output/repair (never into the store).",
+            ),
+        ] = False,
         chunk_mb: Annotated[int, typer.Option("--chunk-mb", min=1, help="CommitLog MiB per Spark task.")] = 64,
-        index_keys: Annotated[str, typer.Option("--index-keys", help="full (every record's keys must be in the index), "
-                                                "sample (the first million, then every 16th) or off.")] = "full",
-        fmt: Annotated[str, typer.Option("--format", help="text (a summary table) or json (summary.json's content).")] = "text",
-        progress: Annotated[bool, typer.Option("--progress/--no-progress", help="Log progress (structlog, stderr).")] = True,
-        log_level: str = typer.Option("warning", "--log-level", help="debug, info, warning or error (logs go to stderr)."),
+        index_keys: Annotated[
+            str,
+            typer.Option(
+                "--index-keys",
+                help="full (every record's keys must be in the index), "
+                "sample (the first million, then every 16th) or off.",
+            ),
+        ] = "full",
+        fmt: Annotated[
+            str, typer.Option("--format", help="text (a summary table) or json (summary.json's content).")
+        ] = "text",
+        progress: Annotated[
+            bool, typer.Option("--progress/--no-progress", help="Log progress (structlog, stderr).")
+        ] = True,
+        log_level: str = typer.Option(
+            "warning", "--log-level", help="debug, info, warning or error (logs go to stderr)."
+        ),
         log_format: str = typer.Option("json", "--log-format", help="json or console."),
     ) -> None:
         """Check with Spark that the commitlog, consume queues, index files, checkpoint
@@ -142,14 +181,19 @@ def register(app: typer.Typer, *, spark_submit: bool = False) -> None:
     if not spark_submit:  # `mqstore --log-level ... reconcile`: the log options are mqstore's, not the command's
         sig = inspect.signature(reconcile_cmd, eval_str=True)
         reconcile_cmd.__signature__ = sig.replace(
-            parameters=[p for p in sig.parameters.values() if p.name not in ("log_level", "log_format")])  # fmt: skip
+            parameters=[p for p in sig.parameters.values() if p.name not in ("log_level", "log_format")]
+        )
     app.command("reconcile")(reconcile_cmd)
 
 
 def entry_app() -> typer.Typer:
     """The spark-submit entry's command line (one command: reconcile's)."""
-    app = typer.Typer(name="reconcile", help="mqstore reconcile under spark-submit.", pretty_exceptions_enable=False,
-                      add_completion=False)  # fmt: skip
+    app = typer.Typer(
+        name="reconcile",
+        help="mqstore reconcile under spark-submit.",
+        pretty_exceptions_enable=False,
+        add_completion=False,
+    )
     register(app, spark_submit=True)
     return app
 

@@ -30,22 +30,77 @@ class Placement(str, Enum):
 def register(app: typer.Typer) -> None:
     @app.command("serve")
     def serve(
-        store: Annotated[Path, typer.Option("--store", help="Store root (shard i under DIR/shard-i when --shards > 1).")] = Path("data"),
+        store: Annotated[
+            Path, typer.Option("--store", help="Store root (shard i under DIR/shard-i when --shards > 1).")
+        ] = Path("data"),
         host: Annotated[str, typer.Option("--host", help="Address every gRPC server listens on.")] = "127.0.0.1",
-        port: Annotated[int, typer.Option("--port", min=0, max=65535, help="Port of the public API (the front).")] = 8080,
-        shards: Annotated[int, typer.Option("--shards", min=1, max=64, help="Store shards (pinned in DIR/mqstore-layout.json).")] = 1,
-        address: Annotated[str | None, typer.Option("--address", help="Join a running Ray cluster ('auto'); default: start a local one.")] = None,
-        flush: Annotated[FlushChoice, typer.Option("--flush", help="async: ack from page cache; sync: ack after group fsync.")] = FlushChoice.sync,
-        segment_bytes: Annotated[int, typer.Option("--segment-bytes", min=4096, help="CommitLog segment size (new stores).")] = 1 << 30,
+        port: Annotated[
+            int, typer.Option("--port", min=0, max=65535, help="Port of the public API (the front).")
+        ] = 8080,
+        shards: Annotated[
+            int, typer.Option("--shards", min=1, max=64, help="Store shards (pinned in DIR/mqstore-layout.json).")
+        ] = 1,
+        address: Annotated[
+            str | None,
+            typer.Option("--address", help="Join a running Ray cluster ('auto'); default: start a local one."),
+        ] = None,
+        flush: Annotated[
+            FlushChoice, typer.Option("--flush", help="async: ack from page cache; sync: ack after group fsync.")
+        ] = FlushChoice.sync,
+        segment_bytes: Annotated[
+            int, typer.Option("--segment-bytes", min=4096, help="CommitLog segment size (new stores).")
+        ] = 1 << 30,
         namespace: Annotated[str, typer.Option("--namespace", help="Ray namespace of the actors.")] = "mqstore",
         log_level: Annotated[str, typer.Option("--actor-log-level", help="Log level inside the actors.")] = "info",
-        metrics_port: Annotated[int, typer.Option("--metrics-port", min=0, max=65535, help="Prometheus metrics of the front (http://HOST:PORT/metrics); 0: none. Keep it outside Ray's worker ports 10002-19999.")] = 9464,
-        tls_cert: Annotated[Path | None, typer.Option("--tls-cert", dir_okay=False, help="PEM certificate chain: the front (public API) speaks TLS only. With --tls-key.")] = None,
-        tls_key: Annotated[Path | None, typer.Option("--tls-key", dir_okay=False, help="PEM private key of --tls-cert.")] = None,
-        placement: Annotated[Placement, typer.Option("--placement", help="node: every shard on this machine; resource: shard i on the Ray node offering the custom resource mqstore_shard_i (its disk holds DIR/shard-i).")] = Placement.node,
-        acl: Annotated[Path | None, typer.Option("--acl", dir_okay=False, help="Users and permissions of the front (JSON; see `mqstore acl --help`): every call must be signed by a user the file allows.")] = None,
-        allow_anonymous: Annotated[bool, typer.Option("--allow-anonymous", help="Serve a --host that is not loopback without --acl: anyone who reaches it may send, read and change topics.")] = False,
-        insecure_ray: Annotated[bool, typer.Option("--insecure-ray", help="Join (--address) a Ray cluster that runs without token authentication: anyone who reaches its ports can run code as its user.")] = False,
+        metrics_port: Annotated[
+            int,
+            typer.Option(
+                "--metrics-port",
+                min=0,
+                max=65535,
+                help="Prometheus metrics of the front (http://HOST:PORT/metrics); 0: none. Keep it outside Ray's worker ports 10002-19999.",
+            ),
+        ] = 9464,
+        tls_cert: Annotated[
+            Path | None,
+            typer.Option(
+                "--tls-cert",
+                dir_okay=False,
+                help="PEM certificate chain: the front (public API) speaks TLS only. With --tls-key.",
+            ),
+        ] = None,
+        tls_key: Annotated[
+            Path | None, typer.Option("--tls-key", dir_okay=False, help="PEM private key of --tls-cert.")
+        ] = None,
+        placement: Annotated[
+            Placement,
+            typer.Option(
+                "--placement",
+                help="node: every shard on this machine; resource: shard i on the Ray node offering the custom resource mqstore_shard_i (its disk holds DIR/shard-i).",
+            ),
+        ] = Placement.node,
+        acl: Annotated[
+            Path | None,
+            typer.Option(
+                "--acl",
+                dir_okay=False,
+                help="Users and permissions of the front (JSON; see `mqstore acl --help`): every call must be signed by a user the file allows.",
+            ),
+        ] = None,
+        allow_anonymous: Annotated[
+            bool,
+            typer.Option(
+                "--allow-anonymous",
+                help="Serve a --host that is not loopback without --acl: anyone who reaches it may send, read and change topics.",
+            ),
+        ] = False,
+        insecure_ray: Annotated[
+            bool,
+            typer.Option(
+                "--insecure-ray",
+                help="Join (--address) a Ray cluster that runs without token authentication: anyone who reaches its ports can run code as its user.",
+            ),
+        ] = False,
     ) -> None:
         """Serve the store over gRPC on Ray until Ctrl-C/SIGTERM: per shard a commitlog,
         a consume-queue builder, an index builder and a dispatcher actor, and one front;
@@ -60,17 +115,37 @@ def register(app: typer.Typer) -> None:
         sys.stdout.flush()
         ready_out = os.fdopen(os.dup(sys.stdout.fileno()), "w")
         os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
-        run(store, host=host, port=port, shards=shards, address=address, config=cfg, namespace=namespace,
-            log_level=log_level, placement=placement.value, metrics_port=metrics_port, tls_cert=tls_cert,
-            tls_key=tls_key, acl=acl, allow_anonymous=allow_anonymous, insecure_ray=insecure_ray,
-            ready_out=ready_out)  # fmt: skip
+        run(
+            store,
+            host=host,
+            port=port,
+            shards=shards,
+            address=address,
+            config=cfg,
+            namespace=namespace,
+            log_level=log_level,
+            placement=placement.value,
+            metrics_port=metrics_port,
+            tls_cert=tls_cert,
+            tls_key=tls_key,
+            acl=acl,
+            allow_anonymous=allow_anonymous,
+            insecure_ray=insecure_ray,
+            ready_out=ready_out,
+        )
 
     @app.command("send")
     def send(
         topic: Annotated[str, typer.Option("--topic", help="Topic name.")],
-        bodies: Annotated[list[str] | None, typer.Argument(help="Message bodies (UTF-8); none: one per line of stdin.")] = None,
-        store: Annotated[Path | None, typer.Option("--store", help="Store directory (appends in this process).")] = None,
-        create: Annotated[bool, typer.Option("--create", help="With --store: make a new store there if it holds none.")] = False,
+        bodies: Annotated[
+            list[str] | None, typer.Argument(help="Message bodies (UTF-8); none: one per line of stdin.")
+        ] = None,
+        store: Annotated[
+            Path | None, typer.Option("--store", help="Store directory (appends in this process).")
+        ] = None,
+        create: Annotated[
+            bool, typer.Option("--create", help="With --store: make a new store there if it holds none.")
+        ] = False,
         server: ServerOpt = None,
         tls_ca: TlsCaOpt = None,
         access_key: AccessKeyOpt = None,
@@ -99,15 +174,35 @@ def register(app: typer.Typer) -> None:
                 chunk = [t.encode() for t in texts[lo : lo + batch]]
                 if server is not None:
                     r = c.send(topic, chunk, queue_ids=queue, tags=tags, keys=keys)
-                    rows = zip(r.msg_ids, r.queue_ids, r.queue_offsets, r.physical_offsets,
-                               (common_pb2.PutStatus.Name(x) for x in r.statuses), r.unique_keys)  # fmt: skip
+                    rows = zip(
+                        r.msg_ids,
+                        r.queue_ids,
+                        r.queue_offsets,
+                        r.physical_offsets,
+                        (common_pb2.PutStatus.Name(x) for x in r.statuses),
+                        r.unique_keys,
+                    )
                 else:
                     res = s.append(MessageBatch(topics=topic, bodies=chunk, queue_ids=queue, tags=tags, keys=keys))
-                    rows = ((m.msg_id, m.queue_id, m.queue_offset, m.physical_offset, m.status.value, m.unique_key)
-                            for m in res)  # fmt: skip
+                    rows = (
+                        (m.msg_id, m.queue_id, m.queue_offset, m.physical_offset, m.status.value, m.unique_key)
+                        for m in res
+                    )
                 for msg_id, qid, qoff, phys, status, uniq in rows:
-                    out.write(json.dumps({"msg_id": msg_id, "topic": topic, "queue_id": qid, "queue_offset": qoff,
-                                          "physical_offset": phys, "unique_key": uniq, "status": status}) + "\n")  # fmt: skip
+                    out.write(
+                        json.dumps(
+                            {
+                                "msg_id": msg_id,
+                                "topic": topic,
+                                "queue_id": qid,
+                                "queue_offset": qoff,
+                                "physical_offset": phys,
+                                "unique_key": uniq,
+                                "status": status,
+                            }
+                        )
+                        + "\n"
+                    )
         out.flush()
 
 

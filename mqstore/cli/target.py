@@ -18,13 +18,36 @@ from typing import Annotated
 
 import typer
 
-ServerOpt = Annotated[str | None, typer.Option("--server", help="HOST:PORT of a running `mqstore serve` (instead of --store).")]
-TlsCaOpt = Annotated[Path | None, typer.Option("--tls-ca", envvar="MQSTORE_TLS_CA", dir_okay=False,
-                                               help="With --server: the front speaks TLS; trust these PEM certificates (env MQSTORE_TLS_CA).")]  # fmt: skip
-AccessKeyOpt = Annotated[str | None, typer.Option("--access-key", envvar="MQSTORE_ACCESS_KEY", show_default=False,
-                                                  help="With --server: sign calls as this user (a front serving --acl; env MQSTORE_ACCESS_KEY).")]  # fmt: skip
-SecretKeyOpt = Annotated[str | None, typer.Option("--secret-key", envvar="MQSTORE_SECRET_KEY", show_default=False,
-                                                  help="With --server: the user's secret key (env MQSTORE_SECRET_KEY, which keeps it out of the process list).")]  # fmt: skip
+ServerOpt = Annotated[
+    str | None, typer.Option("--server", help="HOST:PORT of a running `mqstore serve` (instead of --store).")
+]
+TlsCaOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--tls-ca",
+        envvar="MQSTORE_TLS_CA",
+        dir_okay=False,
+        help="With --server: the front speaks TLS; trust these PEM certificates (env MQSTORE_TLS_CA).",
+    ),
+]
+AccessKeyOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--access-key",
+        envvar="MQSTORE_ACCESS_KEY",
+        show_default=False,
+        help="With --server: sign calls as this user (a front serving --acl; env MQSTORE_ACCESS_KEY).",
+    ),
+]
+SecretKeyOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--secret-key",
+        envvar="MQSTORE_SECRET_KEY",
+        show_default=False,
+        help="With --server: the user's secret key (env MQSTORE_SECRET_KEY, which keeps it out of the process list).",
+    ),
+]
 
 
 def check_target(store: Path | None, server: str | None) -> None:
@@ -34,8 +57,9 @@ def check_target(store: Path | None, server: str | None) -> None:
 
 
 @contextlib.contextmanager
-def remote(server: str, tls_ca: Path | None = None, access_key: str | None = None,
-           secret_key: str | None = None) -> Iterator:  # fmt: skip
+def remote(
+    server: str, tls_ca: Path | None = None, access_key: str | None = None, secret_key: str | None = None
+) -> Iterator:
     """A FrontClient for ``server`` (TLS trusting ``tls_ca`` if given; every call
     signed as ``access_key`` if given, see services/acl.py); gRPC failures become
     one-line errors."""
@@ -75,9 +99,20 @@ def check_store(store: Path, *, create: bool = False) -> None:
     """FileNotFoundError naming ``store`` unless it holds a store (or ``create``)."""
     if not create and not (store / "commitlog").is_dir():
         what = "does not exist" if not store.exists() else "has no commitlog/ directory"
-        raise FileNotFoundError(f"no store at {store}: it {what} (give the directory `mqstore serve` or "
-                                "`bench` made, or --create to make a new one)")  # fmt: skip
+        raise FileNotFoundError(
+            f"no store at {store}: it {what} (give the directory `mqstore serve` or "
+            "`bench` made, or --create to make a new one)"
+        )
 
 
-__all__ = ["AccessKeyOpt", "SecretKeyOpt", "ServerOpt", "TlsCaOpt", "check_store", "check_target", "open_store",
-           "open_view", "remote"]  # fmt: skip
+__all__ = [
+    "AccessKeyOpt",
+    "SecretKeyOpt",
+    "ServerOpt",
+    "TlsCaOpt",
+    "check_store",
+    "check_target",
+    "open_store",
+    "open_view",
+    "remote",
+]

@@ -1,8 +1,9 @@
 """The format layer: RocketMQ's on-disk bytes <-> Python values. No I/O policy here."""
 
 from mqstore.formats.checkpoint import CHECKPOINT_BYTES, Checkpoint
-from mqstore.formats.crc import body_crc
 from mqstore.formats.consume_queue import CqUnit, decode_units, encode_units, unit_position
+from mqstore.formats.crc import body_crc
+from mqstore.formats.index_file import IndexFileView, IndexHeader, index_file_size, index_key_hashes
 from mqstore.formats.javahash import index_key_hash, java_string_hash, tags_code
 from mqstore.formats.message import (
     BLANK_MAGIC,
@@ -29,7 +30,6 @@ from mqstore.formats.msgid import (
 )
 from mqstore.formats.names import check_topic, file_name_to_offset, offset_to_file_name
 from mqstore.formats.properties import parse_properties, serialize_properties, split_keys
-from mqstore.formats.index_file import IndexFileView, IndexHeader, index_file_size, index_key_hashes
 
 __all__ = [
     "BLANK_MAGIC",

@@ -444,8 +444,10 @@ class IndexFileView:
         first = _ENTRY.unpack_from(buf, self._entries_at + INDEX_ENTRY_BYTES)
         last = _ENTRY.unpack_from(buf, self._entries_at + n * INDEX_ENTRY_BYTES)
         if h.begin_phy_offset != first[1] or h.end_phy_offset != last[1]:
-            return (f"begin/end offsets {h.begin_phy_offset}/{h.end_phy_offset} are not the first/last entry's "
-                    f"({first[1]}/{last[1]})")  # fmt: skip
+            return (
+                f"begin/end offsets {h.begin_phy_offset}/{h.end_phy_offset} are not the first/last entry's "
+                f"({first[1]}/{last[1]})"
+            )
         if first[1] < prev_end_phy_offset:
             return f"the first entry points at {first[1]}, before the previous file's end {prev_end_phy_offset}"
         if h.begin_timestamp > h.end_timestamp:
@@ -456,7 +458,11 @@ class IndexFileView:
             return None
         lo = max(1, n + 1 - deep_limit)
         e = np.frombuffer(buf, INDEX_ENTRY_DTYPE, n + 1 - lo, self._entries_at + lo * INDEX_ENTRY_BYTES)
-        hashes, phys, prev = e["key_hash"].astype(np.int64), e["phy_offset"].astype(np.int64), e["prev"].astype(np.int64)
+        hashes, phys, prev = (
+            e["key_hash"].astype(np.int64),
+            e["phy_offset"].astype(np.int64),
+            e["prev"].astype(np.int64),
+        )
         del e
         numbers = np.arange(lo, n + 1)
         if (np.diff(phys) < 0).any():

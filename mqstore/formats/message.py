@@ -303,9 +303,24 @@ def decode_record(buf: bytes | memoryview, pos: int = 0, *, check_crc: bool = Tr
     if check_crc and body_len and crc32(body) & CRC_MASK != crc:
         raise DecodeError(f"record at {pos}: body CRC mismatch (stored {crc})")
     return MessageRecord(
-        total, magic, crc, queue_id, flag, queue_offset, phys, sysflag, born_ts, born_host,
-        store_ts, store_host, reconsume, prepared, body, topic, parse_properties(props),
-    )  # fmt: skip
+        total,
+        magic,
+        crc,
+        queue_id,
+        flag,
+        queue_offset,
+        phys,
+        sysflag,
+        born_ts,
+        born_host,
+        store_ts,
+        store_host,
+        reconsume,
+        prepared,
+        body,
+        topic,
+        parse_properties(props),
+    )
 
 
 class ScanOutcome(enum.Enum):
@@ -464,8 +479,17 @@ def _scan_stop_without_records(buf, start: int, end: int, empty: np.ndarray) -> 
     return ScanResult(empty, empty.copy(), start, ScanOutcome.INVALID, reason)
 
 
-def _validate(buf, f: _Fields, pos_arr: np.ndarray, positions: list[int], stop: int, end: int,
-              check_crc: bool, base_offset: int | None, want_fields: bool) -> ScanResult:  # fmt: skip
+def _validate(
+    buf,
+    f: _Fields,
+    pos_arr: np.ndarray,
+    positions: list[int],
+    stop: int,
+    end: int,
+    check_crc: bool,
+    base_offset: int | None,
+    want_fields: bool,
+) -> ScanResult:
     n = len(positions)
     all_sizes = f.get(pos_arr, ">i4")
     all_magic = f.get(pos_arr + 4, ">i4")
@@ -495,7 +519,9 @@ def _validate(buf, f: _Fields, pos_arr: np.ndarray, positions: list[int], stop: 
     layout_bad = np.flatnonzero(bad)
     if layout_bad.size:
         k = int(layout_bad[0])
-        reason = f"record at {positions[k]} of {int(sizes[k])} bytes: its fields disagree with TOTALSIZE or its position"
+        reason = (
+            f"record at {positions[k]} of {int(sizes[k])} bytes: its fields disagree with TOTALSIZE or its position"
+        )
     if check_crc and k:
         stored = head["body_crc"][:k].astype(np.int64)
         starts = (body_len_at[:k] + 4).tolist()
@@ -511,7 +537,11 @@ def _validate(buf, f: _Fields, pos_arr: np.ndarray, positions: list[int], stop: 
             reason = f"record at {positions[k]}: body CRC mismatch"
     fields = None
     if want_fields:
-        fields = _fields_of(buf, f, head[:k], store_ts[:k], topic_len_at[:k] + topic_len_bytes[:k], topic_len[:k]) if k else NO_FIELDS
+        fields = (
+            _fields_of(buf, f, head[:k], store_ts[:k], topic_len_at[:k] + topic_len_bytes[:k], topic_len[:k])
+            if k
+            else NO_FIELDS
+        )
     if k < n:
         if reason:
             return ScanResult(pos_arr[:k], all_sizes[:k], positions[k], ScanOutcome.INVALID, reason, fields)
@@ -570,8 +600,9 @@ def record_heads(buf: bytes | memoryview, positions: np.ndarray) -> np.ndarray:
     return head
 
 
-def _fields_of(buf, f: _Fields, head: np.ndarray, store_ts: np.ndarray, topic_at: np.ndarray,
-               topic_len: np.ndarray) -> RecordFields:  # fmt: skip
+def _fields_of(
+    buf, f: _Fields, head: np.ndarray, store_ts: np.ndarray, topic_at: np.ndarray, topic_len: np.ndarray
+) -> RecordFields:
     """RecordFields from gathered heads and topic locations.
 
     Topics repeat, so each distinct topic is decoded once. A topic of up to 16 bytes
@@ -596,7 +627,11 @@ def _fields_of(buf, f: _Fields, head: np.ndarray, store_ts: np.ndarray, topic_at
     else:
         # Sort a 64-bit mix of the three fields (fast), then check it was exact:
         # every record must equal its group's first; on a collision use the full key.
-        mix = key["a"] * np.uint64(0x9E3779B97F4A7C15) ^ key["b"] * np.uint64(0xC2B2AE3D27D4EB4F) ^ key["len"].astype(np.uint64)
+        mix = (
+            key["a"] * np.uint64(0x9E3779B97F4A7C15)
+            ^ key["b"] * np.uint64(0xC2B2AE3D27D4EB4F)
+            ^ key["len"].astype(np.uint64)
+        )
         _, first, codes = np.unique(mix, return_index=True, return_inverse=True)
         codes = codes.ravel()
         if not (key[first[codes]] == key).all():
@@ -608,9 +643,15 @@ def _fields_of(buf, f: _Fields, head: np.ndarray, store_ts: np.ndarray, topic_at
         ]
     props_at = topic_at + topic_len + 2
     return RecordFields(
-        head["queue_id"].astype(np.int64), head["queue_offset"].astype(np.int64), head["sysflag"].astype(np.int64),
-        store_ts, codes.astype(np.int64).ravel(), topics, props_at, f.get(props_at - 2, ">i2"),
-    )  # fmt: skip
+        head["queue_id"].astype(np.int64),
+        head["queue_offset"].astype(np.int64),
+        head["sysflag"].astype(np.int64),
+        store_ts,
+        codes.astype(np.int64).ravel(),
+        topics,
+        props_at,
+        f.get(props_at - 2, ">i2"),
+    )
 
 
 def _long_topic_ids(buf, at: np.ndarray, lens: np.ndarray) -> np.ndarray:
@@ -701,7 +742,9 @@ class PreparedRecords:
         v2 = topic_lens > MAX_TOPIC_BYTES_V1
         any_v2 = bool(v2.any())
         self.props_lens = props_lens
-        self.sizes = dtype.itemsize + self.body_lens + (np.where(v2, 2, 1) if any_v2 else 1) + topic_lens + 2 + props_lens
+        self.sizes = (
+            dtype.itemsize + self.body_lens + (np.where(v2, 2, 1) if any_v2 else 1) + topic_lens + 2 + props_lens
+        )
         head = np.empty(n, dtype)  # every field is set below or in render()
         head["total_size"] = self.sizes
         head["magic"] = np.where(v2, MAGIC_V2, MAGIC_V1) if any_v2 else MAGIC_V1
@@ -710,7 +753,9 @@ class PreparedRecords:
         v6_bits = (SysFlag.BORNHOST_V6 if born_v6 else 0) | (SysFlag.STOREHOST_V6 if store_v6 else 0)
         head["sysflag"] = (np.asarray(sysflags, np.int64) & ~0x30) | v6_bits
         head["born_timestamp"] = born_timestamps
-        head["born_host"] = np.void(born_hosts) if isinstance(born_hosts, bytes) else np.array(born_hosts, dtype["born_host"])
+        head["born_host"] = (
+            np.void(born_hosts) if isinstance(born_hosts, bytes) else np.array(born_hosts, dtype["born_host"])
+        )
         head["store_host"] = np.void(store_host)
         head["reconsume_times"] = reconsume_times
         head["prepared_transaction_offset"] = prepared_transaction_offsets

@@ -114,7 +114,9 @@ class UniqKeyGenerator:
     def __init__(self, client: Host, *, pid: int | None = None, loader_hash: int | None = None) -> None:
         pid = os.getpid() if pid is None else pid
         loader_hash = random.getrandbits(32) if loader_hash is None else loader_hash
-        head = encode_host(client)[:-4] + (pid & 0xFFFF).to_bytes(2, "big") + (loader_hash & 0xFFFFFFFF).to_bytes(4, "big")
+        head = (
+            encode_host(client)[:-4] + (pid & 0xFFFF).to_bytes(2, "big") + (loader_hash & 0xFFFFFFFF).to_bytes(4, "big")
+        )
         self._prefix = head.hex().upper()
         self._counter = 0
         self._month_start = 0

@@ -51,8 +51,10 @@ def topic_error(topic: object) -> str | None:
     limit = topic_max_chars(topic)
     if len(topic) > limit:
         if limit == TOPIC_MAX_CHARS and len(topic) <= LONG_TOPIC_MAX_CHARS:
-            return (f"topic name is {len(topic)} characters long; the limit is {TOPIC_MAX_CHARS} "
-                    f"({LONG_TOPIC_MAX_CHARS} only for topics starting with %RETRY% or %DLQ%)")  # fmt: skip
+            return (
+                f"topic name is {len(topic)} characters long; the limit is {TOPIC_MAX_CHARS} "
+                f"({LONG_TOPIC_MAX_CHARS} only for topics starting with %RETRY% or %DLQ%)"
+            )
         return f"topic name is {len(topic)} characters long; the limit is {limit}"
     if not _TOPIC_RE.fullmatch(topic):
         return f"topic name {topic!r} has characters outside [%|a-zA-Z0-9_-]"

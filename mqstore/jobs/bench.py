@@ -21,7 +21,11 @@ import time
 
 def _summary(values: list[float], *, lower_is_better: bool = False) -> dict:
     best = min(values) if lower_is_better else max(values)
-    return {"best": round(best, 1), "median": round(statistics.median(values), 1), "runs": [round(v, 1) for v in values]}
+    return {
+        "best": round(best, 1),
+        "median": round(statistics.median(values), 1),
+        "runs": [round(v, 1) for v in values],
+    }
 
 
 def bench_reconcile(spark, store: str, runs: int, chunk_mb: int) -> dict:
@@ -60,8 +64,14 @@ def bench_datasource(spark, store: str, runs: int, properties: str) -> dict:
         t = time.perf_counter()
         df.write.format("noop").mode("overwrite").save()
         rates.append(n / (time.perf_counter() - t))
-    return {"bench": "datasource", "store": store, "messages": n, "properties": properties,
-            "count_seconds": round(count_s, 2), "msgs_per_s": _summary(rates)}  # fmt: skip
+    return {
+        "bench": "datasource",
+        "store": store,
+        "messages": n,
+        "properties": properties,
+        "count_seconds": round(count_s, 2),
+        "msgs_per_s": _summary(rates),
+    }
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -82,6 +82,7 @@ def spark_ddl(properties: str = "map") -> str:
         f"keys STRING, unique_key STRING, properties {props}, body BINARY"
     )
 
+
 _HEX_PAIRS = np.array([[ord(c) for c in f"{i:02X}"] for i in range(256)], np.uint8)  # byte -> two hex digits
 
 
@@ -135,7 +136,9 @@ def _msg_ids(store_hosts: np.ndarray, phys: np.ndarray) -> pa.Array:
     """Offset msgIds: the store host's 16 hex digits, then the offset's 16."""
     n = len(phys)
     uniq, inv = np.unique(store_hosts, return_inverse=True)
-    prefixes = np.array([np.frombuffer(offset_msg_id_prefix(decode_host(bytes(u))).encode(), np.uint8) for u in uniq.tolist()])
+    prefixes = np.array(
+        [np.frombuffer(offset_msg_id_prefix(decode_host(bytes(u))).encode(), np.uint8) for u in uniq.tolist()]
+    )
     chars = np.empty((n, 32), np.uint8)
     chars[:, :16] = prefixes[inv.ravel()]
     chars[:, 16:] = _HEX_PAIRS[phys.astype(">u8").view(np.uint8).reshape(n, 8)].reshape(n, 16)
@@ -143,8 +146,9 @@ def _msg_ids(store_hosts: np.ndarray, phys: np.ndarray) -> pa.Array:
     return pa.Array.from_buffers(pa.string(), n, [None, pa.py_buffer(offsets), pa.py_buffer(chars.ravel())])
 
 
-def records_batch(buf, base: int, positions: np.ndarray, sizes: np.ndarray, fields, *,
-                  properties: str = "map") -> pa.RecordBatch:  # fmt: skip
+def records_batch(
+    buf, base: int, positions: np.ndarray, sizes: np.ndarray, fields, *, properties: str = "map"
+) -> pa.RecordBatch:
     """One record batch (``schema(properties)``) for validated records at
     ``positions`` of ``buf`` (a segment starting at commitlog offset ``base``);
     ``fields`` from the scan."""
@@ -173,7 +177,9 @@ def records_batch(buf, base: int, positions: np.ndarray, sizes: np.ndarray, fiel
     try:
         props.validate(full=True)
     except pa.ArrowInvalid:  # not UTF-8: decode as Java does (bad bytes become U+FFFD)
-        props = pa.array([bytes(v).decode("utf-8", "replace") for v in props.cast(pa.binary()).to_pylist()], pa.string())
+        props = pa.array(
+            [bytes(v).decode("utf-8", "replace") for v in props.cast(pa.binary()).to_pylist()], pa.string()
+        )
     props_map = _properties_map(props)  # parse_properties's rules: the last entry of a name wins
     topics = pa.array(fields.topics, pa.string()).take(pa.array(fields.topic_codes.astype(np.int32)))
     columns = [
@@ -211,16 +217,31 @@ def _resume_after(mm, pos: int, base: int) -> int | None:
     return resync(mm, pos, len(mm), base)
 
 
-def scan_batches(mm, base: int, lo: int = 0, hi: int | None = None, *, check_crc: bool = False,
-                 batch_bytes: int = BATCH_BYTES, properties: str = "map") -> Iterator[pa.RecordBatch]:  # fmt: skip
+def scan_batches(
+    mm,
+    base: int,
+    lo: int = 0,
+    hi: int | None = None,
+    *,
+    check_crc: bool = False,
+    batch_bytes: int = BATCH_BYTES,
+    properties: str = "map",
+) -> Iterator[pa.RecordBatch]:
     """Record batches of the valid records starting in ``[lo, hi)`` of one mapped
     segment (``lo`` must be a record start or 0)."""
     size = len(mm)
     hi = size if hi is None else min(hi, size)
     pos = lo
     while pos < hi:
-        res = scan_records(mm, pos, size, check_crc=check_crc, max_bytes=min(batch_bytes, max(hi - pos, 1)),
-                           base_offset=base, fields=True)  # fmt: skip
+        res = scan_records(
+            mm,
+            pos,
+            size,
+            check_crc=check_crc,
+            max_bytes=min(batch_bytes, max(hi - pos, 1)),
+            base_offset=base,
+            fields=True,
+        )
         if len(res.positions):
             keep = res.positions < hi
             if keep.all():
@@ -243,8 +264,16 @@ def scan_batches(mm, base: int, lo: int = 0, hi: int | None = None, *, check_crc
         pos = nxt
 
 
-def segment_batches(path: str | Path, base: int, lo: int = 0, hi: int | None = None, *, check_crc: bool = False,
-                    batch_bytes: int = BATCH_BYTES, properties: str = "map") -> Iterator[pa.RecordBatch]:  # fmt: skip
+def segment_batches(
+    path: str | Path,
+    base: int,
+    lo: int = 0,
+    hi: int | None = None,
+    *,
+    check_crc: bool = False,
+    batch_bytes: int = BATCH_BYTES,
+    properties: str = "map",
+) -> Iterator[pa.RecordBatch]:
     """``scan_batches`` over the segment file at ``path`` (nothing if it is gone or
     empty: retention of a running store)."""
     try:
@@ -262,7 +291,9 @@ def segment_batches(path: str | Path, base: int, lo: int = 0, hi: int | None = N
                 if start is None:
                     return
                 lo = start
-            yield from scan_batches(mm, base, lo, hi, check_crc=check_crc, batch_bytes=batch_bytes, properties=properties)
+            yield from scan_batches(
+                mm, base, lo, hi, check_crc=check_crc, batch_bytes=batch_bytes, properties=properties
+            )
 
 
 __all__ = ["BATCH_BYTES", "SCHEMA", "joined", "records_batch", "scan_batches", "schema", "segment_batches", "spark_ddl"]

@@ -91,9 +91,15 @@ class MqstoreReader(DataSourceReader):
 
         if not partition.path:
             return
-        yield from segment_batches(partition.path, partition.base, partition.lo, partition.hi,
-                                   check_crc=self.check_crc, batch_bytes=self.batch_bytes,
-                                   properties=self.properties)  # fmt: skip
+        yield from segment_batches(
+            partition.path,
+            partition.base,
+            partition.lo,
+            partition.hi,
+            check_crc=self.check_crc,
+            batch_bytes=self.batch_bytes,
+            properties=self.properties,
+        )
 
 
 class MqstoreDataSource(DataSource):

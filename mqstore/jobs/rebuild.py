@@ -41,10 +41,10 @@ import numpy as np
 import structlog
 
 from mqstore.jobs.units import ChunkSpec, walk_table
-from mqstore.store.consumer_offsets import CONSUMER_OFFSET_FILE, TOPIC_GROUP_SEPARATOR
-from mqstore.store.json_files import CONFIG_DIR, write_config_json
 from mqstore.store.consume_queues import CONSUME_QUEUE_DIR
+from mqstore.store.consumer_offsets import CONSUMER_OFFSET_FILE, TOPIC_GROUP_SEPARATOR
 from mqstore.store.index_service import INDEX_DIR
+from mqstore.store.json_files import CONFIG_DIR, write_config_json
 
 log = structlog.get_logger(__name__)
 
@@ -76,7 +76,9 @@ def queue_units_of_chunk(spec: ChunkSpec, wanted: set[tuple[str, int]]) -> list[
     out = []
     for key in np.unique(table.queue_keys[sel]).tolist():
         rows = sel[table.queue_keys[sel] == key]
-        out.append((keys[key], (table.queue_offsets[rows], table.phys[rows], table.sizes[rows], table.tags_codes[rows])))
+        out.append(
+            (keys[key], (table.queue_offsets[rows], table.phys[rows], table.sizes[rows], table.tags_codes[rows]))
+        )
     return out
 
 
@@ -91,8 +93,12 @@ def write_queue(out_dir: str, file_bytes: int, queue: tuple[str, int], parts: li
     cq = ConsumeQueue(out_dir, topic, qid, file_bytes=file_bytes, preallocate=False)
     try:
         if len(order):
-            cq.put_units(qo[order], phys[order], np.concatenate([p[2] for p in parts])[order],
-                         np.concatenate([p[3] for p in parts])[order])  # fmt: skip
+            cq.put_units(
+                qo[order],
+                phys[order],
+                np.concatenate([p[2] for p in parts])[order],
+                np.concatenate([p[3] for p in parts])[order],
+            )
         cq.flush()
     finally:
         cq.close()
@@ -138,8 +144,10 @@ def _clamped_offsets(state, damage) -> dict | None:
     if cfg is None or cfg.value is None or not damage.consumer_offsets_past_end:
         return None
     table, extra = cfg.value
-    fixed = {(f"{topic}{TOPIC_GROUP_SEPARATOR}{group}", qid): top
-             for group, topic, qid, _off, top in damage.consumer_offsets_past_end}  # fmt: skip
+    fixed = {
+        (f"{topic}{TOPIC_GROUP_SEPARATOR}{group}", qid): top
+        for group, topic, qid, _off, top in damage.consumer_offsets_past_end
+    }
     out = {}
     for key, queues in table.items():
         out[key] = {str(q): fixed.get((key, q), o) for q, o in sorted(queues.items())}
@@ -177,19 +185,30 @@ def rebuild(spark, plan, result, out: Path, state) -> dict:
                 (out / CONSUME_QUEUE_DIR / t / str(q)).mkdir(parents=True, exist_ok=True)
                 written.append((t, q, 0))
         summary["queues"] = [{"topic": t, "queue_id": q, "units": n_} for t, q, n_ in sorted(written)]
-        log.info("reconcile_repair", rebuilt="consume_queues", queues=len(written), seconds=round(time.perf_counter() - t0, 2))
+        log.info(
+            "reconcile_repair",
+            rebuilt="consume_queues",
+            queues=len(written),
+            seconds=round(time.perf_counter() - t0, 2),
+        )
     if damage.index_bad and chunks:
         slots, entries = cfg.index_hash_slots, cfg.index_max_entries
         summary["index"] = sc.parallelize([0], 1).map(lambda _: write_index(out_s, chunks, slots, entries)).collect()[0]
-        log.info("reconcile_repair", rebuilt="index", files=len(summary["index"]["files"]),
-                 seconds=round(time.perf_counter() - t0, 2))  # fmt: skip
+        log.info(
+            "reconcile_repair",
+            rebuilt="index",
+            files=len(summary["index"]["files"]),
+            seconds=round(time.perf_counter() - t0, 2),
+        )
     offsets = _clamped_offsets(state, damage)
     if offsets is not None:
         write_config_json(out / CONFIG_DIR / CONSUMER_OFFSET_FILE, offsets)
         summary["consumer_offsets"] = len(damage.consumer_offsets_past_end)
     if damage.commitlog_cut is not None or damage.commitlog_unrepairable:
-        summary["not_repaired"].append("the commitlog is damaged: reconcile rebuilds derived files only; cut it with "
-                                       "`mqstore repair` (--truncate-corrupt when valid records follow the damage)")  # fmt: skip
+        summary["not_repaired"].append(
+            "the commitlog is damaged: reconcile rebuilds derived files only; cut it with "
+            "`mqstore repair` (--truncate-corrupt when valid records follow the damage)"
+        )
     if damage.checkpoint_fix:
         summary["not_repaired"].append("the checkpoint is ahead of the data: `mqstore repair` lowers it")
     parts = []
@@ -199,8 +218,11 @@ def rebuild(spark, plan, result, out: Path, state) -> dict:
         parts.append(f"{len(summary['index']['files'])} index files")
     if summary["consumer_offsets"]:
         parts.append(f"{summary['consumer_offsets']} consumer offsets")
-    summary["summary"] = (f"rebuilt {', '.join(parts)} in {out}; swap them in with the store stopped: bash {out}/swap.sh"
-                          if parts else "nothing to rebuild")  # fmt: skip
+    summary["summary"] = (
+        f"rebuilt {', '.join(parts)} in {out}; swap them in with the store stopped: bash {out}/swap.sh"
+        if parts
+        else "nothing to rebuild"
+    )
     (out / "swap.sh").write_text(swap_script(plan.store, out, summary))
     (out / "repair.json").write_text(json.dumps(summary, indent=2) + "\n")
     return summary

@@ -82,8 +82,13 @@ def prepare_environment(master: str | None) -> None:
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
 
-def session(master: str | None = "local[*]", *, app_name: str = "mqstore", conf: dict[str, str] | None = None,
-            shuffle_partitions: int | None = None):  # fmt: skip
+def session(
+    master: str | None = "local[*]",
+    *,
+    app_name: str = "mqstore",
+    conf: dict[str, str] | None = None,
+    shuffle_partitions: int | None = None,
+):
     """The active SparkSession, or a new one on ``master`` (None: whatever
     spark-submit or spark-defaults say) with DEFAULT_CONF and ``conf``."""
     prepare_environment(master)

@@ -178,8 +178,12 @@ class _ChunkWalk(RecordWalk):
         if spec.after_data:
             nz = first_nonzero(mm, spec.lo, hi)
             if nz is not None:
-                self.f.error("commitlog_garbage", f"commitlog/{spec.base:020d}@{nz}",
-                             "non-zero bytes in a segment after the end of data", offset=spec.base + nz)  # fmt: skip
+                self.f.error(
+                    "commitlog_garbage",
+                    f"commitlog/{spec.base:020d}@{nz}",
+                    "non-zero bytes in a segment after the end of data",
+                    offset=spec.base + nz,
+                )
                 self.note_cut(spec.base + nz)
             return spec.lo
         pos = spec.lo
@@ -189,13 +193,23 @@ class _ChunkWalk(RecordWalk):
                 return hi
             pos = start
         while pos < hi:
-            res = scan_records(mm, pos, size, check_crc=True, max_bytes=min(CHUNK_BYTES, max(hi - pos, 1)),
-                               base_offset=spec.base, fields=True)  # fmt: skip
+            res = scan_records(
+                mm,
+                pos,
+                size,
+                check_crc=True,
+                max_bytes=min(CHUNK_BYTES, max(hi - pos, 1)),
+                base_offset=spec.base,
+                fields=True,
+            )
             if len(res.positions):
                 if pos == 0 and res.positions[0] == 0:
                     self.first_ts[spec.base] = int(res.fields.store_timestamps[0])
-                self.cols.add(build_dispatch_batch(ScanChunk(res.positions + spec.base, res.sizes, res.fields, mm,
-                                                             spec.base + res.stop)))  # fmt: skip
+                self.cols.add(
+                    build_dispatch_batch(
+                        ScanChunk(res.positions + spec.base, res.sizes, res.fields, mm, spec.base + res.stop)
+                    )
+                )
             if res.outcome is ScanOutcome.END_OF_SEGMENT:
                 self.closed = True
                 return res.stop
@@ -229,8 +243,9 @@ def walk_table(spec: ChunkSpec, *, with_entries: bool = False):
     body CRC), and with ``with_entries`` the index entries the dispatcher makes for
     them, as (hashes, offsets, store times); findings are not kept."""
     findings, damage = TaskFindings(cap=0), Damage()
-    walk = _ChunkWalk(Path(spec.path).parent.parent, spec.segment_bytes, findings, damage, index_sample=(0, 0),
-                      running=True)  # fmt: skip
+    walk = _ChunkWalk(
+        Path(spec.path).parent.parent, spec.segment_bytes, findings, damage, index_sample=(0, 0), running=True
+    )
     if with_entries:
         walk.cols = _EntryColumns()
     try:
@@ -303,8 +318,16 @@ class ChunkResult:
     timings: dict = field(default_factory=dict)  # seconds per step of the task
 
 
-def check_chunk(spec: ChunkSpec, queue_files: list[tuple], index_files: list[tuple], *, running: bool,
-                index_sample: tuple[int, int], index_end: int, flushed_ts: int) -> ChunkResult:  # fmt: skip
+def check_chunk(
+    spec: ChunkSpec,
+    queue_files: list[tuple],
+    index_files: list[tuple],
+    *,
+    running: bool,
+    index_sample: tuple[int, int],
+    index_end: int,
+    flushed_ts: int,
+) -> ChunkResult:
     """Walk one chunk and join it with the units and index entries that point into
     it, read from their files here: ``queue_files`` are (topic, queue id, path,
     queue offset of the file's first unit, valid units in the file) of the files
@@ -312,8 +335,9 @@ def check_chunk(spec: ChunkSpec, queue_files: list[tuple], index_files: list[tup
     t0 = time.perf_counter()
     findings = TaskFindings()
     damage = Damage()
-    walk = _ChunkWalk(Path(spec.path).parent.parent, spec.segment_bytes, findings, damage, index_sample=index_sample,
-                      running=running)  # fmt: skip
+    walk = _ChunkWalk(
+        Path(spec.path).parent.parent, spec.segment_bytes, findings, damage, index_sample=index_sample, running=running
+    )
     result = ChunkResult(spec.index, findings)
     try:
         with open(spec.path, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
@@ -375,8 +399,16 @@ def read_units_in(queue_files: list[tuple], lo: int, hi: int) -> list[tuple]:
         keep = np.flatnonzero(~is_pre_blank(part))
         if keep.size:
             part = part[keep]
-            out.append((topic, qid, first_qo + a + keep.astype(np.int64), part["commitlog_offset"].astype(np.int64),
-                        part["size"].astype(np.int64), part["tags_code"].astype(np.int64)))  # fmt: skip
+            out.append(
+                (
+                    topic,
+                    qid,
+                    first_qo + a + keep.astype(np.int64),
+                    part["commitlog_offset"].astype(np.int64),
+                    part["size"].astype(np.int64),
+                    part["tags_code"].astype(np.int64),
+                )
+            )
     return out
 
 
@@ -412,12 +444,20 @@ def read_entries_in(index_files: list[tuple], lo: int, hi: int) -> list[tuple]:
                 at = INDEX_HEADER_BYTES + 4 * hash_slots + INDEX_ENTRY_DTYPE.itemsize  # entry 0 is never used
                 count = min(count, (len(mm) - at) // INDEX_ENTRY_DTYPE.itemsize)
                 a, b = _bisect_phy(mm, at, count, lo), _bisect_phy(mm, at, count, hi)
-                part = np.frombuffer(mm, INDEX_ENTRY_DTYPE, count=b - a, offset=at + a * INDEX_ENTRY_DTYPE.itemsize).copy()
+                part = np.frombuffer(
+                    mm, INDEX_ENTRY_DTYPE, count=b - a, offset=at + a * INDEX_ENTRY_DTYPE.itemsize
+                ).copy()
         except FileNotFoundError:
             continue
         if len(part):
-            out.append((name, np.arange(a + 1, b + 1, dtype=np.int64), part["phy_offset"].astype(np.int64),
-                        part["key_hash"].astype(np.int64)))  # fmt: skip
+            out.append(
+                (
+                    name,
+                    np.arange(a + 1, b + 1, dtype=np.int64),
+                    part["phy_offset"].astype(np.int64),
+                    part["key_hash"].astype(np.int64),
+                )
+            )
     return out
 
 
@@ -448,23 +488,39 @@ def _join_units(table, queues: list[tuple], result: ChunkResult, *, running: boo
         key = -1 if t is None else (t << 32) | (qid & 0xFFFFFFFF)
         bad = False
         for i, r in zip(*_hits(table.sizes[ri] != sizes[at], at, ri, f, "cq_size_mismatch")):
-            f.error("cq_size_mismatch", f"{loc}#{int(qoffs[i])}", f"unit at queue offset {int(qoffs[i])} says "
-                    f"{int(sizes[i])} bytes; the record at commitlog offset {int(phys[i])} has {int(table.sizes[r])}",
-                    offset=int(phys[i]))  # fmt: skip
+            f.error(
+                "cq_size_mismatch",
+                f"{loc}#{int(qoffs[i])}",
+                f"unit at queue offset {int(qoffs[i])} says "
+                f"{int(sizes[i])} bytes; the record at commitlog offset {int(phys[i])} has {int(table.sizes[r])}",
+                offset=int(phys[i]),
+            )
             bad = True
         wrong = (table.queue_keys[ri] != key) | (table.queue_offsets[ri] != qoffs[at]) | ~table.advances[ri]
         for i, r in zip(*_hits(wrong, at, ri, f, "cq_wrong_record")):
             otopic, oqid = table.queue_of(int(table.queue_keys[r]))
-            what = "takes no queue offset (a transaction half or rollback)" if not table.advances[r] else (
-                f"belongs to {otopic}:{oqid} queue offset {int(table.queue_offsets[r])}")  # fmt: skip
-            f.error("cq_wrong_record", f"{loc}#{int(qoffs[i])}", f"unit at queue offset {int(qoffs[i])} points at the "
-                    f"record at commitlog offset {int(phys[i])}, which {what}", offset=int(phys[i]))  # fmt: skip
+            what = (
+                "takes no queue offset (a transaction half or rollback)"
+                if not table.advances[r]
+                else (f"belongs to {otopic}:{oqid} queue offset {int(table.queue_offsets[r])}")
+            )
+            f.error(
+                "cq_wrong_record",
+                f"{loc}#{int(qoffs[i])}",
+                f"unit at queue offset {int(qoffs[i])} points at the "
+                f"record at commitlog offset {int(phys[i])}, which {what}",
+                offset=int(phys[i]),
+            )
             bad = True
         if topic != SCHEDULE_TOPIC:
             for i, r in zip(*_hits(table.tags_codes[ri] != tags[at], at, ri, f, "cq_tags_mismatch")):
-                f.error("cq_tags_mismatch", f"{loc}#{int(qoffs[i])}", f"unit at queue offset {int(qoffs[i])} has "
-                        f"tagsCode {int(tags[i])}; its record's TAGS hash to {int(table.tags_codes[r])}",
-                        offset=int(phys[i]))  # fmt: skip
+                f.error(
+                    "cq_tags_mismatch",
+                    f"{loc}#{int(qoffs[i])}",
+                    f"unit at queue offset {int(qoffs[i])} has "
+                    f"tagsCode {int(tags[i])}; its record's TAGS hash to {int(table.tags_codes[r])}",
+                    offset=int(phys[i]),
+                )
                 bad = True
         if bad:
             result.bad_queues.add((topic, qid))
@@ -550,12 +606,18 @@ def check_queues(store_dir: str, file_bytes: int, queues: list[tuple[str, int]])
         if real.size and pre[real[0] :].any():
             for i in np.flatnonzero(pre[real[0] :]).tolist()[:LISTED_PER_TASK]:
                 qo = int(qoffs[real[0] + i])
-                findings.error("cq_wrong_record", f"{loc}#{qo}", f"a pre-blank unit at queue offset {qo}, after real units")
+                findings.error(
+                    "cq_wrong_record", f"{loc}#{qo}", f"a pre-blank unit at queue offset {qo}, after real units"
+                )
             damage.bad_queues.add((topic, qid))
         if real.size > 1 and (np.diff(phys[real]) <= 0).any():
             i = int(real[1:][np.diff(phys[real]) <= 0][0])
-            findings.error("cq_order", f"{loc}#{int(qoffs[i])}", f"unit at queue offset {int(qoffs[i])} points at "
-                           f"commitlog offset {int(phys[i])}, not after the unit before it")  # fmt: skip
+            findings.error(
+                "cq_order",
+                f"{loc}#{int(qoffs[i])}",
+                f"unit at queue offset {int(qoffs[i])} points at "
+                f"commitlog offset {int(phys[i])}, not after the unit before it",
+            )
             damage.bad_queues.add((topic, qid))
         tail = real[-256:]
         files = []
@@ -563,7 +625,10 @@ def check_queues(store_dir: str, file_bytes: int, queues: list[tuple[str, int]])
         if n and not q.unreadable:
             first_file_qo = q.first_offset - q.first_offset % per_file
             for fqo in range(first_file_qo, q.first_offset + n, per_file):
-                a, b = max(fqo, q.first_offset) - q.first_offset, min(fqo + per_file, q.first_offset + n) - q.first_offset
+                a, b = (
+                    max(fqo, q.first_offset) - q.first_offset,
+                    min(fqo + per_file, q.first_offset + n) - q.first_offset,
+                )
                 r = real[(real >= a) & (real < b)]
                 if r.size:
                     path = qdir / f"{fqo * UNIT_SIZE:020d}"
@@ -603,12 +668,25 @@ def check_index_file(path: str, hash_slots: int, max_entries: int, *, in_flux: b
     p = Path(path)
     loc = f"index/{p.name}"
     size = index_file_size(hash_slots, max_entries)
-    out: dict[str, Any] = {"findings": findings, "name": p.name, "path": str(p), "first": -1, "last": -1, "entries": 0,
-                           "min": -1, "max": -1, "index_bad": False}  # fmt: skip
+    out: dict[str, Any] = {
+        "findings": findings,
+        "name": p.name,
+        "path": str(p),
+        "first": -1,
+        "last": -1,
+        "entries": 0,
+        "min": -1,
+        "max": -1,
+        "index_bad": False,
+    }
     actual = p.stat().st_size
     if actual != size:
-        findings.error("index_file_size", loc, f"{actual} bytes, expected {size} ({hash_slots} slots x {max_entries} "
-                       "entries); the store refuses to open the index")  # fmt: skip
+        findings.error(
+            "index_file_size",
+            loc,
+            f"{actual} bytes, expected {size} ({hash_slots} slots x {max_entries} "
+            "entries); the store refuses to open the index",
+        )
         out["index_bad"] = True
         return out
     with p.open("rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:

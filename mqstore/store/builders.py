@@ -49,7 +49,13 @@ from mqstore.store.derived_offset import read_derived_offset
 from mqstore.store.dispatch import DispatchBatch, IndexEntries
 from mqstore.store.index_service import IndexService
 from mqstore.store.layout import resolve_layout
-from mqstore.store.lockfile import StoreLock, builder_files, create_abort_marker, last_exit_was_clean, remove_abort_marker
+from mqstore.store.lockfile import (
+    StoreLock,
+    builder_files,
+    create_abort_marker,
+    last_exit_was_clean,
+    remove_abort_marker,
+)
 from mqstore.store.retention import ConsumerLoss, clean_queues_below, consumer_losses
 
 log = structlog.get_logger(__name__)
@@ -69,8 +75,9 @@ class ConsumerProgress:
     lag: int
 
 
-def commit_consumer_offset(queues: ConsumeQueues, offsets: ConsumerOffsets, group: str, topic: str, queue_id: int,
-                           offset: int) -> None:  # fmt: skip
+def commit_consumer_offset(
+    queues: ConsumeQueues, offsets: ConsumerOffsets, group: str, topic: str, queue_id: int, offset: int
+) -> None:
     """Record that ``group`` consumed (topic, queue_id) up to ``offset`` (the next
     offset to read). An offset past the queue's max is refused: it would skip
     messages not written yet (a crash can never make an acknowledged consumer
@@ -127,8 +134,13 @@ class LocalCommitLogView:
         self.start_offset = file_name_to_offset(rec.start_segment) if rec.start_segment else -1
         self.index_msg_timestamp = commitlog.checkpoint.index_msg_timestamp
         self.recovery = Recovered(dict(rec.queue_offsets))
-        self.redispatch_from = redispatch_from(commitlog.store_dir, clean=False, wrote=commitlog.wrote,
-                                               min_offset=commitlog.min_offset, start_offset=self.start_offset)  # fmt: skip
+        self.redispatch_from = redispatch_from(
+            commitlog.store_dir,
+            clean=False,
+            wrote=commitlog.wrote,
+            min_offset=commitlog.min_offset,
+            start_offset=self.start_offset,
+        )
 
     @property
     def min_offset(self) -> int:
@@ -176,8 +188,15 @@ class _Builder:
 
     kind = ""
 
-    def __init__(self, store_dir: str | Path, config: StoreConfig | None, view: CommitLogView, *,
-                 on_durable: Callable[[int, int], None] | None = None, clock: Clock | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        store_dir: str | Path,
+        config: StoreConfig | None,
+        view: CommitLogView,
+        *,
+        on_durable: Callable[[int, int], None] | None = None,
+        clock: Clock | None = None,
+    ) -> None:
         self.store_dir = Path(store_dir)
         self.config = resolve_layout(self.store_dir, config or StoreConfig())
         self.view_incarnation = view.incarnation
@@ -202,8 +221,14 @@ class _Builder:
         create_abort_marker(self.store_dir, self._abort_name)
         self._thread = threading.Thread(target=self._flush_loop, name=f"mqstore-{self.kind}-flush", daemon=True)
         self._thread.start()
-        log.info("builder_opened", kind=self.kind, store=str(self.store_dir), clean=self.clean, crashed=self.crashed,
-                 progress_offset=progress)  # fmt: skip
+        log.info(
+            "builder_opened",
+            kind=self.kind,
+            store=str(self.store_dir),
+            clean=self.clean,
+            crashed=self.crashed,
+            progress_offset=progress,
+        )
 
     def _flush_loop(self) -> None:
         interval = self.config.flush_consume_queue_interval_ms / 1000
@@ -247,8 +272,10 @@ class _Builder:
     def _check_gap(self, from_offset: int) -> None:
         # (retention may have taken records the builder never saw: nothing is missing below the log's start)
         if from_offset > max(self.progress_offset, self._view.min_offset):
-            raise GapError(f"{self.kind}: a batch from commitlog offset {from_offset}, but everything is built only "
-                           f"up to {self.progress_offset}: it would leave a gap")  # fmt: skip
+            raise GapError(
+                f"{self.kind}: a batch from commitlog offset {from_offset}, but everything is built only "
+                f"up to {self.progress_offset}: it would leave a gap"
+            )
 
     def close(self) -> None:
         """Flush everything (reported durable), release the files and the lock."""
@@ -286,8 +313,15 @@ class QueueBuilder(_Builder):
 
     kind = "consumequeue"
 
-    def __init__(self, store_dir: str | Path, config: StoreConfig | None, view: CommitLogView, *,
-                 on_durable: Callable[[int, int], None] | None = None, clock: Clock | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        store_dir: str | Path,
+        config: StoreConfig | None,
+        view: CommitLogView,
+        *,
+        on_durable: Callable[[int, int], None] | None = None,
+        clock: Clock | None = None,
+    ) -> None:
         super().__init__(store_dir, config, view, on_durable=on_durable, clock=clock)
         cfg = self.config
         self.consume_queues = None
@@ -296,12 +330,14 @@ class QueueBuilder(_Builder):
             self.consumer_offsets = ConsumerOffsets(self.store_dir)
             if unusable:
                 self.consumer_offsets.persist()  # empty: groups start where their consumers' settings say
-            self.consume_queues = ConsumeQueues(self.store_dir, file_bytes=cfg.consume_queue_file_bytes,
-                                                max_open_files=cfg.max_open_queue_files)  # fmt: skip
+            self.consume_queues = ConsumeQueues(
+                self.store_dir, file_bytes=cfg.consume_queue_file_bytes, max_open_files=cfg.max_open_queue_files
+            )
             self.consume_queues.load(repair=True)
             deep = view.redispatch_from if not self.clean else view.wrote
-            self.consume_queues.recover(view, verify_tail=not self.clean, check_from=max(view.start_offset, 0),
-                                        deep_from=deep)  # fmt: skip
+            self.consume_queues.recover(
+                view, verify_tail=not self.clean, check_from=max(view.start_offset, 0), deep_from=deep
+            )
             candidates = [max(self.consume_queues.max_physical_offset(), view.min_offset)]
             if not self.clean:
                 candidates.append(view.redispatch_from)
@@ -360,8 +396,15 @@ class QueueBuilder(_Builder):
                 top = cq.max_offset if cq is not None else 0
                 if offset <= top:
                     continue
-                log.warning("consumer_offset_past_end", group=group, topic=topic, queue_id=qid, offset=offset,
-                            max_offset=top, action="set to the max offset")  # fmt: skip
+                log.warning(
+                    "consumer_offset_past_end",
+                    group=group,
+                    topic=topic,
+                    queue_id=qid,
+                    offset=offset,
+                    max_offset=top,
+                    action="set to the max offset",
+                )
                 try:
                     self.consumer_offsets.commit(group, topic, qid, top)
                     clamped.append((group, topic, qid, offset, top))
@@ -398,12 +441,20 @@ class IndexBuilder(_Builder):
 
     kind = "index"
 
-    def __init__(self, store_dir: str | Path, config: StoreConfig | None, view: CommitLogView, *,
-                 on_durable: Callable[[int, int], None] | None = None, clock: Clock | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        store_dir: str | Path,
+        config: StoreConfig | None,
+        view: CommitLogView,
+        *,
+        on_durable: Callable[[int, int], None] | None = None,
+        clock: Clock | None = None,
+    ) -> None:
         super().__init__(store_dir, config, view, on_durable=on_durable, clock=clock)
         cfg = self.config
-        self.index = IndexService(self.store_dir, hash_slots=cfg.index_hash_slots, max_entries=cfg.index_max_entries,
-                                  clock=self._clock)  # fmt: skip
+        self.index = IndexService(
+            self.store_dir, hash_slots=cfg.index_hash_slots, max_entries=cfg.index_max_entries, clock=self._clock
+        )
         try:
             self.index.load(self.clean, view.index_msg_timestamp, repair=True)
             candidates = []
@@ -451,5 +502,16 @@ class IndexBuilder(_Builder):
         self.index.close()
 
 
-__all__ = ["CommitLogView", "ConsumerProgress", "GapError", "Recovered", "IndexBuilder", "LocalCommitLogView", "QueueBuilder", "commit_consumer_offset", "consumer_progress",
-           "record_size_reader", "redispatch_from"]
+__all__ = [
+    "CommitLogView",
+    "ConsumerProgress",
+    "GapError",
+    "Recovered",
+    "IndexBuilder",
+    "LocalCommitLogView",
+    "QueueBuilder",
+    "commit_consumer_offset",
+    "consumer_progress",
+    "record_size_reader",
+    "redispatch_from",
+]

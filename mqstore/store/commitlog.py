@@ -155,10 +155,15 @@ class CommitLog:
     """An open commitlog; see the module docstring for the rules and the threads."""
 
     def __init__(
-        self, store_dir: str | Path, config: StoreConfig | None = None, *, clock: Clock | None = None,
-        queue_offsets_from_derived: bool = False, progress: RecoveryProgress | None = None,
+        self,
+        store_dir: str | Path,
+        config: StoreConfig | None = None,
+        *,
+        clock: Clock | None = None,
+        queue_offsets_from_derived: bool = False,
+        progress: RecoveryProgress | None = None,
         on_sync_seconds: Callable[[float], None] | None = None,
-    ) -> None:  # fmt: skip
+    ) -> None:
         """Open (and recover) the commitlog under ``store_dir``.
 
         ``queue_offsets_from_derived``: the caller restores the queue-offset table from
@@ -189,13 +194,19 @@ class CommitLog:
         self._derived_frozen = False
         clean = last_exit_was_clean(self.store_dir)
         checkpoint = read_checkpoint(self.store_dir)
-        self._segments = SegmentQueue(self.store_dir / COMMITLOG_DIR, cfg.segment_bytes, preallocate=cfg.preallocate_segments)
+        self._segments = SegmentQueue(
+            self.store_dir / COMMITLOG_DIR, cfg.segment_bytes, preallocate=cfg.preallocate_segments
+        )
         self._segments.load()
         try:
             self.recovery: RecoveryReport = recover(
-                self._segments, checkpoint, clean_shutdown=clean, check_crc=cfg.check_crc_on_recover,
-                rebuild_queue_offsets=not self._derived_offsets, progress=self._progress,
-            )  # fmt: skip
+                self._segments,
+                checkpoint,
+                clean_shutdown=clean,
+                check_crc=cfg.check_crc_on_recover,
+                rebuild_queue_offsets=not self._derived_offsets,
+                progress=self._progress,
+            )
             checkpoint = self._distrust_checkpoint_ahead(checkpoint, clean)
             # Whatever recovery kept is made durable before anything new is acknowledged
             # (segments before the recovery start were flushed before the checkpoint said so).
@@ -239,23 +250,36 @@ class CommitLog:
         timestamps are dropped (the physic one lowered to the newest record's), and
         after an abnormal exit recovery walks again from the first segment."""
         newest = self.recovery.last_store_timestamp
-        fields = {"physic_msg_timestamp": checkpoint.physic_msg_timestamp,
-                  "logics_msg_timestamp": checkpoint.logics_msg_timestamp,
-                  "index_msg_timestamp": checkpoint.index_msg_timestamp}  # fmt: skip
+        fields = {
+            "physic_msg_timestamp": checkpoint.physic_msg_timestamp,
+            "logics_msg_timestamp": checkpoint.logics_msg_timestamp,
+            "index_msg_timestamp": checkpoint.index_msg_timestamp,
+        }
         ahead = {k: v for k, v in fields.items() if v > newest}
         if not newest or not ahead:
             return checkpoint
-        log.warning("checkpoint_ahead_of_data", newest_store_timestamp=newest, **ahead,
-                    action="ignored" + ("; recovery walks again from the first segment" if not clean else ""))  # fmt: skip
+        log.warning(
+            "checkpoint_ahead_of_data",
+            newest_store_timestamp=newest,
+            **ahead,
+            action="ignored" + ("; recovery walks again from the first segment" if not clean else ""),
+        )
         fixed = Checkpoint(
             physic_msg_timestamp=min(checkpoint.physic_msg_timestamp, newest),
             logics_msg_timestamp=0 if "logics_msg_timestamp" in ahead else checkpoint.logics_msg_timestamp,
             index_msg_timestamp=0 if "index_msg_timestamp" in ahead else checkpoint.index_msg_timestamp,
-            master_flushed_offset=checkpoint.master_flushed_offset, confirm_phy_offset=checkpoint.confirm_phy_offset,
-        )  # fmt: skip
+            master_flushed_offset=checkpoint.master_flushed_offset,
+            confirm_phy_offset=checkpoint.confirm_phy_offset,
+        )
         if not clean:
-            self.recovery = recover(self._segments, Checkpoint(), clean_shutdown=False, check_crc=self.config.check_crc_on_recover,
-                                    rebuild_queue_offsets=not self._derived_offsets, progress=self._progress)  # fmt: skip
+            self.recovery = recover(
+                self._segments,
+                Checkpoint(),
+                clean_shutdown=False,
+                check_crc=self.config.check_crc_on_recover,
+                rebuild_queue_offsets=not self._derived_offsets,
+                progress=self._progress,
+            )
         return fixed
 
     # ------------------------------------------------------------------ append
@@ -357,7 +381,9 @@ class CommitLog:
 
         return out, commit
 
-    def _write(self, prep: PreparedBatch, queue_ids: np.ndarray, queue_offsets: np.ndarray, store_ts: int) -> np.ndarray:
+    def _write(
+        self, prep: PreparedBatch, queue_ids: np.ndarray, queue_offsets: np.ndarray, store_ts: int
+    ) -> np.ndarray:
         """Lay the records out from ``wrote``, create the segments they need, copy them in."""
         seg_bytes = self.config.segment_bytes
         sizes = prep.sizes
@@ -391,9 +417,14 @@ class CommitLog:
                 seg = self._segments.find(int(physical[j]))
                 k = j + int(np.searchsorted(physical[j:hi], seg.end_offset, side="left"))
                 data = run.render(
-                    j - lo, k - lo, physical_offsets=physical[j:k], queue_ids=queue_ids[j:k],
-                    queue_offsets=queue_offsets[j:k], store_timestamp=store_ts, hold_first_size=True,
-                )  # fmt: skip
+                    j - lo,
+                    k - lo,
+                    physical_offsets=physical[j:k],
+                    queue_ids=queue_ids[j:k],
+                    queue_offsets=queue_offsets[j:k],
+                    store_timestamp=store_ts,
+                    hold_first_size=True,
+                )
                 at = int(physical[j]) - seg.base_offset
                 self._write_high = max(self._write_high, int(physical[j]) + len(data))
                 seg.write(at, data)
@@ -515,8 +546,9 @@ class CommitLog:
                 raise OffsetError(f"commitlog offset {pos} is below the min offset {self._segments.min_offset}")
             local = pos - seg.base_offset
             end = min(seg.size, wrote - seg.base_offset)
-            res = scan_records(seg.mm, local, end, check_crc=False, max_records=max_records - len(out),
-                               max_bytes=max_bytes - used)  # fmt: skip
+            res = scan_records(
+                seg.mm, local, end, check_crc=False, max_records=max_records - len(out), max_bytes=max_bytes - used
+            )
             for p in res.positions.tolist():
                 out.append(decode_record(seg.mm, p, check_crc=False))
             used += int(res.sizes.sum())
@@ -529,7 +561,9 @@ class CommitLog:
                 break
         return ReadBatch(out, pos)
 
-    def scan(self, offset: int, *, limit: int | None = None, max_bytes: int = 4 << 20, fields: bool = True) -> ScanChunk:
+    def scan(
+        self, offset: int, *, limit: int | None = None, max_bytes: int = 4 << 20, fields: bool = True
+    ) -> ScanChunk:
         """Records from ``offset`` (a record start, or a segment's BLANK) up to
         ``limit`` (default: the write position), at most ``max_bytes`` of them (at
         least one), with their key fields gathered in bulk: what the reput
@@ -547,8 +581,15 @@ class CommitLog:
                 pos = self._segments.min_offset
                 continue
             local = pos - seg.base_offset
-            res = scan_records(seg.mm, local, min(seg.size, end_of_data - seg.base_offset), check_crc=False,
-                               max_bytes=max_bytes, base_offset=seg.base_offset, fields=fields)  # fmt: skip
+            res = scan_records(
+                seg.mm,
+                local,
+                min(seg.size, end_of_data - seg.base_offset),
+                check_crc=False,
+                max_bytes=max_bytes,
+                base_offset=seg.base_offset,
+                fields=fields,
+            )
             if res.outcome is ScanOutcome.INVALID:
                 raise CorruptFileError(f"{seg.path}: no valid record at commitlog offset {pos}: {res.reason}")
             nxt = seg.end_offset if res.outcome is ScanOutcome.END_OF_SEGMENT else seg.base_offset + res.stop
@@ -557,10 +598,20 @@ class CommitLog:
             pos = nxt
         return ScanChunk(_NO_OFFSETS, _NO_OFFSETS, NO_FIELDS, b"", pos)
 
-    def units_match(self, phys: np.ndarray, sizes: np.ndarray, queue_ids: np.ndarray, queue_offsets: np.ndarray, *,
-                    topics: list[str] | None = None, topic_index: np.ndarray | None = None,
-                    tags_codes: np.ndarray | None = None, check_tags: np.ndarray | None = None,
-                    check_from: int = 0, deep_from: int = 0) -> np.ndarray:  # fmt: skip
+    def units_match(
+        self,
+        phys: np.ndarray,
+        sizes: np.ndarray,
+        queue_ids: np.ndarray,
+        queue_offsets: np.ndarray,
+        *,
+        topics: list[str] | None = None,
+        topic_index: np.ndarray | None = None,
+        tags_codes: np.ndarray | None = None,
+        check_tags: np.ndarray | None = None,
+        check_from: int = 0,
+        deep_from: int = 0,
+    ) -> np.ndarray:
         """Per consume-queue unit (any queues, any order; int64 columns): does it lie
         inside the commitlog and point at a record of exactly that size, queue id and
         queue offset (and, with ``topics``, of topic ``topics[topic_index[i]]``; with
@@ -586,7 +637,9 @@ class CommitLog:
             seg = segs[int((phys[sel[0]] - first_base) // seg_bytes)]
             head = record_heads(seg.mm, phys[sel] - seg.base_offset)
             good = (head["total_size"] == sizes[sel]) & (head["queue_id"] == queue_ids[sel])
-            good &= (head["queue_offset"] == queue_offsets[sel]) & ((head["magic"] == MAGIC_V1) | (head["magic"] == MAGIC_V2))
+            good &= (head["queue_offset"] == queue_offsets[sel]) & (
+                (head["magic"] == MAGIC_V1) | (head["magic"] == MAGIC_V2)
+            )
             deep = good & (phys[sel] >= deep_from)
             if (want_topic is not None or tags_codes is not None) and deep.any():
                 real = sel[deep]
@@ -612,8 +665,14 @@ class CommitLog:
     # ------------------------------------------------------------------ retention
 
     def delete_segments(
-        self, *, older_than_ms: int | None, now_ms: int, max_offset: int, force_count: int = 0, max_count: int = 10,
-    ) -> list[DeletedSegment]:  # fmt: skip
+        self,
+        *,
+        older_than_ms: int | None,
+        now_ms: int,
+        max_offset: int,
+        force_count: int = 0,
+        max_count: int = 10,
+    ) -> list[DeletedSegment]:
         """Delete whole segments from the oldest on (RocketMQ deleteExpiredFileByTime);
         returns what went, oldest first. Called by one retention thread at a time.
 
@@ -661,8 +720,15 @@ class CommitLog:
         self._segments.release_detached(detached)
         for d in chosen:
             log_fn = log.warning if d.reason is DeleteReason.FORCED else log.info
-            log_fn("segment_deleted", segment=d.name, reason=d.reason.value, base_offset=d.base_offset,
-                   end_offset=d.end_offset, modified_ms=d.modified_ms, age_ms=now_ms - d.modified_ms)  # fmt: skip
+            log_fn(
+                "segment_deleted",
+                segment=d.name,
+                reason=d.reason.value,
+                base_offset=d.base_offset,
+                end_offset=d.end_offset,
+                modified_ms=d.modified_ms,
+                age_ms=now_ms - d.modified_ms,
+            )
         return chosen
 
     # ------------------------------------------------------------------ durability & lifecycle
@@ -716,7 +782,9 @@ class CommitLog:
         claim it (the next start re-dispatches from there)."""
         if not self._derived_frozen and sync_failures(self.store_dir):
             self._derived_frozen = True
-            log.error("derived_progress_frozen", store=str(self.store_dir), failed=sorted(sync_failures(self.store_dir)))
+            log.error(
+                "derived_progress_frozen", store=str(self.store_dir), failed=sorted(sync_failures(self.store_dir))
+            )
         if self._derived_frozen:
             return
         with self._checkpoint_lock:
@@ -785,11 +853,16 @@ class CommitLog:
         cause = self.unwritable_cause
         err = self.unwritable_error
         return CommitLogStats(
-            min_offset=self.min_offset, wrote=self._wrote, flushed=self._flusher.flushed,
-            segments=len(self._segments.segments), segment_bytes=self.config.segment_bytes,
-            flush_mode=self.config.flush_mode.value, writable=cause is None,
-            error=None if err is None else str(err), unwritable_cause=cause,
-        )  # fmt: skip
+            min_offset=self.min_offset,
+            wrote=self._wrote,
+            flushed=self._flusher.flushed,
+            segments=len(self._segments.segments),
+            segment_bytes=self.config.segment_bytes,
+            flush_mode=self.config.flush_mode.value,
+            writable=cause is None,
+            error=None if err is None else str(err),
+            unwritable_cause=cause,
+        )
 
     def _check_open(self) -> None:
         if self._closed:

@@ -55,10 +55,19 @@ class StoreConfig:
     def __post_init__(self) -> None:
         if self.segment_bytes < PAGE_BYTES or self.segment_bytes % PAGE_BYTES:
             raise ConfigError(f"segment_bytes must be a positive multiple of {PAGE_BYTES}, got {self.segment_bytes}")
-        for name in ("flush_interval_ms", "sync_flush_timeout_ms", "checkpoint_interval_ms", "max_message_bytes",
-                     "default_queue_nums", "flush_thorough_interval_ms", "consume_queue_file_bytes",
-                     "index_hash_slots", "index_max_entries", "flush_consume_queue_interval_ms",
-                     "max_open_queue_files"):  # fmt: skip
+        for name in (
+            "flush_interval_ms",
+            "sync_flush_timeout_ms",
+            "checkpoint_interval_ms",
+            "max_message_bytes",
+            "default_queue_nums",
+            "flush_thorough_interval_ms",
+            "consume_queue_file_bytes",
+            "index_hash_slots",
+            "index_max_entries",
+            "flush_consume_queue_interval_ms",
+            "max_open_queue_files",
+        ):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name} must be > 0, got {getattr(self, name)}")
         if self.flush_least_pages < 0:

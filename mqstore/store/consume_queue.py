@@ -135,10 +135,18 @@ class ConsumeQueue:
     """
 
     def __init__(
-        self, store_dir: str | Path, topic: str, queue_id: int, *, file_bytes: int = DEFAULT_FILE_BYTES,
-        preallocate: bool = True, pool: FilePool | None = None, fresh: bool = False, repair: bool = False,
+        self,
+        store_dir: str | Path,
+        topic: str,
+        queue_id: int,
+        *,
+        file_bytes: int = DEFAULT_FILE_BYTES,
+        preallocate: bool = True,
+        pool: FilePool | None = None,
+        fresh: bool = False,
+        repair: bool = False,
         read_only: bool = False,
-    ) -> None:  # fmt: skip
+    ) -> None:
         """Open (creating the directory if needed) the queue's files.
 
         ``fresh`` says the caller knows the queue has nothing on disk: nothing is read or
@@ -328,9 +336,11 @@ class ConsumeQueue:
         (scalars broadcast); commitlog offsets must be >= 0 and sizes > 0.
         """
         qo, phys, sizes_, tags = np.broadcast_arrays(
-            np.atleast_1d(np.asarray(queue_offsets, np.int64)), np.atleast_1d(np.asarray(phys_offsets, np.int64)),
-            np.atleast_1d(np.asarray(sizes, np.int64)), np.atleast_1d(np.asarray(tags_codes, np.int64)),
-        )  # fmt: skip
+            np.atleast_1d(np.asarray(queue_offsets, np.int64)),
+            np.atleast_1d(np.asarray(phys_offsets, np.int64)),
+            np.atleast_1d(np.asarray(sizes, np.int64)),
+            np.atleast_1d(np.asarray(tags_codes, np.int64)),
+        )
         n = qo.shape[0]
         if qo.ndim != 1:
             raise ValueError(f"units are given as 1-D sequences, got shape {qo.shape}")
@@ -346,9 +356,11 @@ class ConsumeQueue:
             cur = qo[0] * UNIT_SIZE if fresh else self._wrote
             max_phys = self._max_phys
             already = repeated = gaps = 0
-            if ends[0] > max_phys and (n == 1 or (np.diff(ends) > 0).all()) and (
-                qo == cur // UNIT_SIZE + np.arange(n)
-            ).all():
+            if (
+                ends[0] > max_phys
+                and (n == 1 or (np.diff(ends) > 0).all())
+                and (qo == cur // UNIT_SIZE + np.arange(n)).all()
+            ):
                 keep: slice | list[int] = slice(None)  # the usual case: a contiguous run
                 written = n
             else:
@@ -382,8 +394,9 @@ class ConsumeQueue:
                 start = first - first % self.file_bytes
                 data = PRE_BLANK_UNIT * ((first - start) // UNIT_SIZE) + data
                 if first > start:
-                    self._log.info("pre_blank_filled", file=offset_to_file_name(start),
-                                   units=(first - start) // UNIT_SIZE)  # fmt: skip
+                    self._log.info(
+                        "pre_blank_filled", file=offset_to_file_name(start), units=(first - start) // UNIT_SIZE
+                    )
             else:
                 start = self._wrote
             self._write(start, data)
@@ -412,8 +425,9 @@ class ConsumeQueue:
                 self._min, self._flushed, self._pending_at = first, start, start
                 if first > start:
                     self._pending += PRE_BLANK_UNIT * ((first - start) // UNIT_SIZE)
-                    self._log.info("pre_blank_filled", file=offset_to_file_name(start),
-                                   units=(first - start) // UNIT_SIZE)  # fmt: skip
+                    self._log.info(
+                        "pre_blank_filled", file=offset_to_file_name(start), units=(first - start) // UNIT_SIZE
+                    )
             elif first != self._wrote:
                 return -1
             elif not self._pending:
@@ -468,10 +482,18 @@ class ConsumeQueue:
         try:
             while next_base < end:  # every file first: a full disk fails before the queue moves on
                 lo, hi = max(start, next_base), min(end, next_base + self.file_bytes)
-                created.append(PooledFile.create(self.directory / offset_to_file_name(next_base), next_base,
-                                                 self.file_bytes, self._pool, preallocate=self._preallocate,
-                                                 sync_dir=False, data=data[lo - start : hi - start],
-                                                 at=lo - next_base))  # fmt: skip
+                created.append(
+                    PooledFile.create(
+                        self.directory / offset_to_file_name(next_base),
+                        next_base,
+                        self.file_bytes,
+                        self._pool,
+                        preallocate=self._preallocate,
+                        sync_dir=False,
+                        data=data[lo - start : hi - start],
+                        at=lo - next_base,
+                    )
+                )
                 self._dir_dirty = True  # made durable by the next flush: one fsync, off the hot path
                 self._log.debug("file_created", file=offset_to_file_name(next_base))
                 next_base += self.file_bytes
@@ -740,8 +762,9 @@ class ConsumeQueue:
             else:
                 deleted = self._cut(cut)
             if deleted or cut != self._wrote:
-                self._log.warning("consume_queue_truncated", at=cut // UNIT_SIZE, was=self._wrote // UNIT_SIZE,
-                                  deleted_files=deleted)  # fmt: skip
+                self._log.warning(
+                    "consume_queue_truncated", at=cut // UNIT_SIZE, was=self._wrote // UNIT_SIZE, deleted_files=deleted
+                )
             self._wrote = self._flushed = cut
             self._min = min(self._min, cut)
             self._max_phys = self._last_real_end()
@@ -819,8 +842,13 @@ class ConsumeQueue:
                 cut = 0
             dropped = max(0, before - cut) // UNIT_SIZE
             if dropped or deleted:
-                self._log.warning("dirty_units_truncated", commitlog_offset=phys_offset, at=cut // UNIT_SIZE,
-                                  dropped_units=dropped, deleted_files=deleted)  # fmt: skip
+                self._log.warning(
+                    "dirty_units_truncated",
+                    commitlog_offset=phys_offset,
+                    at=cut // UNIT_SIZE,
+                    dropped_units=dropped,
+                    deleted_files=deleted,
+                )
             self._wrote = cut
             self._flushed = min(self._flushed, cut)
             self._min = min(self._min, cut) if files else 0
@@ -862,8 +890,9 @@ class ConsumeQueue:
                 byte = seg.end_offset
         new = min(byte, self._wrote)
         if new != self._min:
-            self._log.info("min_offset_corrected", min_offset=new // UNIT_SIZE,
-                           commitlog_min_offset=commitlog_min_offset)  # fmt: skip
+            self._log.info(
+                "min_offset_corrected", min_offset=new // UNIT_SIZE, commitlog_min_offset=commitlog_min_offset
+            )
             self._min = new
 
     def delete_files_below(self, commitlog_min_offset: int) -> list[str]:

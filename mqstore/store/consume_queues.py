@@ -66,8 +66,9 @@ def _write_behind_all(queues: list[ConsumeQueue]) -> None:
 class ConsumeQueues:
     """The store's consume queues; a DispatchSink."""
 
-    def __init__(self, store_dir: Path, *, file_bytes: int, max_open_files: int = 512,
-                 read_only_above: int | None = None) -> None:  # fmt: skip
+    def __init__(
+        self, store_dir: Path, *, file_bytes: int, max_open_files: int = 512, read_only_above: int | None = None
+    ) -> None:
         """``read_only_above``: a query's view (store/read_view.py) of a commitlog whose
         min offset is this; queues open on first use (``find``), opening one changes no
         file, and its min offset is corrected to the commitlog's in memory only."""
@@ -130,8 +131,13 @@ class ConsumeQueues:
                 try:
                     self.get(topic, int(name), repair=True)
                 except CorruptFileError as e:
-                    log.warning("consume_queue_discarded", topic=topic, queue_id=int(name), reason=str(e),
-                                action="deleted; rebuilt from the commitlog")  # fmt: skip
+                    log.warning(
+                        "consume_queue_discarded",
+                        topic=topic,
+                        queue_id=int(name),
+                        reason=str(e),
+                        action="deleted; rebuilt from the commitlog",
+                    )
                     shutil.rmtree(root / topic / name)
                     fsync_dir(root / topic)
                     self._rebuild_from(-1)
@@ -163,9 +169,17 @@ class ConsumeQueues:
                 if cq is None:
                     # Sparse files, as RocketMQ's setLength makes them: 200,000 queues x 6 MB
                     # pre-allocated would be 1.2 TB of blocks for nothing.
-                    cq = ConsumeQueue(self._store_dir, topic, queue_id, file_bytes=self._file_bytes, pool=self.pool,
-                                      preallocate=False, fresh=new, repair=repair,
-                                      read_only=self._read_only_above is not None)  # fmt: skip
+                    cq = ConsumeQueue(
+                        self._store_dir,
+                        topic,
+                        queue_id,
+                        file_bytes=self._file_bytes,
+                        pool=self.pool,
+                        preallocate=False,
+                        fresh=new,
+                        repair=repair,
+                        read_only=self._read_only_above is not None,
+                    )
                     if self._read_only_above is not None:
                         cq.correct_min_offset(self._read_only_above)
                     self._queues[key] = cq
@@ -207,8 +221,12 @@ class ConsumeQueues:
         codes, qids = batch.topic_codes[idx], batch.queue_ids[idx]
         order = np.lexsort((qids, codes))  # stable: commitlog order within a queue
         sel = idx[order]
-        qo, phys, sizes, tags = (batch.queue_offsets[sel], batch.physical_offsets[sel], batch.sizes[sel],
-                                 batch.tags_codes[sel])  # fmt: skip
+        qo, phys, sizes, tags = (
+            batch.queue_offsets[sel],
+            batch.physical_offsets[sel],
+            batch.sizes[sel],
+            batch.tags_codes[sel],
+        )
         ends = phys + sizes
         key = codes[order].astype(np.int64) * 65536 + qids[order]
         starts = np.flatnonzero(np.concatenate(([True], key[1:] != key[:-1])))
@@ -223,13 +241,22 @@ class ConsumeQueues:
         data = memoryview(encode_units(phys, sizes, tags)) if sane else None
         topics, queues, touched = batch.topics, self._queues, []
         for lo, hi, code, qid, ok, first, first_end, last_end in zip(
-            starts.tolist(), stops.tolist(), codes[order][starts].tolist(), qids[order][starts].tolist(),
-            in_order.tolist(), qo[starts].tolist(), ends[starts].tolist(), ends[stops - 1].tolist(),
-        ):  # fmt: skip
+            starts.tolist(),
+            stops.tolist(),
+            codes[order][starts].tolist(),
+            qids[order][starts].tolist(),
+            in_order.tolist(),
+            qo[starts].tolist(),
+            ends[starts].tolist(),
+            ends[stops - 1].tolist(),
+        ):
             topic = topics[code]
             cq = queues.get((topic, qid)) or self._new_queue(topic, qid)
-            buffered = cq.append_run(first, hi - lo, first_end, last_end, data[lo * UNIT_SIZE : hi * UNIT_SIZE]) if (
-                ok and data is not None) else -1  # fmt: skip
+            buffered = (
+                cq.append_run(first, hi - lo, first_end, last_end, data[lo * UNIT_SIZE : hi * UNIT_SIZE])
+                if (ok and data is not None)
+                else -1
+            )
             if buffered < 0:
                 cq.put_units(qo[lo:hi], phys[lo:hi], sizes[lo:hi], tags[lo:hi])
             else:
@@ -330,17 +357,33 @@ class ConsumeQueues:
         for cq in self.all():
             if cq.max_offset < expected.get((cq.topic, cq.queue_id), 0):
                 if not verify_tail:  # after a crash, units still buffered in memory are expected to be lost
-                    log.warning("consume_queue_short", topic=cq.topic, queue_id=cq.queue_id, max_offset=cq.max_offset,
-                                records_up_to=expected[(cq.topic, cq.queue_id)], action="rebuilt from the commitlog")  # fmt: skip
+                    log.warning(
+                        "consume_queue_short",
+                        topic=cq.topic,
+                        queue_id=cq.queue_id,
+                        max_offset=cq.max_offset,
+                        records_up_to=expected[(cq.topic, cq.queue_id)],
+                        action="rebuilt from the commitlog",
+                    )
                 self._rebuild_from(cq.max_physical_offset)
         if not verify_tail:  # after a clean exit every queue with records was written: a missing one is damage
             missing = sorted(k for k in expected if k not in self._queues)
             if missing:
-                log.warning("consume_queue_missing", queues=missing[:20], count=len(missing), action="rebuilt from the commitlog")
+                log.warning(
+                    "consume_queue_missing",
+                    queues=missing[:20],
+                    count=len(missing),
+                    action="rebuilt from the commitlog",
+                )
                 self._rebuild_from(-1)
 
-    def _recover_queues(self, queues: list[ConsumeQueue], commitlog: CommitLog, verify_tail: bool,
-                        tails: list[tuple[ConsumeQueue, int, int, np.ndarray | None]]) -> None:  # fmt: skip
+    def _recover_queues(
+        self,
+        queues: list[ConsumeQueue],
+        commitlog: CommitLog,
+        verify_tail: bool,
+        tails: list[tuple[ConsumeQueue, int, int, np.ndarray | None]],
+    ) -> None:
         found = []
         for cq in queues:
             cq.recover(zero_tail=verify_tail)
@@ -354,19 +397,30 @@ class ConsumeQueues:
         with self._lock:
             tails.extend(found)
 
-    def _check_tails(self, commitlog: CommitLog, tails: list[tuple[ConsumeQueue, int, int, np.ndarray | None]],
-                     check_from: int, deep_from: int) -> None:  # fmt: skip
+    def _check_tails(
+        self,
+        commitlog: CommitLog,
+        tails: list[tuple[ConsumeQueue, int, int, np.ndarray | None]],
+        check_from: int,
+        deep_from: int,
+    ) -> None:
         """Check the units [start, end) of each (queue, start, end, units or None)
         against the commitlog at once; cut each queue at its first unit that does not
         match."""
         if not tails:
             return
-        units = np.frombuffer(b"".join([(u if u is not None else cq.read_units(start, end - start)).tobytes()
-                                        for cq, start, end, u in tails]), UNIT_DTYPE)  # fmt: skip
+        units = np.frombuffer(
+            b"".join(
+                [(u if u is not None else cq.read_units(start, end - start)).tobytes() for cq, start, end, u in tails]
+            ),
+            UNIT_DTYPE,
+        )
         lens = np.array([end - start for _, start, end, _ in tails], np.int64)
         first = np.concatenate(([0], np.cumsum(lens)[:-1]))
         which = np.repeat(np.arange(len(tails)), lens)
-        queue_offsets = np.repeat(np.array([t[1] for t in tails], np.int64), lens) + np.arange(len(units)) - first[which]
+        queue_offsets = (
+            np.repeat(np.array([t[1] for t in tails], np.int64), lens) + np.arange(len(units)) - first[which]
+        )
         names = sorted({t[0].topic for t in tails})
         code = {t: i for i, t in enumerate(names)}
         topic_index = np.repeat(np.array([code[t[0].topic] for t in tails], np.int64), lens)
@@ -374,9 +428,18 @@ class ConsumeQueues:
         check_tags = np.repeat(np.array([t[0].topic != SCHEDULE_TOPIC for t in tails]), lens)  # there: a deliver time
         phys, sizes = units["commitlog_offset"].astype(np.int64), units["size"].astype(np.int64)
         blank = is_pre_blank(units)
-        ok = blank | commitlog.units_match(phys, sizes, queue_ids, queue_offsets, topics=names, topic_index=topic_index,
-                                           tags_codes=units["tags_code"].astype(np.int64), check_tags=check_tags,
-                                           check_from=check_from, deep_from=deep_from)  # fmt: skip
+        ok = blank | commitlog.units_match(
+            phys,
+            sizes,
+            queue_ids,
+            queue_offsets,
+            topics=names,
+            topic_index=topic_index,
+            tags_codes=units["tags_code"].astype(np.int64),
+            check_tags=check_tags,
+            check_from=check_from,
+            deep_from=deep_from,
+        )
         real = np.flatnonzero(~blank)
         if len(real) > 1:  # inside one queue, real units point ever further into the commitlog
             same = which[real[1:]] == which[real[:-1]]
@@ -389,8 +452,13 @@ class ConsumeQueues:
             cq, start = tails[q][0], tails[q][1]
             cut = start + b - int(first[q])
             cq.truncate_at(cut)
-            log.warning("consume_queue_units_mismatch", topic=cq.topic, queue_id=cq.queue_id, at=cut,
-                        action="cut there; rebuilt from the commitlog")  # fmt: skip
+            log.warning(
+                "consume_queue_units_mismatch",
+                topic=cq.topic,
+                queue_id=cq.queue_id,
+                at=cut,
+                action="cut there; rebuilt from the commitlog",
+            )
             self._rebuild_from(cq.max_physical_offset)
 
     def close(self) -> None:

@@ -164,5 +164,11 @@ class ConsumerOffsets:
         self.close()
 
 
-__all__ = ["CONSUMER_OFFSET_FILE", "GROUP_MAX_CHARS", "TOPIC_GROUP_SEPARATOR", "ConsumerOffsets", "check_group",
-           "parse_offset_file"]  # fmt: skip
+__all__ = [
+    "CONSUMER_OFFSET_FILE",
+    "GROUP_MAX_CHARS",
+    "TOPIC_GROUP_SEPARATOR",
+    "ConsumerOffsets",
+    "check_group",
+    "parse_offset_file",
+]

@@ -23,7 +23,6 @@ import numpy as np
 import structlog
 
 from mqstore.errors import StoreNotWritableError
-
 from mqstore.formats.javahash import java_hash_of_ranges, java_string_hash, java_string_hashes
 from mqstore.formats.message import TRANSACTION_TYPE_MASK
 from mqstore.formats.properties import locate_properties
@@ -158,9 +157,21 @@ def build_dispatch_batch(chunk: ScanChunk, delays_ms: list[int] | None = None) -
         tags_codes[sched] = deliver_times(f.store_timestamps[sched], levels, delays_ms)
 
     return DispatchBatch(
-        chunk.physical_offsets, chunk.sizes, f.topics, f.topic_codes, f.queue_ids, f.queue_offsets,
-        f.sysflags, f.store_timestamps, tags_codes, buf, ks, ke, us, ue,
-    )  # fmt: skip
+        chunk.physical_offsets,
+        chunk.sizes,
+        f.topics,
+        f.topic_codes,
+        f.queue_ids,
+        f.queue_offsets,
+        f.sysflags,
+        f.store_timestamps,
+        tags_codes,
+        buf,
+        ks,
+        ke,
+        us,
+        ue,
+    )
 
 
 def _int_or_zero(raw: bytes) -> int:
@@ -257,7 +268,10 @@ class ReputLoop:
                 if self.run_once() == 0:
                     self._stop.wait(self._idle)
                 self.error = None
-            except (OSError, StoreNotWritableError) as e:  # a full disk, a failing sync: try again (puts are idempotent)
+            except (
+                OSError,
+                StoreNotWritableError,
+            ) as e:  # a full disk, a failing sync: try again (puts are idempotent)
                 self.error = e
                 log.error("reput_failed", error=str(e), reput_offset=self.reput_offset, action="retry in 1 s")
                 self._stop.wait(_RETRY_S)

@@ -176,9 +176,17 @@ class PooledFile:
 
     @classmethod
     def create(
-        cls, path: Path, base_offset: int, size: int, pool: FilePool, *, preallocate: bool = True,
-        sync_dir: bool = True, data: bytes = b"", at: int = 0,
-    ) -> PooledFile:  # fmt: skip
+        cls,
+        path: Path,
+        base_offset: int,
+        size: int,
+        pool: FilePool,
+        *,
+        preallocate: bool = True,
+        sync_dir: bool = True,
+        data: bytes = b"",
+        at: int = 0,
+    ) -> PooledFile:
         """Create a zero-filled file of ``size`` bytes, with ``data`` written at ``at``.
 
         Pre-allocated files are sized under ``.tmp`` and renamed into place (a crash
@@ -192,7 +200,9 @@ class PooledFile:
         the fault point is "cq.create"."""
         with pool.transient():
             if preallocate:
-                fd = create_sized_file(path, size, preallocate=True, sync_dir=sync_dir, keep_open=True, fault_point="cq.create")
+                fd = create_sized_file(
+                    path, size, preallocate=True, sync_dir=sync_dir, keep_open=True, fault_point="cq.create"
+                )
             else:
                 try:
                     faults.hit("cq.create", path)

@@ -126,8 +126,15 @@ def index_file_name(ms: int) -> str:
 def _name_after(name: str) -> str:
     """The name 1 ms after ``name`` (calendar arithmetic on the digits, no time zone)."""
     try:
-        dt = datetime(int(name[:4]), int(name[4:6]), int(name[6:8]), int(name[8:10]), int(name[10:12]),
-                      int(name[12:14]), int(name[14:17]) * 1000) + timedelta(milliseconds=1)  # fmt: skip
+        dt = datetime(
+            int(name[:4]),
+            int(name[4:6]),
+            int(name[6:8]),
+            int(name[8:10]),
+            int(name[10:12]),
+            int(name[12:14]),
+            int(name[14:17]) * 1000,
+        ) + timedelta(milliseconds=1)
     except ValueError:  # not a date (a file someone else named): keep the order at least
         return f"{int(name) + 1:0{INDEX_NAME_DIGITS}d}"
     return f"{dt:%Y%m%d%H%M%S}{dt.microsecond // 1000:03d}"
@@ -230,8 +237,9 @@ class IndexService:
 
     # ------------------------------------------------------------------ lifecycle
 
-    def load(self, clean_shutdown: bool, index_msg_timestamp: int, *, repair: bool = False,
-             read_only: bool = False) -> IndexLoadReport:  # fmt: skip
+    def load(
+        self, clean_shutdown: bool, index_msg_timestamp: int, *, repair: bool = False, read_only: bool = False
+    ) -> IndexLoadReport:
         """Open the files (RocketMQ IndexService.load), oldest first.
 
         ``index_msg_timestamp`` is the checkpoint's value. After an abnormal exit
@@ -272,8 +280,12 @@ class IndexService:
                 size = (self.directory / name).stat().st_size
                 if size != self.file_bytes:
                     if repair:
-                        self._log.warning("index_file_damaged", file=name, reason=f"{size} bytes, expected {self.file_bytes}",
-                                          action="deleted with every later file; rebuilt from the commitlog")  # fmt: skip
+                        self._log.warning(
+                            "index_file_damaged",
+                            file=name,
+                            reason=f"{size} bytes, expected {self.file_bytes}",
+                            action="deleted with every later file; rebuilt from the commitlog",
+                        )
                         damaged, names = names[i:], names[:i]
                         break
                     raise CorruptFileError(
@@ -290,8 +302,12 @@ class IndexService:
                     f = _File(name, seg, IndexFileView(seg.mm, self.hash_slots, self.max_entries))
                     why = f.view.damage(prev_end_phy_offset=prev_end, deep=False) if repair else None
                     if why is not None:
-                        self._log.warning("index_file_damaged", file=name, reason=why,
-                                          action="deleted with every later file; rebuilt from the commitlog")  # fmt: skip
+                        self._log.warning(
+                            "index_file_damaged",
+                            file=name,
+                            reason=why,
+                            action="deleted with every later file; rebuilt from the commitlog",
+                        )
                         seg.close()
                         damaged += names[i:]
                         break
@@ -299,8 +315,12 @@ class IndexService:
                     if not clean_shutdown and (begin_ts > index_msg_timestamp or index_msg_timestamp <= 0):
                         # Nothing in it was ever flushed (files that began before the last
                         # flush stay; the caller truncates what followed that flush).
-                        self._log.warning("unflushed_index_file_deleted", file=name, begin_timestamp=begin_ts,
-                                          index_msg_timestamp=index_msg_timestamp)  # fmt: skip
+                        self._log.warning(
+                            "unflushed_index_file_deleted",
+                            file=name,
+                            begin_timestamp=begin_ts,
+                            index_msg_timestamp=index_msg_timestamp,
+                        )
                         seg.delete()
                         deleted.append(name)
                         continue
@@ -313,14 +333,17 @@ class IndexService:
             if files and not clean_shutdown and (fixed := files[-1].view.drop_uncounted()):
                 # A put cut short: its entries never counted, so the slots must not point at them.
                 files[-1].seg.sync()
-                self._log.warning("index_put_rolled_back", file=files[-1].name, slots=fixed,
-                                  entries=files[-1].view.header.entries)  # fmt: skip
+                self._log.warning(
+                    "index_put_rolled_back", file=files[-1].name, slots=fixed, entries=files[-1].view.header.entries
+                )
             while repair and files:
                 prev_end = files[-2].view.header.end_phy_offset if len(files) > 1 else -1
                 if (why := files[-1].view.damage(prev_end_phy_offset=prev_end)) is None:
                     break
                 f = files.pop()
-                self._log.warning("index_file_damaged", file=f.name, reason=why, action="deleted; rebuilt from the commitlog")
+                self._log.warning(
+                    "index_file_damaged", file=f.name, reason=why, action="deleted; rebuilt from the commitlog"
+                )
                 f.seg.close()
                 damaged.append(f.name)
             for name in damaged:
@@ -345,8 +368,9 @@ class IndexService:
             self._flush_dirty()
             if self._files and self._files[-1].view.header.entries:
                 with self._lock:
-                    self._index_msg_timestamp = max(self._index_msg_timestamp,
-                                                    self._files[-1].view.header.end_timestamp)  # fmt: skip
+                    self._index_msg_timestamp = max(
+                        self._index_msg_timestamp, self._files[-1].view.header.end_timestamp
+                    )
 
     def close(self) -> None:
         """Flush every file and unmap them (RocketMQ 5.x shutdown). Later calls raise
@@ -383,8 +407,10 @@ class IndexService:
         entries before it stay indexed: a retry of the batch skips them."""
         hashes, phys, times = (np.asarray(col, np.int64) for col in entries)
         if not hashes.ndim == phys.ndim == times.ndim == 1 or not len(hashes) == len(phys) == len(times):
-            raise ValueError(f"index entries are three 1-D arrays of one length, got shapes {hashes.shape}, "
-                             f"{phys.shape}, {times.shape}")  # fmt: skip
+            raise ValueError(
+                f"index entries are three 1-D arrays of one length, got shapes {hashes.shape}, "
+                f"{phys.shape}, {times.shape}"
+            )
         if len(hashes) and (hashes.min() < 0 or hashes.max() > _INT_MAX):
             raise ValueError("key hashes must lie in [0, 2**31-1] (index_key_hash)")
         with self._write_lock:
@@ -446,8 +472,9 @@ class IndexService:
             name = _name_after(last.name)
         seg = Segment.create(self.directory / name, 0, self.file_bytes, preallocate=self._preallocate)
         try:
-            view = IndexFileView.create(seg.mm, self.hash_slots, self.max_entries,
-                                        end_phy_offset=end_phy, end_timestamp=end_ts)  # fmt: skip
+            view = IndexFileView.create(
+                seg.mm, self.hash_slots, self.max_entries, end_phy_offset=end_phy, end_timestamp=end_ts
+            )
         except BaseException:
             seg.delete()
             raise
@@ -465,8 +492,13 @@ class IndexService:
         h = f.view.header
         with self._lock:
             self._index_msg_timestamp = h.end_timestamp
-        self._log.info("index_file_full", file=f.name, entries=h.entries, end_phy_offset=h.end_phy_offset,
-                       end_timestamp=h.end_timestamp)  # fmt: skip
+        self._log.info(
+            "index_file_full",
+            file=f.name,
+            entries=h.entries,
+            end_phy_offset=h.end_phy_offset,
+            end_timestamp=h.end_timestamp,
+        )
 
     def _flush_dirty(self) -> None:
         for f in self._files:
@@ -610,8 +642,13 @@ class IndexService:
                     self._index_msg_timestamp = min(self._index_msg_timestamp, new_end)
                 max_phys = self._files[-1].view.header.end_phy_offset if self._files else -1
             if deleted or truncated:
-                self._log.warning("index_truncated", commitlog_offset=phys_offset, deleted_files=deleted,
-                                  truncated_file=truncated and truncated.name, dropped_entries=dropped)  # fmt: skip
+                self._log.warning(
+                    "index_truncated",
+                    commitlog_offset=phys_offset,
+                    deleted_files=deleted,
+                    truncated_file=truncated and truncated.name,
+                    dropped_entries=dropped,
+                )
             return IndexTruncateReport(tuple(deleted), truncated and truncated.name, dropped, max_phys)
 
     def delete_files_below(self, commitlog_min_offset: int) -> tuple[str, ...]:

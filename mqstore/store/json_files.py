@@ -169,8 +169,12 @@ def set_aside(st: ConfigFileState) -> bool:
         if path.exists():
             os.replace(path, path.with_name(path.name + ".corrupt"))
     fsync_dir(st.path.parent)
-    _log().warning("config_file_set_aside", path=str(st.path), problem=st.problem,
-                   action=f"renamed to {st.path.name}.corrupt; rebuilt")  # fmt: skip
+    _log().warning(
+        "config_file_set_aside",
+        path=str(st.path),
+        problem=st.problem,
+        action=f"renamed to {st.path.name}.corrupt; rebuilt",
+    )
     return True
 
 

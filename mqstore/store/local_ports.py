@@ -16,10 +16,10 @@ from mqstore.formats.msgid import parse_offset_msg_id
 from mqstore.store import reads
 from mqstore.store.builders import ConsumerProgress, consumer_progress
 from mqstore.store.commitlog import CommitLog
-from mqstore.store.reader import CommitLogView
-from mqstore.store.consumer_offsets import ConsumerOffsets
 from mqstore.store.consume_queues import ConsumeQueues
+from mqstore.store.consumer_offsets import ConsumerOffsets
 from mqstore.store.index_service import IndexService
+from mqstore.store.reader import CommitLogView
 from mqstore.store.reads import PullStatus, QueueRange, QueueStatus, UnitsPage, drive
 
 _NONE = np.zeros(0, np.int64)
@@ -42,8 +42,15 @@ def units_page(queues: ConsumeQueues, topic: str, queue_id: int, offset: int, ma
         raise OffsetError(f"{topic}:{queue_id} moved its min offset three times during one read; try again")
     if units is None or not len(units):
         return UnitsPage(True, start, lo, hi, _NONE, _NONE, _NONE)
-    return UnitsPage(True, start, lo, hi, units["commitlog_offset"].astype(np.int64), units["size"].astype(np.int64),
-                     units["tags_code"].astype(np.int64))  # fmt: skip
+    return UnitsPage(
+        True,
+        start,
+        lo,
+        hi,
+        units["commitlog_offset"].astype(np.int64),
+        units["size"].astype(np.int64),
+        units["tags_code"].astype(np.int64),
+    )
 
 
 def queue_ranges(queues: ConsumeQueues, topic: str, queue_ids: Sequence[int] = ()) -> list[QueueRange]:
@@ -61,8 +68,15 @@ def queue_ranges(queues: ConsumeQueues, topic: str, queue_ids: Sequence[int] = (
     return out
 
 
-def read_records(commitlog: CommitLog | CommitLogView, offsets: np.ndarray, sizes: np.ndarray | None, raw: bool, *,
-                 skip_missing: bool = True, check_sizes: bool = False) -> tuple[np.ndarray, list]:  # fmt: skip
+def read_records(
+    commitlog: CommitLog | CommitLogView,
+    offsets: np.ndarray,
+    sizes: np.ndarray | None,
+    raw: bool,
+    *,
+    skip_missing: bool = True,
+    check_sizes: bool = False,
+) -> tuple[np.ndarray, list]:
     """The records at ``offsets`` (decoded, or their stored bytes with ``raw``), those
     below the min offset or at/past the write position left out (``skip_missing``) or
     refused with NotFoundError naming the first. Raw reads take each record's size
@@ -76,8 +90,10 @@ def read_records(commitlog: CommitLog | CommitLogView, offsets: np.ndarray, size
     if gone.any():
         if not skip_missing:
             off = int(offsets[np.argmax(gone)])
-            raise NotFoundError(f"no message at commitlog offset {off}: "
-                                + (f"deleted (min offset {lo})" if off < lo else f"past the write position {hi}"))  # fmt: skip
+            raise NotFoundError(
+                f"no message at commitlog offset {off}: "
+                + (f"deleted (min offset {lo})" if off < lo else f"past the write position {hi}")
+            )
         offsets = offsets[~gone]
         sizes = None if sizes is None else np.asarray(sizes, np.int64)[~gone]
     if not raw:
@@ -92,7 +108,9 @@ def read_records(commitlog: CommitLog | CommitLogView, offsets: np.ndarray, size
         bad = np.flatnonzero((stored_sizes != sizes) | ~np.isin(magics, (MAGIC_V1, MAGIC_V2)))
         if len(bad):
             i = int(bad[0])
-            raise InvalidArgumentError(f"no record of {int(sizes[i])} bytes starts at commitlog offset {int(offsets[i])}")
+            raise InvalidArgumentError(
+                f"no record of {int(sizes[i])} bytes starts at commitlog offset {int(offsets[i])}"
+            )
     return offsets, raws
 
 
@@ -100,8 +118,15 @@ class LocalPorts:
     """reads.ShardPorts over one store's commitlog, consume queues, index (None: off)
     and consumer offsets, all in this process."""
 
-    def __init__(self, commitlog: CommitLog | CommitLogView, queues: ConsumeQueues, index: IndexService | None,
-                 consumer_offsets: ConsumerOffsets, *, perm_of: Callable[[str], int | None]) -> None:  # fmt: skip
+    def __init__(
+        self,
+        commitlog: CommitLog | CommitLogView,
+        queues: ConsumeQueues,
+        index: IndexService | None,
+        consumer_offsets: ConsumerOffsets,
+        *,
+        perm_of: Callable[[str], int | None],
+    ) -> None:
         self.perm = perm_of
         self.commitlog = commitlog
         self.queues = queues
@@ -126,8 +151,9 @@ class LocalPorts:
         cq = self.queues.find(topic, queue_id)
         if cq is None:
             return 0
-        return cq.offset_at_time(timestamp_ms, store_times_reader(self.commitlog.read),
-                                 commitlog_min_offset=self.commitlog.min_offset)  # fmt: skip
+        return cq.offset_at_time(
+            timestamp_ms, store_times_reader(self.commitlog.read), commitlog_min_offset=self.commitlog.min_offset
+        )
 
     def progress(self, group: str) -> list:
         return consumer_progress(self.queues, self.consumer_offsets, group)
@@ -186,7 +212,9 @@ class LocalReads:
         self._check_open()
         return drive(read, self._ports)
 
-    def pull(self, topic: str, queue_id: int, offset: int, *, max_count: int = 32, tags: set[str] | None = None) -> PullResult:
+    def pull(
+        self, topic: str, queue_id: int, offset: int, *, max_count: int = 32, tags: set[str] | None = None
+    ) -> PullResult:
         """Up to ``max_count`` (<= 10,000) messages of (topic, queue_id) from queue
         offset ``offset``, and a status (see reads.py: OFFSET_TOO_SMALL below the min
         offset, NO_NEW_MESSAGE at the max, ...; ``next_offset`` goes on from there);
@@ -197,8 +225,9 @@ class LocalReads:
         a = self._read(reads.pull(topic, queue_id, offset, max_count=max_count, tags=tags))
         return PullResult(a.records, a.next_offset, a.min_offset, a.max_offset, a.status)
 
-    def pull_raw(self, topic: str, queue_id: int, offset: int, *, max_count: int = 32,
-                 tags_codes: set[int] | None = None) -> RawPullResult:  # fmt: skip
+    def pull_raw(
+        self, topic: str, queue_id: int, offset: int, *, max_count: int = 32, tags_codes: set[int] | None = None
+    ) -> RawPullResult:
         """Like ``pull`` but the messages stay encoded (the stored record bytes, as a
         broker hands them to clients), filtered by tagsCode only, as RocketMQ's broker
         does (clients check the tag strings). The fast path for consumers."""
@@ -225,8 +254,9 @@ class LocalReads:
         time; NotFoundError for a topic with no queues."""
         return reads.merge_topic_status(topic, [self._read(reads.topic_status(topic))])
 
-    def query_by_key(self, topic: str, key: str, *, begin: int = 0, end: int = reads.LONG_MAX,
-                     max_num: int = 32) -> list[MessageRecord]:  # fmt: skip
+    def query_by_key(
+        self, topic: str, key: str, *, begin: int = 0, end: int = reads.LONG_MAX, max_num: int = 32
+    ) -> list[MessageRecord]:
         """Messages of ``topic`` whose KEYS hold ``key``, stored in [begin, end] (ms),
         newest first, at most ``max_num`` (<= 64, RocketMQ's index limit);
         NotFoundError if none, IndexDisabledError if the store keeps no index."""
@@ -249,5 +279,13 @@ class LocalReads:
         return reads.merge_progress([self._read(reads.consumer_progress(group))])
 
 
-__all__ = ["LocalPorts", "LocalReads", "PullResult", "RawPullResult", "queue_ranges", "read_records",
-           "store_times_reader", "units_page"]  # fmt: skip
+__all__ = [
+    "LocalPorts",
+    "LocalReads",
+    "PullResult",
+    "RawPullResult",
+    "queue_ranges",
+    "read_records",
+    "store_times_reader",
+    "units_page",
+]

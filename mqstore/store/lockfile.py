@@ -32,7 +32,9 @@ class StoreLock:
             fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             os.close(self._fd)
-            raise StoreLockedError(f"{store_dir} is already open in another process (lock file {self._path} is held)") from None
+            raise StoreLockedError(
+                f"{store_dir} is already open in another process (lock file {self._path} is held)"
+            ) from None
         os.ftruncate(self._fd, 0)
         os.write(self._fd, b"lock")
 

@@ -60,15 +60,23 @@ def stopped_loops(commitlog: CommitLog, loops: dict) -> dict[str, str]:
     if cause in _FLUSH_STOPPED:
         out["flush"] = f"stopped: {cause} (appends refused until a restart)"
     return out
+
+
 _REPORT_FRESH_S = 5.0  # appends wait for a lagging dispatcher only while it reports
 
 
 class LogStore:
     """See the module docstring."""
 
-    def __init__(self, store_dir: str | Path, config: StoreConfig | None = None, *, clock: Clock | None = None,
-                 progress: RecoveryProgress | None = None,
-                 on_sync_seconds: Callable[[float], None] | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        store_dir: str | Path,
+        config: StoreConfig | None = None,
+        *,
+        clock: Clock | None = None,
+        progress: RecoveryProgress | None = None,
+        on_sync_seconds: Callable[[float], None] | None = None,
+    ) -> None:
         """``on_sync_seconds``: told how long each commitlog fdatasync took (metrics)."""
         self.store_dir = Path(store_dir)
         self.store_dir.mkdir(parents=True, exist_ok=True)
@@ -76,8 +84,14 @@ class LogStore:
         self._clock = clock or SystemClock()
         self.progress = progress or RecoveryProgress()
         has_queues = any((self.store_dir / CONSUME_QUEUE_DIR).glob("*/*"))
-        self.commitlog = CommitLog(self.store_dir, cfg, clock=self._clock, queue_offsets_from_derived=has_queues,
-                                   progress=self.progress, on_sync_seconds=on_sync_seconds)  # fmt: skip
+        self.commitlog = CommitLog(
+            self.store_dir,
+            cfg,
+            clock=self._clock,
+            queue_offsets_from_derived=has_queues,
+            progress=self.progress,
+            on_sync_seconds=on_sync_seconds,
+        )
         try:
             self._set_aside = set_aside_unusable(self.store_dir, (TOPICS_FILE, DELAY_OFFSET_FILE))
             self.topics = TopicConfigs(self.store_dir, clock=self._clock)
@@ -124,7 +138,9 @@ class LogStore:
         if TOPICS_FILE in self._set_aside:
             self._rebuild_topics(ends)
         self.commitlog.raise_queue_offsets(ends)
-        n = self.commitlog.raise_queue_offsets_from(max(min(built_up_to, self.commitlog.wrote), self.commitlog.min_offset))
+        n = self.commitlog.raise_queue_offsets_from(
+            max(min(built_up_to, self.commitlog.wrote), self.commitlog.min_offset)
+        )
         self.accepting = True
         log.info("queue_offsets_attached", queues=len(ends), records_after=n, built_up_to=built_up_to)
         return n
@@ -140,8 +156,9 @@ class LogStore:
         self._set_aside.discard(TOPICS_FILE)
         log.warning("topic_configs_rebuilt", topics=len(seen), source="consume queues")
 
-    def start_background(self, queues, retention: RetentionConfig | None = None, *, start: bool = True,
-                         builder=None, index=None) -> None:  # fmt: skip
+    def start_background(
+        self, queues, retention: RetentionConfig | None = None, *, start: bool = True, builder=None, index=None
+    ) -> None:
         """Delay deliveries (``queues.find`` gives the delay topic's queues, wherever
         they are) and the retention of commitlog segments. In one process
         (MessageStore) ``builder`` (the QueueBuilder) and ``index`` (the IndexService)
@@ -151,10 +168,15 @@ class LogStore:
         self.consume_queues = queues  # what DelayScheduler reads
         self.scheduler = DelayScheduler(self, self._delays_ms)
         self.retention = Retention(
-            self.commitlog, queues if builder is not None else None, reput_offset=lambda: self.dispatched_offset,
-            index=index, consumer_offsets=builder.consumer_offsets if builder is not None else None,
-            config=retention or RetentionConfig(), clock=self._clock, on_report=self._note_retention,
-        )  # fmt: skip
+            self.commitlog,
+            queues if builder is not None else None,
+            reput_offset=lambda: self.dispatched_offset,
+            index=index,
+            consumer_offsets=builder.consumer_offsets if builder is not None else None,
+            config=retention or RetentionConfig(),
+            clock=self._clock,
+            on_report=self._note_retention,
+        )
         if start:
             self.scheduler.start()
             self.retention.start()
@@ -180,8 +202,9 @@ class LogStore:
         if self._closed:
             raise StoreClosedError(f"store at {self.store_dir} is closed")
         if not self.accepting:
-            raise StoreNotWritableError("the commitlog waits for the consume queues' ends before appends",
-                                        cause="recovering")  # fmt: skip
+            raise StoreNotWritableError(
+                "the commitlog waits for the consume queues' ends before appends", cause="recovering"
+            )
         check_client_batch(batch, max_queue_id=self.config.max_queue_id, perm_of=self.topics.perm_of)
         self._hold_back_for_dispatch()
         return self.commitlog.append(rewrite_delayed(batch, len(self._delays_ms), self._pick_queue))
@@ -204,7 +227,9 @@ class LogStore:
         return max(0, self.confirm_offset - self.dispatched_offset)
 
     def update_topic(self, topic: str, *, read_queue_nums: int = 4, write_queue_nums: int = 4, perm: int = 6):
-        tc = self.topics.create_or_update(topic, read_queue_nums=read_queue_nums, write_queue_nums=write_queue_nums, perm=perm)
+        tc = self.topics.create_or_update(
+            topic, read_queue_nums=read_queue_nums, write_queue_nums=write_queue_nums, perm=perm
+        )
         self.commitlog.set_queue_nums(topic, write_queue_nums)
         return tc
 
@@ -245,16 +270,22 @@ class LogStore:
         """Where a builder that did not stop cleanly dispatches again from (the
         derived files' durable offset, else the start of recovery's walk)."""
         cl = self.commitlog
-        return redispatch_from(self.store_dir, clean=False, wrote=cl.wrote, min_offset=cl.min_offset,
-                               start_offset=self.start_offset)  # fmt: skip
+        return redispatch_from(
+            self.store_dir, clean=False, wrote=cl.wrote, min_offset=cl.min_offset, start_offset=self.start_offset
+        )
 
     def recovery_facts(self) -> dict:
         """What the builders recover against (CommitLogService.GetRecovery)."""
         rec = self.commitlog.recovery
-        return {"clean_shutdown": rec.clean_shutdown, "start_offset": self.start_offset,
-                "min_offset": self.commitlog.min_offset, "wrote_offset": self.commitlog.wrote,
-                "redispatch_from": self.redispatch_from(), "index_msg_timestamp": self.index_msg_timestamp,
-                "queue_offsets": rec.queue_offsets}  # fmt: skip
+        return {
+            "clean_shutdown": rec.clean_shutdown,
+            "start_offset": self.start_offset,
+            "min_offset": self.commitlog.min_offset,
+            "wrote_offset": self.commitlog.wrote,
+            "redispatch_from": self.redispatch_from(),
+            "index_msg_timestamp": self.index_msg_timestamp,
+            "queue_offsets": rec.queue_offsets,
+        }
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -268,21 +299,36 @@ class LogStore:
 
     def loop_stats(self) -> dict:
         """Counters of the background loops: deliveries, records skipped, failed passes."""
-        return {name: part.stats() for name, part in (("delay_scheduler", self.scheduler), ("retention", self.retention))
-                if part is not None}  # fmt: skip
+        return {
+            name: part.stats()
+            for name, part in (("delay_scheduler", self.scheduler), ("retention", self.retention))
+            if part is not None
+        }
 
     def status(self) -> dict:
         """Offsets, writability, queues known, the last recovery and the background
         loops (``loops``: counters; ``stopped_loops``: see there), at a glance."""
         cl = self.commitlog
         rec = cl.recovery
-        return {"min_offset": cl.min_offset, "wrote": cl.wrote, "flushed": cl.flushed, "writable": self.writable,
-                "unwritable_cause": self.unwritable_cause, "queues": cl.queue_count,
-                "dispatched": self.dispatched_offset, "progress": self.progress.as_dict(),
-                "last_recovery": {"clean_shutdown": rec.clean_shutdown, "start_segment": rec.start_segment,
-                                  "bytes_validated": rec.bytes_validated, "seconds": round(rec.seconds, 3),
-                                  "truncated_at": rec.truncated_at},
-                "loops": self.loop_stats(), "stopped_loops": self.stopped_loops()}  # fmt: skip
+        return {
+            "min_offset": cl.min_offset,
+            "wrote": cl.wrote,
+            "flushed": cl.flushed,
+            "writable": self.writable,
+            "unwritable_cause": self.unwritable_cause,
+            "queues": cl.queue_count,
+            "dispatched": self.dispatched_offset,
+            "progress": self.progress.as_dict(),
+            "last_recovery": {
+                "clean_shutdown": rec.clean_shutdown,
+                "start_segment": rec.start_segment,
+                "bytes_validated": rec.bytes_validated,
+                "seconds": round(rec.seconds, 3),
+                "truncated_at": rec.truncated_at,
+            },
+            "loops": self.loop_stats(),
+            "stopped_loops": self.stopped_loops(),
+        }
 
     @property
     def writable(self) -> bool:

@@ -109,9 +109,14 @@ def sync_file_system(path: Path) -> None:
 
 
 def create_sized_file(
-    path: Path, size: int, *, preallocate: bool, sync_dir: bool = True, keep_open: bool = False,
+    path: Path,
+    size: int,
+    *,
+    preallocate: bool,
+    sync_dir: bool = True,
+    keep_open: bool = False,
     fault_point: str | None = None,
-) -> int:  # fmt: skip
+) -> int:
     """Create ``path`` with ``size`` zero bytes: sized under ``<name>.tmp`` (blocks
     reserved with ``preallocate``, else sparse), then renamed into place, so a crash
     never leaves a file of the wrong size. A full disk raises StoreNotWritableError
@@ -140,7 +145,9 @@ def create_sized_file(
         if renamed:
             path.unlink(missing_ok=True)
         if e.errno in (errno.ENOSPC, errno.EDQUOT):
-            raise StoreNotWritableError(f"disk full: cannot allocate {path.name} ({size} bytes)", cause="disk_full") from e
+            raise StoreNotWritableError(
+                f"disk full: cannot allocate {path.name} ({size} bytes)", cause="disk_full"
+            ) from e
         raise
     if keep_open:
         return fd
@@ -240,7 +247,9 @@ class Segment:
                 os.fdatasync(self._fd)
             elif _msync(self._addr + lo, end - lo, _MS_SYNC) != 0:
                 err = ctypes.get_errno()
-                raise OSError(err, f"msync of {self.path.name} [{lo}, {end}) failed: {os.strerror(err)}", str(self.path))
+                raise OSError(
+                    err, f"msync of {self.path.name} [{lo}, {end}) failed: {os.strerror(err)}", str(self.path)
+                )
         except OSError as e:
             note_sync_failure(self.sync_point, self.path, e)
             raise

@@ -76,34 +76,60 @@ class MessageStore(LocalReads):
         try:
             view = LocalCommitLogView(self.commitlog)
             self.progress.set_phase("consume_queues")
-            self.queue_builder = QueueBuilder(self.store_dir, self.config, view, clock=clock,
-                                              on_durable=functools.partial(self.log.note_derived, "consume_queue"))  # fmt: skip
+            self.queue_builder = QueueBuilder(
+                self.store_dir,
+                self.config,
+                view,
+                clock=clock,
+                on_durable=functools.partial(self.log.note_derived, "consume_queue"),
+            )
             if self.config.message_index_enable:
-                self.index_builder = IndexBuilder(self.store_dir, self.config, view, clock=clock,
-                                                  on_durable=functools.partial(self.log.note_derived, "index"))  # fmt: skip
+                self.index_builder = IndexBuilder(
+                    self.store_dir,
+                    self.config,
+                    view,
+                    clock=clock,
+                    on_durable=functools.partial(self.log.note_derived, "index"),
+                )
             builders = [b for b in (self.queue_builder, self.index_builder) if b is not None]
             queues = self.queue_builder.consume_queues
-            self.log.attach_queue_ends({(q.topic, q.queue_id): q.max_offset for q in queues.all()},
-                                       self.queue_builder.progress_offset)  # fmt: skip
+            self.log.attach_queue_ends(
+                {(q.topic, q.queue_id): q.max_offset for q in queues.all()}, self.queue_builder.progress_offset
+            )
             reput_from = min(b.progress_offset for b in builders)
-            self.dispatcher = ReputLoop(self.commitlog, builders, reput_offset=reput_from,
-                                        limit=lambda: self.log.confirm_offset, delays_ms=self.log.delays_ms,
-                                        on_progress=self.log.note_dispatched)  # fmt: skip
+            self.dispatcher = ReputLoop(
+                self.commitlog,
+                builders,
+                reput_offset=reput_from,
+                limit=lambda: self.log.confirm_offset,
+                delays_ms=self.log.delays_ms,
+                on_progress=self.log.note_dispatched,
+            )
             self.progress.set_phase("dispatch", max(self.commitlog.wrote - reput_from, 0))
             caught_up = self.dispatcher.catch_up()
             self.log.note_dispatched(self.dispatcher.reput_offset)  # (a clean open dispatches nothing: no report)
-            log.info("dispatch_recovered", reput_from=reput_from, records=caught_up, reput_offset=self.dispatcher.reput_offset)
+            log.info(
+                "dispatch_recovered",
+                reput_from=reput_from,
+                records=caught_up,
+                reput_offset=self.dispatcher.reput_offset,
+            )
             self.clamped_consumer_offsets = self.queue_builder.clamp_consumer_offsets()
             self.log.dispatch_active = lambda: self.dispatcher.running
-            self.log.start_background(queues, retention, start=background_dispatch, builder=self.queue_builder,
-                                      index=self.index)  # fmt: skip
+            self.log.start_background(
+                queues, retention, start=background_dispatch, builder=self.queue_builder, index=self.index
+            )
             if background_dispatch:
                 self.dispatcher.start()
-            self._ports = LocalPorts(self.commitlog, queues, self.index, self.consumer_offsets,
-                                     perm_of=self.topics.perm_of)  # fmt: skip
+            self._ports = LocalPorts(
+                self.commitlog, queues, self.index, self.consumer_offsets, perm_of=self.topics.perm_of
+            )
             self.progress.set_phase("ready")
-            log.info("store_opened", recovery_seconds=round(self.commitlog.recovery.seconds, 3),
-                     clean_shutdown=self.commitlog.recovery.clean_shutdown)  # fmt: skip
+            log.info(
+                "store_opened",
+                recovery_seconds=round(self.commitlog.recovery.seconds, 3),
+                clean_shutdown=self.commitlog.recovery.clean_shutdown,
+            )
         except BaseException:
             for part in (self.index_builder, self.queue_builder, self.log):
                 if part is not None:
@@ -148,7 +174,9 @@ class MessageStore(LocalReads):
     def update_topic(self, topic: str, *, read_queue_nums: int = 4, write_queue_nums: int = 4, perm: int = 6):
         """Create or change a topic's config (persisted in config/topics.json); automatic
         queue ids then spread over ``write_queue_nums`` queues."""
-        return self.log.update_topic(topic, read_queue_nums=read_queue_nums, write_queue_nums=write_queue_nums, perm=perm)
+        return self.log.update_topic(
+            topic, read_queue_nums=read_queue_nums, write_queue_nums=write_queue_nums, perm=perm
+        )
 
     def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
         """Record that ``group`` consumed (topic, queue_id) up to ``offset`` (the next
@@ -226,14 +254,25 @@ class MessageStore(LocalReads):
         st = self.log.status()
         return {
             "state": "ready" if not self._closed else "closed",
-            "progress": st["progress"], "writable": st["writable"], "unwritable_cause": st["unwritable_cause"],
-            "min_offset": st["min_offset"], "wrote": st["wrote"], "flushed": st["flushed"],
-            "dispatch_lag_bytes": d.lag, "queues": len(self.consume_queues.all()),
+            "progress": st["progress"],
+            "writable": st["writable"],
+            "unwritable_cause": st["unwritable_cause"],
+            "min_offset": st["min_offset"],
+            "wrote": st["wrote"],
+            "flushed": st["flushed"],
+            "dispatch_lag_bytes": d.lag,
+            "queues": len(self.consume_queues.all()),
             "last_recovery": st["last_recovery"],
-            "loops": {**st["loops"], "reput": {"running": d.running, "dispatched": d.dispatched,
-                                               "error": None if d.error is None else str(d.error)}},
+            "loops": {
+                **st["loops"],
+                "reput": {
+                    "running": d.running,
+                    "dispatched": d.dispatched,
+                    "error": None if d.error is None else str(d.error),
+                },
+            },
             "stopped_loops": self.stopped_loops(),
-        }  # fmt: skip
+        }
 
     def close(self) -> None:
         """Dispatch everything, flush every file, write the checkpoint, release the locks.

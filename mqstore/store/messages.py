@@ -29,20 +29,22 @@ MAX_PORT = 65_535
 # with the broker-sync topics newer releases add): the broker refuses producers' sends
 # to these. Only the store writes them (SCHEDULE_TOPIC_XXXX: the delay scheduler).
 # RMQ_SYS_TRACE_TOPIC is a system topic but not in the set: clients send traces there.
-NOT_ALLOWED_SEND_TOPICS = frozenset({
-    "SCHEDULE_TOPIC_XXXX",
-    "RMQ_SYS_TRANS_HALF_TOPIC",
-    "RMQ_SYS_TRANS_OP_HALF_TOPIC",
-    "TRANS_CHECK_MAX_TIME_TOPIC",
-    "SELF_TEST_TOPIC",
-    "OFFSET_MOVED_EVENT",
-    "RMQ_SYS_TOPIC_CONFIG_SYNC",
-    "RMQ_SYS_CONSUMER_OFFSET_SYNC",
-    "RMQ_SYS_DELAY_OFFSET_SYNC",
-    "RMQ_SYS_SUBSCRIPTION_GROUP_SYNC",
-    "RMQ_SYS_MESSAGE_MODE_SYNC",
-    "RMQ_SYS_TIMER_METRICS_SYNC",
-})  # fmt: skip
+NOT_ALLOWED_SEND_TOPICS = frozenset(
+    {
+        "SCHEDULE_TOPIC_XXXX",
+        "RMQ_SYS_TRANS_HALF_TOPIC",
+        "RMQ_SYS_TRANS_OP_HALF_TOPIC",
+        "TRANS_CHECK_MAX_TIME_TOPIC",
+        "SELF_TEST_TOPIC",
+        "OFFSET_MOVED_EVENT",
+        "RMQ_SYS_TOPIC_CONFIG_SYNC",
+        "RMQ_SYS_CONSUMER_OFFSET_SYNC",
+        "RMQ_SYS_DELAY_OFFSET_SYNC",
+        "RMQ_SYS_SUBSCRIPTION_GROUP_SYNC",
+        "RMQ_SYS_MESSAGE_MODE_SYNC",
+        "RMQ_SYS_TIMER_METRICS_SYNC",
+    }
+)
 # Properties only the store sets (a forged one would move the delay scheduler's progress).
 STORE_ONLY_PROPERTIES = frozenset({SCHEDULE_SOURCE})
 
@@ -115,14 +117,17 @@ class MessageBatch:
             flags=list(col["flag"]),
             sysflags=list(col["sysflag"]),
             born_timestamps=None if all(t is None for t in col["born_timestamp"]) else list(col["born_timestamp"]),
-            born_hosts=None if all(h is None for h in col["born_host"]) else [h or Host("127.0.0.1", 0) for h in col["born_host"]],
+            born_hosts=None
+            if all(h is None for h in col["born_host"])
+            else [h or Host("127.0.0.1", 0) for h in col["born_host"]],
             reconsume_times=list(col["reconsume_times"]),
             prepared_transaction_offsets=list(col["prepared_transaction_offset"]),
         )
 
 
-def check_client_batch(batch: MessageBatch, *, max_queue_id: int,
-                       perm_of: Callable[[str], int | None] | None = None) -> None:  # fmt: skip
+def check_client_batch(
+    batch: MessageBatch, *, max_queue_id: int, perm_of: Callable[[str], int | None] | None = None
+) -> None:
     """What a producer may not send, checked before anything is written (the
     client-facing append of ``MessageStore`` and ``LogStore``; the store's own writes,
     delayed messages into SCHEDULE_TOPIC_XXXX and back out, do not come here):
@@ -145,8 +150,9 @@ def check_client_batch(batch: MessageBatch, *, max_queue_id: int,
         bad = (q < AUTO_QUEUE) | (q > max_queue_id)
         if bad.any():
             i = int(np.argmax(bad)) if q.ndim else 0
-            raise InvalidMessageError(f"message {i}: queue id {int(q.flat[i])} is outside 0..{max_queue_id} "
-                                      f"(or {AUTO_QUEUE}: automatic)")  # fmt: skip
+            raise InvalidMessageError(
+                f"message {i}: queue id {int(q.flat[i])} is outside 0..{max_queue_id} (or {AUTO_QUEUE}: automatic)"
+            )
     _check_properties(batch.properties)
     _check_hosts(batch.born_hosts)
 
@@ -158,8 +164,10 @@ def check_send_topics(topics: set[str], perm_of: Callable[[str], int | None] | N
         check_topic(t)
     reserved = sorted(topics & NOT_ALLOWED_SEND_TOPICS)
     if reserved:
-        raise ReservedTopicError(f"sending to topic {reserved[0]!r} is forbidden: only the store writes it "
-                                 f"(RocketMQ's not-allowed-send topics)")  # fmt: skip
+        raise ReservedTopicError(
+            f"sending to topic {reserved[0]!r} is forbidden: only the store writes it "
+            f"(RocketMQ's not-allowed-send topics)"
+        )
     if perm_of is not None:
         for t in sorted(topics):
             check_perm(t, perm_of(t), PERM_WRITE)
@@ -170,8 +178,10 @@ def check_no_transaction(flags: np.ndarray) -> None:
     flags = np.asarray(flags, np.int64)
     if (flags & TRANSACTION_TYPE_MASK).any():
         i = int(np.argmax((flags & TRANSACTION_TYPE_MASK) != 0)) if flags.ndim else 0
-        raise TransactionNotSupportedError(f"message {i}: sysflag {int(flags.flat[i])} sets the transaction bits "
-                                           f"(0x{TRANSACTION_TYPE_MASK:X}); the store has no transaction API")  # fmt: skip
+        raise TransactionNotSupportedError(
+            f"message {i}: sysflag {int(flags.flat[i])} sets the transaction bits "
+            f"(0x{TRANSACTION_TYPE_MASK:X}); the store has no transaction API"
+        )
 
 
 def _integers(value, name: str) -> np.ndarray:
@@ -202,7 +212,9 @@ def _check_properties(props) -> None:
         if not p:
             continue
         if not isinstance(p, Mapping):
-            raise InvalidMessageError(f"message {i}: properties must be a mapping of str to str, got {type(p).__name__}")
+            raise InvalidMessageError(
+                f"message {i}: properties must be a mapping of str to str, got {type(p).__name__}"
+            )
         for k, v in p.items():
             why = unstorable_property(k, v)
             if why is None and k in STORE_ONLY_PROPERTIES:
@@ -277,13 +289,27 @@ class AppendResult:
 
     def __iter__(self) -> Iterator[AppendedMessage]:
         for row in zip(
-            self.physical_offsets.tolist(), self.sizes.tolist(), self.queue_ids.tolist(),
-            self.queue_offsets.tolist(), self.msg_ids, self.unique_keys,
-        ):  # fmt: skip
+            self.physical_offsets.tolist(),
+            self.sizes.tolist(),
+            self.queue_ids.tolist(),
+            self.queue_offsets.tolist(),
+            self.msg_ids,
+            self.unique_keys,
+        ):
             yield AppendedMessage(*row, self.store_timestamp, self.status)
 
 
 __all__ = [
-    "AUTO_QUEUE", "MAX_PORT", "NOT_ALLOWED_SEND_TOPICS", "STORE_ONLY_PROPERTIES", "AppendResult", "AppendedMessage",
-    "Message", "MessageBatch", "PutStatus", "check_client_batch", "check_no_transaction", "check_send_topics",
-]  # fmt: skip
+    "AUTO_QUEUE",
+    "MAX_PORT",
+    "NOT_ALLOWED_SEND_TOPICS",
+    "STORE_ONLY_PROPERTIES",
+    "AppendResult",
+    "AppendedMessage",
+    "Message",
+    "MessageBatch",
+    "PutStatus",
+    "check_client_batch",
+    "check_no_transaction",
+    "check_send_topics",
+]

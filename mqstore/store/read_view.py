@@ -40,16 +40,20 @@ class ReadView(LocalReads):
         self.store_dir = Path(store_dir)
         cfg = layout_for_reading(self.store_dir)
         self.commitlog = CommitLogView(self.store_dir, end_hint=read_derived_offset(self.store_dir))
-        self.consume_queues = ConsumeQueues(self.store_dir, file_bytes=cfg.consume_queue_file_bytes,
-                                            read_only_above=self.commitlog.min_offset)  # fmt: skip
+        self.consume_queues = ConsumeQueues(
+            self.store_dir, file_bytes=cfg.consume_queue_file_bytes, read_only_above=self.commitlog.min_offset
+        )
         self.index: IndexService | None = None
         if cfg.message_index_enable:
-            self.index = IndexService(self.store_dir, hash_slots=cfg.index_hash_slots, max_entries=cfg.index_max_entries)
+            self.index = IndexService(
+                self.store_dir, hash_slots=cfg.index_hash_slots, max_entries=cfg.index_max_entries
+            )
             self.index.load(True, 0, read_only=True)
         self.topics = TopicConfigs(self.store_dir)
         self.consumer_offsets = ConsumerOffsets(self.store_dir)
-        self._ports = LocalPorts(self.commitlog, self.consume_queues, self.index, self.consumer_offsets,
-                                 perm_of=self.topics.perm_of)  # fmt: skip
+        self._ports = LocalPorts(
+            self.commitlog, self.consume_queues, self.index, self.consumer_offsets, perm_of=self.topics.perm_of
+        )
         self._closed = False
 
     def _check_open(self) -> None:

@@ -131,7 +131,7 @@ class CommitLogView(CommitLogReader):
         out = []
         for off, size in zip(np.asarray(offsets).tolist(), np.asarray(sizes).tolist()):
             base, mm = self._segment_at(off)
-            out.append(mm[off - base:off - base + size])
+            out.append(mm[off - base : off - base + size])
         return out
 
     def close(self) -> None:

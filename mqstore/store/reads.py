@@ -199,8 +199,16 @@ def real_units(page: UnitsPage) -> np.ndarray:
     return ~is_pre_blank_unit(page.physical_offsets, page.sizes, page.tags_codes)
 
 
-def pull(topic: str, queue_id: int, offset: int, *, max_count: int = 32, tags: set[str] | None = None,
-         tags_codes: Iterable[int] | None = None, raw: bool = False) -> Read:  # fmt: skip
+def pull(
+    topic: str,
+    queue_id: int,
+    offset: int,
+    *,
+    max_count: int = 32,
+    tags: set[str] | None = None,
+    tags_codes: Iterable[int] | None = None,
+    raw: bool = False,
+) -> Read:
     """Up to ``max_count`` messages of one queue from ``offset`` (see the module doc).
     ``tags`` filters by tagsCode, then (decoded records only) by the exact TAGS, as
     RocketMQ's broker and client do; ``tags_codes`` filters raw pulls by code alone."""
@@ -295,8 +303,9 @@ def check_key_query(topic: str, key: str, begin: int, end: int, max_num: int, wh
         raise InvalidArgumentError(f"time range [{begin}, {end}] is empty or negative")
 
 
-def by_key(topic: str, key: str, *, begin: int = 0, end: int = LONG_MAX, max_num: int = 32,
-           unique: bool = False) -> Read:  # fmt: skip
+def by_key(
+    topic: str, key: str, *, begin: int = 0, end: int = LONG_MAX, max_num: int = 32, unique: bool = False
+) -> Read:
     """One shard's messages of ``topic`` whose KEYS hold ``key`` (``unique``: whose
     UNIQ_KEY is ``key``), stored in [begin, end]. Index hits are hash matches, so each
     record is checked; merge shards with :func:`newest_first`."""
@@ -307,11 +316,16 @@ def by_key(topic: str, key: str, *, begin: int = 0, end: int = LONG_MAX, max_num
     _, records = yield ("read", np.asarray(offsets, np.int64), None, False)
     if unique:
         return [r for r in records if r.topic == topic and r.unique_key == key and begin <= r.store_timestamp <= end]
-    return [r for r in records
-            if r.topic == topic and key in (r.keys or "").split(" ") and begin <= r.store_timestamp <= end]  # fmt: skip
+    return [
+        r
+        for r in records
+        if r.topic == topic and key in (r.keys or "").split(" ") and begin <= r.store_timestamp <= end
+    ]
 
 
-def newest_first(parts: Iterable[tuple[int, list]], max_num: int, topic: str, key: str, *, unique: bool = False) -> list:
+def newest_first(
+    parts: Iterable[tuple[int, list]], max_num: int, topic: str, key: str, *, unique: bool = False
+) -> list:
     """Key-query answers of several shards (shard index, records), newest first (store
     time, then shard, then offset), cut to ``max_num``; NotFoundError if none."""
     found = [(r.store_timestamp, shard, r.physical_offset, r) for shard, records in parts for r in records]
@@ -336,8 +350,10 @@ def topic_status(topic: str, shard: int = 0) -> Read:
     if last:
         found_at, records = yield ("read", np.array(last, np.int64), None, False)
         times = {int(at): r.store_timestamp for at, r in zip(np.asarray(found_at).tolist(), records)}
-    return [QueueStatus(q.topic, q.queue_id, q.min_offset, q.max_offset, times.get(q.last_physical_offset, 0), shard)
-            for q in ranges]  # fmt: skip
+    return [
+        QueueStatus(q.topic, q.queue_id, q.min_offset, q.max_offset, times.get(q.last_physical_offset, 0), shard)
+        for q in ranges
+    ]
 
 
 def merge_topic_status(topic: str, parts: Iterable[list[QueueStatus]]) -> list[QueueStatus]:
@@ -368,8 +384,30 @@ def merge_progress(parts: Iterable[Sequence]) -> list:
 
 
 __all__ = [
-    "LONG_MAX", "MAX_KEY_QUERY", "MAX_PULL", "PullAnswer", "PullStatus", "QueueRange", "QueueStatus", "ShardPorts",
-    "UnitsPage", "by_key", "by_msg_id", "by_queue_offset", "check_count", "check_offset", "check_queue",
-    "consumer_progress", "drive", "drive_async", "merge_progress", "merge_topic_status", "newest_first",
-    "no_message", "offset_at_time", "parse_tag_expression", "pull", "topic_status",
-]  # fmt: skip
+    "LONG_MAX",
+    "MAX_KEY_QUERY",
+    "MAX_PULL",
+    "PullAnswer",
+    "PullStatus",
+    "QueueRange",
+    "QueueStatus",
+    "ShardPorts",
+    "UnitsPage",
+    "by_key",
+    "by_msg_id",
+    "by_queue_offset",
+    "check_count",
+    "check_offset",
+    "check_queue",
+    "consumer_progress",
+    "drive",
+    "drive_async",
+    "merge_progress",
+    "merge_topic_status",
+    "newest_first",
+    "no_message",
+    "offset_at_time",
+    "parse_tag_expression",
+    "pull",
+    "topic_status",
+]

@@ -112,7 +112,9 @@ class BatchEncoder:
         bodies = batch.bodies
         n = len(bodies)
         if n == 0:
-            return PreparedBatch([], 0, [], np.zeros(0, np.int64), np.zeros(0, np.int64), None, ("", []), np.zeros(0, np.int64))
+            return PreparedBatch(
+                [], 0, [], np.zeros(0, np.int64), np.zeros(0, np.int64), None, ("", []), np.zeros(0, np.int64)
+            )
         if isinstance(bodies, (bytes, str)):
             raise InvalidMessageError("bodies must be a sequence of bytes, one per message")
         topics, codes = self._topics(batch.topics, n)
@@ -134,7 +136,9 @@ class BatchEncoder:
             "sysflags": sysflags,
             "born_timestamps": born_ts,
             "reconsume_times": _int_column(batch.reconsume_times, n, "reconsume_times"),
-            "prepared_transaction_offsets": _int_column(batch.prepared_transaction_offsets, n, "prepared_transaction_offsets"),
+            "prepared_transaction_offsets": _int_column(
+                batch.prepared_transaction_offsets, n, "prepared_transaction_offsets"
+            ),
         }
         runs = []
         try:
@@ -142,9 +146,14 @@ class BatchEncoder:
                 part = {k: v if isinstance(v, int) else v[lo:hi] for k, v in columns.items()}
                 runs.append(
                     PreparedRecords(
-                        topics=topic_bytes[lo:hi], topic_lens=topic_lens[lo:hi], bodies=bodies[lo:hi],
-                        properties=props[lo:hi], born_hosts=born, store_host=self._store_host, **part,
-                    )  # fmt: skip
+                        topics=topic_bytes[lo:hi],
+                        topic_lens=topic_lens[lo:hi],
+                        bodies=bodies[lo:hi],
+                        properties=props[lo:hi],
+                        born_hosts=born,
+                        store_host=self._store_host,
+                        **part,
+                    )
                 )
         except TypeError as e:
             raise InvalidMessageError(f"every body must be bytes: {e}") from e
@@ -177,7 +186,9 @@ class BatchEncoder:
             raise InvalidMessageError(f"queue_ids must be integers, one per message: {e}") from e
         if queue_ids.min() < AUTO_QUEUE or queue_ids.max() > self.config.max_queue_id:
             i = int(np.argmax((queue_ids < AUTO_QUEUE) | (queue_ids > self.config.max_queue_id)))
-            raise InvalidMessageError(f"message {i}: queue id {int(queue_ids[i])} is outside 0..{self.config.max_queue_id}")
+            raise InvalidMessageError(
+                f"message {i}: queue id {int(queue_ids[i])} is outside 0..{self.config.max_queue_id}"
+            )
         return queue_ids
 
     def _unique_keys(self, value, n: int) -> tuple[str, list[str]]:
@@ -229,10 +240,14 @@ class BatchEncoder:
         props_lens = np.concatenate([r.props_lens for r in runs])
         if (body_lens > cfg.max_message_bytes).any():
             i = int(np.argmax(body_lens > cfg.max_message_bytes))
-            raise MessageTooLargeError(f"message {i}: body of {int(body_lens[i])} bytes exceeds max_message_bytes {cfg.max_message_bytes}")
+            raise MessageTooLargeError(
+                f"message {i}: body of {int(body_lens[i])} bytes exceeds max_message_bytes {cfg.max_message_bytes}"
+            )
         if (props_lens > MAX_PROPERTIES_BYTES).any():
             i = int(np.argmax(props_lens > MAX_PROPERTIES_BYTES))
-            raise PropertiesTooLongError(f"message {i}: properties of {int(props_lens[i])} bytes exceed {MAX_PROPERTIES_BYTES}")
+            raise PropertiesTooLongError(
+                f"message {i}: properties of {int(props_lens[i])} bytes exceed {MAX_PROPERTIES_BYTES}"
+            )
         i = int(np.argmax(sizes > limit))
         raise MessageTooLargeError(f"message {i}: record of {int(sizes[i])} bytes exceeds the limit of {limit} bytes")
 

@@ -37,8 +37,8 @@ import structlog
 from mqstore.formats.checkpoint import Checkpoint
 from mqstore.formats.message import (
     MIN_RECORD_BYTES,
-    ScanOutcome,
     RecordFields,
+    ScanOutcome,
     advances_queue_offset,
     head_holds_data,
     record_fields,
@@ -95,11 +95,21 @@ class RecoveryProgress:
         now = time.monotonic()
         if now - self._last_log >= 1.0:
             self._last_log = now
-            log.info("recovery_progress", phase=self.phase, bytes=self.bytes_done, percent=self.percent,
-                     mb_per_s=round(self.bytes_done / 1e6 / max(now - self.started, 1e-9), 1))  # fmt: skip
+            log.info(
+                "recovery_progress",
+                phase=self.phase,
+                bytes=self.bytes_done,
+                percent=self.percent,
+                mb_per_s=round(self.bytes_done / 1e6 / max(now - self.started, 1e-9), 1),
+            )
 
     def as_dict(self) -> dict:
-        return {"phase": self.phase, "bytes_done": self.bytes_done, "bytes_total": self.bytes_total, "percent": self.percent}
+        return {
+            "phase": self.phase,
+            "bytes_done": self.bytes_done,
+            "bytes_total": self.bytes_total,
+            "percent": self.percent,
+        }
 
 
 def _choose_start(queue: SegmentQueue, checkpoint: Checkpoint, clean: bool) -> int:
@@ -108,7 +118,9 @@ def _choose_start(queue: SegmentQueue, checkpoint: Checkpoint, clean: bool) -> i
         return max(0, len(segs) - 3)
     limit = checkpoint.min_timestamp()
     for i in range(len(segs) - 1, -1, -1):
-        first = scan_records(segs[i].mm, 0, segs[i].size, check_crc=True, max_records=1, base_offset=segs[i].base_offset)
+        first = scan_records(
+            segs[i].mm, 0, segs[i].size, check_crc=True, max_records=1, base_offset=segs[i].base_offset
+        )
         if len(first.positions):
             ts = int(record_fields(segs[i].mm, first.positions).store_timestamps[0])
             if ts != 0 and ts <= limit:
@@ -141,8 +153,9 @@ _PARALLEL_MIN_BYTES = 128 << 20  # below this a second process costs more than i
 _SPLIT_SEARCH_BYTES = 16 << 20
 
 
-def _scan_range(seg, start: int, end: int, table: dict[QueueKey, int], *, check_crc: bool,
-                progress: RecoveryProgress | None = None):  # fmt: skip
+def _scan_range(
+    seg, start: int, end: int, table: dict[QueueKey, int], *, check_crc: bool, progress: RecoveryProgress | None = None
+):
     """Walk ``seg`` from ``start`` in small chunks (bounded memory, cache-friendly;
     pages populated ahead in one call each), folding records into ``table``, until
     the data ends or the walk reaches ``end`` exactly (LIMIT). Returns the last scan
@@ -152,8 +165,15 @@ def _scan_range(seg, start: int, end: int, table: dict[QueueKey, int], *, check_
         if pos + _CHUNK_BYTES > populated:
             seg.populate(pos, _POPULATE_BYTES)
             populated = pos + _POPULATE_BYTES
-        res = scan_records(seg.mm, pos, seg.size, check_crc=check_crc, max_bytes=min(_CHUNK_BYTES, max(end - pos, 1)),
-                           base_offset=seg.base_offset, fields=True)  # fmt: skip
+        res = scan_records(
+            seg.mm,
+            pos,
+            seg.size,
+            check_crc=check_crc,
+            max_bytes=min(_CHUNK_BYTES, max(end - pos, 1)),
+            base_offset=seg.base_offset,
+            fields=True,
+        )
         last_ts = max(last_ts, merge_queue_offsets(table, res.fields))
         count += len(res.positions)
         if progress is not None:
@@ -211,8 +231,9 @@ def _confirmed_position(queue: SegmentQueue, confirmed: int) -> tuple[int, int] 
     return (i, pos) if len(record_signatures(seg.mm, pos, pos + 1, seg.base_offset)) else None
 
 
-def _scan_segment(seg, table: dict[QueueKey, int], *, check_crc: bool, progress: RecoveryProgress | None = None,
-                  start: int = 0):  # fmt: skip
+def _scan_segment(
+    seg, table: dict[QueueKey, int], *, check_crc: bool, progress: RecoveryProgress | None = None, start: int = 0
+):
     """Scan one segment, on two cores when it holds enough data: a forked child scans
     the second half (from a record start found by signature) while this process scans
     the first; the halves are joined only if the first walk lands exactly on the split."""
@@ -254,9 +275,14 @@ def _scan_segment(seg, table: dict[QueueKey, int], *, check_crc: bool, progress:
 
 
 def recover(
-    queue: SegmentQueue, checkpoint: Checkpoint, *, clean_shutdown: bool, check_crc: bool = True,
-    rebuild_queue_offsets: bool = True, progress: RecoveryProgress | None = None,
-) -> RecoveryReport:  # fmt: skip
+    queue: SegmentQueue,
+    checkpoint: Checkpoint,
+    *,
+    clean_shutdown: bool,
+    check_crc: bool = True,
+    rebuild_queue_offsets: bool = True,
+    progress: RecoveryProgress | None = None,
+) -> RecoveryReport:
     """Validate the commitlog's tail, cut it at the first invalid record, and rebuild
     the write position and queue-offset table (from the tail only, without
     ``rebuild_queue_offsets``: the caller takes the rest from its consume queues).
@@ -322,10 +348,16 @@ def recover(
     )
     log.info(
         "commitlog_recovered",
-        clean_shutdown=clean_shutdown, start_segment=report.start_segment, write_position=stop,
-        truncated_at=report.truncated_at, reason=reason, deleted_segments=deleted, records=records,
-        bytes_validated=validated, seconds=round(report.seconds, 3),
-    )  # fmt: skip
+        clean_shutdown=clean_shutdown,
+        start_segment=report.start_segment,
+        write_position=stop,
+        truncated_at=report.truncated_at,
+        reason=reason,
+        deleted_segments=deleted,
+        records=records,
+        bytes_validated=validated,
+        seconds=round(report.seconds, 3),
+    )
     return report
 
 

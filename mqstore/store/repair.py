@@ -44,9 +44,9 @@ from mqstore.errors import StoreLockedError
 from mqstore.formats.checkpoint import Checkpoint
 from mqstore.store.checkpoint_file import write_checkpoint
 from mqstore.store.commitlog import COMMITLOG_DIR
-from mqstore.store.json_files import BAK_SUFFIX, CONFIG_DIR
 from mqstore.store.consume_queues import CONSUME_QUEUE_DIR
 from mqstore.store.index_service import INDEX_DIR
+from mqstore.store.json_files import BAK_SUFFIX, CONFIG_DIR
 from mqstore.store.layout import layout_for_reading
 from mqstore.store.lockfile import StoreLock, lock_holder
 from mqstore.store.mapped_file import fsync_dir
@@ -127,25 +127,38 @@ def plan_repair(report: VerifyReport, *, truncate_corrupt: bool = False) -> Repa
                     "(it copies the segments it changes aside first, so their bytes stay available)"
                 )
             plan.copy_cut_segments = True
-            plan.steps.append(f"copy the commitlog segments from offset {d.commitlog_cut} on aside, then cut the commitlog there, "
-                              f"losing the corrupt record and the {d.records_after_cut} valid records after it")  # fmt: skip
+            plan.steps.append(
+                f"copy the commitlog segments from offset {d.commitlog_cut} on aside, then cut the commitlog there, "
+                f"losing the corrupt record and the {d.records_after_cut} valid records after it"
+            )
         else:
-            plan.steps.append(f"cut the commitlog at offset {d.commitlog_cut}, where its valid data ends (as recovery does)")
+            plan.steps.append(
+                f"cut the commitlog at offset {d.commitlog_cut}, where its valid data ends (as recovery does)"
+            )
     if d.bad_queues:
         if plan.index_enabled:
             plan.move_queues = sorted(d.bad_queues)
-            plan.steps += [f"move {CONSUME_QUEUE_DIR}/{t}/{q} aside and rebuild it from the commitlog"
-                           for t, q in plan.move_queues]  # fmt: skip
+            plan.steps += [
+                f"move {CONSUME_QUEUE_DIR}/{t}/{q} aside and rebuild it from the commitlog" for t, q in plan.move_queues
+            ]
         elif (store / CONSUME_QUEUE_DIR).is_dir():
             plan.move_all_queues = True
-            plan.steps.append(f"move {CONSUME_QUEUE_DIR}/ aside and rebuild every queue from the commitlog (no index to move)")
+            plan.steps.append(
+                f"move {CONSUME_QUEUE_DIR}/ aside and rebuild every queue from the commitlog (no index to move)"
+            )
     if plan.index_enabled and (d.index_bad or plan.move_queues):
         plan.move_index = True
-        why = "it disagrees with the commitlog" if d.index_bad else "so that the store dispatches from the commitlog's start"
+        why = (
+            "it disagrees with the commitlog"
+            if d.index_bad
+            else "so that the store dispatches from the commitlog's start"
+        )
         plan.steps.append(f"move {INDEX_DIR}/ aside and rebuild it from the commitlog ({why})")
     for name in d.config_unusable:
         plan.config_aside.append(name)
-        plan.steps.append(f"move {CONFIG_DIR}/{name} and its {BAK_SUFFIX} aside: neither is readable; the store starts it empty")
+        plan.steps.append(
+            f"move {CONFIG_DIR}/{name} and its {BAK_SUFFIX} aside: neither is readable; the store starts it empty"
+        )
     for name in d.config_from_bak:
         plan.config_from_bak.append(name)
         plan.steps.append(f"move the unusable {CONFIG_DIR}/{name} aside and restore it from {name}{BAK_SUFFIX}")
@@ -155,13 +168,17 @@ def plan_repair(report: VerifyReport, *, truncate_corrupt: bool = False) -> Repa
     newest = d.newest_store_timestamp_below_cut if plan.cut_at is not None else d.newest_store_timestamp
     if cp is not None and max(cp.physic_msg_timestamp, cp.logics_msg_timestamp, cp.index_msg_timestamp) > newest:
         plan.checkpoint = dataclasses.replace(
-            cp, physic_msg_timestamp=min(cp.physic_msg_timestamp, newest),
-            logics_msg_timestamp=min(cp.logics_msg_timestamp, newest), index_msg_timestamp=min(cp.index_msg_timestamp, newest),
-        )  # fmt: skip
+            cp,
+            physic_msg_timestamp=min(cp.physic_msg_timestamp, newest),
+            logics_msg_timestamp=min(cp.logics_msg_timestamp, newest),
+            index_msg_timestamp=min(cp.index_msg_timestamp, newest),
+        )
         plan.steps.append(f"lower the checkpoint's timestamps to the newest kept record's store time ({newest})")
     plan.consumer_offsets = list(d.consumer_offsets_past_end)
-    plan.steps += [f"set group {g!r}'s offset on {t}:{q} from {off} to the queue's max offset"
-                   for g, t, q, off, _ in plan.consumer_offsets]  # fmt: skip
+    plan.steps += [
+        f"set group {g!r}'s offset on {t}:{q} from {off} to the queue's max offset"
+        for g, t, q, off, _ in plan.consumer_offsets
+    ]
     if plan.cut_at is not None:
         plan.steps.append("set any consumer offset the cut leaves past its queue's end to that end")
     # Warnings are what the store fixes on its own when it opens (a torn tail, records to dispatch).
@@ -201,7 +218,9 @@ def repair_store(store_dir: str | Path, *, dry_run: bool = False, truncate_corru
         lock.release()
     done += _with_store_open(store, plan)
     after = verify_store(store)
-    log.info("store_repaired", store=str(store), ok=after.ok, steps=len(done), attic=str(attic) if attic.exists() else None)
+    log.info(
+        "store_repaired", store=str(store), ok=after.ok, steps=len(done), attic=str(attic) if attic.exists() else None
+    )
     return RepairResult(store, plan, report, after, done, attic if attic.exists() else None, False)
 
 
@@ -294,9 +313,14 @@ def _with_store_open(store: Path, plan: RepairPlan) -> list[str]:
     done = []
     with MessageStore(store, cfg, background_dispatch=False) as s:
         rec = s.commitlog.recovery
-        done.append(f"opened the store: recovery kept the commitlog up to offset {rec.write_position}, the dispatcher "
-                    f"dispatched {s.dispatcher.dispatched} records (consume-queue units, index entries)")  # fmt: skip
-        done += [f"set group {g!r}'s offset on {t}:{q} from {old} to {new}" for g, t, q, old, new in s.clamped_consumer_offsets]
+        done.append(
+            f"opened the store: recovery kept the commitlog up to offset {rec.write_position}, the dispatcher "
+            f"dispatched {s.dispatcher.dispatched} records (consume-queue units, index entries)"
+        )
+        done += [
+            f"set group {g!r}'s offset on {t}:{q} from {old} to {new}"
+            for g, t, q, old, new in s.clamped_consumer_offsets
+        ]
         done += _clamp_consumer_offsets(s)
     done.append("closed the store")
     return done

@@ -166,8 +166,9 @@ def clean_queues_below(queues, commitlog_min: int, cq_files: dict, cq_mins: dict
             cq_mins[key] = (old_min, cq.min_offset)
 
 
-def consumer_losses(consumer_offsets: ConsumerOffsetsLike, cq_mins: dict[tuple[str, int], tuple[int, int]], *,
-                    forced: bool) -> tuple[ConsumerLoss, ...]:  # fmt: skip
+def consumer_losses(
+    consumer_offsets: ConsumerOffsetsLike, cq_mins: dict[tuple[str, int], tuple[int, int]], *, forced: bool
+) -> tuple[ConsumerLoss, ...]:
     """Every (group, queue) whose committed offset the queue's new min offset passed:
     the messages [max(offset, old min), new min) are gone unread. Logged one line
     per group (error when forced), never silent."""
@@ -184,9 +185,12 @@ def consumer_losses(consumer_offsets: ConsumerOffsetsLike, cq_mins: dict[tuple[s
         by_group.setdefault(loss.group, []).append(loss)
     for group, items in by_group.items():
         (log.error if forced else log.warning)(
-            "unconsumed_messages_deleted", group=group, forced=forced, messages=sum(x.to_offset - x.from_offset for x in items),
+            "unconsumed_messages_deleted",
+            group=group,
+            forced=forced,
+            messages=sum(x.to_offset - x.from_offset for x in items),
             ranges=[f"{x.topic}-{x.queue_id}:[{x.from_offset},{x.to_offset})" for x in items[:100]],
-        )  # fmt: skip
+        )
     return tuple(losses)
 
 
@@ -255,8 +259,12 @@ class Retention:
         before = cl.min_offset
         deleted: list[DeletedSegment] = []
         if time_up or space or forced:
-            deleted += cl.delete_segments(older_than_ms=cfg.file_reserved_hours * _HOUR_MS, now_ms=now_ms,
-                                          max_offset=reput, max_count=cfg.max_deletes_per_run)  # fmt: skip
+            deleted += cl.delete_segments(
+                older_than_ms=cfg.file_reserved_hours * _HOUR_MS,
+                now_ms=now_ms,
+                max_offset=reput,
+                max_count=cfg.max_deletes_per_run,
+            )
         forced_deleted: list[DeletedSegment] = []
         forced_stuck = False  # forced deletion wanted more but found nothing eligible
         while forced and len(deleted) < cfg.max_deletes_per_run:
@@ -270,9 +278,14 @@ class Retention:
             deleted += got
         forced_range = (forced_deleted[0].base_offset, forced_deleted[-1].end_offset) if forced_deleted else None
         if forced_range is not None:
-            log.error("commitlog_forced_deletion", disk_usage=round(usage, 4), ratio=cfg.clean_forcibly_ratio,
-                      segments=[d.name for d in forced_deleted], lost_from=forced_range[0],
-                      lost_to=forced_range[1])  # fmt: skip
+            log.error(
+                "commitlog_forced_deletion",
+                disk_usage=round(usage, 4),
+                ratio=cfg.clean_forcibly_ratio,
+                segments=[d.name for d in forced_deleted],
+                lost_from=forced_range[0],
+                lost_to=forced_range[1],
+            )
         if deleted:
             faults.hit("retention.delete")  # segments gone, derived files below them not cleaned yet
         held = (time_up or space or forced) and self._held_by_reput(now_ms, reput, forced_stuck)
@@ -285,17 +298,31 @@ class Retention:
             self._derived_min = after
         losses = self._consumer_losses(cq_mins, forced=forced_range is not None)
         if deleted:
-            log.info("retention_ran", deleted=len(deleted), min_offset=after, reput_offset=reput,
-                     disk_usage=round(usage, 4))  # fmt: skip
+            log.info(
+                "retention_ran", deleted=len(deleted), min_offset=after, reput_offset=reput, disk_usage=round(usage, 4)
+            )
         return RetentionReport(
-            now_ms=now_ms, disk_usage=usage, time_to_delete=time_up, space_to_delete=space, forced=forced,
-            disk_full=disk_full, reput_offset=reput, min_offset_before=before, min_offset_after=after,
-            deleted=tuple(deleted), forced_range=forced_range, held_by_reput=held,
-            consume_queue_files_deleted=cq_files, queue_min_offsets=cq_mins, index_files_deleted=index_files,
+            now_ms=now_ms,
+            disk_usage=usage,
+            time_to_delete=time_up,
+            space_to_delete=space,
+            forced=forced,
+            disk_full=disk_full,
+            reput_offset=reput,
+            min_offset_before=before,
+            min_offset_after=after,
+            deleted=tuple(deleted),
+            forced_range=forced_range,
+            held_by_reput=held,
+            consume_queue_files_deleted=cq_files,
+            queue_min_offsets=cq_mins,
+            index_files_deleted=index_files,
             consumer_losses=losses,
-        )  # fmt: skip
+        )
 
-    def _consumer_losses(self, cq_mins: dict[tuple[str, int], tuple[int, int]], *, forced: bool) -> tuple[ConsumerLoss, ...]:
+    def _consumer_losses(
+        self, cq_mins: dict[tuple[str, int], tuple[int, int]], *, forced: bool
+    ) -> tuple[ConsumerLoss, ...]:
         if self._consumer_offsets is None:
             return ()
         return consumer_losses(self._consumer_offsets, cq_mins, forced=forced)
@@ -363,8 +390,11 @@ class Retention:
         return f"stopped: {type(self.error).__name__}: {self.error}" if self.error is not None else "stopped"
 
     def stats(self) -> dict:
-        return {"running": self.running, "failures": self.failures,
-                "error": None if self.error is None else repr(self.error)}  # fmt: skip
+        return {
+            "running": self.running,
+            "failures": self.failures,
+            "error": None if self.error is None else repr(self.error),
+        }
 
     def _run(self) -> None:
         try:

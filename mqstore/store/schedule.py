@@ -74,7 +74,9 @@ def rewrite_delayed(batch: MessageBatch, levels: int, pick_queue: Callable[[str]
         return batch
     n = len(batch)
     topics = [batch.topics] * n if isinstance(batch.topics, str) else list(batch.topics)
-    qids = np.broadcast_to(np.asarray(AUTO_QUEUE if batch.queue_ids is None else batch.queue_ids, np.int64), (n,)).copy()
+    qids = np.broadcast_to(
+        np.asarray(AUTO_QUEUE if batch.queue_ids is None else batch.queue_ids, np.int64), (n,)
+    ).copy()
     sysflags = np.broadcast_to(np.asarray(batch.sysflags, np.int64), (n,))
     new_props = [dict(p or {}) for p in (props if isinstance(props, list) else [props] * n)]
     for i, level in enumerate(want):
@@ -85,11 +87,20 @@ def rewrite_delayed(batch: MessageBatch, levels: int, pick_queue: Callable[[str]
         new_props[i].update({DELAY: str(level), REAL_TOPIC: topics[i], REAL_QID: str(real_q)})
         topics[i], qids[i] = SCHEDULE_TOPIC, level - 1
     return MessageBatch(
-        topics=topics, bodies=batch.bodies, queue_ids=qids, tags=batch.tags, keys=batch.keys,
-        unique_keys=batch.unique_keys, properties=new_props, flags=batch.flags, sysflags=batch.sysflags,
-        born_timestamps=batch.born_timestamps, born_hosts=batch.born_hosts, reconsume_times=batch.reconsume_times,
+        topics=topics,
+        bodies=batch.bodies,
+        queue_ids=qids,
+        tags=batch.tags,
+        keys=batch.keys,
+        unique_keys=batch.unique_keys,
+        properties=new_props,
+        flags=batch.flags,
+        sysflags=batch.sysflags,
+        born_timestamps=batch.born_timestamps,
+        born_hosts=batch.born_hosts,
+        reconsume_times=batch.reconsume_times,
         prepared_transaction_offsets=batch.prepared_transaction_offsets,
-    )  # fmt: skip
+    )
 
 
 class QueuePicker:
@@ -152,12 +163,16 @@ class DelayScheduler:
                 if pos == cl.min_offset:
                     raise
                 # delayOffset.json names no record start (damaged): look at every record instead.
-                log.warning("delay_progress_position_invalid", commitlog_offset=pos, action="scanned from the commitlog's start")
+                log.warning(
+                    "delay_progress_position_invalid", commitlog_offset=pos, action="scanned from the commitlog's start"
+                )
                 pos = cl.min_offset
                 continue
             if len(chunk.sizes):
                 f = chunk.fields
-                ((s, e),) = locate_properties(chunk.buffer, f.properties_at, f.properties_len, [SCHEDULE_SOURCE.encode()])
+                ((s, e),) = locate_properties(
+                    chunk.buffer, f.properties_at, f.properties_len, [SCHEDULE_SOURCE.encode()]
+                )
                 for a, b in zip(s.tolist(), e.tolist()):
                     if a >= 0:
                         try:  # a producer could set it before the store refused that: never trusted blindly
@@ -165,7 +180,9 @@ class DelayScheduler:
                         except ValueError:
                             level, qo = 0, -1
                         if not 1 <= level <= len(self._delays) or qo < 0:
-                            log.warning("delay_source_ignored", value=bytes(chunk.buffer[a:b])[:64].decode("utf-8", "replace"))
+                            log.warning(
+                                "delay_source_ignored", value=bytes(chunk.buffer[a:b])[:64].decode("utf-8", "replace")
+                            )
                             continue
                         if qo + 1 > self._offsets.get(level):
                             self._offsets.set(level, qo + 1)
@@ -230,8 +247,14 @@ class DelayScheduler:
 
     def _skip(self, level: int, queue_offset: int, offset: int, why: str) -> None:
         self.skipped += 1
-        log.error("delay_record_skipped", level=level, queue_offset=queue_offset, commitlog_offset=offset,
-                  reason=why[:300], skipped=self.skipped)  # fmt: skip
+        log.error(
+            "delay_record_skipped",
+            level=level,
+            queue_offset=queue_offset,
+            commitlog_offset=offset,
+            reason=why[:300],
+            skipped=self.skipped,
+        )
 
     def _append(self, level: int, items) -> int:
         """Deliver (queue offset, record) pairs in one append; if the commitlog refuses
@@ -264,12 +287,16 @@ class DelayScheduler:
             topics=[r.properties[REAL_TOPIC] for r in records],
             bodies=[r.body for r in records],
             queue_ids=[int(r.properties[REAL_QID]) for r in records],
-            tags=[r.tags for r in records], keys=[r.keys for r in records],
-            unique_keys=[r.unique_key for r in records], properties=props,
-            flags=[r.flag for r in records], sysflags=[r.sysflag & ~0x30 for r in records],
-            born_timestamps=[r.born_timestamp for r in records], born_hosts=[r.born_host for r in records],
+            tags=[r.tags for r in records],
+            keys=[r.keys for r in records],
+            unique_keys=[r.unique_key for r in records],
+            properties=props,
+            flags=[r.flag for r in records],
+            sysflags=[r.sysflag & ~0x30 for r in records],
+            born_timestamps=[r.born_timestamp for r in records],
+            born_hosts=[r.born_host for r in records],
             reconsume_times=[r.reconsume_times for r in records],
-        )  # fmt: skip
+        )
 
     def _mark_scanned(self) -> None:
         """Persist the commitlog position below which every delivery is already counted
@@ -298,8 +325,13 @@ class DelayScheduler:
         return f"stopped: {type(self.error).__name__}: {self.error}" if self.error is not None else "stopped"
 
     def stats(self) -> dict:
-        return {"running": self.running, "delivered": self.delivered, "skipped": self.skipped,
-                "failures": self.failures, "error": None if self.error is None else str(self.error)}  # fmt: skip
+        return {
+            "running": self.running,
+            "delivered": self.delivered,
+            "skipped": self.skipped,
+            "failures": self.failures,
+            "error": None if self.error is None else str(self.error),
+        }
 
     def stop(self) -> None:
         self._stop.set()
@@ -323,8 +355,12 @@ class DelayScheduler:
                 except Exception as e:  # noqa: BLE001 - logged, counted, retried: the loop never ends on it
                     self.error, self.failures = e, self.failures + 1
                     pause = min(max(pause * 2, 0.1), _MAX_BACKOFF_S)
-                    log.error("delay_delivery_failed", error=f"{type(e).__name__}: {e}", failures=self.failures,
-                              action=f"retried in {pause:.1f} s")  # fmt: skip
+                    log.error(
+                        "delay_delivery_failed",
+                        error=f"{type(e).__name__}: {e}",
+                        failures=self.failures,
+                        action=f"retried in {pause:.1f} s",
+                    )
         except BaseException as e:  # noqa: BLE001
             self.error = e
             log.error("delay_scheduler_stopped", exc_info=e, error=f"{type(e).__name__}: {e}")

@@ -82,9 +82,11 @@ class SegmentQueue:
         if last is not None and base_offset != last.end_offset:
             raise AssertionError(f"new segment at {base_offset} would leave a gap after {last.end_offset}")
         seg = Segment.create(
-            self.directory / offset_to_file_name(base_offset), base_offset, self.segment_bytes,
+            self.directory / offset_to_file_name(base_offset),
+            base_offset,
+            self.segment_bytes,
             preallocate=self._preallocate,
-        )  # fmt: skip
+        )
         self.segments.append(seg)
         return seg
 

@@ -48,10 +48,14 @@ def check_perm(topic: str, perm: int | None, needed: int) -> None:
     if perm is None or perm & needed == needed:
         return
     able, bit = _PERM_NAMES.get(needed, ("allowed", f"0x{needed:x}"))
-    raise TopicPermissionError(f"topic {topic!r} is not {able} (perm {perm}: "
-                               f"{'r' if perm & PERM_READ else '-'}{'w' if perm & PERM_WRITE else '-'}"
-                               f"{'x' if perm & PERM_INHERIT else '-'}; the {bit} bit is {needed})",
-                               topic=topic, perm=perm, needed=needed)  # fmt: skip
+    raise TopicPermissionError(
+        f"topic {topic!r} is not {able} (perm {perm}: "
+        f"{'r' if perm & PERM_READ else '-'}{'w' if perm & PERM_WRITE else '-'}"
+        f"{'x' if perm & PERM_INHERIT else '-'}; the {bit} bit is {needed})",
+        topic=topic,
+        perm=perm,
+        needed=needed,
+    )
 
 
 @dataclass(frozen=True, kw_only=True)

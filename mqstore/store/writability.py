@@ -52,7 +52,7 @@ def cause_of(err: BaseException, default: str) -> str:
 
 
 def errno_name(err: BaseException) -> str | None:
-    """"ENOSPC" and the like, for log events; None for an error without errno."""
+    """ "ENOSPC" and the like, for log events; None for an error without errno."""
     code = getattr(err, "errno", None)
     return None if code is None else errno.errorcode.get(code, str(code))
 
@@ -64,7 +64,9 @@ class Writability:
     is measured; ``lock`` is the commitlog's put lock; ``on_sticky`` is told a sticky
     cause once, when it is set (the commitlog then leaves the abort marker on close)."""
 
-    def __init__(self, store_dir: Path, segment_dir: Path, lock: threading.Lock, on_sticky: Callable[[str], None]) -> None:
+    def __init__(
+        self, store_dir: Path, segment_dir: Path, lock: threading.Lock, on_sticky: Callable[[str], None]
+    ) -> None:
         self._store = str(store_dir)
         self._segment_dir = segment_dir
         self._lock = lock
@@ -97,16 +99,28 @@ class Writability:
             return
         self._not_writable = StoreNotWritableError(message, cause=cause)
         self._on_sticky(cause)
-        log.error("store_not_writable", store=self._store, cause=cause, errno=errno_name(err) if err else None,
-                  error=message, wrote=wrote, flushed=flushed)  # fmt: skip
+        log.error(
+            "store_not_writable",
+            store=self._store,
+            cause=cause,
+            errno=errno_name(err) if err else None,
+            error=message,
+            wrote=wrote,
+            flushed=flushed,
+        )
 
     def flush_failed(self, err: BaseException, *, wrote: int, flushed: int) -> None:
         """The flusher's fdatasync/msync failed (called in its thread, once)."""
         cause = cause_of(err, "flush_failed")
         if cause == "disk_full":
             cause = "flush_failed"  # ENOSPC from a flush: data is lost, not merely space missing
-        self._set_unwritable(cause, f"commitlog flush failed ({err}); restart the store to write again", err,
-                             wrote=wrote, flushed=flushed)  # fmt: skip
+        self._set_unwritable(
+            cause,
+            f"commitlog flush failed ({err}); restart the store to write again",
+            err,
+            wrote=wrote,
+            flushed=flushed,
+        )
 
     def write_failed(self, err: BaseException, *, need: int, wrote: int, flushed: int) -> StoreNotWritableError:
         """An append's segment allocation or write failed (under the put lock, after
@@ -117,14 +131,25 @@ class Writability:
         if cause == "disk_full":
             now = time.monotonic()
             if self._disk_full is None:
-                log.error("store_not_writable", store=self._store, cause="disk_full", errno=errno_name(err.__cause__ or err),
-                          error=str(err), wrote=wrote)  # fmt: skip
+                log.error(
+                    "store_not_writable",
+                    store=self._store,
+                    cause="disk_full",
+                    errno=errno_name(err.__cause__ or err),
+                    error=str(err),
+                    wrote=wrote,
+                )
             self._disk_full = StoreNotWritableError(f"disk full: {err}", cause="disk_full")
             self._retry_at = self._probe_at = now + DISK_RETRY_S
             self._need = need
             return StoreNotWritableError(f"disk full, batch not written: {err}", cause="disk_full")
-        self._set_unwritable(cause, f"commitlog write failed ({err}); restart the store to write again", err,
-                             wrote=wrote, flushed=flushed)  # fmt: skip
+        self._set_unwritable(
+            cause,
+            f"commitlog write failed ({err}); restart the store to write again",
+            err,
+            wrote=wrote,
+            flushed=flushed,
+        )
         return StoreNotWritableError(f"write failed, batch not written: {err}", cause=cause)
 
     def wrote(self) -> None:

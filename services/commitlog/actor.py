@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import ray
+
 from mqstore.services.commitlog.host import ShardHost
 from mqstore.services.common.actor import (
     CONCURRENCY,
@@ -17,20 +18,34 @@ from mqstore.services.common.actor import (
     node_address,
 )
 from mqstore.services.common.internal_auth import InternalAuth
-
 from mqstore.store.config import StoreConfig
 from mqstore.store.retention import RetentionConfig
 
 
 @ray.remote(num_cpus=0, max_restarts=MAX_RESTARTS, max_task_retries=0, max_concurrency=CONCURRENCY)
 class ShardActor(Hosted):
-    def __init__(self, store_dir: str, config: StoreConfig, index: int, namespace: str, auth: InternalAuth,
-                 host: str | None = None, retention: RetentionConfig | None = None,
-                 layout: tuple[str, int] | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        store_dir: str,
+        config: StoreConfig,
+        index: int,
+        namespace: str,
+        auth: InternalAuth,
+        host: str | None = None,
+        retention: RetentionConfig | None = None,
+        layout: tuple[str, int] | None = None,
+    ) -> None:
         configure_actor_logging("commitlog", index)
-        self.host = ShardHost(store_dir, config, index=index, host=node_address(host), retention=retention, auth=auth,
-                              resolve_queues=actor_resolver(builder_name("consumequeue", index), namespace),
-                              layout=None if layout is None else (Path(layout[0]), layout[1]))  # fmt: skip
+        self.host = ShardHost(
+            store_dir,
+            config,
+            index=index,
+            host=node_address(host),
+            retention=retention,
+            auth=auth,
+            resolve_queues=actor_resolver(builder_name("consumequeue", index), namespace),
+            layout=None if layout is None else (Path(layout[0]), layout[1]),
+        )
 
     def wait_ready(self, timeout_s: float = 600.0) -> bool:
         return self.host.wait_ready(timeout_s)

@@ -7,6 +7,7 @@ import threading
 from pathlib import Path
 
 import structlog
+
 from mqstore.services.commitlog.remote_queues import RemoteQueues
 from mqstore.services.commitlog.servicer import CommitLogServicer
 from mqstore.services.commitlog.state import Shard, ShardState
@@ -14,7 +15,6 @@ from mqstore.services.common.internal_auth import InternalAuth
 from mqstore.services.common.peers import Resolver, endpoint_of, internal_address
 from mqstore.services.common.server import ServerThread, start_grpc_server
 from mqstore.services.query.routing import pin_layout
-
 from mqstore.store.config import StoreConfig
 from mqstore.store.retention import RetentionConfig
 
@@ -28,9 +28,19 @@ class ShardHost:
     protocol); ``resolve_queues`` is also where its delay scheduler reads the delay
     topic's queues."""
 
-    def __init__(self, store_dir: str | Path, config: StoreConfig | None = None, *, resolve_queues: Resolver,
-                 auth: InternalAuth, index: int = 0, host: str = "127.0.0.1", port: int = 0,
-                 retention: RetentionConfig | None = None, layout: tuple[Path, int] | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        store_dir: str | Path,
+        config: StoreConfig | None = None,
+        *,
+        resolve_queues: Resolver,
+        auth: InternalAuth,
+        index: int = 0,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        retention: RetentionConfig | None = None,
+        layout: tuple[Path, int] | None = None,
+    ) -> None:
         """``layout``: (root, shards) to pin (``routing.pin_layout``) on this machine
         before the store opens (a shard on a node of its own: the driver's check
         does not see this disk). ``auth``: the deployment's secret (every call must
@@ -41,8 +51,9 @@ class ShardHost:
         self.shard = Shard(store_dir, config, index=index, retention=retention)
         self.queues = RemoteQueues(resolve_queues, auth)
         self._closing = threading.Event()
-        self.server = self.thread.run(start_grpc_server(host, port, [CommitLogServicer(self.shard).registration()],
-                                                        serving=False, auth=auth))  # fmt: skip
+        self.server = self.thread.run(
+            start_grpc_server(host, port, [CommitLogServicer(self.shard).registration()], serving=False, auth=auth)
+        )
         self.endpoint = endpoint_of(host, self.server.port)
         self._ready = threading.Event()
         self._opener = threading.Thread(target=self._open, name=f"mqstore-shard{index}-open", daemon=True)
@@ -73,8 +84,14 @@ class ShardHost:
 
     def status(self) -> dict:
         s = self.shard
-        out = {"shard": s.index, "endpoint": self.endpoint, "state": s.state.value, "error": s.error,
-               "incarnation": s.incarnation, "recovery": s.progress.as_dict()}  # fmt: skip
+        out = {
+            "shard": s.index,
+            "endpoint": self.endpoint,
+            "state": s.state.value,
+            "error": s.error,
+            "incarnation": s.incarnation,
+            "recovery": s.progress.as_dict(),
+        }
         store = s.store
         if store is not None:
             cl = store.commitlog

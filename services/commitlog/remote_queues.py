@@ -7,11 +7,11 @@ import time
 
 import grpc
 import numpy as np
-from mqstore.services.common.internal_auth import InternalAuth
-from mqstore.services.common.peers import Peer, PeerUnavailable, Resolver
 
 from mqstore.formats.consume_queue import UNIT_DTYPE
 from mqstore.rpc.v1 import consume_queue_pb2, consume_queue_pb2_grpc
+from mqstore.services.common.internal_auth import InternalAuth
+from mqstore.services.common.peers import Peer, PeerUnavailable, Resolver
 
 
 class _RemoteQueue:
@@ -20,8 +20,10 @@ class _RemoteQueue:
 
     def read_units(self, start: int, n: int) -> np.ndarray:
         try:
-            r = self._peer.call("GetUnits", consume_queue_pb2.GetUnitsRequest(topic=self.topic, queue_id=self.queue_id,
-                                                                             offset=start, max_units=n))  # fmt: skip
+            r = self._peer.call(
+                "GetUnits",
+                consume_queue_pb2.GetUnitsRequest(topic=self.topic, queue_id=self.queue_id, offset=start, max_units=n),
+            )
         except (grpc.RpcError, PeerUnavailable):  # the builder restarts: nothing due until it is back
             return np.zeros(0, UNIT_DTYPE)
         if r.first_offset != start:  # retention moved the queue's start: the caller asks again from there

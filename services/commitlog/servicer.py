@@ -8,6 +8,11 @@ import os
 import time
 
 import numpy as np
+
+from mqstore.errors import MqStoreError, OffsetError
+from mqstore.formats.message import BLANK_MAGIC, record_head
+from mqstore.rpc.v1 import commitlog_pb2 as pb
+from mqstore.rpc.v1 import commitlog_pb2_grpc, common_pb2
 from mqstore.services.commitlog.state import Shard, ShardState
 from mqstore.services.common import validate
 from mqstore.services.common.convert import (
@@ -18,11 +23,6 @@ from mqstore.services.common.convert import (
 )
 from mqstore.services.common.errors import BadRequest, TooLarge, rpc
 from mqstore.services.common.server import Registration
-
-from mqstore.errors import MqStoreError, OffsetError
-from mqstore.formats.message import BLANK_MAGIC, record_head
-from mqstore.rpc.v1 import commitlog_pb2 as pb
-from mqstore.rpc.v1 import commitlog_pb2_grpc, common_pb2
 from mqstore.store.local_ports import read_records
 from mqstore.store.log_store import LogStore
 from mqstore.store.messages import PutStatus
@@ -70,8 +70,14 @@ class CommitLogServicer(commitlog_pb2_grpc.CommitLogServiceServicer):
 
     def _read(self, store: LogStore, req: pb.ReadRequest) -> pb.ReadResponse:
         sizes = np.asarray(req.sizes, np.int64) if req.raw and req.sizes else None
-        offsets, found = read_records(store.commitlog, np.asarray(req.offsets, np.int64), sizes, req.raw,
-                                      skip_missing=req.skip_missing, check_sizes=True)  # fmt: skip
+        offsets, found = read_records(
+            store.commitlog,
+            np.asarray(req.offsets, np.int64),
+            sizes,
+            req.raw,
+            skip_missing=req.skip_missing,
+            check_sizes=True,
+        )
         out = pb.ReadResponse(offsets=offsets.tolist())
         if req.raw:
             out.raw_records.extend(found)
@@ -86,7 +92,9 @@ class CommitLogServicer(commitlog_pb2_grpc.CommitLogServiceServicer):
         validate.offset(request.acked_offset, "acked_offset")
         if request.acked_offset:
             store.note_dispatched(request.acked_offset)
-        max_bytes = validate.count(request.max_bytes, default=DEFAULT_RANGE_BYTES, high=MAX_RANGE_BYTES, what="max_bytes")
+        max_bytes = validate.count(
+            request.max_bytes, default=DEFAULT_RANGE_BYTES, high=MAX_RANGE_BYTES, what="max_bytes"
+        )
         if not 0 <= request.wait_ms <= 10_000:
             raise BadRequest(f"wait_ms {request.wait_ms} is out of range (0..10000)")
         deadline = time.monotonic() + request.wait_ms / 1000
@@ -112,9 +120,14 @@ class CommitLogServicer(commitlog_pb2_grpc.CommitLogServiceServicer):
             _check_record_start(cl, start)
         chunk = cl.scan(start, limit=limit, max_bytes=max_bytes, fields=False)  # the dispatcher decodes them
         low, forced = store.retention_told  # as retention's last pass left them (told to the builders)
-        out = pb.ReadRangeResponse(offset=chunk.next_offset, next_offset=chunk.next_offset,
-                                   incarnation=self.shard.incarnation, confirm_offset=limit, min_offset=low,
-                                   forced_deleted_to=forced)  # fmt: skip
+        out = pb.ReadRangeResponse(
+            offset=chunk.next_offset,
+            next_offset=chunk.next_offset,
+            incarnation=self.shard.incarnation,
+            confirm_offset=limit,
+            min_offset=low,
+            forced_deleted_to=forced,
+        )
         n = len(chunk.sizes)
         if n:
             first = int(chunk.physical_offsets[0])
@@ -129,13 +142,20 @@ class CommitLogServicer(commitlog_pb2_grpc.CommitLogServiceServicer):
         cl = store.commitlog
         rec = cl.recovery
         return pb.GetOffsetsResponse(
-            min_offset=cl.min_offset, wrote_offset=cl.wrote, flushed_offset=cl.flushed,
-            confirm_offset=store.confirm_offset, dispatched_offset=store.dispatched_offset,
-            incarnation=self.shard.incarnation, flush_mode=self.shard.config.flush_mode.value,
-            writable=store.writable, unwritable_cause=store.unwritable_cause or "",
-            clean_shutdown=rec.clean_shutdown, recovery_seconds=rec.seconds, msg_id_prefix=self.shard.msg_id_prefix,
+            min_offset=cl.min_offset,
+            wrote_offset=cl.wrote,
+            flushed_offset=cl.flushed,
+            confirm_offset=store.confirm_offset,
+            dispatched_offset=store.dispatched_offset,
+            incarnation=self.shard.incarnation,
+            flush_mode=self.shard.config.flush_mode.value,
+            writable=store.writable,
+            unwritable_cause=store.unwritable_cause or "",
+            clean_shutdown=rec.clean_shutdown,
+            recovery_seconds=rec.seconds,
+            msg_id_prefix=self.shard.msg_id_prefix,
             forced_deleted_to=store.forced_deleted_to,
-        )  # fmt: skip
+        )
 
     @rpc
     async def GetStats(self, request, context) -> pb.GetStatsResponse:
@@ -146,12 +166,19 @@ class CommitLogServicer(commitlog_pb2_grpc.CommitLogServiceServicer):
         st = sh.stats
         p = sh.progress
         out = pb.GetStatsResponse(
-            state=sh.state.value, error=sh.error or "", incarnation=sh.incarnation, recovery_phase=p.phase,
-            recovery_percent=p.percent, recovery_bytes_done=p.bytes_done, recovery_bytes_total=p.bytes_total,
-            appended_messages=st.appended_messages, appended_bytes=st.appended_bytes,
-            append_failures=st.append_failures, append_seconds=st.append_seconds.to_pb(),
+            state=sh.state.value,
+            error=sh.error or "",
+            incarnation=sh.incarnation,
+            recovery_phase=p.phase,
+            recovery_percent=p.percent,
+            recovery_bytes_done=p.bytes_done,
+            recovery_bytes_total=p.bytes_total,
+            appended_messages=st.appended_messages,
+            appended_bytes=st.appended_bytes,
+            append_failures=st.append_failures,
+            append_seconds=st.append_seconds.to_pb(),
             flush_seconds=st.flush_seconds.to_pb(),
-        )  # fmt: skip
+        )
         store = sh.store
         if sh.state not in (ShardState.SERVING, ShardState.AWAITING_BUILDERS) or store is None:
             return out
@@ -186,8 +213,13 @@ class CommitLogServicer(commitlog_pb2_grpc.CommitLogServiceServicer):
         c = request.config
         validate.topic(c.topic)
         perm = c.perm if c.HasField("perm") else 6  # optional: 0 is a perm (neither read nor write)
-        tc = await self.shard.call(store.update_topic, c.topic, read_queue_nums=c.read_queue_nums or 4,
-                                   write_queue_nums=c.write_queue_nums or 4, perm=perm)  # fmt: skip
+        tc = await self.shard.call(
+            store.update_topic,
+            c.topic,
+            read_queue_nums=c.read_queue_nums or 4,
+            write_queue_nums=c.write_queue_nums or 4,
+            perm=perm,
+        )
         return pb.UpdateTopicResponse(config=topic_config_to_pb(tc))
 
     @rpc
@@ -202,17 +234,25 @@ class CommitLogServicer(commitlog_pb2_grpc.CommitLogServiceServicer):
     async def GetRecovery(self, request, context) -> pb.GetRecoveryResponse:
         store = self.shard.recovered()
         f = await self.shard.call(store.recovery_facts)
-        queues = [common_pb2.QueueRange(topic=t, queue_id=q, max_offset=n, shard=self.shard.index)
-                  for (t, q), n in f.pop("queue_offsets").items()]  # fmt: skip
+        queues = [
+            common_pb2.QueueRange(topic=t, queue_id=q, max_offset=n, shard=self.shard.index)
+            for (t, q), n in f.pop("queue_offsets").items()
+        ]
         return pb.GetRecoveryResponse(incarnation=self.shard.incarnation, queues=queues, **f)
 
     @rpc
     async def CheckUnits(self, request: pb.CheckUnitsRequest, context) -> pb.CheckUnitsResponse:
         store = self.shard.recovered()
         r = request
-        n = validate.same_lengths(physical_offsets=r.physical_offsets, sizes=r.sizes, queue_ids=r.queue_ids,
-                                  queue_offsets=r.queue_offsets, topic_codes=r.topic_codes, tags_codes=r.tags_codes,
-                                  check_tags=r.check_tags)  # fmt: skip
+        n = validate.same_lengths(
+            physical_offsets=r.physical_offsets,
+            sizes=r.sizes,
+            queue_ids=r.queue_ids,
+            queue_offsets=r.queue_offsets,
+            topic_codes=r.topic_codes,
+            tags_codes=r.tags_codes,
+            check_tags=r.check_tags,
+        )
         if n > MAX_CHECK_UNITS:
             raise TooLarge(f"at most {MAX_CHECK_UNITS} units per check, got {n}")
         for t in r.topics:
@@ -221,11 +261,18 @@ class CommitLogServicer(commitlog_pb2_grpc.CommitLogServiceServicer):
         if n and (codes.min() < 0 or codes.max() >= len(r.topics)):
             raise BadRequest(f"topic_codes must index topics (0..{len(r.topics) - 1})")
         ok = await self.shard.call(
-            store.commitlog.units_match, np.asarray(r.physical_offsets, np.int64), np.asarray(r.sizes, np.int64),
-            np.asarray(r.queue_ids, np.int64), np.asarray(r.queue_offsets, np.int64), topics=list(r.topics),
-            topic_index=codes, tags_codes=np.asarray(r.tags_codes, np.int64), check_tags=np.asarray(r.check_tags, bool),
-            check_from=r.check_from, deep_from=r.deep_from,
-        )  # fmt: skip
+            store.commitlog.units_match,
+            np.asarray(r.physical_offsets, np.int64),
+            np.asarray(r.sizes, np.int64),
+            np.asarray(r.queue_ids, np.int64),
+            np.asarray(r.queue_offsets, np.int64),
+            topics=list(r.topics),
+            topic_index=codes,
+            tags_codes=np.asarray(r.tags_codes, np.int64),
+            check_tags=np.asarray(r.check_tags, bool),
+            check_from=r.check_from,
+            deep_from=r.deep_from,
+        )
         return pb.CheckUnitsResponse(ok=ok.tolist())
 
     @rpc

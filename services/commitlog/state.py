@@ -35,11 +35,11 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import structlog
-from mqstore.services.common.errors import Aborted, Unavailable
-from mqstore.services.common.metrics import ShardStats
 
 from mqstore.errors import StoreLockedError
 from mqstore.formats.msgid import offset_msg_id_prefix
+from mqstore.services.common.errors import Aborted, Unavailable
+from mqstore.services.common.metrics import ShardStats
 from mqstore.store.config import StoreConfig
 from mqstore.store.log_store import LogStore
 from mqstore.store.recovery import RecoveryProgress
@@ -63,8 +63,15 @@ class Shard:
     go through ``ready`` (appends: SERVING) or ``recovered`` (reads: from
     AWAITING_BUILDERS on)."""
 
-    def __init__(self, store_dir: str | Path, config: StoreConfig | None = None, *, index: int = 0,
-                 retention: RetentionConfig | None = None, lock_wait_s: float = 30.0) -> None:  # fmt: skip
+    def __init__(
+        self,
+        store_dir: str | Path,
+        config: StoreConfig | None = None,
+        *,
+        index: int = 0,
+        retention: RetentionConfig | None = None,
+        lock_wait_s: float = 30.0,
+    ) -> None:
         self.store_dir = Path(store_dir)
         self.config = config or StoreConfig()
         self.index = index
@@ -93,8 +100,12 @@ class Shard:
         try:
             while True:
                 try:
-                    store = LogStore(self.store_dir, self.config, progress=self.progress,
-                                     on_sync_seconds=self.stats.flush_seconds.observe)  # fmt: skip
+                    store = LogStore(
+                        self.store_dir,
+                        self.config,
+                        progress=self.progress,
+                        on_sync_seconds=self.stats.flush_seconds.observe,
+                    )
                     break
                 except StoreLockedError:
                     if time.monotonic() > deadline:
@@ -103,15 +114,24 @@ class Shard:
             self.store = store
             self.state = ShardState.AWAITING_BUILDERS
             self.progress.set_phase("awaiting_builders")
-            log.info("commitlog_recovered_awaiting_builders", shard=self.index, incarnation=self.incarnation,
-                     wrote=store.commitlog.wrote)  # fmt: skip
+            log.info(
+                "commitlog_recovered_awaiting_builders",
+                shard=self.index,
+                incarnation=self.incarnation,
+                wrote=store.commitlog.wrote,
+            )
             ends, built = self._wait_for_queue_ends(give_up)
             store.attach_queue_ends(ends, built)
             store.start_background(queues, self.retention)
             self.state = ShardState.SERVING
             self.progress.set_phase("ready")
-            log.info("shard_serving", shard=self.index, store=str(self.store_dir), incarnation=self.incarnation,
-                     wrote=store.commitlog.wrote)  # fmt: skip
+            log.info(
+                "shard_serving",
+                shard=self.index,
+                store=str(self.store_dir),
+                incarnation=self.incarnation,
+                wrote=store.commitlog.wrote,
+            )
         except BaseException as e:
             self.state = ShardState.FAILED
             self.error = f"{type(e).__name__}: {e}"
@@ -159,8 +179,10 @@ class Shard:
         Aborted if the builder recovered against another open. Once serving, a
         builder that reopened on its own hands them over again: nothing to do."""
         if incarnation != self.incarnation:
-            raise Aborted(f"queue ends of a builder recovered against commitlog incarnation {incarnation}; "
-                          f"this open is {self.incarnation}: recover again")  # fmt: skip
+            raise Aborted(
+                f"queue ends of a builder recovered against commitlog incarnation {incarnation}; "
+                f"this open is {self.incarnation}: recover again"
+            )
         if self.state is ShardState.AWAITING_BUILDERS and not self._ends_given.is_set():
             self._ends = (ends, progress)
             self._ends_given.set()
@@ -203,9 +225,13 @@ class Shard:
             p = self.progress
             return Unavailable(f"shard {self.index} is recovering its store (phase {p.phase}, {p.percent:.0f}%)")
         if self.state is ShardState.AWAITING_BUILDERS:
-            return Unavailable(f"shard {self.index} is recovering its store (phase awaiting_builders: the consume "
-                               f"queues recover against the commitlog)")  # fmt: skip
-        return Unavailable(f"shard {self.index} is {self.state.value.lower()}" + (f": {self.error}" if self.error else ""))
+            return Unavailable(
+                f"shard {self.index} is recovering its store (phase awaiting_builders: the consume "
+                f"queues recover against the commitlog)"
+            )
+        return Unavailable(
+            f"shard {self.index} is {self.state.value.lower()}" + (f": {self.error}" if self.error else "")
+        )
 
     async def call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """Run a blocking store call on the executor."""

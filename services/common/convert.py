@@ -11,12 +11,12 @@ from __future__ import annotations
 import ipaddress
 
 import numpy as np
-from mqstore.services.common.errors import BadRequest, TooLarge
 
 from mqstore.formats.message import MessageRecord
 from mqstore.formats.msgid import Host
 from mqstore.formats.names import check_topic
 from mqstore.rpc.v1 import common_pb2 as pb
+from mqstore.services.common.errors import BadRequest, TooLarge
 from mqstore.store.messages import (
     AUTO_QUEUE,
     MAX_PORT,
@@ -94,7 +94,9 @@ def queue_id_column(cols: pb.MessageColumns, n: int) -> np.ndarray:
     arr = np.full(n, AUTO_QUEUE, np.int64) if len(q) == 0 else np.broadcast_to(np.asarray(q, np.int64), (n,)).copy()
     bad = (arr < AUTO_QUEUE) | (arr > MAX_QUEUE_ID)
     if bad.any():
-        raise BadRequest(f"queue id {int(arr[np.argmax(bad)])} is out of range (0..{MAX_QUEUE_ID}, or -1 for automatic)")
+        raise BadRequest(
+            f"queue id {int(arr[np.argmax(bad)])} is out of range (0..{MAX_QUEUE_ID}, or -1 for automatic)"
+        )
     return arr
 
 
@@ -136,8 +138,9 @@ def columns_to_batch(cols: pb.MessageColumns, queue_ids: np.ndarray | None = Non
         hosts = [_born_host(h) if h else Host("127.0.0.1", 0) for h in hosts]
     uniq = cols.unique_keys
     if len(uniq) not in (0, n):
-        raise BadRequest(f"column unique_keys has {len(uniq)} values for {n} messages (give 0 or {n}: "
-                         "a UNIQ_KEY names one message)")  # fmt: skip
+        raise BadRequest(
+            f"column unique_keys has {len(uniq)} values for {n} messages (give 0 or {n}: a UNIQ_KEY names one message)"
+        )
     return MessageBatch(
         topics=topics[0] if len(set(topics)) == 1 else topics,
         bodies=list(cols.bodies),
@@ -178,34 +181,70 @@ def append_result_to_pb(res: AppendResult, shard: int = 0) -> pb.AppendResult:
 def record_to_pb(rec: MessageRecord, shard: int = 0) -> pb.Record:
     props = rec.properties
     return pb.Record(
-        msg_id=rec.msg_id, topic=rec.topic, queue_id=rec.queue_id, queue_offset=rec.queue_offset,
-        physical_offset=rec.physical_offset, size=rec.total_size, body=rec.body, properties=props,
-        tags=props.get("TAGS", ""), keys=props.get("KEYS", ""), unique_key=props.get("UNIQ_KEY", ""),
-        flag=rec.flag, sysflag=rec.sysflag, body_crc=rec.body_crc & 0xFFFFFFFF, born_timestamp=rec.born_timestamp,
-        born_host=str(rec.born_host), store_timestamp=rec.store_timestamp, store_host=str(rec.store_host),
-        reconsume_times=rec.reconsume_times, prepared_transaction_offset=rec.prepared_transaction_offset, shard=shard,
-    )  # fmt: skip
+        msg_id=rec.msg_id,
+        topic=rec.topic,
+        queue_id=rec.queue_id,
+        queue_offset=rec.queue_offset,
+        physical_offset=rec.physical_offset,
+        size=rec.total_size,
+        body=rec.body,
+        properties=props,
+        tags=props.get("TAGS", ""),
+        keys=props.get("KEYS", ""),
+        unique_key=props.get("UNIQ_KEY", ""),
+        flag=rec.flag,
+        sysflag=rec.sysflag,
+        body_crc=rec.body_crc & 0xFFFFFFFF,
+        born_timestamp=rec.born_timestamp,
+        born_host=str(rec.born_host),
+        store_timestamp=rec.store_timestamp,
+        store_host=str(rec.store_host),
+        reconsume_times=rec.reconsume_times,
+        prepared_transaction_offset=rec.prepared_transaction_offset,
+        shard=shard,
+    )
 
 
 def record_from_pb(r: pb.Record) -> MessageRecord:
     """The store's MessageRecord for a received Record (so the CLI renders both alike)."""
     return MessageRecord(
-        total_size=r.size, magic=0, body_crc=r.body_crc, queue_id=r.queue_id, flag=r.flag,
-        queue_offset=r.queue_offset, physical_offset=r.physical_offset, sysflag=r.sysflag,
-        born_timestamp=r.born_timestamp, born_host=parse_host(r.born_host), store_timestamp=r.store_timestamp,
-        store_host=parse_host(r.store_host), reconsume_times=r.reconsume_times,
-        prepared_transaction_offset=r.prepared_transaction_offset, body=r.body, topic=r.topic,
+        total_size=r.size,
+        magic=0,
+        body_crc=r.body_crc,
+        queue_id=r.queue_id,
+        flag=r.flag,
+        queue_offset=r.queue_offset,
+        physical_offset=r.physical_offset,
+        sysflag=r.sysflag,
+        born_timestamp=r.born_timestamp,
+        born_host=parse_host(r.born_host),
+        store_timestamp=r.store_timestamp,
+        store_host=parse_host(r.store_host),
+        reconsume_times=r.reconsume_times,
+        prepared_transaction_offset=r.prepared_transaction_offset,
+        body=r.body,
+        topic=r.topic,
         properties=dict(r.properties),
-    )  # fmt: skip
+    )
 
 
 def topic_config_to_pb(tc) -> pb.TopicConfig:
-    return pb.TopicConfig(topic=tc.topic_name, read_queue_nums=tc.read_queue_nums,
-                          write_queue_nums=tc.write_queue_nums, perm=tc.perm)  # fmt: skip
+    return pb.TopicConfig(
+        topic=tc.topic_name, read_queue_nums=tc.read_queue_nums, write_queue_nums=tc.write_queue_nums, perm=tc.perm
+    )
 
 
 __all__ = [
-    "MAX_BATCH_BODY_BYTES", "MAX_BATCH_MESSAGES", "MAX_QUEUE_ID", "append_result_to_pb", "check_batch_limits",
-    "columns_to_batch", "parse_host", "queue_id_column", "record_from_pb", "record_to_pb", "topic_column",
+    "MAX_BATCH_BODY_BYTES",
+    "MAX_BATCH_MESSAGES",
+    "MAX_QUEUE_ID",
+    "append_result_to_pb",
+    "check_batch_limits",
+    "columns_to_batch",
+    "parse_host",
+    "queue_id_column",
+    "record_from_pb",
+    "record_to_pb",
+    "topic_column",
     "topic_config_to_pb",
-]  # fmt: skip
+]

@@ -17,7 +17,6 @@ from typing import Any, TypeVar
 
 import grpc
 import structlog
-from mqstore.services.common import deadline
 
 from mqstore.errors import (
     ConfigError,
@@ -36,6 +35,7 @@ from mqstore.errors import (
     StoreLockedError,
     StoreNotWritableError,
 )
+from mqstore.services.common import deadline
 from mqstore.store.builders import GapError
 
 log = structlog.get_logger(__name__)
@@ -110,7 +110,10 @@ _TABLE: tuple[tuple[type[BaseException], grpc.StatusCode], ...] = (
     (InvalidMessageError, Code.INVALID_ARGUMENT),
     (LimitExceededError, Code.RESOURCE_EXHAUSTED),  # a pull or key query over its count limit
     (NotFoundError, Code.NOT_FOUND),  # a query that found nothing (before OffsetError)
-    (IndexDisabledError, Code.FAILED_PRECONDITION),  # before ConfigError  # bad topic, queue id, group, columns, transaction bits
+    (
+        IndexDisabledError,
+        Code.FAILED_PRECONDITION,
+    ),  # before ConfigError  # bad topic, queue id, group, columns, transaction bits
     (InvalidArgumentError, Code.INVALID_ARGUMENT),  # a read's queue id, offset or count
     (OffsetError, Code.INVALID_ARGUMENT),
     (DecodeError, Code.INVALID_ARGUMENT),  # a malformed msgId
@@ -177,5 +180,16 @@ def rpc(method: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
-__all__ = ["Aborted", "BadRequest", "NotFound", "PermissionDenied", "Precondition", "RpcError", "TooLarge", "Unauthenticated",
-           "Unavailable", "rpc", "status_of"]  # fmt: skip
+__all__ = [
+    "Aborted",
+    "BadRequest",
+    "NotFound",
+    "PermissionDenied",
+    "Precondition",
+    "RpcError",
+    "TooLarge",
+    "Unauthenticated",
+    "Unavailable",
+    "rpc",
+    "status_of",
+]

@@ -21,32 +21,55 @@ def _metadata(details, headers: Headers) -> list[tuple[str, str]]:
     return list(details.metadata or ()) + list(headers())
 
 
-class AddHeaders(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClientInterceptor,
-                 grpc.StreamUnaryClientInterceptor, grpc.StreamStreamClientInterceptor):  # fmt: skip
+class AddHeaders(
+    grpc.UnaryUnaryClientInterceptor,
+    grpc.UnaryStreamClientInterceptor,
+    grpc.StreamUnaryClientInterceptor,
+    grpc.StreamStreamClientInterceptor,
+):
     """For a blocking channel: ``grpc.intercept_channel(channel, AddHeaders(headers))``."""
 
     def __init__(self, headers: Headers) -> None:
         self._headers = headers
 
     def _call(self, continuation, details, request):
-        return continuation(_CallDetails(details.method, details.timeout, _metadata(details, self._headers),
-                                         details.credentials, details.wait_for_ready,
-                                         getattr(details, "compression", None)), request)  # fmt: skip
+        return continuation(
+            _CallDetails(
+                details.method,
+                details.timeout,
+                _metadata(details, self._headers),
+                details.credentials,
+                details.wait_for_ready,
+                getattr(details, "compression", None),
+            ),
+            request,
+        )
 
     intercept_unary_unary = intercept_unary_stream = intercept_stream_unary = intercept_stream_stream = _call
 
 
-class AioAddHeaders(grpc.aio.UnaryUnaryClientInterceptor, grpc.aio.UnaryStreamClientInterceptor,
-                    grpc.aio.StreamUnaryClientInterceptor, grpc.aio.StreamStreamClientInterceptor):  # fmt: skip
+class AioAddHeaders(
+    grpc.aio.UnaryUnaryClientInterceptor,
+    grpc.aio.UnaryStreamClientInterceptor,
+    grpc.aio.StreamUnaryClientInterceptor,
+    grpc.aio.StreamStreamClientInterceptor,
+):
     """For an aio channel: ``grpc.aio.insecure_channel(..., interceptors=[AioAddHeaders(headers)])``."""
 
     def __init__(self, headers: Headers) -> None:
         self._headers = headers
 
     async def _call(self, continuation, details, request):
-        return await continuation(grpc.aio.ClientCallDetails(details.method, details.timeout,
-                                                             _metadata(details, self._headers), details.credentials,
-                                                             details.wait_for_ready), request)  # fmt: skip
+        return await continuation(
+            grpc.aio.ClientCallDetails(
+                details.method,
+                details.timeout,
+                _metadata(details, self._headers),
+                details.credentials,
+                details.wait_for_ready,
+            ),
+            request,
+        )
 
     intercept_unary_unary = intercept_unary_stream = intercept_stream_unary = intercept_stream_stream = _call
 

@@ -91,14 +91,21 @@ def _self_signed(name: str) -> tuple[bytes, bytes]:
     key = ec.generate_private_key(ec.SECP256R1())
     subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
     now = datetime.datetime.now(datetime.timezone.utc)
-    cert = (x509.CertificateBuilder().subject_name(subject).issuer_name(subject).public_key(key.public_key())
-            .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(minutes=5))
-            .not_valid_after(now + datetime.timedelta(days=3650))
-            .add_extension(x509.SubjectAlternativeName([x509.DNSName(name)]), critical=False)
-            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-            .sign(key, hashes.SHA256()))  # fmt: skip
-    pem_key = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                serialization.NoEncryption())  # fmt: skip
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=3650))
+        .add_extension(x509.SubjectAlternativeName([x509.DNSName(name)]), critical=False)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    pem_key = key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
     return cert.public_bytes(serialization.Encoding.PEM), pem_key
 
 
@@ -116,11 +123,17 @@ class StrictDecode(grpc.aio.ServerInterceptor):
     async def intercept_service(self, continuation, details):
         method = details.method or ""
         handler = await continuation(details)
-        if self._auth is not None and not method.startswith(_OPEN_SERVICES) and not self._auth.accepts(
-                details.invocation_metadata):  # fmt: skip
+        if (
+            self._auth is not None
+            and not method.startswith(_OPEN_SERVICES)
+            and not self._auth.accepts(details.invocation_metadata)
+        ):
             # every method, known or not: a stranger learns nothing of what is served
-            return _refuse(handler, grpc.StatusCode.UNAUTHENTICATED,
-                           "internal service: the call does not carry this deployment's secret")  # fmt: skip
+            return _refuse(
+                handler,
+                grpc.StatusCode.UNAUTHENTICATED,
+                "internal service: the call does not carry this deployment's secret",
+            )
         if handler is None or handler.request_streaming or handler.request_deserializer is None:
             return handler
         decode = handler.request_deserializer
@@ -145,8 +158,9 @@ async def _decode(decode: Callable, raw: bytes, context, method: str):
     try:
         return decode(raw)
     except Exception as e:  # noqa: BLE001 - protobuf's DecodeError, or anything a decoder raises
-        await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
-                            f"malformed request for {method}: {type(e).__name__}: {e}")  # fmt: skip
+        await context.abort(
+            grpc.StatusCode.INVALID_ARGUMENT, f"malformed request for {method}: {type(e).__name__}: {e}"
+        )
 
 
 def _refuse(handler: grpc.RpcMethodHandler | None, code: grpc.StatusCode, message: str) -> grpc.RpcMethodHandler:
@@ -160,9 +174,12 @@ def _refuse(handler: grpc.RpcMethodHandler | None, code: grpc.StatusCode, messag
         await context.abort(code, message)
         yield  # an async generator, as a streaming handler must be
 
-    make = {(False, False): grpc.unary_unary_rpc_method_handler, (False, True): grpc.unary_stream_rpc_method_handler,
-            (True, False): grpc.stream_unary_rpc_method_handler,
-            (True, True): grpc.stream_stream_rpc_method_handler}  # fmt: skip
+    make = {
+        (False, False): grpc.unary_unary_rpc_method_handler,
+        (False, True): grpc.unary_stream_rpc_method_handler,
+        (True, False): grpc.stream_unary_rpc_method_handler,
+        (True, True): grpc.stream_stream_rpc_method_handler,
+    }
     shape = (False, False) if handler is None else (handler.request_streaming, handler.response_streaming)
     return make[shape](refuse_stream if shape[1] else refuse)
 

@@ -91,7 +91,9 @@ class ShardStats:
             self.append_failures += 1
 
 
-def _histogram_family(name: str, doc: str, label_names: list[str], rows: Iterable[tuple[list[str], commitlog_pb2.Histogram]]):
+def _histogram_family(
+    name: str, doc: str, label_names: list[str], rows: Iterable[tuple[list[str], commitlog_pb2.Histogram]]
+):
     from prometheus_client.core import HistogramMetricFamily
 
     fam = HistogramMetricFamily(name, doc, labels=label_names)
@@ -113,12 +115,19 @@ class FrontMetrics:
         from prometheus_client import CollectorRegistry, Counter, Histogram
 
         self.registry = CollectorRegistry(auto_describe=True)
-        self.request_seconds = Histogram("mqstore_front_request_seconds", "FrontService calls, seconds", ["method"],
-                                         buckets=LATENCY_BOUNDS, registry=self.registry)  # fmt: skip
-        self.requests = Counter("mqstore_front_requests", "FrontService calls by status code", ["method", "code"],
-                                registry=self.registry)  # fmt: skip
-        self.sent_messages = Counter("mqstore_front_sent_messages", "Messages acknowledged (PUT_OK) through the front",
-                                     registry=self.registry)  # fmt: skip
+        self.request_seconds = Histogram(
+            "mqstore_front_request_seconds",
+            "FrontService calls, seconds",
+            ["method"],
+            buckets=LATENCY_BOUNDS,
+            registry=self.registry,
+        )
+        self.requests = Counter(
+            "mqstore_front_requests", "FrontService calls by status code", ["method", "code"], registry=self.registry
+        )
+        self.sent_messages = Counter(
+            "mqstore_front_sent_messages", "Messages acknowledged (PUT_OK) through the front", registry=self.registry
+        )
         self._fetch = fetch_shards
         self.registry.register(_ShardCollector(self))
         self._server = None
@@ -156,7 +165,9 @@ class _ShardCollector:
         except Exception:  # noqa: BLE001 - a scrape must answer; shard_up says what is missing
             shards = []
         up = GaugeMetricFamily("mqstore_shard_up", "1 if the shard serves, 0 otherwise", labels=["shard"])
-        recovery = GaugeMetricFamily("mqstore_shard_recovery_percent", "Progress of the store's open", labels=["shard", "phase"])
+        recovery = GaugeMetricFamily(
+            "mqstore_shard_recovery_percent", "Progress of the store's open", labels=["shard", "phase"]
+        )
         gauges = {
             "wrote_offset": "Commitlog write position",
             "flushed_offset": "Commitlog flushed position",
@@ -177,8 +188,9 @@ class _ShardCollector:
             "background_failures": "Failed passes of the delay scheduler and retention (each retried)",
         }
         c = {k: CounterMetricFamily(f"mqstore_shard_{k}", doc, labels=["shard"]) for k, doc in counters.items()}
-        stopped = GaugeMetricFamily("mqstore_shard_loop_stopped", "1 per background loop that stopped",
-                                    labels=["shard", "loop"])  # fmt: skip
+        stopped = GaugeMetricFamily(
+            "mqstore_shard_loop_stopped", "1 per background loop that stopped", labels=["shard", "loop"]
+        )
         append_rows, flush_rows = [], []
         for index, st in shards:
             label = [str(index)]
@@ -190,12 +202,15 @@ class _ShardCollector:
             if not serving:
                 continue
             values = {
-                "wrote_offset": st.wrote_offset, "flushed_offset": st.flushed_offset,
+                "wrote_offset": st.wrote_offset,
+                "flushed_offset": st.flushed_offset,
                 "dispatched_offset": st.dispatched_offset,
                 "dispatch_lag_bytes": max(0, st.confirm_offset - st.dispatched_offset),
-                "commitlog_bytes": st.commitlog_bytes, "disk_free_bytes": st.disk_free_bytes,
-                "queues": st.queue_count, "writable": 1 if st.writable else 0,
-            }  # fmt: skip
+                "commitlog_bytes": st.commitlog_bytes,
+                "disk_free_bytes": st.disk_free_bytes,
+                "queues": st.queue_count,
+                "writable": 1 if st.writable else 0,
+            }
             for k, v in values.items():
                 g[k].add_metric(label, float(v))
             for k in counters:
@@ -209,7 +224,9 @@ class _ShardCollector:
         yield from g.values()
         yield from c.values()
         yield stopped
-        yield _histogram_family("mqstore_shard_append_seconds", "AppendBatch in the shard, seconds", ["shard"], append_rows)
+        yield _histogram_family(
+            "mqstore_shard_append_seconds", "AppendBatch in the shard, seconds", ["shard"], append_rows
+        )
         yield _histogram_family("mqstore_shard_flush_seconds", "Commitlog fsyncs, seconds", ["shard"], flush_rows)
 
 

@@ -12,6 +12,7 @@ import time
 from collections.abc import Awaitable, Callable
 
 import grpc
+
 from mqstore.services.common.internal_auth import InternalAuth
 from mqstore.services.common.server import sync_channel
 
@@ -20,6 +21,7 @@ ShardResolvers = dict[str, Resolver]  # "cl", "cq", "ix" (absent: index disabled
 RESOLVE_S = 10.0
 
 WILDCARDS = ("0.0.0.0", "::", "[::]", "")
+
 
 def advertised(host: str) -> str:
     """The address others reach the front bound to ``host`` at: a wildcard bind
@@ -34,6 +36,7 @@ def advertised(host: str) -> str:
     except OSError:
         return "127.0.0.1"
 
+
 def internal_address(host: str) -> str:
     """The address an internal server binds to and publishes: one address of this
     node (what Ray knows the node as), never a wildcard, which would listen on
@@ -42,8 +45,10 @@ def internal_address(host: str) -> str:
         raise ValueError(f"internal services bind to the node's own address, not to {host!r}")
     return host
 
+
 def endpoint_of(host: str, port: int) -> str:
     return f"[{host}]:{port}" if ":" in host and not host.startswith("[") else f"{host}:{port}"
+
 
 def fixed(endpoint: str) -> Resolver:
     """A resolver that always answers ``endpoint``."""
@@ -52,6 +57,7 @@ def fixed(endpoint: str) -> Resolver:
         return endpoint
 
     return resolve
+
 
 def resolver_of(endpoints: dict[str, str], name: str) -> Resolver:
     """A resolver reading ``endpoints[name]`` on every call (waiting until it is
@@ -68,6 +74,7 @@ def resolver_of(endpoints: dict[str, str], name: str) -> Resolver:
 class PeerUnavailable(ConnectionError):
     """The peer's endpoint could not be resolved in time (its actor restarts or is gone)."""
 
+
 def resolve_within(resolve: Resolver, timeout_s: float = RESOLVE_S) -> str:
     """Run the async resolver to completion in a daemon thread, at most ``timeout_s``."""
     box: dict = {}
@@ -83,15 +90,19 @@ def resolve_within(resolve: Resolver, timeout_s: float = RESOLVE_S) -> str:
     t.join(timeout_s)
     if "endpoint" in box:
         return box["endpoint"]
-    why = f"{type(box['error']).__name__}: {box['error']}" if "error" in box else f"not resolved within {timeout_s:.0f} s"
+    why = (
+        f"{type(box['error']).__name__}: {box['error']}" if "error" in box else f"not resolved within {timeout_s:.0f} s"
+    )
     raise PeerUnavailable(why)
+
 
 class Peer:
     """A stub of one peer service. After the peer could not be resolved, calls fail
     at once for ``backoff_s`` (a caller polling many things must not wait on each)."""
 
-    def __init__(self, resolve: Resolver, stub_class, auth: InternalAuth, *, resolve_s: float = RESOLVE_S,
-                 backoff_s: float = 1.0) -> None:  # fmt: skip
+    def __init__(
+        self, resolve: Resolver, stub_class, auth: InternalAuth, *, resolve_s: float = RESOLVE_S, backoff_s: float = 1.0
+    ) -> None:
         self._resolve = resolve
         self._auth = auth
         self._stub_class = stub_class
@@ -135,5 +146,16 @@ class Peer:
             ch.close()
 
 
-__all__ = ["RESOLVE_S", "Peer", "PeerUnavailable", "Resolver", "ShardResolvers", "advertised", "endpoint_of", "fixed",
-           "internal_address", "resolve_within", "resolver_of"]  # fmt: skip
+__all__ = [
+    "RESOLVE_S",
+    "Peer",
+    "PeerUnavailable",
+    "Resolver",
+    "ShardResolvers",
+    "advertised",
+    "endpoint_of",
+    "fixed",
+    "internal_address",
+    "resolve_within",
+    "resolver_of",
+]

@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
+
 from mqstore.services.common.headers import AddHeaders, AioAddHeaders
 from mqstore.services.common.internal_auth import InternalAuth, StrictDecode
 
@@ -90,9 +91,15 @@ class TlsFiles:
             return cls(c.read(), k.read())
 
 
-async def start_grpc_server(host: str, port: int, registrations: Iterable[Registration], *,
-                            serving: bool = True, tls: TlsFiles | None = None,
-                            auth: InternalAuth | None = None) -> GrpcServer:  # fmt: skip
+async def start_grpc_server(
+    host: str,
+    port: int,
+    registrations: Iterable[Registration],
+    *,
+    serving: bool = True,
+    tls: TlsFiles | None = None,
+    auth: InternalAuth | None = None,
+) -> GrpcServer:
     """Start a server on ``host:port`` (port 0: the system picks one, see ``.port``);
     with ``tls`` it speaks TLS only (a plaintext client can not connect). With
     ``auth`` it is an internal server: every call but health checks must carry the
@@ -111,7 +118,9 @@ async def start_grpc_server(host: str, port: int, registrations: Iterable[Regist
         creds = grpc.ssl_server_credentials([(tls.private_key, tls.cert_chain)])
     elif auth is not None:
         creds = auth.server_credentials()
-    bound = server.add_insecure_port(f"{host}:{port}") if creds is None else server.add_secure_port(f"{host}:{port}", creds)
+    bound = (
+        server.add_insecure_port(f"{host}:{port}") if creds is None else server.add_secure_port(f"{host}:{port}", creds)
+    )
     if bound == 0:
         raise OSError(f"can not listen on {host}:{port}")
     await server.start()
@@ -156,12 +165,14 @@ def channel(endpoint: str, auth: InternalAuth) -> grpc.aio.Channel:
     interceptors = [AioAddHeaders(auth.metadata)]
     if creds is None:
         return grpc.aio.insecure_channel(endpoint, options=CHANNEL_OPTIONS, interceptors=interceptors)
-    return grpc.aio.secure_channel(endpoint, creds, options=CHANNEL_OPTIONS + auth.channel_options(),
-                                   interceptors=interceptors)  # fmt: skip
+    return grpc.aio.secure_channel(
+        endpoint, creds, options=CHANNEL_OPTIONS + auth.channel_options(), interceptors=interceptors
+    )
 
 
-def sync_channel(endpoint: str, *, tls_ca: bytes | None = None, tls_server_name: str | None = None,
-                 auth: InternalAuth | None = None) -> grpc.Channel:  # fmt: skip
+def sync_channel(
+    endpoint: str, *, tls_ca: bytes | None = None, tls_server_name: str | None = None, auth: InternalAuth | None = None
+) -> grpc.Channel:
     """A blocking channel with mqstore's message limits (clients, CLI): plaintext,
     or TLS trusting the PEM certificates ``tls_ca`` (``tls_server_name``: the name
     the server's certificate must carry, when it is not the endpoint's host). With
@@ -169,8 +180,11 @@ def sync_channel(endpoint: str, *, tls_ca: bytes | None = None, tls_server_name:
     ``auth.tls``)."""
     if auth is not None:
         creds = auth.channel_credentials()
-        ch = (grpc.insecure_channel(endpoint, options=CHANNEL_OPTIONS) if creds is None else
-              grpc.secure_channel(endpoint, creds, options=CHANNEL_OPTIONS + auth.channel_options()))  # fmt: skip
+        ch = (
+            grpc.insecure_channel(endpoint, options=CHANNEL_OPTIONS)
+            if creds is None
+            else grpc.secure_channel(endpoint, creds, options=CHANNEL_OPTIONS + auth.channel_options())
+        )
         return grpc.intercept_channel(ch, AddHeaders(auth.metadata))
     if tls_ca is None:
         return grpc.insecure_channel(endpoint, options=CHANNEL_OPTIONS)
@@ -190,4 +204,4 @@ __all__ = [
     "channel",
     "start_grpc_server",
     "sync_channel",
-]  # fmt: skip
+]

@@ -3,9 +3,8 @@ store's own typed error) with a message that names the field and the rule."""
 
 from __future__ import annotations
 
-from mqstore.services.common.errors import BadRequest, TooLarge
-
 from mqstore.formats.names import check_topic
+from mqstore.services.common.errors import BadRequest, TooLarge
 from mqstore.store.consumer_offsets import check_group
 
 MAX_QUEUE_ID = 65_535

@@ -6,11 +6,11 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import structlog
+
 from mqstore.services.common.internal_auth import InternalAuth
 from mqstore.services.common.peers import ShardResolvers, endpoint_of, internal_address
 from mqstore.services.common.server import ServerThread, start_grpc_server
 from mqstore.services.dispatcher.reput import DispatcherServicer, RemoteDispatcher
-
 from mqstore.store.config import StoreConfig
 from mqstore.store.delay_offsets import parse_delay_levels
 
@@ -20,23 +20,47 @@ log = structlog.get_logger(__name__)
 class DispatcherHost:
     """The remote dispatcher of one shard and its DispatcherService."""
 
-    def __init__(self, resolvers: ShardResolvers, *, auth: InternalAuth, shard: int = 0, config: StoreConfig | None = None,
-                 host: str = "127.0.0.1", port: int = 0, chunk_bytes: int = 8 << 20) -> None:  # fmt: skip
+    def __init__(
+        self,
+        resolvers: ShardResolvers,
+        *,
+        auth: InternalAuth,
+        shard: int = 0,
+        config: StoreConfig | None = None,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        chunk_bytes: int = 8 << 20,
+    ) -> None:
         cfg = config or StoreConfig()
         host = internal_address(host)
         self.thread = ServerThread(f"mqstore-dispatcher{shard}")
-        self.dispatcher = RemoteDispatcher(resolvers["cl"], resolvers["cq"], resolvers.get("ix"), auth=auth, shard=shard,
-                                           delays_ms=parse_delay_levels(cfg.message_delay_level), chunk_bytes=chunk_bytes)  # fmt: skip
-        self.server = self.thread.run(start_grpc_server(host, port, [DispatcherServicer(self.dispatcher).registration()],
-                                                        auth=auth))  # fmt: skip
+        self.dispatcher = RemoteDispatcher(
+            resolvers["cl"],
+            resolvers["cq"],
+            resolvers.get("ix"),
+            auth=auth,
+            shard=shard,
+            delays_ms=parse_delay_levels(cfg.message_delay_level),
+            chunk_bytes=chunk_bytes,
+        )
+        self.server = self.thread.run(
+            start_grpc_server(host, port, [DispatcherServicer(self.dispatcher).registration()], auth=auth)
+        )
         self.endpoint = endpoint_of(host, self.server.port)
         self.thread.run(_call_soon(self.dispatcher.start))
 
     def status(self) -> dict:
         st = self.dispatcher.status()
-        return {"shard": self.dispatcher.shard, "endpoint": self.endpoint, "reput_offset": st.reput_offset,
-                "lag_bytes": st.lag_bytes, "running": st.running, "last_error": st.last_error,
-                "resyncs": st.resyncs, "dispatched_records": st.dispatched_records}  # fmt: skip
+        return {
+            "shard": self.dispatcher.shard,
+            "endpoint": self.endpoint,
+            "reput_offset": st.reput_offset,
+            "lag_bytes": st.lag_bytes,
+            "running": st.running,
+            "last_error": st.last_error,
+            "resyncs": st.resyncs,
+            "dispatched_records": st.dispatched_records,
+        }
 
     def close(self, drain_s: float = 10.0) -> None:
         """Dispatch what the commitlog confirmed (up to ``drain_s``), then stop."""
@@ -47,6 +71,7 @@ class DispatcherHost:
             self.thread.run(self.server.stop(1.0), timeout=30)
         finally:
             self.thread.stop()
+
 
 async def _call_soon(fn: Callable[[], None]) -> None:
     fn()

@@ -26,9 +26,6 @@ from collections.abc import Awaitable, Callable
 
 import grpc
 import structlog
-from mqstore.services.common.errors import rpc
-from mqstore.services.common.internal_auth import InternalAuth
-from mqstore.services.common.server import Registration, channel
 
 from mqstore.formats.message import scan_records
 from mqstore.rpc.v1 import (
@@ -41,13 +38,20 @@ from mqstore.rpc.v1 import (
     index_pb2_grpc,
 )
 from mqstore.rpc.v1 import dispatcher_pb2 as pb
+from mqstore.services.common.errors import rpc
+from mqstore.services.common.internal_auth import InternalAuth
+from mqstore.services.common.server import Registration, channel
 from mqstore.store.commitlog import ScanChunk
 from mqstore.store.dispatch import DispatchBatch, build_dispatch_batch
 
 log = structlog.get_logger(__name__)
 SERVICE = "mqstore.v1.DispatcherService"
-_RESYNC_CODES = {grpc.StatusCode.ABORTED, grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.INVALID_ARGUMENT,
-                 grpc.StatusCode.NOT_FOUND}  # fmt: skip
+_RESYNC_CODES = {
+    grpc.StatusCode.ABORTED,
+    grpc.StatusCode.FAILED_PRECONDITION,
+    grpc.StatusCode.INVALID_ARGUMENT,
+    grpc.StatusCode.NOT_FOUND,
+}
 
 
 class _Resync(Exception):
@@ -59,9 +63,18 @@ class RemoteDispatcher:
     shard's commitlog, consume-queue builder and index builder (None: the index is
     disabled), asked again after a peer stops answering (it may come back elsewhere)."""
 
-    def __init__(self, resolve: Callable[[], Awaitable[str]], resolve_queues: Callable[[], Awaitable[str]],
-                 resolve_index: Callable[[], Awaitable[str]] | None = None, *, auth: InternalAuth, shard: int = 0,
-                 delays_ms: list[int] | None = None, chunk_bytes: int = 8 << 20, wait_ms: int = 200) -> None:  # fmt: skip
+    def __init__(
+        self,
+        resolve: Callable[[], Awaitable[str]],
+        resolve_queues: Callable[[], Awaitable[str]],
+        resolve_index: Callable[[], Awaitable[str]] | None = None,
+        *,
+        auth: InternalAuth,
+        shard: int = 0,
+        delays_ms: list[int] | None = None,
+        chunk_bytes: int = 8 << 20,
+        wait_ms: int = 200,
+    ) -> None:
         self._resolvers = (resolve, resolve_queues, resolve_index)
         self._auth = auth
         self.shard = shard
@@ -157,8 +170,10 @@ class RemoteDispatcher:
             progress.append(await ix.GetProgress(index_pb2.IndexProgressRequest(), timeout=10))
         for p in progress:
             if p.state != "SERVING" or p.commitlog_incarnation != offsets.incarnation:
-                raise _Resync(f"a builder is not ready for commitlog incarnation {offsets.incarnation} "
-                              f"(state {p.state}, recovered against {p.commitlog_incarnation})")  # fmt: skip
+                raise _Resync(
+                    f"a builder is not ready for commitlog incarnation {offsets.incarnation} "
+                    f"(state {p.state}, recovered against {p.commitlog_incarnation})"
+                )
         self.incarnation, self.reput_offset = offsets.incarnation, min(p.progress_offset for p in progress)
         self.confirm_offset = offsets.confirm_offset
         self.resyncs += 1
@@ -189,40 +204,64 @@ class RemoteDispatcher:
                 read.exception() if not read.cancelled() else None  # consume it: no "never retrieved" warnings
 
     async def _read(self, cl, offset: int) -> commitlog_pb2.ReadRangeResponse:
-        req = commitlog_pb2.ReadRangeRequest(offset=offset, max_bytes=self._chunk, wait_ms=self._wait_ms,
-                                             acked_offset=max(self.reput_offset, 0))  # fmt: skip
+        req = commitlog_pb2.ReadRangeRequest(
+            offset=offset, max_bytes=self._chunk, wait_ms=self._wait_ms, acked_offset=max(self.reput_offset, 0)
+        )
         return await cl.ReadRange(req, timeout=self._wait_ms / 1000 + 30)
 
     def _requests(self, r: commitlog_pb2.ReadRangeResponse):
         frm, to, inc = self.reput_offset, r.next_offset, self.incarnation
         low, forced = r.min_offset, r.forced_deleted_to  # retention, told to the builders
         if not r.record_count:  # a BLANK (end of a segment) or retention moved the start: progress only
-            return (consume_queue_pb2.PutUnitsRequest(from_offset=frm, to_offset=to, incarnation=inc,
-                                                      commitlog_min_offset=low, forced_deleted_to=forced),
-                    index_pb2.PutKeysRequest(from_offset=frm, to_offset=to, incarnation=inc, commitlog_min_offset=low))  # fmt: skip
+            return (
+                consume_queue_pb2.PutUnitsRequest(
+                    from_offset=frm, to_offset=to, incarnation=inc, commitlog_min_offset=low, forced_deleted_to=forced
+                ),
+                index_pb2.PutKeysRequest(from_offset=frm, to_offset=to, incarnation=inc, commitlog_min_offset=low),
+            )
         b = decode_range(r.data, r.offset, r.next_offset, self._delays)
         if len(b) != r.record_count:
             raise _Resync(f"ReadRange said {r.record_count} records at {r.offset}, {len(b)} decoded")
         units = consume_queue_pb2.PutUnitsRequest(
-            topics=b.topics, topic_codes=b.topic_codes.tolist(), queue_ids=b.queue_ids.tolist(),
-            queue_offsets=b.queue_offsets.tolist(), physical_offsets=b.physical_offsets.tolist(),
-            sizes=b.sizes.tolist(), tags_codes=b.tags_codes.tolist(), store_timestamps=b.store_timestamps.tolist(),
-            sysflags=b.sysflags.tolist(), from_offset=frm, to_offset=to, incarnation=inc,
-            commitlog_min_offset=low, forced_deleted_to=forced,
-        )  # fmt: skip
+            topics=b.topics,
+            topic_codes=b.topic_codes.tolist(),
+            queue_ids=b.queue_ids.tolist(),
+            queue_offsets=b.queue_offsets.tolist(),
+            physical_offsets=b.physical_offsets.tolist(),
+            sizes=b.sizes.tolist(),
+            tags_codes=b.tags_codes.tolist(),
+            store_timestamps=b.store_timestamps.tolist(),
+            sysflags=b.sysflags.tolist(),
+            from_offset=frm,
+            to_offset=to,
+            incarnation=inc,
+            commitlog_min_offset=low,
+            forced_deleted_to=forced,
+        )
         e = b.index_entries()
-        keys = index_pb2.PutKeysRequest(key_hashes=e.key_hashes.tolist(), physical_offsets=e.physical_offsets.tolist(),
-                                        store_timestamps=e.store_timestamps.tolist(), from_offset=frm, to_offset=to,
-                                        incarnation=inc, commitlog_min_offset=low)  # fmt: skip
+        keys = index_pb2.PutKeysRequest(
+            key_hashes=e.key_hashes.tolist(),
+            physical_offsets=e.physical_offsets.tolist(),
+            store_timestamps=e.store_timestamps.tolist(),
+            from_offset=frm,
+            to_offset=to,
+            incarnation=inc,
+            commitlog_min_offset=low,
+        )
         return units, keys
 
     def status(self) -> pb.DispatcherStatusResponse:
         return pb.DispatcherStatusResponse(
-            reput_offset=self.reput_offset, confirm_offset=self.confirm_offset,
+            reput_offset=self.reput_offset,
+            confirm_offset=self.confirm_offset,
             lag_bytes=max(0, self.confirm_offset - self.reput_offset) if self.reput_offset >= 0 else 0,
-            dispatched_records=self.dispatched_records, batches=self.batches, running=self.running,
-            last_error=self.last_error, incarnation=self.incarnation, resyncs=self.resyncs,
-        )  # fmt: skip
+            dispatched_records=self.dispatched_records,
+            batches=self.batches,
+            running=self.running,
+            last_error=self.last_error,
+            incarnation=self.incarnation,
+            resyncs=self.resyncs,
+        )
 
 
 def decode_range(data: bytes, offset: int, next_offset: int, delays_ms: list[int] | None) -> DispatchBatch:

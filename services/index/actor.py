@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ray
+
 from mqstore.services.common.actor import (
     CONCURRENCY,
     MAX_RESTARTS,
@@ -14,17 +15,31 @@ from mqstore.services.common.actor import (
 )
 from mqstore.services.common.internal_auth import InternalAuth
 from mqstore.services.index.host import BuilderHost
-
 from mqstore.store.config import StoreConfig
 
 
 @ray.remote(num_cpus=0, max_restarts=MAX_RESTARTS, max_task_retries=0, max_concurrency=CONCURRENCY)
 class BuilderActor(Hosted):
-    def __init__(self, kind: str, store_dir: str, config: StoreConfig, index: int, namespace: str,
-                 auth: InternalAuth, host: str | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        kind: str,
+        store_dir: str,
+        config: StoreConfig,
+        index: int,
+        namespace: str,
+        auth: InternalAuth,
+        host: str | None = None,
+    ) -> None:
         configure_actor_logging(kind, index)
-        self.host = BuilderHost(kind, store_dir, config, index=index, host=node_address(host), auth=auth,
-                                resolve_commitlog=actor_resolver(shard_name(index), namespace))  # fmt: skip
+        self.host = BuilderHost(
+            kind,
+            store_dir,
+            config,
+            index=index,
+            host=node_address(host),
+            auth=auth,
+            resolve_commitlog=actor_resolver(shard_name(index), namespace),
+        )
 
     def wait_ready(self, timeout_s: float = 600.0) -> bool:
         return self.host.wait_ready(timeout_s)

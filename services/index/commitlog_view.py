@@ -5,10 +5,10 @@ store times over Read."""
 from __future__ import annotations
 
 import numpy as np
-from mqstore.services.common.internal_auth import InternalAuth
-from mqstore.services.common.peers import Peer, Resolver
 
 from mqstore.rpc.v1 import commitlog_pb2, commitlog_pb2_grpc
+from mqstore.services.common.internal_auth import InternalAuth
+from mqstore.services.common.peers import Peer, Resolver
 from mqstore.store.builders import Recovered
 
 CHECK_CHUNK = 100_000  # units per CheckUnits call (the server takes at most 200,000)
@@ -50,10 +50,20 @@ class RemoteCommitLog:
     def wrote(self) -> int:
         return self._wrote
 
-    def units_match(self, phys: np.ndarray, sizes: np.ndarray, queue_ids: np.ndarray, queue_offsets: np.ndarray, *,
-                    topics: list[str] | None = None, topic_index: np.ndarray | None = None,
-                    tags_codes: np.ndarray | None = None, check_tags: np.ndarray | None = None,
-                    check_from: int = 0, deep_from: int = 0) -> np.ndarray:  # fmt: skip
+    def units_match(
+        self,
+        phys: np.ndarray,
+        sizes: np.ndarray,
+        queue_ids: np.ndarray,
+        queue_offsets: np.ndarray,
+        *,
+        topics: list[str] | None = None,
+        topic_index: np.ndarray | None = None,
+        tags_codes: np.ndarray | None = None,
+        check_tags: np.ndarray | None = None,
+        check_from: int = 0,
+        deep_from: int = 0,
+    ) -> np.ndarray:
         """CommitLog.units_match, answered by the commitlog's process."""
         n = len(phys)
         topics = topics or [""]
@@ -64,11 +74,17 @@ class RemoteCommitLog:
         for lo in range(0, n, CHECK_CHUNK):
             sl = slice(lo, min(n, lo + CHECK_CHUNK))
             req = commitlog_pb2.CheckUnitsRequest(
-                physical_offsets=phys[sl].tolist(), sizes=sizes[sl].tolist(), queue_ids=queue_ids[sl].tolist(),
-                queue_offsets=queue_offsets[sl].tolist(), topics=topics, topic_codes=topic_index[sl].tolist(),
-                tags_codes=tags[sl].tolist(), check_tags=check[sl].tolist(), check_from=check_from,
+                physical_offsets=phys[sl].tolist(),
+                sizes=sizes[sl].tolist(),
+                queue_ids=queue_ids[sl].tolist(),
+                queue_offsets=queue_offsets[sl].tolist(),
+                topics=topics,
+                topic_codes=topic_index[sl].tolist(),
+                tags_codes=tags[sl].tolist(),
+                check_tags=check[sl].tolist(),
+                check_from=check_from,
                 deep_from=deep_from,
-            )  # fmt: skip
+            )
             out[sl] = np.asarray(self._peer.call("CheckUnits", req, timeout=120).ok, bool)
         return out
 
@@ -90,14 +106,19 @@ class RemoteCommitLog:
         return r.records[0].size if r.records else None
 
     def note_derived(self, kind: str, durable_offset: int, timestamp: int) -> None:
-        self._peer.call("NoteDerived", commitlog_pb2.NoteDerivedRequest(kind=kind, durable_offset=durable_offset,
-                                                                         timestamp=timestamp))  # fmt: skip
+        self._peer.call(
+            "NoteDerived",
+            commitlog_pb2.NoteDerivedRequest(kind=kind, durable_offset=durable_offset, timestamp=timestamp),
+        )
 
     def attach_queue_ends(self, progress: int, ends: list) -> None:
         """Hand the consume queues' ends (QueueRange messages) to the commitlog this
         view recovered against (AttachQueueEnds); ABORTED if it reopened since."""
-        self._peer.call("AttachQueueEnds", commitlog_pb2.AttachQueueEndsRequest(
-            incarnation=self.incarnation, progress_offset=progress, queues=ends), timeout=30)  # fmt: skip
+        self._peer.call(
+            "AttachQueueEnds",
+            commitlog_pb2.AttachQueueEndsRequest(incarnation=self.incarnation, progress_offset=progress, queues=ends),
+            timeout=30,
+        )
 
     def close(self) -> None:
         self._peer.reset()

@@ -7,13 +7,13 @@ import threading
 from pathlib import Path
 
 import structlog
+
 from mqstore.services.common.internal_auth import InternalAuth
 from mqstore.services.common.peers import Resolver, endpoint_of, internal_address
 from mqstore.services.common.server import ServerThread, start_grpc_server
 from mqstore.services.index.index_servicer import IndexServicer
 from mqstore.services.index.queue_servicer import ConsumeQueueServicer
 from mqstore.services.index.state import BuilderShard, BuilderState
-
 from mqstore.store.config import StoreConfig
 
 log = structlog.get_logger(__name__)
@@ -24,16 +24,29 @@ class BuilderHost:
     service) or index builder ("index": Index service), recovering against the
     commitlog at ``resolve_commitlog`` in the background (see index/state.py)."""
 
-    def __init__(self, kind: str, store_dir: str | Path, config: StoreConfig | None = None, *,
-                 resolve_commitlog: Resolver, auth: InternalAuth, index: int = 0, host: str = "127.0.0.1",
-                 port: int = 0) -> None:  # fmt: skip
+    def __init__(
+        self,
+        kind: str,
+        store_dir: str | Path,
+        config: StoreConfig | None = None,
+        *,
+        resolve_commitlog: Resolver,
+        auth: InternalAuth,
+        index: int = 0,
+        host: str = "127.0.0.1",
+        port: int = 0,
+    ) -> None:
         host = internal_address(host)
         self.thread = ServerThread(f"mqstore-{kind}{index}")
         self.builder = BuilderShard(kind, store_dir, config, resolve_commitlog, auth=auth, index=index)
         servicer = ConsumeQueueServicer(self.builder) if kind == "consumequeue" else IndexServicer(self.builder)
-        self.server = self.thread.run(start_grpc_server(host, port, [servicer.registration()], serving=False, auth=auth))
+        self.server = self.thread.run(
+            start_grpc_server(host, port, [servicer.registration()], serving=False, auth=auth)
+        )
         self.endpoint = endpoint_of(host, self.server.port)
-        self._watcher = threading.Thread(target=self._serving_when_open, name=f"mqstore-{kind}{index}-health", daemon=True)
+        self._watcher = threading.Thread(
+            target=self._serving_when_open, name=f"mqstore-{kind}{index}-health", daemon=True
+        )
         self.builder.start()
         self._watcher.start()
         log.info("builder_listening", kind=kind, shard=index, endpoint=self.endpoint, store=str(store_dir))

@@ -9,13 +9,13 @@ core puts each (key hash, record) pair once. Query answers each offset once, and
 from __future__ import annotations
 
 import numpy as np
+
+from mqstore.rpc.v1 import common_pb2, index_pb2_grpc
+from mqstore.rpc.v1 import index_pb2 as pb
 from mqstore.services.common import validate
 from mqstore.services.common.errors import BadRequest, rpc
 from mqstore.services.common.server import Registration
 from mqstore.services.index.state import BuilderShard
-
-from mqstore.rpc.v1 import common_pb2, index_pb2_grpc
-from mqstore.rpc.v1 import index_pb2 as pb
 from mqstore.store.dispatch import IndexEntries
 
 SERVICE = "mqstore.v1.IndexService"
@@ -34,18 +34,25 @@ class IndexServicer(index_pb2_grpc.IndexServiceServicer):
     async def PutKeys(self, request: pb.PutKeysRequest, context) -> pb.PutKeysResponse:
         self.shard.ready()
         self.shard.check_incarnation(request.incarnation)
-        validate.same_lengths(key_hashes=request.key_hashes, physical_offsets=request.physical_offsets,
-                              store_timestamps=request.store_timestamps)  # fmt: skip
+        validate.same_lengths(
+            key_hashes=request.key_hashes,
+            physical_offsets=request.physical_offsets,
+            store_timestamps=request.store_timestamps,
+        )
         if request.to_offset < request.from_offset:
             raise BadRequest(f"to_offset {request.to_offset} is before from_offset {request.from_offset}")
         await self.shard.check_to_offset(request.to_offset)
         phys = np.asarray(request.physical_offsets, np.int64)
         if len(phys) and (phys.min() < request.from_offset or phys.max() >= request.to_offset):
-            raise BadRequest(f"entries must point into [from_offset, to_offset) = [{request.from_offset}, {request.to_offset})")
-        entries = IndexEntries(np.asarray(request.key_hashes, np.int64), phys,
-                               np.asarray(request.store_timestamps, np.int64))  # fmt: skip
-        indexed, skipped, progress = await self.shard.call(self.shard.put, request.incarnation, entries,
-                                                           request.from_offset, request.to_offset)  # fmt: skip
+            raise BadRequest(
+                f"entries must point into [from_offset, to_offset) = [{request.from_offset}, {request.to_offset})"
+            )
+        entries = IndexEntries(
+            np.asarray(request.key_hashes, np.int64), phys, np.asarray(request.store_timestamps, np.int64)
+        )
+        indexed, skipped, progress = await self.shard.call(
+            self.shard.put, request.incarnation, entries, request.from_offset, request.to_offset
+        )
         await self.shard.clean_below(request.commitlog_min_offset)
         return pb.PutKeysResponse(indexed=indexed, skipped=skipped, progress_offset=progress)
 

@@ -6,14 +6,14 @@ queue ranges, lookups by time, consumer offsets, and the builder's progress."""
 from __future__ import annotations
 
 import numpy as np
-from mqstore.services.common import validate
-from mqstore.services.common.errors import BadRequest, rpc
-from mqstore.services.common.server import Registration
-from mqstore.services.index.state import BuilderShard
 
 from mqstore.formats.names import check_topic
 from mqstore.rpc.v1 import common_pb2, consume_queue_pb2_grpc
 from mqstore.rpc.v1 import consume_queue_pb2 as pb
+from mqstore.services.common import validate
+from mqstore.services.common.errors import BadRequest, rpc
+from mqstore.services.common.server import Registration
+from mqstore.services.index.state import BuilderShard
 from mqstore.store.builders import QueueBuilder
 from mqstore.store.dispatch import DispatchBatch
 from mqstore.store.local_ports import queue_ranges, units_page
@@ -35,7 +35,9 @@ class ConsumeQueueServicer(consume_queue_pb2_grpc.ConsumeQueueServiceServicer):
         self.shard.check_incarnation(request.incarnation)
         batch = _dispatch_batch(request)
         await self.shard.check_to_offset(request.to_offset)
-        progress = await self.shard.call(self.shard.put, request.incarnation, batch, request.from_offset, request.to_offset)
+        progress = await self.shard.call(
+            self.shard.put, request.incarnation, batch, request.from_offset, request.to_offset
+        )
         await self.shard.clean_below(request.commitlog_min_offset, request.forced_deleted_to)
         return pb.PutUnitsResponse(progress_offset=progress)
 
@@ -61,10 +63,19 @@ class ConsumeQueueServicer(consume_queue_pb2_grpc.ConsumeQueueServiceServicer):
         return await self.shard.call(self._min_max, store, request.topic, list(request.queue_ids))
 
     def _min_max(self, store: QueueBuilder, topic: str, queue_ids: list[int]) -> pb.MinMaxResponse:
-        return pb.MinMaxResponse(queues=[
-            common_pb2.QueueRange(topic=q.topic, queue_id=q.queue_id, min_offset=q.min_offset, max_offset=q.max_offset,
-                                  last_physical_offset=q.last_physical_offset, shard=self.shard.index)
-            for q in queue_ranges(store.consume_queues, topic, queue_ids)])  # fmt: skip
+        return pb.MinMaxResponse(
+            queues=[
+                common_pb2.QueueRange(
+                    topic=q.topic,
+                    queue_id=q.queue_id,
+                    min_offset=q.min_offset,
+                    max_offset=q.max_offset,
+                    last_physical_offset=q.last_physical_offset,
+                    shard=self.shard.index,
+                )
+                for q in queue_ranges(store.consume_queues, topic, queue_ids)
+            ]
+        )
 
     @rpc
     async def OffsetAtTime(self, request: pb.OffsetAtTimeRequest, context) -> pb.OffsetAtTimeResponse:
@@ -97,34 +108,56 @@ class ConsumeQueueServicer(consume_queue_pb2_grpc.ConsumeQueueServiceServicer):
         validate.group(request.group)
         validate.topic(request.topic)
         validate.queue_id(request.queue_id)
-        return pb.FetchOffsetResponse(offset=store.consumer_offsets.fetch(request.group, request.topic, request.queue_id))
+        return pb.FetchOffsetResponse(
+            offset=store.consumer_offsets.fetch(request.group, request.topic, request.queue_id)
+        )
 
     @rpc
     async def GroupOffsets(self, request: pb.GroupOffsetsRequest, context) -> pb.GroupOffsetsResponse:
         store: QueueBuilder = self.shard.ready()
         validate.group(request.group)
         rows = await self.shard.call(store.consumer_progress, request.group)
-        return pb.GroupOffsetsResponse(offsets=[
-            common_pb2.GroupOffset(topic=r.topic, queue_id=r.queue_id, broker_offset=r.broker_offset,
-                                   consumer_offset=r.consumer_offset, lag=r.lag, shard=self.shard.index)
-            for r in rows
-        ])  # fmt: skip
+        return pb.GroupOffsetsResponse(
+            offsets=[
+                common_pb2.GroupOffset(
+                    topic=r.topic,
+                    queue_id=r.queue_id,
+                    broker_offset=r.broker_offset,
+                    consumer_offset=r.consumer_offset,
+                    lag=r.lag,
+                    shard=self.shard.index,
+                )
+                for r in rows
+            ]
+        )
 
 
 def _get_units(store: QueueBuilder, topic: str, qid: int, offset: int, n: int) -> pb.GetUnitsResponse:
     page = units_page(store.consume_queues, topic, qid, offset, n)
-    return pb.GetUnitsResponse(exists=page.exists, first_offset=page.first_offset,
-                               min_offset=page.min_offset, max_offset=page.max_offset,
-                               physical_offsets=page.physical_offsets.tolist(), sizes=page.sizes.tolist(),
-                               tags_codes=page.tags_codes.tolist())  # fmt: skip
+    return pb.GetUnitsResponse(
+        exists=page.exists,
+        first_offset=page.first_offset,
+        min_offset=page.min_offset,
+        max_offset=page.max_offset,
+        physical_offsets=page.physical_offsets.tolist(),
+        sizes=page.sizes.tolist(),
+        tags_codes=page.tags_codes.tolist(),
+    )
 
 
 def _dispatch_batch(r: pb.PutUnitsRequest) -> DispatchBatch:
     """The consume-queue columns of a DispatchBatch from a PutUnits request, checked
     (a bad batch must fail before any unit is written)."""
-    n = validate.same_lengths(topic_codes=r.topic_codes, queue_ids=r.queue_ids, queue_offsets=r.queue_offsets,
-                              physical_offsets=r.physical_offsets, sizes=r.sizes, tags_codes=r.tags_codes,
-                              store_timestamps=r.store_timestamps, sysflags=r.sysflags)  # fmt: skip
+    n = validate.same_lengths(
+        topic_codes=r.topic_codes,
+        queue_ids=r.queue_ids,
+        queue_offsets=r.queue_offsets,
+        physical_offsets=r.physical_offsets,
+        sizes=r.sizes,
+        tags_codes=r.tags_codes,
+        store_timestamps=r.store_timestamps,
+        sysflags=r.sysflags,
+    )
     if r.to_offset < r.from_offset:
         raise BadRequest(f"to_offset {r.to_offset} is before from_offset {r.from_offset}")
     for t in r.topics:
@@ -145,11 +178,21 @@ def _dispatch_batch(r: pb.PutUnitsRequest) -> DispatchBatch:
             raise BadRequest(f"units must point into [from_offset, to_offset) = [{r.from_offset}, {r.to_offset})")
     none = np.full(n, -1, np.int64)
     return DispatchBatch(
-        physical_offsets=phys, sizes=sizes, topics=list(r.topics), topic_codes=codes, queue_ids=qids,
-        queue_offsets=qo, sysflags=np.asarray(r.sysflags, np.int64),
-        store_timestamps=np.asarray(r.store_timestamps, np.int64), tags_codes=np.asarray(r.tags_codes, np.int64),
-        buffer=b"", keys_at=none, keys_end=none, uniq_at=none, uniq_end=none,
-    )  # fmt: skip
+        physical_offsets=phys,
+        sizes=sizes,
+        topics=list(r.topics),
+        topic_codes=codes,
+        queue_ids=qids,
+        queue_offsets=qo,
+        sysflags=np.asarray(r.sysflags, np.int64),
+        store_timestamps=np.asarray(r.store_timestamps, np.int64),
+        tags_codes=np.asarray(r.tags_codes, np.int64),
+        buffer=b"",
+        keys_at=none,
+        keys_end=none,
+        uniq_at=none,
+        uniq_end=none,
+    )
 
 
 __all__ = ["SERVICE", "ConsumeQueueServicer"]

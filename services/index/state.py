@@ -30,13 +30,13 @@ from typing import Any, TypeVar
 
 import grpc
 import structlog
+
+from mqstore.errors import StoreLockedError
+from mqstore.rpc.v1 import common_pb2
 from mqstore.services.common.errors import Aborted, BadRequest, Unavailable
 from mqstore.services.common.internal_auth import InternalAuth
 from mqstore.services.common.peers import PeerUnavailable, Resolver
 from mqstore.services.index.commitlog_view import RemoteCommitLog
-
-from mqstore.errors import StoreLockedError
-from mqstore.rpc.v1 import common_pb2
 from mqstore.store.builders import IndexBuilder, QueueBuilder
 from mqstore.store.config import StoreConfig
 
@@ -56,8 +56,17 @@ class BuilderState(enum.Enum):
 class BuilderShard:
     """See the module docstring. ``kind``: "consumequeue" or "index"."""
 
-    def __init__(self, kind: str, store_dir: str | Path, config: StoreConfig | None, resolve_commitlog: Resolver, *,
-                 auth: InternalAuth, index: int = 0, poll_s: float = 1.0) -> None:  # fmt: skip
+    def __init__(
+        self,
+        kind: str,
+        store_dir: str | Path,
+        config: StoreConfig | None,
+        resolve_commitlog: Resolver,
+        *,
+        auth: InternalAuth,
+        index: int = 0,
+        poll_s: float = 1.0,
+    ) -> None:
         if kind not in KINDS:
             raise ValueError(f"kind must be one of {sorted(KINDS)}, got {kind!r}")
         self.kind = kind
@@ -89,7 +98,11 @@ class BuilderShard:
         while not self._stop.is_set():
             try:
                 self._open()
-            except (StoreLockedError, grpc.RpcError, PeerUnavailable) as e:  # the commitlog, or an old incarnation: wait
+            except (
+                StoreLockedError,
+                grpc.RpcError,
+                PeerUnavailable,
+            ) as e:  # the commitlog, or an old incarnation: wait
                 detail = e.details() if isinstance(e, grpc.RpcError) else str(e)
                 self.error = f"{type(e).__name__}: {detail}"
                 self._stop.wait(0.2)
@@ -103,8 +116,14 @@ class BuilderShard:
                 self._watch()
             except Exception as e:  # noqa: BLE001 - never ends the thread silently: recover again
                 self.error = f"{type(e).__name__}: {e}"
-                log.error("builder_watch_failed", kind=self.kind, shard=self.index, error=self.error,
-                          action="recover again against the commitlog", exc_info=e)  # fmt: skip
+                log.error(
+                    "builder_watch_failed",
+                    kind=self.kind,
+                    shard=self.index,
+                    error=self.error,
+                    action="recover again against the commitlog",
+                    exc_info=e,
+                )
             if not self._stop.is_set():
                 self._close_builder(report=False)
 
@@ -112,8 +131,9 @@ class BuilderShard:
         cls, note_kind = KINDS[self.kind]
         view = RemoteCommitLog(self._resolve, self._auth)
         try:
-            builder = cls(self.store_dir, self.config, view,
-                          on_durable=lambda off, ts: view.note_derived(note_kind, off, ts))  # fmt: skip
+            builder = cls(
+                self.store_dir, self.config, view, on_durable=lambda off, ts: view.note_derived(note_kind, off, ts)
+            )
         except BaseException:
             view.close()  # its channel: this is retried every 0.2 s while a lock is held
             raise
@@ -124,8 +144,13 @@ class BuilderShard:
             self.state = BuilderState.SERVING
         self._attach_ends()
         self.opened.set()
-        log.info("builder_serving", kind=self.kind, shard=self.index, commitlog_incarnation=view.incarnation,
-                 progress_offset=builder.progress_offset)  # fmt: skip
+        log.info(
+            "builder_serving",
+            kind=self.kind,
+            shard=self.index,
+            commitlog_incarnation=view.incarnation,
+            progress_offset=builder.progress_offset,
+        )
 
     def _attach_ends(self) -> None:
         """Hand the queue ends to the commitlog (it awaits them to accept appends);
@@ -133,8 +158,12 @@ class BuilderShard:
         if self._ends_attached:
             return
         b, view = self.builder, self.view
-        ends = [common_pb2.QueueRange(topic=q.topic, queue_id=q.queue_id, min_offset=q.min_offset, max_offset=q.max_offset,
-                                      shard=self.index) for q in b.consume_queues.all()]  # fmt: skip
+        ends = [
+            common_pb2.QueueRange(
+                topic=q.topic, queue_id=q.queue_id, min_offset=q.min_offset, max_offset=q.max_offset, shard=self.index
+            )
+            for q in b.consume_queues.all()
+        ]
         try:
             view.attach_queue_ends(b.progress_offset, ends)
             self._ends_attached = True
@@ -150,8 +179,14 @@ class BuilderShard:
             except (grpc.RpcError, PeerUnavailable):
                 continue  # the commitlog is restarting: keep serving reads
             if r.incarnation != view.incarnation:
-                log.warning("commitlog_reopened", kind=self.kind, shard=self.index, was=view.incarnation,
-                            now=r.incarnation, action="recover again against it")  # fmt: skip
+                log.warning(
+                    "commitlog_reopened",
+                    kind=self.kind,
+                    shard=self.index,
+                    was=view.incarnation,
+                    now=r.incarnation,
+                    action="recover again against it",
+                )
                 return
 
     async def clean_below(self, commitlog_min: int, forced_deleted_to: int = 0) -> None:
@@ -211,8 +246,10 @@ class BuilderShard:
     def check_incarnation(self, incarnation: int) -> None:
         view = self.view
         if view is None or incarnation != view.incarnation:
-            raise Aborted(f"records read from commitlog incarnation {incarnation}; this {self.kind} builder "
-                          f"recovered against {view.incarnation if view else 'none yet'}: resume from its progress")  # fmt: skip
+            raise Aborted(
+                f"records read from commitlog incarnation {incarnation}; this {self.kind} builder "
+                f"recovered against {view.incarnation if view else 'none yet'}: resume from its progress"
+            )
 
     def put(self, incarnation: int, *args: Any):
         """The builder's ``put`` (blocking) of a batch read from commitlog open
@@ -238,15 +275,24 @@ class BuilderShard:
         b, v = self.builder, self.view
         serving = self.state is BuilderState.SERVING and b is not None and v is not None
         return common_pb2.BuilderProgress(
-            commitlog_incarnation=v.incarnation if serving else 0, progress_offset=b.progress_offset if serving else 0,
-            durable_offset=b.durable_offset if serving else 0, state=self.state.value, error=self.error or "",
-        )  # fmt: skip
+            commitlog_incarnation=v.incarnation if serving else 0,
+            progress_offset=b.progress_offset if serving else 0,
+            durable_offset=b.durable_offset if serving else 0,
+            state=self.state.value,
+            error=self.error or "",
+        )
 
     def status(self) -> dict:
         p = self.progress()
-        return {"kind": self.kind, "shard": self.index, "state": p.state, "error": p.error,
-                "commitlog_incarnation": p.commitlog_incarnation, "progress_offset": p.progress_offset,
-                "durable_offset": p.durable_offset}  # fmt: skip
+        return {
+            "kind": self.kind,
+            "shard": self.index,
+            "state": p.state,
+            "error": p.error,
+            "commitlog_incarnation": p.commitlog_incarnation,
+            "progress_offset": p.progress_offset,
+            "durable_offset": p.durable_offset,
+        }
 
     def wait_open(self, timeout: float | None = None) -> bool:
         return self.opened.wait(timeout) and self.state is BuilderState.SERVING

@@ -55,6 +55,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import grpc
+
+from mqstore.errors import ConfigError
+from mqstore.formats.names import topic_error
 from mqstore.services.common.errors import (
     BadRequest,
     NotFound,
@@ -63,9 +66,6 @@ from mqstore.services.common.errors import (
     RpcError,
     Unauthenticated,
 )
-
-from mqstore.errors import ConfigError
-from mqstore.formats.names import topic_error
 
 AUTHORIZATION = "authorization"
 DATE_TIME = "x-mq-date-time"
@@ -121,8 +121,10 @@ class Resource:
         stem = name[:-1] if prefix else name
         # Topic names follow the store's rule (RocketMQ 5: %RETRY% / %DLQ% topics up to 255 characters).
         if (stem or not prefix) and not (_NAME_RE.fullmatch(stem) or (kind == TOPIC and topic_error(stem) is None)):
-            raise BadRequest(f"resource {text!r}: the name must be 1-127 of [%|a-zA-Z0-9_-] (a topic starting with "
-                             f"%RETRY% or %DLQ%: up to 255), optionally ending in *")  # fmt: skip
+            raise BadRequest(
+                f"resource {text!r}: the name must be 1-127 of [%|a-zA-Z0-9_-] (a topic starting with "
+                f"%RETRY% or %DLQ%: up to 255), optionally ending in *"
+            )
         return cls(kind, stem, prefix)
 
     def __str__(self) -> str:
@@ -189,8 +191,12 @@ class Rule:
         return cls(user, Resource.parse(resource), parsed, dec)
 
     def to_json(self) -> dict:
-        return {"user": self.user, "resource": str(self.resource),
-                "actions": sorted(a.value for a in self.actions), "decision": self.decision.value}  # fmt: skip
+        return {
+            "user": self.user,
+            "resource": str(self.resource),
+            "actions": sorted(a.value for a in self.actions),
+            "decision": self.decision.value,
+        }
 
 
 @dataclass(frozen=True)
@@ -247,8 +253,15 @@ class Acl:
     file changes are persisted to (None: in memory only). ``clock`` and
     ``max_skew_s`` (None: no check) bound the request date-time."""
 
-    def __init__(self, users: Iterable[User] = (), rules: Iterable[Rule] = (), *, path: str | os.PathLike | None = None,
-                 clock: Callable[[], float] = time.time, max_skew_s: float | None = MAX_SKEW_S) -> None:  # fmt: skip
+    def __init__(
+        self,
+        users: Iterable[User] = (),
+        rules: Iterable[Rule] = (),
+        *,
+        path: str | os.PathLike | None = None,
+        clock: Callable[[], float] = time.time,
+        max_skew_s: float | None = MAX_SKEW_S,
+    ) -> None:
         self.path = Path(path) if path is not None else None
         self._clock = clock
         self._max_skew_s = max_skew_s
@@ -306,7 +319,9 @@ class Acl:
         headers = {k.lower(): _text(v) for k, v in metadata or ()}
         header = headers.get(AUTHORIZATION)
         if not header:
-            raise Unauthenticated(f"the request is not signed: this server requires an access key and a secret key ({_HINT})")
+            raise Unauthenticated(
+                f"the request is not signed: this server requires an access key and a secret key ({_HINT})"
+            )
         access_key, signature = parse_authorization(header)
         stamp = headers.get(DATE_TIME)
         if not stamp:
@@ -323,7 +338,9 @@ class Acl:
             except ValueError:
                 raise Unauthenticated(f"{DATE_TIME} {stamp[:40]!r} is not yyyyMMdd'T'HHmmss'Z'") from None
             if abs(t - self._clock()) > self._max_skew_s:
-                raise Unauthenticated(f"{DATE_TIME} {stamp!r} is more than {self._max_skew_s:.0f} s from the server's clock")
+                raise Unauthenticated(
+                    f"{DATE_TIME} {stamp!r} is more than {self._max_skew_s:.0f} s from the server's clock"
+                )
         return user
 
     def decide(self, user: User, action: Action, kind: str, name: str) -> tuple[bool, Rule | None]:
@@ -360,8 +377,10 @@ class Acl:
             s = self._state
             existed = user.access_key in s.users
             if existed and not replace:
-                raise RpcError(f"user {user.access_key!r} exists (replace it to change its secret or admin flag)",
-                               grpc.StatusCode.ALREADY_EXISTS)  # fmt: skip
+                raise RpcError(
+                    f"user {user.access_key!r} exists (replace it to change its secret or admin flag)",
+                    grpc.StatusCode.ALREADY_EXISTS,
+                )
             users = {**s.users, user.access_key: user}
             _keep_an_admin(s.users, users)
             self._commit(_State(users, s.rules))
@@ -405,8 +424,10 @@ class Acl:
 
 
 def _to_json(s: _State) -> dict:
-    return {"users": [{"access_key": u.access_key, "secret_key": u.secret_key, "admin": u.admin} for u in s.users.values()],
-            "rules": [r.to_json() for r in s.rules.values()]}  # fmt: skip
+    return {
+        "users": [{"access_key": u.access_key, "secret_key": u.secret_key, "admin": u.admin} for u in s.users.values()],
+        "rules": [r.to_json() for r in s.rules.values()],
+    }
 
 
 def _check(state: _State, users: Iterable[User], rules: Iterable[Rule]) -> _State:
@@ -462,6 +483,22 @@ def _write_atomic(path: Path, text: str) -> None:
 
 
 __all__ = [
-    "ALGORITHM", "ANY", "AUTHORIZATION", "Acl", "Action", "DATE_TIME", "Decision", "ENV_ACCESS_KEY", "ENV_SECRET_KEY",
-    "GROUP", "Resource", "Rule", "TOPIC", "User", "auth_metadata", "date_time_now", "parse_authorization", "sign",
-]  # fmt: skip
+    "ALGORITHM",
+    "ANY",
+    "AUTHORIZATION",
+    "Acl",
+    "Action",
+    "DATE_TIME",
+    "Decision",
+    "ENV_ACCESS_KEY",
+    "ENV_SECRET_KEY",
+    "GROUP",
+    "Resource",
+    "Rule",
+    "TOPIC",
+    "User",
+    "auth_metadata",
+    "date_time_now",
+    "parse_authorization",
+    "sign",
+]

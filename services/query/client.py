@@ -21,18 +21,24 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 import grpc
+
+from mqstore.errors import MqStoreError
+from mqstore.rpc.v1 import common_pb2, front_pb2, front_pb2_grpc
 from mqstore.services.common.headers import AddHeaders
 from mqstore.services.common.server import sync_channel
 from mqstore.services.query.acl import ENV_ACCESS_KEY, ENV_SECRET_KEY, auth_metadata
 
-from mqstore.errors import MqStoreError
-from mqstore.rpc.v1 import common_pb2, front_pb2, front_pb2_grpc
 
-
-def columns(topics: str | Sequence[str], bodies: Sequence[bytes], *, queue_ids: int | Sequence[int] | None = None,
-            tags: str | Sequence[str] | None = None, keys: str | Sequence[str] | None = None,
-            unique_keys: Sequence[str] | None = None,
-            properties: Mapping[str, str] | Sequence[Mapping[str, str]] | None = None) -> common_pb2.MessageColumns:  # fmt: skip
+def columns(
+    topics: str | Sequence[str],
+    bodies: Sequence[bytes],
+    *,
+    queue_ids: int | Sequence[int] | None = None,
+    tags: str | Sequence[str] | None = None,
+    keys: str | Sequence[str] | None = None,
+    unique_keys: Sequence[str] | None = None,
+    properties: Mapping[str, str] | Sequence[Mapping[str, str]] | None = None,
+) -> common_pb2.MessageColumns:
     """MessageColumns from Python values (a scalar stands for every message)."""
 
     def col(v):
@@ -46,9 +52,14 @@ def columns(topics: str | Sequence[str], bodies: Sequence[bytes], *, queue_ids: 
     elif properties is not None:
         props = [common_pb2.Properties(entries=dict(p or {})) for p in properties]
     return common_pb2.MessageColumns(
-        topics=col(topics), bodies=list(bodies), queue_ids=col(queue_ids), tags=[t or "" for t in col(tags)],
-        keys=[k or "" for k in col(keys)], unique_keys=[u or "" for u in col(unique_keys)], properties=props,
-    )  # fmt: skip
+        topics=col(topics),
+        bodies=list(bodies),
+        queue_ids=col(queue_ids),
+        tags=[t or "" for t in col(tags)],
+        keys=[k or "" for k in col(keys)],
+        unique_keys=[u or "" for u in col(unique_keys)],
+        properties=props,
+    )
 
 
 class FrontClient:
@@ -58,21 +69,33 @@ class FrontClient:
     not the endpoint's host. ``access_key``/``secret_key``: sign every call as this
     user (None: from MQSTORE_ACCESS_KEY/MQSTORE_SECRET_KEY; neither: unsigned)."""
 
-    def __init__(self, endpoint: str, *, timeout: float = 30.0, tls_ca: bytes | str | os.PathLike | None = None,
-                 tls_server_name: str | None = None, access_key: str | None = None,
-                 secret_key: str | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        endpoint: str,
+        *,
+        timeout: float = 30.0,
+        tls_ca: bytes | str | os.PathLike | None = None,
+        tls_server_name: str | None = None,
+        access_key: str | None = None,
+        secret_key: str | None = None,
+    ) -> None:
         self.endpoint = endpoint
         self.timeout = timeout
         access_key = access_key or os.environ.get(ENV_ACCESS_KEY) or None
         secret_key = secret_key or os.environ.get(ENV_SECRET_KEY) or None
         if (access_key is None) != (secret_key is None):
-            raise ValueError(f"give both an access key and a secret key, or neither ({ENV_ACCESS_KEY}, {ENV_SECRET_KEY})")
+            raise ValueError(
+                f"give both an access key and a secret key, or neither ({ENV_ACCESS_KEY}, {ENV_SECRET_KEY})"
+            )
         self.access_key = access_key
         if tls_ca is not None and not isinstance(tls_ca, bytes):
             tls_ca = Path(tls_ca).read_bytes()
         self._channel = sync_channel(endpoint, tls_ca=tls_ca, tls_server_name=tls_server_name)
-        calls = self._channel if access_key is None else grpc.intercept_channel(
-            self._channel, AddHeaders(lambda: auth_metadata(access_key, secret_key)))  # a fresh date-time per call
+        calls = (
+            self._channel
+            if access_key is None
+            else grpc.intercept_channel(self._channel, AddHeaders(lambda: auth_metadata(access_key, secret_key)))
+        )  # a fresh date-time per call
         self.stub = front_pb2_grpc.FrontServiceStub(calls)
 
     def close(self) -> None:
@@ -90,11 +113,20 @@ class FrontClient:
     def send_columns(self, cols: common_pb2.MessageColumns) -> front_pb2.SendBatchResponse:
         return self.stub.SendBatch(front_pb2.SendBatchRequest(messages=cols), timeout=self.timeout)
 
-    def pull(self, topic: str, queue_id: int, offset: int, *, max_messages: int = 32, tags: str = "",
-             raw: bool = False) -> front_pb2.PullResponse:  # fmt: skip
-        return self.stub.Pull(front_pb2.PullRequest(topic=topic, queue_id=queue_id, offset=offset,
-                                                    max_messages=max_messages, tag_expression=tags or "", raw=raw),
-                              timeout=self.timeout)  # fmt: skip
+    def pull(
+        self, topic: str, queue_id: int, offset: int, *, max_messages: int = 32, tags: str = "", raw: bool = False
+    ) -> front_pb2.PullResponse:
+        return self.stub.Pull(
+            front_pb2.PullRequest(
+                topic=topic,
+                queue_id=queue_id,
+                offset=offset,
+                max_messages=max_messages,
+                tag_expression=tags or "",
+                raw=raw,
+            ),
+            timeout=self.timeout,
+        )
 
     def query_by_msg_id(self, msg_id: str) -> list[common_pb2.Record]:
         return list(self.stub.QueryByMsgId(front_pb2.QueryByMsgIdRequest(msg_id=msg_id), timeout=self.timeout).records)
@@ -103,7 +135,9 @@ class FrontClient:
         req = front_pb2.QueryByUniqueKeyRequest(topic=topic, unique_key=unique_key, max_num=max_num)
         return list(self.stub.QueryByUniqueKey(req, timeout=self.timeout).records)
 
-    def query_by_key(self, topic: str, key: str, *, begin_ms: int = 0, end_ms: int = 0, max_num: int = 32) -> list[common_pb2.Record]:
+    def query_by_key(
+        self, topic: str, key: str, *, begin_ms: int = 0, end_ms: int = 0, max_num: int = 32
+    ) -> list[common_pb2.Record]:
         req = front_pb2.QueryByKeyRequest(topic=topic, key=key, begin_ms=begin_ms, end_ms=end_ms, max_num=max_num)
         return list(self.stub.QueryByKey(req, timeout=self.timeout).records)
 
@@ -124,12 +158,19 @@ class FrontClient:
         return self.stub.FetchOffset(req, timeout=self.timeout).offset
 
     def consumer_progress(self, group: str) -> list[common_pb2.GroupOffset]:
-        return list(self.stub.ConsumerProgress(front_pb2.ConsumerProgressRequest(group=group), timeout=self.timeout).rows)
+        return list(
+            self.stub.ConsumerProgress(front_pb2.ConsumerProgressRequest(group=group), timeout=self.timeout).rows
+        )
 
-    def update_topic(self, topic: str, *, read_queue_nums: int = 4, write_queue_nums: int = 4, perm: int = 6) -> common_pb2.TopicConfig:
-        cfg = common_pb2.TopicConfig(topic=topic, read_queue_nums=read_queue_nums, write_queue_nums=write_queue_nums,
-                                     perm=perm)  # fmt: skip
-        return self.stub.CreateOrUpdateTopic(front_pb2.CreateOrUpdateTopicRequest(config=cfg), timeout=self.timeout).config
+    def update_topic(
+        self, topic: str, *, read_queue_nums: int = 4, write_queue_nums: int = 4, perm: int = 6
+    ) -> common_pb2.TopicConfig:
+        cfg = common_pb2.TopicConfig(
+            topic=topic, read_queue_nums=read_queue_nums, write_queue_nums=write_queue_nums, perm=perm
+        )
+        return self.stub.CreateOrUpdateTopic(
+            front_pb2.CreateOrUpdateTopicRequest(config=cfg), timeout=self.timeout
+        ).config
 
     def topic_status(self, topic: str) -> list[common_pb2.QueueRange]:
         return list(self.stub.TopicStatus(front_pb2.TopicStatusRequest(topic=topic), timeout=self.timeout).queues)
@@ -142,18 +183,24 @@ class FrontClient:
     def list_users(self) -> list[front_pb2.AclUser]:
         return list(self.stub.ListUsers(front_pb2.ListUsersRequest(), timeout=self.timeout).users)
 
-    def add_user(self, access_key: str, secret_key: str, *, admin: bool = False, replace: bool = False) -> front_pb2.AddUserResponse:
+    def add_user(
+        self, access_key: str, secret_key: str, *, admin: bool = False, replace: bool = False
+    ) -> front_pb2.AddUserResponse:
         req = front_pb2.AddUserRequest(access_key=access_key, secret_key=secret_key, admin=admin, replace=replace)
         return self.stub.AddUser(req, timeout=self.timeout)
 
     def remove_user(self, access_key: str) -> int:
         """Returns how many of the user's rules went with it."""
-        return self.stub.RemoveUser(front_pb2.RemoveUserRequest(access_key=access_key), timeout=self.timeout).rules_removed
+        return self.stub.RemoveUser(
+            front_pb2.RemoveUserRequest(access_key=access_key), timeout=self.timeout
+        ).rules_removed
 
     def list_rules(self, user: str = "") -> list[front_pb2.AclRule]:
         return list(self.stub.ListRules(front_pb2.ListRulesRequest(user=user), timeout=self.timeout).rules)
 
-    def add_rule(self, user: str, resource: str, actions: Sequence[str], decision: str = "Allow") -> front_pb2.AddRuleResponse:
+    def add_rule(
+        self, user: str, resource: str, actions: Sequence[str], decision: str = "Allow"
+    ) -> front_pb2.AddRuleResponse:
         rule = front_pb2.AclRule(user=user, resource=resource, actions=list(actions), decision=decision)
         return self.stub.AddRule(front_pb2.AddRuleRequest(rule=rule), timeout=self.timeout)
 

@@ -19,26 +19,6 @@ from collections.abc import Awaitable, Callable
 import grpc
 import numpy as np
 import structlog
-from mqstore.services.common import deadline, validate
-from mqstore.services.common.convert import (
-    check_batch_limits,
-    queue_id_column,
-    topic_column,
-)
-from mqstore.services.common.errors import (
-    BadRequest,
-    PermissionDenied,
-    Precondition,
-    Unauthenticated,
-    Unavailable,
-    rpc,
-    status_of,  # fmt: skip
-)
-from mqstore.services.common.internal_auth import InternalAuth
-from mqstore.services.common.server import Registration, channel
-from mqstore.services.query.acl import GROUP, TOPIC, Acl, Action, Rule, User
-from mqstore.services.query.ports import GrpcPorts
-from mqstore.services.query.routing import Router
 
 from mqstore.errors import NotFoundError
 from mqstore.formats.msgid import offset_msg_id_prefix, parse_offset_msg_id
@@ -55,6 +35,26 @@ from mqstore.rpc.v1 import (
     index_pb2_grpc,
 )
 from mqstore.rpc.v1 import front_pb2 as pb
+from mqstore.services.common import deadline, validate
+from mqstore.services.common.convert import (
+    check_batch_limits,
+    queue_id_column,
+    topic_column,
+)
+from mqstore.services.common.errors import (
+    BadRequest,
+    PermissionDenied,
+    Precondition,
+    Unauthenticated,
+    Unavailable,
+    rpc,
+    status_of,
+)
+from mqstore.services.common.internal_auth import InternalAuth
+from mqstore.services.common.server import Registration, channel
+from mqstore.services.query.acl import GROUP, TOPIC, Acl, Action, Rule, User
+from mqstore.services.query.ports import GrpcPorts
+from mqstore.services.query.routing import Router
 from mqstore.store import reads
 from mqstore.store.messages import AUTO_QUEUE, check_no_transaction, check_send_topics
 from mqstore.store.reads import drive_async
@@ -72,11 +72,20 @@ class ShardClient:
     builder and dispatcher, each a process of its own), re-resolved after
     UNAVAILABLE. ``resolvers``: "cl", "cq", "ix" -> resolver (no "ix": index disabled)."""
 
-    _STUBS = {"cl": commitlog_pb2_grpc.CommitLogServiceStub, "cq": consume_queue_pb2_grpc.ConsumeQueueServiceStub,
-              "ix": index_pb2_grpc.IndexServiceStub}  # fmt: skip
+    _STUBS = {
+        "cl": commitlog_pb2_grpc.CommitLogServiceStub,
+        "cq": consume_queue_pb2_grpc.ConsumeQueueServiceStub,
+        "ix": index_pb2_grpc.IndexServiceStub,
+    }
 
-    def __init__(self, index: int, resolvers: dict[str, Resolver], resolve_dispatcher: Resolver | None = None, *,
-                 auth: InternalAuth) -> None:  # fmt: skip
+    def __init__(
+        self,
+        index: int,
+        resolvers: dict[str, Resolver],
+        resolve_dispatcher: Resolver | None = None,
+        *,
+        auth: InternalAuth,
+    ) -> None:
         self.index = index
         self._resolvers = resolvers
         self._resolve_dispatcher = resolve_dispatcher
@@ -107,8 +116,9 @@ class ShardClient:
             try:
                 await asyncio.wait_for(asyncio.shield(pending), wait_s)
             except TimeoutError as e:
-                raise Unavailable(f"shard {self.index} can not be reached: its {SERVICE_NAMES[service]} "
-                                  "did not come back in time") from e  # fmt: skip
+                raise Unavailable(
+                    f"shard {self.index} can not be reached: its {SERVICE_NAMES[service]} did not come back in time"
+                ) from e
             except Exception as e:  # noqa: BLE001 - a dead or unknown actor: the caller may retry later
                 raise Unavailable(f"shard {self.index} can not be reached: {type(e).__name__}: {e}") from e
         return self._stubs_by[service]
@@ -161,7 +171,8 @@ class ShardClient:
             self._dchannel = channel(await asyncio.wait_for(self._resolve_dispatcher(), 10), self._auth)
         try:
             return await dispatcher_pb2_grpc.DispatcherServiceStub(self._dchannel).Status(
-                dispatcher_pb2.DispatcherStatusRequest(), timeout=5)  # fmt: skip
+                dispatcher_pb2.DispatcherStatusRequest(), timeout=5
+            )
         except grpc.aio.AioRpcError:
             ch, self._dchannel = self._dchannel, None
             await ch.close()
@@ -241,8 +252,9 @@ class FrontServicer(front_pb2_grpc.FrontServiceServicer):
         self._allow(context, *((Action.PUB, TOPIC, t) for t in dict.fromkeys(request.messages.topics)))
         cols = request.messages
         if len(self.shards) == 1:  # the shard checks everything and picks queues itself
-            res = await self.shards[0].call("cl", "AppendBatch", commitlog_pb2.AppendBatchRequest(messages=cols),
-                                            timeout=60, retry=False)  # fmt: skip
+            res = await self.shards[0].call(
+                "cl", "AppendBatch", commitlog_pb2.AppendBatchRequest(messages=cols), timeout=60, retry=False
+            )
             return pb.SendBatchResponse(result=res.result)
         n = check_batch_limits(cols)
         topics = topic_column(cols, n)
@@ -261,8 +273,9 @@ class FrontServicer(front_pb2_grpc.FrontServiceServicer):
         async def append(s: int, rows: np.ndarray):
             sub = _take_rows(cols, rows, n)
             sub.queue_ids[:] = qids[rows].tolist()
-            return await self.shards[s].call("cl", "AppendBatch", commitlog_pb2.AppendBatchRequest(messages=sub),
-                                             timeout=60, retry=False)  # fmt: skip
+            return await self.shards[s].call(
+                "cl", "AppendBatch", commitlog_pb2.AppendBatchRequest(messages=sub), timeout=60, retry=False
+            )
 
         answers = await asyncio.gather(*(append(s, rows) for s, rows in parts), return_exceptions=True)
         failed = [(s, a) for (s, _), a in zip(parts, answers) if isinstance(a, BaseException)]
@@ -276,7 +289,11 @@ class FrontServicer(front_pb2_grpc.FrontServiceServicer):
                 continue
             r = a.result
             for j, i in enumerate(rows.tolist()):
-                out.statuses[i], out.msg_ids[i], out.physical_offsets[i] = r.statuses[j], r.msg_ids[j], r.physical_offsets[j]
+                out.statuses[i], out.msg_ids[i], out.physical_offsets[i] = (
+                    r.statuses[j],
+                    r.msg_ids[j],
+                    r.physical_offsets[j],
+                )
                 out.sizes[i], out.queue_ids[i], out.queue_offsets[i] = r.sizes[j], r.queue_ids[j], r.queue_offsets[j]
                 out.unique_keys[i], out.store_timestamps[i], out.shards[i] = r.unique_keys[j], r.store_timestamps[j], s
         errors = []
@@ -318,11 +335,21 @@ class FrontServicer(front_pb2_grpc.FrontServiceServicer):
     @rpc
     async def Pull(self, request: pb.PullRequest, context) -> pb.PullResponse:
         self._allow(context, (Action.SUB, TOPIC, request.topic))
-        read = reads.pull(request.topic, request.queue_id, request.offset, max_count=request.max_messages or 32,
-                          tags=reads.parse_tag_expression(request.tag_expression), raw=request.raw)  # fmt: skip
+        read = reads.pull(
+            request.topic,
+            request.queue_id,
+            request.offset,
+            max_count=request.max_messages or 32,
+            tags=reads.parse_tag_expression(request.tag_expression),
+            raw=request.raw,
+        )
         a = await drive_async(read, self._ports(self._shard(request.topic, request.queue_id)))
-        out = pb.PullResponse(status=pb.PullStatus.Value(a.status.name), next_offset=a.next_offset,
-                              min_offset=a.min_offset, max_offset=a.max_offset)  # fmt: skip
+        out = pb.PullResponse(
+            status=pb.PullStatus.Value(a.status.name),
+            next_offset=a.next_offset,
+            min_offset=a.min_offset,
+            max_offset=a.max_offset,
+        )
         (out.raw_records if request.raw else out.records).extend(a.records)
         return out
 
@@ -340,7 +367,13 @@ class FrontServicer(front_pb2_grpc.FrontServiceServicer):
         shard = await self._shard_by_prefix(offset_msg_id_prefix(host))
         rec = await self._by_msg_id(request.msg_id, offset, shard)
         if user is not None and not self.acl.decide(user, Action.SUB, TOPIC, rec.topic)[0]:
-            log.info("acl_refused", peer=context.peer(), code="PERMISSION_DENIED", user=user.access_key, msg_id=request.msg_id)
+            log.info(
+                "acl_refused",
+                peer=context.peer(),
+                code="PERMISSION_DENIED",
+                user=user.access_key,
+                msg_id=request.msg_id,
+            )
             raise PermissionDenied(f"user {user.access_key!r} may not Sub on the topic of message {request.msg_id}")
         return pb.QueryResponse(records=[rec])
 
@@ -377,48 +410,71 @@ class FrontServicer(front_pb2_grpc.FrontServiceServicer):
     @rpc
     async def QueryByKey(self, request: pb.QueryByKeyRequest, context) -> pb.QueryResponse:
         self._allow(context, (Action.SUB, TOPIC, request.topic))
-        found = await self._by_key(request.topic, request.key, request.begin_ms, request.end_ms or _LONG_MAX,
-                                   request.max_num or 32, unique=False)  # fmt: skip
+        found = await self._by_key(
+            request.topic,
+            request.key,
+            request.begin_ms,
+            request.end_ms or _LONG_MAX,
+            request.max_num or 32,
+            unique=False,
+        )
         return pb.QueryResponse(records=found)
 
     async def _by_key(self, topic: str, key: str, begin: int, end: int, max_num: int, *, unique: bool) -> list:
         reads.check_key_query(topic, key, begin, end, max_num, "unique key" if unique else "key")
-        parts = await self._fan_out(lambda s: drive_async(reads.by_key(topic, key, begin=begin, end=end, max_num=max_num,
-                                                                       unique=unique), self._ports(s)))  # fmt: skip
+        parts = await self._fan_out(
+            lambda s: drive_async(
+                reads.by_key(topic, key, begin=begin, end=end, max_num=max_num, unique=unique), self._ports(s)
+            )
+        )
         return reads.newest_first(enumerate(parts), max_num, topic, key, unique=unique)
 
     @rpc
     async def QueryByOffset(self, request: pb.QueryByOffsetRequest, context) -> pb.QueryResponse:
         self._allow(context, (Action.SUB, TOPIC, request.topic))
         read = reads.by_queue_offset(request.topic, request.queue_id, request.offset)
-        return pb.QueryResponse(records=[await drive_async(read, self._ports(self._shard(request.topic, request.queue_id)))])
+        return pb.QueryResponse(
+            records=[await drive_async(read, self._ports(self._shard(request.topic, request.queue_id)))]
+        )
 
     @rpc
     async def GetOffsetByTime(self, request: pb.GetOffsetByTimeRequest, context) -> pb.GetOffsetByTimeResponse:
         self._allow(context, (Action.SUB, TOPIC, request.topic))
         read = reads.offset_at_time(request.topic, request.queue_id, request.timestamp_ms)
-        return pb.GetOffsetByTimeResponse(offset=await drive_async(read, self._ports(self._shard(request.topic, request.queue_id))))
+        return pb.GetOffsetByTimeResponse(
+            offset=await drive_async(read, self._ports(self._shard(request.topic, request.queue_id)))
+        )
 
     # ------------------------------------------------------------------ consumer offsets
 
     @rpc
     async def CommitOffset(self, request: pb.FrontCommitOffsetRequest, context) -> pb.FrontCommitOffsetResponse:
-        self._allow(context, (Action.SUB, GROUP, request.group), (Action.SUB, TOPIC, request.topic))  # admins: any group's offsets
+        self._allow(
+            context, (Action.SUB, GROUP, request.group), (Action.SUB, TOPIC, request.topic)
+        )  # admins: any group's offsets
         validate.group(request.group)
         topic = validate.topic(request.topic)
         qid = validate.queue_id(request.queue_id)
-        await self._shard(topic, qid).call("cq", "CommitOffset", consume_queue_pb2.CommitOffsetRequest(
-            group=request.group, topic=topic, queue_id=qid, offset=request.offset))  # fmt: skip
+        await self._shard(topic, qid).call(
+            "cq",
+            "CommitOffset",
+            consume_queue_pb2.CommitOffsetRequest(
+                group=request.group, topic=topic, queue_id=qid, offset=request.offset
+            ),
+        )
         return pb.FrontCommitOffsetResponse()
 
     @rpc
     async def FetchOffset(self, request: pb.FrontFetchOffsetRequest, context) -> pb.FrontFetchOffsetResponse:
-        self._allow(context, (Action.SUB, GROUP, request.group), (Action.SUB, TOPIC, request.topic))  # admins: any group's offsets
+        self._allow(
+            context, (Action.SUB, GROUP, request.group), (Action.SUB, TOPIC, request.topic)
+        )  # admins: any group's offsets
         validate.group(request.group)
         topic = validate.topic(request.topic)
         qid = validate.queue_id(request.queue_id)
-        r = await self._shard(topic, qid).call("cq", "FetchOffset", consume_queue_pb2.FetchOffsetRequest(
-            group=request.group, topic=topic, queue_id=qid))  # fmt: skip
+        r = await self._shard(topic, qid).call(
+            "cq", "FetchOffset", consume_queue_pb2.FetchOffsetRequest(group=request.group, topic=topic, queue_id=qid)
+        )
         return pb.FrontFetchOffsetResponse(offset=r.offset)
 
     @rpc
@@ -430,11 +486,14 @@ class FrontServicer(front_pb2_grpc.FrontServiceServicer):
     # ------------------------------------------------------------------ topics and status
 
     @rpc
-    async def CreateOrUpdateTopic(self, request: pb.CreateOrUpdateTopicRequest, context) -> pb.CreateOrUpdateTopicResponse:
+    async def CreateOrUpdateTopic(
+        self, request: pb.CreateOrUpdateTopicRequest, context
+    ) -> pb.CreateOrUpdateTopicResponse:
         self._admin(context, "changing a topic")
         validate.topic(request.config.topic)
-        parts = await self._fan_out(lambda s: s.call("cl", "UpdateTopic",
-                                                     commitlog_pb2.UpdateTopicRequest(config=request.config)))  # fmt: skip
+        parts = await self._fan_out(
+            lambda s: s.call("cl", "UpdateTopic", commitlog_pb2.UpdateTopicRequest(config=request.config))
+        )
         cfg = parts[0].config
         self._topic_perms = None  # perms as of this change from the next send or pull on
         if self._write_queues is not None:
@@ -445,17 +504,28 @@ class FrontServicer(front_pb2_grpc.FrontServiceServicer):
     async def TopicStatus(self, request: pb.TopicStatusRequest, context) -> pb.TopicStatusResponse:
         self._allow(context, (Action.SUB, TOPIC, request.topic))
         parts = await self._fan_out(lambda s: drive_async(reads.topic_status(request.topic, s.index), self._ports(s)))
-        return pb.TopicStatusResponse(queues=[
-            common_pb2.QueueRange(topic=q.topic, queue_id=q.queue_id, min_offset=q.min_offset, max_offset=q.max_offset,
-                                  last_store_timestamp=q.last_store_timestamp, shard=q.shard)
-            for q in reads.merge_topic_status(request.topic, parts)])  # fmt: skip
+        return pb.TopicStatusResponse(
+            queues=[
+                common_pb2.QueueRange(
+                    topic=q.topic,
+                    queue_id=q.queue_id,
+                    min_offset=q.min_offset,
+                    max_offset=q.max_offset,
+                    last_store_timestamp=q.last_store_timestamp,
+                    shard=q.shard,
+                )
+                for q in reads.merge_topic_status(request.topic, parts)
+            ]
+        )
 
     async def shard_stats(self, timeout: float = 5.0) -> list[tuple[int, commitlog_pb2.GetStatsResponse | None]]:
         """Every shard's GetStats (None where the shard did not answer), in parallel."""
 
         async def one(s: ShardClient):
             try:
-                return s.index, await s.call("cl", "GetStats", commitlog_pb2.GetStatsRequest(), timeout=timeout, retry=False)
+                return s.index, await s.call(
+                    "cl", "GetStats", commitlog_pb2.GetStatsRequest(), timeout=timeout, retry=False
+                )
             except Exception:  # noqa: BLE001 - a report names what is missing instead of failing
                 return s.index, None
 
@@ -475,6 +545,7 @@ class FrontServicer(front_pb2_grpc.FrontServiceServicer):
     @rpc
     async def StoreStatus(self, request, context) -> pb.StoreStatusResponse:
         self._caller(context)  # any signed user
+
         async def one(s: ShardClient) -> pb.ShardStatus:
             st = pb.ShardStatus(shard=s.index, state="UNAVAILABLE", reput_offset=-1)
             try:
@@ -488,13 +559,19 @@ class FrontServicer(front_pb2_grpc.FrontServiceServicer):
                 st.min_offset, st.wrote_offset, st.flushed_offset = o.min_offset, o.wrote_offset, o.flushed_offset
                 st.confirm_offset, st.dispatched_offset = o.confirm_offset, o.dispatched_offset
                 st.writable, st.unwritable_cause = o.writable, o.unwritable_cause
-                st.queue_count, st.commitlog_bytes, st.disk_free_bytes = o.queue_count, o.commitlog_bytes, o.disk_free_bytes
+                st.queue_count, st.commitlog_bytes, st.disk_free_bytes = (
+                    o.queue_count,
+                    o.commitlog_bytes,
+                    o.disk_free_bytes,
+                )
                 st.clean_shutdown, st.recovery_seconds = o.clean_shutdown, o.recovery_seconds
                 st.appended_messages = o.appended_messages
                 st.stopped_loops.extend(o.stopped_loops)
             st.endpoint = s.endpoint
-            for service, field, request in (("cq", "queue_builder", consume_queue_pb2.GetProgressRequest()),
-                                            ("ix", "index_builder", index_pb2.IndexProgressRequest())):  # fmt: skip
+            for service, field, request in (
+                ("cq", "queue_builder", consume_queue_pb2.GetProgressRequest()),
+                ("ix", "index_builder", index_pb2.IndexProgressRequest()),
+            ):
                 if service not in s.services:
                     continue
                 try:
@@ -570,10 +647,16 @@ def _rule_pb(r: Rule) -> pb.AclRule:
 
 def _empty_result(n: int) -> common_pb2.AppendResult:
     return common_pb2.AppendResult(
-        statuses=[common_pb2.PUT_STATUS_UNSPECIFIED] * n, msg_ids=[""] * n, physical_offsets=[-1] * n,
-        sizes=[0] * n, queue_ids=[0] * n, queue_offsets=[-1] * n, unique_keys=[""] * n,
-        store_timestamps=[0] * n, shards=[0] * n,
-    )  # fmt: skip
+        statuses=[common_pb2.PUT_STATUS_UNSPECIFIED] * n,
+        msg_ids=[""] * n,
+        physical_offsets=[-1] * n,
+        sizes=[0] * n,
+        queue_ids=[0] * n,
+        queue_offsets=[-1] * n,
+        unique_keys=[""] * n,
+        store_timestamps=[0] * n,
+        shards=[0] * n,
+    )
 
 
 def _take_rows(cols: common_pb2.MessageColumns, rows: np.ndarray, n: int) -> common_pb2.MessageColumns:

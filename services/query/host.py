@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import structlog
+
 from mqstore.services.common.internal_auth import InternalAuth
 from mqstore.services.common.metrics import FrontMetrics
 from mqstore.services.common.peers import Resolver, ShardResolvers, advertised
@@ -21,9 +22,18 @@ class FrontHost:
     """The public API over the given shards: ``shards[i]`` = (resolvers of shard i's
     services, resolve its dispatcher or None)."""
 
-    def __init__(self, shards: Sequence[tuple[ShardResolvers, Resolver | None]], *, auth: InternalAuth,
-                 host: str = "127.0.0.1", port: int = 0, default_queue_nums: int = 4, metrics_port: int = 0,
-                 tls: TlsFiles | None = None, acl: str | Path | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        shards: Sequence[tuple[ShardResolvers, Resolver | None]],
+        *,
+        auth: InternalAuth,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        default_queue_nums: int = 4,
+        metrics_port: int = 0,
+        tls: TlsFiles | None = None,
+        acl: str | Path | None = None,
+    ) -> None:
         """``auth``: the deployment's secret, carried by every call to the shards.
         ``metrics_port``: serve Prometheus metrics on ``host:metrics_port`` (0: none).
         ``tls``: the public API speaks TLS only (internal servers speak TLS when
@@ -44,8 +54,13 @@ class FrontHost:
                 self.close()
                 raise OSError(f"can not serve metrics on {host}:{metrics_port}: {e.strerror or e}") from None
             self.metrics_endpoint = f"{advertised(host)}:{bound}"
-        log.info("front_listening", endpoint=self.endpoint, tls=self.tls, metrics=self.metrics_endpoint or None,
-                 shards=len(clients))  # fmt: skip
+        log.info(
+            "front_listening",
+            endpoint=self.endpoint,
+            tls=self.tls,
+            metrics=self.metrics_endpoint or None,
+            shards=len(clients),
+        )
 
     def _shard_stats(self) -> list:
         return self.thread.run(self.servicer.shard_stats(), timeout=10)

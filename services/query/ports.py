@@ -26,28 +26,49 @@ class GrpcPorts:
         return (await self._perms(self.shard)).get(topic)
 
     async def units(self, topic: str, queue_id: int, offset: int, max_units: int) -> UnitsPage:
-        u = await self.shard.call("cq", "GetUnits", consume_queue_pb2.GetUnitsRequest(
-            topic=topic, queue_id=queue_id, offset=offset, max_units=max_units))  # fmt: skip
-        return UnitsPage(u.exists, u.first_offset, u.min_offset, u.max_offset, np.asarray(u.physical_offsets, np.int64),
-                         np.asarray(u.sizes, np.int64), np.asarray(u.tags_codes, np.int64))  # fmt: skip
+        u = await self.shard.call(
+            "cq",
+            "GetUnits",
+            consume_queue_pb2.GetUnitsRequest(topic=topic, queue_id=queue_id, offset=offset, max_units=max_units),
+        )
+        return UnitsPage(
+            u.exists,
+            u.first_offset,
+            u.min_offset,
+            u.max_offset,
+            np.asarray(u.physical_offsets, np.int64),
+            np.asarray(u.sizes, np.int64),
+            np.asarray(u.tags_codes, np.int64),
+        )
 
     async def ranges(self, topic: str) -> list[QueueRange]:
         mm = await self.shard.call("cq", "MinMax", consume_queue_pb2.MinMaxRequest(topic=topic))
         return [QueueRange(q.topic, q.queue_id, q.min_offset, q.max_offset, q.last_physical_offset) for q in mm.queues]
 
     async def read(self, offsets: np.ndarray, sizes: np.ndarray | None, raw: bool) -> tuple[np.ndarray, list]:
-        rd = await self.shard.call("cl", "Read", commitlog_pb2.ReadRequest(
-            offsets=offsets.tolist(), raw=raw, skip_missing=True, sizes=[] if sizes is None else sizes.tolist()))  # fmt: skip
+        rd = await self.shard.call(
+            "cl",
+            "Read",
+            commitlog_pb2.ReadRequest(
+                offsets=offsets.tolist(), raw=raw, skip_missing=True, sizes=[] if sizes is None else sizes.tolist()
+            ),
+        )
         return np.asarray(rd.offsets, np.int64), list(rd.raw_records if raw else rd.records)
 
     async def keys(self, topic: str, key: str, max_num: int, begin: int, end: int) -> list[int]:
-        q = await self.shard.call("ix", "Query", index_pb2.IndexQueryRequest(topic=topic, key=key, begin_ms=begin,
-                                                                              end_ms=end, max_num=max_num))  # fmt: skip
+        q = await self.shard.call(
+            "ix",
+            "Query",
+            index_pb2.IndexQueryRequest(topic=topic, key=key, begin_ms=begin, end_ms=end, max_num=max_num),
+        )
         return list(q.physical_offsets)
 
     async def offset_at_time(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
-        r = await self.shard.call("cq", "OffsetAtTime", consume_queue_pb2.OffsetAtTimeRequest(
-            topic=topic, queue_id=queue_id, timestamp_ms=timestamp_ms))  # fmt: skip
+        r = await self.shard.call(
+            "cq",
+            "OffsetAtTime",
+            consume_queue_pb2.OffsetAtTimeRequest(topic=topic, queue_id=queue_id, timestamp_ms=timestamp_ms),
+        )
         return r.offset
 
     async def progress(self, group: str) -> list:

@@ -46,13 +46,19 @@ def pin_layout(root: Path, shards: int) -> dict:
     if path.exists():
         layout = json.loads(path.read_text())
         if layout.get("shards") != shards:
-            raise ConfigError(f"{root} was laid out for {layout.get('shards')} shard(s) ({path}); starting it with "
-                              f"{shards} would move queues away from their files")  # fmt: skip
+            raise ConfigError(
+                f"{root} was laid out for {layout.get('shards')} shard(s) ({path}); starting it with "
+                f"{shards} would move queues away from their files"
+            )
         return layout
     if shards > 1 and any((root / d).is_dir() for d in ("commitlog", "consumequeue")):
         raise ConfigError(f"{root} holds a single store; serve it with --shards 1")
-    layout = {"version": LAYOUT_VERSION, "shards": shards, "rule": "(crc32(topic) + queue_id) % shards",
-              "shard_dirs": [str(shard_dir(Path("."), i, shards)) for i in range(shards)]}  # fmt: skip
+    layout = {
+        "version": LAYOUT_VERSION,
+        "shards": shards,
+        "rule": "(crc32(topic) + queue_id) % shards",
+        "shard_dirs": [str(shard_dir(Path("."), i, shards)) for i in range(shards)],
+    }
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(layout, indent=2) + "\n")
     with open(tmp, "rb") as f:

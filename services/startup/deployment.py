@@ -36,6 +36,8 @@ from pathlib import Path
 
 import ray
 import structlog
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
 from mqstore.services.commitlog.actor import ShardActor
 from mqstore.services.common.actor import (
     FRONT,
@@ -52,8 +54,6 @@ from mqstore.services.index.actor import BuilderActor
 from mqstore.services.query.actor import FrontActor
 from mqstore.services.query.routing import shard_dir
 from mqstore.services.startup.local import shard_config
-from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
 from mqstore.store.config import StoreConfig
 from mqstore.store.retention import RetentionConfig
 
@@ -96,13 +96,18 @@ class Deployment:
         builders, then the commitlogs: each closes its server and its files cleanly;
         then the actors are killed for good. An actor that is restarting is waited
         for (its files must be closed, not killed again)."""
-        groups = [([self.front] if self.front is not None else [], 15.0), (self.dispatchers, 30.0),
-                  (self.queue_builders + self.index_builders, timeout_s), (self.shards, timeout_s)]  # fmt: skip
+        groups = [
+            ([self.front] if self.front is not None else [], 15.0),
+            (self.dispatchers, 30.0),
+            (self.queue_builders + self.index_builders, timeout_s),
+            (self.shards, timeout_s),
+        ]
         for group, limit in groups:
             with ThreadPoolExecutor(max(1, len(group))) as pool:  # shards close their stores in parallel
                 list(pool.map(lambda a, limit=limit: _close_actor(a, limit), group))
             for a in group:
                 ray.kill(a, no_restart=True)
+
 
 def _close_actor(actor, timeout_s: float) -> None:
     deadline = time.monotonic() + timeout_s
@@ -119,11 +124,24 @@ def _close_actor(actor, timeout_s: float) -> None:
             log.error("close_failed", error=str(e))
             return
 
-def start_deployment(root: str | Path, config: StoreConfig | None = None, *, shards: int = 1, host: str = "127.0.0.1",
-                     port: int = 8080, namespace: str = NAMESPACE, node_id: str | None = None,
-                     retention: RetentionConfig | None = None, placement: str = "node",
-                     metrics_port: int = 0, tls: TlsFiles | None = None, auth: InternalAuth | None = None,
-                     acl: str | Path | None = None, internal_host: str | None = None) -> Deployment:  # fmt: skip
+
+def start_deployment(
+    root: str | Path,
+    config: StoreConfig | None = None,
+    *,
+    shards: int = 1,
+    host: str = "127.0.0.1",
+    port: int = 8080,
+    namespace: str = NAMESPACE,
+    node_id: str | None = None,
+    retention: RetentionConfig | None = None,
+    placement: str = "node",
+    metrics_port: int = 0,
+    tls: TlsFiles | None = None,
+    auth: InternalAuth | None = None,
+    acl: str | Path | None = None,
+    internal_host: str | None = None,
+) -> Deployment:
     """Create the actors of a deployment in the connected Ray cluster and return
     once the front listens (shards may still be recovering: ``wait_ready``).
     ``node_id``: the node holding the store directories and running the front
@@ -158,19 +176,40 @@ def start_deployment(root: str | Path, config: StoreConfig | None = None, *, sha
         else:
             layout = (str(root), shards)
         c = shard_config(cfg, i, shards)
-        dep.shards.append(ShardActor.options(name=shard_name(i), namespace=namespace, **where(i))
-                          .remote(str(d), c, i, namespace, auth, internal_host, retention, layout))  # fmt: skip
-        dep.queue_builders.append(BuilderActor.options(name=builder_name("consumequeue", i), namespace=namespace,
-                                                       **where(i)).remote("consumequeue", str(d), c, i, namespace, auth, internal_host))  # fmt: skip
+        dep.shards.append(
+            ShardActor.options(name=shard_name(i), namespace=namespace, **where(i)).remote(
+                str(d), c, i, namespace, auth, internal_host, retention, layout
+            )
+        )
+        dep.queue_builders.append(
+            BuilderActor.options(name=builder_name("consumequeue", i), namespace=namespace, **where(i)).remote(
+                "consumequeue", str(d), c, i, namespace, auth, internal_host
+            )
+        )
         if cfg.message_index_enable:
-            dep.index_builders.append(BuilderActor.options(name=builder_name("index", i), namespace=namespace,
-                                                           **where(i)).remote("index", str(d), c, i, namespace, auth, internal_host))  # fmt: skip
+            dep.index_builders.append(
+                BuilderActor.options(name=builder_name("index", i), namespace=namespace, **where(i)).remote(
+                    "index", str(d), c, i, namespace, auth, internal_host
+                )
+            )
     for i in range(shards):
-        dep.dispatchers.append(DispatcherActor.options(name=dispatcher_name(i), namespace=namespace, **where(i))
-                               .remote(i, namespace, cfg, auth, internal_host))  # fmt: skip
+        dep.dispatchers.append(
+            DispatcherActor.options(name=dispatcher_name(i), namespace=namespace, **where(i)).remote(
+                i, namespace, cfg, auth, internal_host
+            )
+        )
     dep.front = FrontActor.options(name=FRONT, namespace=namespace, scheduling_strategy=pin).remote(
-        shards, namespace, host, port, cfg.default_queue_nums, auth, metrics_port, tls, cfg.message_index_enable,
-        None if acl is None else str(Path(acl).resolve()))  # fmt: skip
+        shards,
+        namespace,
+        host,
+        port,
+        cfg.default_queue_nums,
+        auth,
+        metrics_port,
+        tls,
+        cfg.message_index_enable,
+        None if acl is None else str(Path(acl).resolve()),
+    )
     dep.front_endpoint = ray.get(dep.front.endpoint.remote(), timeout=120)
     dep.metrics_endpoint = ray.get(dep.front.metrics_endpoint.remote(), timeout=30)
     return dep

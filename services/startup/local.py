@@ -14,7 +14,6 @@ from mqstore.services.dispatcher.host import DispatcherHost
 from mqstore.services.index.host import BuilderHost
 from mqstore.services.query.host import FrontHost
 from mqstore.services.query.routing import STORE_PORT_BASE, shard_dir
-
 from mqstore.store.config import StoreConfig
 from mqstore.store.retention import RetentionConfig
 
@@ -28,15 +27,26 @@ def shard_config(config: StoreConfig, index: int, shards: int) -> StoreConfig:
 
     return replace(config, store_host=config.store_host._replace(port=STORE_PORT_BASE + index))
 
+
 class LocalStack:
     """A whole deployment in this process (no Ray): per shard a commitlog, a
     consume-queue builder, an index builder and a dispatcher, and a front; every hop
     over gRPC on loopback. ``front_endpoint`` is the public API."""
 
-    def __init__(self, root: str | Path, config: StoreConfig | None = None, *, shards: int = 1,
-                 host: str = "127.0.0.1", front_port: int = 0, retention: RetentionConfig | None = None,
-                 metrics_port: int = 0, tls: TlsFiles | None = None, acl: str | Path | None = None,
-                 auth: InternalAuth | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        root: str | Path,
+        config: StoreConfig | None = None,
+        *,
+        shards: int = 1,
+        host: str = "127.0.0.1",
+        front_port: int = 0,
+        retention: RetentionConfig | None = None,
+        metrics_port: int = 0,
+        tls: TlsFiles | None = None,
+        acl: str | Path | None = None,
+        auth: InternalAuth | None = None,
+    ) -> None:
         """``host``: the front's address (internal servers listen on 127.0.0.1).
         ``auth``: the deployment's secret (default: a fresh one, with internal TLS
         when the front speaks TLS): ``self.auth``. ``acl``: see ``FrontHost``."""
@@ -53,9 +63,12 @@ class LocalStack:
             d, c = shard_dir(root, i, shards), shard_config(cfg, i, shards)
             d.mkdir(parents=True, exist_ok=True)
             later: dict[str, str] = {}
-            shard = ShardHost(d, c, index=i, host=inner, retention=retention, resolve_queues=resolver_of(later, "cq"),
-                              auth=auth)  # fmt: skip
-            cq = BuilderHost("consumequeue", d, c, resolve_commitlog=fixed(shard.endpoint), index=i, host=inner, auth=auth)
+            shard = ShardHost(
+                d, c, index=i, host=inner, retention=retention, resolve_queues=resolver_of(later, "cq"), auth=auth
+            )
+            cq = BuilderHost(
+                "consumequeue", d, c, resolve_commitlog=fixed(shard.endpoint), index=i, host=inner, auth=auth
+            )
             later["cq"] = cq.endpoint
             r: ShardResolvers = {"cl": fixed(shard.endpoint), "cq": fixed(cq.endpoint)}
             self.shards.append(shard)
@@ -66,9 +79,16 @@ class LocalStack:
                 r["ix"] = fixed(ix.endpoint)
             resolvers.append(r)
             self.dispatchers.append(DispatcherHost(r, shard=i, config=cfg, host=inner, auth=auth))
-        self.front = FrontHost([(r, fixed(d.endpoint)) for r, d in zip(resolvers, self.dispatchers)], host=host,
-                               port=front_port, default_queue_nums=cfg.default_queue_nums, metrics_port=metrics_port,
-                               tls=tls, acl=acl, auth=auth)  # fmt: skip
+        self.front = FrontHost(
+            [(r, fixed(d.endpoint)) for r, d in zip(resolvers, self.dispatchers)],
+            host=host,
+            port=front_port,
+            default_queue_nums=cfg.default_queue_nums,
+            metrics_port=metrics_port,
+            tls=tls,
+            acl=acl,
+            auth=auth,
+        )
         self.front_endpoint = self.front.endpoint
 
     def wait_ready(self, timeout: float = 60.0) -> bool:

@@ -25,11 +25,11 @@ from typing import TextIO
 
 import grpc
 import structlog
+
+from mqstore.errors import MqStoreError
 from mqstore.services.common.internal_auth import InternalAuth, gcs_requires_token
 from mqstore.services.common.server import TlsFiles
 from mqstore.services.query.routing import pin_layout, shard_dir
-
-from mqstore.errors import MqStoreError
 from mqstore.store.config import StoreConfig
 
 log = structlog.get_logger(__name__)
@@ -62,12 +62,27 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-def serve(root: Path, *, host: str = "127.0.0.1", port: int = 8080, shards: int = 1, address: str | None = None,
-          config: StoreConfig | None = None, namespace: str = "mqstore", log_level: str = "info",
-          log_format: str = "json", placement: str = "node", metrics_port: int = 0,
-          tls_cert: Path | None = None, tls_key: Path | None = None, acl: Path | None = None,
-          allow_anonymous: bool = False, insecure_ray: bool = False, ready_out: TextIO | None = None,
-          stop: threading.Event | None = None) -> None:  # fmt: skip
+def serve(
+    root: Path,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 8080,
+    shards: int = 1,
+    address: str | None = None,
+    config: StoreConfig | None = None,
+    namespace: str = "mqstore",
+    log_level: str = "info",
+    log_format: str = "json",
+    placement: str = "node",
+    metrics_port: int = 0,
+    tls_cert: Path | None = None,
+    tls_key: Path | None = None,
+    acl: Path | None = None,
+    allow_anonymous: bool = False,
+    insecure_ray: bool = False,
+    ready_out: TextIO | None = None,
+    stop: threading.Event | None = None,
+) -> None:
     """Run a deployment until ``stop`` is set or a SIGINT/SIGTERM arrives (see the
     module docstring). ``placement``: "node" (every shard on this machine) or
     "resource" (shard i on the node offering the Ray resource mqstore_shard_i).
@@ -79,6 +94,7 @@ def serve(root: Path, *, host: str = "127.0.0.1", port: int = 8080, shards: int 
     token authentication; joining a cluster without it needs ``insecure_ray``.
     ``ready_out``: where the ready line goes (default stdout)."""
     import ray
+
     from mqstore.services.startup.deployment import start_deployment
 
     root = Path(root).resolve()
@@ -86,8 +102,10 @@ def serve(root: Path, *, host: str = "127.0.0.1", port: int = 8080, shards: int 
     if (tls_cert is None) != (tls_key is None):
         raise ValueError("give both --tls-cert and --tls-key (or neither)")
     if not is_loopback(host) and acl is None and not allow_anonymous:
-        raise ServeError(f"--host {host} is reachable from other machines: give --acl FILE (users and permissions) "
-                         "or --allow-anonymous to let anyone who reaches it send, read and change topics")  # fmt: skip
+        raise ServeError(
+            f"--host {host} is reachable from other machines: give --acl FILE (users and permissions) "
+            "or --allow-anonymous to let anyone who reaches it send, read and change topics"
+        )
     if acl is not None:
         from mqstore.services.query.acl import Acl
 
@@ -111,10 +129,20 @@ def serve(root: Path, *, host: str = "127.0.0.1", port: int = 8080, shards: int 
     dep = None
     try:
         t0 = time.monotonic()
-        dep = start_deployment(root, config, shards=shards, host=host, port=port, namespace=namespace,
-                               placement=placement, metrics_port=metrics_port, tls=tls, acl=acl,
-                               auth=InternalAuth.new(tls=tls is not None),
-                               internal_host="127.0.0.1" if local else None)  # fmt: skip
+        dep = start_deployment(
+            root,
+            config,
+            shards=shards,
+            host=host,
+            port=port,
+            namespace=namespace,
+            placement=placement,
+            metrics_port=metrics_port,
+            tls=tls,
+            acl=acl,
+            auth=InternalAuth.new(tls=tls is not None),
+            internal_host="127.0.0.1" if local else None,
+        )
         told = False
         while not stop.is_set():  # recovery can take minutes: stay interruptible
             try:
@@ -127,16 +155,30 @@ def serve(root: Path, *, host: str = "127.0.0.1", port: int = 8080, shards: int 
                 raise ServeError("; ".join(f"shard {i} can not open its store: {e}" for i, e in sorted(failed.items())))
             if not told and time.monotonic() - t0 > 15:
                 told = True
-                hint = " (placement resource: is a node offering mqstore_shard_<i> up?)" if placement == "resource" else ""
+                hint = (
+                    " (placement resource: is a node offering mqstore_shard_<i> up?)" if placement == "resource" else ""
+                )
                 print(f"mqstore: waiting for the shards to open their stores{hint}", file=sys.stderr, flush=True)
         if not stop.is_set():
-            ready = {"front": dep.front_endpoint, "tls": tls is not None, "metrics": dep.metrics_endpoint or None,
-                     "shards": shards, "store": str(root), "shard_dirs": [str(shard_dir(root, i, shards)) for i in range(shards)],
-                     "namespace": namespace, "placement": placement, "acl": acl is not None,
-                     "ray": ray.get_runtime_context().gcs_address, "ready_seconds": round(time.monotonic() - t0, 2)}  # fmt: skip
+            ready = {
+                "front": dep.front_endpoint,
+                "tls": tls is not None,
+                "metrics": dep.metrics_endpoint or None,
+                "shards": shards,
+                "store": str(root),
+                "shard_dirs": [str(shard_dir(root, i, shards)) for i in range(shards)],
+                "namespace": namespace,
+                "placement": placement,
+                "acl": acl is not None,
+                "ray": ray.get_runtime_context().gcs_address,
+                "ready_seconds": round(time.monotonic() - t0, 2),
+            }
             print(json.dumps(ready), file=ready_out or sys.stdout, flush=True)
-            print(f"mqstore: serving on {dep.front_endpoint} ({shards} shard(s), store {root}); Ctrl-C stops",
-                  file=sys.stderr, flush=True)  # fmt: skip
+            print(
+                f"mqstore: serving on {dep.front_endpoint} ({shards} shard(s), store {root}); Ctrl-C stops",
+                file=sys.stderr,
+                flush=True,
+            )
         stop.wait()
         print("mqstore: stopping (closing the stores)", file=sys.stderr, flush=True)
     finally:
@@ -148,8 +190,10 @@ def serve(root: Path, *, host: str = "127.0.0.1", port: int = 8080, shards: int 
     print("mqstore: stopped", file=sys.stderr, flush=True)
 
 
-TOKEN_HINT = ("the Ray cluster at {address} requires its token: set RAY_AUTH_TOKEN, or RAY_AUTH_TOKEN_PATH to a "
-              "file holding it, or copy it to ~/.ray/auth_token (`ray get-auth-token` on the head node prints it)")
+TOKEN_HINT = (
+    "the Ray cluster at {address} requires its token: set RAY_AUTH_TOKEN, or RAY_AUTH_TOKEN_PATH to a "
+    "file holding it, or copy it to ~/.ray/auth_token (`ray get-auth-token` on the head node prints it)"
+)
 
 
 def _token_required_but_missing(address: str) -> bool:
@@ -187,9 +231,17 @@ def start_ray(ray, address: str | None, namespace: str, env: dict, insecure_ray:
             )
 
             _enable_token_auth()  # token mode for this process and Ray's, also over an environment that turned it off
-            ray.init(address="local", num_cpus=os.cpu_count() or 2, include_dashboard=False,
-                     object_store_memory=256 << 20, _node_ip_address="127.0.0.1", namespace=namespace,
-                     runtime_env={"env_vars": env}, logging_level="WARNING", log_to_driver=True)  # fmt: skip
+            ray.init(
+                address="local",
+                num_cpus=os.cpu_count() or 2,
+                include_dashboard=False,
+                object_store_memory=256 << 20,
+                _node_ip_address="127.0.0.1",
+                namespace=namespace,
+                runtime_env={"env_vars": env},
+                logging_level="WARNING",
+                log_to_driver=True,
+            )
         else:
             ray.init(address=address, namespace=namespace, runtime_env={"env_vars": env}, logging_level="WARNING")
     except ray.exceptions.AuthenticationError:
@@ -206,9 +258,11 @@ def start_ray(ray, address: str | None, namespace: str, env: dict, insecure_ray:
         raise ServeError(f"can not tell whether the Ray cluster at {gcs} requires a token: {e.code().name}") from None
     if not protected:
         ray.shutdown()
-        raise ServeError(f"the Ray cluster at {gcs} runs without token authentication: anyone who reaches its ports "
-                         "can run code on it. Start it with RAY_AUTH_MODE=token (deploy/README.md), or pass "
-                         "--insecure-ray on a network you trust")  # fmt: skip
+        raise ServeError(
+            f"the Ray cluster at {gcs} runs without token authentication: anyone who reaches its ports "
+            "can run code on it. Start it with RAY_AUTH_MODE=token (deploy/README.md), or pass "
+            "--insecure-ray on a network you trust"
+        )
 
 
 __all__ = ["ServeError", "check_port_free", "is_loopback", "serve", "start_ray"]

@@ -39,8 +39,9 @@ from tests.services.helpers import small_config, wait_dispatched
 
 CFG = small_config(segment_bytes=128 * 1024)
 # Neither copy deletes anything while the tests ask (whatever the disk's usage).
-QUIET_RETENTION = RetentionConfig(disk_max_used_ratio=1.0, clean_forcibly_ratio=1.0, warning_ratio=1.0,
-                                  clean_forcibly_enable=False)  # fmt: skip
+QUIET_RETENTION = RetentionConfig(
+    disk_max_used_ratio=1.0, clean_forcibly_ratio=1.0, warning_ratio=1.0, clean_forcibly_enable=False
+)
 TOPICS = ("EqA", "EqB", "EqC")
 QUEUES = 4
 TAGS = ("TagA", "TagB", "TagC", None)
@@ -69,35 +70,54 @@ def _write(store_dir: Path) -> Workload:
         for _ in range(32):
             msgs = []
             for _ in range(80):
-                key = rng.choice(keys[:40]) if rng.random() < 0.7 else f"{rng.choice(keys[:40])} {rng.choice(keys[40:])}"
+                key = (
+                    rng.choice(keys[:40]) if rng.random() < 0.7 else f"{rng.choice(keys[:40])} {rng.choice(keys[40:])}"
+                )
                 uniq = None
                 topic = rng.choice(TOPICS)
                 if rng.random() < 0.5:
                     uniq = f"U{n:05d}"
                     wl.unique_keys.append((topic, uniq))
                 body = f"m{n}:".encode() + rng.randbytes(rng.randrange(40, 400))
-                msgs.append(Message(topic, body, queue_id=rng.randrange(QUEUES), tags=rng.choice(TAGS),
-                                    keys=key, unique_key=uniq))  # fmt: skip
+                msgs.append(
+                    Message(
+                        topic, body, queue_id=rng.randrange(QUEUES), tags=rng.choice(TAGS), keys=key, unique_key=uniq
+                    )
+                )
                 n += 1
             s.append(MessageBatch.of(msgs))
             time.sleep(0.08)  # store times over ~3 s (the index keeps times in seconds)
-        sparse = [Message(SPARSE, f"s{i}".encode(), queue_id=0, tags="Rare" if i in RARE_AT else "Noise", keys=f"s{i}")
-                  for i in range(700)]  # fmt: skip
+        sparse = [
+            Message(SPARSE, f"s{i}".encode(), queue_id=0, tags="Rare" if i in RARE_AT else "Noise", keys=f"s{i}")
+            for i in range(700)
+        ]
         s.append(MessageBatch.of(sparse))
         wl.delayed_bodies = [f"late{i}".encode() for i in range(8)]
-        s.append(MessageBatch.of(Message("EqA", b, queue_id=i % QUEUES, tags="Late", keys="late", properties={"DELAY": "1"})
-                                 for i, b in enumerate(wl.delayed_bodies)))  # fmt: skip
+        s.append(
+            MessageBatch.of(
+                Message("EqA", b, queue_id=i % QUEUES, tags="Late", keys="late", properties={"DELAY": "1"})
+                for i, b in enumerate(wl.delayed_bodies)
+            )
+        )
         s.dispatcher.catch_up()
         assert s.scheduler.deliver_due(int(time.time() * 1000) + 10_000) == len(wl.delayed_bodies)
         s.dispatcher.catch_up()
         # Retention, forced, one segment: the oldest messages of EqA/EqB/EqC go.
-        Retention(s.commitlog, s.consume_queues, reput_offset=lambda: s.dispatcher.reput_offset, index=s.index,
-                  config=RetentionConfig(max_deletes_per_run=1), disk_usage=lambda: 0.9,
-                  consumer_offsets=s.consumer_offsets).run_once(int(time.time() * 1000))  # fmt: skip
+        Retention(
+            s.commitlog,
+            s.consume_queues,
+            reput_offset=lambda: s.dispatcher.reput_offset,
+            index=s.index,
+            config=RetentionConfig(max_deletes_per_run=1),
+            disk_usage=lambda: 0.9,
+            consumer_offsets=s.consumer_offsets,
+        ).run_once(int(time.time() * 1000))
         assert s.commitlog.min_offset > 0
         # A queue that starts with pre-blank units: its first message gets queue offset 3.
         s.commitlog.raise_queue_offsets({(BLANK, 0): 3})
-        s.append(MessageBatch(topics=BLANK, bodies=[f"b{i}".encode() for i in range(5)], queue_ids=0, tags="B", keys="blank"))
+        s.append(
+            MessageBatch(topics=BLANK, bodies=[f"b{i}".encode() for i in range(5)], queue_ids=0, tags="B", keys="blank")
+        )
         s.dispatcher.catch_up()
         mins = {(t, q): s.consume_queues.find(t, q).min_offset for t in TOPICS for q in range(QUEUES)}
         maxs = {(t, q): s.consume_queues.find(t, q).max_offset for t in TOPICS for q in range(QUEUES)}

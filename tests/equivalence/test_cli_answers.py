@@ -20,8 +20,9 @@ UNKNOWN_QUEUE = 9
 
 
 def mq(*args: str, target: tuple[str, str]) -> tuple[int, str, str]:
-    p = subprocess.run([sys.executable, "-m", "mqstore.cli.main", *args, *target], capture_output=True, text=True,
-                       timeout=120)  # fmt: skip
+    p = subprocess.run(
+        [sys.executable, "-m", "mqstore.cli.main", *args, *target], capture_output=True, text=True, timeout=120
+    )
     last = p.stderr.strip().splitlines()[-1] if p.stderr.strip() else ""
     last = re.sub(r"^mqstore: error: [A-Z_]+: ", "mqstore: error: ", last).replace(target[1], "<target>")
     return p.returncode, p.stdout, last
@@ -35,8 +36,13 @@ def targets(store_a, client_b):
 def some_ids(store_a) -> dict:
     cq = store_a.consume_queues.find("EqA", 1)
     rec = store_a.read_queue_offset("EqA", 1, cq.min_offset + 2)
-    return {"msg_id": rec.msg_id, "uniq": rec.unique_key, "key": rec.keys.split()[0], "lo": cq.min_offset,
-            "hi": cq.max_offset}  # fmt: skip
+    return {
+        "msg_id": rec.msg_id,
+        "uniq": rec.unique_key,
+        "key": rec.keys.split()[0],
+        "lo": cq.min_offset,
+        "hi": cq.max_offset,
+    }
 
 
 QUESTIONS = {

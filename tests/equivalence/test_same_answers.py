@@ -32,21 +32,53 @@ LONG_MAX = (1 << 63) - 1
 
 def record_of_store(r) -> dict:
     p = dict(r.properties)
-    return dict(msg_id=r.msg_id, topic=r.topic, queue_id=r.queue_id, queue_offset=r.queue_offset,
-                physical_offset=r.physical_offset, size=r.total_size, body=bytes(r.body), properties=p,
-                tags=p.get("TAGS", ""), keys=p.get("KEYS", ""), unique_key=p.get("UNIQ_KEY", ""), flag=r.flag,
-                sysflag=r.sysflag, body_crc=r.body_crc & 0xFFFFFFFF, born_timestamp=r.born_timestamp,
-                born_host=str(r.born_host), store_timestamp=r.store_timestamp, store_host=str(r.store_host),
-                reconsume_times=r.reconsume_times, prepared_transaction_offset=r.prepared_transaction_offset)  # fmt: skip
+    return dict(
+        msg_id=r.msg_id,
+        topic=r.topic,
+        queue_id=r.queue_id,
+        queue_offset=r.queue_offset,
+        physical_offset=r.physical_offset,
+        size=r.total_size,
+        body=bytes(r.body),
+        properties=p,
+        tags=p.get("TAGS", ""),
+        keys=p.get("KEYS", ""),
+        unique_key=p.get("UNIQ_KEY", ""),
+        flag=r.flag,
+        sysflag=r.sysflag,
+        body_crc=r.body_crc & 0xFFFFFFFF,
+        born_timestamp=r.born_timestamp,
+        born_host=str(r.born_host),
+        store_timestamp=r.store_timestamp,
+        store_host=str(r.store_host),
+        reconsume_times=r.reconsume_times,
+        prepared_transaction_offset=r.prepared_transaction_offset,
+    )
 
 
 def record_of_served(r) -> dict:
-    return dict(msg_id=r.msg_id, topic=r.topic, queue_id=r.queue_id, queue_offset=r.queue_offset,
-                physical_offset=r.physical_offset, size=r.size, body=bytes(r.body), properties=dict(r.properties),
-                tags=r.tags, keys=r.keys, unique_key=r.unique_key, flag=r.flag, sysflag=r.sysflag, body_crc=r.body_crc,
-                born_timestamp=r.born_timestamp, born_host=r.born_host, store_timestamp=r.store_timestamp,
-                store_host=r.store_host, reconsume_times=r.reconsume_times,
-                prepared_transaction_offset=r.prepared_transaction_offset)  # fmt: skip
+    return dict(
+        msg_id=r.msg_id,
+        topic=r.topic,
+        queue_id=r.queue_id,
+        queue_offset=r.queue_offset,
+        physical_offset=r.physical_offset,
+        size=r.size,
+        body=bytes(r.body),
+        properties=dict(r.properties),
+        tags=r.tags,
+        keys=r.keys,
+        unique_key=r.unique_key,
+        flag=r.flag,
+        sysflag=r.sysflag,
+        body_crc=r.body_crc,
+        born_timestamp=r.born_timestamp,
+        born_host=r.born_host,
+        store_timestamp=r.store_timestamp,
+        store_host=r.store_host,
+        reconsume_times=r.reconsume_times,
+        prepared_transaction_offset=r.prepared_transaction_offset,
+    )
 
 
 def status_name(status) -> str | None:
@@ -77,8 +109,12 @@ class InProcess:
 
     def pull(self, topic, qid, offset, *, max_count=32, tags=None):
         r = self.s.pull(topic, qid, offset, max_count=max_count, tags=tags)
-        return dict(records=[record_of_store(m) for m in r.records], next_offset=r.next_offset,
-                    min_offset=r.min_offset, max_offset=r.max_offset)  # fmt: skip
+        return dict(
+            records=[record_of_store(m) for m in r.records],
+            next_offset=r.next_offset,
+            min_offset=r.min_offset,
+            max_offset=r.max_offset,
+        )
 
     def pull_status(self, topic, qid, offset, *, max_count=32, tags=None):
         return status_name(getattr(self.s.pull(topic, qid, offset, max_count=max_count, tags=tags), "status", None))
@@ -86,8 +122,12 @@ class InProcess:
     def pull_raw(self, topic, qid, offset, *, max_count=32, tags=None):
         codes = None if tags is None else {tags_code(t) for t in tags}
         r = self.s.pull_raw(topic, qid, offset, max_count=max_count, tags_codes=codes)
-        return dict(raw=[bytes(m) for m in r.messages], next_offset=r.next_offset, min_offset=r.min_offset,
-                    max_offset=r.max_offset)  # fmt: skip
+        return dict(
+            raw=[bytes(m) for m in r.messages],
+            next_offset=r.next_offset,
+            min_offset=r.min_offset,
+            max_offset=r.max_offset,
+        )
 
     def by_msg_id(self, msg_id):
         return [record_of_store(self.s.read_msg_id(msg_id))]
@@ -102,13 +142,18 @@ class InProcess:
         return [record_of_store(self.s.read_queue_offset(topic, qid, offset))]
 
     def topic_status(self, topic):
-        return [(q.topic, q.queue_id, q.min_offset, q.max_offset, q.last_store_timestamp) for q in self.s.topic_status(topic)]
+        return [
+            (q.topic, q.queue_id, q.min_offset, q.max_offset, q.last_store_timestamp)
+            for q in self.s.topic_status(topic)
+        ]
 
     def offset_at_time(self, topic, qid, ts):
         return self.s.offset_at_time(topic, qid, ts)
 
     def consumer_progress(self, group):
-        return [(r.topic, r.queue_id, r.broker_offset, r.consumer_offset, r.lag) for r in self.s.consumer_progress(group)]
+        return [
+            (r.topic, r.queue_id, r.broker_offset, r.consumer_offset, r.lag) for r in self.s.consumer_progress(group)
+        ]
 
     def fetch_offset(self, group, topic, qid):
         return self.s.consumer_offsets.fetch(group, topic, qid)  # MS has no fetch of its own (row 17)
@@ -126,22 +171,32 @@ class Served:
 
     def pull(self, topic, qid, offset, *, max_count=32, tags=None):
         r = self.c.pull(topic, qid, offset, max_messages=max_count, tags=self._expr(tags))
-        return dict(records=[record_of_served(m) for m in r.records], next_offset=r.next_offset,
-                    min_offset=r.min_offset, max_offset=r.max_offset)  # fmt: skip
+        return dict(
+            records=[record_of_served(m) for m in r.records],
+            next_offset=r.next_offset,
+            min_offset=r.min_offset,
+            max_offset=r.max_offset,
+        )
 
     def pull_status(self, topic, qid, offset, *, max_count=32, tags=None):
         return status_name(self.c.pull(topic, qid, offset, max_messages=max_count, tags=self._expr(tags)).status)
 
     def pull_raw(self, topic, qid, offset, *, max_count=32, tags=None):
         r = self.c.pull(topic, qid, offset, max_messages=max_count, tags=self._expr(tags), raw=True)
-        return dict(raw=[bytes(m) for m in r.raw_records], next_offset=r.next_offset, min_offset=r.min_offset,
-                    max_offset=r.max_offset)  # fmt: skip
+        return dict(
+            raw=[bytes(m) for m in r.raw_records],
+            next_offset=r.next_offset,
+            min_offset=r.min_offset,
+            max_offset=r.max_offset,
+        )
 
     def by_msg_id(self, msg_id):
         return [record_of_served(r) for r in self.c.query_by_msg_id(msg_id)]
 
     def by_key(self, topic, key, *, begin=0, end=LONG_MAX, max_num=32):
-        return [record_of_served(r) for r in self.c.query_by_key(topic, key, begin_ms=begin, end_ms=end, max_num=max_num)]
+        return [
+            record_of_served(r) for r in self.c.query_by_key(topic, key, begin_ms=begin, end_ms=end, max_num=max_num)
+        ]
 
     def by_unique_key(self, topic, key, *, max_num=32):
         return [record_of_served(r) for r in self.c.query_by_unique_key(topic, key, max_num=max_num)]
@@ -150,13 +205,18 @@ class Served:
         return [record_of_served(r) for r in self.c.query_by_offset(topic, qid, offset)]
 
     def topic_status(self, topic):
-        return [(q.topic, q.queue_id, q.min_offset, q.max_offset, q.last_store_timestamp) for q in self.c.topic_status(topic)]
+        return [
+            (q.topic, q.queue_id, q.min_offset, q.max_offset, q.last_store_timestamp)
+            for q in self.c.topic_status(topic)
+        ]
 
     def offset_at_time(self, topic, qid, ts):
         return self.c.offset_by_time(topic, qid, ts)
 
     def consumer_progress(self, group):
-        return [(r.topic, r.queue_id, r.broker_offset, r.consumer_offset, r.lag) for r in self.c.consumer_progress(group)]
+        return [
+            (r.topic, r.queue_id, r.broker_offset, r.consumer_offset, r.lag) for r in self.c.consumer_progress(group)
+        ]
 
     def fetch_offset(self, group, topic, qid):
         return self.c.fetch_offset(group, topic, qid)
@@ -212,8 +272,12 @@ def test_the_workload_has_what_the_questions_need(a):
     assert a.s.commitlog.min_offset > 0
     assert all(queue_range(a, t, q)[0] > 0 for t, q in ALL_QUEUES)
     assert queue_range(a, BLANK, 0) == (3, 8)
-    late = [r for q in range(QUEUES) for r in a.s.pull("EqA", q, queue_range(a, "EqA", q)[0], max_count=1000).records
-            if r.tags == "Late"]
+    late = [
+        r
+        for q in range(QUEUES)
+        for r in a.s.pull("EqA", q, queue_range(a, "EqA", q)[0], max_count=1000).records
+        if r.tags == "Late"
+    ]
     assert len(late) == 8 and all("SCHEDULE_SOURCE" in r.properties for r in late)
 
 
@@ -392,8 +456,11 @@ def test_query_by_key_in_a_time_range(a, b, live):
     for begin, end in ((fb + 1000, fb + 1999), (fb + 2000, last), (fb, fb + 1500)):
         for topic in TOPICS:
             for key in ("k1", "k7", "k22", "order-3"):
-                want = sorted(r.physical_offset for r in live if r.topic == topic and key in r.keys.split(" ")
-                              and begin <= r.store_timestamp <= end)  # fmt: skip
+                want = sorted(
+                    r.physical_offset
+                    for r in live
+                    if r.topic == topic and key in r.keys.split(" ") and begin <= r.store_timestamp <= end
+                )
                 if not want:  # no result: row 11 (test_query_by_an_unknown_key)
                     continue
                 ok, got = same(a, b, "by_key", topic, key, begin=begin, end=end, max_num=64)
@@ -421,7 +488,9 @@ def test_query_by_unique_key(a, b, workload, live):
     stored = {(r.topic, r.unique_key): r.physical_offset for r in live}
     given = [tk for tk in workload.unique_keys[::20] if tk in stored]  # not those retention deleted
     assert len(given) > 20
-    generated = [(r.topic, r.unique_key) for r in some_records(a) if r.topic in TOPICS and not r.unique_key.startswith("U")]
+    generated = [
+        (r.topic, r.unique_key) for r in some_records(a) if r.topic in TOPICS and not r.unique_key.startswith("U")
+    ]
     assert len(generated) > 10  # UNIQ_KEYs the store made
     for topic, key in given + generated:
         ok, got = same(a, b, "by_unique_key", topic, key)
@@ -445,8 +514,12 @@ def test_query_by_queue_offset_in_range(a, b):
 
 @pytest.mark.parametrize("where", ["below the min", "pre-blank", "at the max", "unknown queue"])
 def test_query_by_queue_offset_out_of_range(a, b, where):
-    t, q, off = {"below the min": ("EqA", 0, 0), "pre-blank": (BLANK, 0, 1),
-                 "at the max": ("EqB", 1, queue_range(a, "EqB", 1)[1]), "unknown queue": ("EqA", UNKNOWN_QUEUE, 0)}[where]  # fmt: skip
+    t, q, off = {
+        "below the min": ("EqA", 0, 0),
+        "pre-blank": (BLANK, 0, 1),
+        "at the max": ("EqB", 1, queue_range(a, "EqB", 1)[1]),
+        "unknown queue": ("EqA", UNKNOWN_QUEUE, 0),
+    }[where]
     same(a, b, "by_offset", t, q, off)
 
 
@@ -499,16 +572,20 @@ def test_fetch_offset(a, b, workload):
 # ---------------------------------------------------------------------- input checks (codes only; row 21: messages differ)
 
 
-@pytest.mark.parametrize("method,args,kw", [
-    ("pull", ("EqA", 0, -1), {}),
-    ("pull", ("bad topic!", 0, 0), {}),
-    ("pull", ("EqA", 70_000, 0), {}),
-    ("by_offset", ("EqA", 0, -1), {}),
-    ("by_key", ("EqA", ""), {}),
-    ("by_msg_id", ("zz",), {}),
-    ("topic_status", ("bad topic!",), {}),
-    ("offset_at_time", ("EqA", 70_000, 0), {}),
-], ids=lambda x: repr(x)[:40])  # fmt: skip
+@pytest.mark.parametrize(
+    "method,args,kw",
+    [
+        ("pull", ("EqA", 0, -1), {}),
+        ("pull", ("bad topic!", 0, 0), {}),
+        ("pull", ("EqA", 70_000, 0), {}),
+        ("by_offset", ("EqA", 0, -1), {}),
+        ("by_key", ("EqA", ""), {}),
+        ("by_msg_id", ("zz",), {}),
+        ("topic_status", ("bad topic!",), {}),
+        ("offset_at_time", ("EqA", 70_000, 0), {}),
+    ],
+    ids=lambda x: repr(x)[:40],
+)
 def test_bad_questions_get_the_same_error(a, b, method, args, kw):
     ok, code, _ = same(a, b, method, *args, **kw)
     assert ok == "error" and code in ("INVALID_ARGUMENT", "RESOURCE_EXHAUSTED")

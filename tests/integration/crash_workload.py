@@ -49,18 +49,23 @@ GROUP = "g1"
 def store_config() -> StoreConfig:
     """Small files everywhere: a rollover every ~60 batches, many queue and index files."""
     return StoreConfig(
-        segment_bytes=SEGMENT_BYTES, flush_mode=FlushMode.SYNC, consume_queue_file_bytes=20 * 100,
-        index_hash_slots=64, index_max_entries=300, flush_consume_queue_interval_ms=100,
+        segment_bytes=SEGMENT_BYTES,
+        flush_mode=FlushMode.SYNC,
+        consume_queue_file_bytes=20 * 100,
+        index_hash_slots=64,
+        index_max_entries=300,
+        flush_consume_queue_interval_ms=100,
         checkpoint_interval_ms=100,
-    )  # fmt: skip
+    )
 
 
 def retention_config() -> RetentionConfig:
     """Everything not held by the dispatcher may go, one segment per run (the child
     runs it by hand; the background loop would wait an hour)."""
     every_hour = ";".join(f"{h:02d}" for h in range(24))
-    return RetentionConfig(file_reserved_hours=0, delete_when=every_hour, max_deletes_per_run=1,
-                           check_interval_ms=3_600_000)  # fmt: skip
+    return RetentionConfig(
+        file_reserved_hours=0, delete_when=every_hour, max_deletes_per_run=1, check_interval_ms=3_600_000
+    )
 
 
 WORKLOAD = r"""
@@ -151,8 +156,16 @@ class ChildRun:
     stderr: str = ""
 
 
-def run_child(store: Path, *, faults: str | None = None, kill_after_acks: int | None = None, kill_delay_s: float = 0.0,
-              power_image: Path | None = None, timeout_s: float = 60, **opts) -> ChildRun:  # fmt: skip
+def run_child(
+    store: Path,
+    *,
+    faults: str | None = None,
+    kill_after_acks: int | None = None,
+    kill_delay_s: float = 0.0,
+    power_image: Path | None = None,
+    timeout_s: float = 60,
+    **opts,
+) -> ChildRun:
     """Run WORKLOAD on ``store`` with the fault plan ``faults`` (MQSTORE_FAULTS), or
     SIGKILL it from here ``kill_delay_s`` after it acknowledged ``kill_after_acks``
     messages. With ``power_image`` the child runs in the power-loss test mode
@@ -164,8 +177,14 @@ def run_child(store: Path, *, faults: str | None = None, kill_after_acks: int | 
         env[POWER_STORE_ENV], env[POWER_IMAGE_ENV] = str(store), str(power_image)
     root = Path(__file__).resolve().parents[2]
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(root), env.get("PYTHONPATH")]))
-    proc = subprocess.Popen([sys.executable, "-c", WORKLOAD, str(store), json.dumps(opts)], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=env, cwd=root)  # fmt: skip
+    proc = subprocess.Popen(
+        [sys.executable, "-c", WORKLOAD, str(store), json.dumps(opts)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=root,
+    )
     run = ChildRun(0)
     lines: list[str] = []
     timer = threading.Timer(timeout_s, proc.kill)
@@ -213,7 +232,9 @@ def queue_contents(s: MessageStore) -> dict[tuple[str, int], dict[int, str]]:
         while offset < cq.max_offset:
             res = s.pull(topic, qid, offset, max_count=256)
             for r in res.records:
-                assert (r.topic, r.queue_id) == (topic, qid), f"{topic}:{qid}@{r.queue_offset} serves {r.topic}:{r.queue_id}"
+                assert (r.topic, r.queue_id) == (topic, qid), (
+                    f"{topic}:{qid}@{r.queue_offset} serves {r.topic}:{r.queue_id}"
+                )
                 got[r.queue_offset] = r.body.split(b"|")[0].decode()
             assert res.next_offset > offset, f"{topic}:{qid} is stuck at {offset} below its max {cq.max_offset}"
             offset = res.next_offset

@@ -37,12 +37,26 @@ def offsets_on_disk(store: Path) -> dict[tuple[str, int], int]:
     if st.value is None:
         return {}
     table, _ = st.value
-    return {(key.partition(TOPIC_GROUP_SEPARATOR)[0], qid): off for key, queues in table.items() for qid, off in queues.items()}
+    return {
+        (key.partition(TOPIC_GROUP_SEPARATOR)[0], qid): off
+        for key, queues in table.items()
+        for qid, off in queues.items()
+    }
 
 
 def crash_round(store: Path, image: Path, rng: random.Random, r: int, **opts):
-    run = run_child(store, power_image=image, kill_after_acks=rng.randrange(150, 600), kill_delay_s=rng.random() * 0.05,
-                    consume_every=0, consumer_threads=2, retention_every=0, slow_sync_ms=20, round=r, **opts)  # fmt: skip
+    run = run_child(
+        store,
+        power_image=image,
+        kill_after_acks=rng.randrange(150, 600),
+        kill_delay_s=rng.random() * 0.05,
+        consume_every=0,
+        consumer_threads=2,
+        retention_every=0,
+        slow_sync_ms=20,
+        round=r,
+        **opts,
+    )
     assert run.returncode == -signal.SIGKILL, run.stderr[-3000:]
     faults.power_cut(store, image)
     return run

@@ -73,8 +73,13 @@ def damage(path: Path, kind: str, rng: random.Random) -> str:
     return f"{n} random bytes at {at} of {path.name} ({len(data)} bytes)"
 
 
-CASES = [(base, target, kind, seed) for base in ("clean", "killed") for target in TARGETS for kind in ("truncate", "garbage")
-         for seed in range(SEEDS_PER_TARGET)]  # fmt: skip
+CASES = [
+    (base, target, kind, seed)
+    for base in ("clean", "killed")
+    for target in TARGETS
+    for kind in ("truncate", "garbage")
+    for seed in range(SEEDS_PER_TARGET)
+]
 
 
 @pytest.mark.crash
@@ -167,7 +172,9 @@ def test_checkpoint_ahead_of_the_data_is_not_trusted(tmp_path: Path, bases, base
     from mqstore.store.checkpoint_file import read_checkpoint, write_checkpoint
 
     store, expected = _copy(bases, base, tmp_path)
-    write_checkpoint(store, Checkpoint(physic_msg_timestamp=1 << 60, logics_msg_timestamp=1 << 61, index_msg_timestamp=1 << 62))
+    write_checkpoint(
+        store, Checkpoint(physic_msg_timestamp=1 << 60, logics_msg_timestamp=1 << 61, index_msg_timestamp=1 << 62)
+    )
     _open_close_verify(store, expected)
     cp = read_checkpoint(store)
     assert max(cp.physic_msg_timestamp, cp.logics_msg_timestamp, cp.index_msg_timestamp) < 1 << 50

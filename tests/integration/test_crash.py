@@ -75,12 +75,32 @@ class Ack:
 
 def _writer_cmd(store: Path, ack_log: Path, flush: str, producers: int) -> list[str]:
     return [
-        sys.executable, "-m", "mqstore.cli.main", "bench", "append",
-        "--store", str(store), "--messages", "100000000", "--body-size", str(BODY),
-        "--topics", str(TOPICS), "--queues", str(QUEUES), "--flush", flush,
-        "--producers", str(producers), "--batch", str(BATCH),
-        "--segment-bytes", str(SEGMENT), "--ack-log", str(ack_log),
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "mqstore.cli.main",
+        "bench",
+        "append",
+        "--store",
+        str(store),
+        "--messages",
+        "100000000",
+        "--body-size",
+        str(BODY),
+        "--topics",
+        str(TOPICS),
+        "--queues",
+        str(QUEUES),
+        "--flush",
+        flush,
+        "--producers",
+        str(producers),
+        "--batch",
+        str(BATCH),
+        "--segment-bytes",
+        str(SEGMENT),
+        "--ack-log",
+        str(ack_log),
+    ]
 
 
 def _acked_so_far(ack_log: Path) -> int:
@@ -118,7 +138,9 @@ class Writer:
             if n >= at_least or (elapsed >= soft_seconds and n >= floor):
                 return n
             if self.proc.poll() is not None:
-                pytest.fail(f"writer exited on its own (status {self.proc.returncode}) after {n} acks:\n{self.stderr()}")
+                pytest.fail(
+                    f"writer exited on its own (status {self.proc.returncode}) after {n} acks:\n{self.stderr()}"
+                )
             if elapsed > OVERALL_TIMEOUT_S:
                 pytest.fail(f"writer acknowledged only {n} messages in {elapsed:.1f} s:\n{self.stderr()}")
             time.sleep(0.02)
@@ -140,7 +162,14 @@ class Writer:
 
 
 def _crash_writer(
-    tmp_path: Path, store: Path, name: str, *, flush: str, producers: int, at_least: int = 20_000, soft_seconds: float = 3.0
+    tmp_path: Path,
+    store: Path,
+    name: str,
+    *,
+    flush: str,
+    producers: int,
+    at_least: int = 20_000,
+    soft_seconds: float = 3.0,
 ) -> list[Ack]:
     """Start a writer, let it acknowledge a while, kill -9 it, return its ack log."""
     ack_log = tmp_path / f"{name}.acks"
@@ -171,7 +200,9 @@ def _read_ack_log(path: Path) -> list[Ack]:
         acks.append(Ack(obj["msg_id"], obj["physical_offset"], obj["topic"], obj["queue_id"], obj["queue_offset"]))
     assert len({a.physical_offset for a in acks}) == len(acks), "an offset was acknowledged twice"
     assert len({a.msg_id for a in acks}) == len(acks), "a msgId was acknowledged twice"
-    assert len({(a.topic, a.queue_id, a.queue_offset) for a in acks}) == len(acks), "a queue offset was acknowledged twice"
+    assert len({(a.topic, a.queue_id, a.queue_offset) for a in acks}) == len(acks), (
+        "a queue offset was acknowledged twice"
+    )
     return acks
 
 
@@ -244,7 +275,9 @@ def _check_clean_prefix(walk: list[MessageRecord], cl: CommitLog, raw: RawSegmen
             )
             assert raw.blank_at(pos) == (phys - pos, BLANK_MAGIC), f"no BLANK fills the segment end at {pos}"
         key = (rec.topic, rec.queue_id)
-        assert rec.queue_offset == counts[key], f"{key}: queue offset {rec.queue_offset} at {phys}, expected {counts[key]}"
+        assert rec.queue_offset == counts[key], (
+            f"{key}: queue offset {rec.queue_offset} at {phys}, expected {counts[key]}"
+        )
         counts[key] += 1
         pos = phys + rec.total_size
     if pos != wrote:
@@ -303,7 +336,9 @@ def test_sync_flush_kill9_keeps_every_acknowledged_message(tmp_path: Path) -> No
         keys = [(topic_name(t), q) for t in range(TOPICS) for q in range(QUEUES)]
         assert set(counts) == set(keys) and set(max_acked) == set(keys)
         for key in keys:
-            assert cl.queue_offset(*key) == counts[key], f"{key}: next offset {cl.queue_offset(*key)} != {counts[key]} records"
+            assert cl.queue_offset(*key) == counts[key], (
+                f"{key}: next offset {cl.queue_offset(*key)} != {counts[key]} records"
+            )
             assert cl.queue_offset(*key) > max_acked[key]
 
         # A new batch lands where recovery cut the log and takes the next offsets.
@@ -365,7 +400,9 @@ def test_repeated_kill9_and_recovery_lose_nothing_acknowledged(tmp_path: Path) -
     prev_wrote = 0
     prev_next: dict[QueueKey, int] = {}
     for rnd, at_least in enumerate((12_000, 6_000, 16_000)):
-        acks = _crash_writer(tmp_path, store, f"round{rnd}", flush="sync", producers=4, at_least=at_least, soft_seconds=2.0)
+        acks = _crash_writer(
+            tmp_path, store, f"round{rnd}", flush="sync", producers=4, at_least=at_least, soft_seconds=2.0
+        )
         # This round's writer continued after what the last recovery kept.
         assert min(a.physical_offset for a in acks) >= prev_wrote
         for a in acks:

@@ -27,18 +27,52 @@ SEG = 1 << 20
 
 
 def run_and_kill(store: Path, ack: Path, flush: str, min_acks: int = 3000) -> list[dict]:
-    return kill_bench_append(store, ack, ["--body-size", "150", "--topics", "3", "--queues", "4", "--flush", flush,
-                                          "--producers", "2", "--batch", "100", "--segment-bytes", str(SEG),
-                                          "--index-hash-slots", "1000", "--index-max-entries", "4000"],
-                             min_acks=min_acks, settle_s=0.3)  # fmt: skip
+    return kill_bench_append(
+        store,
+        ack,
+        [
+            "--body-size",
+            "150",
+            "--topics",
+            "3",
+            "--queues",
+            "4",
+            "--flush",
+            flush,
+            "--producers",
+            "2",
+            "--batch",
+            "100",
+            "--segment-bytes",
+            str(SEG),
+            "--index-hash-slots",
+            "1000",
+            "--index-max-entries",
+            "4000",
+        ],
+        min_acks=min_acks,
+        settle_s=0.3,
+    )
 
 
 def kill_bench_append(store: Path, ack: Path, args: list[str], *, min_acks: int, settle_s: float) -> list[dict]:
     """`mqstore bench append` into ``store`` (with ``args``) in a child process,
     SIGKILLed ``settle_s`` after ``min_acks`` acknowledgements (about 120 bytes each
     in ``ack``): the acknowledged messages."""
-    cmd = [sys.executable, "-m", "mqstore.cli.main", "bench", "append", "--store", str(store), "--messages", "100000000",
-           "--ack-log", str(ack), *args]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "mqstore.cli.main",
+        "bench",
+        "append",
+        "--store",
+        str(store),
+        "--messages",
+        "100000000",
+        "--ack-log",
+        str(ack),
+        *args,
+    ]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 60
     try:
@@ -69,7 +103,10 @@ def check_consistent(store: Path, acked: list[dict]) -> None:
             units = cq.read_units(0, len(recs))
             for r, u in zip(recs, units):
                 assert (int(u["commitlog_offset"]), int(u["size"]), int(u["tags_code"])) == (
-                    r.physical_offset, r.total_size, tags_code(r.tags)), (topic, qid, r.queue_offset)  # fmt: skip
+                    r.physical_offset,
+                    r.total_size,
+                    tags_code(r.tags),
+                ), (topic, qid, r.queue_offset)
         assert sum(cq.max_offset for cq in s.consume_queues.all()) == len(records)
         offsets = {r.physical_offset for r in records}
         for a in acked:

@@ -20,15 +20,24 @@ import pytest
 from tests.integration.crash_workload import check_messages, open_store, run_child, verify_errors
 
 POINTS = [  # (point, n-th hit that kills): an early hit, and one after rollovers and retention runs
-    ("commitlog.written", 40), ("commitlog.written", 500),  # record in the page cache, not flushed, not acknowledged
-    ("commitlog.flushed_before_checkpoint", 40), ("commitlog.flushed_before_checkpoint", 300),  # checkpoint lags
-    ("checkpoint.write.tmp", 3), ("checkpoint.write.tmp", 15),  # new checkpoint under .tmp, not renamed
-    ("cq.write", 3), ("cq.write", 40),  # a consume-queue pwrite cut inside a unit
-    ("index.put", 40), ("index.put", 300),  # index entries and slots written, header not
-    ("config.write.tmp", 4), ("config.write.tmp", 60),  # config JSON .tmp written, not renamed
-    ("config.write.bak", 4), ("config.write.bak", 60),  # config JSON moved to .bak, .tmp not renamed yet
-    ("segment.rollover", 1), ("segment.rollover", 4),  # BLANK written, the new segment empty
-    ("retention.delete", 1), ("retention.delete", 3),  # a segment deleted, derived files not cleaned
+    ("commitlog.written", 40),
+    ("commitlog.written", 500),  # record in the page cache, not flushed, not acknowledged
+    ("commitlog.flushed_before_checkpoint", 40),
+    ("commitlog.flushed_before_checkpoint", 300),  # checkpoint lags
+    ("checkpoint.write.tmp", 3),
+    ("checkpoint.write.tmp", 15),  # new checkpoint under .tmp, not renamed
+    ("cq.write", 3),
+    ("cq.write", 40),  # a consume-queue pwrite cut inside a unit
+    ("index.put", 40),
+    ("index.put", 300),  # index entries and slots written, header not
+    ("config.write.tmp", 4),
+    ("config.write.tmp", 60),  # config JSON .tmp written, not renamed
+    ("config.write.bak", 4),
+    ("config.write.bak", 60),  # config JSON moved to .bak, .tmp not renamed yet
+    ("segment.rollover", 1),
+    ("segment.rollover", 4),  # BLANK written, the new segment empty
+    ("retention.delete", 1),
+    ("retention.delete", 3),  # a segment deleted, derived files not cleaned
 ]
 
 
@@ -37,7 +46,9 @@ POINTS = [  # (point, n-th hit that kills): an early hit, and one after rollover
 def test_kill_at_point_then_reopen(tmp_path: Path, point: str, nth: int) -> None:
     store = tmp_path / "store"
     run = run_child(store, faults=f"{point}=kill@{nth}")
-    assert run.returncode == -signal.SIGKILL, f"the child did not die at {point} (status {run.returncode}):\n{run.stderr[-3000:]}"
+    assert run.returncode == -signal.SIGKILL, (
+        f"the child did not die at {point} (status {run.returncode}):\n{run.stderr[-3000:]}"
+    )
     assert run.acks, "the child acknowledged nothing before the kill"
     s = open_store(store)
     try:
@@ -80,8 +91,11 @@ def test_index_put_cut_short_in_a_new_file_is_rebuilt_whole(tmp_path: Path) -> N
     slots, max_entries, t0 = 4, 5, 1_700_000_000_000
 
     def batch(msgs: list[int]) -> IndexEntries:
-        return IndexEntries(index_key_hashes([f"T#k{i % 3}" for i in msgs]), np.array([100 * (i + 1) for i in msgs]),
-                            np.array([t0 + 1000 * i for i in msgs]))  # fmt: skip
+        return IndexEntries(
+            index_key_hashes([f"T#k{i % 3}" for i in msgs]),
+            np.array([100 * (i + 1) for i in msgs]),
+            np.array([t0 + 1000 * i for i in msgs]),
+        )
 
     svc = IndexService(tmp_path, hash_slots=slots, max_entries=max_entries)
     svc.load(clean_shutdown=True, index_msg_timestamp=0)

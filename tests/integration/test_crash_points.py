@@ -77,8 +77,10 @@ while True:
 def crash_child(store: Path, point: str, crash_at: int) -> list[dict]:
     proc = subprocess.run(
         [sys.executable, "-c", CHILD, str(store), point, str(crash_at), str(SEG)],
-        capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == -signal.SIGKILL, proc.stderr
     return [json.loads(line) for line in proc.stdout.splitlines()]
 

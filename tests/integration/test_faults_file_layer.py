@@ -55,8 +55,13 @@ def plan():
 
 def _batch(i: int, n: int = 20, *, queues: int = 2, body: int = 200) -> MessageBatch:
     idx = range(i, i + n)
-    return MessageBatch(topics="T", bodies=[f"m{k:08d}".encode() + b"x" * body for k in idx],
-                        queue_ids=[k % queues for k in idx], keys=[f"k{k}" for k in idx], tags="A")  # fmt: skip
+    return MessageBatch(
+        topics="T",
+        bodies=[f"m{k:08d}".encode() + b"x" * body for k in idx],
+        queue_ids=[k % queues for k in idx],
+        keys=[f"k{k}" for k in idx],
+        tags="A",
+    )
 
 
 REOPEN = r"""
@@ -92,15 +97,21 @@ def reopen_in_child(tmp_path: Path, store: Path, expect: list[tuple[int, str]]) 
     records, pull every queue to its end, append once, close cleanly."""
     exp = tmp_path / "expect.json"
     exp.write_text(json.dumps(expect))
-    proc = subprocess.run([sys.executable, "-c", REOPEN, str(store), str(exp)], capture_output=True, text=True,
-                          timeout=120, check=False)  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "-c", REOPEN, str(store), str(exp)], capture_output=True, text=True, timeout=120, check=False
+    )
     assert proc.returncode == 0, proc.stderr[-4000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
 def verify(store: Path) -> None:
-    proc = subprocess.run([sys.executable, "-m", "mqstore.cli.main", "verify", "--store", str(store)],
-                          capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "-m", "mqstore.cli.main", "verify", "--store", str(store)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
 
 
@@ -169,7 +180,9 @@ def test_failed_sync_under_sync_flush_is_never_acknowledged(tmp_path: Path, plan
 
 def test_failed_periodic_flush_in_async_mode_flips_to_unwritable(tmp_path: Path, plan) -> None:
     store_dir = tmp_path / "store"
-    cfg = StoreConfig(flush_mode=FlushMode.ASYNC, flush_interval_ms=50, flush_least_pages=0, segment_bytes=256 << 10, **SMALL)
+    cfg = StoreConfig(
+        flush_mode=FlushMode.ASYNC, flush_interval_ms=50, flush_least_pages=0, segment_bytes=256 << 10, **SMALL
+    )
     expect: list[tuple[int, str]] = []
     s = MessageStore(store_dir, cfg)
     try:
@@ -252,8 +265,13 @@ def test_injected_enospc_at_segment_allocation(tmp_path: Path, plan) -> None:
 
 def _mount_tiny(mnt: Path, size: str) -> None:
     mnt.mkdir()
-    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(mnt)],
-                                           capture_output=True, check=False).returncode != 0:  # fmt: skip
+    if (
+        os.geteuid() != 0
+        or subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(mnt)], capture_output=True, check=False
+        ).returncode
+        != 0
+    ):
         pytest.skip("cannot mount a small tmpfs here (needs root)")
 
 
@@ -405,12 +423,17 @@ def _count_acks(path: Path) -> int:
 
 
 def _power_cut_writer(tmp_path: Path, mode: str, *, acks_wanted: int) -> tuple[Path, list[dict]]:
-    store, image, ack_log = tmp_path / "store", tmp_path / "image", tmp_path / "acks.log"  # the ack log is outside the store
+    store, image, ack_log = (
+        tmp_path / "store",
+        tmp_path / "image",
+        tmp_path / "acks.log",
+    )  # the ack log is outside the store
     env = dict(os.environ, **{faults.POWER_STORE_ENV: str(store), faults.POWER_IMAGE_ENV: str(image)})
     env.pop(faults.ENV, None)
     err = (tmp_path / "writer.stderr").open("wb")
-    proc = subprocess.Popen([sys.executable, "-c", WRITER, str(store), str(ack_log), mode], env=env, stderr=err,
-                            stdout=subprocess.DEVNULL)  # fmt: skip
+    proc = subprocess.Popen(
+        [sys.executable, "-c", WRITER, str(store), str(ack_log), mode], env=env, stderr=err, stdout=subprocess.DEVNULL
+    )
     try:
         t0 = time.monotonic()
         while _count_acks(ack_log) < acks_wanted or time.monotonic() - t0 < 1.5:
@@ -454,11 +477,17 @@ def _check_after_power_cut(tmp_path: Path, store: Path, acks: list[dict], *, dur
             continue
         rec = by_offset[a["off"]]
         assert (rec.body[:9], rec.topic, rec.queue_id, rec.queue_offset) == (
-            f"m{a['i']:08d}".encode(), a["topic"], a["queue"], a["qo"]), a  # fmt: skip
+            f"m{a['i']:08d}".encode(),
+            a["topic"],
+            a["queue"],
+            a["qo"],
+        ), a
     expect = [(a["off"], f"m{a['i']:08d}") for a in acks if a["end"] <= wrote]
     got = reopen_in_child(tmp_path, store, expect)
     assert got["missing"] == [] and got["after"] == "PUT_OK"
-    assert {k: v for k, v in got["queues"].items() if k.startswith("T")} == {f"{t}:{q}": n for (t, q), n in counts.items()}
+    assert {k: v for k, v in got["queues"].items() if k.startswith("T")} == {
+        f"{t}:{q}": n for (t, q), n in counts.items()
+    }
     verify(store)
     return missing
 

@@ -23,10 +23,32 @@ SLOTS, ENTRIES = 1000, 4000  # small files: several fill (and move the checkpoin
 
 
 def run_and_kill(store: Path, ack: Path, min_acks: int = 4000) -> list[dict]:
-    return kill_bench_append(store, ack, ["--body-size", "100", "--topics", "2", "--queues", "2", "--flush", "sync",
-                                          "--producers", "1", "--batch", "50", "--segment-bytes", str(SEG),
-                                          "--index-hash-slots", str(SLOTS), "--index-max-entries", str(ENTRIES)],
-                             min_acks=min_acks, settle_s=0.2)  # fmt: skip
+    return kill_bench_append(
+        store,
+        ack,
+        [
+            "--body-size",
+            "100",
+            "--topics",
+            "2",
+            "--queues",
+            "2",
+            "--flush",
+            "sync",
+            "--producers",
+            "1",
+            "--batch",
+            "50",
+            "--segment-bytes",
+            str(SEG),
+            "--index-hash-slots",
+            str(SLOTS),
+            "--index-max-entries",
+            str(ENTRIES),
+        ],
+        min_acks=min_acks,
+        settle_s=0.2,
+    )
 
 
 def duplicate_entries(store: Path) -> int:
@@ -57,7 +79,8 @@ def test_kill9_then_restarts_index_each_key_once(tmp_path: Path) -> None:
                 hits = [h.physical_offset for h in s.query_by_key(rec.topic, key, max_num=64)]
                 assert hits.count(rec.physical_offset) == 1, (key, a)
             assert [h.physical_offset for h in s.query_by_unique_key(rec.topic, rec.unique_key, max_num=1)] == [
-                rec.physical_offset]  # fmt: skip
+                rec.physical_offset
+            ]
     assert duplicate_entries(store) == 0
     report = verify_store(store, index_keys="full")
     assert report.ok and not report.of_kind("index_entry_duplicate"), report.findings

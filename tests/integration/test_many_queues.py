@@ -22,8 +22,13 @@ from mqstore.store.message_store import MessageStore
 from mqstore.store.reader import CommitLogReader
 
 BOUND = 16
-CFG = StoreConfig(segment_bytes=4 << 20, consume_queue_file_bytes=20 * 1000, index_hash_slots=4096,
-                  index_max_entries=50_000, max_open_queue_files=BOUND)  # fmt: skip
+CFG = StoreConfig(
+    segment_bytes=4 << 20,
+    consume_queue_file_bytes=20 * 1000,
+    index_hash_slots=4096,
+    index_max_entries=50_000,
+    max_open_queue_files=BOUND,
+)
 
 WRITER = r"""
 import sys, os

@@ -17,10 +17,21 @@ DLQ = "%DLQ%" + "d" * 250
 def test_v2_and_v1_records_become_the_same_columns(tmp_path: Path) -> None:
     topics = [RETRY, "Short", DLQ, RETRY, "T" * 127]
     with MessageStore(tmp_path, StoreConfig(segment_bytes=64 * 1024)) as s:
-        res = s.append(MessageBatch.of([
-            Message(t, f"body-{i}".encode(), queue_id=i % 2, tags=f"Tag{i}", keys=[f"k{i}"], properties={"p": str(i)})
-            for i, t in enumerate(topics)
-        ]))  # fmt: skip
+        res = s.append(
+            MessageBatch.of(
+                [
+                    Message(
+                        t,
+                        f"body-{i}".encode(),
+                        queue_id=i % 2,
+                        tags=f"Tag{i}",
+                        keys=[f"k{i}"],
+                        properties={"p": str(i)},
+                    )
+                    for i, t in enumerate(topics)
+                ]
+            )
+        )
     (batch,) = segment_batches(tmp_path / "commitlog" / f"{0:020d}", 0)
     cols = batch.to_pydict()
     assert cols["topic"] == topics

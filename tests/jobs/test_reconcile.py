@@ -30,7 +30,9 @@ from mqstore.store.reader import CommitLogReader
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]  # Spark
 
-CFG = StoreConfig(segment_bytes=1 << 20, consume_queue_file_bytes=20 * 100, index_hash_slots=512, index_max_entries=2048)
+CFG = StoreConfig(
+    segment_bytes=1 << 20, consume_queue_file_bytes=20 * 100, index_hash_slots=512, index_max_entries=2048
+)
 MESSAGES = 3600
 CHUNK = 128 << 10
 BODY_AT = 88  # a V1 record with IPv4 hosts: the body starts after the 88-byte head
@@ -53,11 +55,22 @@ def pristine(tmp_path_factory: pytest.TempPathFactory) -> Path:
     with MessageStore(path, CFG) as s:
         for i in range(MESSAGES // 60):
             born = Host("::1", 4321) if i == 7 else None  # one batch from an IPv6 producer
-            s.append(MessageBatch.of(
-                [Message(f"T{j % 3}", rng.bytes(60 + (i * 7 + j) % 400), queue_id=j % 4, tags=f"Tag{j % 5}",
-                         keys=[f"k{i}-{j}", f"order{i}"], properties={"shop": f"s{j % 7}"}, born_host=born)
-                 for j in range(60)]
-            ))  # fmt: skip
+            s.append(
+                MessageBatch.of(
+                    [
+                        Message(
+                            f"T{j % 3}",
+                            rng.bytes(60 + (i * 7 + j) % 400),
+                            queue_id=j % 4,
+                            tags=f"Tag{j % 5}",
+                            keys=[f"k{i}-{j}", f"order{i}"],
+                            properties={"shop": f"s{j % 7}"},
+                            born_host=born,
+                        )
+                        for j in range(60)
+                    ]
+                )
+            )
         s.commit_offset("g1", "T0", 0, 5)
     return path
 
@@ -71,7 +84,11 @@ def store(pristine: Path, tmp_path: Path) -> Path:
 def file_hashes(root: Path) -> dict[str, bytes]:
     import hashlib
 
-    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).digest() for p in sorted(root.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).digest()
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+    }
 
 
 def run(spark, store: Path, out: Path | None = None, **kw):
@@ -143,7 +160,9 @@ def missing_index_entry(store: Path) -> None:
     for base, path in CommitLogReader(store).segments:
         data = path.read_bytes()
         res = scan_records(data, 0, len(data), base_offset=base, fields=True)
-        parts.append(build_dispatch_batch(ScanChunk(res.positions + base, res.sizes, res.fields, data, base)).index_entries())
+        parts.append(
+            build_dispatch_batch(ScanChunk(res.positions + base, res.sizes, res.fields, data, base)).index_entries()
+        )
     hashes, phys, ts = (np.concatenate([p[i] for p in parts]) for i in range(3))
     drop = 3 * (MESSAGES // 2)  # the UNIQ_KEY entry of record MESSAGES // 2
     keep = np.arange(len(phys)) != drop
@@ -216,9 +235,16 @@ def test_damage_gives_exactly_its_finding(spark, store: Path, tmp_path: Path, da
     assert row[1] == "error" and row[2] and row[3]
     table = pq.read_table(out / "findings").to_pylist()
     assert [r for r in table if r["severity"] == "error"] == [
-        {"kind": kind, "severity": "error", "location": row[2], "detail": row[3], "file": table[0]["file"],
-         "position": table[0]["position"], "commitlog_offset": row[4] if row[4] >= 0 else None}
-    ]  # fmt: skip
+        {
+            "kind": kind,
+            "severity": "error",
+            "location": row[2],
+            "detail": row[3],
+            "file": table[0]["file"],
+            "position": table[0]["position"],
+            "commitlog_offset": row[4] if row[4] >= 0 else None,
+        }
+    ]
     summary = json.loads((out / "summary.json").read_text())
     assert summary["errors"] == 1 and summary["by_kind"][kind] == 1
 
@@ -235,10 +261,17 @@ def undecodable_record(store: Path) -> None:
     patch_commitlog(store, rec.physical_offset + 4, b"\x00\x11\x22\x33")
 
 
-@pytest.mark.parametrize(("damage", "kinds"), [
-    (queue_offset_skipped, {"queue_offset_sequence", "cq_wrong_record"}),
-    (undecodable_record, {"commitlog_corrupt_record", "cq_unit_dangling", "index_entry_dangling", "queue_offset_sequence"}),
-], ids=["queue_offset_skipped", "undecodable_record"])  # fmt: skip
+@pytest.mark.parametrize(
+    ("damage", "kinds"),
+    [
+        (queue_offset_skipped, {"queue_offset_sequence", "cq_wrong_record"}),
+        (
+            undecodable_record,
+            {"commitlog_corrupt_record", "cq_unit_dangling", "index_entry_dangling", "queue_offset_sequence"},
+        ),
+    ],
+    ids=["queue_offset_skipped", "undecodable_record"],
+)
 def test_more_damage_is_found(spark, store: Path, damage, kinds: set[str]) -> None:
     damage(store)
     result = run(spark, store)
@@ -266,7 +299,9 @@ def test_append_in_flight_is_not_an_error(spark, store: Path) -> None:
     assert row[1] == "info" and row[4] == end == result.flushed_offset
 
 
-def test_repair_output_equals_a_fresh_build_and_swaps_in_clean(spark, store: Path, pristine: Path, tmp_path: Path) -> None:
+def test_repair_output_equals_a_fresh_build_and_swaps_in_clean(
+    spark, store: Path, pristine: Path, tmp_path: Path
+) -> None:
     deleted_unit(store)
     wrong_tags_code(store)
     missing_index_entry(store)
@@ -275,8 +310,12 @@ def test_repair_output_equals_a_fresh_build_and_swaps_in_clean(spark, store: Pat
     before = file_hashes(store)
     result = run(spark, store, out, repair=True)
     assert file_hashes(store) == before  # never in place
-    assert set(error_kinds(result)) == {"cq_unit_missing", "cq_tags_mismatch", "index_key_missing",
-                                        "consumer_offset_past_end"}  # fmt: skip
+    assert set(error_kinds(result)) == {
+        "cq_unit_missing",
+        "cq_tags_mismatch",
+        "index_key_missing",
+        "consumer_offset_past_end",
+    }
     rep = out / "repair"
     assert sorted((q["topic"], q["queue_id"]) for q in result.repair["queues"]) == [("T0", 2), ("T1", 1)]
     for topic, qid in (("T0", 2), ("T1", 1)):  # the dispatcher built the pristine queues from scratch
@@ -314,13 +353,20 @@ def test_dataframe_has_one_row_per_message(spark, pristine: Path, tmp_path: Path
         w = want[r["physical_offset"]]
         assert (r["topic"], r["queue_id"], r["queue_offset"]) == (w.topic, w.queue_id, w.queue_offset)
         assert (r["store_timestamp"], r["born_timestamp"], r["sysflag"], r["flag"], r["body_crc"]) == (
-            w.store_timestamp, w.born_timestamp, w.sysflag, w.flag, w.body_crc)  # fmt: skip
+            w.store_timestamp,
+            w.born_timestamp,
+            w.sysflag,
+            w.flag,
+            w.body_crc,
+        )
         assert (r["tags"], r["keys"], r["unique_key"], r["msg_id"]) == (w.tags, w.keys, w.unique_key, w.msg_id)
         assert dict(r["properties"]) == w.properties and bytes(r["body"]) == w.body
         assert (r["born_host"], r["store_host"], r["total_size"]) == (str(w.born_host), str(w.store_host), w.total_size)
         assert r["segment"] == w.physical_offset - w.physical_offset % CFG.segment_bytes
     df.createOrReplaceTempView("messages")
-    per_topic = {r["topic"]: r["n"] for r in spark.sql("SELECT topic, count(*) AS n FROM messages GROUP BY topic").collect()}
+    per_topic = {
+        r["topic"]: r["n"] for r in spark.sql("SELECT topic, count(*) AS n FROM messages GROUP BY topic").collect()
+    }
     assert per_topic == {"T0": MESSAGES // 3, "T1": MESSAGES // 3, "T2": MESSAGES // 3}
     df.write.parquet(str(tmp_path / "messages.parquet"))
     assert pq.read_table(tmp_path / "messages.parquet").num_rows == MESSAGES
@@ -351,14 +397,18 @@ def test_checkpoint_without_confirm_offset_uses_its_physic_timestamp(spark, stor
 
 
 def cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "mqstore.cli.main", *args], capture_output=True, text=True, timeout=300,
-                          check=False)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", "mqstore.cli.main", *args], capture_output=True, text=True, timeout=300, check=False
+    )
 
 
 def test_bad_input_is_one_line_on_stderr(tmp_path: Path, pristine: Path) -> None:
     (tmp_path / "file").write_text("x")
-    for args in (["--store", str(tmp_path / "nothing")], ["--store", str(pristine), "--output", str(tmp_path / "file")],
-                 ["--store", str(pristine), "--repair"]):  # fmt: skip
+    for args in (
+        ["--store", str(tmp_path / "nothing")],
+        ["--store", str(pristine), "--output", str(tmp_path / "file")],
+        ["--store", str(pristine), "--repair"],
+    ):
         p = cli("reconcile", *args)
         assert p.returncode == 1, p
         assert p.stderr.startswith("mqstore: error:") and len(p.stderr.strip().splitlines()) == 1, p.stderr
@@ -387,7 +437,9 @@ def test_findings_agree_with_verify(spark, store: Path, damage) -> None:
     damage(store)
     report = verify_store(store, index_keys="full")
     result = run(spark, store)
-    assert {(k, result.kind_severity[k]) for k in result.by_kind} == {(f.kind, f.severity.value) for f in report.findings}
+    assert {(k, result.kind_severity[k]) for k in result.by_kind} == {
+        (f.kind, f.severity.value) for f in report.findings
+    }
     assert result.messages == report.messages
 
 

@@ -53,8 +53,21 @@ def test_the_entry_takes_every_option_of_the_command() -> None:
 
 
 def test_the_entry_refuses_bad_input_in_one_line(tmp_path: Path) -> None:
-    p = subprocess.run([sys.executable, str(PROJECT / "jobs" / "reconcile.py"), "--store", str(tmp_path / "none"),
-                        "--no-progress", "--index-keys", "off"], capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
+    p = subprocess.run(
+        [
+            sys.executable,
+            str(PROJECT / "jobs" / "reconcile.py"),
+            "--store",
+            str(tmp_path / "none"),
+            "--no-progress",
+            "--index-keys",
+            "off",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert p.returncode == 1, p
     assert p.stderr.startswith("mqstore: error: no store at") and len(p.stderr.strip().splitlines()) == 1, p.stderr
 
@@ -63,7 +76,9 @@ def test_the_entry_refuses_bad_input_in_one_line(tmp_path: Path) -> None:
 def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("submit-store") / "store"
     with MessageStore(path, StoreConfig(segment_bytes=1 << 20, index_hash_slots=64, index_max_entries=256)) as s:
-        s.append(MessageBatch.of([Message("T", f"m{i}".encode(), tags="TagA", keys=[f"k{i}"]) for i in range(MESSAGES)]))
+        s.append(
+            MessageBatch.of([Message("T", f"m{i}".encode(), tags="TagA", keys=[f"k{i}"]) for i in range(MESSAGES)])
+        )
     return path
 
 
@@ -82,9 +97,30 @@ def test_spark_submit_sh_runs_every_option_and_removes_its_zip(store: Path, tmp_
     tmp = tmp_path / "tmp"
     tmp.mkdir()
     out = tmp_path / "out"
-    p = subprocess.run(["bash", str(SCRIPT), "--store", str(store), "--output", str(out), "--no-progress",
-                        "--format", "json", "--chunk-mb", "1", "--index-keys", "sample", "--log-level", "warning"],
-                       env=submit_env(tmp), capture_output=True, text=True, timeout=300, check=False)  # fmt: skip
+    p = subprocess.run(
+        [
+            "bash",
+            str(SCRIPT),
+            "--store",
+            str(store),
+            "--output",
+            str(out),
+            "--no-progress",
+            "--format",
+            "json",
+            "--chunk-mb",
+            "1",
+            "--index-keys",
+            "sample",
+            "--log-level",
+            "warning",
+        ],
+        env=submit_env(tmp),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     assert p.returncode == 0, p.stderr[-3000:]
     summary = json.loads(p.stdout.strip().splitlines()[-1])
     assert summary["ok"] and summary["messages"] == MESSAGES
@@ -99,8 +135,13 @@ def test_spark_submit_sh_removes_its_zip_when_stopped(store: Path, tmp_path: Pat
     SIGINT alike) while spark-submit runs: the script exits 143, the folder is gone."""
     tmp = tmp_path / "tmp"
     tmp.mkdir()
-    proc = subprocess.Popen(["bash", str(SCRIPT), "--store", str(store), "--no-progress"], env=submit_env(tmp),
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)  # fmt: skip
+    proc = subprocess.Popen(
+        ["bash", str(SCRIPT), "--store", str(store), "--no-progress"],
+        env=submit_env(tmp),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
     try:
         t0 = time.monotonic()
         while not list(tmp.glob("mqstore-py-files.*/mqstore.zip")):

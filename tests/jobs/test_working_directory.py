@@ -56,7 +56,9 @@ def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("wd-store") / "store"
     with MessageStore(path, StoreConfig(segment_bytes=1 << 20, index_hash_slots=64, index_max_entries=256)) as s:
-        s.append(MessageBatch.of([Message("T", f"m{i}".encode(), tags="TagA", keys=[f"k{i}"]) for i in range(MESSAGES)]))
+        s.append(
+            MessageBatch.of([Message("T", f"m{i}".encode(), tags="TagA", keys=[f"k{i}"]) for i in range(MESSAGES)])
+        )
     return path
 
 
@@ -68,15 +70,22 @@ def normal_install(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def reconcile_from(cwd: Path, store: Path, env: dict[str, str]) -> subprocess.CompletedProcess:
-    return subprocess.run([str(MQSTORE), "reconcile", "--store", str(store), "--master", "local[1]", "--no-progress",
-                           "--format", "json"], cwd=cwd, env=env, capture_output=True, text=True, timeout=300,
-                          check=False)  # fmt: skip
+    return subprocess.run(
+        [str(MQSTORE), "reconcile", "--store", str(store), "--master", "local[1]", "--no-progress", "--format", "json"],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("install", ["as installed", "normal install"])
-def test_reconcile_runs_from_a_folder_holding_a_checkout(folder: Path, store: Path, normal_install: Path,
-                                                         install: str) -> None:  # fmt: skip
+def test_reconcile_runs_from_a_folder_holding_a_checkout(
+    folder: Path, store: Path, normal_install: Path, install: str
+) -> None:
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONSAFEPATH", "PYSPARK_PYTHON")}
     if install == "normal install":
         env["PYTHONPATH"] = str(normal_install)
@@ -98,9 +107,13 @@ def test_a_failed_spark_job_is_one_line() -> None:
         '  File "/venv/pyspark.zip/pyspark/serializers.py", line 483, in loads\n'
         "    return cloudpickle.loads(obj, encoding=encoding)\n           ^^^^^^^^^^^^^^^^^^^^^^^^\n"
         "AttributeError: Can't get attribute '_derived_task' on <module 'mqstore.jobs.reconcile'>\n SQLSTATE: 38000"
-    )  # fmt: skip
-    assert one_line(worker) == "AttributeError: Can't get attribute '_derived_task' on <module 'mqstore.jobs.reconcile'>"
-    java = RuntimeError("An error occurred while calling o42.collect.\n: org.apache.spark.SparkException: Job aborted\n"
-                        "\tat org.apache.spark.scheduler.DAGScheduler.failJobAndIndependentStages(DAGScheduler.scala:1)")
+    )
+    assert (
+        one_line(worker) == "AttributeError: Can't get attribute '_derived_task' on <module 'mqstore.jobs.reconcile'>"
+    )
+    java = RuntimeError(
+        "An error occurred while calling o42.collect.\n: org.apache.spark.SparkException: Job aborted\n"
+        "\tat org.apache.spark.scheduler.DAGScheduler.failJobAndIndependentStages(DAGScheduler.scala:1)"
+    )
     assert one_line(java) == "org.apache.spark.SparkException: Job aborted"
     assert one_line(RuntimeError("")) == "RuntimeError"

@@ -11,14 +11,19 @@ import grpc
 
 from mqstore.rpc.v1 import common_pb2
 from mqstore.services.query.client import FrontClient
-
 from mqstore.store.config import FlushMode, StoreConfig
 
 
 def small_config(**kw) -> StoreConfig:
     """Sync flush, 1 MiB segments (the dispatcher crosses BLANKs), a small index."""
-    base = dict(flush_mode=FlushMode.SYNC, segment_bytes=1 << 20, index_hash_slots=4096, index_max_entries=16384,
-                max_message_bytes=64 * 1024, consume_queue_file_bytes=1000 * 20)  # fmt: skip
+    base = dict(
+        flush_mode=FlushMode.SYNC,
+        segment_bytes=1 << 20,
+        index_hash_slots=4096,
+        index_max_entries=16384,
+        max_message_bytes=64 * 1024,
+        consume_queue_file_bytes=1000 * 20,
+    )
     base.update(kw)
     return StoreConfig(**base)
 
@@ -70,8 +75,9 @@ class Load:
         self.sent_batches = 0
         self._lock = threading.Lock()
         self._stop = threading.Event()
-        self._threads = [threading.Thread(target=self._run, args=(endpoint, topic, t, batch), daemon=True)
-                         for t in range(threads)]  # fmt: skip
+        self._threads = [
+            threading.Thread(target=self._run, args=(endpoint, topic, t, batch), daemon=True) for t in range(threads)
+        ]
         for t in self._threads:
             t.start()
 

@@ -27,8 +27,9 @@ def job_command(**env: str) -> list[str]:
     """The entrypoint's command line (MQSTORE_DRY_RUN=1 prints it, one argument a line)."""
     extra = env.pop("_extra", "").split()
     full = {**os.environ, "MQSTORE_DRY_RUN": "1", **env}
-    p = subprocess.run(["bash", str(DEPLOY / "serve-job.sh"), *extra], capture_output=True,
-                       text=True, env=full, timeout=10, check=True)  # fmt: skip
+    p = subprocess.run(
+        ["bash", str(DEPLOY / "serve-job.sh"), *extra], capture_output=True, text=True, env=full, timeout=10, check=True
+    )
     return p.stdout.splitlines()
 
 
@@ -99,13 +100,20 @@ def test_job_entrypoint_is_a_command_serve_accepts():
     assert params["host"] == "0.0.0.0" and params["port"] == 8080 and params["store"] == Path("/var/lib/mqstore")
     assert params["metrics_port"] == 9464 and params["metrics_port"] not in RAY_WORKER_PORTS
     # settings through the environment, options appended
-    argv = job_command(MQSTORE_SHARDS="3", MQSTORE_PLACEMENT="node", MQSTORE_PYTHON="/x/python", _extra="--segment-bytes 65536")
+    argv = job_command(
+        MQSTORE_SHARDS="3", MQSTORE_PLACEMENT="node", MQSTORE_PYTHON="/x/python", _extra="--segment-bytes 65536"
+    )
     params = parse_serve(serve_args(argv))
     assert argv[0] == "/x/python" and params["shards"] == 3 and params["segment_bytes"] == 65536
     assert params["placement"].value == "node"
     # every option it passes is in `mqstore serve --help`
-    help_text = subprocess.run([sys.executable, "-m", "mqstore.cli.main", "serve", "--help"], capture_output=True,
-                               text=True, timeout=60, env={**os.environ, "COLUMNS": "200"}).stdout  # fmt: skip
+    help_text = subprocess.run(
+        [sys.executable, "-m", "mqstore.cli.main", "serve", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "COLUMNS": "200"},
+    ).stdout
     for opt in (a for a in serve_args(job_command()) if a.startswith("--")):
         assert re.search(rf"{opt}\b", help_text), opt
     assert params["tls_cert"] is None  # no MQSTORE_TLS_DIR
@@ -123,6 +131,11 @@ def test_job_entrypoint_passes_a_tls_secret(tmp_path):
 
 
 def test_job_entrypoint_refuses_a_missing_interpreter():
-    p = subprocess.run(["bash", str(DEPLOY / "serve-job.sh")], capture_output=True, text=True, timeout=10,
-                       env={**os.environ, "MQSTORE_PYTHON": "/nonexistent/python"})  # fmt: skip
+    p = subprocess.run(
+        ["bash", str(DEPLOY / "serve-job.sh")],
+        capture_output=True,
+        text=True,
+        timeout=10,
+        env={**os.environ, "MQSTORE_PYTHON": "/nonexistent/python"},
+    )
     assert p.returncode == 1 and "MQSTORE_PYTHON" in p.stderr

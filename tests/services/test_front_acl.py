@@ -21,7 +21,12 @@ from mqstore.services.startup.local import LocalStack
 from tests.services.helpers import small_config, wait_dispatched
 
 C = grpc.StatusCode
-ROOT, PROD, CONS, TIE = ("root", "root-secret-1"), ("prod", "prod-secret-1"), ("cons", "cons-secret-1"), ("tie", "tie-secret-1")
+ROOT, PROD, CONS, TIE = (
+    ("root", "root-secret-1"),
+    ("prod", "prod-secret-1"),
+    ("cons", "cons-secret-1"),
+    ("tie", "tie-secret-1"),
+)
 ACL = {
     "users": [{"access_key": "root", "secret_key": ROOT[1], "admin": True}]
     + [{"access_key": u, "secret_key": s} for u, s in (PROD, CONS, TIE)],
@@ -72,11 +77,19 @@ def fails(call) -> tuple[grpc.StatusCode, str]:
 def test_unsigned_unknown_and_wrong_secret_are_unauthenticated(stack, monkeypatch):
     monkeypatch.delenv("MQSTORE_ACCESS_KEY", raising=False)
     monkeypatch.delenv("MQSTORE_SECRET_KEY", raising=False)
-    with client(stack, None) as anon, client(stack, ("nobody", "whatever-1")) as unknown, \
-            client(stack, ("prod", "not-the-secret")) as wrong:  # fmt: skip
+    with (
+        client(stack, None) as anon,
+        client(stack, ("nobody", "whatever-1")) as unknown,
+        client(stack, ("prod", "not-the-secret")) as wrong,
+    ):
         for c in (anon, unknown, wrong):
-            for call in (lambda: c.send("Orders", [b"x"]), lambda: c.pull("Orders", 0, 0), c.store_status,
-                         lambda: c.update_topic("Orders"), c.list_users):  # fmt: skip
+            for call in (
+                lambda: c.send("Orders", [b"x"]),
+                lambda: c.pull("Orders", 0, 0),
+                c.store_status,
+                lambda: c.update_topic("Orders"),
+                c.list_users,
+            ):
                 assert fails(call)[0] is C.UNAUTHENTICATED
         assert "not signed" in fails(lambda: anon.send("Orders", [b"x"]))[1]
         assert "unknown access key 'nobody'" in fails(unknown.store_status)[1]
@@ -84,7 +97,10 @@ def test_unsigned_unknown_and_wrong_secret_are_unauthenticated(stack, monkeypatc
     # headers by hand: a stale date-time, a signature over another date-time
     with client(stack, None) as raw:
         old = auth_metadata("prod", PROD[1], now=0)
-        assert "from the server's clock" in fails(lambda: raw.stub.StoreStatus(front_pb2.StoreStatusRequest(), metadata=old))[1]
+        assert (
+            "from the server's clock"
+            in fails(lambda: raw.stub.StoreStatus(front_pb2.StoreStatusRequest(), metadata=old))[1]
+        )
         a, d = auth_metadata("prod", PROD[1])[0], auth_metadata("prod", PROD[1], now=1e9)[1]
         code, msg = fails(lambda: raw.stub.StoreStatus(front_pb2.StoreStatusRequest(), metadata=[a, d]))
         assert code is C.UNAUTHENTICATED and "signature does not match" in msg
@@ -121,14 +137,16 @@ def test_sub_needs_sub_on_every_read(stack, root):
         assert [r.body for r in cons.query_by_unique_key("Orders", sent.unique_keys[0])] == [b"s1"]
         assert [r.body for r in cons.query_by_offset("Orders", 1, 0)] == [b"s1"]
         assert cons.offset_by_time("Orders", 1, 0) == 0 and cons.topic_status("Orders")
-        for call in (lambda: prod.pull("Orders", 1, 0),  # Pub only
-                     lambda: cons.pull("Payments", 0, 0),
-                     lambda: cons.pull("MyOrders", 0, 0),  # a prefix matches the start only
-                     lambda: cons.query_by_key("Payments", "k-pay"),
-                     lambda: cons.query_by_unique_key("Payments", pay.unique_keys[0]),
-                     lambda: cons.query_by_offset("Payments", 0, 0),
-                     lambda: cons.offset_by_time("Payments", 0, 0),
-                     lambda: cons.topic_status("Payments")):  # fmt: skip
+        for call in (
+            lambda: prod.pull("Orders", 1, 0),  # Pub only
+            lambda: cons.pull("Payments", 0, 0),
+            lambda: cons.pull("MyOrders", 0, 0),  # a prefix matches the start only
+            lambda: cons.query_by_key("Payments", "k-pay"),
+            lambda: cons.query_by_unique_key("Payments", pay.unique_keys[0]),
+            lambda: cons.query_by_offset("Payments", 0, 0),
+            lambda: cons.offset_by_time("Payments", 0, 0),
+            lambda: cons.topic_status("Payments"),
+        ):
             assert fails(call)[0] is C.PERMISSION_DENIED
         # by msgId: the record's topic decides, and the record is not returned
         code, msg = fails(lambda: cons.query_by_msg_id(pay.msg_ids[0]))
@@ -159,10 +177,12 @@ def test_offsets_need_sub_on_group_and_topic_and_admins_move_any(stack, root):
         cons.commit_offset("cg-1", "Orders", 2, 2)
         assert cons.fetch_offset("cg-1", "Orders", 2) == 2
         assert [(r.topic, r.queue_id) for r in cons.consumer_progress("cg-1")] == [("Orders", 2)]
-        for call in (lambda: cons.commit_offset("other", "Orders", 2, 3),  # another group
-                     lambda: cons.fetch_offset("other", "Orders", 2),
-                     lambda: cons.consumer_progress("other"),
-                     lambda: cons.commit_offset("cg-1", "Payments", 0, 0)):  # a topic it may not Sub
+        for call in (
+            lambda: cons.commit_offset("other", "Orders", 2, 3),  # another group
+            lambda: cons.fetch_offset("other", "Orders", 2),
+            lambda: cons.consumer_progress("other"),
+            lambda: cons.commit_offset("cg-1", "Payments", 0, 0),
+        ):  # a topic it may not Sub
             assert fails(call)[0] is C.PERMISSION_DENIED
         assert "may not Sub on Group:other" in fails(lambda: cons.commit_offset("other", "Orders", 2, 3))[1]
     root.commit_offset("cg-1", "Orders", 2, 3)  # an admin moves another group's offsets
@@ -172,8 +192,13 @@ def test_offsets_need_sub_on_group_and_topic_and_admins_move_any(stack, root):
 
 def test_admin_rpcs_change_and_persist_the_acl(stack, root, acl_file):
     with client(stack, PROD) as prod:
-        for call in (prod.list_users, prod.list_rules, lambda: prod.add_user("x", "x-secret-1"),
-                     lambda: prod.add_rule("prod", "*", ["Pub"]), lambda: prod.remove_user("cons")):  # fmt: skip
+        for call in (
+            prod.list_users,
+            prod.list_rules,
+            lambda: prod.add_user("x", "x-secret-1"),
+            lambda: prod.add_rule("prod", "*", ["Pub"]),
+            lambda: prod.remove_user("cons"),
+        ):
             code, msg = fails(call)
             assert code is C.PERMISSION_DENIED and "is not an admin" in msg
     users = root.list_users()
@@ -186,7 +211,12 @@ def test_admin_rpcs_change_and_persist_the_acl(stack, root, acl_file):
     with client(stack, ("dave", "dave-secret-1")) as dave:
         assert fails(lambda: dave.send("Logs", [b"x"], queue_ids=0))[0] is C.PERMISSION_DENIED
         r = root.add_rule("dave", "Topic:Log*", ["Pub"])
-        assert (r.rule.resource, list(r.rule.actions), r.rule.decision, r.replaced) == ("Topic:Log*", ["Pub"], "Allow", False)
+        assert (r.rule.resource, list(r.rule.actions), r.rule.decision, r.replaced) == (
+            "Topic:Log*",
+            ["Pub"],
+            "Allow",
+            False,
+        )
         assert list(dave.send("Logs", [b"x"], queue_ids=0).statuses) == [common_pb2.PUT_OK]
         assert fails(lambda: root.add_rule("dave", "Queue:x", ["Pub"]))[0] is C.INVALID_ARGUMENT
         assert fails(lambda: root.add_rule("nobody", "*", ["Pub"]))[0] is C.NOT_FOUND
@@ -221,8 +251,13 @@ def test_without_an_acl_every_call_is_anonymous_and_there_is_no_acl_to_change(tm
 
 def mq(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
     base = {k: v for k, v in os.environ.items() if k not in ("MQSTORE_ACCESS_KEY", "MQSTORE_SECRET_KEY")}
-    return subprocess.run([sys.executable, "-m", "mqstore.cli.main", *args], capture_output=True, text=True, timeout=60,
-                          env={**base, **(env or {})})  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", "mqstore.cli.main", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**base, **(env or {})},
+    )
 
 
 @pytest.mark.slow  # over 2 s: not in the fast tier (tests/README.md)
@@ -231,8 +266,23 @@ def test_cli_credentials_from_flags_and_environment(stack, root):
     wait_dispatched(root)
     server = ["--server", stack.front_endpoint]
     p = mq("pull", "--topic", "Orders", "--queue", "3", "--offset", "0", *server)
-    assert p.returncode == 1 and p.stderr.strip().splitlines()[-1].startswith("mqstore: error: UNAUTHENTICATED: the request is not signed")
-    p = mq("pull", "--topic", "Orders", "--queue", "3", "--offset", "0", *server, "--access-key", "cons", "--secret-key", CONS[1])
+    assert p.returncode == 1 and p.stderr.strip().splitlines()[-1].startswith(
+        "mqstore: error: UNAUTHENTICATED: the request is not signed"
+    )
+    p = mq(
+        "pull",
+        "--topic",
+        "Orders",
+        "--queue",
+        "3",
+        "--offset",
+        "0",
+        *server,
+        "--access-key",
+        "cons",
+        "--secret-key",
+        CONS[1],
+    )
     assert p.returncode == 0, p.stderr
     assert [json.loads(x)["body"] for x in p.stdout.splitlines()] == ["cli"]
     env = {"MQSTORE_ACCESS_KEY": "prod", "MQSTORE_SECRET_KEY": PROD[1]}
@@ -256,7 +306,8 @@ def test_cli_acl_commands_through_the_server(stack, acl_file):
     assert p.returncode == 0 and json.loads(p.stdout)["replaced"] is False, p.stderr
     p = mq("acl", "list-rules", "--user", "erin", "--format", "json", *admin, env=env)
     assert [json.loads(x) for x in p.stdout.splitlines()] == [
-        {"user": "erin", "resource": "Group:e*", "actions": ["Sub"], "decision": "Allow"}]
+        {"user": "erin", "resource": "Group:e*", "actions": ["Sub"], "decision": "Allow"}
+    ]
     p = mq("acl", "list-users", *admin, env=env)
     assert p.returncode == 0 and "erin" in p.stdout and erin["secret_key"] not in p.stdout and ROOT[1] not in p.stdout
     with FrontClient(stack.front_endpoint, access_key="erin", secret_key=erin["secret_key"]) as c:
@@ -283,7 +334,10 @@ def test_cli_acl_commands_on_a_file(tmp_path):
     assert stat.S_IMODE(os.stat(f).st_mode) == 0o600
     p = mq("acl", "add-user", "app", "--file", str(f), env={"MQSTORE_USER_SECRET": "app-secret-1"})
     assert p.returncode == 0 and json.loads(p.stdout)["secret_key"] == "app-secret-1"
-    for args in (["Topic:Orders", "--action", "Pub", "--action", "Sub"], ["Topic:Orders", "--action", "Sub", "--decision", "Deny"]):
+    for args in (
+        ["Topic:Orders", "--action", "Pub", "--action", "Sub"],
+        ["Topic:Orders", "--action", "Sub", "--decision", "Deny"],
+    ):
         assert mq("acl", "add-rule", "app", *args, "--file", str(f)).returncode == 0
     p = mq("acl", "list-rules", "--file", str(f))
     assert p.returncode == 0 and "Pub,Sub" in p.stdout and "Deny" in p.stdout

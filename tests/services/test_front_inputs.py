@@ -15,9 +15,9 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from mqstore.rpc.v1 import common_pb2, front_pb2
+from mqstore.services.common.server import sync_channel
 from mqstore.services.query.client import FrontClient
 from mqstore.services.startup.local import LocalStack
-from mqstore.services.common.server import sync_channel
 from mqstore.store import MessageBatch
 from mqstore.store.message_store import MessageStore
 from mqstore.store.schedule import SCHEDULE_TOPIC
@@ -53,8 +53,17 @@ def wrote(client) -> int:
     return client.store_status()[0].wrote_offset
 
 
-@pytest.mark.parametrize("topic", [SCHEDULE_TOPIC, "RMQ_SYS_TRANS_HALF_TOPIC", "RMQ_SYS_TRANS_OP_HALF_TOPIC",
-                                   "TRANS_CHECK_MAX_TIME_TOPIC", "SELF_TEST_TOPIC", "OFFSET_MOVED_EVENT"])  # fmt: skip
+@pytest.mark.parametrize(
+    "topic",
+    [
+        SCHEDULE_TOPIC,
+        "RMQ_SYS_TRANS_HALF_TOPIC",
+        "RMQ_SYS_TRANS_OP_HALF_TOPIC",
+        "TRANS_CHECK_MAX_TIME_TOPIC",
+        "SELF_TEST_TOPIC",
+        "OFFSET_MOVED_EVENT",
+    ],
+)
 def test_sends_to_reserved_topics_are_permission_denied(client, topic) -> None:
     before = wrote(client)
     with pytest.raises(grpc.RpcError) as e:
@@ -117,8 +126,9 @@ def test_bad_inputs_are_invalid_argument(client, what, columns) -> None:
 def _internal_append(stack, props: dict) -> None:
     """A record in the delay topic as a store written before the fix holds it (the
     internal append path, which the producers' checks do not guard)."""
-    stack.shards[0].shard.store.commitlog.append(MessageBatch(topics=SCHEDULE_TOPIC, bodies=[b"poison"], queue_ids=0,
-                                                              properties=props))  # fmt: skip
+    stack.shards[0].shard.store.commitlog.append(
+        MessageBatch(topics=SCHEDULE_TOPIC, bodies=[b"poison"], queue_ids=0, properties=props)
+    )
 
 
 def _delivered(client, topic: str, queue: int, body: bytes, timeout: float = 60.0) -> None:
@@ -173,12 +183,19 @@ def test_a_stopped_loop_makes_health_not_serving_and_status_names_it(tmp_path) -
         with sync_channel(st.shards[0].endpoint, auth=st.auth) as ch:
             health = health_pb2_grpc.HealthStub(ch)
             deadline = time.monotonic() + 10
-            while health.Check(health_pb2.HealthCheckRequest(service=""), timeout=5).status != health_pb2.HealthCheckResponse.NOT_SERVING:
+            while (
+                health.Check(health_pb2.HealthCheckRequest(service=""), timeout=5).status
+                != health_pb2.HealthCheckResponse.NOT_SERVING
+            ):
                 assert time.monotonic() < deadline, "health stayed SERVING with the delay scheduler gone"
                 time.sleep(0.1)
         (s,) = c.store_status()
         assert "delay_scheduler" in s.error and "SystemExit" in s.error
         assert [x.split(":")[0] for x in s.stopped_loops] == ["delay_scheduler"]
-        p = subprocess.run([sys.executable, "-m", "mqstore.cli.main", "status", "--server", st.front_endpoint],
-                           capture_output=True, text=True, timeout=60)  # fmt: skip
+        p = subprocess.run(
+            [sys.executable, "-m", "mqstore.cli.main", "status", "--server", st.front_endpoint],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert p.returncode == 1 and "delay_scheduler" in p.stdout, (p.stdout, p.stderr)

@@ -14,9 +14,9 @@ from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 from mqstore.formats.message import decode_record
 from mqstore.rpc.v1 import common_pb2, front_pb2
+from mqstore.services.common.server import sync_channel
 from mqstore.services.query.client import FrontClient, columns
 from mqstore.services.startup.local import LocalStack
-from mqstore.services.common.server import sync_channel
 from tests.services.helpers import code_of, small_config, wait_dispatched
 
 C = grpc.StatusCode
@@ -40,8 +40,9 @@ def client(stack):
 
 def test_send_then_pull_every_queue(client):
     bodies = [f"m{i}".encode() for i in range(400)]
-    res = client.send("PullTopic", bodies, tags=["TagA" if i % 2 else "TagB" for i in range(400)],
-                      keys=[f"k{i}" for i in range(400)])  # fmt: skip
+    res = client.send(
+        "PullTopic", bodies, tags=["TagA" if i % 2 else "TagB" for i in range(400)], keys=[f"k{i}" for i in range(400)]
+    )
     assert list(res.statuses) == [common_pb2.PUT_OK] * 400
     assert sorted(set(res.queue_ids)) == [0, 1, 2, 3]  # automatic ids: round robin over 4 write queues
     wait_dispatched(client)
@@ -81,8 +82,13 @@ def test_pull_with_tags_and_raw(client):
 
 def test_every_query(client):
     t0 = int(time.time() * 1000)
-    res = client.send("QueryTopic", [b"first", b"second", b"third"], queue_ids=1, keys=["order-1", "order-1 x", "order-2"],
-                      unique_keys=["U1", "U2", "U3"])  # fmt: skip
+    res = client.send(
+        "QueryTopic",
+        [b"first", b"second", b"third"],
+        queue_ids=1,
+        keys=["order-1", "order-1 x", "order-2"],
+        unique_keys=["U1", "U2", "U3"],
+    )
     wait_dispatched(client)
     assert client.query_by_msg_id(res.msg_ids[1])[0].body == b"second"
     assert [r.body for r in client.query_by_unique_key("QueryTopic", "U3")] == [b"third"]
@@ -105,7 +111,9 @@ def test_consumer_offsets(client):
     client.commit_offset("g1", "OffsetTopic", 2, 3)
     assert client.fetch_offset("g1", "OffsetTopic", 2) == 3
     rows = client.consumer_progress("g1")
-    assert [(r.topic, r.queue_id, r.broker_offset, r.consumer_offset, r.lag) for r in rows] == [("OffsetTopic", 2, 5, 3, 2)]
+    assert [(r.topic, r.queue_id, r.broker_offset, r.consumer_offset, r.lag) for r in rows] == [
+        ("OffsetTopic", 2, 5, 3, 2)
+    ]
     assert code_of(lambda: client.commit_offset("g1", "OffsetTopic", 2, 6)) is C.INVALID_ARGUMENT  # past the max
 
 
@@ -129,8 +137,11 @@ BAD_FRONT = [
     ("column length", lambda c: c.send("T", [b"x", b"y"], tags=["a", "b", "c"]), C.INVALID_ARGUMENT),
     ("one unique key for two", lambda c: c.send("T", [b"x", b"y"], unique_keys=["u"]), C.INVALID_ARGUMENT),
     ("separator in tags", lambda c: c.send("T", [b"x"], tags="a\x01b"), C.INVALID_ARGUMENT),
-    ("bad born host", lambda c: c.send_columns(columns("T", [b"x"]).__class__(topics=["T"], bodies=[b"x"],
-                                                                              born_hosts=["nohost"])), C.INVALID_ARGUMENT),
+    (
+        "bad born host",
+        lambda c: c.send_columns(columns("T", [b"x"]).__class__(topics=["T"], bodies=[b"x"], born_hosts=["nohost"])),
+        C.INVALID_ARGUMENT,
+    ),
     ("body too large", lambda c: c.send("T", [_big(65 * 1024)]), C.RESOURCE_EXHAUSTED),
     ("batch too long", lambda c: c.send("T", [b"x"] * 10_001), C.RESOURCE_EXHAUSTED),
     ("negative pull offset", lambda c: c.pull("T", 0, -1), C.INVALID_ARGUMENT),
@@ -155,14 +166,20 @@ BAD_FRONT = [
 def test_bad_request_gets_its_code_and_the_server_keeps_answering(client, name, call, code):
     client.send("Alive", [b"x"], queue_ids=0)  # something to pull afterwards
     assert code_of(lambda: call(client)) is code
-    assert client.pull("Alive", 0, 0).status in (front_pb2.FOUND, front_pb2.NO_NEW_MESSAGE, front_pb2.NO_MESSAGE_IN_QUEUE)
+    assert client.pull("Alive", 0, 0).status in (
+        front_pb2.FOUND,
+        front_pb2.NO_NEW_MESSAGE,
+        front_pb2.NO_MESSAGE_IN_QUEUE,
+    )
 
 
 def test_garbage_bytes_are_invalid_argument_and_do_not_kill_the_server(stack, client):
     """Bytes that are not the request message: INVALID_ARGUMENT naming the method, on
     the front and (with the secret) on an internal server."""
-    for endpoint, method, auth in ((stack.front_endpoint, "/mqstore.v1.FrontService/SendBatch", None),
-                                   (stack.shards[0].endpoint, "/mqstore.v1.CommitLogService/AppendBatch", stack.auth)):  # fmt: skip
+    for endpoint, method, auth in (
+        (stack.front_endpoint, "/mqstore.v1.FrontService/SendBatch", None),
+        (stack.shards[0].endpoint, "/mqstore.v1.CommitLogService/AppendBatch", stack.auth),
+    ):
         with sync_channel(endpoint, auth=auth) as ch:
             call = ch.unary_unary(method, request_serializer=None, response_deserializer=None)
             with pytest.raises(grpc.RpcError) as e:
@@ -172,24 +189,36 @@ def test_garbage_bytes_are_invalid_argument_and_do_not_kill_the_server(stack, cl
 
 
 def test_health_and_reflection_on_every_server(stack):
-    servers = {stack.front_endpoint: "mqstore.v1.FrontService", stack.shards[0].endpoint: "mqstore.v1.CommitLogService",
-               stack.queue_builders[0].endpoint: "mqstore.v1.ConsumeQueueService",
-               stack.index_builders[0].endpoint: "mqstore.v1.IndexService",
-               stack.dispatchers[0].endpoint: "mqstore.v1.DispatcherService"}  # fmt: skip
+    servers = {
+        stack.front_endpoint: "mqstore.v1.FrontService",
+        stack.shards[0].endpoint: "mqstore.v1.CommitLogService",
+        stack.queue_builders[0].endpoint: "mqstore.v1.ConsumeQueueService",
+        stack.index_builders[0].endpoint: "mqstore.v1.IndexService",
+        stack.dispatchers[0].endpoint: "mqstore.v1.DispatcherService",
+    }
     for endpoint, service in servers.items():
         with sync_channel(endpoint, auth=None if endpoint == stack.front_endpoint else stack.auth) as ch:
             health = health_pb2_grpc.HealthStub(ch)
             for name in ("", service):
-                assert health.Check(health_pb2.HealthCheckRequest(service=name), timeout=5).status == health_pb2.HealthCheckResponse.SERVING
+                assert (
+                    health.Check(health_pb2.HealthCheckRequest(service=name), timeout=5).status
+                    == health_pb2.HealthCheckResponse.SERVING
+                )
             refl = reflection_pb2_grpc.ServerReflectionStub(ch)
-            answers = refl.ServerReflectionInfo(iter([reflection_pb2.ServerReflectionRequest(list_services="")]), timeout=5)
+            answers = refl.ServerReflectionInfo(
+                iter([reflection_pb2.ServerReflectionRequest(list_services="")]), timeout=5
+            )
             names = {s.name for a in answers for s in a.list_services_response.service}
             assert service in names and "grpc.health.v1.Health" in names
     for endpoint in list(servers)[1:]:  # internal servers: reflection (a stream) without the secret is refused too
         with sync_channel(endpoint) as ch:
             refl = reflection_pb2_grpc.ServerReflectionStub(ch)
             with pytest.raises(grpc.RpcError) as e:
-                list(refl.ServerReflectionInfo(iter([reflection_pb2.ServerReflectionRequest(list_services="")]), timeout=5))
+                list(
+                    refl.ServerReflectionInfo(
+                        iter([reflection_pb2.ServerReflectionRequest(list_services="")]), timeout=5
+                    )
+                )
             assert e.value.code() is grpc.StatusCode.UNAUTHENTICATED
 
 

@@ -68,10 +68,17 @@ def test_index_builder_restarts_index_nothing_twice(tmp_path: Path) -> None:
     try:
         for round_ in range(4):
             chs, (cl, _, _) = parts.stubs()
-            cl.AppendBatch(commitlog_pb2.AppendBatchRequest(messages=common_pb2.MessageColumns(
-                topics=["R"], bodies=[b"%04d" % (sent + i) for i in range(20)], queue_ids=[0],
-                keys=[f"r{sent + i} round{round_}" for i in range(20)],
-                unique_keys=[f"U{(sent + i) // 2}" for i in range(20)])))  # fmt: skip
+            cl.AppendBatch(
+                commitlog_pb2.AppendBatchRequest(
+                    messages=common_pb2.MessageColumns(
+                        topics=["R"],
+                        bodies=[b"%04d" % (sent + i) for i in range(20)],
+                        queue_ids=[0],
+                        keys=[f"r{sent + i} round{round_}" for i in range(20)],
+                        unique_keys=[f"U{(sent + i) // 2}" for i in range(20)],
+                    )
+                )
+            )
             sent += 20
             wrote = cl.GetOffsets(commitlog_pb2.GetOffsetsRequest()).wrote_offset
             for _ in range(1000):  # until the index builder has everything

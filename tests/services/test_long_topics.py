@@ -25,8 +25,13 @@ def test_long_retry_topics_over_the_services(tmp_path) -> None:
     cfg = small_config()
     with LocalStack(tmp_path, cfg) as st, FrontClient(st.front_endpoint) as c:
         assert st.wait_ready(60)
-        res = c.send(RETRY, [f"r{i}".encode() for i in range(6)], queue_ids=[i % 2 for i in range(6)],
-                     keys=[f"k{i}" for i in range(6)], tags=["TagA" if i % 2 else "TagB" for i in range(6)])  # fmt: skip
+        res = c.send(
+            RETRY,
+            [f"r{i}".encode() for i in range(6)],
+            queue_ids=[i % 2 for i in range(6)],
+            keys=[f"k{i}" for i in range(6)],
+            tags=["TagA" if i % 2 else "TagB" for i in range(6)],
+        )
         assert list(res.statuses) == [common_pb2.PUT_OK] * 6
         assert c.send(DLQ, [b"dead"], queue_ids=0).statuses[0] == common_pb2.PUT_OK
         wait_dispatched(c)
@@ -35,7 +40,10 @@ def test_long_retry_topics_over_the_services(tmp_path) -> None:
         assert all(r.topic == RETRY for r in p.records)
         raw = c.pull(RETRY, 0, 0, raw=True).raw_records
         assert [(decode_record(b).magic, decode_record(b).topic, decode_record(b).body) for b in raw] == [
-            (MAGIC_V2, RETRY, b"r0"), (MAGIC_V2, RETRY, b"r2"), (MAGIC_V2, RETRY, b"r4")]  # fmt: skip
+            (MAGIC_V2, RETRY, b"r0"),
+            (MAGIC_V2, RETRY, b"r2"),
+            (MAGIC_V2, RETRY, b"r4"),
+        ]
         assert [r.body for r in c.pull(RETRY, 1, 0, tags="TagA").records] == [b"r1", b"r3", b"r5"]
         (by_id,) = c.query_by_msg_id(res.msg_ids[3])
         assert (by_id.topic, by_id.body, by_id.queue_id, by_id.queue_offset) == (RETRY, b"r3", 1, 1)

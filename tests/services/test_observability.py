@@ -15,14 +15,14 @@ import grpc
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from mqstore.services.query.client import FrontClient
 from mqstore.services.commitlog.servicer import CommitLogServicer
+from mqstore.services.commitlog.state import Shard
+from mqstore.services.common.internal_auth import InternalAuth
 from mqstore.services.common.peers import fixed
+from mqstore.services.common.server import ServerThread, start_grpc_server
+from mqstore.services.query.client import FrontClient
 from mqstore.services.query.host import FrontHost
 from mqstore.services.startup.local import LocalStack
-from mqstore.services.common.internal_auth import InternalAuth
-from mqstore.services.common.server import ServerThread, start_grpc_server
-from mqstore.services.commitlog.state import Shard
 from tests.services.helpers import code_of, free_port, small_config, wait_dispatched
 
 pytestmark = pytest.mark.timeout(120)
@@ -35,8 +35,11 @@ def mq(*args: str) -> subprocess.CompletedProcess:
 def scrape(port: int) -> dict[tuple[str, tuple], float]:
     """{(sample name, sorted labels): value} from http://127.0.0.1:port/metrics."""
     text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
-    return {(s.name, tuple(sorted(s.labels.items()))): s.value
-            for fam in text_string_to_metric_families(text) for s in fam.samples}  # fmt: skip
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for fam in text_string_to_metric_families(text)
+        for s in fam.samples
+    }
 
 
 def total(samples: dict, name: str, **labels) -> float:
@@ -81,7 +84,11 @@ def test_metrics_endpoint_moves_with_sends_and_queries(stack):
     assert moved("mqstore_shard_append_seconds_bucket", le="+Inf") == 8
     for shard in ("0", "1"):
         assert total(after, "mqstore_shard_dispatch_lag_bytes", shard=shard) == 0  # dispatched
-        assert total(after, "mqstore_shard_commitlog_bytes", shard=shard) == total(after, "mqstore_shard_wrote_offset", shard=shard) > 0
+        assert (
+            total(after, "mqstore_shard_commitlog_bytes", shard=shard)
+            == total(after, "mqstore_shard_wrote_offset", shard=shard)
+            > 0
+        )
         assert total(after, "mqstore_shard_queues", shard=shard) >= 1
         assert total(after, "mqstore_shard_writable", shard=shard) == 1
         assert total(after, "mqstore_shard_disk_free_bytes", shard=shard) > 0
@@ -93,8 +100,20 @@ def test_status_command_reads_the_front(stack):
     p = mq("status", "--server", st.front_endpoint)
     assert p.returncode == 0, p.stderr
     header, *rows = p.stdout.splitlines()
-    for col in ("shard", "state", "writable", "recovery", "wrote", "flushed", "dispatched", "dispatch_lag", "queues",
-                "commitlog", "disk_free", "builders"):  # fmt: skip
+    for col in (
+        "shard",
+        "state",
+        "writable",
+        "recovery",
+        "wrote",
+        "flushed",
+        "dispatched",
+        "dispatch_lag",
+        "queues",
+        "commitlog",
+        "disk_free",
+        "builders",
+    ):
         assert col in header.split()
     assert len(rows) == 2 and all(" SERVING " in r and " yes " in r and "SERVING/SERVING" in r for r in rows), p.stdout
     p = mq("status", "--server", st.front_endpoint, "--format", "json")
@@ -118,12 +137,17 @@ def test_status_of_a_recovering_shard_and_an_unreachable_one(tmp_path):
     sh.progress.advance(420)
     server = t.run(start_grpc_server("127.0.0.1", 0, [CommitLogServicer(sh).registration()], serving=False))
     dead = f"127.0.0.1:{free_port()}"  # nothing listens there
-    front = FrontHost([({"cl": fixed(f"127.0.0.1:{server.port}")}, None), ({"cl": fixed(dead)}, None)],
-                      auth=InternalAuth.new())  # fmt: skip
+    front = FrontHost(
+        [({"cl": fixed(f"127.0.0.1:{server.port}")}, None), ({"cl": fixed(dead)}, None)], auth=InternalAuth.new()
+    )
     try:
         with FrontClient(front.endpoint) as c:
             recovering, gone = c.store_status()
-        assert (recovering.state, recovering.recovery_phase, recovering.recovery_percent) == ("RECOVERING", "commitlog", 42)
+        assert (recovering.state, recovering.recovery_phase, recovering.recovery_percent) == (
+            "RECOVERING",
+            "commitlog",
+            42,
+        )
         assert gone.state == "UNAVAILABLE" and gone.error.startswith("UNAVAILABLE")
         p = mq("status", "--server", front.endpoint)
         assert p.returncode == 1
@@ -144,11 +168,18 @@ def test_local_status_command(tmp_path):
 
 
 def test_actor_logs_carry_component_and_shard():
-    code = ("from mqstore.logging import configure_logging; import structlog; "
-            "configure_logging(level='info', context={'component': 'shard', 'shard': 3}); "
-            "structlog.get_logger('x').info('hello', a=1); structlog.get_logger('y').info('mine', shard=9)")  # fmt: skip
-    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
-                       env={**os.environ, "PYTHONPATH": os.getcwd()})  # fmt: skip
+    code = (
+        "from mqstore.logging import configure_logging; import structlog; "
+        "configure_logging(level='info', context={'component': 'shard', 'shard': 3}); "
+        "structlog.get_logger('x').info('hello', a=1); structlog.get_logger('y').info('mine', shard=9)"
+    )
+    p = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PYTHONPATH": os.getcwd()},
+    )
     first, second = (json.loads(x) for x in p.stderr.splitlines())
     assert first["event"] == "hello" and first["component"] == "shard" and first["shard"] == 3 and first["a"] == 1
     assert second["shard"] == 9  # an event's own field wins
@@ -163,8 +194,14 @@ def test_a_shard_whose_layout_does_not_match_fails_and_says_why(tmp_path):
 
     pin_layout(tmp_path, 2)
     auth = InternalAuth.new()
-    host = ShardHost(tmp_path / "shard-0", small_config(), index=0, layout=(tmp_path, 3),
-                     resolve_queues=fixed("127.0.0.1:1"), auth=auth)  # fmt: skip
+    host = ShardHost(
+        tmp_path / "shard-0",
+        small_config(),
+        index=0,
+        layout=(tmp_path, 3),
+        resolve_queues=fixed("127.0.0.1:1"),
+        auth=auth,
+    )
     front = FrontHost([({"cl": fixed(host.endpoint)}, None)], auth=auth)
     try:
         assert host.wait_ready(30) is False

@@ -16,17 +16,24 @@ PROTOS = sorted((ROOT / "proto" / "mqstore" / "v1").glob("*.proto"))
 
 def test_regenerating_the_stubs_changes_nothing(tmp_path):
     out = tmp_path / "v1"
-    subprocess.run(["bash", str(ROOT / "scripts" / "gen_proto.sh"), str(out)], check=True,
-                   env={**os.environ, "PYTHON": sys.executable})  # fmt: skip
+    subprocess.run(
+        ["bash", str(ROOT / "scripts" / "gen_proto.sh"), str(out)],
+        check=True,
+        env={**os.environ, "PYTHON": sys.executable},
+    )
     committed = ROOT / "mqstore" / "rpc" / "v1"
     generated = sorted(p.name for p in out.iterdir())
-    assert generated == sorted(p.name for p in committed.iterdir() if p.suffix in (".py", ".pyi") and p.name != "__init__.py")
+    assert generated == sorted(
+        p.name for p in committed.iterdir() if p.suffix in (".py", ".pyi") and p.name != "__init__.py"
+    )
     match, mismatch, errors = filecmp.cmpfiles(out, committed, generated, shallow=False)
     assert not mismatch and not errors, f"stale stubs (run bash scripts/gen_proto.sh): {mismatch + errors}"
 
 
 def test_every_declaration_is_documented():
-    decl = re.compile(r"^\s*(rpc |message |enum |service |(repeated |optional )?[\w.<>, ]+ \w+ = \d+;|[A-Z_0-9]+ = \d+;)")
+    decl = re.compile(
+        r"^\s*(rpc |message |enum |service |(repeated |optional )?[\w.<>, ]+ \w+ = \d+;|[A-Z_0-9]+ = \d+;)"
+    )
     undocumented = []
     for path in PROTOS:
         lines = path.read_text().splitlines()

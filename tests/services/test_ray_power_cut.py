@@ -54,8 +54,16 @@ def test_a_power_cut_of_the_served_shard_loses_nothing_acknowledged(tmp_path: Pa
     root.mkdir()
     PowerImage(root, image)  # the image starts as the (empty) store, before any actor writes
     env = {faults.POWER_STORE_ENV: str(root), faults.POWER_IMAGE_ENV: str(image)}
-    ray.init(address="local", num_cpus=2, include_dashboard=False, object_store_memory=256 << 20,
-             _node_ip_address="127.0.0.1", namespace=NS, log_to_driver=False, runtime_env={"env_vars": env})  # fmt: skip
+    ray.init(
+        address="local",
+        num_cpus=2,
+        include_dashboard=False,
+        object_store_memory=256 << 20,
+        _node_ip_address="127.0.0.1",
+        namespace=NS,
+        log_to_driver=False,
+        runtime_env={"env_vars": env},
+    )
     try:
         dep = start_deployment(root, small_config(), port=free_port(), namespace=NS, internal_host="127.0.0.1")
         assert dep.wait_ready(120)

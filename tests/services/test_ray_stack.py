@@ -28,8 +28,15 @@ NS = "mqstore-test"
 def deployment(tmp_path_factory):
     from mqstore.services.startup.deployment import start_deployment
 
-    ray.init(address="local", num_cpus=2, include_dashboard=False, object_store_memory=256 << 20,
-             _node_ip_address="127.0.0.1", namespace=NS, log_to_driver=False)  # fmt: skip
+    ray.init(
+        address="local",
+        num_cpus=2,
+        include_dashboard=False,
+        object_store_memory=256 << 20,
+        _node_ip_address="127.0.0.1",
+        namespace=NS,
+        log_to_driver=False,
+    )
     root = tmp_path_factory.mktemp("ray")
     dep = start_deployment(root, small_config(), port=free_port(), namespace=NS, internal_host="127.0.0.1")
     try:
@@ -53,8 +60,10 @@ def test_actors_are_named_and_serve_grpc(deployment, client):
     dep, _ = deployment
     for name in (shard_name(0), builder_name("consumequeue", 0), builder_name("index", 0)):
         assert ray.get(ray.get_actor(name, namespace=NS).endpoint.remote()).startswith("127.0.0.1:")
-    pids = {ray.get(a.pid.remote()) for a in (dep.shards[0], dep.queue_builders[0], dep.index_builders[0],
-                                              dep.dispatchers[0], dep.front)}  # fmt: skip
+    pids = {
+        ray.get(a.pid.remote())
+        for a in (dep.shards[0], dep.queue_builders[0], dep.index_builders[0], dep.dispatchers[0], dep.front)
+    }
     assert len(pids) == 5  # a process each
     assert ray.get(ray.get_actor(dispatcher_name(0), namespace=NS).status.remote())["running"]
     res = client.send("RayTopic", [b"one", b"two"], queue_ids=1, keys="rk", tags="T")
@@ -143,8 +152,11 @@ def test_sends_in_flight_when_the_commitlog_is_killed_are_answered(deployment, c
     time.sleep(12)  # the restart (about 3 s), then sends succeed again
     load.stop()
     assert ray.get(dep.shards[0].wait_ready.remote(60))
-    late = [(round(t0 - killed_at, 2), round(t1 - max(t0, killed_at), 2), code) for t0, t1, code in load.calls
-            if t1 - max(t0, killed_at) > 10]  # fmt: skip
+    late = [
+        (round(t0 - killed_at, 2), round(t1 - max(t0, killed_at), 2), code)
+        for t0, t1, code in load.calls
+        if t1 - max(t0, killed_at) > 10
+    ]
     assert not late, late
     after = [code for t0, _, code in load.calls if t0 > killed_at + 8]
     assert after and set(after) == {"OK"}, Counter(after)  # back to normal once the actor is back

@@ -27,7 +27,7 @@ README_ADDRESS = "127.0.0.1:8080"
 def readme_examples() -> dict[str, list[str]]:
     """The first `mqstore send` and `mqstore pull` of the README's serving section."""
     text = (ROOT / "README.md").read_text()
-    section = text[text.index("## Serving over gRPC"):]
+    section = text[text.index("## Serving over gRPC") :]
     found = {}
     for line in section.splitlines():
         m = re.match(r"mqstore (send|pull) (.*?)(\s+#.*)?$", line.strip())
@@ -39,7 +39,7 @@ def readme_examples() -> dict[str, list[str]]:
 
 def test_readme_names_run_sh_as_the_main_job():
     text = (ROOT / "README.md").read_text()
-    two = text[text.index("## Two commands"):text.index("## A short tour")]
+    two = text[text.index("## Two commands") : text.index("## A short tour")]
     assert "bash scripts/run.sh" in two and "mqstore serve" in two
     script = (ROOT / "scripts" / "run.sh").read_text()
     assert "serve --store ./data" in script
@@ -50,9 +50,23 @@ def test_run_sh_serves_the_readme_examples(tmp_path):
     store = tmp_path / "data"
     env = {**os.environ, "MQSTORE_SKIP_SETUP": "1", "MQSTORE_PYTHON": sys.executable}
     err = open(tmp_path / "run.err", "w+")
-    proc = subprocess.Popen(["bash", str(ROOT / "scripts" / "run.sh"), "--store", str(store), "--port", str(port),
-                             "--metrics-port", str(metrics)], stdout=subprocess.PIPE, stderr=err, text=True,
-                            env=env, cwd=ROOT)  # fmt: skip
+    proc = subprocess.Popen(
+        [
+            "bash",
+            str(ROOT / "scripts" / "run.sh"),
+            "--store",
+            str(store),
+            "--port",
+            str(port),
+            "--metrics-port",
+            str(metrics),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=err,
+        text=True,
+        env=env,
+        cwd=ROOT,
+    )
     try:
         line = proc.stdout.readline()
         assert line, (tmp_path / "run.err").read_text()[-4000:]
@@ -63,8 +77,9 @@ def test_run_sh_serves_the_readme_examples(tmp_path):
 
         def run(args: list[str]) -> subprocess.CompletedProcess:
             args = [address if a == README_ADDRESS else a for a in args]
-            return subprocess.run([sys.executable, "-m", "mqstore.cli.main", *args], capture_output=True, text=True,
-                                  timeout=60)  # fmt: skip
+            return subprocess.run(
+                [sys.executable, "-m", "mqstore.cli.main", *args], capture_output=True, text=True, timeout=60
+            )
 
         p = run(ex["send"])
         assert p.returncode == 0, p.stderr

@@ -31,8 +31,8 @@ import psutil
 import pytest
 
 from mqstore.rpc.v1 import commitlog_pb2, common_pb2
-from mqstore.services.query.client import FrontClient
 from mqstore.services.common.internal_auth import gcs_requires_token
+from mqstore.services.query.client import FrontClient
 from tests.services.helpers import free_port
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
@@ -41,13 +41,15 @@ ROOT = Path(__file__).resolve().parents[2]
 INTERNAL_CALLS = {
     "/mqstore.v1.CommitLogService/GetOffsets": b"",
     "/mqstore.v1.CommitLogService/AppendBatch": commitlog_pb2.AppendBatchRequest(
-        messages=common_pb2.MessageColumns(topics=["Owned"], bodies=[b"x"], queue_ids=[0])).SerializeToString(),
+        messages=common_pb2.MessageColumns(topics=["Owned"], bodies=[b"x"], queue_ids=[0])
+    ).SerializeToString(),
     "/mqstore.v1.CommitLogService/UpdateTopic": commitlog_pb2.UpdateTopicRequest(
-        config=common_pb2.TopicConfig(topic="Owned", read_queue_nums=1, write_queue_nums=1, perm=6)).SerializeToString(),
+        config=common_pb2.TopicConfig(topic="Owned", read_queue_nums=1, write_queue_nums=1, perm=6)
+    ).SerializeToString(),
     "/mqstore.v1.ConsumeQueueService/GetProgress": b"",
     "/mqstore.v1.IndexService/GetProgress": b"",
     "/mqstore.v1.DispatcherService/Status": b"",
-}  # fmt: skip
+}
 
 
 def loopback(ip: str) -> bool:
@@ -95,9 +97,24 @@ def start(tmp_path: Path, *args: str) -> Served:
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_AUTH")}
     env.update(MQSTORE_SKIP_SETUP="1", MQSTORE_PYTHON=sys.executable)
     err = tmp_path / "run.err"
-    proc = subprocess.Popen(["bash", str(ROOT / "scripts" / "run.sh"), "--store", str(tmp_path / "data"), "--port",
-                             str(port), "--metrics-port", str(metrics), *args], stdout=subprocess.PIPE,
-                            stderr=open(err, "w"), text=True, env=env, cwd=ROOT)  # fmt: skip
+    proc = subprocess.Popen(
+        [
+            "bash",
+            str(ROOT / "scripts" / "run.sh"),
+            "--store",
+            str(tmp_path / "data"),
+            "--port",
+            str(port),
+            "--metrics-port",
+            str(metrics),
+            *args,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=open(err, "w"),
+        text=True,
+        env=env,
+        cwd=ROOT,
+    )
     line = proc.stdout.readline()
     if not line:
         proc.wait(30)
@@ -208,8 +225,23 @@ def test_wildcard_front_keeps_internal_services_closed(tmp_path):
 
 
 def test_wildcard_front_without_acl_does_not_start(tmp_path):
-    p = subprocess.run([sys.executable, "-m", "mqstore.cli.main", "serve", "--store", str(tmp_path / "d"), "--host",
-                        "0.0.0.0", "--port", str(free_port())], capture_output=True, text=True, timeout=60)  # fmt: skip
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mqstore.cli.main",
+            "serve",
+            "--store",
+            str(tmp_path / "d"),
+            "--host",
+            "0.0.0.0",
+            "--port",
+            str(free_port()),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert p.returncode == 1 and "--acl" in p.stderr and "--allow-anonymous" in p.stderr, p.stderr
     assert "Traceback" not in p.stderr and not (tmp_path / "d").exists()
 
@@ -223,10 +255,28 @@ def test_joining_a_token_cluster_without_its_token_says_how(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_AUTH")}
     head_env = {**env, "HOME": str(tmp_path / "head"), "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": "7" * 32}
     ray_tmp = tempfile.mkdtemp(prefix="ray", dir="/tmp")  # short: Ray's socket paths must fit in 107 bytes
-    head = subprocess.Popen([str(ray_bin), "start", "--head", "--block", "--port", str(port), "--node-ip-address",
-                             "127.0.0.1", "--num-cpus", "1", "--include-dashboard", "false",
-                             "--temp-dir", ray_tmp], env=head_env, stdout=subprocess.DEVNULL,
-                            stderr=open(tmp_path / "head.err", "w"), start_new_session=True)  # fmt: skip
+    head = subprocess.Popen(
+        [
+            str(ray_bin),
+            "start",
+            "--head",
+            "--block",
+            "--port",
+            str(port),
+            "--node-ip-address",
+            "127.0.0.1",
+            "--num-cpus",
+            "1",
+            "--include-dashboard",
+            "false",
+            "--temp-dir",
+            ray_tmp,
+        ],
+        env=head_env,
+        stdout=subprocess.DEVNULL,
+        stderr=open(tmp_path / "head.err", "w"),
+        start_new_session=True,
+    )
     try:
         deadline = time.monotonic() + 60
         while True:  # the GCS answers (refusing, without a token)
@@ -237,9 +287,24 @@ def test_joining_a_token_cluster_without_its_token_says_how(tmp_path):
                 pass
             assert time.monotonic() < deadline and head.poll() is None, (tmp_path / "head.err").read_text()[-3000:]
             time.sleep(0.5)
-        p = subprocess.run([sys.executable, "-m", "mqstore.cli.main", "serve", "--store", str(tmp_path / "d"),
-                            "--address", f"127.0.0.1:{port}", "--port", str(free_port(skip=(port,)))],
-                           capture_output=True, text=True, timeout=120, env={**env, "HOME": str(tmp_path / "stranger")})  # fmt: skip
+        p = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "mqstore.cli.main",
+                "serve",
+                "--store",
+                str(tmp_path / "d"),
+                "--address",
+                f"127.0.0.1:{port}",
+                "--port",
+                str(free_port(skip=(port,))),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env={**env, "HOME": str(tmp_path / "stranger")},
+        )
         assert p.returncode == 1, p.stderr[-3000:]
         last = p.stderr.strip().splitlines()[-1]
         assert "requires its token" in last and "RAY_AUTH_TOKEN" in last, p.stderr[-3000:]
@@ -258,8 +323,9 @@ def test_a_gcs_that_answers_without_a_token_is_told_apart(tmp_path):
     """gcs_requires_token: Ray's real GCS refuses (the tests above); a server that
     answers the same call without a token is recognised as unprotected."""
     server = grpc.server(futures.ThreadPoolExecutor(2))
-    handler = grpc.method_handlers_generic_handler("ray.rpc.NodeInfoGcsService", {
-        "GetAllNodeInfo": grpc.unary_unary_rpc_method_handler(lambda req, ctx: b"")})  # fmt: skip
+    handler = grpc.method_handlers_generic_handler(
+        "ray.rpc.NodeInfoGcsService", {"GetAllNodeInfo": grpc.unary_unary_rpc_method_handler(lambda req, ctx: b"")}
+    )
     server.add_generic_rpc_handlers((handler,))
     port = server.add_insecure_port("127.0.0.1:0")
     server.start()

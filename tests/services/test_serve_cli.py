@@ -22,8 +22,9 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 
 
 def mq(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "mqstore.cli.main", *args], capture_output=True, text=True,
-                          timeout=60, input=stdin)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", "mqstore.cli.main", *args], capture_output=True, text=True, timeout=60, input=stdin
+    )
 
 
 @pytest.fixture(scope="module")
@@ -33,10 +34,30 @@ def server(tmp_path_factory):
     metrics_port = free_port(skip=(port,))
     env = {**os.environ, "RAY_DEDUP_LOGS": "0"}
     err = open(root.parent / "serve.err", "w+")  # a file, not a pipe: a full pipe would block the server
-    proc = subprocess.Popen([sys.executable, "-m", "mqstore.cli.main", "serve", "--store", str(root), "--port", str(port),
-                             "--shards", "2", "--segment-bytes", str(1 << 20), "--actor-log-level", "info",
-                             "--metrics-port", str(metrics_port)],
-                            stdout=subprocess.PIPE, stderr=err, text=True, env=env)  # fmt: skip
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "mqstore.cli.main",
+            "serve",
+            "--store",
+            str(root),
+            "--port",
+            str(port),
+            "--shards",
+            "2",
+            "--segment-bytes",
+            str(1 << 20),
+            "--actor-log-level",
+            "info",
+            "--metrics-port",
+            str(metrics_port),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=err,
+        text=True,
+        env=env,
+    )
     proc.err_path = root.parent / "serve.err"
     proc.metrics_port = metrics_port
     try:
@@ -60,8 +81,20 @@ def server(tmp_path_factory):
 def test_cli_against_a_server(server):
     endpoint, root, _ = server
     assert mq("update-topic", "--server", endpoint, "--topic", "CliTopic", "--write-queue-nums", "4").returncode == 0
-    p = mq("send", "--server", endpoint, "--topic", "CliTopic", "--tags", "TagA", "--keys", "ord-1", "--queue", "2",
-           stdin="hello\nworld\n")  # fmt: skip
+    p = mq(
+        "send",
+        "--server",
+        endpoint,
+        "--topic",
+        "CliTopic",
+        "--tags",
+        "TagA",
+        "--keys",
+        "ord-1",
+        "--queue",
+        "2",
+        stdin="hello\nworld\n",
+    )
     assert p.returncode == 0, p.stderr
     sent = [json.loads(x) for x in p.stdout.splitlines()]
     assert [s["queue_offset"] for s in sent] == [0, 1] and {s["status"] for s in sent} == {"PUT_OK"}
@@ -93,8 +126,20 @@ def test_cli_against_a_server(server):
 
 def test_bench_append_and_consume_through_the_server(server):
     endpoint, _, _ = server
-    p = mq("bench", "append", "--server", endpoint, "--messages", "3000", "--batch", "500", "--producers", "2",
-           "--topics", "2")  # fmt: skip
+    p = mq(
+        "bench",
+        "append",
+        "--server",
+        endpoint,
+        "--messages",
+        "3000",
+        "--batch",
+        "500",
+        "--producers",
+        "2",
+        "--topics",
+        "2",
+    )
     assert p.returncode == 0, p.stderr
     out = json.loads(p.stdout.strip().splitlines()[-1])
     assert out["acked"] == 3000 and out["msgs_per_s"] > 0 and out["p99_ms"] >= out["p50_ms"]
@@ -112,8 +157,11 @@ def test_metrics_status_and_actor_logs(server):
     with FrontClient(endpoint) as c:
         c.send("Metered", [b"x"] * 30)
     text = urllib.request.urlopen(f"http://127.0.0.1:{proc.metrics_port}/metrics", timeout=10).read().decode()
-    samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
-               for fam in text_string_to_metric_families(text) for s in fam.samples}  # fmt: skip
+    samples = {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for fam in text_string_to_metric_families(text)
+        for s in fam.samples
+    }
     assert samples[("mqstore_front_sent_messages_total", ())] >= 30
     assert sum(v for (n, _), v in samples.items() if n == "mqstore_shard_up") == 2
     assert sum(v for (n, _), v in samples.items() if n == "mqstore_shard_appended_messages_total") >= 30
@@ -124,9 +172,11 @@ def test_metrics_status_and_actor_logs(server):
     for line in proc.err_path.read_text().splitlines():
         if "{" in line:
             with contextlib.suppress(ValueError):
-                events.append(json.loads(line[line.index("{"):]))
+                events.append(json.loads(line[line.index("{") :]))
     seen = {(e.get("component"), e.get("shard")) for e in events if "component" in e}
-    assert {(c, i) for c in ("commitlog", "consumequeue", "index", "dispatcher") for i in (0, 1)} | {("front", None)} <= seen, seen
+    assert {(c, i) for c in ("commitlog", "consumequeue", "index", "dispatcher") for i in (0, 1)} | {
+        ("front", None)
+    } <= seen, seen
     assert len({e.get("node_id") for e in events if "component" in e}) == 1  # one node, named in every event
 
 

@@ -22,22 +22,21 @@ from mqstore.rpc.v1 import (
     commitlog_pb2,
     commitlog_pb2_grpc,
     common_pb2,
-    front_pb2,
     consume_queue_pb2,
     consume_queue_pb2_grpc,
+    front_pb2,
     index_pb2,
     index_pb2_grpc,
 )
-from mqstore.services.query.client import FrontClient
-from mqstore.services.common.errors import status_of
 from mqstore.services.commitlog.host import ShardHost
-from mqstore.services.common.peers import resolver_of
+from mqstore.services.common.errors import status_of
+from mqstore.services.common.internal_auth import InternalAuth
+from mqstore.services.common.peers import PeerUnavailable, resolver_of
+from mqstore.services.common.server import sync_channel
 from mqstore.services.dispatcher.host import DispatcherHost
 from mqstore.services.index.host import BuilderHost
+from mqstore.services.query.client import FrontClient
 from mqstore.services.startup.local import LocalStack
-from mqstore.services.common.internal_auth import InternalAuth
-from mqstore.services.common.peers import PeerUnavailable
-from mqstore.services.common.server import sync_channel
 from mqstore.store.builders import GapError
 from mqstore.store.retention import RetentionConfig
 from tests.services.helpers import code_of, small_config, wait_dispatched
@@ -45,13 +44,21 @@ from tests.services.helpers import code_of, small_config, wait_dispatched
 C = grpc.StatusCode
 
 
-@pytest.mark.parametrize("exc,code", [
-    (InvalidTopicError("t"), C.INVALID_ARGUMENT), (MessageTooLargeError("m"), C.RESOURCE_EXHAUSTED),
-    (OffsetError("o"), C.INVALID_ARGUMENT), (CorruptFileError("c"), C.DATA_LOSS), (StoreClosedError("s"), C.UNAVAILABLE),
-    (StoreNotWritableError("d", cause="disk_full"), C.RESOURCE_EXHAUSTED),
-    (StoreNotWritableError("f", cause="flush_failed"), C.UNAVAILABLE), (RuntimeError("x"), C.INTERNAL),
-    (PeerUnavailable("builder gone"), C.UNAVAILABLE), (GapError("gap"), C.FAILED_PRECONDITION),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "exc,code",
+    [
+        (InvalidTopicError("t"), C.INVALID_ARGUMENT),
+        (MessageTooLargeError("m"), C.RESOURCE_EXHAUSTED),
+        (OffsetError("o"), C.INVALID_ARGUMENT),
+        (CorruptFileError("c"), C.DATA_LOSS),
+        (StoreClosedError("s"), C.UNAVAILABLE),
+        (StoreNotWritableError("d", cause="disk_full"), C.RESOURCE_EXHAUSTED),
+        (StoreNotWritableError("f", cause="flush_failed"), C.UNAVAILABLE),
+        (RuntimeError("x"), C.INTERNAL),
+        (PeerUnavailable("builder gone"), C.UNAVAILABLE),
+        (GapError("gap"), C.FAILED_PRECONDITION),
+    ],
+)
 def test_one_table_maps_store_errors_to_codes(exc, code):
     assert status_of(exc)[0] is code
 
@@ -82,8 +89,13 @@ class Parts:
         if part == "cl":
             h = ShardHost(self.root, self.cfg, resolve_queues=resolver_of(e, "cq"), auth=self.auth)
         elif part in ("cq", "ix"):
-            h = BuilderHost("consumequeue" if part == "cq" else "index", self.root, self.cfg,
-                            resolve_commitlog=resolver_of(e, "cl"), auth=self.auth)  # fmt: skip
+            h = BuilderHost(
+                "consumequeue" if part == "cq" else "index",
+                self.root,
+                self.cfg,
+                resolve_commitlog=resolver_of(e, "cl"),
+                auth=self.auth,
+            )
         else:
             h = DispatcherHost({k: resolver_of(e, k) for k in ("cl", "cq", "ix")}, config=self.cfg, auth=self.auth)
         e[part] = h.endpoint
@@ -91,8 +103,11 @@ class Parts:
 
     def stubs(self):
         chs = [sync_channel(self.endpoints[k], auth=self.auth) for k in ("cl", "cq", "ix")]
-        return chs, (commitlog_pb2_grpc.CommitLogServiceStub(chs[0]),
-                     consume_queue_pb2_grpc.ConsumeQueueServiceStub(chs[1]), index_pb2_grpc.IndexServiceStub(chs[2]))
+        return chs, (
+            commitlog_pb2_grpc.CommitLogServiceStub(chs[0]),
+            consume_queue_pb2_grpc.ConsumeQueueServiceStub(chs[1]),
+            index_pb2_grpc.IndexServiceStub(chs[2]),
+        )
 
     def close(self) -> None:
         for h in (self.disp, self.cq, self.ix, self.shard):
@@ -104,8 +119,11 @@ class Parts:
 def shard(tmp_path_factory):
     parts = Parts(tmp_path_factory.mktemp("shard"), small_config())
     chs, (cl, cq, ix) = parts.stubs()
-    res = cl.AppendBatch(commitlog_pb2.AppendBatchRequest(messages=common_pb2.MessageColumns(
-        topics=["S"], bodies=[b"a" * 100, b"b" * 100], queue_ids=[0])))  # fmt: skip
+    res = cl.AppendBatch(
+        commitlog_pb2.AppendBatchRequest(
+            messages=common_pb2.MessageColumns(topics=["S"], bodies=[b"a" * 100, b"b" * 100], queue_ids=[0])
+        )
+    )
     yield parts, (cl, cq, ix), res.result
     for ch in chs:
         ch.close()
@@ -127,30 +145,81 @@ def test_shard_rejects_bad_internal_requests(shard):
         (lambda: cl.ReadRange(commitlog_pb2.ReadRangeRequest(offset=0, max_bytes=1 << 30)), C.RESOURCE_EXHAUSTED),
         (lambda: cl.ReadRange(commitlog_pb2.ReadRangeRequest(offset=0, wait_ms=-5)), C.INVALID_ARGUMENT),
         (lambda: cq.PutUnits(consume_queue_pb2.PutUnitsRequest(incarnation=inc + 1)), C.ABORTED),
-        (lambda: cq.PutUnits(consume_queue_pb2.PutUnitsRequest(incarnation=inc, from_offset=appended.physical_offsets[1],
-                                                               to_offset=appended.physical_offsets[1])), C.FAILED_PRECONDITION),
+        (
+            lambda: cq.PutUnits(
+                consume_queue_pb2.PutUnitsRequest(
+                    incarnation=inc, from_offset=appended.physical_offsets[1], to_offset=appended.physical_offsets[1]
+                )
+            ),
+            C.FAILED_PRECONDITION,
+        ),
         (lambda: cq.PutUnits(consume_queue_pb2.PutUnitsRequest(incarnation=inc, to_offset=10**9)), C.INVALID_ARGUMENT),
-        (lambda: cq.PutUnits(consume_queue_pb2.PutUnitsRequest(incarnation=inc, topics=["S"], topic_codes=[0, 0],
-                                                               queue_ids=[0])), C.INVALID_ARGUMENT),
-        (lambda: cq.PutUnits(consume_queue_pb2.PutUnitsRequest(
-            incarnation=inc, topics=["S"], topic_codes=[3], queue_ids=[0], queue_offsets=[0], physical_offsets=[0],
-            sizes=[10], tags_codes=[0], store_timestamps=[0], sysflags=[0], to_offset=10)), C.INVALID_ARGUMENT),
-        (lambda: cq.GetUnits(consume_queue_pb2.GetUnitsRequest(topic="S", queue_id=0, offset=0, max_units=200_000)),
-         C.RESOURCE_EXHAUSTED),
+        (
+            lambda: cq.PutUnits(
+                consume_queue_pb2.PutUnitsRequest(incarnation=inc, topics=["S"], topic_codes=[0, 0], queue_ids=[0])
+            ),
+            C.INVALID_ARGUMENT,
+        ),
+        (
+            lambda: cq.PutUnits(
+                consume_queue_pb2.PutUnitsRequest(
+                    incarnation=inc,
+                    topics=["S"],
+                    topic_codes=[3],
+                    queue_ids=[0],
+                    queue_offsets=[0],
+                    physical_offsets=[0],
+                    sizes=[10],
+                    tags_codes=[0],
+                    store_timestamps=[0],
+                    sysflags=[0],
+                    to_offset=10,
+                )
+            ),
+            C.INVALID_ARGUMENT,
+        ),
+        (
+            lambda: cq.GetUnits(consume_queue_pb2.GetUnitsRequest(topic="S", queue_id=0, offset=0, max_units=200_000)),
+            C.RESOURCE_EXHAUSTED,
+        ),
         (lambda: cq.MinMax(consume_queue_pb2.MinMaxRequest(topic="bad topic")), C.INVALID_ARGUMENT),
-        (lambda: ix.PutKeys(index_pb2.PutKeysRequest(incarnation=inc, key_hashes=[1], physical_offsets=[0],
-                                                     store_timestamps=[0], to_offset=1 << 40)), C.INVALID_ARGUMENT),
-        (lambda: ix.PutKeys(index_pb2.PutKeysRequest(incarnation=inc, key_hashes=[-5], physical_offsets=[0],
-                                                     store_timestamps=[0], to_offset=1)), C.INVALID_ARGUMENT),
+        (
+            lambda: ix.PutKeys(
+                index_pb2.PutKeysRequest(
+                    incarnation=inc, key_hashes=[1], physical_offsets=[0], store_timestamps=[0], to_offset=1 << 40
+                )
+            ),
+            C.INVALID_ARGUMENT,
+        ),
+        (
+            lambda: ix.PutKeys(
+                index_pb2.PutKeysRequest(
+                    incarnation=inc, key_hashes=[-5], physical_offsets=[0], store_timestamps=[0], to_offset=1
+                )
+            ),
+            C.INVALID_ARGUMENT,
+        ),
         (lambda: ix.Query(index_pb2.IndexQueryRequest(topic="S", key="k", max_num=65)), C.RESOURCE_EXHAUSTED),
         (lambda: cl.CheckUnits(commitlog_pb2.CheckUnitsRequest(physical_offsets=[0], sizes=[1])), C.INVALID_ARGUMENT),
-        (lambda: cl.CheckUnits(commitlog_pb2.CheckUnitsRequest(
-            physical_offsets=[0], sizes=[1], queue_ids=[0], queue_offsets=[0], topics=["S"], topic_codes=[4],
-            tags_codes=[0], check_tags=[False])), C.INVALID_ARGUMENT),
+        (
+            lambda: cl.CheckUnits(
+                commitlog_pb2.CheckUnitsRequest(
+                    physical_offsets=[0],
+                    sizes=[1],
+                    queue_ids=[0],
+                    queue_offsets=[0],
+                    topics=["S"],
+                    topic_codes=[4],
+                    tags_codes=[0],
+                    check_tags=[False],
+                )
+            ),
+            C.INVALID_ARGUMENT,
+        ),
         (lambda: cl.NoteDerived(commitlog_pb2.NoteDerivedRequest(kind="nope", durable_offset=0)), C.INVALID_ARGUMENT),
         (lambda: cl.NoteDerived(commitlog_pb2.NoteDerivedRequest(kind="index", durable_offset=-1)), C.INVALID_ARGUMENT),
         (lambda: cl.ReadRange(commitlog_pb2.ReadRangeRequest(offset=0, acked_offset=-1)), C.INVALID_ARGUMENT),
-    ]  # fmt: skip
+    ]
     for i, (call, code) in enumerate(cases):
         assert code_of(call) is code, f"case {i}"
     r = cl.ReadRange(commitlog_pb2.ReadRangeRequest(offset=0))  # still answering, and right
@@ -161,9 +230,19 @@ def test_units_and_keys_sent_twice_are_harmless(shard):
     parts, (cl, cq, ix), appended = shard
     inc = parts.shard.shard.incarnation
     again = consume_queue_pb2.PutUnitsRequest(
-        incarnation=inc, topics=["S"], topic_codes=[0, 0], queue_ids=[0, 0], queue_offsets=[0, 1],
-        physical_offsets=list(appended.physical_offsets), sizes=list(appended.sizes), tags_codes=[0, 0],
-        store_timestamps=[0, 0], sysflags=[0, 0], from_offset=0, to_offset=0)  # fmt: skip
+        incarnation=inc,
+        topics=["S"],
+        topic_codes=[0, 0],
+        queue_ids=[0, 0],
+        queue_offsets=[0, 1],
+        physical_offsets=list(appended.physical_offsets),
+        sizes=list(appended.sizes),
+        tags_codes=[0, 0],
+        store_timestamps=[0, 0],
+        sysflags=[0, 0],
+        from_offset=0,
+        to_offset=0,
+    )
     # (no dispatcher runs against this shard: the units are not there yet; send them twice)
     again.to_offset = appended.physical_offsets[1] + appended.sizes[1]
     cq.PutUnits(again)
@@ -174,8 +253,8 @@ def test_units_and_keys_sent_twice_are_harmless(shard):
 
 def test_a_recovering_shard_answers_unavailable(tmp_path):
     from mqstore.services.commitlog.servicer import CommitLogServicer
-    from mqstore.services.common.server import ServerThread, start_grpc_server
     from mqstore.services.commitlog.state import Shard
+    from mqstore.services.common.server import ServerThread, start_grpc_server
 
     sh = Shard(tmp_path, small_config())  # never opened: stays RECOVERING
     t = ServerThread()
@@ -201,9 +280,16 @@ def test_restarts_mid_stream_lose_and_duplicate_nothing(tmp_path, part):
         for round_ in range(4):
             chs, (cl, _, _) = parts.stubs()
             for _ in range(15):  # 15 x 100 x ~700 B: crosses 1 MiB segments (BLANKs)
-                cl.AppendBatch(commitlog_pb2.AppendBatchRequest(messages=common_pb2.MessageColumns(
-                    topics=["R"], bodies=[b"%06d" % (sent + i) + b"." * 600 for i in range(100)], queue_ids=[round_ % 2],
-                    keys=[f"r{sent + i}" for i in range(100)])))  # fmt: skip
+                cl.AppendBatch(
+                    commitlog_pb2.AppendBatchRequest(
+                        messages=common_pb2.MessageColumns(
+                            topics=["R"],
+                            bodies=[b"%06d" % (sent + i) + b"." * 600 for i in range(100)],
+                            queue_ids=[round_ % 2],
+                            keys=[f"r{sent + i}" for i in range(100)],
+                        )
+                    )
+                )
                 sent += 100
             for ch in chs:
                 ch.close()
@@ -267,14 +353,20 @@ def test_corrupt_bytes_where_dispatch_stands_are_data_loss(tmp_path):
     try:
         with sync_channel(shard.endpoint, auth=parts.auth) as ch:
             cl = commitlog_pb2_grpc.CommitLogServiceStub(ch)
-            res = cl.AppendBatch(commitlog_pb2.AppendBatchRequest(messages=common_pb2.MessageColumns(
-                topics=["D"], bodies=[b"a" * 50, b"b" * 50], queue_ids=[0]))).result  # fmt: skip
+            res = cl.AppendBatch(
+                commitlog_pb2.AppendBatchRequest(
+                    messages=common_pb2.MessageColumns(topics=["D"], bodies=[b"a" * 50, b"b" * 50], queue_ids=[0])
+                )
+            ).result
             seg = shard.shard.store.commitlog._segments.find(0)  # no dispatcher runs: dispatch stands at 0
             seg.mm[4:8] = b"\x00\x00\x00\x00"  # the first record's magic
             with pytest.raises(grpc.RpcError) as e:
                 cl.ReadRange(commitlog_pb2.ReadRangeRequest(offset=0), timeout=10)
             assert e.value.code() is C.DATA_LOSS
-            assert code_of(lambda: cl.ReadRange(commitlog_pb2.ReadRangeRequest(offset=3), timeout=10)) is C.INVALID_ARGUMENT
+            assert (
+                code_of(lambda: cl.ReadRange(commitlog_pb2.ReadRangeRequest(offset=3), timeout=10))
+                is C.INVALID_ARGUMENT
+            )
             r = cl.ReadRange(commitlog_pb2.ReadRangeRequest(offset=res.physical_offsets[1]), timeout=10)
             assert r.record_count == 1  # the server still answers, and the rest reads
     finally:
@@ -337,8 +429,11 @@ def test_forced_retention_reports_unread_losses_as_forced(tmp_path):
 
     # Any disk is past 1% used: every pass forces (never past what the builders acknowledged).
     retention = RetentionConfig(disk_max_used_ratio=0.01, clean_forcibly_ratio=0.01, check_interval_ms=200)
-    with capture_logs() as logs, LocalStack(tmp_path, small_config(), retention=retention) as st, \
-            FrontClient(st.front_endpoint) as c:  # fmt: skip
+    with (
+        capture_logs() as logs,
+        LocalStack(tmp_path, small_config(), retention=retention) as st,
+        FrontClient(st.front_endpoint) as c,
+    ):
         assert st.wait_ready(30)
         c.commit_offset("slow-group", "Full", 0, 0)
         for i in range(24):

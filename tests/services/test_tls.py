@@ -16,9 +16,9 @@ from pathlib import Path
 import grpc
 import pytest
 
+from mqstore.services.common.server import TlsFiles
 from mqstore.services.query.client import FrontClient
 from mqstore.services.startup.local import LocalStack
-from mqstore.services.common.server import TlsFiles
 from tests.services.helpers import small_config, wait_dispatched
 
 pytestmark = pytest.mark.timeout(120)
@@ -40,39 +40,101 @@ def make_ca_and_server(d: Path, name: str = "test") -> tuple[Path, Path, Path]:
     now = datetime.datetime.now(datetime.timezone.utc)
     ca_key = ec.generate_private_key(ec.SECP256R1())
     ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, f"{name} CA")])
-    ca = (x509.CertificateBuilder().subject_name(ca_name).issuer_name(ca_name).public_key(ca_key.public_key())
-          .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(minutes=5))
-          .not_valid_after(now + datetime.timedelta(days=1))
-          .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-          .sign(ca_key, hashes.SHA256()))  # fmt: skip
+    ca = (
+        x509.CertificateBuilder()
+        .subject_name(ca_name)
+        .issuer_name(ca_name)
+        .public_key(ca_key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(ca_key, hashes.SHA256())
+    )
     key = ec.generate_private_key(ec.SECP256R1())
-    cert = (x509.CertificateBuilder().subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")]))
-            .issuer_name(ca_name).public_key(key.public_key()).serial_number(x509.random_serial_number())
-            .not_valid_before(now - datetime.timedelta(minutes=5)).not_valid_after(now + datetime.timedelta(days=1))
-            .add_extension(x509.SubjectAlternativeName([x509.DNSName("localhost"),
-                                                        x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False)
-            .sign(ca_key, hashes.SHA256()))  # fmt: skip
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")]))
+        .issuer_name(ca_name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(
+            x509.SubjectAlternativeName([x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+            critical=False,
+        )
+        .sign(ca_key, hashes.SHA256())
+    )
     ca_pem.write_bytes(ca.public_bytes(serialization.Encoding.PEM))
     cert_pem.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    key_pem.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                          serialization.NoEncryption()))  # fmt: skip
+    key_pem.write_bytes(
+        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    )
     return ca_pem, cert_pem, key_pem
 
 
 def _openssl(d: Path, ca_pem: Path, cert_pem: Path, key_pem: Path, name: str) -> None:
     run = lambda *a: subprocess.run(["openssl", *a], check=True, capture_output=True, cwd=d)  # noqa: E731
-    run("req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-keyout", "ca.key",
-        "-out", str(ca_pem), "-days", "1", "-subj", f"/CN={name} CA")  # fmt: skip
-    run("req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-keyout", str(key_pem),
-        "-out", "server.csr", "-subj", "/CN=localhost")  # fmt: skip
+    run(
+        "req",
+        "-x509",
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:P-256",
+        "-nodes",
+        "-keyout",
+        "ca.key",
+        "-out",
+        str(ca_pem),
+        "-days",
+        "1",
+        "-subj",
+        f"/CN={name} CA",
+    )
+    run(
+        "req",
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:P-256",
+        "-nodes",
+        "-keyout",
+        str(key_pem),
+        "-out",
+        "server.csr",
+        "-subj",
+        "/CN=localhost",
+    )
     (d / "san.ext").write_text("subjectAltName=DNS:localhost,IP:127.0.0.1\n")
-    run("x509", "-req", "-in", "server.csr", "-CA", str(ca_pem), "-CAkey", "ca.key", "-CAcreateserial",
-        "-out", str(cert_pem), "-days", "1", "-extfile", "san.ext")  # fmt: skip
+    run(
+        "x509",
+        "-req",
+        "-in",
+        "server.csr",
+        "-CA",
+        str(ca_pem),
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-out",
+        str(cert_pem),
+        "-days",
+        "1",
+        "-extfile",
+        "san.ext",
+    )
 
 
 def mq(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "mqstore.cli.main", *args], capture_output=True, text=True, timeout=60,
-                          env={**os.environ, **(env or {})})  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", "mqstore.cli.main", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, **(env or {})},
+    )
 
 
 @pytest.fixture(scope="module")
@@ -132,8 +194,9 @@ def test_serve_refuses_a_bad_pair(tmp_path):
     assert TlsFiles.load(cert, key).cert_chain.startswith(b"-----BEGIN CERTIFICATE")
 
 
-@pytest.mark.skipif(not any((Path(p) / "openssl").exists() for p in os.environ.get("PATH", "").split(":")),
-                    reason="no openssl")  # fmt: skip
+@pytest.mark.skipif(
+    not any((Path(p) / "openssl").exists() for p in os.environ.get("PATH", "").split(":")), reason="no openssl"
+)
 def test_the_openssl_way_makes_a_pair_too(tmp_path):
     d = tmp_path / "o"
     d.mkdir()

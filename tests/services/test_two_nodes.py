@@ -19,8 +19,14 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_two_shards_on_two_nodes(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    p = subprocess.run([sys.executable, str(ROOT / "tests" / "services" / "two_nodes_workload.py"), str(tmp_path)],
-                       capture_output=True, text=True, timeout=400, env=env, cwd=ROOT)  # fmt: skip
+    p = subprocess.run(
+        [sys.executable, str(ROOT / "tests" / "services" / "two_nodes_workload.py"), str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=400,
+        env=env,
+        cwd=ROOT,
+    )
     serve_err = tmp_path / "serve.err"
     detail = p.stderr[-6000:] + ("\n--- serve ---\n" + serve_err.read_text()[-6000:] if serve_err.exists() else "")
     assert p.returncode == 0, detail

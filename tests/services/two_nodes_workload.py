@@ -44,8 +44,10 @@ def main(work: Path) -> dict:
     ca, cert, key = make_ca_and_server(work / "pki")
     node_args = {"num_cpus": 1, "object_store_memory": 96 << 20}
     t0 = time.monotonic()
-    cluster = Cluster(initialize_head=True, head_node_args={**node_args, "include_dashboard": False,
-                                                            "resources": {"mqstore_shard_0": 1}})  # fmt: skip
+    cluster = Cluster(
+        initialize_head=True,
+        head_node_args={**node_args, "include_dashboard": False, "resources": {"mqstore_shard_0": 1}},
+    )
     summary: dict = {"head_seconds": round(time.monotonic() - t0, 1)}
     serve = None
     err = open(work / "serve.err", "w+")
@@ -53,11 +55,40 @@ def main(work: Path) -> dict:
         root = work / "data"
         port, mport = free_port(), free_port(skip=(free_port(),))
         env = {**os.environ, "RAY_DEDUP_LOGS": "0"}
-        serve = subprocess.Popen([sys.executable, "-m", "mqstore.cli.main", "serve", "--address", cluster.address,
-                                  "--namespace", NS, "--store", str(root), "--shards", "2", "--placement", "resource",
-                                  "--port", str(port), "--metrics-port", str(mport), "--segment-bytes", str(1 << 20),
-                                  "--tls-cert", str(cert), "--tls-key", str(key), "--actor-log-level", "warning"],
-                                 stdout=subprocess.PIPE, stderr=err, text=True, env=env)  # fmt: skip
+        serve = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "mqstore.cli.main",
+                "serve",
+                "--address",
+                cluster.address,
+                "--namespace",
+                NS,
+                "--store",
+                str(root),
+                "--shards",
+                "2",
+                "--placement",
+                "resource",
+                "--port",
+                str(port),
+                "--metrics-port",
+                str(mport),
+                "--segment-bytes",
+                str(1 << 20),
+                "--tls-cert",
+                str(cert),
+                "--tls-key",
+                str(key),
+                "--actor-log-level",
+                "warning",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=err,
+            text=True,
+            env=env,
+        )
         time.sleep(3)  # serve is up and waiting: shard 1 has no node yet
         assert serve.poll() is None, "serve exited early"
         worker = cluster.add_node(**node_args, resources={"mqstore_shard_1": 1})
@@ -71,7 +102,9 @@ def main(work: Path) -> dict:
         ray.init(address=cluster.address, namespace=NS, logging_level="WARNING", log_to_driver=False)
         head_id = cluster.head_node.node_id
         nodes = {i: ray.get(ray.get_actor(shard_name(i), namespace=NS).node_id.remote(), timeout=30) for i in (0, 1)}
-        dnodes = {i: ray.get(ray.get_actor(dispatcher_name(i), namespace=NS).node_id.remote(), timeout=30) for i in (0, 1)}
+        dnodes = {
+            i: ray.get(ray.get_actor(dispatcher_name(i), namespace=NS).node_id.remote(), timeout=30) for i in (0, 1)
+        }
         assert nodes[0] == dnodes[0] == head_id, (nodes, dnodes, head_id)
         assert nodes[1] == dnodes[1] == worker.node_id != head_id, (nodes, dnodes, worker.node_id)
         summary["placed"] = {"shard-0": "head", "shard-1": "worker"}

@@ -73,10 +73,33 @@ def test_bench_append_ack_log_lines_all_parse(tmp_path: Path) -> None:
     """The command as the user ran it: small batches from two producers, so most
     writes start inside a page begun by another write."""
     ack = tmp_path / "acks"
-    p = subprocess.run([sys.executable, "-m", "mqstore.cli.main", "bench", "append", "--store", str(tmp_path / "s"),
-                        "--messages", "3000", "--body-size", "16", "--batch", "7", "--producers", "2",
-                        "--segment-bytes", str(1 << 20), "--ack-log", str(ack)],
-                       capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mqstore.cli.main",
+            "bench",
+            "append",
+            "--store",
+            str(tmp_path / "s"),
+            "--messages",
+            "3000",
+            "--body-size",
+            "16",
+            "--batch",
+            "7",
+            "--producers",
+            "2",
+            "--segment-bytes",
+            str(1 << 20),
+            "--ack-log",
+            str(ack),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert p.returncode == 0, p.stderr
     acks = check_file(ack.read_bytes())
     assert len(acks) == 3000

@@ -16,6 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mqstore.errors import ConfigError
+from mqstore.services.common.errors import NotFound, PermissionDenied, Precondition, RpcError, Unauthenticated
 from mqstore.services.query.acl import (
     Acl,
     Action,
@@ -28,7 +29,6 @@ from mqstore.services.query.acl import (
     parse_authorization,
     sign,
 )
-from mqstore.services.common.errors import NotFound, PermissionDenied, Precondition, RpcError, Unauthenticated
 
 NOW = 1_735_787_045.0  # 2025-01-02T03:04:05Z
 PUB, SUB = Action.PUB, Action.SUB
@@ -115,7 +115,10 @@ def test_local_time_labelled_z_is_accepted_and_the_skew_check_can_be_off():
     acl, _ = acl_of()
     assert acl.authenticate(auth_metadata("app", "app-secret", NOW + 14 * 3600)).access_key == "app"  # UTC+14 "Z"
     stamp = "not a date"
-    md = [("authorization", f"MQv2-HMAC-SHA1 Credential=app, Signature={sign('app-secret', stamp)}"), ("x-mq-date-time", stamp)]
+    md = [
+        ("authorization", f"MQv2-HMAC-SHA1 Credential=app, Signature={sign('app-secret', stamp)}"),
+        ("x-mq-date-time", stamp),
+    ]
     with pytest.raises(Unauthenticated, match="is not yyyyMMdd"):
         acl.authenticate(md)
     loose, _ = acl_of(max_skew_s=None)  # RocketMQ's own behaviour: the raw value is what is signed
@@ -180,9 +183,14 @@ names = st.from_regex(r"[a-zA-Z0-9_-]{1,12}", fullmatch=True)
 
 
 @settings(max_examples=300, deadline=None)
-@given(rules=st.lists(st.tuples(st.sampled_from(["Topic", "Group", "*"]), names, st.booleans(),
-                                st.sampled_from(["Allow", "Deny"])), max_size=8),
-       kind=st.sampled_from(["Topic", "Group"]), name=names)  # fmt: skip
+@given(
+    rules=st.lists(
+        st.tuples(st.sampled_from(["Topic", "Group", "*"]), names, st.booleans(), st.sampled_from(["Allow", "Deny"])),
+        max_size=8,
+    ),
+    kind=st.sampled_from(["Topic", "Group"]),
+    name=names,
+)
 def test_matching_against_a_brute_force_model(rules, kind, name):
     parsed = []
     for k, n, prefix, decision in rules:
@@ -194,6 +202,7 @@ def test_matching_against_a_brute_force_model(rules, kind, name):
     except ConfigError:  # the same (resource, decision) twice
         return
     matching = [r for r in parsed if r.resource.matches(kind, name)]
+
     # model: literal > longer prefix > shorter prefix > typed any > *; then Deny
     def score(r: Rule):
         res = r.resource
@@ -225,15 +234,24 @@ def test_long_retry_topics_as_resources():
         assert str(Resource.parse(text)) == text
     acl, user = acl_of((f"Topic:{retry}", ["Sub"], "Allow"))
     assert acl.decide(user, SUB, "Topic", retry)[0] and not acl.decide(user, SUB, "Topic", retry[:-1])[0]
-    for text in ["Topic:" + "T" * 200, "Topic:%RETRY%" + "g" * 249, "Group:%RETRY%" + "g" * 193, "Topic:%retry%" + "g" * 193]:
+    for text in [
+        "Topic:" + "T" * 200,
+        "Topic:%RETRY%" + "g" * 249,
+        "Group:%RETRY%" + "g" * 193,
+        "Topic:%retry%" + "g" * 193,
+    ]:
         with pytest.raises(RpcError, match="up to 255") as e:
             Resource.parse(text)
         assert e.value.code is grpc.StatusCode.INVALID_ARGUMENT
 
 
 def test_bad_users_and_rules():
-    for bad in [dict(access_key="", secret_key="12345678"), dict(access_key="a b", secret_key="12345678"),
-                dict(access_key="a,b", secret_key="12345678"), dict(access_key="ab", secret_key="short")]:  # fmt: skip
+    for bad in [
+        dict(access_key="", secret_key="12345678"),
+        dict(access_key="a b", secret_key="12345678"),
+        dict(access_key="a,b", secret_key="12345678"),
+        dict(access_key="ab", secret_key="short"),
+    ]:
         with pytest.raises(RpcError):
             User(**bad)
     with pytest.raises(RpcError, match="Pub or Sub"):
@@ -254,9 +272,16 @@ def write(path, doc) -> None:
 
 def test_load_save_and_changes(tmp_path):
     f = tmp_path / "acl.json"
-    write(f, {"users": [{"access_key": "root", "secret_key": "root-secret", "admin": True},
-                        {"access_key": "app", "secret_key": "app-secret"}],
-              "rules": [{"user": "app", "resource": "Topic:Order*", "actions": ["Pub"], "decision": "Allow"}]})  # fmt: skip
+    write(
+        f,
+        {
+            "users": [
+                {"access_key": "root", "secret_key": "root-secret", "admin": True},
+                {"access_key": "app", "secret_key": "app-secret"},
+            ],
+            "rules": [{"user": "app", "resource": "Topic:Order*", "actions": ["Pub"], "decision": "Allow"}],
+        },
+    )
     acl = Acl.load(f)
     assert [(u.access_key, u.admin) for u in acl.users] == [("root", True), ("app", False)]
     assert allowed(acl, acl.users[1], PUB, "Topic:Orders")
@@ -276,7 +301,10 @@ def test_load_save_and_changes(tmp_path):
 
     again = Acl.load(f)  # every change is in the file
     assert again.to_json() == acl.to_json()
-    assert [(str(r.resource), r.decision.value) for r in again.rules("bob")] == [("Group:g*", "Allow"), ("Group:g*", "Deny")]
+    assert [(str(r.resource), r.decision.value) for r in again.rules("bob")] == [
+        ("Group:g*", "Allow"),
+        ("Group:g*", "Deny"),
+    ]
     assert again.authenticate(auth_metadata("bob", "bob-secret-2")).access_key == "bob"
 
     assert [r.decision for r in acl.remove_rule("bob", "Group:g*", "Deny")] == [Decision.DENY]

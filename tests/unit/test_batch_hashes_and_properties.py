@@ -41,8 +41,15 @@ def test_find_property_agrees_with_the_full_parse(pairs: list[tuple[str, str]], 
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.lists(st.tuples(st.lists(st.tuples(names | st.sampled_from(["TAGS", "KEYS", "UNIQ_KEY"]), values), max_size=6),
-                          st.binary(max_size=20)), max_size=12))  # fmt: skip
+@given(
+    st.lists(
+        st.tuples(
+            st.lists(st.tuples(names | st.sampled_from(["TAGS", "KEYS", "UNIQ_KEY"]), values), max_size=6),
+            st.binary(max_size=20),
+        ),
+        max_size=12,
+    )
+)
 def test_locate_properties_agrees_with_the_full_parse(records) -> None:
     """Many properties strings, separated by arbitrary bytes (as bodies separate them)."""
     import numpy as np

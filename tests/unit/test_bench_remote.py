@@ -19,8 +19,13 @@ class _Front:
 
 
 def test_waits_until_every_shard_dispatched_what_it_wrote() -> None:
-    front = _Front([[("SERVING", 100, 50), ("SERVING", 10, 10)], [("RECOVERING", 100, 100), ("SERVING", 10, 10)],
-                    [("SERVING", 100, 100), ("SERVING", 10, 10)]])  # fmt: skip
+    front = _Front(
+        [
+            [("SERVING", 100, 50), ("SERVING", 10, 10)],
+            [("RECOVERING", 100, 100), ("SERVING", 10, 10)],
+            [("SERVING", 100, 100), ("SERVING", 10, 10)],
+        ]
+    )
     caught_up, _ = wait_dispatched(front, timeout=10)  # type: ignore[arg-type]
     assert caught_up and front.calls == 3
 

@@ -11,8 +11,8 @@ import pytest
 from mqstore.bench.workload import Workload
 from mqstore.errors import StoreLockedError, StoreNotWritableError
 from mqstore.store import StoreConfig
-from mqstore.store.config import FlushMode
 from mqstore.store.builders import GapError, IndexBuilder, LocalCommitLogView, QueueBuilder
+from mqstore.store.config import FlushMode
 from mqstore.store.dispatch import build_dispatch_batch
 from mqstore.store.lockfile import builder_files
 from mqstore.store.log_store import LogStore
@@ -56,7 +56,9 @@ class Split:
 def units(split: Split) -> dict[tuple[str, int], list[int]]:
     out = {}
     for q in split.cq.consume_queues.all():
-        out[(q.topic, q.queue_id)] = q.read_units(q.min_offset, q.max_offset - q.min_offset)["commitlog_offset"].tolist()
+        out[(q.topic, q.queue_id)] = q.read_units(q.min_offset, q.max_offset - q.min_offset)[
+            "commitlog_offset"
+        ].tolist()
     return out
 
 
@@ -104,7 +106,11 @@ def test_a_crashed_builder_rebuilds_what_it_lost(tmp_path: Path) -> None:
     assert cq.crashed and not cq.clean
     assert cq.progress_offset <= durable < s.log.commitlog.wrote  # what must be dispatched again
     with pytest.raises(GapError):
-        cq.put(build_dispatch_batch(s.log.commitlog.scan(s.log.commitlog.wrote)), s.log.commitlog.wrote, s.log.commitlog.wrote)
+        cq.put(
+            build_dispatch_batch(s.log.commitlog.scan(s.log.commitlog.wrote)),
+            s.log.commitlog.wrote,
+            s.log.commitlog.wrote,
+        )
     s.cq = cq
     s.dispatch()  # from the minimum of both builders: the index skips what it has
     assert units(s) == want

@@ -11,14 +11,35 @@ import pytest
 
 
 def mq(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "mqstore.cli.main", *args], capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "mqstore.cli.main", *args], capture_output=True, text=True, timeout=120
+    )
 
 
 def test_bench_append_prints_the_contracted_fields(tmp_path: Path) -> None:
     ack = tmp_path / "acks"
-    p = mq("bench", "append", "--store", str(tmp_path / "s"), "--messages", "5000", "--body-size", "64",
-           "--topics", "3", "--queues", "2", "--batch", "700", "--producers", "2", "--segment-bytes", str(1 << 20),
-           "--ack-log", str(ack))  # fmt: skip
+    p = mq(
+        "bench",
+        "append",
+        "--store",
+        str(tmp_path / "s"),
+        "--messages",
+        "5000",
+        "--body-size",
+        "64",
+        "--topics",
+        "3",
+        "--queues",
+        "2",
+        "--batch",
+        "700",
+        "--producers",
+        "2",
+        "--segment-bytes",
+        str(1 << 20),
+        "--ack-log",
+        str(ack),
+    )
     assert p.returncode == 0, p.stderr
     out = json.loads(p.stdout.strip().splitlines()[-1])
     for field in ("messages", "bytes", "seconds", "msgs_per_s", "mb_per_s", "p50_ms", "p99_ms"):
@@ -37,7 +58,10 @@ def test_bench_append_prints_the_contracted_fields(tmp_path: Path) -> None:
 @pytest.mark.slow  # over 2 s: not in the fast tier (tests/README.md)
 def test_print_decodes_records_as_json(tmp_path: Path) -> None:
     store = tmp_path / "s"
-    assert mq("bench", "append", "--store", str(store), "--messages", "20", "--segment-bytes", str(1 << 20)).returncode == 0
+    assert (
+        mq("bench", "append", "--store", str(store), "--messages", "20", "--segment-bytes", str(1 << 20)).returncode
+        == 0
+    )
     p = mq("print", "--store", str(store), "--count", "3")
     assert p.returncode == 0, p.stderr
     recs = [json.loads(x) for x in p.stdout.splitlines()]
@@ -80,7 +104,9 @@ def test_a_locked_store_is_a_clear_error(tmp_path: Path) -> None:
     assert p.returncode == 1 and "already open" in p.stderr
 
 
-@pytest.mark.parametrize("cmd", [[], ["bench"], ["bench", "append"], ["bench", "disk"], ["bench", "recover"], ["print"]])
+@pytest.mark.parametrize(
+    "cmd", [[], ["bench"], ["bench", "append"], ["bench", "disk"], ["bench", "recover"], ["print"]]
+)
 def test_every_command_has_help(cmd: list[str]) -> None:
     p = mq(*cmd, "--help")
     assert p.returncode == 0 and "Usage" in p.stdout
@@ -89,23 +115,62 @@ def test_every_command_has_help(cmd: list[str]) -> None:
 @pytest.mark.slow  # over 2 s: not in the fast tier (tests/README.md)
 def test_store_query_commands(tmp_path: Path) -> None:
     store = tmp_path / "s"
-    p = mq("bench", "append", "--store", str(store), "--messages", "6000", "--topics", "2", "--queues", "2",
-           "--segment-bytes", str(1 << 20), "--index-hash-slots", "512", "--index-max-entries", "4096")  # fmt: skip
+    p = mq(
+        "bench",
+        "append",
+        "--store",
+        str(store),
+        "--messages",
+        "6000",
+        "--topics",
+        "2",
+        "--queues",
+        "2",
+        "--segment-bytes",
+        str(1 << 20),
+        "--index-hash-slots",
+        "512",
+        "--index-max-entries",
+        "4096",
+    )
     assert p.returncode == 0, p.stderr
     assert len(list((store / "commitlog").iterdir())) >= 2 and len(list((store / "index").iterdir())) >= 2
-    by_offset = json.loads(mq("query-msg-by-offset", "--store", str(store), "--topic", "BenchTopic1", "--queue", "0",
-                              "--offset", "5").stdout)  # fmt: skip
+    by_offset = json.loads(
+        mq(
+            "query-msg-by-offset", "--store", str(store), "--topic", "BenchTopic1", "--queue", "0", "--offset", "5"
+        ).stdout
+    )
     assert by_offset["queue_offset"] == 5 and by_offset["topic"] == "BenchTopic1"
     by_id = json.loads(mq("query-msg-by-id", "--store", str(store), by_offset["msg_id"]).stdout)
     assert by_id == by_offset
-    by_uniq = json.loads(mq("query-msg-by-unique-key", "--store", str(store), "--topic", "BenchTopic1",
-                            by_offset["unique_key"]).stdout)  # fmt: skip
+    by_uniq = json.loads(
+        mq("query-msg-by-unique-key", "--store", str(store), "--topic", "BenchTopic1", by_offset["unique_key"]).stdout
+    )
     assert by_uniq["msg_id"] == by_offset["msg_id"]
     first_key = by_offset["keys"].split()[0]
-    by_key = [json.loads(x) for x in mq("query-msg-by-key", "--store", str(store), "--topic", "BenchTopic1", first_key).stdout.splitlines()]
+    by_key = [
+        json.loads(x)
+        for x in mq("query-msg-by-key", "--store", str(store), "--topic", "BenchTopic1", first_key).stdout.splitlines()
+    ]
     assert [r["msg_id"] for r in by_key] == [by_offset["msg_id"]]
-    pulled = [json.loads(x) for x in mq("pull", "--store", str(store), "--topic", "BenchTopic1", "--queue", "0", "--offset", "0",
-                                        "--max", "50", "--tags", "Tag1 || Tag5").stdout.splitlines()]  # fmt: skip
+    pulled = [
+        json.loads(x)
+        for x in mq(
+            "pull",
+            "--store",
+            str(store),
+            "--topic",
+            "BenchTopic1",
+            "--queue",
+            "0",
+            "--offset",
+            "0",
+            "--max",
+            "50",
+            "--tags",
+            "Tag1 || Tag5",
+        ).stdout.splitlines()
+    ]
     assert pulled and {r["tags"] for r in pulled} <= {"Tag1", "Tag5"}
     status = mq("topic-status", "--store", str(store), "--topic", "BenchTopic0", "--format", "json")
     rows = [json.loads(x) for x in status.stdout.splitlines()]
@@ -120,8 +185,20 @@ def test_store_query_commands(tmp_path: Path) -> None:
 @pytest.mark.slow  # over 2 s: not in the fast tier (tests/README.md)
 def test_bench_consume_and_query(tmp_path: Path) -> None:
     store = tmp_path / "s"
-    mq("bench", "append", "--store", str(store), "--messages", "4000", "--segment-bytes", str(1 << 20),
-       "--index-hash-slots", "512", "--index-max-entries", "20000")  # fmt: skip
+    mq(
+        "bench",
+        "append",
+        "--store",
+        str(store),
+        "--messages",
+        "4000",
+        "--segment-bytes",
+        str(1 << 20),
+        "--index-hash-slots",
+        "512",
+        "--index-max-entries",
+        "20000",
+    )
     consume = json.loads(mq("bench", "consume", "--store", str(store)).stdout.splitlines()[-1])
     assert consume["messages"] == 4000 and consume["msgs_per_s"] > 0
     query = json.loads(mq("bench", "query", "--store", str(store), "--lookups", "200").stdout.splitlines()[-1])
@@ -131,8 +208,20 @@ def test_bench_consume_and_query(tmp_path: Path) -> None:
 @pytest.mark.slow  # over 2 s: not in the fast tier (tests/README.md)
 def test_bench_reopen_checks_queues_and_runs_retention(tmp_path: Path) -> None:
     store = tmp_path / "s"
-    p = mq("bench", "append", "--store", str(store), "--messages", "20000", "--body-size", "64", "--topics", "300",
-           "--segment-bytes", str(1 << 20))  # fmt: skip
+    p = mq(
+        "bench",
+        "append",
+        "--store",
+        str(store),
+        "--messages",
+        "20000",
+        "--body-size",
+        "64",
+        "--topics",
+        "300",
+        "--segment-bytes",
+        str(1 << 20),
+    )
     assert p.returncode == 0, p.stderr
     p = mq("bench", "reopen", "--store", str(store), "--sample", "100", "--delete-segments", "2")
     assert p.returncode == 0, p.stderr
@@ -148,8 +237,18 @@ def test_bench_reopen_checks_queues_and_runs_retention(tmp_path: Path) -> None:
 
 @pytest.mark.slow  # over 2 s: not in the fast tier (tests/README.md)
 def test_bench_retention_reports_both_rounds(tmp_path: Path) -> None:
-    p = mq("bench", "retention", "--store", str(tmp_path / "s"), "--segment-bytes", str(1 << 20), "--fill-segments", "4",
-           "--round-messages", "2000")  # fmt: skip
+    p = mq(
+        "bench",
+        "retention",
+        "--store",
+        str(tmp_path / "s"),
+        "--segment-bytes",
+        str(1 << 20),
+        "--fill-segments",
+        "4",
+        "--round-messages",
+        "2000",
+    )
     assert p.returncode == 0, p.stderr
     out = json.loads(p.stdout.strip().splitlines()[-1])
     assert out["segments_deleted"] >= 3 and out["batches_while_deleting"] >= 1
@@ -158,8 +257,18 @@ def test_bench_retention_reports_both_rounds(tmp_path: Path) -> None:
 
 @pytest.mark.slow  # over 2 s: not in the fast tier (tests/README.md)
 def test_bench_recover_before_checkpoint_times_the_open(tmp_path: Path) -> None:
-    p = mq("bench", "recover", "--store", str(tmp_path / "s"), "--before-checkpoint", str(8 << 20),
-           "--bytes", str(1 << 20), "--body-size", "512")  # fmt: skip
+    p = mq(
+        "bench",
+        "recover",
+        "--store",
+        str(tmp_path / "s"),
+        "--before-checkpoint",
+        str(8 << 20),
+        "--bytes",
+        str(1 << 20),
+        "--body-size",
+        "512",
+    )
     assert p.returncode == 0, p.stderr
     out = json.loads(p.stdout.strip().splitlines()[-1])
     assert out["bytes_before_checkpoint"] >= 8 << 20 and out["bytes_after_checkpoint"] >= 1 << 20
@@ -171,12 +280,25 @@ def test_only_create_makes_a_store(tmp_path: Path) -> None:
     """A mistyped --store names the missing directory and exits 1, creating nothing;
     --create makes the store; queries never create one."""
     missing = tmp_path / "typo"
-    for args in (("send", "--topic", "T", "x"), ("update-topic", "--topic", "T"), ("pull", "--topic", "T", "--queue", "0",
-                 "--offset", "0"), ("topic-status", "--topic", "T"), ("query-msg-by-key", "--topic", "T", "k")):  # fmt: skip
+    for args in (
+        ("send", "--topic", "T", "x"),
+        ("update-topic", "--topic", "T"),
+        ("pull", "--topic", "T", "--queue", "0", "--offset", "0"),
+        ("topic-status", "--topic", "T"),
+        ("query-msg-by-key", "--topic", "T", "k"),
+    ):
         p = mq(*args, "--store", str(missing))
-        assert p.returncode == 1 and f"no store at {missing}" in p.stderr and "Traceback" not in p.stderr, (args, p.stderr)
+        assert p.returncode == 1 and f"no store at {missing}" in p.stderr and "Traceback" not in p.stderr, (
+            args,
+            p.stderr,
+        )
         assert not missing.exists()
     assert mq("send", "--store", str(missing), "--create", "--topic", "T", "--queue", "0", "x").returncode == 0
     p = mq("pull", "--store", str(missing), "--topic", "T", "--queue", "0", "--offset", "0")
     assert p.returncode == 0 and json.loads(p.stdout)["body"] == "x"
-    assert json.loads(p.stderr.splitlines()[-1]) == {"next_offset": 1, "min_offset": 0, "max_offset": 1, "status": "FOUND"}
+    assert json.loads(p.stderr.splitlines()[-1]) == {
+        "next_offset": 1,
+        "min_offset": 0,
+        "max_offset": 1,
+        "status": "FOUND",
+    }

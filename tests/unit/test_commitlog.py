@@ -32,8 +32,15 @@ def open_log(path: Path, **kw) -> CommitLog:
 def write_records(path: Path, count: int, *, body: int = 100, **kw) -> list[int]:
     """Append ``count`` messages one batch at a time; returns their offsets."""
     with open_log(path, **kw) as cl:
-        res = cl.append(MessageBatch(topics="TopicTest", bodies=[bytes([i % 251]) * body for i in range(count)],
-                                     queue_ids=0, tags="TagA", keys="k1 k2"))  # fmt: skip
+        res = cl.append(
+            MessageBatch(
+                topics="TopicTest",
+                bodies=[bytes([i % 251]) * body for i in range(count)],
+                queue_ids=0,
+                tags="TagA",
+                keys="k1 k2",
+            )
+        )
         return res.physical_offsets.tolist()
 
 
@@ -51,12 +58,21 @@ def test_append_then_read_every_field(tmp_path: Path) -> None:
         res = cl.append(
             MessageBatch.of(
                 [
-                    Message("TopicA", b"hello", queue_id=2, tags="TagA", keys=["k1", "k2"], properties={"p": "v"},
-                            flag=7, born_timestamp=1700000000000, born_host=Host("192.168.1.10", 54321)),
+                    Message(
+                        "TopicA",
+                        b"hello",
+                        queue_id=2,
+                        tags="TagA",
+                        keys=["k1", "k2"],
+                        properties={"p": "v"},
+                        flag=7,
+                        born_timestamp=1700000000000,
+                        born_host=Host("192.168.1.10", 54321),
+                    ),
                     Message("TopicA", b"", queue_id=2, unique_key="MYKEY"),
                     Message("TopicB", b"x" * 10, born_host=Host("2001:db8::1", 4000)),
                 ]
-            )  # fmt: skip
+            )
         )
         assert res.status is PutStatus.PUT_OK
         assert res.queue_offsets.tolist() == [0, 1, 0]
@@ -101,7 +117,9 @@ def test_queue_offsets_per_queue_and_round_robin(tmp_path: Path) -> None:
 
 def test_prepared_and_rollback_messages_keep_queue_offset_zero(tmp_path: Path) -> None:
     with open_log(tmp_path) as cl:
-        res = cl.append(MessageBatch(topics="T", bodies=[b"a", b"b", b"c", b"d"], queue_ids=0, sysflags=[0, 0x4, 0xC, 0x8]))
+        res = cl.append(
+            MessageBatch(topics="T", bodies=[b"a", b"b", b"c", b"d"], queue_ids=0, sysflags=[0, 0x4, 0xC, 0x8])
+        )
         assert res.queue_offsets.tolist() == [0, 0, 0, 1]
     with open_log(tmp_path) as cl:
         assert cl.queue_offset("T", 0) == 2
@@ -188,8 +206,16 @@ def test_recovery_cuts_torn_tail(tmp_path: Path, damage: str) -> None:
 def test_recovery_stops_at_a_corrupt_body(tmp_path: Path) -> None:
     offsets = write_records(tmp_path, 20)
     rec = decode_record(segment(tmp_path).read_bytes(), offsets[12])
-    body_at = offsets[12] + rec.total_size - len(rec.body) - 1 - len("TopicTest") - 2 - len(
-        "TAGS\x01TagA\x02KEYS\x01k1 k2\x02UNIQ_KEY\x01\x02") - len(rec.unique_key)  # fmt: skip
+    body_at = (
+        offsets[12]
+        + rec.total_size
+        - len(rec.body)
+        - 1
+        - len("TopicTest")
+        - 2
+        - len("TAGS\x01TagA\x02KEYS\x01k1 k2\x02UNIQ_KEY\x01\x02")
+        - len(rec.unique_key)
+    )
     assert segment(tmp_path).read_bytes()[body_at : body_at + len(rec.body)] == rec.body
     tear(segment(tmp_path), body_at + 3, bytes([rec.body[3] ^ 0xFF]))
     leave_abort(tmp_path)

@@ -258,9 +258,7 @@ def test_consumer_offsets_round_trip(tmp_path: Path) -> None:
 
 def test_consumer_offsets_keep_unknown_keys_and_top_level_fields(tmp_path: Path) -> None:
     path = tmp_path / "config" / "consumerOffset.json"
-    write_config_json(
-        path, {"offsetTable": {"weird-key": {"0": 1}, "t@g": {"0": 2}}, "dataVersion": {"counter": 3}}
-    )
+    write_config_json(path, {"offsetTable": {"weird-key": {"0": 1}, "t@g": {"0": 2}}, "dataVersion": {"counter": 3}})
     co = ConsumerOffsets(tmp_path)
     assert co.groups() == ["g"]
     co.persist()

@@ -72,9 +72,9 @@ def test_unit_bytes_are_big_endian_and_tags_sign_extended() -> None:
     neg = tags_code("TopicTest#order-1")  # RocketMQ golden: -1829193424
     assert neg == -1829193424
     buf = encode_units([1073741824, 5], [210, 7], [tags_code("TagA"), neg])
-    assert buf[:20].hex() == "0000000040000000" "000000d2" "000000000027a807"
-    assert buf[20:].hex() == "0000000000000005" "00000007" "ffffffff92f8b930"
-    assert PRE_BLANK_UNIT.hex() == "0000000000000000" "7fffffff" "0000000000000000"
+    assert buf[:20].hex() == "0000000040000000000000d2000000000027a807"
+    assert buf[20:].hex() == "000000000000000500000007ffffffff92f8b930"
+    assert PRE_BLANK_UNIT.hex() == "00000000000000007fffffff0000000000000000"
     with pytest.raises(ValueError):
         encode_units([0], [1 << 31], [0])
 

@@ -104,7 +104,9 @@ def test_pool_bound_holds_with_threads_opening_at_once(tmp_path: Path) -> None:
     stay inside the bound (it is only passed when more files are in use at once than
     the bound allows, which the store's few threads never come near)."""
     pool = FilePool(6)
-    files = [PooledFile.create(tmp_path / f"f{i}", 0, 4096, pool, preallocate=False, data=bytes([i]) * 8) for i in range(40)]
+    files = [
+        PooledFile.create(tmp_path / f"f{i}", 0, 4096, pool, preallocate=False, data=bytes([i]) * 8) for i in range(40)
+    ]
     errors: list[BaseException] = []
 
     def reader(k: int) -> None:
@@ -123,8 +125,11 @@ def test_pool_bound_holds_with_threads_opening_at_once(tmp_path: Path) -> None:
     assert not errors
     assert pool.peak_open <= 6
     assert pool.open_count <= 6
-    open_now = sum(os.readlink(f"/proc/self/fd/{fd}").startswith(str(tmp_path)) for fd in os.listdir("/proc/self/fd")
-                   if os.path.exists(f"/proc/self/fd/{fd}"))  # fmt: skip
+    open_now = sum(
+        os.readlink(f"/proc/self/fd/{fd}").startswith(str(tmp_path))
+        for fd in os.listdir("/proc/self/fd")
+        if os.path.exists(f"/proc/self/fd/{fd}")
+    )
     assert open_now <= 6
     pool.close_all()
     assert np.all([f.path.stat().st_size == 4096 for f in files])
@@ -144,7 +149,9 @@ def test_buffered_units_are_served_while_they_cannot_be_written(tmp_path: Path) 
         for q, unit in enumerate(units):
             rec = cl.read(int(unit["commitlog_offset"]))
             assert (rec.topic, rec.queue_id, rec.queue_offset) == ("BenchTopic3", 1, q)
-        assert [int(u["commitlog_offset"]) for u in cq.read_units(4, 3)] == [int(u) for u in units["commitlog_offset"][4:7]]
+        assert [int(u["commitlog_offset"]) for u in cq.read_units(4, 3)] == [
+            int(u) for u in units["commitlog_offset"][4:7]
+        ]
     finally:
         faults.install(None)
     assert len(cq.read_units(0, 1000)) == 10 and cq.buffered_bytes == 0  # written now

@@ -26,8 +26,17 @@ class Collect:
         for b in self.batches:
             keys, unique_keys = b.keys, b.unique_keys  # each access decodes the whole batch: once, not per row
             for i in range(len(b)):
-                out.append((int(b.physical_offsets[i]), b.topics[b.topic_codes[i]], int(b.queue_ids[i]),
-                            int(b.queue_offsets[i]), int(b.tags_codes[i]), keys[i], unique_keys[i]))  # fmt: skip
+                out.append(
+                    (
+                        int(b.physical_offsets[i]),
+                        b.topics[b.topic_codes[i]],
+                        int(b.queue_ids[i]),
+                        int(b.queue_offsets[i]),
+                        int(b.tags_codes[i]),
+                        keys[i],
+                        unique_keys[i],
+                    )
+                )
         return out
 
 
@@ -38,17 +47,29 @@ def wait_dispatched_while_running(loop: ReputLoop, cl: CommitLog, timeout_s: flo
     deadline = time.monotonic() + timeout_s
     while loop.lag > 0:
         assert loop.running and loop.error is None, f"the loop stopped: {loop.error!r}"
-        assert time.monotonic() < deadline, f"the loop thread is at {loop.reput_offset} of {cl.wrote} after {timeout_s} s"
+        assert time.monotonic() < deadline, (
+            f"the loop thread is at {loop.reput_offset} of {cl.wrote} after {timeout_s} s"
+        )
         time.sleep(0.005)
 
 
 def test_dispatch_columns_match_the_records(tmp_path: Path) -> None:
     with CommitLog(tmp_path, StoreConfig(segment_bytes=64 * 1024)) as cl:
         for i in range(30):
-            cl.append(MessageBatch.of(
-                [Message(f"T{j % 3}", b"x" * (50 + i), queue_id=j % 2, tags=None if j == 4 else f"Tag{j}",
-                         keys=None if j == 5 else [f"k{i}-{j}", "o"]) for j in range(12)]
-            ))  # fmt: skip
+            cl.append(
+                MessageBatch.of(
+                    [
+                        Message(
+                            f"T{j % 3}",
+                            b"x" * (50 + i),
+                            queue_id=j % 2,
+                            tags=None if j == 4 else f"Tag{j}",
+                            keys=None if j == 5 else [f"k{i}-{j}", "o"],
+                        )
+                        for j in range(12)
+                    ]
+                )
+            )
         sink = Collect()
         loop = ReputLoop(cl, [sink], reput_offset=0, chunk_bytes=10_000)
         assert loop.catch_up() == 360

@@ -20,7 +20,8 @@ def test_dispatch_retries_after_an_index_file_cannot_be_created(tmp_path: Path) 
             assert s.dispatcher.error is None
             assert faults.hits()["index.create"] >= 3
             assert [r.physical_offset for r in s.query_by_key("T", "k", max_num=64)] == sorted(
-                res.physical_offsets.tolist(), reverse=True)  # fmt: skip
+                res.physical_offsets.tolist(), reverse=True
+            )
             assert s.consume_queues.find("T", 0).max_offset == 50
     finally:
         faults.install(None)

@@ -186,8 +186,12 @@ def test_v2_records_are_read_like_v1(golden: dict) -> None:
     a, b = decode_record(v1, 0), decode_record(v2, 0)
     assert b.magic == MAGIC_V2 and b.total_size == a.total_size + 1
     assert (b.topic, b.body, b.properties, b.queue_offset, b.store_timestamp) == (
-        a.topic, a.body, a.properties, a.queue_offset, a.store_timestamp,
-    )  # fmt: skip
+        a.topic,
+        a.body,
+        a.properties,
+        a.queue_offset,
+        a.store_timestamp,
+    )
     buf = v1 + v2 + v1 + bytes(16)
     res = scan_records(buf, 0, len(buf))
     assert res.sizes.tolist() == [len(v1), len(v2), len(v1)]
@@ -197,9 +201,16 @@ def test_bad_utf8_in_topic_or_properties_reads_as_java_does() -> None:
     """Java decodes with new String(bytes, UTF_8): bad bytes become U+FFFD, no error."""
     h = encode_host(Host("1.2.3.4", 5))
     rec = PreparedRecords(
-        topics=[b"\x02T\xff"], bodies=[b"x"], properties=[b"K\x01\xfe\x02"], flags=0, sysflags=0,
-        born_timestamps=0, born_hosts=[h], store_host=h,
-    ).render(0, 1, physical_offsets=np.array([0]), queue_ids=np.array([0]), queue_offsets=np.array([0]),
-             store_timestamp=0)  # fmt: skip
+        topics=[b"\x02T\xff"],
+        bodies=[b"x"],
+        properties=[b"K\x01\xfe\x02"],
+        flags=0,
+        sysflags=0,
+        born_timestamps=0,
+        born_hosts=[h],
+        store_host=h,
+    ).render(
+        0, 1, physical_offsets=np.array([0]), queue_ids=np.array([0]), queue_offsets=np.array([0]), store_timestamp=0
+    )
     got = decode_record(rec)
     assert got.topic == "T\ufffd" and got.properties == {"K": "\ufffd"}

@@ -69,6 +69,7 @@ def legal_topic(topic: str) -> bool:
     limit = 255 if topic.startswith(LONG_PREFIXES) else 127
     return re.fullmatch(r"[%|a-zA-Z0-9_-]+", topic) is not None and len(topic) <= limit
 
+
 V6_BITS = int(SysFlag.BORNHOST_V6 | SysFlag.STOREHOST_V6)
 ALLOWED_SYSFLAG_BITS = 0x1 | 0x2 | 0x4 | 0x8 | 0x40 | 0x80 | 0x700
 
@@ -185,7 +186,12 @@ def render_batch(msgs: list[Msg], store_host: Host, store_ts: int, base: int, sp
             if a == b:
                 continue
             out = pr.render(
-                a, b, physical_offsets=phys[a:b], queue_ids=qids[a:b], queue_offsets=qoffs[a:b], store_timestamp=store_ts
+                a,
+                b,
+                physical_offsets=phys[a:b],
+                queue_ids=qids[a:b],
+                queue_offsets=qoffs[a:b],
+                store_timestamp=store_ts,
             )
             assert len(out) == sum(run_sizes[a:b])
             pieces.append(out)
@@ -391,7 +397,11 @@ def test_flipped_body_byte_stops_scan_at_that_record(b: Batch, data: st.DataObje
     assume(body_crc(bytes(bad_body)) != body_crc(m.body))
     rel = b.rel_positions[i]
     topic_len_bytes = 2 if len(m.topic) > 127 else 1  # V2 for a long topic
-    body_at = rel + b.sizes[i] - (len(m.body) + topic_len_bytes + len(m.topic) + 2 + len(serialize_properties(m.props).encode()))
+    body_at = (
+        rel
+        + b.sizes[i]
+        - (len(m.body) + topic_len_bytes + len(m.topic) + 2 + len(serialize_properties(m.props).encode()))
+    )
     assert b.data[body_at : body_at + len(m.body)] == m.body
     buf = bytearray(b.data)
     buf[body_at + j] ^= x

@@ -81,8 +81,10 @@ def test_a_record_split_over_two_files_is_completed_not_repeated(tmp_path: Path)
 def test_a_clean_restart_resumes_just_past_the_last_indexed_record(tmp_path: Path) -> None:
     """Two messages with one UNIQ_KEY, the last one indexed: after a clean restart the
     dispatcher re-dispatches nothing, so the unique-key query still finds both."""
-    msgs = [Message("T", b"first", queue_id=0, unique_key="U1", keys="k"),
-            Message("T", b"second", queue_id=0, unique_key="U1", keys="k")]  # fmt: skip
+    msgs = [
+        Message("T", b"first", queue_id=0, unique_key="U1", keys="k"),
+        Message("T", b"second", queue_id=0, unique_key="U1", keys="k"),
+    ]
     with MessageStore(tmp_path, CFG) as s:
         s.append(MessageBatch.of(msgs))
         s.wait_dispatched()
@@ -112,8 +114,11 @@ def rocketmq_reindex_last_record(store: Path, cfg: StoreConfig = CFG) -> tuple[i
 
 def test_verify_reports_duplicate_entries_and_repair_removes_them(tmp_path: Path) -> None:
     with MessageStore(tmp_path, CFG) as s:
-        s.append(MessageBatch(topics="T", bodies=[b"%d" % i for i in range(8)], queue_ids=0,
-                              keys=[f"k{i} shared" for i in range(8)]))  # fmt: skip
+        s.append(
+            MessageBatch(
+                topics="T", bodies=[b"%d" % i for i in range(8)], queue_ids=0, keys=[f"k{i} shared" for i in range(8)]
+            )
+        )
         s.wait_dispatched()
     assert verify_store(tmp_path).ok
     offset, n = rocketmq_reindex_last_record(tmp_path)

@@ -281,7 +281,9 @@ def test_select_matches_model(keys, hash_slots, max_entries, rolled_from, data, 
     offsets = 1 + steps(500)  # never decreasing, like commitlog offsets of dispatched messages
     times = 1_700_000_000_000 + steps(3000)
     buf = bytearray(index_file_size(hash_slots, max_entries))
-    view = IndexFileView.create(buf, hash_slots, max_entries, end_timestamp=rolled_from, end_phy_offset=rolled_from and 1)
+    view = IndexFileView.create(
+        buf, hash_slots, max_entries, end_timestamp=rolled_from, end_phy_offset=rolled_from and 1
+    )
     if batch:
         accepted = view.put_many(keys, offsets, times)
         oks = [True] * accepted + [False] * (len(keys) - accepted)

@@ -149,8 +149,11 @@ def test_redispatch_is_skipped_below_the_end_offset(tmp_path: Path) -> None:
     assert svc.put(IndexEntries(index_key_hashes(["T#c"]), np.array([off(13)]), np.array([ts(13)]))).indexed == 1
     assert svc.query("T", "a") == [off(13)]
     # Out-of-order offsets inside a batch: each is compared with the end of the moment.
-    r = svc.put(IndexEntries(index_key_hashes(["T#x", "T#y", "T#z"]), np.array([off(20), off(15), off(20)]),
-                             np.array([ts(20)] * 3)))  # fmt: skip
+    r = svc.put(
+        IndexEntries(
+            index_key_hashes(["T#x", "T#y", "T#z"]), np.array([off(20), off(15), off(20)]), np.array([ts(20)] * 3)
+        )
+    )
     assert (r.indexed, r.skipped) == (2, 1)
     assert svc.stats().entries == 10 + 3 + 2 + 1 + 2
     svc.close()

@@ -33,9 +33,16 @@ def store(tmp_path: Path):
 
 
 def test_reserved_topics_are_rocketmqs_not_allowed_send_set() -> None:
-    assert NOT_ALLOWED_SEND_TOPICS >= {"SCHEDULE_TOPIC_XXXX", "RMQ_SYS_TRANS_HALF_TOPIC", "RMQ_SYS_TRANS_OP_HALF_TOPIC",
-                                       "TRANS_CHECK_MAX_TIME_TOPIC", "SELF_TEST_TOPIC", "OFFSET_MOVED_EVENT",
-                                       "RMQ_SYS_TOPIC_CONFIG_SYNC", "RMQ_SYS_TIMER_METRICS_SYNC"}  # fmt: skip
+    assert NOT_ALLOWED_SEND_TOPICS >= {
+        "SCHEDULE_TOPIC_XXXX",
+        "RMQ_SYS_TRANS_HALF_TOPIC",
+        "RMQ_SYS_TRANS_OP_HALF_TOPIC",
+        "TRANS_CHECK_MAX_TIME_TOPIC",
+        "SELF_TEST_TOPIC",
+        "OFFSET_MOVED_EVENT",
+        "RMQ_SYS_TOPIC_CONFIG_SYNC",
+        "RMQ_SYS_TIMER_METRICS_SYNC",
+    }
     assert "RMQ_SYS_TRACE_TOPIC" not in NOT_ALLOWED_SEND_TOPICS  # RocketMQ's clients send their traces there
 
 
@@ -96,8 +103,16 @@ def test_perm_0_is_stored_and_refuses_both(tmp_path: Path) -> None:
     [
         ("empty property name", MessageBatch(topics="T", bodies=[b"x"], properties={"": "v"}), "empty name"),
         ("empty property value", MessageBatch(topics="T", bodies=[b"x"], properties={"k": ""}), "empty value"),
-        ("empty value in a row", MessageBatch(topics="T", bodies=[b"x", b"y"], properties=[None, {"k": ""}]), "message 1"),
-        ("store-only property", MessageBatch(topics="T", bodies=[b"x"], properties={"SCHEDULE_SOURCE": "1:0"}), "store only"),
+        (
+            "empty value in a row",
+            MessageBatch(topics="T", bodies=[b"x", b"y"], properties=[None, {"k": ""}]),
+            "message 1",
+        ),
+        (
+            "store-only property",
+            MessageBatch(topics="T", bodies=[b"x"], properties={"SCHEDULE_SOURCE": "1:0"}),
+            "store only",
+        ),
         ("born port 99999", MessageBatch(topics="T", bodies=[b"x"], born_hosts=Host("10.0.0.1", 99999)), "0..65535"),
         ("born port -1", MessageBatch(topics="T", bodies=[b"x"], born_hosts=[Host("10.0.0.1", -1)]), "0..65535"),
         ("queue id 1.5", MessageBatch(topics="T", bodies=[b"x"], queue_ids=1.5), "integers"),

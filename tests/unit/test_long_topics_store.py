@@ -21,7 +21,9 @@ from mqstore.store import Message, MessageBatch, StoreConfig
 from mqstore.store.message_store import MessageStore
 from mqstore.store.verify import verify_store
 
-CFG = StoreConfig(segment_bytes=64 * 1024, consume_queue_file_bytes=20 * 64, index_hash_slots=256, index_max_entries=1024)
+CFG = StoreConfig(
+    segment_bytes=64 * 1024, consume_queue_file_bytes=20 * 64, index_hash_slots=256, index_max_entries=1024
+)
 RETRY = "%RETRY%" + "order_processing_consumer_group-" * 6 + "x" * 1  # 200 characters
 DLQ = "%DLQ%" + "d" * 250  # 255: the longest legal topic
 SHORT = "Orders"
@@ -38,10 +40,16 @@ def magic_at(store_dir: Path, offset: int) -> int:
 
 
 def append(s: MessageStore, topic: str, n: int, tag: str, start: int = 0) -> list[str]:
-    res = s.append(MessageBatch.of([
-        Message(topic, f"{topic[:8]}-{start + i}".encode() * 3, queue_id=i % 2, tags=tag, keys=[f"key-{start + i}"])
-        for i in range(n)
-    ]))  # fmt: skip
+    res = s.append(
+        MessageBatch.of(
+            [
+                Message(
+                    topic, f"{topic[:8]}-{start + i}".encode() * 3, queue_id=i % 2, tags=tag, keys=[f"key-{start + i}"]
+                )
+                for i in range(n)
+            ]
+        )
+    )
     return res.msg_ids
 
 
@@ -60,8 +68,11 @@ def test_long_topics_are_written_as_v2_and_survive_a_torn_tail(tmp_path: Path) -
     assert len(RETRY) == 200 and len(DLQ) == 255
     with MessageStore(tmp_path, CFG) as s:
         # one batch mixing the versions: V2 for the long topics, V1 for the short one
-        mixed = s.append(MessageBatch.of([Message(t, f"mixed-{t[:4]}".encode(), queue_id=0, keys=["mixed"])
-                                          for t in (SHORT, RETRY, DLQ, SHORT)]))  # fmt: skip
+        mixed = s.append(
+            MessageBatch.of(
+                [Message(t, f"mixed-{t[:4]}".encode(), queue_id=0, keys=["mixed"]) for t in (SHORT, RETRY, DLQ, SHORT)]
+            )
+        )
         assert [magic_at(tmp_path, int(p)) for p in mixed.physical_offsets] == [MAGIC_V1, MAGIC_V2, MAGIC_V2, MAGIC_V1]
         retry_ids = append(s, RETRY, 40, "TagR")
         append(s, DLQ, 10, "TagD")
@@ -103,10 +114,17 @@ def test_long_topics_are_written_as_v2_and_survive_a_torn_tail(tmp_path: Path) -
         # by msgId, key, unique key and queue offset
         rec = s.read_msg_id(retry_ids[3])
         assert (rec.magic, rec.topic, rec.body, rec.queue_id, rec.queue_offset) == (
-            MAGIC_V2, RETRY, f"{RETRY[:8]}-3".encode() * 3, 1, 1)  # fmt: skip
+            MAGIC_V2,
+            RETRY,
+            f"{RETRY[:8]}-3".encode() * 3,
+            1,
+            1,
+        )
         assert rec.msg_id == retry_ids[3]
         assert [r.body for r in s.query_by_key(RETRY, "key-3")] == [rec.body]
-        assert [r.msg_id for r in s.query_by_key(RETRY, "mixed")] == [build_offset_msg_id(rec.store_host, int(mixed.physical_offsets[1]))]
+        assert [r.msg_id for r in s.query_by_key(RETRY, "mixed")] == [
+            build_offset_msg_id(rec.store_host, int(mixed.physical_offsets[1]))
+        ]
         assert s.query_by_unique_key(RETRY, rec.unique_key)[0].msg_id == rec.msg_id
         assert s.read_queue_offset(RETRY, 1, 1) == rec
         assert s.read_queue_offset(DLQ, 0, 0).topic == DLQ
@@ -133,16 +151,37 @@ def test_long_topics_are_written_as_v2_and_survive_a_torn_tail(tmp_path: Path) -
     assert report.counts["index_keys_checked"] == 2 * report.messages  # UNIQ_KEY and one KEYS each
 
 
-def rocketmq5_record(topic: str, body: bytes, props: str, *, phys: int, queue_id: int, queue_offset: int,
-                     store_ts: int) -> bytes:  # fmt: skip
+def rocketmq5_record(
+    topic: str, body: bytes, props: str, *, phys: int, queue_id: int, queue_offset: int, store_ts: int
+) -> bytes:
     """A record as RocketMQ 5.1+'s MessageExtEncoder writes it (spec section 3), with
     struct only: V2 (0xDAA320AB, int16 topic length) for a topic over 127 characters."""
     v2 = len(topic) > 127
     t, p = topic.encode(), props.encode()
-    head = struct.pack(">iiqqiq4si q4si iq", queue_id, 0, queue_offset, phys, 0, store_ts - 5,
-                       bytes([10, 0, 0, 9]), 40000, store_ts, bytes([10, 0, 0, 1]), 10911, 0, 0)  # fmt: skip
-    rest = (struct.pack(">i", len(body)) + body + (struct.pack(">h", len(t)) if v2 else struct.pack(">b", len(t)))
-            + t + struct.pack(">h", len(p)) + p)  # fmt: skip
+    head = struct.pack(
+        ">iiqqiq4si q4si iq",
+        queue_id,
+        0,
+        queue_offset,
+        phys,
+        0,
+        store_ts - 5,
+        bytes([10, 0, 0, 9]),
+        40000,
+        store_ts,
+        bytes([10, 0, 0, 1]),
+        10911,
+        0,
+        0,
+    )
+    rest = (
+        struct.pack(">i", len(body))
+        + body
+        + (struct.pack(">h", len(t)) if v2 else struct.pack(">b", len(t)))
+        + t
+        + struct.pack(">h", len(p))
+        + p
+    )
     total = 12 + len(head) + len(rest)
     return struct.pack(">iIi", total, 0xDAA320AB if v2 else 0xDAA320A7, zlib.crc32(body) & 0x7FFFFFFF) + head + rest
 
@@ -157,8 +196,9 @@ def test_a_store_written_by_rocketmq5_opens_and_answers(tmp_path: Path) -> None:
         qo = counters.get((topic, qid), 0)
         counters[(topic, qid)] = qo + 1
         props = f"KEYS\x01k{i}\x02UNIQ_KEY\x01UNIQ{i:04d}\x02TAGS\x01T{i % 2}\x02"
-        raw = rocketmq5_record(topic, f"body-{i}".encode(), props, phys=pos, queue_id=qid, queue_offset=qo,
-                               store_ts=1_700_000_000_000 + i)  # fmt: skip
+        raw = rocketmq5_record(
+            topic, f"body-{i}".encode(), props, phys=pos, queue_id=qid, queue_offset=qo, store_ts=1_700_000_000_000 + i
+        )
         records.append((pos, raw))
         pos += len(raw)
     (tmp_path / "commitlog").mkdir()
@@ -188,7 +228,10 @@ def test_a_store_written_by_rocketmq5_opens_and_answers(tmp_path: Path) -> None:
 def test_a_long_ordinary_topic_is_refused_with_a_clear_message(tmp_path: Path) -> None:
     with MessageStore(tmp_path, CFG) as s:
         before = s.commitlog.wrote
-        with pytest.raises(InvalidTopicError, match="200 characters long; the limit is 127 .255 only for topics starting with %RETRY% or %DLQ%."):
+        with pytest.raises(
+            InvalidTopicError,
+            match="200 characters long; the limit is 127 .255 only for topics starting with %RETRY% or %DLQ%.",
+        ):
             s.append(MessageBatch.of([Message("OrderTopic" * 20, b"x")]))
         with pytest.raises(InvalidTopicError, match="256 characters long; the limit is 255"):
             s.append(MessageBatch.of([Message("%RETRY%" + "g" * 249, b"x")]))
@@ -216,7 +259,9 @@ def test_a_delayed_retry_reaches_its_long_retry_topic(tmp_path: Path) -> None:
     topic as a V2 record; a reopen finds the delivery and does not repeat it."""
     clock = StepClock(1_700_000_000_000)
     with MessageStore(tmp_path, CFG, clock=clock, background_dispatch=False) as s:
-        res = s.append(MessageBatch.of([Message(RETRY, b"retry me", queue_id=0, keys=["r-1"], properties={"DELAY": "3"})]))
+        res = s.append(
+            MessageBatch.of([Message(RETRY, b"retry me", queue_id=0, keys=["r-1"], properties={"DELAY": "3"})])
+        )
         assert magic_at(tmp_path, int(res.physical_offsets[0])) == MAGIC_V1  # stored under the schedule topic first
         s.dispatcher.catch_up()
         assert s.pull(RETRY, 0, 0).records == []

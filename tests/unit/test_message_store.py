@@ -16,15 +16,21 @@ from mqstore.store import Message, MessageBatch, StoreConfig
 from mqstore.store.message_store import MessageStore
 from mqstore.store.reads import PullStatus
 
-CFG = StoreConfig(segment_bytes=256 * 1024, consume_queue_file_bytes=20 * 50, index_hash_slots=512, index_max_entries=2048)
+CFG = StoreConfig(
+    segment_bytes=256 * 1024, consume_queue_file_bytes=20 * 50, index_hash_slots=512, index_max_entries=2048
+)
 
 
 def fill(store: MessageStore, batches: int = 40) -> None:
     for i in range(batches):
-        store.append(MessageBatch.of(
-            [Message(f"T{j % 3}", os.urandom(100 + j), queue_id=j % 4, tags=f"Tag{j % 5}", keys=[f"k{i}-{j}"])
-             for j in range(25)]
-        ))  # fmt: skip
+        store.append(
+            MessageBatch.of(
+                [
+                    Message(f"T{j % 3}", os.urandom(100 + j), queue_id=j % 4, tags=f"Tag{j % 5}", keys=[f"k{i}-{j}"])
+                    for j in range(25)
+                ]
+            )
+        )
 
 
 def queue_contents(store_dir: Path) -> dict[tuple[str, int], list[tuple[int, int, int]]]:
@@ -122,7 +128,10 @@ def test_background_dispatch_keeps_up(tmp_path: Path, flush: str) -> None:
         deadline = time.monotonic() + 30  # the reput thread builds the queues while the store runs
 
         def done() -> bool:  # (the loop moves reput_offset just after the sinks took a chunk)
-            return s.dispatcher.reput_offset == s.commitlog.wrote and sum(cq.max_offset for cq in s.consume_queues.all()) == 10_000
+            return (
+                s.dispatcher.reput_offset == s.commitlog.wrote
+                and sum(cq.max_offset for cq in s.consume_queues.all()) == 10_000
+            )
 
         while not done() and time.monotonic() < deadline:
             time.sleep(0.01)
@@ -160,8 +169,15 @@ def test_layout_is_read_back_from_the_store(tmp_path: Path) -> None:
 
 def test_transaction_halves_are_indexed_but_not_queued(tmp_path: Path) -> None:
     with MessageStore(tmp_path, CFG) as s:  # producers may not set these bits: written as a transaction API would
-        s.commitlog.append(MessageBatch(topics="Tx", bodies=[b"half", b"commit", b"rollback", b"plain"], queue_ids=0,
-                                        keys=["kh", "kc", "kr", "kp"], sysflags=[0x4, 0x8, 0xC, 0x0]))  # fmt: skip
+        s.commitlog.append(
+            MessageBatch(
+                topics="Tx",
+                bodies=[b"half", b"commit", b"rollback", b"plain"],
+                queue_ids=0,
+                keys=["kh", "kc", "kr", "kp"],
+                sysflags=[0x4, 0x8, 0xC, 0x0],
+            )
+        )
         assert s.wait_dispatched()
         assert [r.body for r in s.pull("Tx", 0, 0).records] == [b"commit", b"plain"]
         assert [r.body for r in s.query_by_key("Tx", "kh")] == [b"half"]  # prepared halves are indexed

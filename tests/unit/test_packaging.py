@@ -16,7 +16,9 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-IMPORT = "import mqstore.services.query.front as f, mqstore.store.message_store as m; print(f.__file__); print(m.__file__)"
+IMPORT = (
+    "import mqstore.services.query.front as f, mqstore.store.message_store as m; print(f.__file__); print(m.__file__)"
+)
 
 
 def packages_on_disk() -> set[str]:
@@ -46,13 +48,28 @@ def test_a_wheel_installs_and_the_command_works_anywhere(tmp_path: Path):
     """A normal install (a wheel in a fresh venv; dependencies from this venv) and this
     editable one, each run from a neutral folder and from the folder that holds a
     checkout named mqstore."""
-    run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(tmp_path / "dist"),
-         str(ROOT)], tmp_path)  # fmt: skip
+    run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "-q",
+            "-w",
+            str(tmp_path / "dist"),
+            str(ROOT),
+        ],
+        tmp_path,
+    )
     (wheel,) = (tmp_path / "dist").glob("mqstore-*.whl")
     venv = tmp_path / "venv"
     run([sys.executable, "-m", "venv", str(venv)], tmp_path)
     run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--no-deps", "--no-index", str(wheel)], tmp_path)
-    deps = {"PYTHONPATH": sysconfig.get_paths()["purelib"]}  # this venv's packages, not its editable mqstore (.pth files are not read from PYTHONPATH)
+    deps = {
+        "PYTHONPATH": sysconfig.get_paths()["purelib"]
+    }  # this venv's packages, not its editable mqstore (.pth files are not read from PYTHONPATH)
     neutral = tmp_path / "neutral"
     neutral.mkdir()
     beside = tmp_path / "beside"  # holds a checkout named mqstore, as a clone next to a venv would

@@ -34,9 +34,15 @@ def fingerprint(store: Path) -> dict[str, tuple]:
 
 def fill(store: Path, n: int = 600) -> list:
     with MessageStore(store, CFG) as s:
-        res = s.append(MessageBatch(topics="T", bodies=[b"m%d" % i for i in range(n)], queue_ids=[i % 2 for i in range(n)],
-                                    tags=["A" if i % 3 else "B" for i in range(n)],
-                                    keys=[f"k{i % 7}" for i in range(n)]))  # fmt: skip
+        res = s.append(
+            MessageBatch(
+                topics="T",
+                bodies=[b"m%d" % i for i in range(n)],
+                queue_ids=[i % 2 for i in range(n)],
+                tags=["A" if i % 3 else "B" for i in range(n)],
+                keys=[f"k{i % 7}" for i in range(n)],
+            )
+        )
         assert s.wait_dispatched()
         s.commit_offset("g", "T", 0, 10)
         return res.msg_ids

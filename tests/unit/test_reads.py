@@ -36,10 +36,16 @@ class Shard:
     1000 * (queue offset + 1); ``min_offset`` units were deleted; ``blank`` leading
     units are pre-blank fillers. Counts the port calls."""
 
-    def __init__(self, tags: list[str], *, topic: str = "T", min_offset: int = 0, blank: int = 0, perm: int | None = None):
+    def __init__(
+        self, tags: list[str], *, topic: str = "T", min_offset: int = 0, blank: int = 0, perm: int | None = None
+    ):
         self.topic, self.min_offset, self.perm_bits = topic, max(min_offset, blank), perm
-        self.records = {1000 * (i + 1): Rec(topic, 1000 * (i + 1), t, keys=f"k{i % 3}", unique_key=f"U{i}",
-                                            store_timestamp=10_000 + i) for i, t in enumerate(tags)}  # fmt: skip
+        self.records = {
+            1000 * (i + 1): Rec(
+                topic, 1000 * (i + 1), t, keys=f"k{i % 3}", unique_key=f"U{i}", store_timestamp=10_000 + i
+            )
+            for i, t in enumerate(tags)
+        }
         self.blank = blank
         self.deleted: set[int] = set()  # commitlog offsets retention took under a pull
         self.calls: list[str] = []
@@ -61,12 +67,18 @@ class Shard:
         rows = range(start, min(start + n, hi))
         phys = np.array([0 if i < self.blank else 1000 * (i + 1) for i in rows], np.int64)
         sizes = np.array([PRE_BLANK_SIZE if i < self.blank else 100 for i in rows], np.int64)
-        codes = np.array([0 if i < self.blank else tags_code(self.records[1000 * (i + 1)].tags) for i in rows], np.int64)
+        codes = np.array(
+            [0 if i < self.blank else tags_code(self.records[1000 * (i + 1)].tags) for i in rows], np.int64
+        )
         return UnitsPage(True, start, lo, hi, phys, sizes, codes)
 
     def read(self, offsets, sizes, raw):
         self.calls.append("read")
-        found = [o for o in offsets.tolist() if o in self.records and o not in self.deleted and o >= 1000 * (self.min_offset + 1)]
+        found = [
+            o
+            for o in offsets.tolist()
+            if o in self.records and o not in self.deleted and o >= 1000 * (self.min_offset + 1)
+        ]
         return np.array(found, np.int64), [f"raw{o}".encode() if raw else self.records[o] for o in found]
 
     def ranges(self, topic):
@@ -150,8 +162,9 @@ def test_pre_blank_units_hold_no_message():
     assert offsets_of(pull(s, 0)) == []  # the min offset is past them
     page = s.units("T", 0, 0, 10)
     assert page.first_offset == 2 and reads.real_units(page).all()
-    both = UnitsPage(True, 0, 0, 3, np.array([0, 0, 0]), np.array([PRE_BLANK_SIZE, 9, PRE_BLANK_SIZE]),
-                     np.array([0, 0, 7]))  # fmt: skip
+    both = UnitsPage(
+        True, 0, 0, 3, np.array([0, 0, 0]), np.array([PRE_BLANK_SIZE, 9, PRE_BLANK_SIZE]), np.array([0, 0, 7])
+    )
     assert reads.real_units(both).tolist() == [False, True, True]  # all three fields, not the size alone
 
 
@@ -168,11 +181,17 @@ def test_a_topic_without_read_perm_is_refused():
     assert offsets_of(pull(Shard(["A"], perm=6), 0)) == [0]
 
 
-@pytest.mark.parametrize("kw,error", [
-    (dict(offset=-1), InvalidArgumentError), (dict(max_count=0), InvalidArgumentError),
-    (dict(max_count=10_001), LimitExceededError), (dict(queue_id=65_536), InvalidArgumentError),
-    (dict(topic="bad topic"), Exception), (dict(max_count=True), InvalidArgumentError),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "kw,error",
+    [
+        (dict(offset=-1), InvalidArgumentError),
+        (dict(max_count=0), InvalidArgumentError),
+        (dict(max_count=10_001), LimitExceededError),
+        (dict(queue_id=65_536), InvalidArgumentError),
+        (dict(topic="bad topic"), Exception),
+        (dict(max_count=True), InvalidArgumentError),
+    ],
+)
 def test_bad_pulls_fail_before_any_port_call(kw, error):
     s = Shard(["A"])
     args = dict(topic="T", queue_id=0, offset=0) | {k: v for k, v in kw.items() if k in ("topic", "queue_id", "offset")}

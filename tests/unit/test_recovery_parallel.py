@@ -14,8 +14,7 @@ from pathlib import Path
 import pytest
 
 from mqstore.formats import MAGIC_V1
-from mqstore.store import CommitLog, MessageBatch, StoreConfig
-from mqstore.store import recovery
+from mqstore.store import CommitLog, MessageBatch, StoreConfig, recovery
 
 SEG = 8 << 20
 
@@ -34,7 +33,11 @@ def build(path: Path, *, fake_at_split: bool = False) -> list[int]:
                 fake[20:24] = (MAGIC_V1 & 0xFFFFFFFF).to_bytes(4, "big")
                 fake[16 + 28 : 16 + 36] = at.to_bytes(8, "big")
                 body[0] = bytes(fake)
-            res = cl.append(MessageBatch(topics=["Ta", "Tbb", "T" + "c" * 20][i % 3], bodies=body, queue_ids=[j % 4 for j in range(100)]))
+            res = cl.append(
+                MessageBatch(
+                    topics=["Ta", "Tbb", "T" + "c" * 20][i % 3], bodies=body, queue_ids=[j % 4 for j in range(100)]
+                )
+            )
             offsets += res.physical_offsets.tolist()
     return offsets
 

@@ -14,8 +14,9 @@ from mqstore.store import MessageBatch, StoreConfig, faults
 from mqstore.store.message_store import MessageStore
 from mqstore.store.recovery import RecoveryProgress
 
-CFG = StoreConfig(segment_bytes=64 * 1024, consume_queue_file_bytes=20 * 100, index_hash_slots=512,
-                  index_max_entries=4096)  # fmt: skip
+CFG = StoreConfig(
+    segment_bytes=64 * 1024, consume_queue_file_bytes=20 * 100, index_hash_slots=512, index_max_entries=4096
+)
 
 
 class Past:

@@ -34,8 +34,11 @@ def fill(store: MessageStore, batches: int = 20, topic: str = "T") -> list[int]:
     """About 27 KB per batch (25 messages of ~1 KB over 4 queues); returns the physical offsets."""
     offsets: list[int] = []
     for _ in range(batches):
-        res = store.append(MessageBatch(topics=topic, bodies=[os.urandom(1000) for _ in range(25)],
-                                        queue_ids=[j % QUEUES for j in range(25)]))  # fmt: skip
+        res = store.append(
+            MessageBatch(
+                topics=topic, bodies=[os.urandom(1000) for _ in range(25)], queue_ids=[j % QUEUES for j in range(25)]
+            )
+        )
         offsets += res.physical_offsets.tolist()
     return offsets
 
@@ -60,10 +63,14 @@ def age(store_dir: Path, names: list[str], hours: float, now: int) -> None:
 
 def retention(store: MessageStore, *, usage=0.1, index=None, **config) -> Retention:
     return Retention(
-        store.commitlog, store.consume_queues, reput_offset=lambda: store.dispatcher.reput_offset, index=index,
-        config=RetentionConfig(**config), disk_usage=usage if callable(usage) else (lambda: usage),
+        store.commitlog,
+        store.consume_queues,
+        reput_offset=lambda: store.dispatcher.reput_offset,
+        index=index,
+        config=RetentionConfig(**config),
+        disk_usage=usage if callable(usage) else (lambda: usage),
         consumer_offsets=store.consumer_offsets,
-    )  # fmt: skip
+    )
 
 
 def test_expired_segments_go_only_at_the_configured_hour(tmp_path: Path) -> None:
@@ -241,11 +248,17 @@ def test_consume_queue_files_below_the_new_min_go_and_pulls_start_there(tmp_path
             (first,) = cq.read_units(cq.min_offset, 1)
             assert int(first["commitlog_offset"]) >= cl_min
             if cq.min_offset * UNIT_SIZE > int(cq.files[0]):
-                prev = (qdir / cq.files[0]).read_bytes()[(cq.min_offset - 1) * UNIT_SIZE - int(cq.files[0]):][:UNIT_SIZE]
+                prev = (qdir / cq.files[0]).read_bytes()[(cq.min_offset - 1) * UNIT_SIZE - int(cq.files[0]) :][
+                    :UNIT_SIZE
+                ]
                 assert UNIT.unpack(prev)[0] < cl_min
             assert rep.queue_min_offsets[("T", q)] == (0, cq.min_offset)
             below = s.pull("T", q, 0, max_count=5)
-            assert (below.status, below.next_offset, below.min_offset) == (PullStatus.OFFSET_TOO_SMALL, cq.min_offset, cq.min_offset)
+            assert (below.status, below.next_offset, below.min_offset) == (
+                PullStatus.OFFSET_TOO_SMALL,
+                cq.min_offset,
+                cq.min_offset,
+            )
             pulled = s.pull("T", q, below.next_offset, max_count=5)
             assert [m.queue_offset for m in pulled.records] == list(range(cq.min_offset, cq.min_offset + 5))
             assert pulled.min_offset == cq.min_offset
@@ -397,8 +410,14 @@ def test_concurrent_reads_appends_and_deletes(tmp_path: Path) -> None:
 def test_config_is_checked() -> None:
     assert RetentionConfig(delete_when="04; 16").delete_hours == {4, 16}
     assert RetentionConfig().delete_hours == {4}
-    for bad in ({"delete_when": "4am"}, {"delete_when": "24"}, {"disk_max_used_ratio": 1.5},
-                {"warning_ratio": 0}, {"max_deletes_per_run": 0}, {"file_reserved_hours": -1}):  # fmt: skip
+    for bad in (
+        {"delete_when": "4am"},
+        {"delete_when": "24"},
+        {"disk_max_used_ratio": 1.5},
+        {"warning_ratio": 0},
+        {"max_deletes_per_run": 0},
+        {"file_reserved_hours": -1},
+    ):
         with pytest.raises(ConfigError):
             RetentionConfig(**bad)
 

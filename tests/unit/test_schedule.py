@@ -42,7 +42,11 @@ def real_bodies(s: MessageStore, queue: int = 1) -> list[bytes]:
 def test_delayed_messages_wait_in_the_schedule_topic(tmp_path: Path) -> None:
     clock = StepClock(1_700_000_000_000)
     with open_store(tmp_path, clock) as s:
-        res = s.append(MessageBatch.of([delayed(1, b"one"), delayed(3, b"three"), delayed(99, b"max"), Message("Orders", b"now", queue_id=1)]))
+        res = s.append(
+            MessageBatch.of(
+                [delayed(1, b"one"), delayed(3, b"three"), delayed(99, b"max"), Message("Orders", b"now", queue_id=1)]
+            )
+        )
         s.dispatcher.catch_up()
         assert real_bodies(s) == [b"now"]
         for level, delay_ms, body in ((1, 1000, b"one"), (3, 10_000, b"three"), (18, 7_200_000, b"max")):

@@ -105,7 +105,11 @@ def test_the_background_scheduler_goes_on_past_a_poison(tmp_path: Path) -> None:
 def test_producers_can_not_write_the_schedule_topic(tmp_path: Path) -> None:
     with MessageStore(tmp_path, CFG, background_dispatch=False) as s:
         with pytest.raises(ReservedTopicError):
-            s.append(MessageBatch(topics=SCHEDULE_TOPIC, bodies=[b"x"], queue_ids=0, properties=POISONS["no DELAY (self-feeding)"]))
+            s.append(
+                MessageBatch(
+                    topics=SCHEDULE_TOPIC, bodies=[b"x"], queue_ids=0, properties=POISONS["no DELAY (self-feeding)"]
+                )
+            )
         with pytest.raises(ValueError, match="SCHEDULE_SOURCE"):  # would move the scheduler's progress
             s.append(MessageBatch(topics="Orders", bodies=[b"x"], properties={"SCHEDULE_SOURCE": "1:1000000"}))
         assert s.commitlog.wrote == 0

@@ -29,7 +29,9 @@ from mqstore.store.reader import CommitLogReader
 from mqstore.store.repair import repair_store
 from mqstore.store.verify import verify_store
 
-CFG = StoreConfig(segment_bytes=256 * 1024, consume_queue_file_bytes=20 * 50, index_hash_slots=512, index_max_entries=2048)
+CFG = StoreConfig(
+    segment_bytes=256 * 1024, consume_queue_file_bytes=20 * 50, index_hash_slots=512, index_max_entries=2048
+)
 MESSAGES = 2000
 BODY_AT = 88  # a V1 record with IPv4 hosts: the body starts after the 88-byte head
 
@@ -58,10 +60,20 @@ def pristine(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Pulled]:
     rng = np.random.default_rng(7)
     with MessageStore(path, CFG) as s:
         for i in range(MESSAGES // 50):
-            s.append(MessageBatch.of(
-                [Message(f"T{j % 3}", rng.bytes(60 + (i * 7 + j) % 200), queue_id=j % 4, tags=f"Tag{j % 5}",
-                         keys=[f"k{i}-{j}", f"order{i}"]) for j in range(50)]
-            ))  # fmt: skip
+            s.append(
+                MessageBatch.of(
+                    [
+                        Message(
+                            f"T{j % 3}",
+                            rng.bytes(60 + (i * 7 + j) % 200),
+                            queue_id=j % 4,
+                            tags=f"Tag{j % 5}",
+                            keys=[f"k{i}-{j}", f"order{i}"],
+                        )
+                        for j in range(50)
+                    ]
+                )
+            )
         s.commit_offset("g1", "T0", 0, 5)
     return path, pull_everything(path)
 
@@ -73,13 +85,18 @@ def store(pristine: tuple[Path, Pulled], tmp_path: Path) -> Path:
 
 
 def file_hashes(root: Path) -> dict[str, str]:
-    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(root.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+    }
 
 
 def cli(*args: str) -> subprocess.CompletedProcess:
     """The real command in a subprocess (its exit status, stdout and stderr)."""
-    return subprocess.run([sys.executable, "-m", "mqstore.cli.main", *args], capture_output=True, text=True, timeout=120,
-                          check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "mqstore.cli.main", *args], capture_output=True, text=True, timeout=120, check=False
+    )
 
 
 # ---------------------------------------------------------------- damage

@@ -59,6 +59,7 @@ def assemble(p: Plan, state, derived_meta: list[tuple], results: list[ChunkResul
             damage.commitlog_unrepairable.extend(r.unrepairable)
     # the first cut that is damage (not in flight) is where recovery would cut
     for r in results:
+
         def keep(row, r=r):
             nonlocal tail_upgraded
             kind, _sev, loc, detail, off = row
@@ -77,9 +78,11 @@ def assemble(p: Plan, state, derived_meta: list[tuple], results: list[ChunkResul
     if damage.commitlog_cut is not None:
         cut_chunk = next(r for r in results if r.commitlog_cut == damage.commitlog_cut)
         damage.records_after_cut = cut_chunk.records_after_cut + sum(
-            r.records for r in results if r.index > cut_chunk.index and r.data_start >= 0)  # fmt: skip
+            r.records for r in results if r.index > cut_chunk.index and r.data_start >= 0
+        )
         damage.newest_store_timestamp_below_cut = max(
-            [r.newest_store_timestamp for r in results if r.index < cut_chunk.index] + [cut_chunk.newest_below_cut])  # fmt: skip
+            [r.newest_store_timestamp for r in results if r.index < cut_chunk.index] + [cut_chunk.newest_below_cut]
+        )
     newest = max((r.newest_store_timestamp for r in results), default=0)
     damage.newest_store_timestamp = newest
     first_ts: dict[int, int] = {}
@@ -124,16 +127,33 @@ def assemble(p: Plan, state, derived_meta: list[tuple], results: list[ChunkResul
         if row[0] == "checkpoint_ahead" and tail_upgraded:
             continue  # the torn tail counted as flushed says it already
         out.row(*row)
-    if flushed is not None and cp is not None and cp.confirm_phy_offset > log_end and not tail_upgraded and not p.running:
-        out.row("checkpoint_ahead", "error", "checkpoint", f"confirm_phy_offset {cp.confirm_phy_offset} is past the end "
-                f"of the commitlog's valid data ({log_end}): data it counts as flushed is gone")  # fmt: skip
+    if (
+        flushed is not None
+        and cp is not None
+        and cp.confirm_phy_offset > log_end
+        and not tail_upgraded
+        and not p.running
+    ):
+        out.row(
+            "checkpoint_ahead",
+            "error",
+            "checkpoint",
+            f"confirm_phy_offset {cp.confirm_phy_offset} is past the end "
+            f"of the commitlog's valid data ({log_end}): data it counts as flushed is gone",
+        )
         damage.checkpoint_fix = True
     offsets_checked = check_configs(state, queue_max, out, damage)
     if in_flight["bytes"] > 0 or in_flight["findings"]:
         loc = _segment_location(p, flushed) if flushed is not None else "commitlog"
-        out.row("in_flight", "info", loc, f"{in_flight['bytes']:,} bytes past {flushed_how} ({flushed}) are still being "
-                f"written or not yet flushed: not reconciled ({in_flight['records']:,} records without units, "
-                f"{in_flight['findings']:,} findings about them set aside)", flushed if flushed is not None else -1)  # fmt: skip
+        out.row(
+            "in_flight",
+            "info",
+            loc,
+            f"{in_flight['bytes']:,} bytes past {flushed_how} ({flushed}) are still being "
+            f"written or not yet flushed: not reconciled ({in_flight['records']:,} records without units, "
+            f"{in_flight['findings']:,} findings about them set aside)",
+            flushed if flushed is not None else -1,
+        )
     messages = sum(r.records for r in results)
     data_bytes = sum(r.bytes for r in results)
     counts = {
@@ -151,8 +171,20 @@ def assemble(p: Plan, state, derived_meta: list[tuple], results: list[ChunkResul
         "data_end": data_end,
         "resume_offset": resume,
     }
-    return ReconcileResult(p.store, out.rows, out.by_kind, out.by_severity, out.kind_severity, messages, data_bytes,
-                           0.0, counts, in_flight, flushed, damage)  # fmt: skip
+    return ReconcileResult(
+        p.store,
+        out.rows,
+        out.by_kind,
+        out.by_severity,
+        out.kind_severity,
+        messages,
+        data_bytes,
+        0.0,
+        counts,
+        in_flight,
+        flushed,
+        damage,
+    )
 
 
 class _QueueEnds:
@@ -191,9 +223,14 @@ def _chunk_boundaries(p: Plan, results: list[ChunkResult], out: Collector) -> No
         if p.chunks[c.index + 1].base != c.base or r.closed or r.data_stopped is not None or r.data_start < 0:
             continue
         if r.walk_end != nxt.data_start:
-            out.row("commitlog_chunk_boundary", "warning", _segment_location(p, nxt.data_start),
-                    f"the walk of the chunk before ended at {r.walk_end}, but the next record signature is at "
-                    f"{nxt.data_start}: a record holds bytes that look like a record start", nxt.data_start)  # fmt: skip
+            out.row(
+                "commitlog_chunk_boundary",
+                "warning",
+                _segment_location(p, nxt.data_start),
+                f"the walk of the chunk before ended at {r.walk_end}, but the next record signature is at "
+                f"{nxt.data_start}: a record holds bytes that look like a record start",
+                nxt.data_start,
+            )
 
 
 def _sequences_and_max(results: list[ChunkResult], meta: dict, out: Collector) -> dict[tuple[str, int], int]:
@@ -204,12 +241,24 @@ def _sequences_and_max(results: list[ChunkResult], meta: dict, out: Collector) -
     queue_max: dict[tuple[str, int], int] = {}
     for r in results:
         for q, phys, qo, prev in r.sequence:
-            out.row("queue_offset_sequence", "error", f"{CONSUME_QUEUE_DIR}/{q[0]}/{q[1]}", f"the record at commitlog "
-                    f"offset {phys} has queue offset {qo}, but the one before it in this queue has {prev}", phys)  # fmt: skip
+            out.row(
+                "queue_offset_sequence",
+                "error",
+                f"{CONSUME_QUEUE_DIR}/{q[0]}/{q[1]}",
+                f"the record at commitlog "
+                f"offset {phys} has queue offset {qo}, but the one before it in this queue has {prev}",
+                phys,
+            )
         for q, (fqo, fph, lqo, _lph, _n) in r.queues.items():
             if q in last and last[q][0] + 1 != fqo:
-                out.row("queue_offset_sequence", "error", f"{CONSUME_QUEUE_DIR}/{q[0]}/{q[1]}", f"the record at commitlog "
-                        f"offset {fph} has queue offset {fqo}, but the one before it in this queue has {last[q][0]}", fph)  # fmt: skip
+                out.row(
+                    "queue_offset_sequence",
+                    "error",
+                    f"{CONSUME_QUEUE_DIR}/{q[0]}/{q[1]}",
+                    f"the record at commitlog "
+                    f"offset {fph} has queue offset {fqo}, but the one before it in this queue has {last[q][0]}",
+                    fph,
+                )
             last[q] = (lqo, _lph)
             queue_max[q] = max(queue_max.get(q, 0), lqo + 1)
     for q, m in meta.items():
@@ -217,8 +266,9 @@ def _sequences_and_max(results: list[ChunkResult], meta: dict, out: Collector) -
     return queue_max
 
 
-def _dangling_units(results, data_end: int, limit: int, running: bool, out: Collector, damage: Damage,
-                    in_flight: dict) -> None:  # fmt: skip
+def _dangling_units(
+    results, data_end: int, limit: int, running: bool, out: Collector, damage: Damage, in_flight: dict
+) -> None:
     beyond: dict[tuple[str, int], list[int]] = {}
     for r in results:
         for (topic, qid), (qoffs, phys) in r.unmatched_units.items():
@@ -231,20 +281,31 @@ def _dangling_units(results, data_end: int, limit: int, running: bool, out: Coll
             if b.any():
                 beyond.setdefault((topic, qid), []).extend(qoffs[b].tolist())
             for qo, ph in zip(qoffs[~past & ~late].tolist(), phys[~past & ~late].tolist()):
-                out.row("cq_unit_dangling", "error", f"{loc}#{qo}", f"unit at queue offset {qo} points at commitlog "
-                        f"offset {ph}, where no record starts", ph)  # fmt: skip
+                out.row(
+                    "cq_unit_dangling",
+                    "error",
+                    f"{loc}#{qo}",
+                    f"unit at queue offset {qo} points at commitlog offset {ph}, where no record starts",
+                    ph,
+                )
                 damage.bad_queues.add((topic, qid))
     if running:
         return
     for (topic, qid), qoffs in beyond.items():
         first = min(qoffs)
-        out.row("cq_unit_beyond_end", "warning", f"{CONSUME_QUEUE_DIR}/{topic}/{qid}#{first}", f"{len(qoffs)} units from "
-                f"queue offset {first} point at or past the end of the commitlog's valid data ({data_end}); the store "
-                "drops them on open")  # fmt: skip
+        out.row(
+            "cq_unit_beyond_end",
+            "warning",
+            f"{CONSUME_QUEUE_DIR}/{topic}/{qid}#{first}",
+            f"{len(qoffs)} units from "
+            f"queue offset {first} point at or past the end of the commitlog's valid data ({data_end}); the store "
+            "drops them on open",
+        )
 
 
-def _unmatched_records(results, meta: dict, resume: int, limit: int, running: bool, out: Collector,
-                       damage: Damage) -> int:  # fmt: skip
+def _unmatched_records(
+    results, meta: dict, resume: int, limit: int, running: bool, out: Collector, damage: Damage
+) -> int:
     """verify's record side (queues.check_records) for the records no unit points
     at; returns how many of them are in flight."""
     per_queue: dict[tuple[str, int], list[tuple[np.ndarray, np.ndarray]]] = {}
@@ -272,27 +333,48 @@ def _unmatched_records(results, meta: dict, resume: int, limit: int, running: bo
                 pre |= (qo >= a) & (qo < b)
         hole = (qo < first) | (inside & pre)
         for i in np.flatnonzero(hole).tolist():
-            out.row("cq_unit_missing", "error", f"{loc}#{int(qo[i])}", f"the record at commitlog offset {int(ph[i])} "
-                    f"(queue offset {int(qo[i])}) has no unit: the queue holds none there", int(ph[i]))  # fmt: skip
+            out.row(
+                "cq_unit_missing",
+                "error",
+                f"{loc}#{int(qo[i])}",
+                f"the record at commitlog offset {int(ph[i])} "
+                f"(queue offset {int(qo[i])}) has no unit: the queue holds none there",
+                int(ph[i]),
+            )
         if hole.any():
             damage.bad_queues.add(q)
         after = np.flatnonzero(qo >= end)
         if not after.size:
             continue
         if running:
-            out.row("cq_not_written", "info", loc, f"{after.size} records past the last unit on disk "
-                    "(the running store may hold their units in memory)")  # fmt: skip
+            out.row(
+                "cq_not_written",
+                "info",
+                loc,
+                f"{after.size} records past the last unit on disk (the running store may hold their units in memory)",
+            )
             continue
         late = ph[after] >= resume
         if late.any():
             damage.queues_not_dispatched = True
-            out.row("cq_not_dispatched", "warning", loc, f"{int(late.sum())} records from commitlog offset "
-                    f"{int(ph[after][late][0])} are not dispatched yet; the store dispatches them when it opens")  # fmt: skip
+            out.row(
+                "cq_not_dispatched",
+                "warning",
+                loc,
+                f"{int(late.sum())} records from commitlog offset "
+                f"{int(ph[after][late][0])} are not dispatched yet; the store dispatches them when it opens",
+            )
         if not late.all():
             early = after[~late]
-            out.row("cq_unit_missing", "error", f"{loc}#{int(qo[early[0]])}", f"{early.size} records (queue offsets "
-                    f"{int(qo[early[0]])}..{int(qo[early[-1]])}, from commitlog offset {int(ph[early[0]])}) have no unit, "
-                    f"and the store will not dispatch them again (it resumes at {resume})", int(ph[early[0]]))  # fmt: skip
+            out.row(
+                "cq_unit_missing",
+                "error",
+                f"{loc}#{int(qo[early[0]])}",
+                f"{early.size} records (queue offsets "
+                f"{int(qo[early[0]])}..{int(qo[early[-1]])}, from commitlog offset {int(ph[early[0]])}) have no unit, "
+                f"and the store will not dispatch them again (it resumes at {resume})",
+                int(ph[early[0]]),
+            )
             damage.bad_queues.add(q)
     return flying
 
@@ -302,14 +384,19 @@ def _index_order(index_meta: list[dict], out: Collector, damage: Damage) -> None
     for m in sorted(index_meta, key=lambda m: m["name"]):
         if m.get("entries"):
             if m["first"] < last_phy:
-                out.row("index_order", "error", f"index/{m['name']}", f"its first entry points at {m['first']}, before "
-                        f"the previous file's last ({last_phy})")  # fmt: skip
+                out.row(
+                    "index_order",
+                    "error",
+                    f"index/{m['name']}",
+                    f"its first entry points at {m['first']}, before the previous file's last ({last_phy})",
+                )
                 damage.index_bad = True
             last_phy = m["last"]
 
 
-def _dangling_entries(results, data_end: int, limit: int, running: bool, out: Collector, damage: Damage,
-                      in_flight: dict) -> None:  # fmt: skip
+def _dangling_entries(
+    results, data_end: int, limit: int, running: bool, out: Collector, damage: Damage, in_flight: dict
+) -> None:
     beyond: dict[str, int] = {}
     for r in results:
         for name, numbers, phys in r.unmatched_entries:
@@ -320,14 +407,24 @@ def _dangling_entries(results, data_end: int, limit: int, running: bool, out: Co
             if b.any():
                 beyond[name] = beyond.get(name, 0) + int(b.sum())
             for num, ph in zip(numbers[~past & ~late].tolist(), phys[~past & ~late].tolist()):
-                out.row("index_entry_dangling", "error", f"index/{name}#{num}", f"entry {num} points at commitlog offset "
-                        f"{ph}, where no record starts", ph)  # fmt: skip
+                out.row(
+                    "index_entry_dangling",
+                    "error",
+                    f"index/{name}#{num}",
+                    f"entry {num} points at commitlog offset {ph}, where no record starts",
+                    ph,
+                )
                 damage.index_bad = True
     if running:
         return
     for name, n in sorted(beyond.items()):
-        out.row("index_entry_beyond_end", "warning", f"index/{name}", f"{n} entries point at or past the end of the "
-                f"commitlog's valid data ({data_end}); the store drops them on open")  # fmt: skip
+        out.row(
+            "index_entry_beyond_end",
+            "warning",
+            f"index/{name}",
+            f"{n} entries point at or past the end of the "
+            f"commitlog's valid data ({data_end}); the store drops them on open",
+        )
 
 
 def _missing_keys(results, limit: int, out: Collector, damage: Damage, in_flight: dict) -> None:
@@ -338,10 +435,15 @@ def _missing_keys(results, limit: int, out: Collector, damage: Damage, in_flight
         late = phys >= limit
         in_flight["findings"] += int(late.sum())
         for ph, h in zip(phys[~late].tolist(), hashes[~late].tolist()):
-            out.row("index_key_missing", "error", "index", f"the record at commitlog offset {ph} has a key (hash {h}) "
-                    "that no index entry holds; a query by that key misses it", ph)  # fmt: skip
+            out.row(
+                "index_key_missing",
+                "error",
+                "index",
+                f"the record at commitlog offset {ph} has a key (hash {h}) "
+                "that no index entry holds; a query by that key misses it",
+                ph,
+            )
             damage.index_bad = True
-
 
 
 __all__ = ["assemble"]

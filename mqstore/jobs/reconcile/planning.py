@@ -35,8 +35,6 @@ class NotAStoreError(FileNotFoundError):
     """The directory holds no store."""
 
 
-
-
 @dataclass
 class Plan:
     """What the jobs work on: the store's layout, its segments and their chunks, the
@@ -87,8 +85,12 @@ def plan(store: Path, chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> Plan:
     holder = lock_holder(store)
     running = holder is not None
     if running:
-        pre.info("store_running", "lock", f"the store is open in process {holder or '(another namespace)'}; "
-                 "reconcile reads the files as they are now")  # fmt: skip
+        pre.info(
+            "store_running",
+            "lock",
+            f"the store is open in process {holder or '(another namespace)'}; "
+            "reconcile reads the files as they are now",
+        )
     elif (store / ABORT_FILE).exists():
         pre.info("unclean_shutdown", ABORT_FILE, "the store did not shut down cleanly; it recovers when it next opens")
     try:
@@ -114,15 +116,37 @@ def plan(store: Path, chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> Plan:
         los = list(range(0, max(used, 1), step)) if i <= last_data else [0]
         for k, lo in enumerate(los):
             hi = size if k == len(los) - 1 else min(lo + step, size)
-            chunks.append(ChunkSpec(len(chunks), str(path), base, lo, hi, cfg.segment_bytes,
-                                    last=i >= last_data, after_data=i > last_data))  # fmt: skip
+            chunks.append(
+                ChunkSpec(
+                    len(chunks),
+                    str(path),
+                    base,
+                    lo,
+                    hi,
+                    cfg.segment_bytes,
+                    last=i >= last_data,
+                    after_data=i > last_data,
+                )
+            )
     if chunks:
         chunks[-1] = dataclasses.replace(chunks[-1], open_end=True)
     queues = _list_queues(store, pre, damage)
     idx = index_files(store) or []
     _stray_index_files(store, idx, pre, damage)
-    return Plan(store, cfg, running, not (store / ABORT_FILE).exists() or running, segs, chunks, queues, idx,
-                segs[0][0] if segs else 0, total, pre, damage)  # fmt: skip
+    return Plan(
+        store,
+        cfg,
+        running,
+        not (store / ABORT_FILE).exists() or running,
+        segs,
+        chunks,
+        queues,
+        idx,
+        segs[0][0] if segs else 0,
+        total,
+        pre,
+        damage,
+    )
 
 
 def _data_end_hint(path: Path, size: int) -> int:
@@ -148,7 +172,9 @@ def _stray_index_files(store: Path, files: list[Path], findings: TaskFindings, d
     for p in sorted(d.iterdir()):
         if p not in files:
             tmp = p.name.endswith(".tmp")
-            what = "an unfinished file; the store removes it on open" if tmp else "not an index file; the store ignores it"
+            what = (
+                "an unfinished file; the store removes it on open" if tmp else "not an index file; the store ignores it"
+            )
             findings.warning("index_stray_file", f"{INDEX_DIR}/{p.name}", what)
             if not tmp:
                 damage.stray_files.append(f"{INDEX_DIR}/{p.name}")
@@ -173,7 +199,6 @@ def queue_groups(store: Path, queues: list[tuple[str, int]], groups: int) -> lis
         out[g].append(queues[i])
         load[g] += weights[i]
     return [g for g in out if g]
-
 
 
 __all__ = [

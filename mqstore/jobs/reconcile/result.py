@@ -126,5 +126,4 @@ class Collector:
         self.row(kind, "info", location, detail)
 
 
-
 __all__ = ["LISTED_PER_KIND", "SEVERITY_RANK", "Collector", "ReconcileResult"]

@@ -106,24 +106,50 @@ def _file_table(derived_meta: list[tuple], index_paths: list[Path], cfg: StoreCo
             xf.append((path.name, str(path), cfg.index_hash_slots, entries))
             xlo.append(min(h.begin_phy_offset, h.end_phy_offset))
             xhi.append(max(h.begin_phy_offset, h.end_phy_offset))
-    arr = lambda v: np.array(v, np.int64)
+
+    def arr(v):
+        return np.array(v, np.int64)
+
     return FileTable(qf, arr(qlo), arr(qhi), xf, arr(xlo), arr(xhi))
 
 
-def _work_task(w: tuple, store: str, cfg: StoreConfig, chunks: list[ChunkSpec], files, running: bool,
-               index_sample: tuple[int, int], index_end: int, flushed_ts: int):  # fmt: skip
+def _work_task(
+    w: tuple,
+    store: str,
+    cfg: StoreConfig,
+    chunks: list[ChunkSpec],
+    files,
+    running: bool,
+    index_sample: tuple[int, int],
+    index_end: int,
+    flushed_ts: int,
+):
     kind, arg = w
     if kind == "index":
         return _derived_task(w, store, cfg, running)
     return _chunk_task(arg, chunks, files, running, index_sample, index_end, flushed_ts)
 
 
-def _chunk_task(i: int, chunks: list[ChunkSpec], files, running: bool, index_sample: tuple[int, int], index_end: int,
-                flushed_ts: int) -> ChunkResult:  # fmt: skip
+def _chunk_task(
+    i: int,
+    chunks: list[ChunkSpec],
+    files,
+    running: bool,
+    index_sample: tuple[int, int],
+    index_end: int,
+    flushed_ts: int,
+) -> ChunkResult:
     spec = chunks[i]
     queue_files, index_files_ = files.value.for_chunk(spec)
-    return check_chunk(spec, queue_files, index_files_, running=running, index_sample=index_sample,
-                       index_end=index_end, flushed_ts=flushed_ts)  # fmt: skip
+    return check_chunk(
+        spec,
+        queue_files,
+        index_files_,
+        running=running,
+        index_sample=index_sample,
+        index_end=index_end,
+        flushed_ts=flushed_ts,
+    )
 
 
 # ---------------------------------------------------------------- progress
@@ -161,15 +187,27 @@ class _Progress:
             except Exception:  # noqa: BLE001  (progress is best effort; the JVM may be closing)
                 return
             if total:
-                log.info("reconcile_progress", stage=self.stage, tasks_done=done, tasks=total,
-                         seconds=round(time.perf_counter() - self._t0, 1))  # fmt: skip
+                log.info(
+                    "reconcile_progress",
+                    stage=self.stage,
+                    tasks_done=done,
+                    tasks=total,
+                    seconds=round(time.perf_counter() - self._t0, 1),
+                )
 
 
 # ---------------------------------------------------------------- the run (driver)
 
 
-def reconcile(spark, store: str | Path, *, output: str | Path | None = None, repair: bool = False,
-              chunk_bytes: int = DEFAULT_CHUNK_BYTES, index_keys: str = "full") -> ReconcileResult:  # fmt: skip
+def reconcile(
+    spark,
+    store: str | Path,
+    *,
+    output: str | Path | None = None,
+    repair: bool = False,
+    chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+    index_keys: str = "full",
+) -> ReconcileResult:
     """Reconcile the store at ``store`` on ``spark`` (see the module docstring); with
     ``output``, write the findings dataset and summary.json there, and with
     ``repair`` the rebuilt consume queues and index files under ``output/repair``."""
@@ -181,9 +219,16 @@ def reconcile(spark, store: str | Path, *, output: str | Path | None = None, rep
     state = read_state(store)  # first: the checkpoint may only lag what is read after it
     p = plan(store, chunk_bytes)
     sc = spark.sparkContext
-    log.info("reconcile_started", store=str(store), segments=len(p.segments), chunks=len(p.chunks),
-             commitlog_mb=round(p.commitlog_bytes / 1e6, 1), queues=len(p.queues), index_files=len(p.index_paths),
-             running=p.running)  # fmt: skip
+    log.info(
+        "reconcile_started",
+        store=str(store),
+        segments=len(p.segments),
+        chunks=len(p.chunks),
+        commitlog_mb=round(p.commitlog_bytes / 1e6, 1),
+        queues=len(p.queues),
+        index_files=len(p.index_paths),
+        running=p.running,
+    )
     cp = state.checkpoint
     flushed_ts = cp.physic_msg_timestamp if cp is not None and cp.confirm_phy_offset <= 0 else 0
     index_end = index_end_offset(store)
@@ -197,8 +242,11 @@ def reconcile(spark, store: str | Path, *, output: str | Path | None = None, rep
         progress.stage = "consume_queues"
         derived_meta: list[tuple] = []
         if queue_tasks:
-            derived_meta = sc.parallelize(queue_tasks, len(queue_tasks)).map(
-                lambda t: _derived_task(t, store_s, cfg, running)).collect()  # fmt: skip
+            derived_meta = (
+                sc.parallelize(queue_tasks, len(queue_tasks))
+                .map(lambda t: _derived_task(t, store_s, cfg, running))
+                .collect()
+            )
         t1 = time.perf_counter()
         log.info("reconcile_progress", stage="consume_queues", done=True, seconds=round(t1 - t0, 2))
         # One job: the index files' own checks first (one long task each), the
@@ -219,8 +267,13 @@ def reconcile(spark, store: str | Path, *, output: str | Path | None = None, rep
             results = [d for d in done if isinstance(d, ChunkResult)]
     t2 = time.perf_counter()
     walked = sum(r.bytes for r in results)
-    log.info("reconcile_progress", stage="commitlog_and_index", done=True, seconds=round(t2 - t1, 2),
-             mb_per_s=round(walked / 1e6 / max(t2 - t1, 1e-9), 1))  # fmt: skip
+    log.info(
+        "reconcile_progress",
+        stage="commitlog_and_index",
+        done=True,
+        seconds=round(t2 - t1, 2),
+        mb_per_s=round(walked / 1e6 / max(t2 - t1, 1e-9), 1),
+    )
     result = assemble(p, state, derived_meta, sorted(results, key=lambda r: r.index), index_end)
     result.seconds = time.perf_counter() - t0
     result.counts["commitlog_seconds"] = round(t2 - t1, 3)
@@ -232,10 +285,17 @@ def reconcile(spark, store: str | Path, *, output: str | Path | None = None, rep
     if out_dir is not None:
         write_output(result, out_dir)
         result.output = out_dir
-    log.info("reconcile_done", store=str(store), ok=result.ok, errors=result.errors, findings=sum(result.by_kind.values()),
-             messages=result.messages, mb=round(result.bytes / 1e6, 1), seconds=round(result.seconds, 2))  # fmt: skip
+    log.info(
+        "reconcile_done",
+        store=str(store),
+        ok=result.ok,
+        errors=result.errors,
+        findings=sum(result.by_kind.values()),
+        messages=result.messages,
+        mb=round(result.bytes / 1e6, 1),
+        seconds=round(result.seconds, 2),
+    )
     return result
-
 
 
 __all__ = ["FileTable", "reconcile"]

@@ -81,10 +81,11 @@ def render_summary(result: ReconcileResult) -> str:
         lines.append("")
         lines.append(f"repair     {result.repair.get('summary', '')}")
     verdict = "OK" if result.ok else "NOT OK"
-    lines.append(f"{verdict}: {result.errors:,} errors, {result.by_severity.get('warning', 0):,} warnings in "
-                 f"{result.seconds:.2f} s ({mb_s:,.0f} MB/s)")  # fmt: skip
+    lines.append(
+        f"{verdict}: {result.errors:,} errors, {result.by_severity.get('warning', 0):,} warnings in "
+        f"{result.seconds:.2f} s ({mb_s:,.0f} MB/s)"
+    )
     return "\n".join(lines)
-
 
 
 __all__ = ["FINDINGS_DIR", "SUMMARY_FILE", "render_summary", "write_output"]

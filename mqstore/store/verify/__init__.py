@@ -45,7 +45,9 @@ SAMPLE_EVERY = 16  # index_keys="sample": the keys of every 16th record are chec
 SAMPLE_AFTER = 1_000_000  # ...after those of the first million
 
 
-def verify_store(store_dir: str | Path, *, index_keys: IndexKeys = "sample", locked_by_caller: bool = False) -> VerifyReport:
+def verify_store(
+    store_dir: str | Path, *, index_keys: IndexKeys = "sample", locked_by_caller: bool = False
+) -> VerifyReport:
     """Check every file of the store at ``store_dir``; see the module docstring.
 
     ``index_keys``: check that the keys of every record (``full``), of the first
@@ -61,18 +63,26 @@ def verify_store(store_dir: str | Path, *, index_keys: IndexKeys = "sample", loc
     holder = None if locked_by_caller else lock_holder(store)
     running = holder is not None
     if running:
-        findings.info("store_running", "lock", f"the store is open in process {holder or '(another namespace)'}; "
-                      "verify reads the files as they are now")  # fmt: skip
+        findings.info(
+            "store_running",
+            "lock",
+            f"the store is open in process {holder or '(another namespace)'}; verify reads the files as they are now",
+        )
     elif (store / ABORT_FILE).exists():
-        findings.info("unclean_shutdown", ABORT_FILE, "the store did not shut down cleanly; it recovers when it next opens")
+        findings.info(
+            "unclean_shutdown", ABORT_FILE, "the store did not shut down cleanly; it recovers when it next opens"
+        )
     cfg = _layout(store, findings)
     state = read_state(store)
-    table = walk_commitlog(store, cfg.segment_bytes, findings, damage, index_sample=index_sample_for(index_keys),
-                           running=running)  # fmt: skip
+    table = walk_commitlog(
+        store, cfg.segment_bytes, findings, damage, index_sample=index_sample_for(index_keys), running=running
+    )
     damage.newest_store_timestamp = table.newest_store_timestamp
     log.info("verify_progress", stage="consume_queues", records=len(table.phys))
     queues = read_queues(store, cfg.consume_queue_file_bytes, table, findings, damage, running=running)
-    resume = resume_offset(store, table, queues, damage, state.checkpoint, clean=running or not (store / ABORT_FILE).exists())
+    resume = resume_offset(
+        store, table, queues, damage, state.checkpoint, clean=running or not (store / ABORT_FILE).exists()
+    )
     queue_max = check_records(queues, table, findings, damage, resume_offset=resume, running=running)
     log.info("verify_progress", stage="index", queues=len(queues))
     index = check_index(store, cfg.index_hash_slots, cfg.index_max_entries, table, findings, damage, running=running)
@@ -113,8 +123,9 @@ def index_sample_for(index_keys: IndexKeys) -> tuple[int, int]:
     return {"off": (0, 0), "full": (1, 0), "sample": (SAMPLE_EVERY, SAMPLE_AFTER)}[index_keys]
 
 
-def resume_offset(store: Path, table: RecordTable, queues: dict, damage: Damage, checkpoint: Checkpoint | None, *,
-                  clean: bool) -> int:  # fmt: skip
+def resume_offset(
+    store: Path, table: RecordTable, queues: dict, damage: Damage, checkpoint: Checkpoint | None, *, clean: bool
+) -> int:
     """Where the store's dispatcher starts when it next opens (the builders' resume
     rule): the newest consume-queue unit, no later than the index's end, and after
     an unclean exit no later than the segment abnormal recovery starts from. Units

@@ -74,8 +74,16 @@ def index_end_offset(store_dir: Path) -> int | None:
     return IndexHeader.decode(head).end_phy_offset if len(head) == INDEX_HEADER_BYTES else -1
 
 
-def check_index(store_dir: Path, hash_slots: int, max_entries: int, table: RecordTable, findings: Findings,
-                damage: Damage, *, running: bool) -> IndexSummary:  # fmt: skip
+def check_index(
+    store_dir: Path,
+    hash_slots: int,
+    max_entries: int,
+    table: RecordTable,
+    findings: Findings,
+    damage: Damage,
+    *,
+    running: bool,
+) -> IndexSummary:
     """Check every index file and the sampled keys; see the module docstring."""
     d = Path(store_dir) / INDEX_DIR
     files = index_files(store_dir)
@@ -84,7 +92,9 @@ def check_index(store_dir: Path, hash_slots: int, max_entries: int, table: Recor
     for p in sorted(d.iterdir()):
         if p not in files:
             tmp = p.name.endswith(".tmp")
-            what = "an unfinished file; the store removes it on open" if tmp else "not an index file; the store ignores it"
+            what = (
+                "an unfinished file; the store removes it on open" if tmp else "not an index file; the store ignores it"
+            )
             findings.warning("index_stray_file", f"{INDEX_DIR}/{p.name}", what)
             if not p.name.endswith(".tmp"):
                 damage.stray_files.append(f"{INDEX_DIR}/{p.name}")
@@ -95,8 +105,12 @@ def check_index(store_dir: Path, hash_slots: int, max_entries: int, table: Recor
     for path in files:
         loc = f"{INDEX_DIR}/{path.name}"
         if (actual := path.stat().st_size) != size:
-            findings.error("index_file_size", loc, f"{actual} bytes, expected {size} ({hash_slots} slots x {max_entries} "
-                           "entries); the store deletes it and rebuilds the index when it opens")  # fmt: skip
+            findings.error(
+                "index_file_size",
+                loc,
+                f"{actual} bytes, expected {size} ({hash_slots} slots x {max_entries} "
+                "entries); the store deletes it and rebuilds the index when it opens",
+            )
             damage.index_bad = True
             continue
         with path.open("rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
@@ -142,14 +156,26 @@ def _check_duplicates(phys: np.ndarray, hashes: np.ndarray, findings: Findings, 
         return
     at, extra = np.unique(dup_phys, return_counts=True)
     for offset, n in zip(at.tolist(), extra.tolist()):
-        findings.error("index_entry_duplicate", INDEX_DIR, f"the record at commitlog offset {offset} is indexed {n} more "
-                       f"time(s) under a key it already has an entry for; RocketMQ's queries count each entry, "
-                       f"so other messages drop out of their answers")  # fmt: skip
+        findings.error(
+            "index_entry_duplicate",
+            INDEX_DIR,
+            f"the record at commitlog offset {offset} is indexed {n} more "
+            f"time(s) under a key it already has an entry for; RocketMQ's queries count each entry, "
+            f"so other messages drop out of their answers",
+        )
     damage.index_bad = True
 
 
-def check_header_and_chains(mm: mmap.mmap, loc: str, hash_slots: int, max_entries: int, findings: Findings,
-                            damage: Damage, *, in_flux: bool = False) -> np.ndarray | None:  # fmt: skip
+def check_header_and_chains(
+    mm: mmap.mmap,
+    loc: str,
+    hash_slots: int,
+    max_entries: int,
+    findings: Findings,
+    damage: Damage,
+    *,
+    in_flux: bool = False,
+) -> np.ndarray | None:
     """Header and chain checks of one index file mapped as ``mm`` (named ``loc`` in
     findings); its entries (None if unreadable). ``in_flux``: the file is being
     written, so disagreements are only info."""
@@ -168,14 +194,18 @@ def check_header_and_chains(mm: mmap.mmap, loc: str, hash_slots: int, max_entrie
     problems = []
     if n:
         if raw.begin_phy_offset != phy[0] or raw.end_phy_offset != phy[-1]:
-            detail = (f"begin/end offsets {raw.begin_phy_offset}/{raw.end_phy_offset} are not the first/last "
-                      f"entry's ({int(phy[0])}/{int(phy[-1])})")  # fmt: skip
+            detail = (
+                f"begin/end offsets {raw.begin_phy_offset}/{raw.end_phy_offset} are not the first/last "
+                f"entry's ({int(phy[0])}/{int(phy[-1])})"
+            )
             problems.append(("index_header", detail))
         if raw.begin_timestamp > raw.end_timestamp:
             problems.append(("index_header", f"begin time {raw.begin_timestamp} is after end time {raw.end_timestamp}"))
         if (np.diff(phy) < 0).any():
             i = int(np.flatnonzero(np.diff(phy) < 0)[0]) + 1
-            problems.append(("index_order", f"entry {i + 1} points at {int(phy[i])}, before entry {i} ({int(phy[i - 1])})"))
+            problems.append(
+                ("index_order", f"entry {i + 1} points at {int(phy[i])}, before entry {i} ({int(phy[i - 1])})")
+            )
     if raw.hash_slot_count != int(np.count_nonzero(prev == 0)):
         chains = int(np.count_nonzero(prev == 0))
         problems.append(("index_header", f"hash_slot_count {raw.hash_slot_count}, but {chains} entries start a chain"))
@@ -191,8 +221,10 @@ def check_header_and_chains(mm: mmap.mmap, loc: str, hash_slots: int, max_entrie
     want_prev[order[~starts]] = numbers[order][np.flatnonzero(~starts) - 1]
     if (bad := np.flatnonzero(want_prev != prev)).size:
         i = int(bad[0])
-        detail = (f"{bad.size} entries link to the wrong previous entry (entry {i + 1}: prev {int(prev[i])}, "
-                  f"putKey would have written {int(want_prev[i])})")  # fmt: skip
+        detail = (
+            f"{bad.size} entries link to the wrong previous entry (entry {i + 1}: prev {int(prev[i])}, "
+            f"putKey would have written {int(want_prev[i])})"
+        )
         problems.append(("index_chain", detail))
     table = np.frombuffer(mm, ">i4", hash_slots, INDEX_HEADER_BYTES).astype(np.int64)
     want_table = np.zeros(hash_slots, np.int64)
@@ -212,23 +244,35 @@ def check_header_and_chains(mm: mmap.mmap, loc: str, hash_slots: int, max_entrie
     return entries
 
 
-def _check_targets(phy: np.ndarray, loc: str, table: RecordTable, findings: Findings, damage: Damage, *, running: bool) -> None:
+def _check_targets(
+    phy: np.ndarray, loc: str, table: RecordTable, findings: Findings, damage: Damage, *, running: bool
+) -> None:
     sel = np.flatnonzero(phy >= table.min_offset)
     nrec = len(table.phys)
     idx = np.minimum(np.searchsorted(table.phys, phy[sel]), max(nrec - 1, 0))
     found = (table.phys[idx] == phy[sel]) if nrec else np.zeros(len(sel), bool)
     beyond = ~found & (phy[sel] >= table.data_end)
     if beyond.any() and not running:
-        findings.warning("index_entry_beyond_end", loc, f"{int(beyond.sum())} entries point at or past the end of the "
-                         f"commitlog's valid data ({table.data_end}); the store drops them on open")  # fmt: skip
+        findings.warning(
+            "index_entry_beyond_end",
+            loc,
+            f"{int(beyond.sum())} entries point at or past the end of the "
+            f"commitlog's valid data ({table.data_end}); the store drops them on open",
+        )
     for i in sel[~found & ~beyond].tolist():
         detail = f"entry {i + 1} points at commitlog offset {int(phy[i])}, where no record starts"
         findings.error("index_entry_dangling", f"{loc}#{i + 1}", detail)
         damage.index_bad = True
 
 
-def _check_keys(actual_phys: np.ndarray, actual_hash: np.ndarray, end_offset: int, table: RecordTable,
-                findings: Findings, damage: Damage) -> int:  # fmt: skip
+def _check_keys(
+    actual_phys: np.ndarray,
+    actual_hash: np.ndarray,
+    end_offset: int,
+    table: RecordTable,
+    findings: Findings,
+    damage: Damage,
+) -> int:
     """The expected (offset, key hash) pairs of records up to ``end_offset`` must
     all be among the files' entries. Returns how many were checked."""
     covered = (table.index_phys >= table.min_offset) & (table.index_phys <= end_offset)
@@ -242,11 +286,17 @@ def _check_keys(actual_phys: np.ndarray, actual_hash: np.ndarray, end_offset: in
     hit = table.phys[at] == actual_phys
     have = np.sort((at[hit] << 32) | (actual_hash[hit] & 0xFFFFFFFF))
     want = (np.searchsorted(table.phys, want_phys) << 32) | (want_hash & 0xFFFFFFFF)
-    present = have[np.minimum(np.searchsorted(have, want), len(have) - 1)] == want if len(have) else np.zeros(len(want), bool)
+    present = (
+        have[np.minimum(np.searchsorted(have, want), len(have) - 1)] == want if len(have) else np.zeros(len(want), bool)
+    )
     missing = np.flatnonzero(~present)
     for i in missing.tolist():
-        findings.error("index_key_missing", f"{INDEX_DIR}", f"the record at commitlog offset {int(want_phys[i])} has a key "
-                       f"(hash {int(want_hash[i])}) that no index entry holds; a query by that key misses it")  # fmt: skip
+        findings.error(
+            "index_key_missing",
+            f"{INDEX_DIR}",
+            f"the record at commitlog offset {int(want_phys[i])} has a key "
+            f"(hash {int(want_hash[i])}) that no index entry holds; a query by that key misses it",
+        )
     if missing.size:
         damage.index_bad = True
     return len(want)

@@ -112,8 +112,9 @@ def queue_dirs(store_dir: Path, findings: Findings, damage: Damage) -> list[tupl
     return out
 
 
-def read_queues(store_dir: Path, file_bytes: int, table: RecordTable, findings: Findings, damage: Damage, *,
-                running: bool) -> dict[QueueKey, QueueFiles]:  # fmt: skip
+def read_queues(
+    store_dir: Path, file_bytes: int, table: RecordTable, findings: Findings, damage: Damage, *, running: bool
+) -> dict[QueueKey, QueueFiles]:
     """Read every queue on disk and check its units (the unit side, see the module
     docstring)."""
     out: dict[QueueKey, QueueFiles] = {}
@@ -126,7 +127,9 @@ def read_queues(store_dir: Path, file_bytes: int, table: RecordTable, findings: 
     return out
 
 
-def read_queue(qdir: Path, topic: str, queue_id: int, file_bytes: int, findings: Findings, damage: Damage) -> QueueFiles:
+def read_queue(
+    qdir: Path, topic: str, queue_id: int, file_bytes: int, findings: Findings, damage: Damage
+) -> QueueFiles:
     """One queue's files in ``qdir`` (``file_bytes`` each, as file_bytes_for gives):
     names, sizes and contiguity checked, its units read up to the first invalid one
     as the store reads them, a torn or gapped tail reported. Unreadable files give
@@ -138,7 +141,11 @@ def read_queue(qdir: Path, topic: str, queue_id: int, file_bytes: int, findings:
             bases.append(file_name_to_offset(p.name))
         except ValueError:
             tmp = p.name.endswith(".tmp")
-            what = "an unfinished file; the store removes it on open" if tmp else "not a queue file name; the store ignores it"
+            what = (
+                "an unfinished file; the store removes it on open"
+                if tmp
+                else "not a queue file name; the store ignores it"
+            )
             findings.warning("cq_stray_file", f"{loc}/{p.name}", what)
             if not p.name.endswith(".tmp"):
                 damage.stray_files.append(f"{loc}/{p.name}")
@@ -151,9 +158,13 @@ def read_queue(qdir: Path, topic: str, queue_id: int, file_bytes: int, findings:
     problems = []
     for i, (base, path) in enumerate(zip(bases, paths)):
         if base % file_bytes:
-            problems.append(("cq_file_name", path, f"starts at byte {base}, not a multiple of the file size {file_bytes}"))
+            problems.append(
+                ("cq_file_name", path, f"starts at byte {base}, not a multiple of the file size {file_bytes}")
+            )
         if i and base != bases[i - 1] + file_bytes:
-            problems.append(("cq_file_gap", path, f"files are not contiguous: the one before starts at byte {bases[i - 1]}"))
+            problems.append(
+                ("cq_file_gap", path, f"files are not contiguous: the one before starts at byte {bases[i - 1]}")
+            )
         if (size := path.stat().st_size) != file_bytes:
             problems.append(("cq_file_size", path, f"{size} bytes, expected {file_bytes}"))
     for kind, path, detail in problems:
@@ -171,11 +182,17 @@ def read_queue(qdir: Path, topic: str, queue_id: int, file_bytes: int, findings:
         rest = np.frombuffer(data, np.uint8, len(data) - k * UNIT_SIZE, k * UNIT_SIZE)
         nz = np.flatnonzero(rest)
         if nz.size and nz[-1] >= UNIT_SIZE:
-            findings.error("cq_gap", f"{loc}#{first + k}", f"an invalid unit at queue offset {first + k} with units after it; "
-                           "the store cuts the queue there and loses them")  # fmt: skip
+            findings.error(
+                "cq_gap",
+                f"{loc}#{first + k}",
+                f"an invalid unit at queue offset {first + k} with units after it; "
+                "the store cuts the queue there and loses them",
+            )
             damage.bad_queues.add((topic, queue_id))
         elif nz.size:
-            findings.warning("cq_torn_tail", f"{loc}#{first + k}", "a partly written unit after the last; the store cuts it on open")
+            findings.warning(
+                "cq_torn_tail", f"{loc}#{first + k}", "a partly written unit after the last; the store cuts it on open"
+            )
     return QueueFiles(topic, queue_id, first, units.copy())
 
 
@@ -198,8 +215,12 @@ def _check_units(q: QueueFiles, table: RecordTable, findings: Findings, damage: 
         bad = True
     if real_at.size > 1 and (np.diff(phys[real_at]) <= 0).any():
         i = int(real_at[1:][np.diff(phys[real_at]) <= 0][0])
-        findings.error("cq_order", f"{loc}#{int(qoffs[i])}", f"unit at queue offset {int(qoffs[i])} points at commitlog offset "
-                       f"{int(phys[i])}, not after the unit before it")  # fmt: skip
+        findings.error(
+            "cq_order",
+            f"{loc}#{int(qoffs[i])}",
+            f"unit at queue offset {int(qoffs[i])} points at commitlog offset "
+            f"{int(phys[i])}, not after the unit before it",
+        )
         bad = True
     sel = real_at[phys[real_at] >= table.min_offset]
     nrec = len(table.phys)
@@ -208,31 +229,57 @@ def _check_units(q: QueueFiles, table: RecordTable, findings: Findings, damage: 
     beyond = ~found & (phys[sel] >= table.data_end)
     if beyond.any() and not running:
         first_beyond = int(qoffs[sel[beyond][0]])
-        findings.warning("cq_unit_beyond_end", f"{loc}#{first_beyond}", f"{int(beyond.sum())} units from queue offset "
-                         f"{first_beyond} point at or past the end of the commitlog's valid data ({table.data_end}); "
-                         "the store drops them on open")  # fmt: skip
+        findings.warning(
+            "cq_unit_beyond_end",
+            f"{loc}#{first_beyond}",
+            f"{int(beyond.sum())} units from queue offset "
+            f"{first_beyond} point at or past the end of the commitlog's valid data ({table.data_end}); "
+            "the store drops them on open",
+        )
     for i in sel[~found & ~beyond].tolist():
-        findings.error("cq_unit_dangling", f"{loc}#{int(qoffs[i])}", f"unit at queue offset {int(qoffs[i])} points at commitlog "
-                       f"offset {int(phys[i])}, where no record starts")  # fmt: skip
+        findings.error(
+            "cq_unit_dangling",
+            f"{loc}#{int(qoffs[i])}",
+            f"unit at queue offset {int(qoffs[i])} points at commitlog offset {int(phys[i])}, where no record starts",
+        )
         bad = True
     at, ri = sel[found], idx[found]
     key = table.queue_key(q.topic, q.queue_id)
     for i, r in zip(*_where(table.sizes[ri] != sizes[at], at, ri)):
-        findings.error("cq_size_mismatch", f"{loc}#{int(qoffs[i])}", f"unit at queue offset {int(qoffs[i])} says {int(sizes[i])} "
-                       f"bytes; the record at commitlog offset {int(phys[i])} has {int(table.sizes[r])}")  # fmt: skip
+        findings.error(
+            "cq_size_mismatch",
+            f"{loc}#{int(qoffs[i])}",
+            f"unit at queue offset {int(qoffs[i])} says {int(sizes[i])} "
+            f"bytes; the record at commitlog offset {int(phys[i])} has {int(table.sizes[r])}",
+        )
         bad = True
-    wrong = (table.queue_keys[ri] != (-1 if key is None else key)) | (table.queue_offsets[ri] != qoffs[at]) | ~table.advances[ri]
+    wrong = (
+        (table.queue_keys[ri] != (-1 if key is None else key))
+        | (table.queue_offsets[ri] != qoffs[at])
+        | ~table.advances[ri]
+    )
     for i, r in zip(*_where(wrong, at, ri)):
         topic, qid = table.queue_of(int(table.queue_keys[r]))
-        what = "takes no queue offset (a transaction half or rollback)" if not table.advances[r] else (
-            f"belongs to {topic}:{qid} queue offset {int(table.queue_offsets[r])}")  # fmt: skip
-        findings.error("cq_wrong_record", f"{loc}#{int(qoffs[i])}", f"unit at queue offset {int(qoffs[i])} points at the record "
-                       f"at commitlog offset {int(phys[i])}, which {what}")  # fmt: skip
+        what = (
+            "takes no queue offset (a transaction half or rollback)"
+            if not table.advances[r]
+            else (f"belongs to {topic}:{qid} queue offset {int(table.queue_offsets[r])}")
+        )
+        findings.error(
+            "cq_wrong_record",
+            f"{loc}#{int(qoffs[i])}",
+            f"unit at queue offset {int(qoffs[i])} points at the record "
+            f"at commitlog offset {int(phys[i])}, which {what}",
+        )
         bad = True
     if q.topic != SCHEDULE_TOPIC:
         for i, r in zip(*_where(table.tags_codes[ri] != tags[at], at, ri)):
-            findings.error("cq_tags_mismatch", f"{loc}#{int(qoffs[i])}", f"unit at queue offset {int(qoffs[i])} has tagsCode "
-                           f"{int(tags[i])}; its record's TAGS hash to {int(table.tags_codes[r])}")  # fmt: skip
+            findings.error(
+                "cq_tags_mismatch",
+                f"{loc}#{int(qoffs[i])}",
+                f"unit at queue offset {int(qoffs[i])} has tagsCode "
+                f"{int(tags[i])}; its record's TAGS hash to {int(table.tags_codes[r])}",
+            )
             bad = True
     if bad:
         damage.bad_queues.add((q.topic, q.queue_id))
@@ -243,8 +290,15 @@ def _where(mask: np.ndarray, at: np.ndarray, ri: np.ndarray) -> tuple[list[int],
     return at[hits].tolist(), ri[hits].tolist()
 
 
-def check_records(queues: dict[QueueKey, QueueFiles], table: RecordTable, findings: Findings, damage: Damage, *,
-                  resume_offset: int, running: bool) -> dict[QueueKey, int]:  # fmt: skip
+def check_records(
+    queues: dict[QueueKey, QueueFiles],
+    table: RecordTable,
+    findings: Findings,
+    damage: Damage,
+    *,
+    resume_offset: int,
+    running: bool,
+) -> dict[QueueKey, int]:
     """The record side (see the module docstring). Returns each queue's max offset
     as the store will have it once it opened and dispatched: one past the queue's
     last unit or its last record, whichever is later."""
@@ -273,35 +327,54 @@ def check_records(queues: dict[QueueKey, QueueFiles], table: RecordTable, findin
             hole[inside] = is_pre_blank(q.units[qo[inside] - first])
         hole |= qo < first
         for i in np.flatnonzero(hole).tolist():
-            findings.error("cq_unit_missing", f"{loc}#{int(qo[i])}", f"the record at commitlog offset {int(ph[i])} (queue offset "
-                           f"{int(qo[i])}) has no unit: the queue holds none there")  # fmt: skip
+            findings.error(
+                "cq_unit_missing",
+                f"{loc}#{int(qo[i])}",
+                f"the record at commitlog offset {int(ph[i])} (queue offset "
+                f"{int(qo[i])}) has no unit: the queue holds none there",
+            )
         if hole.any():
             damage.bad_queues.add(qkey)
         after = np.flatnonzero(qo >= end)
         if not after.size:
             continue
         if running:
-            findings.info("cq_not_written", loc, f"{after.size} records past the last unit on disk "
-                          "(the running store may hold their units in memory)")  # fmt: skip
+            findings.info(
+                "cq_not_written",
+                loc,
+                f"{after.size} records past the last unit on disk (the running store may hold their units in memory)",
+            )
             continue
         late = ph[after] >= resume_offset
         if late.any():
             damage.queues_not_dispatched = True
-            findings.warning("cq_not_dispatched", loc, f"{int(late.sum())} records from commitlog offset "
-                             f"{int(ph[after][late][0])} are not dispatched yet; the store dispatches them when it opens")  # fmt: skip
+            findings.warning(
+                "cq_not_dispatched",
+                loc,
+                f"{int(late.sum())} records from commitlog offset "
+                f"{int(ph[after][late][0])} are not dispatched yet; the store dispatches them when it opens",
+            )
         if not late.all():
             early = after[~late]
-            findings.error("cq_unit_missing", f"{loc}#{int(qo[early[0]])}", f"{early.size} records (queue offsets "
-                           f"{int(qo[early[0]])}..{int(qo[early[-1]])}, from commitlog offset {int(ph[early[0]])}) have no unit, "
-                           f"and the store will not dispatch them again (it resumes at {resume_offset})")  # fmt: skip
+            findings.error(
+                "cq_unit_missing",
+                f"{loc}#{int(qo[early[0]])}",
+                f"{early.size} records (queue offsets "
+                f"{int(qo[early[0]])}..{int(qo[early[-1]])}, from commitlog offset {int(ph[early[0]])}) have no unit, "
+                f"and the store will not dispatch them again (it resumes at {resume_offset})",
+            )
             damage.bad_queues.add(qkey)
     return max_offsets
 
 
 def _check_sequence(qo: np.ndarray, ph: np.ndarray, loc: str, findings: Findings) -> None:
     for i in np.flatnonzero(np.diff(qo) != 1).tolist():
-        findings.error("queue_offset_sequence", loc, f"the record at commitlog offset {int(ph[i + 1])} has queue offset "
-                       f"{int(qo[i + 1])}, but the one before it in this queue has {int(qo[i])}")  # fmt: skip
+        findings.error(
+            "queue_offset_sequence",
+            loc,
+            f"the record at commitlog offset {int(ph[i + 1])} has queue offset "
+            f"{int(qo[i + 1])}, but the one before it in this queue has {int(qo[i])}",
+        )
 
 
 __all__ = ["QueueFiles", "check_records", "queue_dirs", "read_queue", "read_queues"]

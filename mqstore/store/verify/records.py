@@ -61,8 +61,20 @@ log = structlog.get_logger(__name__)
 CHUNK_BYTES = 4 << 20  # one scan's worth: the passes over it stay in the CPU caches
 _ZERO_PROBE_BYTES = 16 << 20
 _PROGRESS_EVERY_S = 5.0
-_BATCH_ARRAYS = ("physical_offsets", "sizes", "topic_codes", "queue_ids", "queue_offsets", "sysflags",
-                 "store_timestamps", "tags_codes", "keys_at", "keys_end", "uniq_at", "uniq_end")  # fmt: skip
+_BATCH_ARRAYS = (
+    "physical_offsets",
+    "sizes",
+    "topic_codes",
+    "queue_ids",
+    "queue_offsets",
+    "sysflags",
+    "store_timestamps",
+    "tags_codes",
+    "keys_at",
+    "keys_end",
+    "uniq_at",
+    "uniq_end",
+)
 
 
 @dataclass
@@ -146,16 +158,29 @@ class RecordColumns:
 
     def table(self, min_offset: int, segments: int, first_ts: dict[int, int], corrupt: int) -> RecordTable:
         def cat(name: str, dtype) -> np.ndarray:
-            return np.concatenate(self.parts[name]).astype(dtype, copy=False) if self.parts[name] else np.zeros(0, dtype)
+            return (
+                np.concatenate(self.parts[name]).astype(dtype, copy=False) if self.parts[name] else np.zeros(0, dtype)
+            )
 
         phys, sizes = cat("phys", np.int64), cat("sizes", np.int64)
         return RecordTable(
-            phys=phys, sizes=sizes, queue_keys=cat("keys", np.int64), queue_offsets=cat("qoffs", np.int64),
-            advances=cat("adv", bool), tags_codes=cat("tags", np.int64), topics=list(self.topics),
-            index_phys=cat("iphys", np.int64), index_hashes=cat("ihash", np.int64), index_sample=self.index_sample,
-            min_offset=min_offset, data_end=int(phys[-1] + sizes[-1]) if len(phys) else min_offset,
-            newest_store_timestamp=self.newest, segments=segments, first_store_timestamps=first_ts, corrupt=corrupt,
-        )  # fmt: skip
+            phys=phys,
+            sizes=sizes,
+            queue_keys=cat("keys", np.int64),
+            queue_offsets=cat("qoffs", np.int64),
+            advances=cat("adv", bool),
+            tags_codes=cat("tags", np.int64),
+            topics=list(self.topics),
+            index_phys=cat("iphys", np.int64),
+            index_hashes=cat("ihash", np.int64),
+            index_sample=self.index_sample,
+            min_offset=min_offset,
+            data_end=int(phys[-1] + sizes[-1]) if len(phys) else min_offset,
+            newest_store_timestamp=self.newest,
+            segments=segments,
+            first_store_timestamps=first_ts,
+            corrupt=corrupt,
+        )
 
 
 def _loc(base: int, pos: int | None = None) -> str:
@@ -222,8 +247,16 @@ class RecordWalk:
     subclass (mqstore.jobs.units) that reuses :meth:`check_segment_names`,
     :meth:`classify_stop`, :meth:`note_cut` and the columns (``cols``)."""
 
-    def __init__(self, store_dir: Path, segment_bytes: int, findings: Findings, damage: Damage, *,
-                 index_sample: tuple[int, int], running: bool) -> None:  # fmt: skip
+    def __init__(
+        self,
+        store_dir: Path,
+        segment_bytes: int,
+        findings: Findings,
+        damage: Damage,
+        *,
+        index_sample: tuple[int, int],
+        running: bool,
+    ) -> None:
         self.store_dir = store_dir
         self.segment_bytes = segment_bytes
         self.f = findings
@@ -251,7 +284,11 @@ class RecordWalk:
                 file_name_to_offset(p.name)
             except ValueError:
                 tmp = p.name.endswith(".tmp")
-                what = "an unfinished segment; the store removes it on open" if tmp else "not a segment name; the store ignores it"
+                what = (
+                    "an unfinished segment; the store removes it on open"
+                    if tmp
+                    else "not a segment name; the store ignores it"
+                )
                 self.f.warning("commitlog_stray_file", f"{COMMITLOG_DIR}/{p.name}", what)
                 if not p.name.endswith(".tmp"):
                     self.damage.stray_files.append(f"{COMMITLOG_DIR}/{p.name}")
@@ -266,7 +303,9 @@ class RecordWalk:
                 self.f.error("commitlog_gap", _loc(base), detail)
                 self.damage.commitlog_unrepairable.append(f"segments are missing before {path.name}")
             if size == 0 and i == len(segs) - 1:
-                self.f.warning("commitlog_empty_segment", _loc(base), "empty last segment; the store removes it on open")
+                self.f.warning(
+                    "commitlog_empty_segment", _loc(base), "empty last segment; the store removes it on open"
+                )
             elif size != self.segment_bytes:
                 self.f.error("commitlog_segment_size", _loc(base), f"{size} bytes, expected {self.segment_bytes}")
                 self.damage.commitlog_unrepairable.append(f"segment {path.name} has {size} bytes")
@@ -324,9 +363,12 @@ class RecordWalk:
         nz = first_nonzero(mm, pos, size)
         if nz is None:  # only zeros follow: the data simply ends here
             if not last:
-                self.f.error("commitlog_segment_not_closed", _loc(base, pos),
-                             "the segment's data ends without a BLANK record but later segments hold data; "
-                             "recovery cuts the commitlog here and deletes them")  # fmt: skip
+                self.f.error(
+                    "commitlog_segment_not_closed",
+                    _loc(base, pos),
+                    "the segment's data ends without a BLANK record but later segments hold data; "
+                    "recovery cuts the commitlog here and deletes them",
+                )
                 self.note_cut(offset)
             return None
         whole = _whole_record_with_bad_crc(mm, pos, base)
@@ -335,13 +377,25 @@ class RecordWalk:
             self._add_corrupt(mm, pos, base)
         resume = resync(mm, pos, size, base)
         if resume is not None or not last:
-            where = f"valid records resume at {base + resume}" if resume is not None else "later segments hold valid records"
+            where = (
+                f"valid records resume at {base + resume}"
+                if resume is not None
+                else "later segments hold valid records"
+            )
             if whole:
-                self.f.error("commitlog_crc", _loc(base, pos), f"record at commitlog offset {offset}: body CRC mismatch; "
-                             f"{where}, which recovery would cut with it")  # fmt: skip
+                self.f.error(
+                    "commitlog_crc",
+                    _loc(base, pos),
+                    f"record at commitlog offset {offset}: body CRC mismatch; "
+                    f"{where}, which recovery would cut with it",
+                )
             else:
-                self.f.error("commitlog_corrupt_record", _loc(base, pos), f"no valid record at commitlog offset {offset} "
-                             f"({reason or 'bad head'}); {where}, which recovery would cut with it")  # fmt: skip
+                self.f.error(
+                    "commitlog_corrupt_record",
+                    _loc(base, pos),
+                    f"no valid record at commitlog offset {offset} "
+                    f"({reason or 'bad head'}); {where}, which recovery would cut with it",
+                )
             self.note_cut(offset)
             return resume
         self.note_cut(offset)
@@ -350,14 +404,24 @@ class RecordWalk:
             detail = f"the last record (commitlog offset {offset}): body CRC mismatch; recovery cuts it"
             self.f.error("commitlog_crc", _loc(base, pos), detail)
         elif magic in (MAGIC_V1, MAGIC_V2) and (head_size == 0 or head_size >= MIN_RECORD_BYTES):
-            detail = f"an append cut short at commitlog offset {offset} ({reason or 'incomplete record'}); recovery cuts it"
+            detail = (
+                f"an append cut short at commitlog offset {offset} ({reason or 'incomplete record'}); recovery cuts it"
+            )
             if self.running:
-                self.f.info("commitlog_tail_in_flux", _loc(base, pos), f"{detail} (or it is being written: the store is running)")
+                self.f.info(
+                    "commitlog_tail_in_flux",
+                    _loc(base, pos),
+                    f"{detail} (or it is being written: the store is running)",
+                )
             else:
                 self.f.warning("commitlog_torn_tail", _loc(base, pos), detail)
         else:
-            self.f.error("commitlog_garbage", _loc(base, pos), f"non-zero bytes after the last valid record (commitlog offset "
-                         f"{offset}): {reason or 'not a record'}; recovery cuts them")  # fmt: skip
+            self.f.error(
+                "commitlog_garbage",
+                _loc(base, pos),
+                f"non-zero bytes after the last valid record (commitlog offset "
+                f"{offset}): {reason or 'not a record'}; recovery cuts them",
+            )
         return None
 
     def _add_corrupt(self, mm: mmap.mmap, pos: int, base: int) -> None:
@@ -375,17 +439,32 @@ class RecordWalk:
         if now - self._last_log >= _PROGRESS_EVERY_S:
             self._last_log = now
             mb = self.cols.bytes / 1e6
-            log.info("verify_progress", stage="commitlog", segment=f"{base:020d}", records=self.cols.count,
-                     mb=round(mb, 1), mb_per_s=round(mb / (now - self._t0), 1))  # fmt: skip
+            log.info(
+                "verify_progress",
+                stage="commitlog",
+                segment=f"{base:020d}",
+                records=self.cols.count,
+                mb=round(mb, 1),
+                mb_per_s=round(mb / (now - self._t0), 1),
+            )
 
 
-def walk_commitlog(store_dir: Path, segment_bytes: int, findings: Findings, damage: Damage, *,
-                   index_sample: tuple[int, int] = (1, 0), running: bool = False) -> RecordTable:  # fmt: skip
+def walk_commitlog(
+    store_dir: Path,
+    segment_bytes: int,
+    findings: Findings,
+    damage: Damage,
+    *,
+    index_sample: tuple[int, int] = (1, 0),
+    running: bool = False,
+) -> RecordTable:
     """Walk and validate every segment (see the module docstring); findings and
     damage are added to, the valid records are returned. ``index_sample`` = (n, k):
     keep the expected index entries of the first k records, then of every n-th
     ((1, 0): all, (0, 0): none)."""
-    return RecordWalk(Path(store_dir), segment_bytes, findings, damage, index_sample=index_sample, running=running).run()
+    return RecordWalk(
+        Path(store_dir), segment_bytes, findings, damage, index_sample=index_sample, running=running
+    ).run()
 
 
 __all__ = [

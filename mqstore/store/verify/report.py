@@ -111,7 +111,9 @@ class Findings:
         out = list(self._listed)
         for kind, n in self._per_kind.items():
             if n > LISTED_PER_KIND:
-                out.append(Finding(kind, self._severity[kind], "", f"... and {n - LISTED_PER_KIND} more {kind} findings"))
+                out.append(
+                    Finding(kind, self._severity[kind], "", f"... and {n - LISTED_PER_KIND} more {kind} findings")
+                )
         return sorted(out, key=lambda f: _rank(f.severity), reverse=True)
 
 

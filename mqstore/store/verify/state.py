@@ -61,23 +61,36 @@ def check_checkpoint(state: StateFiles, newest_store_timestamp: int, findings: F
     damage.checkpoint = cp
     if cp is None:
         if state.checkpoint_problem == "missing":
-            findings.warning("checkpoint_missing", CHECKPOINT_FILE, "no checkpoint; recovery after a crash starts at the first "
-                             "segment (the store writes one when it closes)")  # fmt: skip
+            findings.warning(
+                "checkpoint_missing",
+                CHECKPOINT_FILE,
+                "no checkpoint; recovery after a crash starts at the first "
+                "segment (the store writes one when it closes)",
+            )
         else:
-            findings.warning("checkpoint_unreadable", CHECKPOINT_FILE, f"{state.checkpoint_problem}; the store reads it as zeros")
+            findings.warning(
+                "checkpoint_unreadable", CHECKPOINT_FILE, f"{state.checkpoint_problem}; the store reads it as zeros"
+            )
         damage.checkpoint_fix = True
         return
     if state.checkpoint_problem:
         findings.warning("checkpoint_unreadable", CHECKPOINT_FILE, f"{state.checkpoint_problem}; it still decodes")
     ahead = {
         name: value
-        for name, value in (("physic_msg_timestamp", cp.physic_msg_timestamp), ("logics_msg_timestamp", cp.logics_msg_timestamp),
-                            ("index_msg_timestamp", cp.index_msg_timestamp))
+        for name, value in (
+            ("physic_msg_timestamp", cp.physic_msg_timestamp),
+            ("logics_msg_timestamp", cp.logics_msg_timestamp),
+            ("index_msg_timestamp", cp.index_msg_timestamp),
+        )
         if value > newest_store_timestamp
-    }  # fmt: skip
+    }
     for name, value in ahead.items():
-        findings.error("checkpoint_ahead", CHECKPOINT_FILE, f"{name} {value} is later than the newest record's store time "
-                       f"{newest_store_timestamp}: data it counts as flushed is gone")  # fmt: skip
+        findings.error(
+            "checkpoint_ahead",
+            CHECKPOINT_FILE,
+            f"{name} {value} is later than the newest record's store time "
+            f"{newest_store_timestamp}: data it counts as flushed is gone",
+        )
     if ahead:
         damage.checkpoint_fix = True
 
@@ -91,7 +104,9 @@ def check_configs(state: StateFiles, queue_max: dict[QueueKey, int], findings: F
             findings.warning("config_from_bak", loc, f"{st.problem or 'missing'}; the store reads {name}.bak instead")
             damage.config_from_bak.append(name)
         elif st.source == "none" and st.problem:
-            findings.error("config_unreadable", loc, f"{st.problem}, and no usable .bak: the store starts with an empty table")
+            findings.error(
+                "config_unreadable", loc, f"{st.problem}, and no usable .bak: the store starts with an empty table"
+            )
             damage.config_unusable.append(name)
     offsets = state.configs[CONSUMER_OFFSET_FILE]
     if offsets.value is None:
@@ -106,8 +121,11 @@ def check_configs(state: StateFiles, queue_max: dict[QueueKey, int], findings: F
             checked += 1
             top = queue_max.get((topic, qid), 0)
             if offset > top or offset < 0:
-                findings.error("consumer_offset_past_end", f"{CONFIG_DIR}/{CONSUMER_OFFSET_FILE}",
-                               f"group {group!r} is at offset {offset} of {topic}:{qid}, whose max offset is {top}")  # fmt: skip
+                findings.error(
+                    "consumer_offset_past_end",
+                    f"{CONFIG_DIR}/{CONSUMER_OFFSET_FILE}",
+                    f"group {group!r} is at offset {offset} of {topic}:{qid}, whose max offset is {top}",
+                )
                 damage.consumer_offsets_past_end.append((group, topic, qid, offset, top))
     return checked
 
