@@ -163,8 +163,9 @@ class LogStore:
         they are) and the retention of commitlog segments. In one process
         (MessageStore) ``builder`` (the QueueBuilder) and ``index`` (the IndexService)
         are cleaned by retention in the same pass; in the services each builder cleans
-        its own files when it sees the commitlog's new min offset. ``start`` False:
-        made, not started (a store opened for one command)."""
+        its own files once the dispatcher passes on the new min offset
+        (``retention_told``). ``start`` False: made, not started (a store opened for
+        one command)."""
         self.consume_queues = queues  # what DelayScheduler reads
         self.scheduler = DelayScheduler(self, self._delays_ms)
         self.retention = Retention(

@@ -245,11 +245,11 @@ def pull(
         if len(idx):
             phys = page.physical_offsets[idx]  # ascending: a queue's units follow the commitlog
             found_at, items = yield ("read", phys, page.sizes[idx] if raw else None, raw)
-            keep = range(len(items)) if exact is None else [k for k, r in enumerate(items) if r.tags in exact]
-            keep = keep[: max_count - len(taken)]
-            taken.extend(items[: len(keep)] if exact is None else [items[k] for k in keep])
+            chosen = range(len(items)) if exact is None else [k for k, r in enumerate(items) if r.tags in exact]
+            chosen = chosen[: max_count - len(taken)]
+            taken.extend(items[: len(chosen)] if exact is None else [items[k] for k in chosen])
             if len(taken) >= max_count:  # full: the next pull starts after the last message taken
-                taken_to = int(idx[np.searchsorted(phys, found_at[keep[-1]])]) + 1
+                taken_to = int(idx[np.searchsorted(phys, found_at[chosen[-1]])]) + 1
         pos = page.first_offset + taken_to
         scanned += taken_to
         if len(taken) >= max_count or codes is None or scanned >= budget or pos >= hi or not taken_to:
