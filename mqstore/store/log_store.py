@@ -157,17 +157,18 @@ class LogStore:
         log.warning("topic_configs_rebuilt", topics=len(seen), source="consume queues")
 
     def start_background(
-        self, queues, retention: RetentionConfig | None = None, *, start: bool = True, builder=None, index=None
+        self, queues=None, retention: RetentionConfig | None = None, *, start: bool = True, builder=None, index=None
     ) -> None:
-        """Delay deliveries (``queues.find`` gives the delay topic's queues, wherever
-        they are) and the retention of commitlog segments. In one process
-        (MessageStore) ``builder`` (the QueueBuilder) and ``index`` (the IndexService)
-        are cleaned by retention in the same pass; in the services each builder cleans
-        its own files once the dispatcher passes on the new min offset
-        (``retention_told``). ``start`` False: made, not started (a store opened for
-        one command)."""
+        """The retention of commitlog segments, and, in one process (MessageStore),
+        delay deliveries over ``queues`` (the consume queues: ``find`` gives the delay
+        topic's). There ``builder`` (the QueueBuilder) and ``index`` (the IndexService)
+        are cleaned by retention in the same pass. In the services the delay scheduler
+        runs in the consume-queue builder's process (it delivers through
+        ``deliver``), and each builder cleans its own files once the dispatcher passes
+        on the new min offset (``retention_told``). ``start`` False: made, not started
+        (a store opened for one command)."""
         self.consume_queues = queues  # what DelayScheduler reads
-        self.scheduler = DelayScheduler(self, self._delays_ms)
+        self.scheduler = DelayScheduler(self, self._delays_ms) if queues is not None else None
         self.retention = Retention(
             self.commitlog,
             queues if builder is not None else None,
@@ -179,7 +180,8 @@ class LogStore:
             on_report=self._note_retention,
         )
         if start:
-            self.scheduler.start()
+            if self.scheduler is not None:
+                self.scheduler.start()
             self.retention.start()
 
     def _note_retention(self, report: RetentionReport) -> None:
@@ -209,6 +211,16 @@ class LogStore:
         check_client_batch(batch, max_queue_id=self.config.max_queue_id, perm_of=self.topics.perm_of)
         self._hold_back_for_dispatch()
         return self.commitlog.append(rewrite_delayed(batch, len(self._delays_ms), self._pick_queue))
+
+    def deliver(self, batch: MessageBatch) -> AppendResult:
+        """A delay scheduler's delivery (DeliverDelayed): appended as given, no DELAY
+        rewrite and no producer checks (the scheduler checked the real topic and queue
+        and set SCHEDULE_SOURCE); refused until appends are accepted."""
+        if self._closed:
+            raise StoreClosedError(f"store at {self.store_dir} is closed")
+        if not self.accepting:
+            raise StoreNotWritableError("deliveries wait for the consume queues' ends", cause="recovering")
+        return self.commitlog.append(batch)
 
     def _hold_back_for_dispatch(self) -> None:
         """Back-pressure: while the dispatcher is more than ``max_dispatch_lag_bytes``

@@ -12,8 +12,6 @@ from mqstore.services.common.actor import (
     CONCURRENCY,
     MAX_RESTARTS,
     Hosted,
-    actor_resolver,
-    builder_name,
     configure_actor_logging,
     node_address,
 )
@@ -29,7 +27,6 @@ class ShardActor(Hosted):
         store_dir: str,
         config: StoreConfig,
         index: int,
-        namespace: str,
         auth: InternalAuth,
         host: str | None = None,
         retention: RetentionConfig | None = None,
@@ -43,7 +40,6 @@ class ShardActor(Hosted):
             host=node_address(host),
             retention=retention,
             auth=auth,
-            resolve_queues=actor_resolver(builder_name("consumequeue", index), namespace),
             layout=None if layout is None else (Path(layout[0]), layout[1]),
         )
 

@@ -8,11 +8,10 @@ from pathlib import Path
 
 import structlog
 
-from mqstore.services.commitlog.remote_queues import RemoteQueues
 from mqstore.services.commitlog.servicer import CommitLogServicer
 from mqstore.services.commitlog.state import Shard, ShardState
 from mqstore.services.common.internal_auth import InternalAuth
-from mqstore.services.common.peers import Resolver, endpoint_of, internal_address
+from mqstore.services.common.peers import endpoint_of, internal_address
 from mqstore.services.common.server import ServerThread, start_grpc_server
 from mqstore.services.query.routing import pin_layout
 from mqstore.store.config import StoreConfig
@@ -23,17 +22,15 @@ log = structlog.get_logger(__name__)
 
 class ShardHost:
     """One shard's commitlog and its CommitLog service. The commitlog opens
-    (recovers) in the background, then waits for the consume-queue builder at
-    ``resolve_queues``, whose queue ends it awaits (see commitlog/state.py for the
-    protocol); ``resolve_queues`` is also where its delay scheduler reads the delay
-    topic's queues."""
+    (recovers) in the background, then awaits the consume-queue builder's queue ends
+    (AttachQueueEnds; see commitlog/state.py for the protocol). It never calls
+    another component."""
 
     def __init__(
         self,
         store_dir: str | Path,
         config: StoreConfig | None = None,
         *,
-        resolve_queues: Resolver,
         auth: InternalAuth,
         index: int = 0,
         host: str = "127.0.0.1",
@@ -49,7 +46,6 @@ class ShardHost:
         self.thread = ServerThread(f"mqstore-shard{index}")
         self._layout = layout
         self.shard = Shard(store_dir, config, index=index, retention=retention)
-        self.queues = RemoteQueues(resolve_queues, auth)
         self._closing = threading.Event()
         self.server = self.thread.run(
             start_grpc_server(host, port, [CommitLogServicer(self.shard).registration()], serving=False, auth=auth)
@@ -68,7 +64,7 @@ class ShardHost:
                 except Exception as e:
                     self.shard.state, self.shard.error = ShardState.FAILED, f"{type(e).__name__}: {e}"
                     raise
-            self.shard.open(self.queues, give_up=self._closing.is_set)
+            self.shard.open(give_up=self._closing.is_set)
             self.thread.run(self.server.set_serving(True))
             self._ready.set()  # health follows the background loops from now on, until close
             self.shard.watch_loops(lambda ok: self.thread.run(self.server.set_serving(ok)), self._closing)
@@ -101,7 +97,6 @@ class ShardHost:
     def close(self) -> None:
         """Stop serving, then close the store cleanly (flushed, abort file removed)."""
         self._closing.set()
-        self.queues.close()  # delay deliveries stop asking the (closed) consume-queue builder
         try:
             self.thread.run(self.server.stop(1.0), timeout=30)
         finally:

@@ -60,6 +60,13 @@ class CommitLogServicer(commitlog_pb2_grpc.CommitLogServiceServicer):
         return pb.AppendBatchResponse(result=append_result_to_pb(res, self.shard.index))
 
     @rpc
+    async def DeliverDelayed(self, request: pb.AppendBatchRequest, context) -> pb.AppendBatchResponse:
+        store = self.shard.ready()
+        res = await self.shard.call(store.deliver, columns_to_batch(request.messages))
+        self.shard.notify_appended()
+        return pb.AppendBatchResponse(result=append_result_to_pb(res, self.shard.index))
+
+    @rpc
     async def Read(self, request: pb.ReadRequest, context) -> pb.ReadResponse:
         store = self.shard.recovered()
         if len(request.offsets) > MAX_READ_OFFSETS:

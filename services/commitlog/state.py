@@ -2,7 +2,8 @@
 (recovering, awaiting the builders, serving, closing) and incarnation.
 
 What runs where (see README.md): this process (the commitlog actor) owns the
-commitlog, the topic configs, delay deliveries and the retention of segments. The
+commitlog, the topic configs and the retention of segments (delay deliveries run in
+the consume-queue builder's process and append through DeliverDelayed). The
 consume-queue builder and the index builder are processes of their own
 (index/state.py) and the reput dispatcher another (dispatcher/reput.py).
 
@@ -91,11 +92,10 @@ class Shard:
 
     # ------------------------------------------------------------------ lifecycle
 
-    def open(self, queues=None, *, give_up: Callable[[], bool] = lambda: False) -> None:
+    def open(self, *, give_up: Callable[[], bool] = lambda: False) -> None:
         """Recover the commitlog, wait for the consume-queue builder's ends, serve
         (blocking; minutes for a big store after a crash). A lock still held by the
-        previous incarnation's dying process is waited for. ``queues``: where the
-        delay scheduler finds the delay topic's queues (``find``)."""
+        previous incarnation's dying process is waited for."""
         deadline = time.monotonic() + self.lock_wait_s
         try:
             while True:
@@ -122,7 +122,7 @@ class Shard:
             )
             ends, built = self._wait_for_queue_ends(give_up)
             store.attach_queue_ends(ends, built)
-            store.start_background(queues, self.retention)
+            store.start_background(retention=self.retention)
             self.state = ShardState.SERVING
             self.progress.set_phase("ready")
             log.info(

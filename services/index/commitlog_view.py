@@ -111,6 +111,10 @@ class RemoteCommitLog:
             commitlog_pb2.NoteDerivedRequest(kind=kind, durable_offset=durable_offset, timestamp=timestamp),
         )
 
+    def call(self, method: str, request, *, timeout: float = 30):
+        """Any CommitLogService call (the delay scheduler's Read, ReadRange, DeliverDelayed)."""
+        return self._peer.call(method, request, timeout=timeout)
+
     def attach_queue_ends(self, progress: int, ends: list) -> None:
         """Hand the consume queues' ends (QueueRange messages) to the commitlog this
         view recovered against (AttachQueueEnds); ABORTED if it reopened since."""

@@ -47,13 +47,30 @@ class BuilderHost:
         self._watcher = threading.Thread(
             target=self._serving_when_open, name=f"mqstore-{kind}{index}-health", daemon=True
         )
+        self._closing = threading.Event()
         self.builder.start()
         self._watcher.start()
         log.info("builder_listening", kind=kind, shard=index, endpoint=self.endpoint, store=str(store_dir))
 
     def _serving_when_open(self) -> None:
-        if self.builder.opened.wait() and self.builder.state is BuilderState.SERVING:
-            self.thread.run(self.server.set_serving(True))
+        """Health: SERVING once the builder is open, NOT_SERVING while one of its
+        background loops (the delay scheduler) stopped, until close."""
+        self.builder.opened.wait()
+        serving = False
+        while not self._closing.is_set():
+            ok = self.builder.state is BuilderState.SERVING and not self.builder.stopped_loops()
+            if ok != serving:
+                serving = ok
+                if not ok and self.builder.state is BuilderState.SERVING:
+                    log.error(
+                        "background_loop_stopped",
+                        kind=self.builder.kind,
+                        shard=self.builder.index,
+                        loops=self.builder.stopped_loops(),
+                        health="NOT_SERVING",
+                    )
+                self.thread.run(self.server.set_serving(ok))
+            self._closing.wait(0.5)
 
     def wait_ready(self, timeout: float | None = None) -> bool:
         return self.builder.wait_open(timeout)
@@ -63,10 +80,12 @@ class BuilderHost:
 
     def close(self) -> None:
         """Stop serving, then close the builder (flushed, durable offset reported)."""
+        self._closing.set()
+        self.builder.opened.set()  # release the health watcher
+        self._watcher.join(10)
         try:
             self.thread.run(self.server.stop(1.0), timeout=30)
         finally:
-            self.builder.opened.set()  # release the health watcher
             self.builder.close()
             self.thread.stop()
 

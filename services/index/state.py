@@ -31,14 +31,17 @@ from typing import Any, TypeVar
 import grpc
 import structlog
 
-from mqstore.errors import StoreLockedError
+from mqstore.errors import MqStoreError, StoreLockedError
 from mqstore.rpc.v1 import common_pb2
 from mqstore.services.common.errors import Aborted, BadRequest, Unavailable
 from mqstore.services.common.internal_auth import InternalAuth
 from mqstore.services.common.peers import PeerUnavailable, Resolver
 from mqstore.services.index.commitlog_view import RemoteCommitLog
+from mqstore.services.index.delay import SchedulerStore
 from mqstore.store.builders import IndexBuilder, QueueBuilder
 from mqstore.store.config import StoreConfig
+from mqstore.store.delay_offsets import parse_delay_levels
+from mqstore.store.schedule import DelayScheduler
 
 log = structlog.get_logger(__name__)
 T = TypeVar("T")
@@ -87,6 +90,7 @@ class BuilderShard:
         self._clean_lock = threading.Lock()
         self._cleaned = 0  # the commitlog min offset the files were last cleaned below
         self._ends_attached = True  # the queue ends reached this builder's commitlog open (consume queues only)
+        self.scheduler: DelayScheduler | None = None  # the consume-queue builder's delay deliveries (index/delay.py)
         self._thread = threading.Thread(target=self._run, name=f"mqstore-{kind}{index}-open", daemon=True)
 
     def start(self) -> None:
@@ -143,6 +147,7 @@ class BuilderShard:
             self._ends_attached = self.kind != "consumequeue"
             self.state = BuilderState.SERVING
         self._attach_ends()
+        self._start_scheduler()
         self.opened.set()
         log.info(
             "builder_serving",
@@ -170,10 +175,40 @@ class BuilderShard:
         except (grpc.RpcError, PeerUnavailable) as e:  # the commitlog restarts: the watch sees its new open
             log.warning("queue_ends_not_attached", shard=self.index, error=str(e), action="tried again")
 
+    def _start_scheduler(self) -> None:
+        """Delay deliveries (consume-queue builder only), once the commitlog took the
+        queue ends (it serves); its progress recovery reads the commitlog, so a
+        failure is tried again at the next poll."""
+        if self.kind != "consumequeue" or self.scheduler is not None or not self._ends_attached:
+            return
+        b, view = self.builder, self.view
+        try:
+            store = SchedulerStore(self.store_dir, b.config, b.consume_queues, view)
+            self.scheduler = DelayScheduler(store, parse_delay_levels(b.config.message_delay_level))
+        except (grpc.RpcError, PeerUnavailable, MqStoreError) as e:
+            log.warning("delay_scheduler_not_started", shard=self.index, error=str(e), action="tried again")
+            return
+        self.scheduler.start()
+
+    def _stop_scheduler(self) -> None:
+        sched, self.scheduler = self.scheduler, None
+        if sched is not None:
+            try:
+                sched.stop()  # (persists delayOffset.json; asks the commitlog where it stands)
+            except Exception as e:  # noqa: BLE001 - the next open recovers the progress from the commitlog
+                log.warning("delay_scheduler_stop_failed", shard=self.index, error=str(e))
+
+    def stopped_loops(self) -> dict[str, str]:
+        """Background loops that stopped while the builder serves (its delay scheduler)."""
+        sched = self.scheduler
+        why = sched.stopped if sched is not None else None
+        return {"delay_scheduler": why} if why else {}
+
     def _watch(self) -> None:
         view = self.view
         while not self._stop.wait(self._poll_s):
             self._attach_ends()
+            self._start_scheduler()
             try:
                 r = view.offsets()
             except (grpc.RpcError, PeerUnavailable):
@@ -209,6 +244,7 @@ class BuilderShard:
             log.error("builder_clean_failed", kind=self.kind, shard=self.index, error=str(e))
 
     def _close_builder(self, *, report: bool) -> None:
+        self._stop_scheduler()
         with self._swap:
             builder, view, self.builder = self.builder, self.view, None
             if self.state is BuilderState.SERVING:
@@ -280,6 +316,7 @@ class BuilderShard:
             durable_offset=b.durable_offset if serving else 0,
             state=self.state.value,
             error=self.error or "",
+            stopped_loops=[f"{name}: {why}" for name, why in self.stopped_loops().items()],
         )
 
     def status(self) -> dict:

@@ -575,9 +575,13 @@ class FrontServicer(front_pb2_grpc.FrontServiceServicer):
                 if service not in s.services:
                     continue
                 try:
-                    getattr(st, field).CopyFrom(await s.call(service, "GetProgress", request, timeout=5, retry=False))
+                    p = await s.call(service, "GetProgress", request, timeout=5, retry=False)
                 except Exception as e:  # noqa: BLE001 - reported in the row
-                    getattr(st, field).CopyFrom(common_pb2.BuilderProgress(state="UNAVAILABLE", error=status_of(e)[1]))
+                    p = common_pb2.BuilderProgress(state="UNAVAILABLE", error=status_of(e)[1])
+                getattr(st, field).CopyFrom(p)
+                if p.stopped_loops:  # the consume-queue builder's delay scheduler
+                    st.stopped_loops.extend(p.stopped_loops)
+                    st.error = "; ".join([st.error, *p.stopped_loops] if st.error else p.stopped_loops)
             try:
                 d = await s.dispatcher_status()
                 if d is not None:

@@ -178,7 +178,7 @@ def start_deployment(
         c = shard_config(cfg, i, shards)
         dep.shards.append(
             ShardActor.options(name=shard_name(i), namespace=namespace, **where(i)).remote(
-                str(d), c, i, namespace, auth, internal_host, retention, layout
+                str(d), c, i, auth, internal_host, retention, layout
             )
         )
         dep.queue_builders.append(

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from mqstore.services.commitlog.host import ShardHost
 from mqstore.services.common.internal_auth import InternalAuth
-from mqstore.services.common.peers import ShardResolvers, fixed, resolver_of
+from mqstore.services.common.peers import ShardResolvers, fixed
 from mqstore.services.common.server import TlsFiles
 from mqstore.services.dispatcher.host import DispatcherHost
 from mqstore.services.index.host import BuilderHost
@@ -62,14 +62,10 @@ class LocalStack:
         for i in range(shards):
             d, c = shard_dir(root, i, shards), shard_config(cfg, i, shards)
             d.mkdir(parents=True, exist_ok=True)
-            later: dict[str, str] = {}
-            shard = ShardHost(
-                d, c, index=i, host=inner, retention=retention, resolve_queues=resolver_of(later, "cq"), auth=auth
-            )
+            shard = ShardHost(d, c, index=i, host=inner, retention=retention, auth=auth)
             cq = BuilderHost(
                 "consumequeue", d, c, resolve_commitlog=fixed(shard.endpoint), index=i, host=inner, auth=auth
             )
-            later["cq"] = cq.endpoint
             r: ShardResolvers = {"cl": fixed(shard.endpoint), "cq": fixed(cq.endpoint)}
             self.shards.append(shard)
             self.queue_builders.append(cq)

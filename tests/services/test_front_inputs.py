@@ -147,7 +147,7 @@ def test_poison_schedule_records_are_skipped_and_later_delays_delivered(stack, c
         _internal_append(stack, props)
     client.send("Later", [b"after the poison"], queue_ids=3, properties={"DELAY": "1"})
     _delivered(client, "Later", 3, b"after the poison")
-    sched = stack.shards[0].shard.store.scheduler
+    sched = stack.queue_builders[0].builder.scheduler  # the delay scheduler runs with the consume queues
     assert sched.running and sched.skipped >= 3
     size = wrote(client)
     time.sleep(2.5)  # the self-feeding record is not delivered into the delay topic again, every second
@@ -174,13 +174,18 @@ def test_a_store_that_already_holds_a_poison_delivers_when_served(tmp_path) -> N
 def test_a_stopped_loop_makes_health_not_serving_and_status_names_it(tmp_path) -> None:
     with LocalStack(tmp_path, small_config()) as st, FrontClient(st.front_endpoint) as c:
         assert st.wait_ready(60)
-        sched = st.shards[0].shard.store.scheduler
+        builder = st.queue_builders[0].builder  # the delay scheduler runs with the consume queues
+        deadline = time.monotonic() + 10
+        while builder.scheduler is None:
+            assert time.monotonic() < deadline, "the consume-queue builder started no delay scheduler"
+            time.sleep(0.05)
+        sched = builder.scheduler
 
         def dies(now_ms: int) -> int:
             raise SystemExit("gone")  # not an Exception: the scheduler's thread ends
 
         sched.deliver_due = dies
-        with sync_channel(st.shards[0].endpoint, auth=st.auth) as ch:
+        with sync_channel(st.queue_builders[0].endpoint, auth=st.auth) as ch:
             health = health_pb2_grpc.HealthStub(ch)
             deadline = time.monotonic() + 10
             while (

@@ -241,9 +241,9 @@ def test_a_message_indexed_twice_is_answered_once(tmp_path):
 
 
 def test_delayed_messages_are_delivered_through_the_builder(client):
-    """DELAY level 1 (1 s): stored under the delay topic first; the commitlog's
-    scheduler reads the delay queue from the consume-queue builder (another
-    service) and appends the real message when it is due."""
+    """DELAY level 1 (1 s): stored under the delay topic first; the consume-queue
+    builder's scheduler reads the delay queue where it is built and delivers the
+    real message to the commitlog (DeliverDelayed) when it is due."""
     res = client.send("Later", [b"soon"], queue_ids=2, properties={"DELAY": "1"})
     assert list(res.statuses) == [common_pb2.PUT_OK]
     sent = time.monotonic()

@@ -199,7 +199,6 @@ def test_a_shard_whose_layout_does_not_match_fails_and_says_why(tmp_path):
         small_config(),
         index=0,
         layout=(tmp_path, 3),
-        resolve_queues=fixed("127.0.0.1:1"),
         auth=auth,
     )
     front = FrontHost([({"cl": fixed(host.endpoint)}, None)], auth=auth)

@@ -87,7 +87,7 @@ class Parts:
     def start(self, part: str):
         e = self.endpoints
         if part == "cl":
-            h = ShardHost(self.root, self.cfg, resolve_queues=resolver_of(e, "cq"), auth=self.auth)
+            h = ShardHost(self.root, self.cfg, auth=self.auth)
         elif part in ("cq", "ix"):
             h = BuilderHost(
                 "consumequeue" if part == "cq" else "index",

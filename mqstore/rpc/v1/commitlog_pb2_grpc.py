@@ -90,6 +90,11 @@ class CommitLogServiceStub:
                 request_serializer=mqstore_dot_v1_dot_commitlog__pb2.AttachQueueEndsRequest.SerializeToString,
                 response_deserializer=mqstore_dot_v1_dot_commitlog__pb2.AttachQueueEndsResponse.FromString,
                 _registered_method=True)
+        self.DeliverDelayed = channel.unary_unary(
+                '/mqstore.v1.CommitLogService/DeliverDelayed',
+                request_serializer=mqstore_dot_v1_dot_commitlog__pb2.AppendBatchRequest.SerializeToString,
+                response_deserializer=mqstore_dot_v1_dot_commitlog__pb2.AppendBatchResponse.FromString,
+                _registered_method=True)
 
 
 class CommitLogServiceServicer:
@@ -183,6 +188,15 @@ class CommitLogServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def DeliverDelayed(self, request, context):
+        """The consume-queue builder's delay scheduler delivers due delay-level messages to
+        their real topics: appended as given (no DELAY rewrite, no producer checks: the
+        scheduler cleared DELAY and set SCHEDULE_SOURCE). Only while serving.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_CommitLogServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -240,6 +254,11 @@ def add_CommitLogServiceServicer_to_server(servicer, server):
                     servicer.AttachQueueEnds,
                     request_deserializer=mqstore_dot_v1_dot_commitlog__pb2.AttachQueueEndsRequest.FromString,
                     response_serializer=mqstore_dot_v1_dot_commitlog__pb2.AttachQueueEndsResponse.SerializeToString,
+            ),
+            'DeliverDelayed': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeliverDelayed,
+                    request_deserializer=mqstore_dot_v1_dot_commitlog__pb2.AppendBatchRequest.FromString,
+                    response_serializer=mqstore_dot_v1_dot_commitlog__pb2.AppendBatchResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -540,6 +559,33 @@ class CommitLogService:
             '/mqstore.v1.CommitLogService/AttachQueueEnds',
             mqstore_dot_v1_dot_commitlog__pb2.AttachQueueEndsRequest.SerializeToString,
             mqstore_dot_v1_dot_commitlog__pb2.AttachQueueEndsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeliverDelayed(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mqstore.v1.CommitLogService/DeliverDelayed',
+            mqstore_dot_v1_dot_commitlog__pb2.AppendBatchRequest.SerializeToString,
+            mqstore_dot_v1_dot_commitlog__pb2.AppendBatchResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -181,15 +181,17 @@ class GroupOffset(_message.Message):
     def __init__(self, topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., broker_offset: _Optional[int] = ..., consumer_offset: _Optional[int] = ..., lag: _Optional[int] = ..., shard: _Optional[int] = ...) -> None: ...
 
 class BuilderProgress(_message.Message):
-    __slots__ = ("commitlog_incarnation", "progress_offset", "durable_offset", "state", "error")
+    __slots__ = ("commitlog_incarnation", "progress_offset", "durable_offset", "state", "error", "stopped_loops")
     COMMITLOG_INCARNATION_FIELD_NUMBER: _ClassVar[int]
     PROGRESS_OFFSET_FIELD_NUMBER: _ClassVar[int]
     DURABLE_OFFSET_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
+    STOPPED_LOOPS_FIELD_NUMBER: _ClassVar[int]
     commitlog_incarnation: int
     progress_offset: int
     durable_offset: int
     state: str
     error: str
-    def __init__(self, commitlog_incarnation: _Optional[int] = ..., progress_offset: _Optional[int] = ..., durable_offset: _Optional[int] = ..., state: _Optional[str] = ..., error: _Optional[str] = ...) -> None: ...
+    stopped_loops: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, commitlog_incarnation: _Optional[int] = ..., progress_offset: _Optional[int] = ..., durable_offset: _Optional[int] = ..., state: _Optional[str] = ..., error: _Optional[str] = ..., stopped_loops: _Optional[_Iterable[str]] = ...) -> None: ...
