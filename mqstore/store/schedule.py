@@ -214,7 +214,10 @@ class DelayScheduler:
                         items.append((start + i, rec))
                     else:
                         self._skip(level, start + i, int(off), why)
-                delivered = self._append(level, items) if items else 0
+                delivered = 0
+                for chunk in _by_bytes(items, DELIVERY_BYTES):  # one append (one RPC when served) each
+                    delivered += self._append(level, chunk)
+                    self._offsets.set(level, chunk[-1][0] + 1)  # a later chunk that fails does not repeat this one
                 self._offsets.set(level, start + due)
                 self._offsets.set_commitlog_offset(self._store.commitlog.wrote)
                 self._offsets.persist()
@@ -367,6 +370,23 @@ class DelayScheduler:
             # the thread ends here: ``stopped`` names it (health NOT_SERVING when served)
 
 
+def _by_bytes(items: list, limit: int):
+    """``items`` ((queue offset, record) pairs) in runs of at most ``limit`` body bytes
+    (at least one item each)."""
+    run: list = []
+    size = 0
+    for item in items:
+        n = len(item[1].body)
+        if run and size + n > limit:
+            yield run
+            run, size = [], 0
+        run.append(item)
+        size += n
+    if run:
+        yield run
+
+
+DELIVERY_BYTES = 8 << 20  # body bytes per delivery append: far below a gRPC message's limit when served
 _MARK_EVERY_S = 1.0  # how often the scanned-up-to position is persisted (a restart scans at most ~1 s of log)
 
 __all__ = ["SCHEDULE_SOURCE", "SCHEDULE_TOPIC", "DelayScheduler", "QueuePicker", "deliver_times", "rewrite_delayed"]

@@ -83,6 +83,38 @@ def test_delivery_when_due_and_never_twice(tmp_path: Path) -> None:
         assert real_bodies(s) == [b"a", b"b", b"c"]
 
 
+def test_deliveries_go_in_bounded_appends_and_a_failed_one_repeats_nothing(tmp_path: Path, monkeypatch) -> None:
+    """Due messages are appended a few body bytes at a time (served, each append is
+    one RPC, which has a size limit); when an append fails, the pass ends and the
+    next one delivers the rest, without repeating what the earlier appends did."""
+    from mqstore.store import schedule
+
+    monkeypatch.setattr(schedule, "DELIVERY_BYTES", 250)  # 100-byte bodies: two per append
+    clock = StepClock(1_700_000_000_000)
+    bodies = [b"%03d" % i + b"." * 97 for i in range(9)]
+    with open_store(tmp_path, clock) as s:
+        s.append(MessageBatch.of([delayed(1, b) for b in bodies]))
+        s.dispatcher.catch_up()
+        appended = []
+        real_append = s.commitlog.append
+
+        def append(batch):
+            appended.append(len(batch))
+            if len(appended) == 3:
+                raise OSError("the disk hiccups")
+            return real_append(batch)
+
+        monkeypatch.setattr(s.commitlog, "append", append)
+        clock.now += 1000
+        try:
+            s.scheduler.deliver_due(clock.now)
+        except OSError:
+            pass
+        assert real_bodies(s) == bodies[:4] and appended == [2, 2, 2]
+        assert s.scheduler.deliver_due(clock.now) == 5
+        assert real_bodies(s) == bodies and appended[3:] == [2, 2, 1]
+
+
 def test_background_scheduler_delivers(tmp_path: Path) -> None:
     with MessageStore(tmp_path, CFG) as s:
         s.append(MessageBatch.of([delayed(1, b"soon", queue=None)]))
