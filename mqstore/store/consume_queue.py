@@ -670,8 +670,19 @@ class ConsumeQueue:
         if not files:
             return wrote // UNIT_SIZE
 
+        # Store times are asked for in batches and kept: served, each call is one RPC to
+        # the commitlog. The search below asks exactly the units RocketMQ's would; the
+        # batches only add the units its next steps may ask (``_prefetch``).
+        known: dict[int, int] = {}
+
+        def fetch(phys: list[int]) -> None:
+            missing = list(dict.fromkeys(p for p in phys if p not in known))
+            if missing:
+                known.update(zip(missing, np.asarray(store_time_of(np.array(missing, np.int64))).tolist()))
+
         def time_of(phys: int) -> int:
-            return int(np.asarray(store_time_of(np.array([phys], np.int64)))[0])
+            fetch([phys])
+            return int(known[phys])
 
         seg = files[-1]
         if len(files) > 1:  # getConsumeQueueMappedFileByTime: the stop time of each full file
@@ -689,13 +700,16 @@ class ConsumeQueue:
         ceiling = high = min(seg.size, wrote - base) - UNIT_SIZE
         if ceiling < floor:
             return wrote // UNIT_SIZE
-        if (p := self._probe(seg, ceiling)) is None:
+        top = self._probe(seg, ceiling)
+        bottom = self._probe(seg, floor) if top is not None else None
+        fetch([u[0] for u in (top, bottom) if u is not None])  # both ends in one call
+        if top is None:
             return self.min_offset
-        if time_of(p[0]) < timestamp:
+        if time_of(top[0]) < timestamp:
             return (base + ceiling + UNIT_SIZE) // UNIT_SIZE
-        if (p := self._probe(seg, floor)) is None:
+        if bottom is None:
             return self.min_offset
-        if time_of(p[0]) > timestamp:
+        if time_of(bottom[0]) > timestamp:
             return (base + floor) // UNIT_SIZE
         target = right = -1
         while high >= low:
@@ -705,6 +719,8 @@ class ConsumeQueue:
             if p[0] < commitlog_min_offset:
                 low = mid + UNIT_SIZE
                 continue
+            if p[0] not in known:
+                fetch(self._search_tree(seg, low, high, commitlog_min_offset))
             t = time_of(p[0])
             if t < 0:
                 self._log.warning("store_time_unreadable", commitlog_offset=p[0])
@@ -719,10 +735,37 @@ class ConsumeQueue:
         if target < 0:
             return (base + right) // UNIT_SIZE if right >= 0 else wrote // UNIT_SIZE
         while target - UNIT_SIZE >= floor:
-            if (p := self._probe(seg, target - UNIT_SIZE)) is None or time_of(p[0]) != timestamp:
+            if (p := self._probe(seg, target - UNIT_SIZE)) is None:
+                break
+            if p[0] not in known:  # the units before it, 64 at a time
+                back = range(target - UNIT_SIZE, max(floor, target - 64 * UNIT_SIZE) - 1, -UNIT_SIZE)
+                fetch([q[0] for q in (self._probe(seg, pos) for pos in back) if q is not None])
+            if time_of(p[0]) != timestamp:
                 break
             target -= UNIT_SIZE
         return (base + target) // UNIT_SIZE
+
+    def _search_tree(
+        self, seg: PooledFile, low: int, high: int, commitlog_min_offset: int, depth: int = 6
+    ) -> list[int]:
+        """Commitlog offsets of the units the binary search over [low, high] of ``seg``
+        may probe in its next ``depth`` steps, whichever way each goes (at most
+        2**depth - 1): fetched in one batch, they save an RPC per step."""
+        out: list[int] = []
+        todo = [(low, high, depth)]
+        while todo:
+            lo, hi, d = todo.pop()
+            if d == 0 or hi < lo:
+                continue
+            mid = (lo + hi) // (2 * UNIT_SIZE) * UNIT_SIZE
+            if (p := self._probe(seg, mid)) is None:
+                continue
+            if p[0] < commitlog_min_offset:
+                todo.append((mid + UNIT_SIZE, hi, d - 1))
+                continue
+            out.append(p[0])
+            todo += [(lo, mid - UNIT_SIZE, d - 1), (mid + UNIT_SIZE, hi, d - 1)]
+        return out
 
     # ------------------------------------------------------------------ recovery and cleaning
 

@@ -476,6 +476,28 @@ def test_offset_at_time_is_a_lower_bound(tmp_path_factory, steps: list[int], fir
         assert cq.offset_at_time(ts, f) == lower_bound(times, ts, first)
 
 
+def test_offset_at_time_asks_for_store_times_in_a_few_batches(tmp_path: Path) -> None:
+    """Served, every store_time_of call is an RPC to the commitlog: a lookup in 200,000
+    units makes a handful of calls (a binary search asking one unit at a time made
+    about twenty), and answers as before."""
+    n = 200_000
+    times = (np.arange(n) // 3 * 2 + 1_000).tolist()  # runs of three equal times
+    cq = ConsumeQueue(tmp_path, "TopicTest", 0, file_bytes=20 * 300_000)
+    q = np.arange(n)
+    cq.put_units(q, q * MSG, MSG, 0)
+    calls: list[int] = []
+
+    def store_time_of(phys: np.ndarray) -> np.ndarray:
+        calls.append(len(phys))
+        return np.array([times[int(x) // MSG] for x in phys], np.int64)
+
+    with cq:
+        for ts in (999, 1_000, 1_001, 1_002, 77_777, 77_778, times[-1], times[-1] + 1):
+            calls.clear()
+            assert cq.offset_at_time(ts, store_time_of) == lower_bound(times, ts), ts
+            assert len(calls) <= 6 and max(calls) <= 64, (ts, calls)
+
+
 # ---------------------------------------------------------------------- lifecycle and threads
 
 
