@@ -62,7 +62,7 @@ class CommitLogServicer(commitlog_pb2_grpc.CommitLogServiceServicer):
     @rpc
     async def DeliverDelayed(self, request: pb.AppendBatchRequest, context) -> pb.AppendBatchResponse:
         store = self.shard.ready()
-        res = await self.shard.call(store.deliver, columns_to_batch(request.messages))
+        res = await self.shard.call(store.deliver, columns_to_batch(request.messages, exact_born_times=True))
         self.shard.notify_appended()
         return pb.AppendBatchResponse(result=append_result_to_pb(res, self.shard.index))
 

@@ -112,9 +112,13 @@ def topic_column(cols: pb.MessageColumns, n: int) -> list[str]:
     return [t[0]] * n if len(t) == 1 else list(t)
 
 
-def columns_to_batch(cols: pb.MessageColumns, queue_ids: np.ndarray | None = None) -> MessageBatch:
+def columns_to_batch(
+    cols: pb.MessageColumns, queue_ids: np.ndarray | None = None, *, exact_born_times: bool = False
+) -> MessageBatch:
     """A MessageBatch from request columns (limits and names checked here; the store
-    checks the rest: sizes, properties, separators). ``queue_ids`` overrides the column."""
+    checks the rest: sizes, properties, separators). ``queue_ids`` overrides the column.
+    A born time of 0 means the store's clock, unless ``exact_born_times`` (a delay
+    delivery: the stored record's own times, 0 included, as they are)."""
     n = check_batch_limits(cols)
     topics = topic_column(cols, n)
     qids = queue_id_column(cols, n) if queue_ids is None else queue_ids
@@ -124,7 +128,9 @@ def columns_to_batch(cols: pb.MessageColumns, queue_ids: np.ndarray | None = Non
     elif props is not None:
         props = [dict(p.entries) or None for p in props]
     born_ts = _column(cols.born_timestamps, n, "born_timestamps")
-    if isinstance(born_ts, list):
+    if exact_born_times:
+        born_ts = np.asarray(born_ts, np.int64) if isinstance(born_ts, list) else born_ts
+    elif isinstance(born_ts, list):
         arr = np.asarray(born_ts, np.int64)
         if (arr == 0).any():  # 0 = the store's clock; per message that is not expressible: all or none
             raise BadRequest("born_timestamps: give every message a time, or none (0 = the store's clock)")

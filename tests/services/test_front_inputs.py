@@ -156,6 +156,24 @@ def test_poison_schedule_records_are_skipped_and_later_delays_delivered(stack, c
     assert st.state == "SERVING" and not st.error
 
 
+def test_delayed_messages_keep_their_born_times_when_delivered(stack, client) -> None:
+    """The delay scheduler delivers through the commitlog's DeliverDelayed: a record
+    keeps its own born time, also 0 (an in-process producer's), which a producer's
+    columns would read as "the store's clock"."""
+    stack.shards[0].shard.store.append(
+        MessageBatch(
+            topics="Born",
+            bodies=[b"zero", b"set"],
+            queue_ids=1,
+            properties={"DELAY": "1"},
+            born_timestamps=[0, 1_700_000_000_123],
+        )
+    )
+    _delivered(client, "Born", 1, b"set")
+    got = {r.body: r.born_timestamp for r in client.pull("Born", 1, 0).records}
+    assert got == {b"zero": 0, b"set": 1_700_000_000_123}
+
+
 @pytest.mark.slow  # over 2 s: not in the fast tier (tests/README.md)
 def test_a_store_that_already_holds_a_poison_delivers_when_served(tmp_path) -> None:
     cfg = small_config()
