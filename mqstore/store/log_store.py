@@ -202,12 +202,7 @@ class LogStore:
         """A producer's append (delayed messages go to the delay topic first); what a
         producer may not send raises first (``messages.check_client_batch``: reserved
         topics, transaction bits, the topic's write perm, ...); see CommitLog.append."""
-        if self._closed:
-            raise StoreClosedError(f"store at {self.store_dir} is closed")
-        if not self.accepting:
-            raise StoreNotWritableError(
-                "the commitlog waits for the consume queues' ends before appends", cause="recovering"
-            )
+        self._check_accepting()
         check_client_batch(batch, max_queue_id=self.config.max_queue_id, perm_of=self.topics.perm_of)
         self._hold_back_for_dispatch()
         return self.commitlog.append(rewrite_delayed(batch, len(self._delays_ms), self._pick_queue))
@@ -216,11 +211,16 @@ class LogStore:
         """A delay scheduler's delivery (DeliverDelayed): appended as given, no DELAY
         rewrite and no producer checks (the scheduler checked the real topic and queue
         and set SCHEDULE_SOURCE); refused until appends are accepted."""
+        self._check_accepting()
+        return self.commitlog.append(batch)
+
+    def _check_accepting(self) -> None:
         if self._closed:
             raise StoreClosedError(f"store at {self.store_dir} is closed")
         if not self.accepting:
-            raise StoreNotWritableError("deliveries wait for the consume queues' ends", cause="recovering")
-        return self.commitlog.append(batch)
+            raise StoreNotWritableError(
+                "the commitlog waits for the consume queues' ends before appends", cause="recovering"
+            )
 
     def _hold_back_for_dispatch(self) -> None:
         """Back-pressure: while the dispatcher is more than ``max_dispatch_lag_bytes``

@@ -76,6 +76,8 @@ class CommitLogView(CommitLogReader):
 
     def __init__(self, store_dir: str | Path, *, end_hint: int | None = None) -> None:
         super().__init__(store_dir)
+        self._bases = [b for b, _ in self._segments]
+        self._sizes = [p.stat().st_size for _, p in self._segments]  # fixed once written: asked once, not per read
         self._maps: dict[int, mmap.mmap] = {}
         self._hint = end_hint
         self._wrote: int | None = None
@@ -88,11 +90,10 @@ class CommitLogView(CommitLogReader):
         return mm
 
     def _segment_at(self, offset: int) -> tuple[int, mmap.mmap]:
-        bases = [b for b, _ in self._segments]
-        i = int(np.searchsorted(bases, offset, side="right")) - 1
-        if i < 0 or offset >= bases[i] + self._segments[i][1].stat().st_size:
+        i = int(np.searchsorted(self._bases, offset, side="right")) - 1
+        if i < 0 or offset >= self._bases[i] + self._sizes[i]:
             raise OffsetError(f"commitlog offset {offset} is in no segment")
-        return bases[i], self._map(i)
+        return self._bases[i], self._map(i)
 
     @property
     def wrote(self) -> int:
@@ -115,7 +116,7 @@ class CommitLogView(CommitLogReader):
     def _newest_start(self) -> int:
         """The base of the newest segment that starts with a record (files made ahead are empty)."""
         for i in range(len(self._segments) - 1, 0, -1):
-            if self._segments[i][1].stat().st_size >= 8 and self._map(i)[:8] != bytes(8):
+            if self._sizes[i] >= 8 and self._map(i)[:8] != bytes(8):
                 return self._segments[i][0]
         return self.min_offset
 

@@ -82,7 +82,7 @@ def record_of_served(r) -> dict:
 
 
 def status_name(status) -> str | None:
-    """A pull status as its name (MessageStore's PullResult has none today)."""
+    """A pull status as its name, whichever engine answered."""
     if status is None or isinstance(status, str):
         return status
     if isinstance(status, int) and not hasattr(status, "name"):
