@@ -34,7 +34,7 @@ w = Workload(body_size=body, topics=1, queues=4)
 for start in range(0, n, 1000):
     cl.append(w.batch(start, min(1000, n - start)))
 cl.flush()
-print(json.dumps({"wrote": cl.wrote}), flush=True)
+print(json.dumps({"wrote": cl.wrote_offset}), flush=True)
 sys.stdin.read()
 """
 
@@ -73,7 +73,7 @@ def run_recover_bench(store: Path, *, total_bytes: int, body_size: int, segment_
         "open_seconds": round(seconds, 4),
         "gb_per_s": round(wrote / 1e9 / rep.seconds, 3) if rep.seconds else 0.0,
         "clean_shutdown": rep.clean_shutdown,
-        "write_position": rep.write_position,
+        "write_position": rep.wrote_offset,
         "body_size": body_size,
     }
 
@@ -90,15 +90,15 @@ store, before, after, body, seg = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]
 s = MessageStore(Path(store), StoreConfig(segment_bytes=seg))
 w = Workload(body_size=body, topics=4, queues=4)
 i = 0
-while s.commitlog.wrote < before:
+while s.commitlog.wrote_offset < before:
     s.append(w.batch(i, 1000)); i += 1000
 s.wait_dispatched(600)
 s.flush_derived()  # what the 60 s flush does: the checkpoint now covers everything
 s.commitlog.flush()
-checkpointed = s.commitlog.wrote
-while s.commitlog.wrote < checkpointed + after:
+checkpointed = s.commitlog.wrote_offset
+while s.commitlog.wrote_offset < checkpointed + after:
     s.append(w.batch(i, 1000)); i += 1000
-print(json.dumps({"checkpointed": checkpointed, "wrote": s.commitlog.wrote}), flush=True)
+print(json.dumps({"checkpointed": checkpointed, "wrote": s.commitlog.wrote_offset}), flush=True)
 sys.stdin.read()
 """
 

@@ -47,7 +47,7 @@ def run_retention_bench(b: RetentionBench) -> dict:
     store.retention.stop()  # the bench runs the cleaner itself, when it says
     try:
         i = 0
-        while store.commitlog.wrote < b.fill_segments * b.segment_bytes:
+        while store.commitlog.wrote_offset < b.fill_segments * b.segment_bytes:
             store.append(w.batch(i, 1000))
             i += 1000
         store.wait_dispatched(timeout_s=600)

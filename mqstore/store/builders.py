@@ -45,7 +45,7 @@ from mqstore.store.config import StoreConfig
 from mqstore.store.config_files import set_aside_unusable
 from mqstore.store.consume_queues import ConsumeQueues
 from mqstore.store.consumer_offsets import CONSUMER_OFFSET_FILE, ConsumerOffsets
-from mqstore.store.derived_offset import read_derived_offset
+from mqstore.store.derived_offset import read_durable_offset
 from mqstore.store.dispatch import DispatchBatch, IndexEntries
 from mqstore.store.index_service import IndexService
 from mqstore.store.layout import resolve_layout
@@ -111,7 +111,7 @@ class CommitLogView(Protocol):
     clean_shutdown: bool
     start_offset: int  # where recovery's validated walk started (-1: empty log)
     min_offset: int
-    wrote: int
+    wrote_offset: int
     redispatch_from: int  # derived files were durable below it (a builder that crashed dispatches again from here)
     index_msg_timestamp: int
     recovery: Recovered  # .queue_offsets: next queue offset per queue seen by recovery's walk
@@ -137,7 +137,7 @@ class LocalCommitLogView:
         self.redispatch_from = redispatch_from(
             commitlog.store_dir,
             clean=False,
-            wrote=commitlog.wrote,
+            wrote_offset=commitlog.wrote_offset,
             min_offset=commitlog.min_offset,
             start_offset=self.start_offset,
         )
@@ -147,8 +147,8 @@ class LocalCommitLogView:
         return self._cl.min_offset
 
     @property
-    def wrote(self) -> int:
-        return self._cl.wrote
+    def wrote_offset(self) -> int:
+        return self._cl.wrote_offset
 
     def units_match(self, *args, **kw) -> np.ndarray:
         return self._cl.units_match(*args, **kw)
@@ -170,15 +170,15 @@ def record_size_reader(commitlog) -> Callable[[int], int | None]:
     return size
 
 
-def redispatch_from(store_dir: Path, *, clean: bool, wrote: int, min_offset: int, start_offset: int) -> int:
+def redispatch_from(store_dir: Path, *, clean: bool, wrote_offset: int, min_offset: int, start_offset: int) -> int:
     """After a crash: the offset below which derived files were durable, as the last
     thorough flush recorded it (config/derivedOffset.json); without that record,
     where the commitlog's recovery walk started (RocketMQ's rule). After a clean
     exit: the write position (nothing to dispatch again)."""
     if clean:
-        return wrote
-    durable = read_derived_offset(store_dir)
-    if durable is not None and min_offset <= durable <= wrote:
+        return wrote_offset
+    durable = read_durable_offset(store_dir)
+    if durable is not None and min_offset <= durable <= wrote_offset:
         return durable
     return start_offset if start_offset >= 0 else min_offset
 
@@ -334,7 +334,7 @@ class QueueBuilder(_Builder):
                 self.store_dir, file_bytes=cfg.consume_queue_file_bytes, max_open_files=cfg.max_open_queue_files
             )
             self.consume_queues.load(repair=True)
-            deep = view.redispatch_from if not self.clean else view.wrote
+            deep = view.redispatch_from if not self.clean else view.wrote_offset
             self.consume_queues.recover(
                 view, verify_tail=not self.clean, check_from=max(view.start_offset, 0), deep_from=deep
             )
@@ -461,7 +461,7 @@ class IndexBuilder(_Builder):
             # Entries past the log's end point at nothing (a log cut by recovery or repair);
             # after a crash, entries past the last thorough flush may be torn: cut them,
             # they are put again.
-            self.index.truncate(view.wrote if self.clean else min(view.redispatch_from, view.wrote))
+            self.index.truncate(view.wrote_offset if self.clean else min(view.redispatch_from, view.wrote_offset))
             if not self.clean:
                 candidates.append(view.redispatch_from)
             # Just past the last indexed record (puts skip what the files hold, so a

@@ -91,8 +91,8 @@ class CommitLogStats:
     """A snapshot of the commitlog's watermarks (bytes are commitlog offsets)."""
 
     min_offset: int
-    wrote: int
-    flushed: int
+    wrote_offset: int
+    flushed_offset: int
     segments: int
     segment_bytes: int
     flush_mode: str
@@ -211,7 +211,7 @@ class CommitLog:
             # Whatever recovery kept is made durable before anything new is acknowledged
             # (segments before the recovery start were flushed before the checkpoint said so).
             start = file_name_to_offset(self.recovery.start_segment) if self.recovery.start_segment else 0
-            self._segments.sync_range(max(self._segments.min_offset, start), self.recovery.write_position)
+            self._segments.sync_range(max(self._segments.min_offset, start), self.recovery.wrote_offset)
         except BaseException:
             self._segments.close()
             raise
@@ -222,7 +222,7 @@ class CommitLog:
         self._put_lock = threading.Lock()
         self._writability = Writability(self.store_dir, self._segments.directory, self._put_lock, self.mark_unclean)
         self._checkpoint_lock = threading.Lock()
-        self._wrote = self.recovery.write_position
+        self._wrote = self.recovery.wrote_offset
         self._last_store_ts = self.recovery.last_store_timestamp
         self._wrote_state = (self._wrote, self._last_store_ts)
         self._encoder = BatchEncoder(cfg, self._clock)
@@ -437,7 +437,7 @@ class CommitLog:
 
     def _flush_failed(self, err: BaseException) -> None:
         """The flusher's fdatasync/msync failed (called in its thread, once)."""
-        self._writability.flush_failed(err, wrote=self._wrote, flushed=self._flusher.flushed)
+        self._writability.flush_failed(err, wrote=self._wrote, flushed=self._flusher.flushed_offset)
 
     def _write_failed(self, err: BaseException) -> StoreNotWritableError:
         """An append's segment allocation or write failed; returns the error to raise.
@@ -448,7 +448,7 @@ class CommitLog:
             need = self.config.segment_bytes  # a segment allocation
         else:
             need = max(self._write_high - self._wrote, mmap.PAGESIZE)
-        return self._writability.write_failed(err, need=need, wrote=self._wrote, flushed=self._flusher.flushed)
+        return self._writability.write_failed(err, need=need, wrote=self._wrote, flushed=self._flusher.flushed_offset)
 
     def _zero_attempt(self, start: int, end: int) -> None:
         try:
@@ -681,7 +681,7 @@ class CommitLog:
         modified time, not by the store time of its last record) or one of the first
         ``force_count`` segments this call looks at (forced, to free space). Eligible:
         not the last segment (it holds the write position) and entirely below
-        ``max_offset``, which the caller sets to the dispatcher's reput offset so no
+        ``max_offset``, which the caller sets to the dispatched offset so no
         undispatched record is ever deleted. The walk stops at the first segment that
         stays, so the commitlog remains contiguous, and after ``max_count`` deletions
         (RocketMQ DELETE_FILES_BATCH_MAX = 10).
@@ -741,7 +741,7 @@ class CommitLog:
             self._flusher.wait_flushed(target, self.config.sync_flush_timeout_ms / 1000)
         except Exception as e:
             raise StoreNotWritableError(f"flush failed: {e}", cause=cause_of(e, "flush_failed")) from e
-        return self._flusher.flushed
+        return self._flusher.flushed_offset
 
     def _on_flushed(self, offset: int, store_ts: int) -> None:
         now = self._clock.monotonic()
@@ -762,7 +762,7 @@ class CommitLog:
                 logics_msg_timestamp=cp.logics_msg_timestamp,
                 index_msg_timestamp=cp.index_msg_timestamp,
                 master_flushed_offset=cp.master_flushed_offset,
-                confirm_phy_offset=self._flusher.flushed,
+                confirm_phy_offset=self._flusher.flushed_offset,
             )
             write_checkpoint(self.store_dir, self._checkpoint)
 
@@ -798,12 +798,12 @@ class CommitLog:
             )
 
     @property
-    def wrote(self) -> int:
+    def wrote_offset(self) -> int:
         return self._wrote
 
     @property
-    def flushed(self) -> int:
-        return self._flusher.flushed
+    def flushed_offset(self) -> int:
+        return self._flusher.flushed_offset
 
     @property
     def min_offset(self) -> int:
@@ -854,8 +854,8 @@ class CommitLog:
         err = self.unwritable_error
         return CommitLogStats(
             min_offset=self.min_offset,
-            wrote=self._wrote,
-            flushed=self._flusher.flushed,
+            wrote_offset=self._wrote,
+            flushed_offset=self._flusher.flushed_offset,
             segments=len(self._segments.segments),
             segment_bytes=self.config.segment_bytes,
             flush_mode=self.config.flush_mode.value,

@@ -387,7 +387,7 @@ class ConsumeQueues:
         found = []
         for cq in queues:
             cq.recover(zero_tail=verify_tail)
-            cq.truncate_dirty(commitlog.wrote)
+            cq.truncate_dirty(commitlog.wrote_offset)
             cq.correct_min_offset(commitlog.min_offset)
             if cq.max_offset > cq.min_offset:
                 per_file = cq.file_bytes // UNIT_SIZE  # the last file's units (a full one when it just filled)

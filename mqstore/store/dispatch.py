@@ -1,13 +1,13 @@
 """The reput dispatcher core (RocketMQ DefaultMessageStore.ReputMessageService).
 
-It tails the commitlog from its ``reput_offset``, decodes records in bulk
+It tails the commitlog from its ``dispatched_offset``, decodes records in bulk
 (``CommitLog.scan``) and hands each chunk to its sinks as one ``DispatchBatch``:
 the columns of RocketMQ's DispatchRequest for many records. Sinks (consume queues,
 index) decide what they take: consume queues skip prepared and rollback
 transaction records, the index skips rollback ones.
 
 Who calls what: one thread (the dispatcher's) calls ``run_once``/``catch_up`` or
-runs the loop with ``start``; ``reput_offset`` and ``lag`` may be read from any
+runs the loop with ``start``; ``dispatched_offset`` and ``lag`` may be read from any
 thread.
 """
 
@@ -182,7 +182,7 @@ def _int_or_zero(raw: bytes) -> int:
 
 
 class ReputLoop:
-    """Feeds ``sinks`` from ``commitlog``, starting at ``reput_offset``.
+    """Feeds ``sinks`` from ``commitlog``, starting at ``dispatched_offset``.
 
     ``limit`` says how far records may be dispatched (default: the write position;
     under sync flush the store passes the flushed offset, so no consumer sees a
@@ -194,26 +194,26 @@ class ReputLoop:
         commitlog: CommitLog,
         sinks: Sequence[DispatchSink],
         *,
-        reput_offset: int,
+        dispatched_offset: int,
         limit: Callable[[], int] | None = None,
         chunk_bytes: int = 8 << 20,
         idle_sleep_s: float = 0.001,
         delays_ms: list[int] | None = None,
         on_progress: Callable[[int], None] | None = None,
     ) -> None:
-        """``on_progress(reput_offset)``: told after every chunk the sinks took."""
+        """``on_progress(dispatched_offset)``: told after every chunk the sinks took."""
         self._delays = delays_ms
         self._on_progress = on_progress
         self._log = commitlog
         self._sinks = list(sinks)
-        self.reput_offset = max(reput_offset, commitlog.min_offset)
-        self._limit = limit or (lambda: commitlog.wrote)
+        self.dispatched_offset = max(dispatched_offset, commitlog.min_offset)
+        self._limit = limit or (lambda: commitlog.wrote_offset)
         self._chunk_bytes = chunk_bytes
         self._idle = idle_sleep_s
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.error: BaseException | None = None
-        self.dispatched = 0
+        self.dispatched_records = 0
 
     @property
     def running(self) -> bool:
@@ -223,22 +223,22 @@ class ReputLoop:
     @property
     def lag(self) -> int:
         """Commitlog bytes written but not yet dispatched."""
-        return max(0, self._limit() - self.reput_offset)
+        return max(0, self._limit() - self.dispatched_offset)
 
     def run_once(self) -> int:
         """Dispatch one chunk; returns how many records it held (0: caught up)."""
-        if self.reput_offset < self._log.min_offset:  # retention removed what we had not read
-            self.reput_offset = self._log.min_offset
-        start = self.reput_offset
+        if self.dispatched_offset < self._log.min_offset:  # retention removed what we had not read
+            self.dispatched_offset = self._log.min_offset
+        start = self.dispatched_offset
         chunk = self._log.scan(start, limit=self._limit(), max_bytes=self._chunk_bytes)
         if chunk.next_offset > start:
             batch = build_dispatch_batch(chunk, self._delays) if len(chunk.sizes) else DispatchBatch.empty()
             for sink in self._sinks:
                 sink.dispatch(batch, start, chunk.next_offset)
-            self.dispatched += len(batch)
-            self.reput_offset = chunk.next_offset
+            self.dispatched_records += len(batch)
+            self.dispatched_offset = chunk.next_offset
             if self._on_progress is not None:
-                self._on_progress(self.reput_offset)
+                self._on_progress(self.dispatched_offset)
         return len(chunk.sizes)
 
     def catch_up(self) -> int:
@@ -247,7 +247,7 @@ class ReputLoop:
         while True:
             n = self.run_once()
             total += n
-            if n == 0 and self.reput_offset >= self._limit():
+            if n == 0 and self.dispatched_offset >= self._limit():
                 return total
 
     def start(self) -> None:
@@ -273,11 +273,11 @@ class ReputLoop:
                 StoreNotWritableError,
             ) as e:  # a full disk, a failing sync: try again (puts are idempotent)
                 self.error = e
-                log.error("reput_failed", error=str(e), reput_offset=self.reput_offset, action="retry in 1 s")
+                log.error("reput_failed", error=str(e), dispatched_offset=self.dispatched_offset, action="retry in 1 s")
                 self._stop.wait(_RETRY_S)
             except BaseException as e:  # anything else is a bug or damage: stop, surfaced through .error
                 self.error = e
-                log.error("reput_failed", error=str(e), reput_offset=self.reput_offset, action="stopped")
+                log.error("reput_failed", error=str(e), dispatched_offset=self.dispatched_offset, action="stopped")
                 return
 
 

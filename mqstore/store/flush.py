@@ -55,7 +55,7 @@ class FlushService:
         self._sync = sync  # (from, to): fdatasync the segments holding those bytes
         self._on_flushed = on_flushed  # (offset, store timestamp) after each flush
         self._monotonic = monotonic
-        self.flushed = flushed
+        self.flushed_offset = flushed
         self.error: BaseException | None = None
         self._cond = threading.Condition()
         self._wanted = flushed
@@ -72,8 +72,8 @@ class FlushService:
             if end > self._wanted:
                 self._wanted = end
                 self._cond.notify_all()
-            ok = self._cond.wait_for(lambda: self.flushed >= end or self.error is not None, timeout_s)
-            if self.flushed >= end:
+            ok = self._cond.wait_for(lambda: self.flushed_offset >= end or self.error is not None, timeout_s)
+            if self.flushed_offset >= end:
                 return True
             if self.error is not None:
                 raise self.error
@@ -90,15 +90,15 @@ class FlushService:
 
     def _flush_now(self) -> None:
         target, ts = self._wrote()
-        if target <= self.flushed:
-            self._on_flushed(self.flushed, ts)
+        if target <= self.flushed_offset:
+            self._on_flushed(self.flushed_offset, ts)
             return
         t0 = self._monotonic()
         try:
-            self._sync(self.flushed, target)
+            self._sync(self.flushed_offset, target)
         except Exception as e:  # noqa: BLE001  # OSError from the disk; anything else is treated the same
             self._observe(t0)
-            log.error("flush_failed", error=str(e), flushed=self.flushed, target=target)
+            log.error("flush_failed", error=str(e), flushed=self.flushed_offset, target=target)
             if self._on_error is not None:
                 self._on_error(e)
             with self._cond:
@@ -107,7 +107,7 @@ class FlushService:
             return
         self._observe(t0)
         with self._cond:
-            self.flushed = target
+            self.flushed_offset = target
             self._cond.notify_all()
         faults.hit("commitlog.flushed_before_checkpoint")  # durable and acknowledged; the checkpoint lags
         self._on_flushed(target, ts)
@@ -125,7 +125,7 @@ class FlushService:
     def _run_group_commit(self) -> None:
         while True:
             with self._cond:
-                self._cond.wait_for(lambda: self._stopping or self._wanted > self.flushed, 0.1)
+                self._cond.wait_for(lambda: self._stopping or self._wanted > self.flushed_offset, 0.1)
                 if self._stopping or self.error is not None:
                     return
             self._flush_now()
@@ -138,12 +138,12 @@ class FlushService:
         last_full = self._monotonic()
         while True:
             with self._cond:
-                self._cond.wait_for(lambda: self._stopping or self._wanted > self.flushed, interval)
+                self._cond.wait_for(lambda: self._stopping or self._wanted > self.flushed_offset, interval)
                 if self._stopping or self.error is not None:
                     return
-                asked = self._wanted > self.flushed
+                asked = self._wanted > self.flushed_offset
             now = self._monotonic()
-            dirty = self._wrote()[0] - self.flushed
+            dirty = self._wrote()[0] - self.flushed_offset
             if asked or (dirty > 0 and (dirty >= least or now - last_full >= thorough)):
                 self._flush_now()
                 last_full = now

@@ -600,7 +600,7 @@ class IndexService:
         all kept, so nothing has to be re-dispatched from before ``phys_offset``, and
         the end offset drops below it, so ``put`` takes the re-written messages instead
         of skipping them as indexed. Deleting a whole file would be safe only if
-        re-dispatch started at that file's first entry; the reput offset (the consume
+        re-dispatch started at that file's first entry; the dispatched offset (the consume
         queues' end) is usually far later.
 
         If anything changed, ``index_msg_timestamp`` is lowered to at most the new

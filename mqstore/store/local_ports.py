@@ -85,7 +85,7 @@ def read_records(
     offsets = np.asarray(offsets, np.int64)
     if len(offsets) and offsets.min() < 0:
         raise InvalidArgumentError(f"commitlog offset {int(offsets.min())} is negative")
-    lo, hi = commitlog.min_offset, commitlog.wrote
+    lo, hi = commitlog.min_offset, commitlog.wrote_offset
     gone = (offsets < lo) | (offsets >= hi)
     if gone.any():
         if not skip_missing:

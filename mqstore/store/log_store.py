@@ -37,7 +37,7 @@ from mqstore.store.config import FlushMode, StoreConfig
 from mqstore.store.config_files import set_aside_unusable
 from mqstore.store.consume_queues import CONSUME_QUEUE_DIR
 from mqstore.store.delay_offsets import DELAY_OFFSET_FILE, parse_delay_levels
-from mqstore.store.derived_offset import read_derived_offset, write_derived_offset
+from mqstore.store.derived_offset import read_durable_offset, write_durable_offset
 from mqstore.store.layout import resolve_layout
 from mqstore.store.messages import AppendResult, MessageBatch, check_client_batch
 from mqstore.store.recovery import RecoveryProgress
@@ -103,7 +103,7 @@ class LogStore:
         rec = self.commitlog.recovery
         self.start_offset = file_name_to_offset(rec.start_segment) if rec.start_segment else -1
         self.index_msg_timestamp = self.commitlog.checkpoint.index_msg_timestamp
-        durable = read_derived_offset(self.store_dir)
+        durable = read_durable_offset(self.store_dir)
         self._durable = dict.fromkeys(DERIVED_KINDS if cfg.message_index_enable else DERIVED_KINDS[:1], durable)
         self._delays_ms = parse_delay_levels(cfg.message_delay_level)
         self._pick_queue = QueuePicker(self.topics, cfg.default_queue_nums)
@@ -139,7 +139,7 @@ class LogStore:
             self._rebuild_topics(ends)
         self.commitlog.raise_queue_offsets(ends)
         n = self.commitlog.raise_queue_offsets_from(
-            max(min(built_up_to, self.commitlog.wrote), self.commitlog.min_offset)
+            max(min(built_up_to, self.commitlog.wrote_offset), self.commitlog.min_offset)
         )
         self.accepting = True
         log.info("queue_offsets_attached", queues=len(ends), records_after=n, built_up_to=built_up_to)
@@ -172,7 +172,7 @@ class LogStore:
         self.retention = Retention(
             self.commitlog,
             queues if builder is not None else None,
-            reput_offset=lambda: self.dispatched_offset,
+            dispatched_offset=lambda: self.dispatched_offset,
             index=index,
             consumer_offsets=builder.consumer_offsets if builder is not None else None,
             config=retention or RetentionConfig(),
@@ -252,13 +252,13 @@ class LogStore:
     def confirm_offset(self) -> int:
         """How far records may be handed out: flushed under sync flush, else written."""
         cl = self.commitlog
-        return cl.flushed if self.config.flush_mode is FlushMode.SYNC else cl.wrote
+        return cl.flushed_offset if self.config.flush_mode is FlushMode.SYNC else cl.wrote_offset
 
     def note_dispatched(self, offset: int) -> None:
         """The dispatcher reports: everything below ``offset`` is in both builders."""
         self._reported_at = self._clock.monotonic()
         if offset > self.dispatched_offset:
-            self.dispatched_offset = min(offset, self.commitlog.wrote)
+            self.dispatched_offset = min(offset, self.commitlog.wrote_offset)
 
     def note_derived(self, kind: str, durable_offset: int, timestamp: int) -> int:
         """A builder made its files durable below ``durable_offset`` (newest store time
@@ -276,7 +276,7 @@ class LogStore:
             known = [v for v in self._durable.values() if v is not None]
             low = min(known) if len(known) == len(self._durable) else None
             if low is not None:
-                write_derived_offset(self.store_dir, min(low, self.commitlog.wrote))
+                write_durable_offset(self.store_dir, min(low, self.commitlog.wrote_offset))
         return low if low is not None else -1
 
     def redispatch_from(self) -> int:
@@ -284,7 +284,11 @@ class LogStore:
         derived files' durable offset, else the start of recovery's walk)."""
         cl = self.commitlog
         return redispatch_from(
-            self.store_dir, clean=False, wrote=cl.wrote, min_offset=cl.min_offset, start_offset=self.start_offset
+            self.store_dir,
+            clean=False,
+            wrote_offset=cl.wrote_offset,
+            min_offset=cl.min_offset,
+            start_offset=self.start_offset,
         )
 
     def recovery_facts(self) -> dict:
@@ -294,7 +298,7 @@ class LogStore:
             "clean_shutdown": rec.clean_shutdown,
             "start_offset": self.start_offset,
             "min_offset": self.commitlog.min_offset,
-            "wrote_offset": self.commitlog.wrote,
+            "wrote_offset": self.commitlog.wrote_offset,
             "redispatch_from": self.redispatch_from(),
             "index_msg_timestamp": self.index_msg_timestamp,
             "queue_offsets": rec.queue_offsets,
@@ -320,13 +324,15 @@ class LogStore:
 
     def status(self) -> dict:
         """Offsets, writability, queues known, the last recovery and the background
-        loops (``loops``: counters; ``stopped_loops``: see there), at a glance."""
+        loops (``loops``: counters; ``stopped_loops``: see there), at a glance. The keys
+        are ``status --store --format json``'s output: ``wrote``, ``flushed`` and
+        ``dispatched`` are the watermarks' labels there (docs/architecture.md)."""
         cl = self.commitlog
         rec = cl.recovery
         return {
             "min_offset": cl.min_offset,
-            "wrote": cl.wrote,
-            "flushed": cl.flushed,
+            "wrote": cl.wrote_offset,
+            "flushed": cl.flushed_offset,
             "writable": self.writable,
             "unwritable_cause": self.unwritable_cause,
             "queues": cl.queue_count,

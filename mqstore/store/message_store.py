@@ -5,42 +5,31 @@ retention), the consume-queue builder and the index builder (builders.py), and a
 reput loop (dispatch.ReputLoop) feeding both builders from the commitlog. Reads go
 through reads.py over local ports, as the front's go over gRPC.
 
-Open, in the order the services follow too:
-  1. LogStore: lock, commitlog recovery (recovery.py), topic configs;
-  2. each builder recovers against the commitlog (``LocalCommitLogView``): cuts torn
-     tails and what lies past the log's end, and says where it stands
-     (``progress_offset``; after a crash no later than where derived files were
-     last durable);
-  3. the consume queues' ends continue the queue-offset table
-     (``LogStore.attach_queue_ends``); appends are accepted from here on;
-  4. the reput loop resumes at the lower builder's progress and catches up before
-     ``__init__`` returns (re-dispatching what a builder has is harmless: puts skip
-     it), consumer offsets past their queue's end are clamped, then dispatch follows
-     in a thread.
+Open: the four steps of open_protocol.py, in one thread; the reput loop then catches
+up before ``__init__`` returns, consumer offsets past their queue's end are clamped,
+and dispatch follows in a thread.
 
-Watermarks: ``commitlog.wrote`` >= ``commitlog.flushed``; the reput loop never
-passes ``LogStore.confirm_offset`` (``wrote`` under async flush, ``flushed`` under
-sync flush: nothing a crash can take back is ever visible to a consumer).
+Watermarks (docs/architecture.md): ``wrote_offset`` >= ``flushed_offset``; the reput
+loop never passes ``LogStore.confirm_offset`` (written under async flush, flushed
+under sync flush: nothing a crash can take back is ever visible to a consumer).
 
 Who calls what: any thread may append and read; ``close`` once, last.
 """
 
 from __future__ import annotations
 
-import functools
 import threading
 from pathlib import Path
 
 import structlog
 
 from mqstore.errors import StoreClosedError
-from mqstore.store import reads
+from mqstore.store import open_protocol, reads
 from mqstore.store.builders import ConsumerProgress, IndexBuilder, LocalCommitLogView, QueueBuilder
 from mqstore.store.clock import Clock
 from mqstore.store.config import FlushMode, StoreConfig
 from mqstore.store.dispatch import ReputLoop
 from mqstore.store.local_ports import LocalPorts, LocalReads, PullResult, RawPullResult
-from mqstore.store.log_store import LogStore
 from mqstore.store.messages import AppendResult, MessageBatch
 from mqstore.store.reads import QueueStatus
 from mqstore.store.recovery import RecoveryProgress
@@ -66,7 +55,7 @@ class MessageStore(LocalReads):
         progress: RecoveryProgress | None = None,
     ) -> None:
         # progress: readable from other threads while this opens
-        self.log = LogStore(store_dir, config, clock=clock, progress=progress)
+        self.log = open_protocol.recover_log(store_dir, config, clock=clock, progress=progress)
         self.store_dir, self.config, self.progress = self.log.store_dir, self.log.config, self.log.progress
         self.commitlog, self.topics = self.log.commitlog, self.log.topics
         self._closed = False
@@ -76,43 +65,33 @@ class MessageStore(LocalReads):
         try:
             view = LocalCommitLogView(self.commitlog)
             self.progress.set_phase("consume_queues")
-            self.queue_builder = QueueBuilder(
-                self.store_dir,
-                self.config,
-                view,
-                clock=clock,
-                on_durable=functools.partial(self.log.note_derived, "consume_queue"),
+            self.queue_builder = open_protocol.recover_builder(
+                "consumequeue", self.store_dir, self.config, view, clock=clock, on_durable=self.log.note_derived
             )
             if self.config.message_index_enable:
-                self.index_builder = IndexBuilder(
-                    self.store_dir,
-                    self.config,
-                    view,
-                    clock=clock,
-                    on_durable=functools.partial(self.log.note_derived, "index"),
+                self.index_builder = open_protocol.recover_builder(
+                    "index", self.store_dir, self.config, view, clock=clock, on_durable=self.log.note_derived
                 )
             builders = [b for b in (self.queue_builder, self.index_builder) if b is not None]
             queues = self.queue_builder.consume_queues
-            self.log.attach_queue_ends(
-                {(q.topic, q.queue_id): q.max_offset for q in queues.all()}, self.queue_builder.progress_offset
-            )
-            reput_from = min(b.progress_offset for b in builders)
+            self.log.attach_queue_ends(open_protocol.queue_ends(self.queue_builder), self.queue_builder.progress_offset)
+            reput_from = open_protocol.resume_offset(b.progress_offset for b in builders)
             self.dispatcher = ReputLoop(
                 self.commitlog,
                 builders,
-                reput_offset=reput_from,
+                dispatched_offset=reput_from,
                 limit=lambda: self.log.confirm_offset,
                 delays_ms=self.log.delays_ms,
                 on_progress=self.log.note_dispatched,
             )
-            self.progress.set_phase("dispatch", max(self.commitlog.wrote - reput_from, 0))
+            self.progress.set_phase("dispatch", max(self.commitlog.wrote_offset - reput_from, 0))
             caught_up = self.dispatcher.catch_up()
-            self.log.note_dispatched(self.dispatcher.reput_offset)  # (a clean open dispatches nothing: no report)
+            self.log.note_dispatched(self.dispatcher.dispatched_offset)  # (a clean open dispatches nothing: no report)
             log.info(
                 "dispatch_recovered",
                 reput_from=reput_from,
                 records=caught_up,
-                reput_offset=self.dispatcher.reput_offset,
+                dispatched_offset=self.dispatcher.dispatched_offset,
             )
             self.clamped_consumer_offsets = self.queue_builder.clamp_consumer_offsets()
             self.log.dispatch_active = lambda: self.dispatcher.running
@@ -190,10 +169,12 @@ class MessageStore(LocalReads):
     def wait_dispatched(self, timeout_s: float = 10.0) -> bool:
         """Block until everything appended before this call is in the consume queues
         and index (True), or the timeout passes (False)."""
-        target = self.commitlog.flushed if self.config.flush_mode is FlushMode.SYNC else self.commitlog.wrote
+        target = (
+            self.commitlog.flushed_offset if self.config.flush_mode is FlushMode.SYNC else self.commitlog.wrote_offset
+        )
         clock = self.log._clock
         deadline = clock.monotonic() + timeout_s
-        while self.dispatcher.reput_offset < target:
+        while self.dispatcher.dispatched_offset < target:
             if self.dispatcher.error is not None and not self.dispatcher.running:
                 raise self.dispatcher.error  # stopped for good; a running one retries (a full disk)
             if clock.monotonic() > deadline:
@@ -267,7 +248,7 @@ class MessageStore(LocalReads):
                 **st["loops"],
                 "reput": {
                     "running": d.running,
-                    "dispatched": d.dispatched,
+                    "dispatched": d.dispatched_records,
                     "error": None if d.error is None else str(d.error),
                 },
             },

@@ -22,7 +22,7 @@ import structlog
 from mqstore.errors import StoreClosedError
 from mqstore.store.consume_queues import ConsumeQueues
 from mqstore.store.consumer_offsets import ConsumerOffsets
-from mqstore.store.derived_offset import read_derived_offset
+from mqstore.store.derived_offset import read_durable_offset
 from mqstore.store.index_service import IndexService
 from mqstore.store.layout import layout_for_reading
 from mqstore.store.local_ports import LocalPorts, LocalReads
@@ -39,7 +39,7 @@ class ReadView(LocalReads):
     def __init__(self, store_dir: str | Path) -> None:
         self.store_dir = Path(store_dir)
         cfg = layout_for_reading(self.store_dir)
-        self.commitlog = CommitLogView(self.store_dir, end_hint=read_derived_offset(self.store_dir))
+        self.commitlog = CommitLogView(self.store_dir, end_hint=read_durable_offset(self.store_dir))
         self.consume_queues = ConsumeQueues(
             self.store_dir, file_bytes=cfg.consume_queue_file_bytes, read_only_above=self.commitlog.min_offset
         )

@@ -96,7 +96,7 @@ class CommitLogView(CommitLogReader):
         return self._bases[i], self._map(i)
 
     @property
-    def wrote(self) -> int:
+    def wrote_offset(self) -> int:
         if self._wrote is None:
             self._wrote = self._find_end()
         return self._wrote

@@ -59,7 +59,7 @@ class RecoveryReport:
 
     clean_shutdown: bool
     start_segment: str | None  # name of the first segment walked with validation
-    write_position: int  # the commitlog offset the next append starts at
+    wrote_offset: int  # the commitlog offset the next append starts at
     truncated_at: int | None  # where invalid bytes began, if any were cut
     reason: str  # why the walk stopped there
     deleted_segments: list[str]
@@ -336,7 +336,7 @@ def recover(
     report = RecoveryReport(
         clean_shutdown=clean_shutdown,
         start_segment=segs[start].path.name if start < len(segs) else None,
-        write_position=stop,
+        wrote_offset=stop,
         truncated_at=stop if truncated else None,
         reason=reason,
         deleted_segments=deleted,
@@ -350,7 +350,7 @@ def recover(
         "commitlog_recovered",
         clean_shutdown=clean_shutdown,
         start_segment=report.start_segment,
-        write_position=stop,
+        wrote_offset=stop,
         truncated_at=report.truncated_at,
         reason=reason,
         deleted_segments=deleted,

@@ -314,8 +314,8 @@ def _with_store_open(store: Path, plan: RepairPlan) -> list[str]:
     with MessageStore(store, cfg, background_dispatch=False) as s:
         rec = s.commitlog.recovery
         done.append(
-            f"opened the store: recovery kept the commitlog up to offset {rec.write_position}, the dispatcher "
-            f"dispatched {s.dispatcher.dispatched} records (consume-queue units, index entries)"
+            f"opened the store: recovery kept the commitlog up to offset {rec.wrote_offset}, the dispatcher "
+            f"dispatched {s.dispatcher.dispatched_records} records (consume-queue units, index entries)"
         )
         done += [
             f"set group {g!r}'s offset on {t}:{q} from {old} to {new}"

@@ -23,7 +23,7 @@ One ``run_once(now_ms)`` does, in this order:
        restart go too).
 
 Never deleted: the last commitlog segment (it holds the write position) and any segment
-not entirely below the dispatcher's reput offset (so the consume queues and the index
+not entirely below the dispatched offset (so the consume queues and the index
 never lose a record they have not been built from).
 
 u >= warning_ratio sets ``disk_full`` in the report and logs an error; RocketMQ then
@@ -121,7 +121,7 @@ class RetentionReport:
     space_to_delete: bool  # disk_usage >= disk_max_used_ratio
     forced: bool  # disk_usage >= clean_forcibly_ratio (and clean_forcibly_enable)
     disk_full: bool  # disk_usage >= warning_ratio
-    reput_offset: int
+    dispatched_offset: int
     min_offset_before: int
     min_offset_after: int
     deleted: tuple[DeletedSegment, ...]
@@ -216,7 +216,7 @@ class Retention:
         commitlog: CommitLog,
         consume_queues: ConsumeQueues | None,
         *,
-        reput_offset: Callable[[], int],
+        dispatched_offset: Callable[[], int],
         index: IndexLike | None = None,
         config: RetentionConfig | None = None,
         clock: Clock | None = None,
@@ -229,7 +229,7 @@ class Retention:
         self._on_report = on_report
         self._commitlog = commitlog
         self._queues = consume_queues
-        self._reput_offset = reput_offset
+        self._dispatched_offset = dispatched_offset
         self._index = index
         self.config = config or RetentionConfig()
         self._clock = clock or SystemClock()
@@ -255,7 +255,7 @@ class Retention:
         forced = cfg.clean_forcibly_enable and usage >= cfg.clean_forcibly_ratio
         disk_full = usage >= cfg.warning_ratio
         self._note_disk_state(usage, disk_full)
-        reput = self._reput_offset()
+        reput = self._dispatched_offset()
         before = cl.min_offset
         deleted: list[DeletedSegment] = []
         if time_up or space or forced:
@@ -299,7 +299,11 @@ class Retention:
         losses = self._consumer_losses(cq_mins, forced=forced_range is not None)
         if deleted:
             log.info(
-                "retention_ran", deleted=len(deleted), min_offset=after, reput_offset=reput, disk_usage=round(usage, 4)
+                "retention_ran",
+                deleted=len(deleted),
+                min_offset=after,
+                dispatched_offset=reput,
+                disk_usage=round(usage, 4),
             )
         return RetentionReport(
             now_ms=now_ms,
@@ -308,7 +312,7 @@ class Retention:
             space_to_delete=space,
             forced=forced,
             disk_full=disk_full,
-            reput_offset=reput,
+            dispatched_offset=reput,
             min_offset_before=before,
             min_offset_after=after,
             deleted=tuple(deleted),
@@ -333,7 +337,7 @@ class Retention:
         cl = self._commitlog
         first = cl.min_offset
         end = first + cl.config.segment_bytes
-        if end <= reput or end >= cl.wrote:
+        if end <= reput or end >= cl.wrote_offset:
             return False
         if not forced:
             try:
@@ -342,7 +346,7 @@ class Retention:
                 return False
             if now_ms - mtime_ms < self.config.file_reserved_hours * _HOUR_MS:
                 return False
-        log.warning("retention_held_by_reput", segment=offset_to_file_name(first), reput_offset=reput)
+        log.warning("retention_held_by_reput", segment=offset_to_file_name(first), dispatched_offset=reput)
         return True
 
     def _clean_derived(self, commitlog_min: int, cq_files: dict, cq_mins: dict) -> tuple[str, ...]:

@@ -156,7 +156,7 @@ class DelayScheduler:
         cl = self._store.commitlog
         pos = max(self._offsets.commitlog_offset, cl.min_offset)
         found = 0
-        while pos < cl.wrote:
+        while pos < cl.wrote_offset:
             try:
                 chunk = cl.scan(pos)
             except CorruptFileError:
@@ -190,7 +190,7 @@ class DelayScheduler:
             pos = chunk.next_offset
         if found:
             log.info("delay_progress_recovered", deliveries_after_last_persist=found)
-        self._offsets.set_commitlog_offset(cl.wrote)
+        self._offsets.set_commitlog_offset(cl.wrote_offset)
         self._offsets.persist()
 
     def deliver_due(self, now_ms: int) -> int:
@@ -219,7 +219,7 @@ class DelayScheduler:
                     delivered += self._append(level, chunk)
                     self._offsets.set(level, chunk[-1][0] + 1)  # a later chunk that fails does not repeat this one
                 self._offsets.set(level, start + due)
-                self._offsets.set_commitlog_offset(self._store.commitlog.wrote)
+                self._offsets.set_commitlog_offset(self._store.commitlog.wrote_offset)
                 self._offsets.persist()
                 total += delivered
         self.delivered += total
@@ -305,7 +305,7 @@ class DelayScheduler:
         """Persist the commitlog position below which every delivery is already counted
         in the offsets (this thread is the only one that appends deliveries, and it is
         between two), so a restart scans only what came after it, not the whole log."""
-        wrote = self._store.commitlog.wrote
+        wrote = self._store.commitlog.wrote_offset
         if wrote != self._offsets.commitlog_offset:
             self._offsets.set_commitlog_offset(wrote)
             self._offsets.persist()

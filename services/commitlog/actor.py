@@ -7,7 +7,7 @@ from pathlib import Path
 
 import ray
 
-from mqstore.services.commitlog.host import ShardHost
+from mqstore.services.commitlog.host import CommitLogHost
 from mqstore.services.common.actor import (
     CONCURRENCY,
     MAX_RESTARTS,
@@ -21,22 +21,22 @@ from mqstore.store.retention import RetentionConfig
 
 
 @ray.remote(num_cpus=0, max_restarts=MAX_RESTARTS, max_task_retries=0, max_concurrency=CONCURRENCY)
-class ShardActor(Hosted):
+class CommitLogActor(Hosted):
     def __init__(
         self,
         store_dir: str,
         config: StoreConfig,
-        index: int,
+        shard: int,
         auth: InternalAuth,
         host: str | None = None,
         retention: RetentionConfig | None = None,
         layout: tuple[str, int] | None = None,
     ) -> None:
-        configure_actor_logging("commitlog", index)
-        self.host = ShardHost(
+        configure_actor_logging("commitlog", shard)
+        self.host = CommitLogHost(
             store_dir,
             config,
-            index=index,
+            shard=shard,
             host=node_address(host),
             retention=retention,
             auth=auth,
@@ -50,4 +50,4 @@ class ShardActor(Hosted):
         return self.host.status()
 
 
-__all__ = ["ShardActor"]
+__all__ = ["CommitLogActor"]

@@ -9,7 +9,7 @@ from pathlib import Path
 import structlog
 
 from mqstore.services.commitlog.servicer import CommitLogServicer
-from mqstore.services.commitlog.state import Shard, ShardState
+from mqstore.services.commitlog.state import CommitLogPhase, CommitLogState
 from mqstore.services.common.internal_auth import InternalAuth
 from mqstore.services.common.peers import endpoint_of, internal_address
 from mqstore.services.common.server import ServerThread, start_grpc_server
@@ -20,7 +20,7 @@ from mqstore.store.retention import RetentionConfig
 log = structlog.get_logger(__name__)
 
 
-class ShardHost:
+class CommitLogHost:
     """One shard's commitlog and its CommitLog service. The commitlog opens
     (recovers) in the background, then awaits the consume-queue builder's queue ends
     (AttachQueueEnds; see commitlog/state.py for the protocol). It never calls
@@ -32,7 +32,7 @@ class ShardHost:
         config: StoreConfig | None = None,
         *,
         auth: InternalAuth,
-        index: int = 0,
+        shard: int = 0,
         host: str = "127.0.0.1",
         port: int = 0,
         retention: RetentionConfig | None = None,
@@ -43,18 +43,18 @@ class ShardHost:
         does not see this disk). ``auth``: the deployment's secret (every call must
         carry it; the calls this shard makes carry it)."""
         host = internal_address(host)
-        self.thread = ServerThread(f"mqstore-shard{index}")
+        self.thread = ServerThread(f"mqstore-shard{shard}")
         self._layout = layout
-        self.shard = Shard(store_dir, config, index=index, retention=retention)
+        self.state = CommitLogState(store_dir, config, shard=shard, retention=retention)
         self._closing = threading.Event()
         self.server = self.thread.run(
-            start_grpc_server(host, port, [CommitLogServicer(self.shard).registration()], serving=False, auth=auth)
+            start_grpc_server(host, port, [CommitLogServicer(self.state).registration()], serving=False, auth=auth)
         )
         self.endpoint = endpoint_of(host, self.server.port)
         self._ready = threading.Event()
-        self._opener = threading.Thread(target=self._open, name=f"mqstore-shard{index}-open", daemon=True)
+        self._opener = threading.Thread(target=self._open, name=f"mqstore-shard{shard}-open", daemon=True)
         self._opener.start()
-        log.info("shard_listening", shard=index, endpoint=self.endpoint, store=str(store_dir))
+        log.info("shard_listening", shard=shard, endpoint=self.endpoint, store=str(store_dir))
 
     def _open(self) -> None:
         try:
@@ -62,36 +62,41 @@ class ShardHost:
                 try:
                     pin_layout(*self._layout)
                 except Exception as e:
-                    self.shard.state, self.shard.error = ShardState.FAILED, f"{type(e).__name__}: {e}"
+                    self.state.phase, self.state.error = CommitLogPhase.FAILED, f"{type(e).__name__}: {e}"
                     raise
-            self.shard.open(give_up=self._closing.is_set)
+            self.state.open(give_up=self._closing.is_set)
             self.thread.run(self.server.set_serving(True))
             self._ready.set()  # health follows the background loops from now on, until close
-            self.shard.watch_loops(lambda ok: self.thread.run(self.server.set_serving(ok)), self._closing)
+            self.state.watch_loops(lambda ok: self.thread.run(self.server.set_serving(ok)), self._closing)
         except Exception as e:  # noqa: BLE001 - reported through state/error (status(), health NOT_SERVING)
-            log.error("shard_not_serving", shard=self.shard.index, error=str(e))
+            log.error("shard_not_serving", shard=self.state.shard, error=str(e))
         finally:
             self._ready.set()
 
     def wait_ready(self, timeout: float | None = None) -> bool:
         """True once the store is open (False: still recovering or it failed)."""
         self._ready.wait(timeout)
-        return self.shard.state is ShardState.SERVING
+        return self.state.phase is CommitLogPhase.SERVING
 
     def status(self) -> dict:
-        s = self.shard
+        s = self.state
         out = {
-            "shard": s.index,
+            "shard": s.shard,
             "endpoint": self.endpoint,
-            "state": s.state.value,
+            "state": s.phase.value,
             "error": s.error,
             "incarnation": s.incarnation,
             "recovery": s.progress.as_dict(),
         }
-        store = s.store
-        if store is not None:
-            cl = store.commitlog
-            out.update(min_offset=cl.min_offset, wrote=cl.wrote, flushed=cl.flushed, dispatched=store.dispatched_offset)
+        log_store = s.log_store
+        if log_store is not None:
+            cl = log_store.commitlog
+            out.update(
+                min_offset=cl.min_offset,
+                wrote=cl.wrote_offset,
+                flushed=cl.flushed_offset,
+                dispatched=log_store.dispatched_offset,
+            )
         return out
 
     def close(self) -> None:
@@ -101,8 +106,8 @@ class ShardHost:
             self.thread.run(self.server.stop(1.0), timeout=30)
         finally:
             self._opener.join()
-            self.shard.close()
+            self.state.close()
             self.thread.stop()
 
 
-__all__ = ["ShardHost"]
+__all__ = ["CommitLogHost"]

@@ -13,7 +13,7 @@ from mqstore.errors import MqStoreError, OffsetError
 from mqstore.formats.message import BLANK_MAGIC, record_head
 from mqstore.rpc.v1 import commitlog_pb2 as pb
 from mqstore.rpc.v1 import commitlog_pb2_grpc, common_pb2
-from mqstore.services.commitlog.state import Shard, ShardState
+from mqstore.services.commitlog.state import CommitLogPhase, CommitLogState
 from mqstore.services.common import validate
 from mqstore.services.common.convert import (
     append_result_to_pb,
@@ -35,50 +35,50 @@ MAX_CHECK_UNITS = 200_000
 
 
 class CommitLogServicer(commitlog_pb2_grpc.CommitLogServiceServicer):
-    def __init__(self, shard: Shard) -> None:
-        self.shard = shard
+    def __init__(self, state: CommitLogState) -> None:
+        self.state = state
 
     def registration(self) -> Registration:
         return Registration(commitlog_pb2_grpc.add_CommitLogServiceServicer_to_server, self, SERVICE)
 
     @rpc
     async def AppendBatch(self, request: pb.AppendBatchRequest, context) -> pb.AppendBatchResponse:
-        store = self.shard.ready()
+        log_store = self.state.ready()
         batch = columns_to_batch(request.messages)
-        stats = self.shard.stats
+        stats = self.state.stats
         t0 = time.perf_counter()
         try:
-            res = await self.shard.call(store.append, batch)
+            res = await self.state.call(log_store.append, batch)
         except Exception:
             stats.failed(time.perf_counter() - t0)
             raise
-        self.shard.notify_appended()
+        self.state.notify_appended()
         if res.status is PutStatus.PUT_OK:
             stats.appended(len(res), int(res.sizes.sum()), time.perf_counter() - t0)
         else:  # written, not proven durable (sync flush timed out)
             stats.failed(time.perf_counter() - t0)
-        return pb.AppendBatchResponse(result=append_result_to_pb(res, self.shard.index))
+        return pb.AppendBatchResponse(result=append_result_to_pb(res, self.state.shard))
 
     @rpc
     async def DeliverDelayed(self, request: pb.AppendBatchRequest, context) -> pb.AppendBatchResponse:
-        store = self.shard.ready()
-        res = await self.shard.call(store.deliver, columns_to_batch(request.messages, exact_born_times=True))
-        self.shard.notify_appended()
-        return pb.AppendBatchResponse(result=append_result_to_pb(res, self.shard.index))
+        log_store = self.state.ready()
+        res = await self.state.call(log_store.deliver, columns_to_batch(request.messages, exact_born_times=True))
+        self.state.notify_appended()
+        return pb.AppendBatchResponse(result=append_result_to_pb(res, self.state.shard))
 
     @rpc
     async def Read(self, request: pb.ReadRequest, context) -> pb.ReadResponse:
-        store = self.shard.recovered()
+        log_store = self.state.recovered()
         if len(request.offsets) > MAX_READ_OFFSETS:
             raise TooLarge(f"at most {MAX_READ_OFFSETS} offsets per read, got {len(request.offsets)}")
         if request.sizes and len(request.sizes) != len(request.offsets):
             raise BadRequest(f"sizes has {len(request.sizes)} values for {len(request.offsets)} offsets")
-        return await self.shard.call(self._read, store, request)
+        return await self.state.call(self._read, log_store, request)
 
-    def _read(self, store: LogStore, req: pb.ReadRequest) -> pb.ReadResponse:
+    def _read(self, log_store: LogStore, req: pb.ReadRequest) -> pb.ReadResponse:
         sizes = np.asarray(req.sizes, np.int64) if req.raw and req.sizes else None
         offsets, found = read_records(
-            store.commitlog,
+            log_store.commitlog,
             np.asarray(req.offsets, np.int64),
             sizes,
             req.raw,
@@ -89,16 +89,16 @@ class CommitLogServicer(commitlog_pb2_grpc.CommitLogServiceServicer):
         if req.raw:
             out.raw_records.extend(found)
         else:
-            out.records.extend(record_to_pb(r, self.shard.index) for r in found)
+            out.records.extend(record_to_pb(r, self.state.shard) for r in found)
         return out
 
     @rpc
     async def ReadRange(self, request: pb.ReadRangeRequest, context) -> pb.ReadRangeResponse:
-        store = self.shard.recovered()
+        log_store = self.state.recovered()
         validate.offset(request.offset)
-        validate.offset(request.acked_offset, "acked_offset")
-        if request.acked_offset:
-            store.note_dispatched(request.acked_offset)
+        validate.offset(request.dispatched_offset, "dispatched_offset")
+        if request.dispatched_offset:
+            log_store.note_dispatched(request.dispatched_offset)
         max_bytes = validate.count(
             request.max_bytes, default=DEFAULT_RANGE_BYTES, high=MAX_RANGE_BYTES, what="max_bytes"
         )
@@ -106,31 +106,31 @@ class CommitLogServicer(commitlog_pb2_grpc.CommitLogServiceServicer):
             raise BadRequest(f"wait_ms {request.wait_ms} is out of range (0..10000)")
         deadline = time.monotonic() + request.wait_ms / 1000
         while True:
-            res = await self.shard.call(self._range, store, request.offset, max_bytes)
+            res = await self.state.call(self._range, log_store, request.offset, max_bytes)
             left = deadline - time.monotonic()
             if res.record_count or left <= 0:
                 return res
-            await self.shard.wait_appended(min(left, 0.05))
-            store = self.shard.recovered()
+            await self.state.wait_appended(min(left, 0.05))
+            log_store = self.state.recovered()
 
-    def _range(self, store: LogStore, offset: int, max_bytes: int) -> pb.ReadRangeResponse:
-        cl = store.commitlog
-        limit = store.confirm_offset
-        wrote = cl.wrote
+    def _range(self, log_store: LogStore, offset: int, max_bytes: int) -> pb.ReadRangeResponse:
+        cl = log_store.commitlog
+        limit = log_store.confirm_offset
+        wrote = cl.wrote_offset
         if offset > wrote:
             raise BadRequest(f"commitlog offset {offset} is past the write position {wrote}")
         start = max(offset, cl.min_offset)
-        if start < limit and start not in (store.dispatched_offset, cl.min_offset):
+        if start < limit and start not in (log_store.dispatched_offset, cl.min_offset):
             # An offset the store itself keeps (where dispatch stands, the oldest record)
             # is a record start: bytes there that do not scan are corruption (DATA_LOSS).
             # Anything else may be a caller's mistake: check it first (INVALID_ARGUMENT).
             _check_record_start(cl, start)
         chunk = cl.scan(start, limit=limit, max_bytes=max_bytes, fields=False)  # the dispatcher decodes them
-        low, forced = store.retention_told  # as retention's last pass left them (told to the builders)
+        low, forced = log_store.retention_told  # as retention's last pass left them (told to the builders)
         out = pb.ReadRangeResponse(
             offset=chunk.next_offset,
             next_offset=chunk.next_offset,
-            incarnation=self.shard.incarnation,
+            incarnation=self.state.incarnation,
             confirm_offset=limit,
             min_offset=low,
             forced_deleted_to=forced,
@@ -145,23 +145,23 @@ class CommitLogServicer(commitlog_pb2_grpc.CommitLogServiceServicer):
 
     @rpc
     async def GetOffsets(self, request, context) -> pb.GetOffsetsResponse:
-        store = self.shard.recovered()
-        cl = store.commitlog
+        log_store = self.state.recovered()
+        cl = log_store.commitlog
         rec = cl.recovery
         return pb.GetOffsetsResponse(
             min_offset=cl.min_offset,
-            wrote_offset=cl.wrote,
-            flushed_offset=cl.flushed,
-            confirm_offset=store.confirm_offset,
-            dispatched_offset=store.dispatched_offset,
-            incarnation=self.shard.incarnation,
-            flush_mode=self.shard.config.flush_mode.value,
-            writable=store.writable,
-            unwritable_cause=store.unwritable_cause or "",
+            wrote_offset=cl.wrote_offset,
+            flushed_offset=cl.flushed_offset,
+            confirm_offset=log_store.confirm_offset,
+            dispatched_offset=log_store.dispatched_offset,
+            incarnation=self.state.incarnation,
+            flush_mode=self.state.config.flush_mode.value,
+            writable=log_store.writable,
+            unwritable_cause=log_store.unwritable_cause or "",
             clean_shutdown=rec.clean_shutdown,
             recovery_seconds=rec.seconds,
-            msg_id_prefix=self.shard.msg_id_prefix,
-            forced_deleted_to=store.forced_deleted_to,
+            msg_id_prefix=self.state.msg_id_prefix,
+            forced_deleted_to=log_store.forced_deleted_to,
         )
 
     @rpc
@@ -169,11 +169,11 @@ class CommitLogServicer(commitlog_pb2_grpc.CommitLogServiceServicer):
         return self._stats()  # cheap reads, on the loop: it must answer while the executor is busy or gone
 
     def _stats(self) -> pb.GetStatsResponse:
-        sh = self.shard
+        sh = self.state
         st = sh.stats
         p = sh.progress
         out = pb.GetStatsResponse(
-            state=sh.state.value,
+            state=sh.phase.value,
             error=sh.error or "",
             incarnation=sh.incarnation,
             recovery_phase=p.phase,
@@ -186,17 +186,17 @@ class CommitLogServicer(commitlog_pb2_grpc.CommitLogServiceServicer):
             append_seconds=st.append_seconds.to_pb(),
             flush_seconds=st.flush_seconds.to_pb(),
         )
-        store = sh.store
-        if sh.state not in (ShardState.SERVING, ShardState.AWAITING_BUILDERS) or store is None:
+        log_store = sh.log_store
+        if sh.phase not in (CommitLogPhase.SERVING, CommitLogPhase.AWAITING_BUILDERS) or log_store is None:
             return out
         try:
-            s = store.status()
+            s = log_store.status()
         except MqStoreError:  # closed under us: report the state only
             return out
         rec = s["last_recovery"]
         out.clean_shutdown, out.recovery_seconds = bool(rec["clean_shutdown"]), float(rec["seconds"])
         out.min_offset, out.wrote_offset, out.flushed_offset = s["min_offset"], s["wrote"], s["flushed"]
-        out.confirm_offset, out.dispatched_offset = store.confirm_offset, store.dispatched_offset
+        out.confirm_offset, out.dispatched_offset = log_store.confirm_offset, log_store.dispatched_offset
         out.writable, out.unwritable_cause = bool(s["writable"]), s["unwritable_cause"] or ""
         out.queue_count, out.commitlog_bytes = s["queues"], s["wrote"] - s["min_offset"]
         stopped = s["stopped_loops"]
@@ -216,12 +216,12 @@ class CommitLogServicer(commitlog_pb2_grpc.CommitLogServiceServicer):
 
     @rpc
     async def UpdateTopic(self, request: pb.UpdateTopicRequest, context) -> pb.UpdateTopicResponse:
-        store = self.shard.ready()
+        log_store = self.state.ready()
         c = request.config
         validate.topic(c.topic)
         perm = c.perm if c.HasField("perm") else 6  # optional: 0 is a perm (neither read nor write)
-        tc = await self.shard.call(
-            store.update_topic,
+        tc = await self.state.call(
+            log_store.update_topic,
             c.topic,
             read_queue_nums=c.read_queue_nums or 4,
             write_queue_nums=c.write_queue_nums or 4,
@@ -231,25 +231,25 @@ class CommitLogServicer(commitlog_pb2_grpc.CommitLogServiceServicer):
 
     @rpc
     async def ListTopics(self, request, context) -> pb.ListTopicsResponse:
-        store = self.shard.recovered()
-        configs = sorted(store.topics.all().values(), key=lambda tc: tc.topic_name)
+        log_store = self.state.recovered()
+        configs = sorted(log_store.topics.all().values(), key=lambda tc: tc.topic_name)
         return pb.ListTopicsResponse(configs=[topic_config_to_pb(tc) for tc in configs])
 
     # ------------------------------------------------------------------ the builders' side of the open
 
     @rpc
     async def GetRecovery(self, request, context) -> pb.GetRecoveryResponse:
-        store = self.shard.recovered()
-        f = await self.shard.call(store.recovery_facts)
+        log_store = self.state.recovered()
+        f = await self.state.call(log_store.recovery_facts)
         queues = [
-            common_pb2.QueueRange(topic=t, queue_id=q, max_offset=n, shard=self.shard.index)
+            common_pb2.QueueRange(topic=t, queue_id=q, max_offset=n, shard=self.state.shard)
             for (t, q), n in f.pop("queue_offsets").items()
         ]
-        return pb.GetRecoveryResponse(incarnation=self.shard.incarnation, queues=queues, **f)
+        return pb.GetRecoveryResponse(incarnation=self.state.incarnation, queues=queues, **f)
 
     @rpc
     async def CheckUnits(self, request: pb.CheckUnitsRequest, context) -> pb.CheckUnitsResponse:
-        store = self.shard.recovered()
+        log_store = self.state.recovered()
         r = request
         n = validate.same_lengths(
             physical_offsets=r.physical_offsets,
@@ -267,8 +267,8 @@ class CommitLogServicer(commitlog_pb2_grpc.CommitLogServiceServicer):
         codes = np.asarray(r.topic_codes, np.int64)
         if n and (codes.min() < 0 or codes.max() >= len(r.topics)):
             raise BadRequest(f"topic_codes must index topics (0..{len(r.topics) - 1})")
-        ok = await self.shard.call(
-            store.commitlog.units_match,
+        ok = await self.state.call(
+            log_store.commitlog.units_match,
             np.asarray(r.physical_offsets, np.int64),
             np.asarray(r.sizes, np.int64),
             np.asarray(r.queue_ids, np.int64),
@@ -284,12 +284,12 @@ class CommitLogServicer(commitlog_pb2_grpc.CommitLogServiceServicer):
 
     @rpc
     async def NoteDerived(self, request: pb.NoteDerivedRequest, context) -> pb.NoteDerivedResponse:
-        store = self.shard.recovered()
+        log_store = self.state.recovered()
         validate.offset(request.durable_offset, "durable_offset")
         if request.timestamp < 0:
             raise BadRequest(f"timestamp {request.timestamp} is negative")
         try:
-            low = await self.shard.call(store.note_derived, request.kind, request.durable_offset, request.timestamp)
+            low = await self.state.call(log_store.note_derived, request.kind, request.durable_offset, request.timestamp)
         except ValueError as e:
             raise BadRequest(str(e)) from None
         return pb.NoteDerivedResponse(derived_offset=low)
@@ -301,7 +301,7 @@ class CommitLogServicer(commitlog_pb2_grpc.CommitLogServiceServicer):
         for q in request.queues:
             validate.topic(q.topic)
             ends[(q.topic, validate.queue_id(q.queue_id))] = validate.offset(q.max_offset, "max_offset")
-        self.shard.attach_queue_ends(request.incarnation, request.progress_offset, ends)
+        self.state.attach_queue_ends(request.incarnation, request.progress_offset, ends)
         return pb.AttachQueueEndsResponse()
 
 

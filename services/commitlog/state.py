@@ -7,16 +7,10 @@ the consume-queue builder's process and append through DeliverDelayed). The
 consume-queue builder and the index builder are processes of their own
 (index/state.py) and the reput dispatcher another (dispatcher/reput.py).
 
-Open, as a protocol between them:
-  1. RECOVERING: the commitlog recovers (LogStore).
-  2. AWAITING_BUILDERS: reads, ReadRange, GetRecovery and CheckUnits are served:
-     the builders recover against this open (its incarnation). The consume-queue
-     builder, once recovered against it, hands over its queue ends
-     (AttachQueueEnds: ``attach_queue_ends``); queue offsets continue from them.
-  3. SERVING: appends accepted; delay deliveries and retention run.
-
-The commitlog never calls a builder to open: the calls of the open go one way,
-builders -> commitlog (GetRecovery, CheckUnits, AttachQueueEnds).
+Its part of the open (mqstore/store/open_protocol.py): RECOVERING (step 1), then
+AWAITING_BUILDERS, serving reads, ReadRange, GetRecovery and CheckUnits until the
+consume-queue builder hands over its queue ends (AttachQueueEnds, step 3), then
+SERVING: appends accepted, retention runs.
 
 Blocking store calls run on ``executor`` threads (sync flush waits there, so
 concurrent appends share a group commit); the event loop only waits.
@@ -29,7 +23,6 @@ import enum
 import functools
 import random
 import threading
-import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -37,10 +30,10 @@ from typing import Any, TypeVar
 
 import structlog
 
-from mqstore.errors import StoreLockedError
 from mqstore.formats.msgid import offset_msg_id_prefix
 from mqstore.services.common.errors import Aborted, Unavailable
 from mqstore.services.common.metrics import ShardStats
+from mqstore.store import open_protocol
 from mqstore.store.config import StoreConfig
 from mqstore.store.log_store import LogStore
 from mqstore.store.recovery import RecoveryProgress
@@ -50,7 +43,7 @@ log = structlog.get_logger(__name__)
 T = TypeVar("T")
 
 
-class ShardState(enum.Enum):
+class CommitLogPhase(enum.Enum):
     RECOVERING = "RECOVERING"
     AWAITING_BUILDERS = "AWAITING_BUILDERS"
     SERVING = "SERVING"
@@ -59,7 +52,7 @@ class ShardState(enum.Enum):
     FAILED = "FAILED"
 
 
-class Shard:
+class CommitLogState:
     """See the module docstring. ``open`` (blocking) runs the protocol; servicer calls
     go through ``ready`` (appends: SERVING) or ``recovered`` (reads: from
     AWAITING_BUILDERS on)."""
@@ -69,22 +62,22 @@ class Shard:
         store_dir: str | Path,
         config: StoreConfig | None = None,
         *,
-        index: int = 0,
+        shard: int = 0,
         retention: RetentionConfig | None = None,
         lock_wait_s: float = 30.0,
     ) -> None:
         self.store_dir = Path(store_dir)
         self.config = config or StoreConfig()
-        self.index = index
+        self.shard = shard
         self.retention = retention
         self.lock_wait_s = lock_wait_s
-        self.state = ShardState.RECOVERING
+        self.phase = CommitLogPhase.RECOVERING
         self.error: str | None = None
         self.incarnation = random.getrandbits(62) + 1  # changes on every open
         self.progress = RecoveryProgress()
         self.stats = ShardStats()
-        self.store: LogStore | None = None
-        self.executor = ThreadPoolExecutor(16, thread_name_prefix=f"mqstore-shard{index}")
+        self.log_store: LogStore | None = None
+        self.executor = ThreadPoolExecutor(16, thread_name_prefix=f"mqstore-shard{shard}")
         self.msg_id_prefix = offset_msg_id_prefix(self.config.store_host)
         self._appended: asyncio.Event | None = None
         self._ends: tuple[dict[tuple[str, int], int], int] | None = None  # (queue ends, builder progress) handed over
@@ -96,46 +89,39 @@ class Shard:
         """Recover the commitlog, wait for the consume-queue builder's ends, serve
         (blocking; minutes for a big store after a crash). A lock still held by the
         previous incarnation's dying process is waited for."""
-        deadline = time.monotonic() + self.lock_wait_s
         try:
-            while True:
-                try:
-                    store = LogStore(
-                        self.store_dir,
-                        self.config,
-                        progress=self.progress,
-                        on_sync_seconds=self.stats.flush_seconds.observe,
-                    )
-                    break
-                except StoreLockedError:
-                    if time.monotonic() > deadline:
-                        raise
-                    time.sleep(0.2)
-            self.store = store
-            self.state = ShardState.AWAITING_BUILDERS
+            log_store = open_protocol.recover_log(
+                self.store_dir,
+                self.config,
+                progress=self.progress,
+                on_sync_seconds=self.stats.flush_seconds.observe,
+                lock_wait_s=self.lock_wait_s,
+            )
+            self.log_store = log_store
+            self.phase = CommitLogPhase.AWAITING_BUILDERS
             self.progress.set_phase("awaiting_builders")
             log.info(
                 "commitlog_recovered_awaiting_builders",
-                shard=self.index,
+                shard=self.shard,
                 incarnation=self.incarnation,
-                wrote=store.commitlog.wrote,
+                wrote=log_store.commitlog.wrote_offset,
             )
             ends, built = self._wait_for_queue_ends(give_up)
-            store.attach_queue_ends(ends, built)
-            store.start_background(retention=self.retention)
-            self.state = ShardState.SERVING
+            log_store.attach_queue_ends(ends, built)
+            log_store.start_background(retention=self.retention)
+            self.phase = CommitLogPhase.SERVING
             self.progress.set_phase("ready")
             log.info(
                 "shard_serving",
-                shard=self.index,
+                shard=self.shard,
                 store=str(self.store_dir),
                 incarnation=self.incarnation,
-                wrote=store.commitlog.wrote,
+                wrote=log_store.commitlog.wrote_offset,
             )
         except BaseException as e:
-            self.state = ShardState.FAILED
+            self.phase = CommitLogPhase.FAILED
             self.error = f"{type(e).__name__}: {e}"
-            log.error("shard_open_failed", shard=self.index, store=str(self.store_dir), error=self.error)
+            log.error("shard_open_failed", shard=self.shard, store=str(self.store_dir), error=self.error)
             raise
 
     def watch_loops(self, set_serving: Callable[[bool], None], stop: threading.Event, interval_s: float = 1.0) -> None:
@@ -146,21 +132,21 @@ class Shard:
         none has. GetStats names them (``stopped_loops``, ``error``)."""
         healthy = True
         while not stop.wait(interval_s):
-            store = self.store
-            if store is None or self.state is not ShardState.SERVING:
+            log_store = self.log_store
+            if log_store is None or self.phase is not CommitLogPhase.SERVING:
                 continue
             try:
-                stopped = store.stopped_loops()
+                stopped = log_store.stopped_loops()
             except Exception as e:  # noqa: BLE001 - closing under us: asked again next interval
-                log.debug("loop_check_failed", shard=self.index, error=str(e))
+                log.debug("loop_check_failed", shard=self.shard, error=str(e))
                 continue
             if healthy == (not stopped):
                 continue
             healthy = not stopped
             if stopped:
-                log.error("background_loop_stopped", shard=self.index, loops=stopped, health="NOT_SERVING")
+                log.error("background_loop_stopped", shard=self.shard, loops=stopped, health="NOT_SERVING")
             else:
-                log.info("background_loops_running", shard=self.index, health="SERVING")
+                log.info("background_loops_running", shard=self.shard, health="SERVING")
             set_serving(healthy)
 
     def _wait_for_queue_ends(self, give_up: Callable[[], bool]):
@@ -171,7 +157,7 @@ class Shard:
             waited += 0.1
             if waited >= 5:
                 waited = 0.0
-                log.info("awaiting_consume_queue_builder", shard=self.index, incarnation=self.incarnation)
+                log.info("awaiting_consume_queue_builder", shard=self.shard, incarnation=self.incarnation)
         return self._ends
 
     def attach_queue_ends(self, incarnation: int, progress: int, ends: dict[tuple[str, int], int]) -> None:
@@ -183,54 +169,54 @@ class Shard:
                 f"queue ends of a builder recovered against commitlog incarnation {incarnation}; "
                 f"this open is {self.incarnation}: recover again"
             )
-        if self.state is ShardState.AWAITING_BUILDERS and not self._ends_given.is_set():
+        if self.phase is CommitLogPhase.AWAITING_BUILDERS and not self._ends_given.is_set():
             self._ends = (ends, progress)
             self._ends_given.set()
-        elif self.state not in (ShardState.AWAITING_BUILDERS, ShardState.SERVING):
+        elif self.phase not in (CommitLogPhase.AWAITING_BUILDERS, CommitLogPhase.SERVING):
             raise self._unavailable()
 
     def close(self) -> None:
         """Close the store (flushes, writes the checkpoint, removes the abort file).
         Callers stop the gRPC server first (and the builders before that)."""
-        store, self.store = self.store, None
-        if self.state in (ShardState.CLOSED, ShardState.CLOSING):
+        log_store, self.log_store = self.log_store, None
+        if self.phase in (CommitLogPhase.CLOSED, CommitLogPhase.CLOSING):
             return
-        self.state = ShardState.CLOSING
+        self.phase = CommitLogPhase.CLOSING
         try:
-            if store is not None:
-                store.close()
+            if log_store is not None:
+                log_store.close()
         finally:
-            self.state = ShardState.CLOSED
+            self.phase = CommitLogPhase.CLOSED
             self.executor.shutdown(wait=False)
-            log.info("shard_closed", shard=self.index, store=str(self.store_dir))
+            log.info("shard_closed", shard=self.shard, store=str(self.store_dir))
 
     # ------------------------------------------------------------------ for servicers
 
     def ready(self) -> LogStore:
         """The open store accepting appends, or Unavailable saying why not."""
-        store = self.store
-        if self.state is ShardState.SERVING and store is not None:
-            return store
+        log_store = self.log_store
+        if self.phase is CommitLogPhase.SERVING and log_store is not None:
+            return log_store
         raise self._unavailable()
 
     def recovered(self) -> LogStore:
         """The store once its commitlog is recovered (reads, the builders' recovery)."""
-        store = self.store
-        if self.state in (ShardState.SERVING, ShardState.AWAITING_BUILDERS) and store is not None:
-            return store
+        log_store = self.log_store
+        if self.phase in (CommitLogPhase.SERVING, CommitLogPhase.AWAITING_BUILDERS) and log_store is not None:
+            return log_store
         raise self._unavailable()
 
     def _unavailable(self) -> Unavailable:
-        if self.state is ShardState.RECOVERING:
+        if self.phase is CommitLogPhase.RECOVERING:
             p = self.progress
-            return Unavailable(f"shard {self.index} is recovering its store (phase {p.phase}, {p.percent:.0f}%)")
-        if self.state is ShardState.AWAITING_BUILDERS:
+            return Unavailable(f"shard {self.shard} is recovering its store (phase {p.phase}, {p.percent:.0f}%)")
+        if self.phase is CommitLogPhase.AWAITING_BUILDERS:
             return Unavailable(
-                f"shard {self.index} is recovering its store (phase awaiting_builders: the consume "
+                f"shard {self.shard} is recovering its store (phase awaiting_builders: the consume "
                 f"queues recover against the commitlog)"
             )
         return Unavailable(
-            f"shard {self.index} is {self.state.value.lower()}" + (f": {self.error}" if self.error else "")
+            f"shard {self.shard} is {self.phase.value.lower()}" + (f": {self.error}" if self.error else "")
         )
 
     async def call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
@@ -258,4 +244,4 @@ class Shard:
             pass
 
 
-__all__ = ["Shard", "ShardState"]
+__all__ = ["CommitLogPhase", "CommitLogState"]

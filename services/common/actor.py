@@ -110,7 +110,7 @@ def node_address(host: str | None = None) -> str:
 class Hosted:
     """The methods every actor has, over its host."""
 
-    host: object  # a ShardHost, BuilderHost, DispatcherHost or FrontHost
+    host: object  # a CommitLogHost, BuilderHost, DispatcherHost or FrontHost
 
     def endpoint(self) -> str:
         return self.host.endpoint

@@ -54,7 +54,7 @@ class DispatcherHost:
         return {
             "shard": self.dispatcher.shard,
             "endpoint": self.endpoint,
-            "reput_offset": st.reput_offset,
+            "dispatched_offset": st.dispatched_offset,
             "lag_bytes": st.lag_bytes,
             "running": st.running,
             "last_error": st.last_error,

@@ -7,11 +7,12 @@ hands it raw records (up to 8 MiB, waiting for new ones), it decodes them in bul
 and sends the consume-queue columns to the consume-queue builder
 (ConsumeQueueService.PutUnits) and the index keys to the index builder
 (IndexService.PutKeys), both at once, while the next ReadRange is already in
-flight. Only when both answered does its reput offset move; the next ReadRange
-tells the commitlog (``acked_offset``: retention and back-pressure use it).
+flight. Only when both answered does its dispatched offset move; the next ReadRange
+tells the commitlog (``dispatched_offset``: retention and back-pressure use it).
 
-Where it resumes: at the minimum of both builders' progress (GetProgress), once both
-recovered against the commitlog's current open (its incarnation). So a restart of
+Where it resumes: step 4 of the open (mqstore/store/open_protocol.py), over both
+builders' GetProgress, once both recovered against the commitlog's current open
+(its incarnation). So a restart of
 the dispatcher resends nothing both builders have and skips nothing either lacks;
 a builder that restarts refuses the next batch as a gap (FAILED_PRECONDITION), a
 commitlog that reopens refuses nothing but has a new incarnation, which the builders
@@ -41,6 +42,7 @@ from mqstore.rpc.v1 import dispatcher_pb2 as pb
 from mqstore.services.common.errors import rpc
 from mqstore.services.common.internal_auth import InternalAuth
 from mqstore.services.common.server import Registration, channel
+from mqstore.store import open_protocol
 from mqstore.store.commitlog import ScanChunk
 from mqstore.store.dispatch import DispatchBatch, build_dispatch_batch
 
@@ -81,7 +83,7 @@ class RemoteDispatcher:
         self._delays = delays_ms
         self._chunk = chunk_bytes
         self._wait_ms = wait_ms
-        self.reput_offset = -1
+        self.dispatched_offset = -1
         self.confirm_offset = 0
         self.incarnation = 0
         self.dispatched_records = 0
@@ -127,7 +129,7 @@ class RemoteDispatcher:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
         while self.running and loop.time() < deadline:
-            if self.incarnation and self.reput_offset >= self.confirm_offset:
+            if self.incarnation and self.dispatched_offset >= self.confirm_offset:
                 return True
             await asyncio.sleep(0.05)
         return False
@@ -174,11 +176,16 @@ class RemoteDispatcher:
                     f"a builder is not ready for commitlog incarnation {offsets.incarnation} "
                     f"(state {p.state}, recovered against {p.commitlog_incarnation})"
                 )
-        self.incarnation, self.reput_offset = offsets.incarnation, min(p.progress_offset for p in progress)
+        self.incarnation, self.dispatched_offset = (
+            offsets.incarnation,
+            open_protocol.resume_offset(p.progress_offset for p in progress),
+        )
         self.confirm_offset = offsets.confirm_offset
         self.resyncs += 1
-        log.info("dispatch_resumed", shard=self.shard, reput_offset=self.reput_offset, incarnation=self.incarnation)
-        read = asyncio.ensure_future(self._read(cl, self.reput_offset))
+        log.info(
+            "dispatch_resumed", shard=self.shard, dispatched_offset=self.dispatched_offset, incarnation=self.incarnation
+        )
+        read = asyncio.ensure_future(self._read(cl, self.dispatched_offset))
         told_min = 0  # the commitlog min offset the builders were told (every batch carries it)
         try:
             while True:
@@ -186,7 +193,7 @@ class RemoteDispatcher:
                 if r.incarnation != self.incarnation:
                     raise _Resync(f"shard reopened (incarnation {r.incarnation}, was {self.incarnation})")
                 self.confirm_offset = r.confirm_offset
-                idle = r.next_offset == self.reput_offset and not r.record_count
+                idle = r.next_offset == self.dispatched_offset and not r.record_count
                 read = asyncio.ensure_future(self._read(cl, r.next_offset))  # the next chunk (or wait), meanwhile
                 if idle and r.min_offset <= told_min:
                     continue  # nothing new
@@ -194,7 +201,7 @@ class RemoteDispatcher:
                 puts = [cq.PutUnits(units, timeout=60)] + ([ix.PutKeys(keys, timeout=60)] if ix is not None else [])
                 await asyncio.gather(*puts)
                 told_min = max(told_min, r.min_offset)
-                self.reput_offset = r.next_offset
+                self.dispatched_offset = r.next_offset
                 self.dispatched_records += r.record_count
                 self.batches += 1
         finally:
@@ -205,12 +212,15 @@ class RemoteDispatcher:
 
     async def _read(self, cl, offset: int) -> commitlog_pb2.ReadRangeResponse:
         req = commitlog_pb2.ReadRangeRequest(
-            offset=offset, max_bytes=self._chunk, wait_ms=self._wait_ms, acked_offset=max(self.reput_offset, 0)
+            offset=offset,
+            max_bytes=self._chunk,
+            wait_ms=self._wait_ms,
+            dispatched_offset=max(self.dispatched_offset, 0),
         )
         return await cl.ReadRange(req, timeout=self._wait_ms / 1000 + 30)
 
     def _requests(self, r: commitlog_pb2.ReadRangeResponse):
-        frm, to, inc = self.reput_offset, r.next_offset, self.incarnation
+        frm, to, inc = self.dispatched_offset, r.next_offset, self.incarnation
         low, forced = r.min_offset, r.forced_deleted_to  # retention, told to the builders
         if not r.record_count:  # a BLANK (end of a segment) or retention moved the start: progress only
             return (
@@ -252,9 +262,9 @@ class RemoteDispatcher:
 
     def status(self) -> pb.DispatcherStatusResponse:
         return pb.DispatcherStatusResponse(
-            reput_offset=self.reput_offset,
+            dispatched_offset=self.dispatched_offset,
             confirm_offset=self.confirm_offset,
-            lag_bytes=max(0, self.confirm_offset - self.reput_offset) if self.reput_offset >= 0 else 0,
+            lag_bytes=max(0, self.confirm_offset - self.dispatched_offset) if self.dispatched_offset >= 0 else 0,
             dispatched_records=self.dispatched_records,
             batches=self.batches,
             running=self.running,

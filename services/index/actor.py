@@ -25,20 +25,20 @@ class BuilderActor(Hosted):
         kind: str,
         store_dir: str,
         config: StoreConfig,
-        index: int,
+        shard: int,
         namespace: str,
         auth: InternalAuth,
         host: str | None = None,
     ) -> None:
-        configure_actor_logging(kind, index)
+        configure_actor_logging(kind, shard)
         self.host = BuilderHost(
             kind,
             store_dir,
             config,
-            index=index,
+            shard=shard,
             host=node_address(host),
             auth=auth,
-            resolve_commitlog=actor_resolver(shard_name(index), namespace),
+            resolve_commitlog=actor_resolver(shard_name(shard), namespace),
         )
 
     def wait_ready(self, timeout_s: float = 600.0) -> bool:

@@ -47,7 +47,7 @@ class RemoteCommitLog:
         return self._min
 
     @property
-    def wrote(self) -> int:
+    def wrote_offset(self) -> int:
         return self._wrote
 
     def units_match(

@@ -36,7 +36,7 @@ class RemoteLog:
         self._view = view
 
     @property
-    def wrote(self) -> int:
+    def wrote_offset(self) -> int:
         return self._view.offsets().confirm_offset
 
     @property

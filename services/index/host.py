@@ -13,7 +13,7 @@ from mqstore.services.common.peers import Resolver, endpoint_of, internal_addres
 from mqstore.services.common.server import ServerThread, start_grpc_server
 from mqstore.services.index.index_servicer import IndexServicer
 from mqstore.services.index.queue_servicer import ConsumeQueueServicer
-from mqstore.services.index.state import BuilderShard, BuilderState
+from mqstore.services.index.state import BuilderPhase, BuilderState
 from mqstore.store.config import StoreConfig
 
 log = structlog.get_logger(__name__)
@@ -32,61 +32,61 @@ class BuilderHost:
         *,
         resolve_commitlog: Resolver,
         auth: InternalAuth,
-        index: int = 0,
+        shard: int = 0,
         host: str = "127.0.0.1",
         port: int = 0,
     ) -> None:
         host = internal_address(host)
-        self.thread = ServerThread(f"mqstore-{kind}{index}")
-        self.builder = BuilderShard(kind, store_dir, config, resolve_commitlog, auth=auth, index=index)
-        servicer = ConsumeQueueServicer(self.builder) if kind == "consumequeue" else IndexServicer(self.builder)
+        self.thread = ServerThread(f"mqstore-{kind}{shard}")
+        self.state = BuilderState(kind, store_dir, config, resolve_commitlog, auth=auth, shard=shard)
+        servicer = ConsumeQueueServicer(self.state) if kind == "consumequeue" else IndexServicer(self.state)
         self.server = self.thread.run(
             start_grpc_server(host, port, [servicer.registration()], serving=False, auth=auth)
         )
         self.endpoint = endpoint_of(host, self.server.port)
         self._watcher = threading.Thread(
-            target=self._serving_when_open, name=f"mqstore-{kind}{index}-health", daemon=True
+            target=self._serving_when_open, name=f"mqstore-{kind}{shard}-health", daemon=True
         )
         self._closing = threading.Event()
-        self.builder.start()
+        self.state.start()
         self._watcher.start()
-        log.info("builder_listening", kind=kind, shard=index, endpoint=self.endpoint, store=str(store_dir))
+        log.info("builder_listening", kind=kind, shard=shard, endpoint=self.endpoint, store=str(store_dir))
 
     def _serving_when_open(self) -> None:
         """Health: SERVING once the builder is open, NOT_SERVING while one of its
         background loops (the delay scheduler) stopped, until close."""
-        self.builder.opened.wait()
+        self.state.opened.wait()
         serving = False
         while not self._closing.is_set():
-            ok = self.builder.state is BuilderState.SERVING and not self.builder.stopped_loops()
+            ok = self.state.phase is BuilderPhase.SERVING and not self.state.stopped_loops()
             if ok != serving:
                 serving = ok
-                if not ok and self.builder.state is BuilderState.SERVING:
+                if not ok and self.state.phase is BuilderPhase.SERVING:
                     log.error(
                         "background_loop_stopped",
-                        kind=self.builder.kind,
-                        shard=self.builder.index,
-                        loops=self.builder.stopped_loops(),
+                        kind=self.state.kind,
+                        shard=self.state.shard,
+                        loops=self.state.stopped_loops(),
                         health="NOT_SERVING",
                     )
                 self.thread.run(self.server.set_serving(ok))
             self._closing.wait(0.5)
 
     def wait_ready(self, timeout: float | None = None) -> bool:
-        return self.builder.wait_open(timeout)
+        return self.state.wait_open(timeout)
 
     def status(self) -> dict:
-        return {**self.builder.status(), "endpoint": self.endpoint}
+        return {**self.state.status(), "endpoint": self.endpoint}
 
     def close(self) -> None:
         """Stop serving, then close the builder (flushed, durable offset reported)."""
         self._closing.set()
-        self.builder.opened.set()  # release the health watcher
+        self.state.opened.set()  # release the health watcher
         self._watcher.join(10)
         try:
             self.thread.run(self.server.stop(1.0), timeout=30)
         finally:
-            self.builder.close()
+            self.state.close()
             self.thread.stop()
 
 

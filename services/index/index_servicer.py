@@ -15,7 +15,7 @@ from mqstore.rpc.v1 import index_pb2 as pb
 from mqstore.services.common import validate
 from mqstore.services.common.errors import BadRequest, rpc
 from mqstore.services.common.server import Registration
-from mqstore.services.index.state import BuilderShard
+from mqstore.services.index.state import BuilderState
 from mqstore.store.dispatch import IndexEntries
 
 SERVICE = "mqstore.v1.IndexService"
@@ -24,16 +24,16 @@ _LONG_MAX = (1 << 63) - 1
 
 
 class IndexServicer(index_pb2_grpc.IndexServiceServicer):
-    def __init__(self, shard: BuilderShard) -> None:
-        self.shard = shard
+    def __init__(self, state: BuilderState) -> None:
+        self.state = state
 
     def registration(self) -> Registration:
         return Registration(index_pb2_grpc.add_IndexServiceServicer_to_server, self, SERVICE)
 
     @rpc
     async def PutKeys(self, request: pb.PutKeysRequest, context) -> pb.PutKeysResponse:
-        self.shard.ready()
-        self.shard.check_incarnation(request.incarnation)
+        self.state.ready()
+        self.state.check_incarnation(request.incarnation)
         validate.same_lengths(
             key_hashes=request.key_hashes,
             physical_offsets=request.physical_offsets,
@@ -41,7 +41,7 @@ class IndexServicer(index_pb2_grpc.IndexServiceServicer):
         )
         if request.to_offset < request.from_offset:
             raise BadRequest(f"to_offset {request.to_offset} is before from_offset {request.from_offset}")
-        await self.shard.check_to_offset(request.to_offset)
+        await self.state.check_to_offset(request.to_offset)
         phys = np.asarray(request.physical_offsets, np.int64)
         if len(phys) and (phys.min() < request.from_offset or phys.max() >= request.to_offset):
             raise BadRequest(
@@ -50,27 +50,27 @@ class IndexServicer(index_pb2_grpc.IndexServiceServicer):
         entries = IndexEntries(
             np.asarray(request.key_hashes, np.int64), phys, np.asarray(request.store_timestamps, np.int64)
         )
-        indexed, skipped, progress = await self.shard.call(
-            self.shard.put, request.incarnation, entries, request.from_offset, request.to_offset
+        indexed, skipped, progress = await self.state.call(
+            self.state.put, request.incarnation, entries, request.from_offset, request.to_offset
         )
-        await self.shard.clean_below(request.commitlog_min_offset)
+        await self.state.clean_below(request.commitlog_min_offset)
         return pb.PutKeysResponse(indexed=indexed, skipped=skipped, progress_offset=progress)
 
     @rpc
     async def Query(self, request: pb.IndexQueryRequest, context) -> pb.IndexQueryResponse:
-        store = self.shard.ready()
+        store = self.state.ready()
         validate.topic(request.topic)
         validate.key(request.key)
         n = validate.count(request.max_num, default=32, high=MAX_QUERY, what="max_num")
         begin, end = request.begin_ms, request.end_ms or _LONG_MAX
         if begin < 0 or end < begin:
             raise BadRequest(f"time range [{begin}, {end}] is empty or negative")
-        offsets = await self.shard.call(store.index.query, request.topic, request.key, n, begin, end)
+        offsets = await self.state.call(store.index.query, request.topic, request.key, n, begin, end)
         return pb.IndexQueryResponse(physical_offsets=offsets)
 
     @rpc
     async def GetProgress(self, request, context) -> common_pb2.BuilderProgress:
-        return self.shard.progress()
+        return self.state.progress()
 
 
 __all__ = ["SERVICE", "IndexServicer"]

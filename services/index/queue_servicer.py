@@ -13,7 +13,7 @@ from mqstore.rpc.v1 import consume_queue_pb2 as pb
 from mqstore.services.common import validate
 from mqstore.services.common.errors import BadRequest, rpc
 from mqstore.services.common.server import Registration
-from mqstore.services.index.state import BuilderShard
+from mqstore.services.index.state import BuilderState
 from mqstore.store.builders import QueueBuilder
 from mqstore.store.dispatch import DispatchBatch
 from mqstore.store.local_ports import queue_ranges, units_page
@@ -23,44 +23,44 @@ MAX_UNITS = 100_000
 
 
 class ConsumeQueueServicer(consume_queue_pb2_grpc.ConsumeQueueServiceServicer):
-    def __init__(self, shard: BuilderShard) -> None:
-        self.shard = shard
+    def __init__(self, state: BuilderState) -> None:
+        self.state = state
 
     def registration(self) -> Registration:
         return Registration(consume_queue_pb2_grpc.add_ConsumeQueueServiceServicer_to_server, self, SERVICE)
 
     @rpc
     async def PutUnits(self, request: pb.PutUnitsRequest, context) -> pb.PutUnitsResponse:
-        self.shard.ready()
-        self.shard.check_incarnation(request.incarnation)
+        self.state.ready()
+        self.state.check_incarnation(request.incarnation)
         batch = _dispatch_batch(request)
-        await self.shard.check_to_offset(request.to_offset)
-        progress = await self.shard.call(
-            self.shard.put, request.incarnation, batch, request.from_offset, request.to_offset
+        await self.state.check_to_offset(request.to_offset)
+        progress = await self.state.call(
+            self.state.put, request.incarnation, batch, request.from_offset, request.to_offset
         )
-        await self.shard.clean_below(request.commitlog_min_offset, request.forced_deleted_to)
+        await self.state.clean_below(request.commitlog_min_offset, request.forced_deleted_to)
         return pb.PutUnitsResponse(progress_offset=progress)
 
     @rpc
     async def GetProgress(self, request, context) -> common_pb2.BuilderProgress:
-        return self.shard.progress()
+        return self.state.progress()
 
     @rpc
     async def GetUnits(self, request: pb.GetUnitsRequest, context) -> pb.GetUnitsResponse:
-        store: QueueBuilder = self.shard.ready()
+        store: QueueBuilder = self.state.ready()
         validate.topic(request.topic)
         validate.queue_id(request.queue_id)
         validate.offset(request.offset)
         n = validate.count(request.max_units, default=32, high=MAX_UNITS, what="max_units")
-        return await self.shard.call(_get_units, store, request.topic, request.queue_id, request.offset, n)
+        return await self.state.call(_get_units, store, request.topic, request.queue_id, request.offset, n)
 
     @rpc
     async def MinMax(self, request: pb.MinMaxRequest, context) -> pb.MinMaxResponse:
-        store: QueueBuilder = self.shard.ready()
+        store: QueueBuilder = self.state.ready()
         validate.topic(request.topic)
         for q in request.queue_ids:
             validate.queue_id(q)
-        return await self.shard.call(self._min_max, store, request.topic, list(request.queue_ids))
+        return await self.state.call(self._min_max, store, request.topic, list(request.queue_ids))
 
     def _min_max(self, store: QueueBuilder, topic: str, queue_ids: list[int]) -> pb.MinMaxResponse:
         return pb.MinMaxResponse(
@@ -71,7 +71,7 @@ class ConsumeQueueServicer(consume_queue_pb2_grpc.ConsumeQueueServiceServicer):
                     min_offset=q.min_offset,
                     max_offset=q.max_offset,
                     last_physical_offset=q.last_physical_offset,
-                    shard=self.shard.index,
+                    shard=self.state.shard,
                 )
                 for q in queue_ranges(store.consume_queues, topic, queue_ids)
             ]
@@ -79,32 +79,32 @@ class ConsumeQueueServicer(consume_queue_pb2_grpc.ConsumeQueueServiceServicer):
 
     @rpc
     async def OffsetAtTime(self, request: pb.OffsetAtTimeRequest, context) -> pb.OffsetAtTimeResponse:
-        store: QueueBuilder = self.shard.ready()
+        store: QueueBuilder = self.state.ready()
         validate.topic(request.topic)
         validate.queue_id(request.queue_id)
-        off = await self.shard.call(self._offset_at_time, store, request.topic, request.queue_id, request.timestamp_ms)
+        off = await self.state.call(self._offset_at_time, store, request.topic, request.queue_id, request.timestamp_ms)
         return pb.OffsetAtTimeResponse(offset=off)
 
     def _offset_at_time(self, store: QueueBuilder, topic: str, queue_id: int, timestamp_ms: int) -> int:
         cq = store.consume_queues.find(topic, queue_id)
         if cq is None:
             return 0
-        view = self.shard.view
+        view = self.state.view
         return cq.offset_at_time(timestamp_ms, view.store_times, commitlog_min_offset=view.min_offset)
 
     @rpc
     async def CommitOffset(self, request: pb.CommitOffsetRequest, context) -> pb.CommitOffsetResponse:
-        store: QueueBuilder = self.shard.ready()
+        store: QueueBuilder = self.state.ready()
         validate.group(request.group)
         validate.topic(request.topic)
         validate.queue_id(request.queue_id)
         validate.offset(request.offset, "consumer offset")
-        await self.shard.call(store.commit_offset, request.group, request.topic, request.queue_id, request.offset)
+        await self.state.call(store.commit_offset, request.group, request.topic, request.queue_id, request.offset)
         return pb.CommitOffsetResponse()
 
     @rpc
     async def FetchOffset(self, request: pb.FetchOffsetRequest, context) -> pb.FetchOffsetResponse:
-        store: QueueBuilder = self.shard.ready()
+        store: QueueBuilder = self.state.ready()
         validate.group(request.group)
         validate.topic(request.topic)
         validate.queue_id(request.queue_id)
@@ -114,9 +114,9 @@ class ConsumeQueueServicer(consume_queue_pb2_grpc.ConsumeQueueServiceServicer):
 
     @rpc
     async def GroupOffsets(self, request: pb.GroupOffsetsRequest, context) -> pb.GroupOffsetsResponse:
-        store: QueueBuilder = self.shard.ready()
+        store: QueueBuilder = self.state.ready()
         validate.group(request.group)
-        rows = await self.shard.call(store.consumer_progress, request.group)
+        rows = await self.state.call(store.consumer_progress, request.group)
         return pb.GroupOffsetsResponse(
             offsets=[
                 common_pb2.GroupOffset(
@@ -125,7 +125,7 @@ class ConsumeQueueServicer(consume_queue_pb2_grpc.ConsumeQueueServiceServicer):
                     broker_offset=r.broker_offset,
                     consumer_offset=r.consumer_offset,
                     lag=r.lag,
-                    shard=self.shard.index,
+                    shard=self.state.shard,
                 )
                 for r in rows
             ]

@@ -1,6 +1,6 @@
 """A derived-file builder of one shard as the services see it: the consume-queue
 builder or the index builder (store/builders.py) in a process of its own, with its
-state and its half of the open protocol (see commitlog/state.py).
+state and its part of the open (mqstore/store/open_protocol.py: steps 2 and 3).
 
 The builder's thread: ask the commitlog for its recovery facts (GetRecovery, retried
 while the commitlog recovers), recover against them (``RemoteCommitLog``: the tail
@@ -38,6 +38,7 @@ from mqstore.services.common.internal_auth import InternalAuth
 from mqstore.services.common.peers import PeerUnavailable, Resolver
 from mqstore.services.index.commitlog_view import RemoteCommitLog
 from mqstore.services.index.delay import SchedulerStore
+from mqstore.store import open_protocol
 from mqstore.store.builders import IndexBuilder, QueueBuilder
 from mqstore.store.config import StoreConfig
 from mqstore.store.delay_offsets import parse_delay_levels
@@ -45,10 +46,9 @@ from mqstore.store.schedule import DelayScheduler
 
 log = structlog.get_logger(__name__)
 T = TypeVar("T")
-KINDS = {"consumequeue": (QueueBuilder, "consume_queue"), "index": (IndexBuilder, "index")}
 
 
-class BuilderState(enum.Enum):
+class BuilderPhase(enum.Enum):
     RECOVERING = "RECOVERING"
     SERVING = "SERVING"
     CLOSING = "CLOSING"
@@ -56,7 +56,7 @@ class BuilderState(enum.Enum):
     FAILED = "FAILED"
 
 
-class BuilderShard:
+class BuilderState:
     """See the module docstring. ``kind``: "consumequeue" or "index"."""
 
     def __init__(
@@ -67,23 +67,23 @@ class BuilderShard:
         resolve_commitlog: Resolver,
         *,
         auth: InternalAuth,
-        index: int = 0,
+        shard: int = 0,
         poll_s: float = 1.0,
     ) -> None:
-        if kind not in KINDS:
-            raise ValueError(f"kind must be one of {sorted(KINDS)}, got {kind!r}")
+        if kind not in open_protocol.BUILDERS:
+            raise ValueError(f"kind must be one of {sorted(open_protocol.BUILDERS)}, got {kind!r}")
         self.kind = kind
         self.store_dir = Path(store_dir)
         self.config = config or StoreConfig()
-        self.index = index
+        self.shard = shard
         self._resolve = resolve_commitlog
         self._auth = auth
         self._poll_s = poll_s
-        self.state = BuilderState.RECOVERING
+        self.phase = BuilderPhase.RECOVERING
         self.error: str | None = None
         self.builder: QueueBuilder | IndexBuilder | None = None
         self.view: RemoteCommitLog | None = None
-        self.executor = ThreadPoolExecutor(8, thread_name_prefix=f"mqstore-{kind}{index}")
+        self.executor = ThreadPoolExecutor(8, thread_name_prefix=f"mqstore-{kind}{shard}")
         self.opened = threading.Event()  # set on every successful open
         self._stop = threading.Event()
         self._swap = threading.Lock()  # a reopen waits for puts in progress, puts wait for a reopen
@@ -91,7 +91,7 @@ class BuilderShard:
         self._cleaned = 0  # the commitlog min offset the files were last cleaned below
         self._ends_attached = True  # the queue ends reached this builder's commitlog open (consume queues only)
         self.scheduler: DelayScheduler | None = None  # the consume-queue builder's delay deliveries (index/delay.py)
-        self._thread = threading.Thread(target=self._run, name=f"mqstore-{kind}{index}-open", daemon=True)
+        self._thread = threading.Thread(target=self._run, name=f"mqstore-{kind}{shard}-open", daemon=True)
 
     def start(self) -> None:
         self._thread.start()
@@ -112,8 +112,8 @@ class BuilderShard:
                 self._stop.wait(0.2)
                 continue
             except Exception as e:  # noqa: BLE001 - reported through state/error; tried again
-                self.state, self.error = BuilderState.FAILED, f"{type(e).__name__}: {e}"
-                log.error("builder_open_failed", kind=self.kind, shard=self.index, error=self.error, exc_info=e)
+                self.phase, self.error = BuilderPhase.FAILED, f"{type(e).__name__}: {e}"
+                log.error("builder_open_failed", kind=self.kind, shard=self.shard, error=self.error, exc_info=e)
                 self._stop.wait(5.0)
                 continue
             try:
@@ -123,7 +123,7 @@ class BuilderShard:
                 log.error(
                     "builder_watch_failed",
                     kind=self.kind,
-                    shard=self.index,
+                    shard=self.shard,
                     error=self.error,
                     action="recover again against the commitlog",
                     exc_info=e,
@@ -132,11 +132,10 @@ class BuilderShard:
                 self._close_builder(report=False)
 
     def _open(self) -> None:
-        cls, note_kind = KINDS[self.kind]
         view = RemoteCommitLog(self._resolve, self._auth)
         try:
-            builder = cls(
-                self.store_dir, self.config, view, on_durable=lambda off, ts: view.note_derived(note_kind, off, ts)
+            builder = open_protocol.recover_builder(
+                self.kind, self.store_dir, self.config, view, on_durable=view.note_derived
             )
         except BaseException:
             view.close()  # its channel: this is retried every 0.2 s while a lock is held
@@ -145,14 +144,14 @@ class BuilderShard:
             self.view, self.builder, self.error = view, builder, None
             self._cleaned = view.min_offset
             self._ends_attached = self.kind != "consumequeue"
-            self.state = BuilderState.SERVING
+            self.phase = BuilderPhase.SERVING
         self._attach_ends()
         self._start_scheduler()
         self.opened.set()
         log.info(
             "builder_serving",
             kind=self.kind,
-            shard=self.index,
+            shard=self.shard,
             commitlog_incarnation=view.incarnation,
             progress_offset=builder.progress_offset,
         )
@@ -165,7 +164,7 @@ class BuilderShard:
         b, view = self.builder, self.view
         ends = [
             common_pb2.QueueRange(
-                topic=q.topic, queue_id=q.queue_id, min_offset=q.min_offset, max_offset=q.max_offset, shard=self.index
+                topic=q.topic, queue_id=q.queue_id, min_offset=q.min_offset, max_offset=q.max_offset, shard=self.shard
             )
             for q in b.consume_queues.all()
         ]
@@ -173,7 +172,7 @@ class BuilderShard:
             view.attach_queue_ends(b.progress_offset, ends)
             self._ends_attached = True
         except (grpc.RpcError, PeerUnavailable) as e:  # the commitlog restarts: the watch sees its new open
-            log.warning("queue_ends_not_attached", shard=self.index, error=str(e), action="tried again")
+            log.warning("queue_ends_not_attached", shard=self.shard, error=str(e), action="tried again")
 
     def _start_scheduler(self) -> None:
         """Delay deliveries (consume-queue builder only), once the commitlog took the
@@ -186,7 +185,7 @@ class BuilderShard:
             store = SchedulerStore(self.store_dir, b.config, b.consume_queues, view)
             self.scheduler = DelayScheduler(store, parse_delay_levels(b.config.message_delay_level))
         except (grpc.RpcError, PeerUnavailable, MqStoreError) as e:
-            log.warning("delay_scheduler_not_started", shard=self.index, error=str(e), action="tried again")
+            log.warning("delay_scheduler_not_started", shard=self.shard, error=str(e), action="tried again")
             return
         self.scheduler.start()
 
@@ -196,7 +195,7 @@ class BuilderShard:
             try:
                 sched.stop()  # (persists delayOffset.json; asks the commitlog where it stands)
             except Exception as e:  # noqa: BLE001 - the next open recovers the progress from the commitlog
-                log.warning("delay_scheduler_stop_failed", shard=self.index, error=str(e))
+                log.warning("delay_scheduler_stop_failed", shard=self.shard, error=str(e))
 
     def stopped_loops(self) -> dict[str, str]:
         """Background loops that stopped while the builder serves (its delay scheduler)."""
@@ -217,7 +216,7 @@ class BuilderShard:
                 log.warning(
                     "commitlog_reopened",
                     kind=self.kind,
-                    shard=self.index,
+                    shard=self.shard,
                     was=view.incarnation,
                     now=r.incarnation,
                     action="recover again against it",
@@ -241,14 +240,14 @@ class BuilderShard:
         try:
             await self.call(clean)
         except Exception as e:  # noqa: BLE001 - the batch itself is built; cleaning is tried again next batch
-            log.error("builder_clean_failed", kind=self.kind, shard=self.index, error=str(e))
+            log.error("builder_clean_failed", kind=self.kind, shard=self.shard, error=str(e))
 
     def _close_builder(self, *, report: bool) -> None:
         self._stop_scheduler()
         with self._swap:
             builder, view, self.builder = self.builder, self.view, None
-            if self.state is BuilderState.SERVING:
-                self.state = BuilderState.RECOVERING
+            if self.phase is BuilderPhase.SERVING:
+                self.phase = BuilderPhase.RECOVERING
         if builder is not None:
             if not report:  # the commitlog that would take the report is another open now
                 builder._on_durable = None
@@ -259,12 +258,12 @@ class BuilderShard:
     def close(self) -> None:
         """Flush everything (reporting the durable offset) and release the files."""
         self._stop.set()
-        self.state = BuilderState.CLOSING
+        self.phase = BuilderPhase.CLOSING
         self._thread.join(30)
         try:
             self._close_builder(report=True)
         finally:
-            self.state = BuilderState.CLOSED
+            self.phase = BuilderPhase.CLOSED
             self.executor.shutdown(wait=False)
 
     # ------------------------------------------------------------------ for servicers
@@ -272,12 +271,12 @@ class BuilderShard:
     def ready(self):
         """The open builder, or Unavailable saying why not."""
         b = self.builder
-        if self.state is BuilderState.SERVING and b is not None:
+        if self.phase is BuilderPhase.SERVING and b is not None:
             return b
         why = f": {self.error}" if self.error else ""
-        if self.state is BuilderState.RECOVERING:
-            raise Unavailable(f"shard {self.index}'s {self.kind} builder is recovering against the commitlog{why}")
-        raise Unavailable(f"shard {self.index}'s {self.kind} builder is {self.state.value.lower()}{why}")
+        if self.phase is BuilderPhase.RECOVERING:
+            raise Unavailable(f"shard {self.shard}'s {self.kind} builder is recovering against the commitlog{why}")
+        raise Unavailable(f"shard {self.shard}'s {self.kind} builder is {self.phase.value.lower()}{why}")
 
     def check_incarnation(self, incarnation: int) -> None:
         view = self.view
@@ -298,10 +297,10 @@ class BuilderShard:
     async def check_to_offset(self, to_offset: int) -> None:
         """BadRequest if a batch claims records past the commitlog's write position."""
         view = self.view
-        if view is not None and to_offset > view.wrote:
+        if view is not None and to_offset > view.wrote_offset:
             await self.call(view.offsets)  # the commitlog grew since the view last asked
-            if to_offset > view.wrote:
-                raise BadRequest(f"to_offset {to_offset} is past the commitlog's write position {view.wrote}")
+            if to_offset > view.wrote_offset:
+                raise BadRequest(f"to_offset {to_offset} is past the commitlog's write position {view.wrote_offset}")
 
     async def call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         loop = asyncio.get_running_loop()
@@ -309,12 +308,12 @@ class BuilderShard:
 
     def progress(self) -> common_pb2.BuilderProgress:
         b, v = self.builder, self.view
-        serving = self.state is BuilderState.SERVING and b is not None and v is not None
+        serving = self.phase is BuilderPhase.SERVING and b is not None and v is not None
         return common_pb2.BuilderProgress(
             commitlog_incarnation=v.incarnation if serving else 0,
             progress_offset=b.progress_offset if serving else 0,
             durable_offset=b.durable_offset if serving else 0,
-            state=self.state.value,
+            state=self.phase.value,
             error=self.error or "",
             stopped_loops=[f"{name}: {why}" for name, why in self.stopped_loops().items()],
         )
@@ -323,7 +322,7 @@ class BuilderShard:
         p = self.progress()
         return {
             "kind": self.kind,
-            "shard": self.index,
+            "shard": self.shard,
             "state": p.state,
             "error": p.error,
             "commitlog_incarnation": p.commitlog_incarnation,
@@ -332,7 +331,7 @@ class BuilderShard:
         }
 
     def wait_open(self, timeout: float | None = None) -> bool:
-        return self.opened.wait(timeout) and self.state is BuilderState.SERVING
+        return self.opened.wait(timeout) and self.phase is BuilderPhase.SERVING
 
 
-__all__ = ["KINDS", "BuilderShard", "BuilderState"]
+__all__ = ["BuilderPhase", "BuilderState"]

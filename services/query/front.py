@@ -80,13 +80,13 @@ class ShardClient:
 
     def __init__(
         self,
-        index: int,
+        shard: int,
         resolvers: dict[str, Resolver],
         resolve_dispatcher: Resolver | None = None,
         *,
         auth: InternalAuth,
     ) -> None:
-        self.index = index
+        self.shard = shard
         self._resolvers = resolvers
         self._resolve_dispatcher = resolve_dispatcher
         self._auth = auth
@@ -107,7 +107,7 @@ class ShardClient:
         waiting at most its own budget (an actor that restarts answers UNAVAILABLE)."""
         while service not in self._channels:
             if service not in self._resolvers:
-                raise Precondition(f"the message index is disabled on shard {self.index} (message_index_enable=False)")
+                raise Precondition(f"the message index is disabled on shard {self.shard} (message_index_enable=False)")
             pending = self._resolving.get(service)
             if pending is None:
                 pending = self._resolving[service] = asyncio.ensure_future(self._resolvers[service]())
@@ -117,10 +117,10 @@ class ShardClient:
                 await asyncio.wait_for(asyncio.shield(pending), wait_s)
             except TimeoutError as e:
                 raise Unavailable(
-                    f"shard {self.index} can not be reached: its {SERVICE_NAMES[service]} did not come back in time"
+                    f"shard {self.shard} can not be reached: its {SERVICE_NAMES[service]} did not come back in time"
                 ) from e
             except Exception as e:  # noqa: BLE001 - a dead or unknown actor: the caller may retry later
-                raise Unavailable(f"shard {self.index} can not be reached: {type(e).__name__}: {e}") from e
+                raise Unavailable(f"shard {self.shard} can not be reached: {type(e).__name__}: {e}") from e
         return self._stubs_by[service]
 
     def _resolved(self, service: str, f: asyncio.Future) -> None:
@@ -503,7 +503,7 @@ class FrontServicer(front_pb2_grpc.FrontServiceServicer):
     @rpc
     async def TopicStatus(self, request: pb.TopicStatusRequest, context) -> pb.TopicStatusResponse:
         self._allow(context, (Action.SUB, TOPIC, request.topic))
-        parts = await self._fan_out(lambda s: drive_async(reads.topic_status(request.topic, s.index), self._ports(s)))
+        parts = await self._fan_out(lambda s: drive_async(reads.topic_status(request.topic, s.shard), self._ports(s)))
         return pb.TopicStatusResponse(
             queues=[
                 common_pb2.QueueRange(
@@ -523,11 +523,11 @@ class FrontServicer(front_pb2_grpc.FrontServiceServicer):
 
         async def one(s: ShardClient):
             try:
-                return s.index, await s.call(
+                return s.shard, await s.call(
                     "cl", "GetStats", commitlog_pb2.GetStatsRequest(), timeout=timeout, retry=False
                 )
             except Exception:  # noqa: BLE001 - a report names what is missing instead of failing
-                return s.index, None
+                return s.shard, None
 
         return list(await asyncio.gather(*(one(s) for s in self.shards)))
 
@@ -547,7 +547,7 @@ class FrontServicer(front_pb2_grpc.FrontServiceServicer):
         self._caller(context)  # any signed user
 
         async def one(s: ShardClient) -> pb.ShardStatus:
-            st = pb.ShardStatus(shard=s.index, state="UNAVAILABLE", reput_offset=-1)
+            st = pb.ShardStatus(shard=s.shard, state="UNAVAILABLE", reput_offset=-1)
             try:
                 o = await s.call("cl", "GetStats", commitlog_pb2.GetStatsRequest(), timeout=5, retry=False)
             except Exception as e:  # noqa: BLE001 - a status report names what failed instead of failing
@@ -585,7 +585,7 @@ class FrontServicer(front_pb2_grpc.FrontServiceServicer):
             try:
                 d = await s.dispatcher_status()
                 if d is not None:
-                    st.reput_offset, st.dispatch_lag_bytes = d.reput_offset, d.lag_bytes
+                    st.reput_offset, st.dispatch_lag_bytes = d.dispatched_offset, d.lag_bytes
             except Exception as e:  # noqa: BLE001
                 st.error = (st.error + "; " if st.error else "") + f"dispatcher: {status_of(e)[1]}"
             return st

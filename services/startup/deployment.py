@@ -1,7 +1,7 @@
 """The Ray actors : one per component, each hosting
 its gRPC server (each room's host.py) on a port it picks and publishes through ``endpoint()``.
 
-    commitlog-<i>     ShardActor: the commitlog writer of store directory i (CommitLog service)
+    commitlog-<i>     CommitLogActor: the commitlog writer of store directory i (CommitLog service)
     consumequeue-<i>  BuilderActor: its consume queues and consumer offsets (ConsumeQueue service)
     index-<i>         BuilderActor: its index files (Index service; none when the index is disabled)
     dispatcher-<i>    DispatcherActor: the reput loop of shard i (Dispatcher service)
@@ -38,7 +38,7 @@ import ray
 import structlog
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from mqstore.services.commitlog.actor import ShardActor
+from mqstore.services.commitlog.actor import CommitLogActor
 from mqstore.services.common.actor import (
     FRONT,
     NAMESPACE,
@@ -177,7 +177,7 @@ def start_deployment(
             layout = (str(root), shards)
         c = shard_config(cfg, i, shards)
         dep.shards.append(
-            ShardActor.options(name=shard_name(i), namespace=namespace, **where(i)).remote(
+            CommitLogActor.options(name=shard_name(i), namespace=namespace, **where(i)).remote(
                 str(d), c, i, auth, internal_host, retention, layout
             )
         )

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from mqstore.services.commitlog.host import ShardHost
+from mqstore.services.commitlog.host import CommitLogHost
 from mqstore.services.common.internal_auth import InternalAuth
 from mqstore.services.common.peers import ShardResolvers, fixed
 from mqstore.services.common.server import TlsFiles
@@ -18,14 +18,14 @@ from mqstore.store.config import StoreConfig
 from mqstore.store.retention import RetentionConfig
 
 
-def shard_config(config: StoreConfig, index: int, shards: int) -> StoreConfig:
-    """Shard ``index``'s config: with several shards each records its own store host
-    port (10911 + index), so an offset msgId names the shard that holds it."""
+def shard_config(config: StoreConfig, shard: int, shards: int) -> StoreConfig:
+    """Shard ``shard``'s config: with several shards each records its own store host
+    port (10911 + shard), so an offset msgId names the shard that holds it."""
     if shards == 1:
         return config
     from dataclasses import replace
 
-    return replace(config, store_host=config.store_host._replace(port=STORE_PORT_BASE + index))
+    return replace(config, store_host=config.store_host._replace(port=STORE_PORT_BASE + shard))
 
 
 class LocalStack:
@@ -54,7 +54,7 @@ class LocalStack:
         root = Path(root)
         self.auth = auth = auth or InternalAuth.new(tls=tls is not None)
         inner = "127.0.0.1"
-        self.shards: list[ShardHost] = []
+        self.shards: list[CommitLogHost] = []
         self.queue_builders: list[BuilderHost] = []
         self.index_builders: list[BuilderHost] = []
         self.dispatchers: list[DispatcherHost] = []
@@ -62,15 +62,15 @@ class LocalStack:
         for i in range(shards):
             d, c = shard_dir(root, i, shards), shard_config(cfg, i, shards)
             d.mkdir(parents=True, exist_ok=True)
-            shard = ShardHost(d, c, index=i, host=inner, retention=retention, auth=auth)
+            shard = CommitLogHost(d, c, shard=i, host=inner, retention=retention, auth=auth)
             cq = BuilderHost(
-                "consumequeue", d, c, resolve_commitlog=fixed(shard.endpoint), index=i, host=inner, auth=auth
+                "consumequeue", d, c, resolve_commitlog=fixed(shard.endpoint), shard=i, host=inner, auth=auth
             )
             r: ShardResolvers = {"cl": fixed(shard.endpoint), "cq": fixed(cq.endpoint)}
             self.shards.append(shard)
             self.queue_builders.append(cq)
             if cfg.message_index_enable:
-                ix = BuilderHost("index", d, c, resolve_commitlog=fixed(shard.endpoint), index=i, host=inner, auth=auth)
+                ix = BuilderHost("index", d, c, resolve_commitlog=fixed(shard.endpoint), shard=i, host=inner, auth=auth)
                 self.index_builders.append(ix)
                 r["ix"] = fixed(ix.endpoint)
             resolvers.append(r)

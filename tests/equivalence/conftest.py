@@ -106,7 +106,7 @@ def _write(store_dir: Path) -> Workload:
         Retention(
             s.commitlog,
             s.consume_queues,
-            reput_offset=lambda: s.dispatcher.reput_offset,
+            dispatched_offset=lambda: s.dispatcher.dispatched_offset,
             index=s.index,
             config=RetentionConfig(max_deletes_per_run=1),
             disk_usage=lambda: 0.9,

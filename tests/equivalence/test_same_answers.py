@@ -414,7 +414,7 @@ def test_query_by_msg_id_of_another_host(a, b):
 
 def test_query_by_msg_id_past_the_end(a, b):
     r = some_records(a)[0]
-    same(a, b, "by_msg_id", r.msg_id[:-16] + f"{a.s.commitlog.wrote + 1000:016X}")
+    same(a, b, "by_msg_id", r.msg_id[:-16] + f"{a.s.commitlog.wrote_offset + 1000:016X}")
 
 
 def test_query_by_msg_id_below_the_min(a, b):

@@ -90,7 +90,7 @@ if opts.get("slow_sync_ms"):  # a slow disk: every flush takes this long, so rec
     real_sync = flusher._sync
     flusher._sync = lambda a, b: (time.sleep(delay), real_sync(a, b))
 if opts.get("unsafe_dispatch"):  # the bug the confirm offset prevents: dispatch what is not flushed yet
-    store.dispatcher._limit = lambda: store.commitlog.wrote
+    store.dispatcher._limit = lambda: store.commitlog.wrote_offset
 for t in TOPICS:
     store.update_topic(t, read_queue_nums=QUEUES, write_queue_nums=QUEUES)
 

@@ -266,7 +266,7 @@ def _check_clean_prefix(walk: list[MessageRecord], cl: CommitLog, raw: RawSegmen
     a BLANK covering exactly the gap. Queue offsets per queue run 0, 1, 2, ..."""
     assert walk, "the recovered commitlog holds no record at all"
     counts: dict[QueueKey, int] = defaultdict(int)
-    pos, wrote = cl.min_offset, cl.wrote
+    pos, wrote = cl.min_offset, cl.wrote_offset
     for rec in walk:
         phys = rec.physical_offset
         if phys != pos:
@@ -304,7 +304,7 @@ def _check_acks_intact(cl: CommitLog, acks: list[Ack], walk_offsets: set[int], r
 def _reopen(store: Path) -> CommitLog:
     cl = CommitLog(store, StoreConfig(segment_bytes=SEGMENT))
     assert cl.recovery.clean_shutdown is False, "the abort marker of the killed writer was not seen"
-    assert cl.wrote == cl.recovery.write_position
+    assert cl.wrote_offset == cl.recovery.wrote_offset
     return cl
 
 
@@ -342,7 +342,7 @@ def test_sync_flush_kill9_keeps_every_acknowledged_message(tmp_path: Path) -> No
             assert cl.queue_offset(*key) > max_acked[key]
 
         # A new batch lands where recovery cut the log and takes the next offsets.
-        wrote_before = cl.wrote
+        wrote_before = cl.wrote_offset
         bodies = [f"after-crash-{t}-{q}".encode() for t, q in keys]
         res = cl.append(MessageBatch(topics=[t for t, _ in keys], bodies=bodies, queue_ids=[q for _, q in keys]))
         assert res.status is PutStatus.PUT_OK
@@ -387,7 +387,7 @@ def test_async_flush_kill9_recovers_a_clean_prefix(tmp_path: Path) -> None:
 
         # A kill -9 keeps the page cache: acknowledged messages below the recovered
         # write position must all be there (the prefix itself is what async promises).
-        below = [a for a in acks if a.physical_offset < cl.wrote]
+        below = [a for a in acks if a.physical_offset < cl.wrote_offset]
         assert below, "recovery kept none of the acknowledged messages"
         _check_acks_intact(cl, below, set(offsets), raw)
     finally:
@@ -419,8 +419,8 @@ def test_repeated_kill9_and_recovery_lose_nothing_acknowledged(tmp_path: Path) -
             for key, n in counts.items():
                 assert cl.queue_offset(*key) == n
                 assert n >= prev_next.get(key, 0)
-            assert cl.wrote >= prev_wrote
-            prev_wrote = cl.wrote
+            assert cl.wrote_offset >= prev_wrote
+            prev_wrote = cl.wrote_offset
             prev_next = counts
         finally:
             cl.close()

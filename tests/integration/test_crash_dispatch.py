@@ -93,7 +93,7 @@ def check_consistent(store: Path, acked: list[dict]) -> None:
     records = list(CommitLogReader(store).records(check_crc=True))
     with MessageStore(store, StoreConfig(segment_bytes=SEG), background_dispatch=False) as s:
         assert not s.commitlog.recovery.clean_shutdown
-        assert s.dispatcher.reput_offset == s.commitlog.wrote
+        assert s.dispatcher.dispatched_offset == s.commitlog.wrote_offset
         by_queue: dict[tuple[str, int], list] = {}
         for r in records:
             by_queue.setdefault((r.topic, r.queue_id), []).append(r)

@@ -90,7 +90,9 @@ def check_recovered(store: Path, acked: list[dict]) -> None:
         assert not cl.recovery.clean_shutdown
         last_acked_end = acked[-1]["end"] if acked else 0
         # Nothing of the interrupted batch survives: the log ends at the last ack.
-        assert cl.wrote == last_acked_end or (cl.wrote % SEG == 0 and cl.wrote - last_acked_end < SEG)
+        assert cl.wrote_offset == last_acked_end or (
+            cl.wrote_offset % SEG == 0 and cl.wrote_offset - last_acked_end < SEG
+        )
         for a in acked:
             rec = cl.read(a["last"])
             assert (rec.queue_id, rec.queue_offset) == (a["queue"], a["queue_offset"])

@@ -404,7 +404,7 @@ for run in range(2):  # a first run closed cleanly (every file flushed), then on
             queue_ids=[(k // 3) % 2 for k in idx], keys=[f"k{k}" for k in idx], tags="A",
         ))
         assert res.status.name == "PUT_OK", res.status
-        flushed = s.commitlog.flushed  # what a flush covered by the time of the ack
+        flushed = s.commitlog.flushed_offset  # what a flush covered by the time of the ack
         acks.write_lines([
             json.dumps({"i": k, "off": int(o), "end": int(o + z), "topic": f"T{k % 3}", "queue": (k // 3) % 2,
                         "qo": int(q), "flushed": flushed}) + "\n"

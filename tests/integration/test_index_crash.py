@@ -69,10 +69,10 @@ def test_kill9_then_restarts_index_each_key_once(tmp_path: Path) -> None:
         acked += run_and_kill(store, tmp_path / f"acks-{round_}")
         with MessageStore(store, cfg, background_dispatch=False) as s:  # abnormal recovery, re-dispatch, clean close
             assert not s.commitlog.recovery.clean_shutdown
-            assert s.dispatcher.reput_offset == s.commitlog.wrote
+            assert s.dispatcher.dispatched_offset == s.commitlog.wrote_offset
         assert duplicate_entries(store) == 0, f"round {round_}"
     with MessageStore(store, cfg, background_dispatch=False) as s:  # a clean restart on top
-        assert s.commitlog.recovery.clean_shutdown and s.dispatcher.dispatched == 0
+        assert s.commitlog.recovery.clean_shutdown and s.dispatcher.dispatched_records == 0
         for a in acked[:: max(1, len(acked) // 40)] + acked[-5:]:
             rec = s.commitlog.read(a["physical_offset"])
             for key in rec.keys.split():

@@ -100,7 +100,7 @@ def test_a_write_only_topic_takes_sends_and_refuses_pulls(client) -> None:
 
 def test_perm_0_is_stored_as_0_and_refuses_both(stack, client) -> None:
     assert client.update_topic("Closed", perm=0).perm == 0
-    assert stack.shards[0].shard.store.topics.get("Closed").perm == 0  # config/topics.json
+    assert stack.shards[0].state.log_store.topics.get("Closed").perm == 0  # config/topics.json
     assert code_of(lambda: client.send("Closed", [b"x"], queue_ids=0)) is C.PERMISSION_DENIED
     assert code_of(lambda: client.pull("Closed", 0, 0)) is C.PERMISSION_DENIED
     assert client.update_topic("Default").perm == 6  # perm not given: 6
@@ -126,7 +126,7 @@ def test_bad_inputs_are_invalid_argument(client, what, columns) -> None:
 def _internal_append(stack, props: dict) -> None:
     """A record in the delay topic as a store written before the fix holds it (the
     internal append path, which the producers' checks do not guard)."""
-    stack.shards[0].shard.store.commitlog.append(
+    stack.shards[0].state.log_store.commitlog.append(
         MessageBatch(topics=SCHEDULE_TOPIC, bodies=[b"poison"], queue_ids=0, properties=props)
     )
 
@@ -147,7 +147,7 @@ def test_poison_schedule_records_are_skipped_and_later_delays_delivered(stack, c
         _internal_append(stack, props)
     client.send("Later", [b"after the poison"], queue_ids=3, properties={"DELAY": "1"})
     _delivered(client, "Later", 3, b"after the poison")
-    sched = stack.queue_builders[0].builder.scheduler  # the delay scheduler runs with the consume queues
+    sched = stack.queue_builders[0].state.scheduler  # the delay scheduler runs with the consume queues
     assert sched.running and sched.skipped >= 3
     size = wrote(client)
     time.sleep(2.5)  # the self-feeding record is not delivered into the delay topic again, every second
@@ -160,7 +160,7 @@ def test_delayed_messages_keep_their_born_times_when_delivered(stack, client) ->
     """The delay scheduler delivers through the commitlog's DeliverDelayed: a record
     keeps its own born time, also 0 (an in-process producer's), which a producer's
     columns would read as "the store's clock"."""
-    stack.shards[0].shard.store.append(
+    stack.shards[0].state.log_store.append(
         MessageBatch(
             topics="Born",
             bodies=[b"zero", b"set"],
@@ -192,7 +192,7 @@ def test_a_store_that_already_holds_a_poison_delivers_when_served(tmp_path) -> N
 def test_a_stopped_loop_makes_health_not_serving_and_status_names_it(tmp_path) -> None:
     with LocalStack(tmp_path, small_config()) as st, FrontClient(st.front_endpoint) as c:
         assert st.wait_ready(60)
-        builder = st.queue_builders[0].builder  # the delay scheduler runs with the consume queues
+        builder = st.queue_builders[0].state  # the delay scheduler runs with the consume queues
         deadline = time.monotonic() + 10
         while builder.scheduler is None:
             assert time.monotonic() < deadline, "the consume-queue builder started no delay scheduler"

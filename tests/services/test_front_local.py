@@ -224,7 +224,7 @@ def test_health_and_reflection_on_every_server(stack):
 
 def test_store_status(client):
     (s,) = client.store_status()
-    assert s.state == "SERVING" and s.writable and s.wrote_offset == s.flushed_offset and s.reput_offset >= 0
+    assert s.state == "SERVING" and s.writable and s.wrote_offset == s.flushed_offset and s.dispatched_offset >= 0
 
 
 def test_a_message_indexed_twice_is_answered_once(tmp_path):

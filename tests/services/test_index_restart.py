@@ -82,7 +82,7 @@ def test_index_builder_restarts_index_nothing_twice(tmp_path: Path) -> None:
             sent += 20
             wrote = cl.GetOffsets(commitlog_pb2.GetOffsetsRequest()).wrote_offset
             for _ in range(1000):  # until the index builder has everything
-                p = parts.ix.builder.progress()
+                p = parts.ix.state.progress()
                 if p.state == "SERVING" and p.progress_offset >= wrote:
                     break
                 threading.Event().wait(0.02)
@@ -94,7 +94,7 @@ def test_index_builder_restarts_index_nothing_twice(tmp_path: Path) -> None:
         chs, (cl, _, ix) = parts.stubs()
         wrote = cl.GetOffsets(commitlog_pb2.GetOffsetsRequest()).wrote_offset
         for _ in range(1000):
-            if parts.ix.builder.progress().progress_offset >= wrote:
+            if parts.ix.state.progress().progress_offset >= wrote:
                 break
             threading.Event().wait(0.02)
 

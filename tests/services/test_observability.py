@@ -16,7 +16,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from mqstore.services.commitlog.servicer import CommitLogServicer
-from mqstore.services.commitlog.state import Shard
+from mqstore.services.commitlog.state import CommitLogState
 from mqstore.services.common.internal_auth import InternalAuth
 from mqstore.services.common.peers import fixed
 from mqstore.services.common.server import ServerThread, start_grpc_server
@@ -132,7 +132,7 @@ def test_status_of_a_recovering_shard_and_an_unreachable_one(tmp_path):
     """A shard still opening its store reports its phase; one that does not answer
     is UNAVAILABLE with the reason; `mqstore status` exits 1."""
     t = ServerThread("test-recovering")
-    sh = Shard(tmp_path / "s", small_config())  # never opened: stays RECOVERING
+    sh = CommitLogState(tmp_path / "s", small_config())  # never opened: stays RECOVERING
     sh.progress.set_phase("commitlog", total=1000)
     sh.progress.advance(420)
     server = t.run(start_grpc_server("127.0.0.1", 0, [CommitLogServicer(sh).registration()], serving=False))
@@ -189,15 +189,15 @@ def test_a_shard_whose_layout_does_not_match_fails_and_says_why(tmp_path):
     """Placement "resource": a shard pins the layout on its own node's disk; a root
     laid out for another shard count fails the open (FAILED in StoreStatus, with the
     reason; `serve` exits 1 on it)."""
-    from mqstore.services.commitlog.host import ShardHost
+    from mqstore.services.commitlog.host import CommitLogHost
     from mqstore.services.query.routing import pin_layout
 
     pin_layout(tmp_path, 2)
     auth = InternalAuth.new()
-    host = ShardHost(
+    host = CommitLogHost(
         tmp_path / "shard-0",
         small_config(),
-        index=0,
+        shard=0,
         layout=(tmp_path, 3),
         auth=auth,
     )

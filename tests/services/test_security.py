@@ -78,7 +78,7 @@ class Served:
 
     def actor_sockets(self) -> list[tuple[str, str, int]]:
         """(process name, address, port) of sockets in mqstore's actor processes
-        (Ray names them ray::ShardActor, ray::BuilderActor, ...): each holds Ray's
+        (Ray names them ray::CommitLogActor, ray::BuilderActor, ...): each holds Ray's
         core-worker port and mqstore's own server."""
         out = []
         for p, ip, port in self.listening():

@@ -28,7 +28,7 @@ from mqstore.rpc.v1 import (
     index_pb2,
     index_pb2_grpc,
 )
-from mqstore.services.commitlog.host import ShardHost
+from mqstore.services.commitlog.host import CommitLogHost
 from mqstore.services.common.errors import status_of
 from mqstore.services.common.internal_auth import InternalAuth
 from mqstore.services.common.peers import PeerUnavailable, resolver_of
@@ -87,7 +87,7 @@ class Parts:
     def start(self, part: str):
         e = self.endpoints
         if part == "cl":
-            h = ShardHost(self.root, self.cfg, auth=self.auth)
+            h = CommitLogHost(self.root, self.cfg, auth=self.auth)
         elif part in ("cq", "ix"):
             h = BuilderHost(
                 "consumequeue" if part == "cq" else "index",
@@ -218,7 +218,7 @@ def test_shard_rejects_bad_internal_requests(shard):
         ),
         (lambda: cl.NoteDerived(commitlog_pb2.NoteDerivedRequest(kind="nope", durable_offset=0)), C.INVALID_ARGUMENT),
         (lambda: cl.NoteDerived(commitlog_pb2.NoteDerivedRequest(kind="index", durable_offset=-1)), C.INVALID_ARGUMENT),
-        (lambda: cl.ReadRange(commitlog_pb2.ReadRangeRequest(offset=0, acked_offset=-1)), C.INVALID_ARGUMENT),
+        (lambda: cl.ReadRange(commitlog_pb2.ReadRangeRequest(offset=0, dispatched_offset=-1)), C.INVALID_ARGUMENT),
     ]
     for i, (call, code) in enumerate(cases):
         assert code_of(call) is code, f"case {i}"
@@ -228,7 +228,7 @@ def test_shard_rejects_bad_internal_requests(shard):
 
 def test_units_and_keys_sent_twice_are_harmless(shard):
     parts, (cl, cq, ix), appended = shard
-    inc = parts.shard.shard.incarnation
+    inc = parts.shard.state.incarnation
     again = consume_queue_pb2.PutUnitsRequest(
         incarnation=inc,
         topics=["S"],
@@ -253,10 +253,10 @@ def test_units_and_keys_sent_twice_are_harmless(shard):
 
 def test_a_recovering_shard_answers_unavailable(tmp_path):
     from mqstore.services.commitlog.servicer import CommitLogServicer
-    from mqstore.services.commitlog.state import Shard
+    from mqstore.services.commitlog.state import CommitLogState
     from mqstore.services.common.server import ServerThread, start_grpc_server
 
-    sh = Shard(tmp_path, small_config())  # never opened: stays RECOVERING
+    sh = CommitLogState(tmp_path, small_config())  # never opened: stays RECOVERING
     t = ServerThread()
     server = t.run(start_grpc_server("127.0.0.1", 0, [CommitLogServicer(sh).registration()], serving=False))
     with sync_channel(f"127.0.0.1:{server.port}") as ch:
@@ -299,7 +299,7 @@ def test_restarts_mid_stream_lose_and_duplicate_nothing(tmp_path, part):
         chs, (cl, cq, ix) = parts.stubs()
         for _ in range(1000):
             offsets = cl.GetOffsets(commitlog_pb2.GetOffsetsRequest())
-            if parts.disp.dispatcher.reput_offset >= offsets.confirm_offset > 0:
+            if parts.disp.dispatcher.dispatched_offset >= offsets.confirm_offset > 0:
                 break
             threading.Event().wait(0.02)
         bodies = []
@@ -358,7 +358,7 @@ def test_corrupt_bytes_where_dispatch_stands_are_data_loss(tmp_path):
                     messages=common_pb2.MessageColumns(topics=["D"], bodies=[b"a" * 50, b"b" * 50], queue_ids=[0])
                 )
             ).result
-            seg = shard.shard.store.commitlog._segments.find(0)  # no dispatcher runs: dispatch stands at 0
+            seg = shard.state.log_store.commitlog._segments.find(0)  # no dispatcher runs: dispatch stands at 0
             seg.mm[4:8] = b"\x00\x00\x00\x00"  # the first record's magic
             with pytest.raises(grpc.RpcError) as e:
                 cl.ReadRange(commitlog_pb2.ReadRangeRequest(offset=0), timeout=10)

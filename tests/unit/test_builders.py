@@ -39,7 +39,7 @@ class Split:
     def dispatch(self) -> None:
         cl = self.log.commitlog
         pos = min(self.cq.progress_offset, self.ix.progress_offset)
-        while pos < cl.wrote:
+        while pos < cl.wrote_offset:
             chunk = cl.scan(pos)
             b = build_dispatch_batch(chunk)
             self.cq.put(b, pos, chunk.next_offset)
@@ -78,7 +78,7 @@ def test_the_parts_build_and_reopen_apart(tmp_path: Path) -> None:
 
     s = Split(tmp_path / "split")  # clean reopen: nothing to rebuild, queue offsets continue
     assert s.cq.clean and s.ix.clean
-    assert s.cq.progress_offset == s.log.commitlog.wrote
+    assert s.cq.progress_offset == s.log.commitlog.wrote_offset
     more = s.log.append(w.batch(3000, 12))
     assert min(more.queue_offsets.tolist()) >= 3000 // (TOPICS * QUEUES)
     s.dispatch()
@@ -104,12 +104,12 @@ def test_a_crashed_builder_rebuilds_what_it_lost(tmp_path: Path) -> None:
     view = LocalCommitLogView(s.log.commitlog)
     cq = QueueBuilder(tmp_path, cfg(), view)
     assert cq.crashed and not cq.clean
-    assert cq.progress_offset <= durable < s.log.commitlog.wrote  # what must be dispatched again
+    assert cq.progress_offset <= durable < s.log.commitlog.wrote_offset  # what must be dispatched again
     with pytest.raises(GapError):
         cq.put(
-            build_dispatch_batch(s.log.commitlog.scan(s.log.commitlog.wrote)),
-            s.log.commitlog.wrote,
-            s.log.commitlog.wrote,
+            build_dispatch_batch(s.log.commitlog.scan(s.log.commitlog.wrote_offset)),
+            s.log.commitlog.wrote_offset,
+            s.log.commitlog.wrote_offset,
         )
     s.cq = cq
     s.dispatch()  # from the minimum of both builders: the index skips what it has

@@ -147,7 +147,7 @@ def test_rollover_never_splits_a_record(tmp_path: Path) -> None:
         assert [r.queue_offset for r in walked] == list(range(200))
         # A bounded read continues where it stopped, across segments.
         got, pos = [], 0
-        while pos < cl.wrote:
+        while pos < cl.wrote_offset:
             batch = cl.read_range(pos, max_records=7)
             got += [r.physical_offset for r in batch.records]
             pos = batch.next_offset
@@ -193,7 +193,7 @@ def test_recovery_cuts_torn_tail(tmp_path: Path, damage: str) -> None:
     leave_abort(tmp_path)
     with open_log(tmp_path) as cl:
         assert not cl.recovery.clean_shutdown
-        assert cl.wrote == offsets[7]
+        assert cl.wrote_offset == offsets[7]
         assert cl.recovery.truncated_at == offsets[7]
         res = cl.append(MessageBatch(topics="TopicTest", bodies=[b"after"], queue_ids=0))
         assert res.physical_offsets.tolist() == [offsets[7]]
@@ -220,7 +220,7 @@ def test_recovery_stops_at_a_corrupt_body(tmp_path: Path) -> None:
     tear(segment(tmp_path), body_at + 3, bytes([rec.body[3] ^ 0xFF]))
     leave_abort(tmp_path)
     with open_log(tmp_path) as cl:
-        assert cl.wrote == offsets[12]
+        assert cl.wrote_offset == offsets[12]
         assert "CRC" in cl.recovery.reason
     assert read_offsets(tmp_path) == offsets[:12]
 
@@ -234,7 +234,7 @@ def test_recovery_deletes_segments_after_the_cut(tmp_path: Path) -> None:
     tear(segment(tmp_path, seg_base), victim - seg_base + 4, b"\x00\x00\x00\x00")  # break its magic
     leave_abort(tmp_path)
     with open_log(tmp_path) as cl:
-        assert cl.wrote == victim
+        assert cl.wrote_offset == victim
         assert str(offset_to_file_name(last_base)) in cl.recovery.deleted_segments
     assert not segment(tmp_path, last_base).exists()
 
@@ -244,7 +244,7 @@ def test_normal_recovery_validates_only_the_last_three_segments(tmp_path: Path) 
     with open_log(tmp_path) as cl:
         nseg = cl.stats().segments
         assert cl.recovery.start_segment == offset_to_file_name((nseg - 3) * SEG)
-        assert cl.wrote == offsets[-1] + cl.read(offsets[-1]).total_size
+        assert cl.wrote_offset == offsets[-1] + cl.read(offsets[-1]).total_size
 
 
 def test_segment_size_mismatch_is_a_clear_error(tmp_path: Path) -> None:
@@ -281,7 +281,7 @@ def test_bad_input_gets_a_typed_error_and_writes_nothing(tmp_path: Path, batch, 
     with open_log(tmp_path, segment_bytes=8 << 20) as cl:
         with pytest.raises(error, match=match):
             cl.append(batch)
-        assert cl.wrote == 0
+        assert cl.wrote_offset == 0
         cl.append(MessageBatch(topics="T", bodies=[b"fine"]))
         assert cl.queue_offset("T", 0) == 1
 
@@ -311,7 +311,7 @@ def test_second_open_is_refused_while_locked(tmp_path: Path) -> None:
 def test_reads_outside_the_log_are_offset_errors(tmp_path: Path) -> None:
     offsets = write_records(tmp_path, 5)
     with open_log(tmp_path) as cl:
-        for bad in (-1, cl.wrote, cl.wrote + 100, offsets[1] + 3):
+        for bad in (-1, cl.wrote_offset, cl.wrote_offset + 100, offsets[1] + 3):
             with pytest.raises(OffsetError):
                 cl.read(bad)
         with pytest.raises(OffsetError):
@@ -335,7 +335,7 @@ def test_sync_flush_acknowledges_after_fsync(tmp_path: Path) -> None:
     with open_log(tmp_path, flush_mode=FlushMode.SYNC) as cl:
         res = cl.append(MessageBatch(topics="T", bodies=[b"x"] * 10))
         assert res.status is PutStatus.PUT_OK
-        assert cl.flushed >= res.end_offset
+        assert cl.flushed_offset >= res.end_offset
 
 
 def test_concurrent_sync_appenders_share_fsyncs(tmp_path: Path) -> None:
@@ -360,7 +360,7 @@ def test_concurrent_sync_appenders_share_fsyncs(tmp_path: Path) -> None:
         for t in threads:
             t.join()
         assert all(r.status is PutStatus.PUT_OK for r in results)
-        assert max(r.end_offset for r in results) <= cl.flushed
+        assert max(r.end_offset for r in results) <= cl.flushed_offset
         assert 0 < len(calls) < len(results)  # group commit: fewer fsyncs than appends
         offs = np.sort(np.concatenate([r.queue_offsets for r in results]))
         assert offs.tolist() == list(range(2000))
@@ -406,11 +406,11 @@ def test_disk_full_is_an_error_and_the_store_stays_consistent(tiny_disk: Path) -
             for _ in range(100):
                 acked.append(cl.append(MessageBatch(topics="T", bodies=[b"z" * 1000] * 20, queue_ids=0)))
         assert info.value.cause == "disk_full"
-        wrote = cl.wrote
+        wrote = cl.wrote_offset
         assert cl.read(int(acked[-1].physical_offsets[-1])).body == b"z" * 1000  # reads still work
         with pytest.raises(StoreNotWritableError):
             cl.append(MessageBatch(topics="T", bodies=[b"z" * 1000] * 20, queue_ids=0))
-        assert cl.wrote == wrote  # nothing half-written
+        assert cl.wrote_offset == wrote  # nothing half-written
     with CommitLog(store, StoreConfig(segment_bytes=256 * 1024)) as cl:
-        assert cl.wrote == wrote
+        assert cl.wrote_offset == wrote
         assert cl.queue_offset("T", 0) == 20 * len(acked)

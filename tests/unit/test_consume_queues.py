@@ -26,7 +26,7 @@ def dispatched_store(tmp_path: Path, messages: int = 2000) -> tuple[CommitLog, C
         cl.append(w.batch(start, 500))
     cqs = ConsumeQueues(tmp_path, file_bytes=20 * 100, max_open_files=8)
     cqs.load()
-    ReputLoop(cl, [cqs], reput_offset=0).catch_up()
+    ReputLoop(cl, [cqs], dispatched_offset=0).catch_up()
     return cl, cqs
 
 
@@ -78,7 +78,7 @@ def test_every_second_flush_leaves_small_queues_buffered(tmp_path: Path) -> None
     cl, cqs = dispatched_store(tmp_path)
     cqs.write_behind(everything=False)  # creates the files
     w = Workload(body_size=32, topics=TOPICS, queues=QUEUES)
-    loop = ReputLoop(cl, [cqs], reput_offset=cl.wrote)
+    loop = ReputLoop(cl, [cqs], dispatched_offset=cl.wrote_offset)
     cl.append(w.batch(2000, 400))
     loop.catch_up()
     cqs.flush(thorough=False)  # a few units per queue: not worth a write yet
@@ -93,7 +93,7 @@ def test_every_second_flush_leaves_small_queues_buffered(tmp_path: Path) -> None
 
 def test_a_repeated_run_goes_through_the_full_rules(tmp_path: Path) -> None:
     cl, cqs = dispatched_store(tmp_path)
-    ReputLoop(cl, [cqs], reput_offset=0).catch_up()  # everything again: already built, skipped
+    ReputLoop(cl, [cqs], dispatched_offset=0).catch_up()  # everything again: already built, skipped
     assert sum(cq.max_offset for cq in cqs.all()) == 2000
     cqs.close()
     cl.close()

@@ -48,7 +48,7 @@ def wait_dispatched_while_running(loop: ReputLoop, cl: CommitLog, timeout_s: flo
     while loop.lag > 0:
         assert loop.running and loop.error is None, f"the loop stopped: {loop.error!r}"
         assert time.monotonic() < deadline, (
-            f"the loop thread is at {loop.reput_offset} of {cl.wrote} after {timeout_s} s"
+            f"the loop thread is at {loop.dispatched_offset} of {cl.wrote_offset} after {timeout_s} s"
         )
         time.sleep(0.005)
 
@@ -71,9 +71,9 @@ def test_dispatch_columns_match_the_records(tmp_path: Path) -> None:
                 )
             )
         sink = Collect()
-        loop = ReputLoop(cl, [sink], reput_offset=0, chunk_bytes=10_000)
+        loop = ReputLoop(cl, [sink], dispatched_offset=0, chunk_bytes=10_000)
         assert loop.catch_up() == 360
-        assert loop.reput_offset == cl.wrote and loop.lag == 0
+        assert loop.dispatched_offset == cl.wrote_offset and loop.lag == 0
         want = [
             (r.physical_offset, r.topic, r.queue_id, r.queue_offset, tags_code(r.tags), r.keys, r.unique_key)
             for r in cl.read_range(0, max_records=10**6).records
@@ -85,20 +85,20 @@ def test_dispatch_columns_match_the_records(tmp_path: Path) -> None:
 def test_resume_from_an_offset_dispatches_the_rest_once(tmp_path: Path) -> None:
     with CommitLog(tmp_path, StoreConfig(segment_bytes=64 * 1024)) as cl:
         cl.append(MessageBatch(topics="T", bodies=[b"a" * 300] * 200, tags="A"))
-        first = ReputLoop(cl, [Collect()], reput_offset=0, chunk_bytes=8000)
+        first = ReputLoop(cl, [Collect()], dispatched_offset=0, chunk_bytes=8000)
         first.run_once()
         first.run_once()
-        resumed_at = first.reput_offset
+        resumed_at = first.dispatched_offset
         sink = Collect()
-        ReputLoop(cl, [sink], reput_offset=resumed_at).catch_up()
+        ReputLoop(cl, [sink], dispatched_offset=resumed_at).catch_up()
         offsets = [r[0] for r in sink.rows()]
-        assert offsets[0] == resumed_at and len(offsets) == 200 - first.dispatched
+        assert offsets[0] == resumed_at and len(offsets) == 200 - first.dispatched_records
 
 
 def test_background_loop_follows_appends(tmp_path: Path) -> None:
     with CommitLog(tmp_path) as cl:
         sink = Collect()
-        loop = ReputLoop(cl, [sink], reput_offset=0)
+        loop = ReputLoop(cl, [sink], dispatched_offset=0)
         loop.start()
         try:
             for _ in range(50):
@@ -109,7 +109,7 @@ def test_background_loop_follows_appends(tmp_path: Path) -> None:
             assert len(rows) == 5000
         finally:
             loop.stop()
-        assert loop.error is None and loop.dispatched == 5000  # stop() found nothing left to dispatch
+        assert loop.error is None and loop.dispatched_records == 5000  # stop() found nothing left to dispatch
 
 
 def test_limit_holds_dispatch_back(tmp_path: Path) -> None:
@@ -118,10 +118,10 @@ def test_limit_holds_dispatch_back(tmp_path: Path) -> None:
         cut = int(res.physical_offsets[4])
         gate = {"limit": cut}
         sink = Collect()
-        loop = ReputLoop(cl, [sink], reput_offset=0, limit=lambda: gate["limit"])
+        loop = ReputLoop(cl, [sink], dispatched_offset=0, limit=lambda: gate["limit"])
         loop.catch_up()
-        assert len(sink.rows()) == 4 and loop.reput_offset == cut
-        gate["limit"] = cl.wrote
+        assert len(sink.rows()) == 4 and loop.dispatched_offset == cut
+        gate["limit"] = cl.wrote_offset
         loop.catch_up()
         assert len(sink.rows()) == 10
 
@@ -130,7 +130,7 @@ def test_thread_safety_smoke(tmp_path: Path) -> None:
     """Appends from two threads while the loop runs: every record once, per-queue order kept."""
     with CommitLog(tmp_path) as cl:
         sink = Collect()
-        loop = ReputLoop(cl, [sink], reput_offset=0)
+        loop = ReputLoop(cl, [sink], dispatched_offset=0)
         loop.start()
 
         def produce(q: int) -> None:
@@ -149,7 +149,7 @@ def test_thread_safety_smoke(tmp_path: Path) -> None:
                 assert [r[3] for r in rows if r[2] == q] == list(range(2000))
         finally:
             loop.stop()
-        assert loop.error is None and loop.dispatched == 4000  # stop() found nothing left to dispatch
+        assert loop.error is None and loop.dispatched_records == 4000  # stop() found nothing left to dispatch
 
 
 def test_index_entries_follow_rocketmq_order_and_hashes(tmp_path: Path) -> None:
@@ -168,7 +168,7 @@ def test_index_entries_follow_rocketmq_order_and_hashes(tmp_path: Path) -> None:
     with CommitLog(tmp_path) as cl:
         cl.append(MessageBatch.of(msgs))
         sink = Collect()
-        ReputLoop(cl, [sink], reput_offset=0).catch_up()
+        ReputLoop(cl, [sink], dispatched_offset=0).catch_up()
         (batch,) = sink.batches
         got = batch.index_entries()
         want = []

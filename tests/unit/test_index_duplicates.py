@@ -88,10 +88,10 @@ def test_a_clean_restart_resumes_just_past_the_last_indexed_record(tmp_path: Pat
     with MessageStore(tmp_path, CFG) as s:
         s.append(MessageBatch.of(msgs))
         s.wait_dispatched()
-        wrote = s.commitlog.wrote
+        wrote = s.commitlog.wrote_offset
     for _ in range(3):
         with MessageStore(tmp_path, CFG, background_dispatch=False) as s:
-            assert s.dispatcher.dispatched == 0 and s.dispatcher.reput_offset == wrote
+            assert s.dispatcher.dispatched_records == 0 and s.dispatcher.dispatched_offset == wrote
             assert [r.body for r in s.query_by_unique_key("T", "U1", max_num=2)] == [b"second", b"first"]
             assert [r.body for r in s.query_by_key("T", "k", max_num=2)] == [b"second", b"first"]
     assert duplicates(tmp_path) == {}

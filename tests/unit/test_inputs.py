@@ -52,7 +52,7 @@ def test_sends_to_reserved_topics_are_refused(store: MessageStore, topic: str) -
         store.append(MessageBatch(topics=topic, bodies=[b"x"], queue_ids=0))
     with pytest.raises(ReservedTopicError):  # one reserved topic among others refuses the whole batch
         store.append(MessageBatch(topics=["Ok", topic], bodies=[b"x", b"y"]))
-    assert store.commitlog.wrote == 0
+    assert store.commitlog.wrote_offset == 0
 
 
 @pytest.mark.parametrize("sysflag", [0x4, 0x8, 0xC])
@@ -61,7 +61,7 @@ def test_transaction_bits_are_refused(store: MessageStore, sysflag: int) -> None
         store.append(MessageBatch(topics="T", bodies=[b"x"], sysflags=sysflag))
     with pytest.raises(TransactionNotSupportedError):
         store.append(MessageBatch(topics="T", bodies=[b"x", b"y"], sysflags=[0, sysflag]))
-    assert store.commitlog.wrote == 0
+    assert store.commitlog.wrote_offset == 0
 
 
 def test_a_read_only_topic_refuses_sends(store: MessageStore) -> None:
@@ -71,7 +71,7 @@ def test_a_read_only_topic_refuses_sends(store: MessageStore) -> None:
     assert isinstance(e.value, NoPermissionError) and e.value.perm == 4
     with pytest.raises(TopicPermissionError):  # a delayed message checks its real topic
         store.append(MessageBatch(topics="ReadOnly", bodies=[b"x"], properties={"DELAY": "1"}))
-    assert store.commitlog.wrote == 0
+    assert store.commitlog.wrote_offset == 0
     assert store.pull("ReadOnly", 0, 0).records == []  # pulls are allowed
 
 
@@ -126,7 +126,7 @@ def test_perm_0_is_stored_and_refuses_both(tmp_path: Path) -> None:
 def test_bad_messages_are_refused_before_a_byte_is_written(store: MessageStore, what, batch, error) -> None:
     with pytest.raises(InvalidMessageError, match=error):
         store.append(batch)
-    assert store.commitlog.wrote == 0, what
+    assert store.commitlog.wrote_offset == 0, what
 
 
 @pytest.mark.parametrize(

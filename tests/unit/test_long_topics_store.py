@@ -83,7 +83,7 @@ def test_long_topics_are_written_as_v2_and_survive_a_torn_tail(tmp_path: Path) -
         assert len(bodies(s, RETRY, 0)) == 1 + 20 + 1 and len(bodies(s, RETRY, 1)) == 20
         assert s.read_msg_id(last_ids[0]).topic == RETRY
         last = s.read_msg_id(last_ids[0])
-        wrote = s.commitlog.wrote
+        wrote = s.commitlog.wrote_offset
     assert last.physical_offset + last.total_size == wrote
 
     # A torn write of the last record: its second half never reached the disk, and
@@ -104,7 +104,7 @@ def test_long_topics_are_written_as_v2_and_survive_a_torn_tail(tmp_path: Path) -
     assert torn.messages == 4 + 40 + 10 + 10  # verify's walk stops before the torn V2 record too
 
     with MessageStore(tmp_path, CFG) as s:
-        assert s.commitlog.wrote == last.physical_offset  # recovery's walk stopped at the torn V2 record
+        assert s.commitlog.wrote_offset == last.physical_offset  # recovery's walk stopped at the torn V2 record
         assert s.wait_dispatched()
         # pull: the torn message is gone from queue 0, everything before it is there
         q0 = bodies(s, RETRY, 0)
@@ -206,7 +206,7 @@ def test_a_store_written_by_rocketmq5_opens_and_answers(tmp_path: Path) -> None:
     (tmp_path / "commitlog" / f"{0:020d}").write_bytes(data + bytes(CFG.segment_bytes - len(data)))
     store_host = Host("10.0.0.1", 10911)
     with MessageStore(tmp_path, CFG) as s:
-        assert s.commitlog.wrote == pos
+        assert s.commitlog.wrote_offset == pos
         assert s.wait_dispatched()
         assert bodies(s, RETRY, 0) == [b"body-0", b"body-3"] and bodies(s, RETRY, 1) == [b"body-2", b"body-6"]
         assert bodies(s, DLQ, 0) == [b"body-4"] and bodies(s, SHORT, 1) == [b"body-5"]
@@ -227,7 +227,7 @@ def test_a_store_written_by_rocketmq5_opens_and_answers(tmp_path: Path) -> None:
 
 def test_a_long_ordinary_topic_is_refused_with_a_clear_message(tmp_path: Path) -> None:
     with MessageStore(tmp_path, CFG) as s:
-        before = s.commitlog.wrote
+        before = s.commitlog.wrote_offset
         with pytest.raises(
             InvalidTopicError,
             match="200 characters long; the limit is 127 .255 only for topics starting with %RETRY% or %DLQ%.",
@@ -237,7 +237,7 @@ def test_a_long_ordinary_topic_is_refused_with_a_clear_message(tmp_path: Path) -
             s.append(MessageBatch.of([Message("%RETRY%" + "g" * 249, b"x")]))
         with pytest.raises(InvalidTopicError, match="the limit is 127"):
             s.pull("OrderTopic" * 20, 0, 0)
-        assert s.commitlog.wrote == before
+        assert s.commitlog.wrote_offset == before
 
 
 class StepClock:

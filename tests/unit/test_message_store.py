@@ -89,7 +89,7 @@ def test_consume_queues_ahead_of_a_cut_commitlog_are_truncated(tmp_path: Path) -
         f.write(b"\0\0\0\0")  # break the magic: the commitlog ends here now
     (tmp_path / "abort").touch()
     with MessageStore(tmp_path, CFG) as s:
-        assert s.commitlog.wrote == cut_at
+        assert s.commitlog.wrote_offset == cut_at
         cq = s.consume_queues.find("T0", 0)
         assert cq.max_offset == 30
         units = cq.read_units(0, 100)
@@ -127,9 +127,9 @@ def test_background_dispatch_keeps_up(tmp_path: Path, flush: str) -> None:
             s.append(MessageBatch(topics="T", bodies=[b"z" * 64] * 200, queue_ids=np.arange(200) % 4, tags="A"))
         deadline = time.monotonic() + 30  # the reput thread builds the queues while the store runs
 
-        def done() -> bool:  # (the loop moves reput_offset just after the sinks took a chunk)
+        def done() -> bool:  # (the loop moves dispatched_offset just after the sinks took a chunk)
             return (
-                s.dispatcher.reput_offset == s.commitlog.wrote
+                s.dispatcher.dispatched_offset == s.commitlog.wrote_offset
                 and sum(cq.max_offset for cq in s.consume_queues.all()) == 10_000
             )
 

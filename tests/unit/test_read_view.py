@@ -98,13 +98,13 @@ def test_a_view_of_a_crashed_store_reads_what_the_files_hold(tmp_path: Path) -> 
     (crashed / "config" / "derivedOffset.json").unlink()  # no hint: the view walks the last segment
     seg = sorted((crashed / "commitlog").iterdir())[-1]
     with MessageStore(store, CFG, background_dispatch=False) as s:
-        end = s.commitlog.wrote
+        end = s.commitlog.wrote_offset
     with open(seg, "r+b") as f:  # a torn record after the last one
         f.seek(end - int(seg.name))
         f.write(b"\x00\x00\x01\x00\xda\xa3\x20\xa7" + b"\xff" * 40)
     before = fingerprint(crashed)
     with ReadView(crashed) as v:
-        assert v.commitlog.wrote == end
+        assert v.commitlog.wrote_offset == end
         assert v.read_msg_id(ids[-1]).body == b"m299"
         assert ask_everything(v)
     assert fingerprint(crashed) == before

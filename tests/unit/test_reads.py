@@ -31,7 +31,7 @@ class Rec:
         return f"{'AB' * 8}{self.physical_offset:016X}"
 
 
-class Shard:
+class ModelPorts:
     """One queue per topic, queue id 0; record i of a queue at commitlog offset
     1000 * (queue offset + 1); ``min_offset`` units were deleted; ``blank`` leading
     units are pre-blank fillers. Counts the port calls."""
@@ -103,7 +103,7 @@ def offsets_of(answer) -> list[int]:
 
 
 def test_every_pull_status():
-    s = Shard(["A"] * 10, min_offset=3)
+    s = ModelPorts(["A"] * 10, min_offset=3)
     cases = {
         PullStatus.FOUND: (pull(s, 5, max_count=2), [5, 6], 7),
         PullStatus.OFFSET_TOO_SMALL: (pull(s, 1), [], 3),
@@ -119,7 +119,7 @@ def test_every_pull_status():
 
 
 def test_a_full_page_goes_on_after_the_last_message_taken():
-    s = Shard(["A", "B"] * 20)
+    s = ModelPorts(["A", "B"] * 20)
     a = pull(s, 0, max_count=3, tags={"B"})
     assert offsets_of(a) == [1, 3, 5] and a.next_offset == 6
     assert offsets_of(pull(s, a.next_offset, max_count=3, tags={"B"})) == [7, 9, 11]
@@ -131,7 +131,7 @@ def test_a_tag_filter_finds_every_match_over_several_pages():
     tags = ["A"] * 1500
     for i in (10, 310, 610, 910):
         tags[i] = "Rare"
-    s = Shard(tags)
+    s = ModelPorts(tags)
     a = pull(s, 0, max_count=32, tags={"Rare"})
     assert offsets_of(a) == [10, 310, 610, 910] and a.status is PullStatus.FOUND
     assert a.next_offset == 1500 and s.calls.count("units") == 6
@@ -140,7 +140,7 @@ def test_a_tag_filter_finds_every_match_over_several_pages():
 def test_a_tag_filter_answers_after_its_budget():
     tags = ["A"] * (reads.TAG_SCAN_UNITS + 600)
     tags[-1] = "Rare"
-    s = Shard(tags)
+    s = ModelPorts(tags)
     a = pull(s, 0, max_count=1, tags={"Rare"})
     assert (a.status, a.records, a.next_offset) == (PullStatus.NO_MATCHED_MESSAGE, [], reads.TAG_SCAN_UNITS)
     b = pull(s, a.next_offset, max_count=1, tags={"Rare"})
@@ -150,7 +150,7 @@ def test_a_tag_filter_answers_after_its_budget():
 def test_tags_codes_collide_but_the_exact_tag_decides():
     """tagsCode is a hash: a decoded pull checks the TAGS string too; a raw pull
     filters by code only (the client checks), as RocketMQ's broker."""
-    s = Shard(["Aa", "BB", "Aa"])  # Java's String.hashCode("Aa") == hashCode("BB")
+    s = ModelPorts(["Aa", "BB", "Aa"])  # Java's String.hashCode("Aa") == hashCode("BB")
     assert tags_code("Aa") == tags_code("BB")
     assert offsets_of(pull(s, 0, tags={"Aa"})) == [0, 2]
     raw = pull(s, 0, tags_codes={tags_code("Aa")}, raw=True)
@@ -158,7 +158,7 @@ def test_tags_codes_collide_but_the_exact_tag_decides():
 
 
 def test_pre_blank_units_hold_no_message():
-    s = Shard(["A"] * 6, blank=2)
+    s = ModelPorts(["A"] * 6, blank=2)
     assert offsets_of(pull(s, 0)) == []  # the min offset is past them
     page = s.units("T", 0, 0, 10)
     assert page.first_offset == 2 and reads.real_units(page).all()
@@ -169,7 +169,7 @@ def test_pre_blank_units_hold_no_message():
 
 
 def test_records_deleted_under_a_pull_are_passed_over():
-    s = Shard(["A"] * 8)
+    s = ModelPorts(["A"] * 8)
     s.deleted.add(3000)
     a = pull(s, 0, max_count=8)
     assert offsets_of(a) == [0, 1, 3, 4, 5, 6, 7] and a.next_offset == 8
@@ -177,8 +177,8 @@ def test_records_deleted_under_a_pull_are_passed_over():
 
 def test_a_topic_without_read_perm_is_refused():
     with pytest.raises(TopicPermissionError):
-        pull(Shard(["A"], perm=2), 0)
-    assert offsets_of(pull(Shard(["A"], perm=6), 0)) == [0]
+        pull(ModelPorts(["A"], perm=2), 0)
+    assert offsets_of(pull(ModelPorts(["A"], perm=6), 0)) == [0]
 
 
 @pytest.mark.parametrize(
@@ -193,7 +193,7 @@ def test_a_topic_without_read_perm_is_refused():
     ],
 )
 def test_bad_pulls_fail_before_any_port_call(kw, error):
-    s = Shard(["A"])
+    s = ModelPorts(["A"])
     args = dict(topic="T", queue_id=0, offset=0) | {k: v for k, v in kw.items() if k in ("topic", "queue_id", "offset")}
     with pytest.raises(error):
         reads.drive(reads.pull(args["topic"], args["queue_id"], args["offset"], max_count=kw.get("max_count", 32)), s)
@@ -211,19 +211,19 @@ def test_tag_expressions():
 
 
 def test_by_queue_offset():
-    s = Shard(["A"] * 5, min_offset=1)
+    s = ModelPorts(["A"] * 5, min_offset=1)
     assert reads.drive(reads.by_queue_offset("T", 0, 3), s).physical_offset == 4000
     for off, why in ((0, r"\[1, 5\)"), (5, r"\[1, 5\)")):
         with pytest.raises(NotFoundError, match=why):
             reads.drive(reads.by_queue_offset("T", 0, off), s)
-    blank = Shard(["A"] * 3, blank=1)
+    blank = ModelPorts(["A"] * 3, blank=1)
     blank.min_offset = 0  # a queue RocketMQ filled with pre-blank units starts at them
     with pytest.raises(NotFoundError, match="pre-blank"):
         reads.drive(reads.by_queue_offset("T", 0, 0), blank)
 
 
 def test_by_msg_id_must_name_the_record_it_finds():
-    s = Shard(["A"] * 3)
+    s = ModelPorts(["A"] * 3)
     rec = s.records[2000]
     assert reads.drive(reads.by_msg_id(rec.msg_id.lower(), 2000), s) is rec
     other_host = "C0A80001" + "0000" * 2 + f"{2000:016X}"
@@ -237,7 +237,7 @@ def test_by_msg_id_must_name_the_record_it_finds():
 
 
 def test_key_answers_merge_newest_first_over_shards():
-    a, b = Shard(["A"] * 9), Shard(["A"] * 9)
+    a, b = ModelPorts(["A"] * 9), ModelPorts(["A"] * 9)
     for r in b.records.values():
         r.store_timestamp += 3  # b's record i is as new as a's record i + 3
     parts = [(i, reads.drive(reads.by_key("T", "k1", max_num=64), s)) for i, s in enumerate((a, b))]
@@ -250,7 +250,7 @@ def test_key_answers_merge_newest_first_over_shards():
 
 
 def test_key_hits_are_checked_against_the_record():
-    s = Shard(["A"] * 6)
+    s = ModelPorts(["A"] * 6)
     s.records[2000].topic = "Other"  # a hash hit of another topic
     found = reads.drive(reads.by_key("T", "k1", max_num=64), s)
     assert sorted(r.physical_offset for r in found) == [5000]
@@ -265,14 +265,14 @@ def test_no_key_found_and_bad_key_queries():
         reads.newest_first([], 32, "T", "x", unique=True)
     for kw in (dict(max_num=65), dict(begin=5, end=4), dict(key="")):
         with pytest.raises(InvalidArgumentError):
-            reads.drive(reads.by_key("T", kw.pop("key", "k"), **kw), Shard([]))
+            reads.drive(reads.by_key("T", kw.pop("key", "k"), **kw), ModelPorts([]))
 
 
 # ---------------------------------------------------------------------- topic status
 
 
 def test_topic_status_and_an_unknown_topic():
-    s = Shard(["A"] * 4, min_offset=1)
+    s = ModelPorts(["A"] * 4, min_offset=1)
     (q,) = reads.merge_topic_status("T", [reads.drive(reads.topic_status("T", 3), s)])
     assert (q.queue_id, q.min_offset, q.max_offset, q.last_store_timestamp, q.shard) == (0, 1, 4, 10_003, 3)
     with pytest.raises(NotFoundError, match="no queues"):

@@ -27,7 +27,7 @@ def build(path: Path, *, fake_at_split: bool = False) -> list[int]:
             body = [os.urandom(200 + (i * 37 + j) % 900) for j in range(100)]
             if fake_at_split and i == 30:
                 # A body that holds a fake record head claiming its own absolute position.
-                at = cl.wrote + 88 + 16
+                at = cl.wrote_offset + 88 + 16
                 fake = bytearray(os.urandom(600))
                 fake[16:20] = (400).to_bytes(4, "big")
                 fake[20:24] = (MAGIC_V1 & 0xFFFFFFFF).to_bytes(4, "big")
@@ -69,7 +69,7 @@ def recover_both(path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple:
 
 
 def same(par, seq) -> None:
-    assert par.write_position == seq.write_position
+    assert par.wrote_offset == seq.wrote_offset
     assert par.truncated_at == seq.truncated_at
     assert par.records == seq.records
     assert par.queue_offsets == seq.queue_offsets
@@ -111,7 +111,7 @@ def test_damage_in_either_half(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, 
     flip(tmp_path / "s", victim + 200)  # inside the body: a CRC failure
     par, seq = recover_both(tmp_path / "s", monkeypatch)
     same(par, seq)
-    assert par.write_position == victim
+    assert par.wrote_offset == victim
 
 
 def test_a_fake_record_in_a_body_cannot_fool_the_split(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -95,7 +95,7 @@ def test_after_a_crash_only_what_followed_the_last_thorough_flush_is_dispatched_
     index_files = sorted(p.name for p in (tmp_path / "index").iterdir())
     with MessageStore(tmp_path, CFG) as s:
         assert not s.commitlog.recovery.clean_shutdown
-        assert s.dispatcher.dispatched <= 1  # only the last indexed record, which the index end points at
+        assert s.dispatcher.dispatched_records <= 1  # only the last indexed record, which the index end points at
         assert sorted(p.name for p in (tmp_path / "index").iterdir()) == index_files  # the index was kept
         assert {q: s.consume_queues.find("T", q).max_offset for q in range(4)} == nxt
         assert appended_offsets(s) == [nxt[q] for q in range(4)]
@@ -103,7 +103,7 @@ def test_after_a_crash_only_what_followed_the_last_thorough_flush_is_dispatched_
     (tmp_path / "config" / "derivedOffset.json.bak").unlink(missing_ok=True)
     (tmp_path / "abort").touch()
     with MessageStore(tmp_path, CFG) as s:  # without the record: RocketMQ's rule, from the recovery start
-        assert s.dispatcher.dispatched > 0
+        assert s.dispatcher.dispatched_records > 0
         assert {q: s.consume_queues.find("T", q).max_offset for q in range(4)} == {q: nxt[q] + 1 for q in range(4)}
 
 
@@ -132,7 +132,7 @@ def test_progress_is_readable_while_the_store_opens_and_status_reports_it(tmp_pa
         assert set(seen) <= {"starting", "commitlog", "consume_queues", "dispatch", "ready"}
         st = s.status()
         assert st["state"] == "ready" and st["progress"]["phase"] == "ready" and st["writable"]
-        assert st["last_recovery"]["clean_shutdown"] is False and st["wrote"] == s.commitlog.wrote
+        assert st["last_recovery"]["clean_shutdown"] is False and st["wrote"] == s.commitlog.wrote_offset
 
 
 def test_after_a_crash_only_bytes_past_the_confirmed_offset_are_validated(tmp_path: Path) -> None:
@@ -149,11 +149,11 @@ def test_after_a_crash_only_bytes_past_the_confirmed_offset_are_validated(tmp_pa
         rec = s.commitlog.recovery
         assert not rec.clean_shutdown and int(rec.start_segment) == confirmed - confirmed % CFG.segment_bytes
         assert rec.records == len(offsets) - len(offsets) * 3 // 4  # exactly the records from there on
-        assert rec.bytes_validated <= s.commitlog.wrote - confirmed  # (segment-end BLANKs are not counted)
-        assert s.commitlog.wrote > offsets[-1]  # nothing was cut
+        assert rec.bytes_validated <= s.commitlog.wrote_offset - confirmed  # (segment-end BLANKs are not counted)
+        assert s.commitlog.wrote_offset > offsets[-1]  # nothing was cut
     write_checkpoint(tmp_path, dataclasses.replace(read_checkpoint(tmp_path), confirm_phy_offset=confirmed + 7))
     (tmp_path / "abort").touch()
     with MessageStore(tmp_path, CFG) as s:  # not a record start: the timestamp rule, from a segment's start
         rec = s.commitlog.recovery
         assert int(rec.start_segment) % CFG.segment_bytes == 0 and rec.records > 0
-        assert s.commitlog.wrote > offsets[-1] and rec.truncated_at is None
+        assert s.commitlog.wrote_offset > offsets[-1] and rec.truncated_at is None

@@ -65,7 +65,7 @@ def retention(store: MessageStore, *, usage=0.1, index=None, **config) -> Retent
     return Retention(
         store.commitlog,
         store.consume_queues,
-        reput_offset=lambda: store.dispatcher.reput_offset,
+        dispatched_offset=lambda: store.dispatcher.dispatched_offset,
         index=index,
         config=RetentionConfig(**config),
         disk_usage=usage if callable(usage) else (lambda: usage),
@@ -132,7 +132,7 @@ def test_never_the_segment_holding_the_write_position(tmp_path: Path) -> None:
         rep = retention(s, delete_when=f"{hour_of(now)}", max_deletes_per_run=100).run_once(now)
         assert [d.name for d in rep.deleted] == names[:-1]
         assert segments(tmp_path) == names[-1:]
-        assert s.commitlog.min_offset == int(names[-1]) <= s.commitlog.wrote
+        assert s.commitlog.min_offset == int(names[-1]) <= s.commitlog.wrote_offset
         assert retention(s, usage=0.99, delete_when=f"{hour_of(now)}").run_once(now).deleted == ()
         more = fill(s, 3)  # appends carry on, into new segments
         assert s.wait_dispatched()
@@ -145,14 +145,14 @@ def test_never_a_segment_not_yet_dispatched(tmp_path: Path) -> None:
     with MessageStore(tmp_path, CFG, background_dispatch=False) as s:
         offsets = fill(s, 10)  # nothing dispatched: reput offset stays at 0
         names = segments(tmp_path)
-        assert len(names) >= 4 and s.dispatcher.reput_offset == 0
+        assert len(names) >= 4 and s.dispatcher.dispatched_offset == 0
         age(tmp_path, names, 100, now)
         rep = retention(s, usage=0.99, delete_when=here).run_once(now)  # even forced
-        assert rep.deleted == () and rep.held_by_reput and rep.reput_offset == 0
+        assert rep.deleted == () and rep.held_by_reput and rep.dispatched_offset == 0
         assert segments(tmp_path) == names
 
         s.dispatcher.run_once()  # dispatches the first segment only
-        assert s.dispatcher.reput_offset == CFG.segment_bytes
+        assert s.dispatcher.dispatched_offset == CFG.segment_bytes
         rep = retention(s, delete_when=here).run_once(now)
         assert [d.name for d in rep.deleted] == names[:1] and rep.held_by_reput
 
@@ -283,7 +283,7 @@ def test_reopen_after_deletion(tmp_path: Path) -> None:
         with MessageStore(tmp_path, CFG) as s:
             assert s.commitlog.recovery.clean_shutdown is not abnormal
             assert s.commitlog.min_offset == int(names[5])
-            assert s.commitlog.wrote >= offsets[-1]
+            assert s.commitlog.wrote_offset >= offsets[-1]
             for q in range(QUEUES):
                 cq = s.consume_queues.find("T", q)
                 assert (cq.min_offset, cq.max_offset) == (mins[q], maxs[q])

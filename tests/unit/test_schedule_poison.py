@@ -58,12 +58,12 @@ def test_a_poison_record_is_skipped_and_later_delays_are_delivered(tmp_path: Pat
         assert s.scheduler.deliver_due(clock.now) == 1  # both units consumed: one delivered, one skipped
         assert s.scheduler.skipped == 1 and s.scheduler.delivered == 1
         assert real_bodies(s) == [b"after"]
-        wrote = s.commitlog.wrote
+        wrote = s.commitlog.wrote_offset
         for _ in range(5):  # the poison is never redelivered (self-feeding would grow the log every pass)
             clock.now += 1000
             s.scheduler.deliver_due(clock.now)
         s.dispatcher.catch_up()
-        assert s.commitlog.wrote == wrote
+        assert s.commitlog.wrote_offset == wrote
         cq = s.consume_queues.find(SCHEDULE_TOPIC, 0)
         assert cq.max_offset == 2
         assert s.status()["loops"]["delay_scheduler"]["skipped"] == 1
@@ -112,7 +112,7 @@ def test_producers_can_not_write_the_schedule_topic(tmp_path: Path) -> None:
             )
         with pytest.raises(ValueError, match="SCHEDULE_SOURCE"):  # would move the scheduler's progress
             s.append(MessageBatch(topics="Orders", bodies=[b"x"], properties={"SCHEDULE_SOURCE": "1:1000000"}))
-        assert s.commitlog.wrote == 0
+        assert s.commitlog.wrote_offset == 0
 
 
 def test_a_forged_schedule_source_in_an_old_store_does_not_stop_the_open(tmp_path: Path) -> None:

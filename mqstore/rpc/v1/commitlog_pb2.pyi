@@ -42,16 +42,16 @@ class ReadResponse(_message.Message):
     def __init__(self, offsets: _Optional[_Iterable[int]] = ..., records: _Optional[_Iterable[_Union[_common_pb2.Record, _Mapping]]] = ..., raw_records: _Optional[_Iterable[bytes]] = ...) -> None: ...
 
 class ReadRangeRequest(_message.Message):
-    __slots__ = ("offset", "max_bytes", "wait_ms", "acked_offset")
+    __slots__ = ("offset", "max_bytes", "wait_ms", "dispatched_offset")
     OFFSET_FIELD_NUMBER: _ClassVar[int]
     MAX_BYTES_FIELD_NUMBER: _ClassVar[int]
     WAIT_MS_FIELD_NUMBER: _ClassVar[int]
-    ACKED_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    DISPATCHED_OFFSET_FIELD_NUMBER: _ClassVar[int]
     offset: int
     max_bytes: int
     wait_ms: int
-    acked_offset: int
-    def __init__(self, offset: _Optional[int] = ..., max_bytes: _Optional[int] = ..., wait_ms: _Optional[int] = ..., acked_offset: _Optional[int] = ...) -> None: ...
+    dispatched_offset: int
+    def __init__(self, offset: _Optional[int] = ..., max_bytes: _Optional[int] = ..., wait_ms: _Optional[int] = ..., dispatched_offset: _Optional[int] = ...) -> None: ...
 
 class ReadRangeResponse(_message.Message):
     __slots__ = ("offset", "data", "record_count", "next_offset", "incarnation", "confirm_offset", "min_offset", "forced_deleted_to")

@@ -9,8 +9,8 @@ class DispatcherStatusRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class DispatcherStatusResponse(_message.Message):
-    __slots__ = ("reput_offset", "confirm_offset", "lag_bytes", "dispatched_records", "batches", "running", "last_error", "incarnation", "resyncs")
-    REPUT_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    __slots__ = ("dispatched_offset", "confirm_offset", "lag_bytes", "dispatched_records", "batches", "running", "last_error", "incarnation", "resyncs")
+    DISPATCHED_OFFSET_FIELD_NUMBER: _ClassVar[int]
     CONFIRM_OFFSET_FIELD_NUMBER: _ClassVar[int]
     LAG_BYTES_FIELD_NUMBER: _ClassVar[int]
     DISPATCHED_RECORDS_FIELD_NUMBER: _ClassVar[int]
@@ -19,7 +19,7 @@ class DispatcherStatusResponse(_message.Message):
     LAST_ERROR_FIELD_NUMBER: _ClassVar[int]
     INCARNATION_FIELD_NUMBER: _ClassVar[int]
     RESYNCS_FIELD_NUMBER: _ClassVar[int]
-    reput_offset: int
+    dispatched_offset: int
     confirm_offset: int
     lag_bytes: int
     dispatched_records: int
@@ -28,4 +28,4 @@ class DispatcherStatusResponse(_message.Message):
     last_error: str
     incarnation: int
     resyncs: int
-    def __init__(self, reput_offset: _Optional[int] = ..., confirm_offset: _Optional[int] = ..., lag_bytes: _Optional[int] = ..., dispatched_records: _Optional[int] = ..., batches: _Optional[int] = ..., running: _Optional[bool] = ..., last_error: _Optional[str] = ..., incarnation: _Optional[int] = ..., resyncs: _Optional[int] = ...) -> None: ...
+    def __init__(self, dispatched_offset: _Optional[int] = ..., confirm_offset: _Optional[int] = ..., lag_bytes: _Optional[int] = ..., dispatched_records: _Optional[int] = ..., batches: _Optional[int] = ..., running: _Optional[bool] = ..., last_error: _Optional[str] = ..., incarnation: _Optional[int] = ..., resyncs: _Optional[int] = ...) -> None: ...
