@@ -48,8 +48,31 @@ def _export_credentials(access_key: str | None, secret_key: str | None) -> None:
             os.environ[name] = value
 
 
+def version_line() -> str:
+    """``mqstore 0.1.0 (compiled core: loaded, <path of the extension>)``."""
+    from mqstore import __version__
+    from mqstore.kernels import core_status
+
+    return f"mqstore {__version__} (compiled core: {core_status()})"
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        print(version_line())
+        raise typer.Exit()
+
+
 @app.callback()
 def _root(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version",
+            is_eager=True,
+            callback=_print_version,
+            help="Print the version and whether the compiled core is loaded, then exit.",
+        ),
+    ] = False,
     log_level: Annotated[
         str, typer.Option("--log-level", help="debug, info, warning or error (logs go to stderr).")
     ] = "warning",

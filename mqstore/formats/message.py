@@ -56,6 +56,7 @@ from mqstore.errors import DecodeError
 from mqstore.formats.crc import CRC_MASK, body_crc, crc32
 from mqstore.formats.msgid import Host, decode_host, offset_msg_id_prefix
 from mqstore.formats.properties import parse_properties
+from mqstore.kernels import _scan
 
 MAGIC_V1 = -626843481  # 0xDAA320A7
 MAGIC_V2 = -626843477  # 0xDAA320AB
@@ -343,6 +344,8 @@ class ScanResult(NamedTuple):
 
 
 MIN_RECORD_BYTES = record_size(body_len=0, topic_len=0, props_len=0)
+# The compiled scan has these values built in.
+assert _scan.FORMAT == (MAGIC_V1, MAGIC_V2, BLANK_RECORD_BYTES, MIN_RECORD_BYTES, CRC_MASK), _scan.FORMAT
 
 
 class _Fields:
@@ -400,68 +403,69 @@ def scan_records(
     base_offset: int | None = None,
     fields: bool = False,
 ) -> ScanResult:
-    """Walk records from ``start`` up to ``end`` (the end of written data) and
-    validate them in bulk.
+    """Walk records from ``start`` up to ``end`` (the end of written data, at most
+    ``len(buf)``) and validate them.
 
-    The walk follows TOTALSIZE (the only sequential part); magic, layout, lengths,
-    positions and CRCs are then checked for all records at once. Stops at a BLANK
-    record (END_OF_SEGMENT), at the first invalid record (INVALID: nothing from there
-    on is trusted), or with LIMIT at ``end``, after ``max_records`` or before a record
-    that would take the walk past ``start + max_bytes`` (one record at least). With
-    ``base_offset`` (the buffer's commitlog offset) a record whose PHYSICALOFFSET field
-    is not its own position is invalid too: stale bytes past a truncation never pass.
-    With ``fields`` the result carries the valid records' RecordFields, gathered in
-    the same passes.
+    One compiled pass (mqstore/kernels/_scan.pyx, without the GIL) follows TOTALSIZE
+    and checks each record's magic, layout, lengths, position and CRC as it goes.
+    Stops at a BLANK record (END_OF_SEGMENT), at the first invalid record (INVALID:
+    nothing from there on is trusted), or with LIMIT at ``end``, after ``max_records``
+    or before a record that would take the walk past ``start + max_bytes`` (one record
+    at least). With ``base_offset`` (the buffer's commitlog offset) a record whose
+    PHYSICALOFFSET field is not its own position is invalid too: stale bytes past a
+    truncation never pass. With ``fields`` the result carries the valid records'
+    RecordFields, gathered in the same pass. tests/kernels/model_scan.py is the
+    reference model the kernel is held to.
     """
-    positions = _walk(buf, start, end, max_records, max_bytes)
-    pos_arr = np.array(positions, np.int64)
-    n = len(positions)
-    stop = positions[-1] + _SIZE_MAGIC.unpack_from(buf, positions[-1])[0] if n else start
-    if n == 0:
-        res = _scan_stop_without_records(buf, start, end, pos_arr)
-        return res._replace(fields=NO_FIELDS) if fields else res
+    if start < 0 or end > len(buf):
+        raise ValueError(f"scan of [{start}, {end}) outside a buffer of {len(buf)} bytes")
+    limit = end if max_bytes is None else min(end, start + max_bytes)
+    budget = -1 if max_records is None else max_records
+    # Valid records take at least MIN_RECORD_BYTES each (+1: the first may cross the limit).
+    cap = max(limit - start, 0) // MIN_RECORD_BYTES + 1
+    if max_records is not None and max_records >= 0:
+        cap = min(cap, max(max_records, 1))
+    cap = min(cap, _FIRST_CAPACITY)
+    parts: list[tuple[np.ndarray, np.ndarray, np.ndarray | None]] = []
+    pos, first = start, True
+    while True:
+        positions, sizes = np.empty(cap, np.int64), np.empty(cap, np.int64)
+        cols = np.empty((_scan.COLUMNS, cap), np.int64) if fields else None
+        k, pos, code = _scan.scan(buf, pos, end, limit, budget, first, check_crc, base_offset, positions, sizes, cols)
+        parts.append((positions[:k], sizes[:k], cols[:, :k] if cols is not None else None))
+        if code != _scan.STOP_FULL:
+            break
+        first = False
+        if budget > 0:
+            budget -= k
+        cap *= 4
+    if len(parts) == 1:
+        positions, sizes, cols = parts[0]
+    else:
+        positions = np.concatenate([p[0] for p in parts])
+        sizes = np.concatenate([p[1] for p in parts])
+        cols = np.concatenate([p[2] for p in parts], axis=1) if fields else None
+    if code == _scan.STOP_LAYOUT:
+        size = _I32.unpack_from(buf, pos)[0]
+        reason = f"record at {pos} of {size} bytes: its fields disagree with TOTALSIZE or its position"
+        res = ScanResult(positions, sizes, pos, ScanOutcome.INVALID, reason)
+    elif code == _scan.STOP_CRC:
+        res = ScanResult(positions, sizes, pos, ScanOutcome.INVALID, f"record at {pos}: body CRC mismatch")
+    else:  # classify what lies where the walk stopped
+        tail = _scan_stop_without_records(buf, pos, end, positions[:0])
+        res = ScanResult(positions, sizes, pos, tail.outcome, tail.reason)
+    if not fields:
+        return res
+    if not len(positions):
+        return res._replace(fields=NO_FIELDS)
     f = _Fields(buf)
     try:
-        return _validate(buf, f, pos_arr, positions, stop, end, check_crc, base_offset, fields)
+        return res._replace(fields=_fields_of(buf, f, *cols))
     finally:
         f.release()
 
 
-def _walk(buf, start: int, end: int, max_records: int | None, max_bytes: int | None) -> list[int]:
-    """Record starts from ``start``, following TOTALSIZE; stops at an impossible size
-    (zeros, garbage), a record running past ``end`` or a limit (the first record is
-    taken even if it alone exceeds ``max_bytes``). Validation follows."""
-    positions: list[int] = []
-    append = positions.append
-    unpack = _I32.unpack_from
-    pos = start
-    last = end - 8
-    limit = end if max_bytes is None else min(end, start + max_bytes)
-    # Two copies of the loop on purpose: the first (recovery's hot path) has no
-    # record budget to count down, which is ~15% of its time per record.
-    if max_records is None:
-        while pos <= last:
-            size = unpack(buf, pos)[0]
-            nxt = pos + size
-            if size < BLANK_RECORD_BYTES or nxt > limit:
-                break
-            append(pos)
-            pos = nxt
-    else:
-        budget = max_records
-        while pos <= last and budget:
-            size = unpack(buf, pos)[0]
-            nxt = pos + size
-            if size < BLANK_RECORD_BYTES or nxt > limit:
-                break
-            append(pos)
-            pos = nxt
-            budget -= 1
-    if not positions and limit < end and pos <= last:
-        size = unpack(buf, pos)[0]
-        if size >= BLANK_RECORD_BYTES and pos + size <= end:
-            append(pos)
-    return positions
+_FIRST_CAPACITY = 1 << 16  # records per kernel call before the output arrays grow (x4 each time)
 
 
 def _scan_stop_without_records(buf, start: int, end: int, empty: np.ndarray) -> ScanResult:
@@ -477,79 +481,6 @@ def _scan_stop_without_records(buf, start: int, end: int, empty: np.ndarray) -> 
     else:
         reason = f"no record at {start} (size {size}, magic {magic & 0xFFFFFFFF:#010x})"
     return ScanResult(empty, empty.copy(), start, ScanOutcome.INVALID, reason)
-
-
-def _validate(
-    buf,
-    f: _Fields,
-    pos_arr: np.ndarray,
-    positions: list[int],
-    stop: int,
-    end: int,
-    check_crc: bool,
-    base_offset: int | None,
-    want_fields: bool,
-) -> ScanResult:
-    n = len(positions)
-    all_sizes = f.get(pos_arr, ">i4")
-    all_magic = f.get(pos_arr + 4, ">i4")
-    # Only whole message records are inspected further: cut at the first BLANK or bad head.
-    head_bad = ((all_magic != MAGIC_V1) & (all_magic != MAGIC_V2)) | (all_sizes < MIN_RECORD_BYTES)
-    first = np.flatnonzero(head_bad)
-    k = int(first[0]) if first.size else n
-    at, sizes, magic = pos_arr[:k], all_sizes[:k], all_magic[:k]
-    rec_end = at + sizes
-    head, store_ts, body_len_at = f.heads(at)
-    bad = body_len_at + 4 > rec_end
-    body_len_at = np.where(bad, at, body_len_at)
-    body_len = f.get(body_len_at, ">i4")
-    v2 = magic == MAGIC_V2
-    topic_len_bytes = np.where(v2, 2, 1)  # the only difference between V1 and V2
-    bad |= (body_len < 0) | (body_len_at + 4 + body_len + topic_len_bytes + 2 > rec_end)
-    topic_len_at = np.where(bad, at, body_len_at + 4 + body_len)
-    topic_len = np.where(v2, f.get(topic_len_at, ">i2"), f.get(topic_len_at, "i1"))
-    props_len_at = topic_len_at + topic_len_bytes + topic_len
-    bad |= (topic_len < 0) | (props_len_at + 2 > rec_end)
-    props_len_at = np.where(bad, at, props_len_at)
-    props_len = f.get(props_len_at, ">i2")
-    bad |= (props_len < 0) | (props_len_at + 2 + props_len != rec_end)
-    if base_offset is not None:
-        bad |= head["physical_offset"] != at + base_offset
-    reason = ""
-    layout_bad = np.flatnonzero(bad)
-    if layout_bad.size:
-        k = int(layout_bad[0])
-        reason = (
-            f"record at {positions[k]} of {int(sizes[k])} bytes: its fields disagree with TOTALSIZE or its position"
-        )
-    if check_crc and k:
-        stored = head["body_crc"][:k].astype(np.int64)
-        starts = (body_len_at[:k] + 4).tolist()
-        ends = (body_len_at[:k] + 4 + body_len[:k]).tolist()
-        mv = memoryview(buf)
-        try:
-            actual = np.array([crc32(mv[a:b]) for a, b in zip(starts, ends)], np.int64) & CRC_MASK
-        finally:
-            mv.release()
-        mismatch = np.flatnonzero((actual != stored) & (body_len[:k] > 0))
-        if mismatch.size:
-            k = int(mismatch[0])
-            reason = f"record at {positions[k]}: body CRC mismatch"
-    fields = None
-    if want_fields:
-        fields = (
-            _fields_of(buf, f, head[:k], store_ts[:k], topic_len_at[:k] + topic_len_bytes[:k], topic_len[:k])
-            if k
-            else NO_FIELDS
-        )
-    if k < n:
-        if reason:
-            return ScanResult(pos_arr[:k], all_sizes[:k], positions[k], ScanOutcome.INVALID, reason, fields)
-        tail = _scan_stop_without_records(buf, positions[k], end, pos_arr[:0])
-        return ScanResult(pos_arr[:k], all_sizes[:k], positions[k], tail.outcome, tail.reason, fields)
-    # The walk ended on its own: classify what lies at ``stop``.
-    tail = _scan_stop_without_records(buf, stop, end, pos_arr[:0])
-    return ScanResult(pos_arr, all_sizes, stop, tail.outcome, tail.reason, fields)
 
 
 class RecordFields(NamedTuple):
@@ -580,7 +511,18 @@ def record_fields(buf: bytes | memoryview, positions: np.ndarray) -> RecordField
         topic_len_at = body_len_at + 4 + f.get(body_len_at, ">i4")
         v2 = head["magic"] == MAGIC_V2
         topic_len = np.where(v2, f.get(topic_len_at, ">i2"), f.get(topic_len_at, "i1"))
-        return _fields_of(buf, f, head, store_ts, topic_len_at + np.where(v2, 2, 1), topic_len)
+        topic_at = topic_len_at + np.where(v2, 2, 1)
+        return _fields_of(
+            buf,
+            f,
+            head["queue_id"].astype(np.int64),
+            head["queue_offset"].astype(np.int64),
+            head["sysflag"].astype(np.int64),
+            store_ts,
+            topic_at,
+            topic_len,
+            f.get(topic_at + topic_len, ">i2"),
+        )
     finally:
         f.release()
 
@@ -601,16 +543,25 @@ def record_heads(buf: bytes | memoryview, positions: np.ndarray) -> np.ndarray:
 
 
 def _fields_of(
-    buf, f: _Fields, head: np.ndarray, store_ts: np.ndarray, topic_at: np.ndarray, topic_len: np.ndarray
+    buf,
+    f: _Fields,
+    queue_ids: np.ndarray,
+    queue_offsets: np.ndarray,
+    sysflags: np.ndarray,
+    store_ts: np.ndarray,
+    topic_at: np.ndarray,
+    topic_len: np.ndarray,
+    props_len: np.ndarray,
 ) -> RecordFields:
-    """RecordFields from gathered heads and topic locations.
+    """RecordFields from gathered head columns, topic locations and properties lengths
+    (int64 arrays, one entry per record).
 
     Topics repeat, so each distinct topic is decoded once. A topic of up to 16 bytes
     is identified exactly by its length and its first and last 8 bytes (two strided
     reads that end at the topic's end: >= 68 record bytes precede any topic, so a
     short topic is the low bytes of the 8 that end it); longer ones by whole rows.
     """
-    n = len(head)
+    n = len(queue_ids)
     tail8 = f.get(topic_at + topic_len - 8, ">u8").view(np.uint64)
     head8 = f.get(np.where(topic_len >= 8, topic_at, topic_at + topic_len - 8), ">u8").view(np.uint64)
     short = topic_len < 8
@@ -641,16 +592,15 @@ def _fields_of(
             bytes(mv[a : a + ln]).decode("utf-8", "replace")
             for a, ln in zip(topic_at[first].tolist(), topic_len[first].tolist(), strict=True)
         ]
-    props_at = topic_at + topic_len + 2
     return RecordFields(
-        head["queue_id"].astype(np.int64),
-        head["queue_offset"].astype(np.int64),
-        head["sysflag"].astype(np.int64),
+        queue_ids,
+        queue_offsets,
+        sysflags,
         store_ts,
         codes.astype(np.int64).ravel(),
         topics,
-        props_at,
-        f.get(props_at - 2, ">i2"),
+        topic_at + topic_len + 2,
+        props_len,
     )
 
 

@@ -1,0 +1,30 @@
+"""mqstore's compiled core: Cython kernels for the per-record loops (issue 15).
+
+The kernels are compiled from the ``.pyx`` files next to this one when the package is
+installed (``setup.py``; ``pip install -e .`` or ``pip install .``, which needs a C
+compiler and zlib's headers). There is no pure-Python fallback in production: if the
+extension is missing, importing this package fails with an ImportError saying how to
+build it. The numpy/Python versions the kernels replaced live in ``tests/kernels/`` as
+reference models, which differential tests hold the kernels to.
+"""
+
+from __future__ import annotations
+
+BUILD_HINT = (
+    "mqstore's compiled core (the Cython extension mqstore.kernels._scan) is not built. "
+    "Build it from the clone with `pip install -e .` (or install the package with `pip install .`); "
+    "this needs a C compiler and zlib's headers (Debian/Ubuntu: apt-get install build-essential zlib1g-dev)."
+)
+
+try:
+    from mqstore.kernels import _scan
+except ImportError as e:  # no silent fallback: say how to build it
+    raise ImportError(f"{BUILD_HINT} ({e})") from e
+
+
+def core_status() -> str:
+    """``"loaded, <path of the extension>"``: what ``mqstore --version`` reports."""
+    return f"loaded, {_scan.__file__}"
+
+
+__all__ = ["BUILD_HINT", "core_status"]

@@ -1,0 +1,201 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, initializedcheck=False, cdivision=True
+"""The record scan of ``mqstore.formats.message.scan_records``: one pass over a
+buffer that follows TOTALSIZE and validates each record as it goes (magic V1/V2,
+lengths, PHYSICALOFFSET, body CRC), writing record starts, sizes and, on request,
+the columns RecordFields is made of into caller-owned int64 arrays. The per-record
+loop runs without the GIL. The reference model it must equal is tests/kernels/model_scan.py.
+"""
+
+from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint32_t
+
+
+cdef extern from *:
+    """
+    #include <stdint.h>
+    #include <string.h>
+    static inline int32_t mq_be32(const unsigned char *p) {
+        uint32_t v; memcpy(&v, p, 4); return (int32_t)__builtin_bswap32(v);
+    }
+    static inline int64_t mq_be64(const unsigned char *p) {
+        uint64_t v; memcpy(&v, p, 8); return (int64_t)__builtin_bswap64(v);
+    }
+    static inline int16_t mq_be16(const unsigned char *p) {
+        uint16_t v; memcpy(&v, p, 2); return (int16_t)__builtin_bswap16(v);
+    }
+    """
+    int32_t mq_be32(const unsigned char *p) nogil
+    int64_t mq_be64(const unsigned char *p) nogil
+    int16_t mq_be16(const unsigned char *p) nogil
+
+
+cdef extern from "zlib.h" nogil:
+    unsigned long crc32(unsigned long crc, const unsigned char *buf, unsigned int len)
+
+
+# Values the message format fixes (mqstore/formats/message.py; checked in __init__.py).
+cdef enum:
+    MAGIC_V1 = -626843481  # 0xDAA320A7
+    MAGIC_V2 = -626843477  # 0xDAA320AB
+    BLANK_RECORD_BYTES = 8
+    MIN_RECORD_BYTES = 91
+    CRC_MASK = 0x7FFFFFFF
+    N_COLS = 7
+
+# The format constants compiled in, for the package to check against formats.message.
+FORMAT = (MAGIC_V1, MAGIC_V2, BLANK_RECORD_BYTES, MIN_RECORD_BYTES, CRC_MASK)
+
+# What ended a call (returned with the count and the stop position).
+cpdef enum:
+    STOP_CLASSIFY = 0  # the walk ended (or met a BLANK / a bad head) at ``stop``: the caller classifies what lies there
+    STOP_LAYOUT = 1  # the record at ``stop`` has fields that disagree with TOTALSIZE or its position
+    STOP_CRC = 2  # the record at ``stop`` fails its body CRC
+    STOP_FULL = 3  # the output arrays are full: call again from ``stop`` (more records may follow)
+
+# Rows of the ``cols`` array (one column per record).
+cpdef enum:
+    COL_QUEUE_ID = 0
+    COL_QUEUE_OFFSET = 1
+    COL_SYSFLAG = 2
+    COL_STORE_TIMESTAMP = 3
+    COL_TOPIC_AT = 4
+    COL_TOPIC_LEN = 5
+    COL_PROPS_LEN = 6
+
+COLUMNS = N_COLS
+
+
+cdef inline int _check(
+    const unsigned char *b,
+    int64_t at,
+    int64_t size,
+    bint check_crc,
+    bint has_base,
+    int64_t base_offset,
+    bint want_cols,
+    int64_t *row,
+) noexcept nogil:
+    """Validate the record at ``at`` (``at + size`` is within the data): -1 for a
+    bad head (not a message magic, or shorter than a minimal record), STOP_LAYOUT,
+    STOP_CRC, or 0 when valid (then ``row`` holds its columns if ``want_cols``)."""
+    cdef int32_t magic = mq_be32(b + at + 4)
+    if (magic != MAGIC_V1 and magic != MAGIC_V2) or size < MIN_RECORD_BYTES:
+        return -1
+    cdef bint v2 = magic == MAGIC_V2
+    cdef int64_t rec_end = at + size
+    cdef int32_t sysflag = mq_be32(b + at + 36)
+    cdef int64_t born = 20 if sysflag & 0x10 else 8
+    cdef int64_t store = 20 if sysflag & 0x20 else 8
+    cdef int64_t body_len_at = at + 68 + born + store
+    if body_len_at + 4 > rec_end:
+        return STOP_LAYOUT
+    cdef int64_t body_len = mq_be32(b + body_len_at)
+    cdef int64_t tlb = 2 if v2 else 1
+    if body_len < 0 or body_len_at + 4 + body_len + tlb + 2 > rec_end:
+        return STOP_LAYOUT
+    cdef int64_t topic_len_at = body_len_at + 4 + body_len
+    cdef int64_t topic_len
+    if v2:
+        topic_len = mq_be16(b + topic_len_at)
+    else:
+        topic_len = <int8_t>b[topic_len_at]
+    cdef int64_t props_len_at = topic_len_at + tlb + topic_len
+    if topic_len < 0 or props_len_at + 2 > rec_end:
+        return STOP_LAYOUT
+    cdef int64_t props_len = mq_be16(b + props_len_at)
+    if props_len < 0 or props_len_at + 2 + props_len != rec_end:
+        return STOP_LAYOUT
+    if has_base and mq_be64(b + at + 28) != at + base_offset:
+        return STOP_LAYOUT
+    if check_crc and body_len > 0:
+        if <int64_t>(crc32(0, b + body_len_at + 4, <unsigned int>body_len) & CRC_MASK) != <int64_t>mq_be32(b + at + 8):
+            return STOP_CRC
+    if want_cols:
+        row[COL_QUEUE_ID] = mq_be32(b + at + 12)
+        row[COL_QUEUE_OFFSET] = mq_be64(b + at + 20)
+        row[COL_SYSFLAG] = sysflag
+        row[COL_STORE_TIMESTAMP] = mq_be64(b + at + 48 + born)
+        row[COL_TOPIC_AT] = topic_len_at + tlb
+        row[COL_TOPIC_LEN] = topic_len
+        row[COL_PROPS_LEN] = props_len
+    return 0
+
+
+def scan(
+    const unsigned char[::1] buf,
+    Py_ssize_t pos,
+    Py_ssize_t end,
+    Py_ssize_t limit,
+    Py_ssize_t budget,
+    bint allow_oversized_first,
+    bint check_crc,
+    object base_offset,
+    int64_t[::1] positions not None,
+    int64_t[::1] sizes not None,
+    int64_t[:, ::1] cols,
+):
+    """Walk and validate records from ``pos``; returns ``(count, stop, code)``.
+
+    ``end`` is the end of the data (at most ``len(buf)``), ``limit`` (<= ``end``) where
+    the walk stops taking records, ``budget`` how many records it may take (-1: any).
+    With ``allow_oversized_first`` a first record that crosses ``limit`` but not ``end``
+    is taken (scan_records' rule: at least one record). Records go to ``positions``,
+    ``sizes`` and, if ``cols`` is not None, ``cols[:, i]`` (rows COL_*), at most as many
+    as ``positions`` holds. ``code`` is one of STOP_*."""
+    cdef int64_t n_buf = buf.shape[0]
+    if pos < 0 or end > n_buf or limit > end:
+        raise ValueError(f"scan range [{pos}, {end}) limit {limit} does not fit a buffer of {n_buf} bytes")
+    cdef int64_t cap = positions.shape[0]
+    if sizes.shape[0] < cap or (cols is not None and (cols.shape[0] < N_COLS or cols.shape[1] < cap)):
+        raise ValueError("output arrays are smaller than positions")
+    cdef bint want_cols = cols is not None
+    cdef bint has_base = base_offset is not None
+    cdef int64_t base = base_offset if has_base else 0
+    cdef const unsigned char *b = &buf[0] if n_buf else NULL
+    cdef int64_t *pp = &positions[0] if cap else NULL
+    cdef int64_t *sp = &sizes[0] if cap else NULL
+    cdef int64_t *cp = &cols[0, 0] if want_cols and cap else NULL
+    cdef int64_t stride = cols.shape[1] if want_cols else 0
+    cdef int64_t row[N_COLS]
+    cdef int64_t p = pos, last = end - 8, lim = limit, n_end = end, left = budget
+    cdef int64_t k = 0, size = 0, j
+    cdef int code = STOP_CLASSIFY, rc
+    cdef bint ended = False
+    with nogil:
+        while p <= last and left != 0:
+            if k == cap:
+                code = STOP_FULL
+                ended = True
+                break
+            size = mq_be32(b + p)
+            if size < BLANK_RECORD_BYTES or p + size > lim:
+                break
+            rc = _check(b, p, size, check_crc, has_base, base, want_cols, row)
+            if rc != 0:
+                code = STOP_CLASSIFY if rc < 0 else rc
+                ended = True
+                break
+            pp[k] = p
+            sp[k] = size
+            if want_cols:
+                for j in range(N_COLS):
+                    cp[j * stride + k] = row[j]
+            k += 1
+            p += size
+            if left > 0:
+                left -= 1
+        # At least one record: the first is taken even if it alone crosses ``limit``.
+        if not ended and k == 0 and allow_oversized_first and lim < n_end and p <= last and cap > 0:
+            size = mq_be32(b + p)
+            if size >= BLANK_RECORD_BYTES and p + size <= n_end:
+                rc = _check(b, p, size, check_crc, has_base, base, want_cols, row)
+                if rc != 0:
+                    code = STOP_CLASSIFY if rc < 0 else rc
+                else:
+                    pp[0] = p
+                    sp[0] = size
+                    if want_cols:
+                        for j in range(N_COLS):
+                            cp[j * stride] = row[j]
+                    k = 1
+                    p += size
+    return k, p, code

@@ -1,0 +1,16 @@
+"""Builds mqstore's compiled core (mqstore/kernels/*.pyx) with Cython at install time;
+everything else about the package is in pyproject.toml."""
+
+from Cython.Build import cythonize
+from setuptools import Extension, setup
+
+KERNELS = [
+    Extension(
+        "mqstore.kernels._scan",
+        ["mqstore/kernels/_scan.pyx"],
+        extra_compile_args=["-O3"],
+        libraries=["z"],  # zlib's crc32 (bit-identical to the CRC RocketMQ stores)
+    ),
+]
+
+setup(ext_modules=cythonize(KERNELS, build_dir="build/cython", compiler_directives={"language_level": 3}))
