@@ -111,9 +111,10 @@ class TaskFindings:
 class ChunkSpec:
     """A unit of commitlog work: the records of segment ``base`` that start in
     ``[lo, hi)``. ``last``: the segment is the last that holds data; ``after_data``:
-    it comes after that one (it must be all zeros)."""
+    it comes after that one (it must be all zeros). ``number``: its position in the
+    plan (chunks are numbered in commitlog order)."""
 
-    index: int
+    number: int
     path: str
     base: int
     lo: int
@@ -287,7 +288,7 @@ def _queue_summaries(table) -> dict[str, Any]:
 class ChunkResult:
     """What a chunk task sends back to the driver (all small unless damage is big)."""
 
-    index: int
+    number: int
     findings: TaskFindings
     records: int = 0
     corrupt: int = 0
@@ -338,7 +339,7 @@ def check_chunk(
     walk = _ChunkWalk(
         Path(spec.path).parent.parent, spec.segment_bytes, findings, damage, index_sample=index_sample, running=running
     )
-    result = ChunkResult(spec.index, findings)
+    result = ChunkResult(spec.number, findings)
     try:
         with open(spec.path, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
             walk_end = walk.chunk(mm, spec)

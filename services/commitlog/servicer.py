@@ -292,7 +292,7 @@ class CommitLogServicer(commitlog_pb2_grpc.CommitLogServiceServicer):
             low = await self.state.call(log_store.note_derived, request.kind, request.durable_offset, request.timestamp)
         except ValueError as e:
             raise BadRequest(str(e)) from None
-        return pb.NoteDerivedResponse(derived_offset=low)
+        return pb.NoteDerivedResponse(durable_offset=low)
 
     @rpc
     async def AttachQueueEnds(self, request: pb.AttachQueueEndsRequest, context) -> pb.AttachQueueEndsResponse:

@@ -58,14 +58,14 @@ class IndexServicer(index_pb2_grpc.IndexServiceServicer):
 
     @rpc
     async def Query(self, request: pb.IndexQueryRequest, context) -> pb.IndexQueryResponse:
-        store = self.state.ready()
+        builder = self.state.ready()
         validate.topic(request.topic)
         validate.key(request.key)
         n = validate.count(request.max_num, default=32, high=MAX_QUERY, what="max_num")
         begin, end = request.begin_ms, request.end_ms or _LONG_MAX
         if begin < 0 or end < begin:
             raise BadRequest(f"time range [{begin}, {end}] is empty or negative")
-        offsets = await self.state.call(store.index.query, request.topic, request.key, n, begin, end)
+        offsets = await self.state.call(builder.index.query, request.topic, request.key, n, begin, end)
         return pb.IndexQueryResponse(physical_offsets=offsets)
 
     @rpc

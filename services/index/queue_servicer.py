@@ -47,22 +47,22 @@ class ConsumeQueueServicer(consume_queue_pb2_grpc.ConsumeQueueServiceServicer):
 
     @rpc
     async def GetUnits(self, request: pb.GetUnitsRequest, context) -> pb.GetUnitsResponse:
-        store: QueueBuilder = self.state.ready()
+        builder: QueueBuilder = self.state.ready()
         validate.topic(request.topic)
         validate.queue_id(request.queue_id)
         validate.offset(request.offset)
         n = validate.count(request.max_units, default=32, high=MAX_UNITS, what="max_units")
-        return await self.state.call(_get_units, store, request.topic, request.queue_id, request.offset, n)
+        return await self.state.call(_get_units, builder, request.topic, request.queue_id, request.offset, n)
 
     @rpc
     async def MinMax(self, request: pb.MinMaxRequest, context) -> pb.MinMaxResponse:
-        store: QueueBuilder = self.state.ready()
+        builder: QueueBuilder = self.state.ready()
         validate.topic(request.topic)
         for q in request.queue_ids:
             validate.queue_id(q)
-        return await self.state.call(self._min_max, store, request.topic, list(request.queue_ids))
+        return await self.state.call(self._min_max, builder, request.topic, list(request.queue_ids))
 
-    def _min_max(self, store: QueueBuilder, topic: str, queue_ids: list[int]) -> pb.MinMaxResponse:
+    def _min_max(self, builder: QueueBuilder, topic: str, queue_ids: list[int]) -> pb.MinMaxResponse:
         return pb.MinMaxResponse(
             queues=[
                 common_pb2.QueueRange(
@@ -73,20 +73,22 @@ class ConsumeQueueServicer(consume_queue_pb2_grpc.ConsumeQueueServiceServicer):
                     last_physical_offset=q.last_physical_offset,
                     shard=self.state.shard,
                 )
-                for q in queue_ranges(store.consume_queues, topic, queue_ids)
+                for q in queue_ranges(builder.consume_queues, topic, queue_ids)
             ]
         )
 
     @rpc
     async def OffsetAtTime(self, request: pb.OffsetAtTimeRequest, context) -> pb.OffsetAtTimeResponse:
-        store: QueueBuilder = self.state.ready()
+        builder: QueueBuilder = self.state.ready()
         validate.topic(request.topic)
         validate.queue_id(request.queue_id)
-        off = await self.state.call(self._offset_at_time, store, request.topic, request.queue_id, request.timestamp_ms)
+        off = await self.state.call(
+            self._offset_at_time, builder, request.topic, request.queue_id, request.timestamp_ms
+        )
         return pb.OffsetAtTimeResponse(offset=off)
 
-    def _offset_at_time(self, store: QueueBuilder, topic: str, queue_id: int, timestamp_ms: int) -> int:
-        cq = store.consume_queues.find(topic, queue_id)
+    def _offset_at_time(self, builder: QueueBuilder, topic: str, queue_id: int, timestamp_ms: int) -> int:
+        cq = builder.consume_queues.find(topic, queue_id)
         if cq is None:
             return 0
         view = self.state.view
@@ -94,29 +96,29 @@ class ConsumeQueueServicer(consume_queue_pb2_grpc.ConsumeQueueServiceServicer):
 
     @rpc
     async def CommitOffset(self, request: pb.CommitOffsetRequest, context) -> pb.CommitOffsetResponse:
-        store: QueueBuilder = self.state.ready()
+        builder: QueueBuilder = self.state.ready()
         validate.group(request.group)
         validate.topic(request.topic)
         validate.queue_id(request.queue_id)
         validate.offset(request.offset, "consumer offset")
-        await self.state.call(store.commit_offset, request.group, request.topic, request.queue_id, request.offset)
+        await self.state.call(builder.commit_offset, request.group, request.topic, request.queue_id, request.offset)
         return pb.CommitOffsetResponse()
 
     @rpc
     async def FetchOffset(self, request: pb.FetchOffsetRequest, context) -> pb.FetchOffsetResponse:
-        store: QueueBuilder = self.state.ready()
+        builder: QueueBuilder = self.state.ready()
         validate.group(request.group)
         validate.topic(request.topic)
         validate.queue_id(request.queue_id)
         return pb.FetchOffsetResponse(
-            offset=store.consumer_offsets.fetch(request.group, request.topic, request.queue_id)
+            offset=builder.consumer_offsets.fetch(request.group, request.topic, request.queue_id)
         )
 
     @rpc
     async def GroupOffsets(self, request: pb.GroupOffsetsRequest, context) -> pb.GroupOffsetsResponse:
-        store: QueueBuilder = self.state.ready()
+        builder: QueueBuilder = self.state.ready()
         validate.group(request.group)
-        rows = await self.state.call(store.consumer_progress, request.group)
+        rows = await self.state.call(builder.consumer_progress, request.group)
         return pb.GroupOffsetsResponse(
             offsets=[
                 common_pb2.GroupOffset(
@@ -132,8 +134,8 @@ class ConsumeQueueServicer(consume_queue_pb2_grpc.ConsumeQueueServiceServicer):
         )
 
 
-def _get_units(store: QueueBuilder, topic: str, qid: int, offset: int, n: int) -> pb.GetUnitsResponse:
-    page = units_page(store.consume_queues, topic, qid, offset, n)
+def _get_units(builder: QueueBuilder, topic: str, qid: int, offset: int, n: int) -> pb.GetUnitsResponse:
+    page = units_page(builder.consume_queues, topic, qid, offset, n)
     return pb.GetUnitsResponse(
         exists=page.exists,
         first_offset=page.first_offset,

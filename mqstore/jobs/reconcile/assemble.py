@@ -38,7 +38,7 @@ def assemble(p: Plan, state, derived_meta: list[tuple], results: list[ChunkResul
     log_end = data_end
     for r in results:
         if r.closed:
-            spec_base = next((c.base for c in p.chunks if c.index == r.index), None)
+            spec_base = next((c.base for c in p.chunks if c.number == r.number), None)
             if spec_base is not None:
                 log_end = max(log_end, spec_base + p.cfg.segment_bytes)
     if cp is not None and cp.confirm_phy_offset > 0:
@@ -78,10 +78,10 @@ def assemble(p: Plan, state, derived_meta: list[tuple], results: list[ChunkResul
     if damage.commitlog_cut is not None:
         cut_chunk = next(r for r in results if r.commitlog_cut == damage.commitlog_cut)
         damage.records_after_cut = cut_chunk.records_after_cut + sum(
-            r.records for r in results if r.index > cut_chunk.index and r.data_start >= 0
+            r.records for r in results if r.number > cut_chunk.number and r.data_start >= 0
         )
         damage.newest_store_timestamp_below_cut = max(
-            [r.newest_store_timestamp for r in results if r.index < cut_chunk.index] + [cut_chunk.newest_below_cut]
+            [r.newest_store_timestamp for r in results if r.number < cut_chunk.number] + [cut_chunk.newest_below_cut]
         )
     newest = max((r.newest_store_timestamp for r in results), default=0)
     damage.newest_store_timestamp = newest
@@ -204,7 +204,7 @@ class _QueueEnds:
 
 def _valid_after(results: list[ChunkResult], r: ChunkResult, off: int) -> bool:
     """Valid records lie past ``off`` (so bytes there are not a tail in flight)."""
-    return any(x.data_end > off and x.data_start > off for x in results if x.index >= r.index)
+    return any(x.data_end > off and x.data_start > off for x in results if x.number >= r.number)
 
 
 def _segment_location(p: Plan, offset: int) -> str:
@@ -215,12 +215,12 @@ def _segment_location(p: Plan, offset: int) -> str:
 def _chunk_boundaries(p: Plan, results: list[ChunkResult], out: Collector) -> None:
     """Consecutive chunks of one segment must meet: where one walk ended the next
     one's first record starts (a signature found inside a record would break this)."""
-    by_index = {r.index: r for r in results}
+    by_number = {r.number: r for r in results}
     for c in p.chunks:
-        r, nxt = by_index.get(c.index), by_index.get(c.index + 1)
+        r, nxt = by_number.get(c.number), by_number.get(c.number + 1)
         if r is None or nxt is None or c.after_data or nxt.data_start < 0:
             continue
-        if p.chunks[c.index + 1].base != c.base or r.closed or r.data_stopped is not None or r.data_start < 0:
+        if p.chunks[c.number + 1].base != c.base or r.closed or r.data_stopped is not None or r.data_start < 0:
             continue
         if r.walk_end != nxt.data_start:
             out.row(

@@ -274,7 +274,7 @@ def reconcile(
         seconds=round(t2 - t1, 2),
         mb_per_s=round(walked / 1e6 / max(t2 - t1, 1e-9), 1),
     )
-    result = assemble(p, state, derived_meta, sorted(results, key=lambda r: r.index), index_end)
+    result = assemble(p, state, derived_meta, sorted(results, key=lambda r: r.number), index_end)
     result.seconds = time.perf_counter() - t0
     result.counts["commitlog_seconds"] = round(t2 - t1, 3)
     if repair:

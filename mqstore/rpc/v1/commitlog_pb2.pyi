@@ -268,10 +268,10 @@ class NoteDerivedRequest(_message.Message):
     def __init__(self, kind: _Optional[str] = ..., durable_offset: _Optional[int] = ..., timestamp: _Optional[int] = ...) -> None: ...
 
 class NoteDerivedResponse(_message.Message):
-    __slots__ = ("derived_offset",)
-    DERIVED_OFFSET_FIELD_NUMBER: _ClassVar[int]
-    derived_offset: int
-    def __init__(self, derived_offset: _Optional[int] = ...) -> None: ...
+    __slots__ = ("durable_offset",)
+    DURABLE_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    durable_offset: int
+    def __init__(self, durable_offset: _Optional[int] = ...) -> None: ...
 
 class AttachQueueEndsRequest(_message.Message):
     __slots__ = ("incarnation", "progress_offset", "queues")
