@@ -11,6 +11,7 @@ KERNELS = [
         extra_compile_args=["-O3"],
         libraries=["z"],  # zlib's crc32 (bit-identical to the CRC RocketMQ stores)
     ),
+    Extension("mqstore.kernels._dispatch", ["mqstore/kernels/_dispatch.pyx"], extra_compile_args=["-O3"]),
 ]
 
 setup(ext_modules=cythonize(KERNELS, build_dir="build/cython", compiler_directives={"language_level": 3}))

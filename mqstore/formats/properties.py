@@ -19,6 +19,8 @@ from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
 
+from mqstore.kernels import _dispatch
+
 NAME_VALUE_SEPARATOR = "\x01"
 PROPERTY_SEPARATOR = "\x02"
 MAX_PROPERTIES_BYTES = 32767
@@ -127,61 +129,24 @@ def locate_properties(
     the result holds ``(starts, ends)``: the value's byte range in ``buf`` per record,
     -1 where the record has no such (valid) entry. Same rules as
     :func:`parse_properties` (entries end at \\x02, the value follows the first
-    \\x01, empty names or values do not count, the last entry wins), found with numpy
-    over all strings gathered into one array instead of a parse per record.
+    \\x01, empty names or values do not count, the last entry wins), found by one
+    compiled pass over the strings (mqstore/kernels/_dispatch.pyx, without the GIL;
+    its reference model is tests/kernels/model_dispatch.py). ValueError if a string
+    lies outside ``buf``.
     """
     n = len(at)
-    result = [(np.full(n, -1, np.int64), np.full(n, -1, np.int64)) for _ in names]
-    total = int(lens.sum()) if n else 0
-    if total == 0:
-        return result
-    # Gather every properties string into one compact array: record i's bytes start
-    # at base[i] there; src maps a compact position back to the buffer.
-    base = np.zeros(n, np.int64)
-    np.cumsum(lens[:-1], out=base[1:])
-    src = np.repeat(at - base, lens) + np.arange(total)
-    u8 = np.frombuffer(buf, np.uint8)
-    packed = u8[src]
-    del u8
-    ends = np.flatnonzero(packed == 2)
-    seps = np.flatnonzero(packed == 1)
-    rec_of_end = np.searchsorted(base, ends, "right") - 1
-    # Entry starts: each record's start, and the byte after each \x02 (unless that
-    # is the next record's start or the end: a trailing \x02 opens no entry).
-    after = ends + 1
-    opens = after < base[rec_of_end] + lens[rec_of_end]
-    starts = np.concatenate([base, after[opens]])
-    srec = np.concatenate([np.arange(n), rec_of_end[opens]])
-    order = np.argsort(starts, kind="stable")
-    starts, srec = starts[order], srec[order]
-    rec_end = base + lens
-    k = np.searchsorted(ends, starts)  # the first \x02 at or after the entry start
-    entry_end = rec_end[srec].copy()
-    has = k < len(ends)
-    if len(ends):
-        cand = ends[np.minimum(k, len(ends) - 1)]
-        has &= cand < rec_end[srec]
-        entry_end[has] = cand[has]
-    j = np.searchsorted(seps, starts)
-    sep = np.full(len(starts), -1, np.int64)
-    if len(seps):
-        cand = seps[np.minimum(j, len(seps) - 1)]
-        ok = (j < len(seps)) & (cand < entry_end)
-        sep[ok] = cand[ok]
-    valid = (sep > starts) & (sep < entry_end - 1)  # name and value both non-empty
-    for (vs, ve), name in zip(result, names):
-        size = len(name)
-        cand = np.flatnonzero(valid & (sep - starts == size))
-        if cand.size:
-            rows = packed[starts[cand][:, None] + np.arange(size)]
-            cand = cand[(rows == np.frombuffer(name, np.uint8)).all(axis=1)]
-        if cand.size:
-            recs = srec[cand]  # ascending: entries are in buffer order
-            last = np.flatnonzero(np.append(recs[1:] != recs[:-1], True))  # the last entry wins
-            shift = at[recs[last]] - base[recs[last]]  # compact -> buffer positions
-            vs[recs[last]] = sep[cand[last]] + 1 + shift
-            ve[recs[last]] = entry_end[cand[last]] + shift
-    return result
+    starts = np.empty((len(names), n), np.int64)
+    ends = np.empty((len(names), n), np.int64)
+    if names:
+        _dispatch.locate(
+            buf,
+            np.ascontiguousarray(at, np.int64),
+            np.ascontiguousarray(lens, np.int64),
+            [bytes(name) for name in names],
+            starts,
+            ends,
+        )
+    return [(starts[k], ends[k]) for k in range(len(names))]
 
 
 def split_keys(keys: str | None) -> list[str]:

@@ -23,14 +23,18 @@ import numpy as np
 import structlog
 
 from mqstore.errors import StoreNotWritableError
-from mqstore.formats.javahash import java_hash_of_ranges, java_string_hash, java_string_hashes
+from mqstore.formats.javahash import java_string_hash, java_string_hashes
 from mqstore.formats.message import TRANSACTION_TYPE_MASK
 from mqstore.formats.properties import locate_properties
+from mqstore.kernels import _dispatch
 from mqstore.store.commitlog import CommitLog, ScanChunk
 from mqstore.store.schedule import SCHEDULE_TOPIC, deliver_times
 
 log = structlog.get_logger(__name__)
-_DISPATCHED = (b"TAGS", b"KEYS", b"UNIQ_KEY")
+if _dispatch.FORMAT != (TRANSACTION_TYPE_MASK, 0xC):  # ROLLBACK records are not indexed
+    raise ImportError(
+        f"mqstore.kernels._dispatch was built for another message format: rebuild it ({_dispatch.FORMAT})"
+    )
 
 
 @dataclass(frozen=True)
@@ -89,47 +93,51 @@ def _texts(buf, starts: np.ndarray, ends: np.ndarray) -> list[str | None]:
 
 
 def _index_entries(b: DispatchBatch) -> IndexEntries:
-    indexed = (b.sysflags & TRANSACTION_TYPE_MASK) != 0xC  # prepared half messages are indexed, rollbacks not
-    rec_parts, start_parts, end_parts, order_parts = [], [], [], []
-    has_uniq = indexed & (b.uniq_at >= 0)
-    u = np.flatnonzero(has_uniq)
-    rec_parts.append(u)
-    start_parts.append(b.uniq_at[u])
-    end_parts.append(b.uniq_end[u])
-    order_parts.append(np.zeros(len(u), np.int64))
-    k = np.flatnonzero(indexed & (b.keys_at >= 0))
-    if len(k):  # split KEYS at spaces, all records at once
-        starts, ends = b.keys_at[k], b.keys_end[k]
-        lens = ends - starts
-        u8 = np.frombuffer(b.buffer, np.uint8)
-        cols = np.arange(int(lens.max()))
-        mat = u8[np.minimum(starts[:, None] + cols, len(u8) - 1)]
-        del u8
-        row, col = np.nonzero((mat == 0x20) & (cols < lens[:, None]))
-        # Pieces: between consecutive separators (record start and end included).
-        cut_rec = np.concatenate([np.arange(len(k)), row, np.arange(len(k))])
-        cut_pos = np.concatenate([starts - 1, starts[row] + col, ends])
-        order = np.lexsort((cut_pos, cut_rec))
-        cut_rec, cut_pos = cut_rec[order], cut_pos[order]
-        same = cut_rec[1:] == cut_rec[:-1]
-        piece_start, piece_end, piece_rec = cut_pos[:-1][same] + 1, cut_pos[1:][same], cut_rec[:-1][same]
-        keep = piece_end > piece_start  # empty elements ("a  b") are not keys
-        piece_rec = piece_rec[keep]
-        rec_parts.append(k[piece_rec])
-        start_parts.append(piece_start[keep])
-        end_parts.append(piece_end[keep])
-        order_parts.append(1 + np.arange(len(piece_rec)))  # keeps KEYS order after the sort below
-    rec = np.concatenate(rec_parts)
-    starts, ends, within = np.concatenate(start_parts), np.concatenate(end_parts), np.concatenate(order_parts)
-    sort = np.lexsort((within, rec))
-    rec, starts, ends = rec[sort], starts[sort], ends[sort]
-    prefixes = java_string_hashes([t + "#" for t in b.topics]).astype(np.uint32)
-    hashes, non_ascii = java_hash_of_ranges(b.buffer, starts, ends, prefix=prefixes[b.topic_codes[rec]])
-    for i in np.flatnonzero(non_ascii).tolist():
-        text = b.buffer[int(starts[i]) : int(ends[i])].decode("utf-8", "replace")
-        hashes[i] = java_string_hash(f"{b.topics[b.topic_codes[rec[i]]]}#{text}")
-    key_hashes = np.where(hashes == -(1 << 31), 0, np.abs(hashes))  # RocketMQ: abs, MIN_VALUE -> 0
+    """One compiled pass (mqstore/kernels/_dispatch.pyx, without the GIL) over the
+    batch's KEYS and UNIQ_KEY ranges; keys that are not well-formed UTF-8 are hashed
+    here from their decoded text (errors replaced). Reference model:
+    tests/kernels/model_dispatch.py."""
+    n = len(b)
+    if n == 0:
+        return IndexEntries(np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64))
+    prefixes = java_string_hashes([t + "#" for t in b.topics]).astype(np.uint32).astype(np.int64)
+    cols = [
+        np.ascontiguousarray(c, np.int64)
+        for c in (b.keys_at, b.keys_end, b.uniq_at, b.uniq_end, b.sysflags, b.topic_codes)
+    ]
+    buf = b.buffer
+    scratch = _SCRATCH
+    while True:
+        hashes, recs, starts, ends, bad = scratch.entries(max(scratch.capacity, 4 * n))
+        count = _dispatch.index_entries(buf, *cols, prefixes, hashes, recs, starts, ends, bad)
+        if count >= 0:
+            break
+        scratch.entries(-1 - count)  # grow to the bound the kernel named and run it again
+    rec = recs[:count].copy()
+    key_hashes = hashes[:count].copy()
+    for i in np.flatnonzero(bad[:count]).tolist():
+        text = buf[int(starts[i]) : int(ends[i])].decode("utf-8", "replace")
+        h = java_string_hash(f"{b.topics[b.topic_codes[rec[i]]]}#{text}")
+        key_hashes[i] = 0 if h == -(1 << 31) else abs(h)  # RocketMQ: abs, MIN_VALUE -> 0
     return IndexEntries(key_hashes, b.physical_offsets[rec], b.store_timestamps[rec])
+
+
+class _Scratch(threading.local):
+    """Per-thread output arrays of the entries kernel, reused from chunk to chunk (the
+    number of entries is known only after the pass; the entries are copied out)."""
+
+    def __init__(self) -> None:
+        self.capacity = 0
+        self._arrays: tuple[np.ndarray, ...] = ()
+
+    def entries(self, capacity: int) -> tuple[np.ndarray, ...]:
+        if capacity > self.capacity:
+            self.capacity = capacity
+            self._arrays = (*(np.empty(capacity, np.int64) for _ in range(4)), np.empty(capacity, np.uint8))
+        return self._arrays
+
+
+_SCRATCH = _Scratch()
 
 
 class DispatchSink(Protocol):
@@ -141,14 +149,22 @@ class DispatchSink(Protocol):
 
 
 def build_dispatch_batch(chunk: ScanChunk, delays_ms: list[int] | None = None) -> DispatchBatch:
-    """Columns for the sinks from one scanned chunk: TAGS, KEYS and UNIQ_KEY are
-    located for all records at once; each distinct TAGS value is hashed once."""
+    """Columns for the sinks from one scanned chunk: TAGS, KEYS and UNIQ_KEY located
+    and TAGS hashed in one compiled pass over the records' properties
+    (mqstore/kernels/_dispatch.pyx, without the GIL; a TAGS value that is not
+    well-formed UTF-8 is hashed here from its decoded text). Reference model:
+    tests/kernels/model_dispatch.py."""
     f, buf = chunk.fields, chunk.buffer
-    (ts, te), (ks, ke), (us, ue) = locate_properties(buf, f.properties_at, f.properties_len, _DISPATCHED)
-    has_tags = ts >= 0
-    tags_codes, non_ascii = java_hash_of_ranges(buf, np.where(has_tags, ts, 0), np.where(has_tags, te, 0))
-    for i in np.flatnonzero(non_ascii).tolist():
-        tags_codes[i] = java_string_hash(buf[int(ts[i]) : int(te[i])].decode("utf-8", "replace"))
+    n = len(f.properties_at)
+    cols = np.empty((6, n), np.int64)
+    tags_codes = np.empty(n, np.int64)
+    bad = np.empty(n, np.uint8)
+    at, lens = np.ascontiguousarray(f.properties_at, np.int64), np.ascontiguousarray(f.properties_len, np.int64)
+    if _dispatch.extract(buf, at, lens, cols, tags_codes, bad):
+        ts, te = cols[0], cols[1]
+        for i in np.flatnonzero(bad).tolist():
+            tags_codes[i] = java_string_hash(buf[int(ts[i]) : int(te[i])].decode("utf-8", "replace"))
+    ks, ke, us, ue = cols[2], cols[3], cols[4], cols[5]
     if delays_ms is not None and SCHEDULE_TOPIC in f.topics:
         # Delay-level messages: the unit's tagsCode is the deliver time (RocketMQ).
         sched = np.flatnonzero(f.topic_codes == f.topics.index(SCHEDULE_TOPIC))
