@@ -42,6 +42,7 @@ import numpy as np
 
 from mqstore.errors import DecodeError
 from mqstore.formats.javahash import index_key_hash, java_string_hashes
+from mqstore.kernels import _dispatch
 
 INDEX_HEADER_BYTES = 40
 INDEX_SLOT_BYTES = 4
@@ -58,6 +59,10 @@ assert _ENTRY.size == INDEX_ENTRY_BYTES
 
 INDEX_ENTRY_DTYPE = np.dtype([("key_hash", ">i4"), ("phy_offset", ">i8"), ("time_diff", ">i4"), ("prev", ">i4")])
 assert INDEX_ENTRY_DTYPE.itemsize == INDEX_ENTRY_BYTES
+if _dispatch.INDEX_FORMAT != (INDEX_HEADER_BYTES, INDEX_SLOT_BYTES, INDEX_ENTRY_BYTES):
+    raise ImportError(
+        f"mqstore.kernels._dispatch was built for another index format: rebuild it ({_dispatch.INDEX_FORMAT})"
+    )
 
 _INT_MAX = (1 << 31) - 1
 _LONG_MAX = (1 << 63) - 1
@@ -250,21 +255,20 @@ class IndexFileView:
         them count (a fault point for crash tests: IndexService passes one).
 
         The file ends up byte for byte as after calling the scalar putKey for each
-        entry in order. ``key_hashes`` are index key hashes (0 <= h <= 2**31-1, e.g.
-        :func:`index_key_hashes` or DispatchBatch.index_entries()); offsets and
-        timestamps are int64. How, for the m entries that fit (numbers c .. c+m-1,
-        c = index_count):
+        entry in order: one compiled pass (mqstore/kernels/_dispatch.pyx, without the
+        GIL) does that, for the m entries that fit (numbers c .. c+m-1, c =
+        index_count), and the header is written once after it. ``key_hashes`` are index
+        key hashes (0 <= h <= 2**31-1, e.g. :func:`index_key_hashes` or
+        DispatchBatch.index_entries()); offsets and timestamps are int64. Per entry:
 
-        * prev: entries are stably sorted by slot; an entry's prev is the batch entry
-          before it in its slot, the first of each slot group gets the slot table's
-          value, read as 0 if <= 0 or > its own entry number (putKey checks against
-          the index_count of the moment, which is that number);
+        * prev: the slot table's value, read as 0 if <= 0 or > its own entry number
+          (putKey checks against the index_count of the moment, which is that number);
         * time_diff: against the current begin_timestamp; in an empty file the first
           entry still uses the begin the file was created with (the quirk) and begin
           becomes the first entry's values for the rest;
-        * hash_slot_count grows by the groups whose checked slot value was 0.
+        * hash_slot_count grows by the entries whose checked slot value was 0.
 
-        Entries are written first, then the slot table, then the header, so a
+        Each entry is written before its slot, and the header last, so a
         concurrent ``select`` never follows a slot into unwritten entries; but one that
         read the old header and then a new slot value finds nothing for that key in
         this file (as with RocketMQ's putKey). Callers that query while writing hold a
@@ -286,60 +290,22 @@ class IndexFileView:
             raise ValueError(f"lengths differ: {len(hashes)} hashes, {len(phys)} offsets, {len(times)} timestamps")
         if len(hashes) and (hashes.min() < 0 or hashes.max() > _INT_MAX):
             raise ValueError("key hashes must lie in [0, 2**31-1] (index_key_hash)")
-        buf, n_slots = self._buf, self._hash_slots
+        buf = self._buf
         begin_ts, _, begin_phy, _, slot_count, count = _HEADER.unpack_from(buf, 0)
         if count <= 0:
             count = 1
         m = min(len(hashes), max(0, self._max_entries - count))
         if m == 0:
             return 0
-        hashes, phys, times = hashes[:m], phys[:m], times[:m]
-        # Chains: group the batch by slot, keeping put order inside each group.
-        slots = hashes % n_slots
-        shift = m.bit_length()
-        if (n_slots - 1).bit_length() + shift < 63:  # sort (slot, position) packed in one int64: a vectorised
-            packed = (slots << shift) | np.arange(m)  # sort, and as stable as argsort(kind="stable")
-            packed.sort()
-            order, sorted_slots = packed & ((1 << shift) - 1), packed >> shift
-        else:
-            order = np.argsort(slots, kind="stable")
-            sorted_slots = slots[order]
-        starts = np.empty(m, bool)
-        starts[0] = True
-        np.not_equal(sorted_slots[1:], sorted_slots[:-1], out=starts[1:])
-        ends = np.empty(m, bool)
-        ends[-1] = True
-        ends[:-1] = starts[1:]
-        group_slots = sorted_slots[starts]
-        prev_sorted = np.empty(m, np.int64)
-        prev_sorted[1:] = count + order[:-1]  # the entry before in the same group...
-        table = np.frombuffer(buf, ">i4", n_slots, INDEX_HEADER_BYTES)
-        old = table[group_slots].astype(np.int64)
-        first_numbers = count + order[starts]
-        old[(old <= 0) | (old > first_numbers)] = 0  # putKey: a slot value <= 0 or > index_count means empty
-        prev_sorted[starts] = old  # ...or, for a group's first entry, what the slot held
-        prev = np.empty(m, np.int64)
-        prev[order] = prev_sorted
-        # time_diff against the current begin_timestamp (the first-entry quirk).
-        begins = np.full(m, begin_ts, np.int64)
+        hashes, phys, times = (np.ascontiguousarray(a[:m]) for a in (hashes, phys, times))
+        # One compiled pass (mqstore/kernels/_dispatch.pyx, without the GIL): each
+        # entry, then its slot; reference model: tests/kernels/model_index.py.
+        new_slots = _dispatch.index_put(buf, self._hash_slots, count, begin_ts, hashes, phys, times)
         if count <= 1:
-            begins[1:] = times[0]
             begin_ts, begin_phy = int(times[0]), int(phys[0])
-        diffs = (times - begins) // 1000  # int64 wraps like Java long; negatives clamp to 0 either way
-        time_diffs = np.where(begins <= 0, 0, np.clip(diffs, 0, _INT_MAX))
-        new = np.empty(m, INDEX_ENTRY_DTYPE)
-        new["key_hash"] = hashes
-        new["phy_offset"] = phys
-        new["time_diff"] = time_diffs
-        new["prev"] = prev
-        at = self._entries_at + count * INDEX_ENTRY_BYTES
-        dst = np.frombuffer(buf, INDEX_ENTRY_DTYPE, m, at)
-        dst[:] = new
-        table[group_slots] = count + order[ends]  # each slot: its group's newest entry
-        del dst, table  # release the buffer exports (an mmap refuses to close while one exists)
         if before_header is not None:
             before_header()
-        slot_count += int(np.count_nonzero(old == 0))
+        slot_count += new_slots
         _HEADER.pack_into(buf, 0, begin_ts, int(times[-1]), begin_phy, int(phys[-1]), slot_count, count + m)
         return m
 

@@ -12,7 +12,7 @@ decodes it with ``errors="replace"`` and hashes that (rare; its replacement rule
 Python's). The reference models these must equal are tests/kernels/model_dispatch.py.
 """
 
-from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t
+from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
 
 
 cdef enum:
@@ -297,3 +297,89 @@ def index_entries(
                             k += 1
                         s = j + 1
     return k
+
+
+cdef extern from *:
+    """
+    #include <stdint.h>
+    #include <string.h>
+    static inline int32_t mq_get_be32(const unsigned char *p) {
+        uint32_t v; memcpy(&v, p, 4); return (int32_t)__builtin_bswap32(v);
+    }
+    static inline void mq_put_be32(unsigned char *p, int32_t x) {
+        uint32_t v = __builtin_bswap32((uint32_t)x); memcpy(p, &v, 4);
+    }
+    static inline void mq_put_be64(unsigned char *p, int64_t x) {
+        uint64_t v = __builtin_bswap64((uint64_t)x); memcpy(p, &v, 8);
+    }
+    """
+    int32_t mq_get_be32(const unsigned char *p) nogil
+    void mq_put_be32(unsigned char *p, int32_t x) nogil
+    void mq_put_be64(unsigned char *p, int64_t x) nogil
+
+
+cdef enum:
+    INDEX_HEADER_BYTES = 40
+    INDEX_SLOT_BYTES = 4
+    INDEX_ENTRY_BYTES = 20
+    INT_MAX = 2147483647
+
+INDEX_FORMAT = (INDEX_HEADER_BYTES, INDEX_SLOT_BYTES, INDEX_ENTRY_BYTES)
+
+
+def index_put(
+    unsigned char[::1] buf,
+    int64_t hash_slots,
+    int64_t count,
+    int64_t begin_ts,
+    const int64_t[::1] hashes not None,
+    const int64_t[::1] phys not None,
+    const int64_t[::1] times not None,
+):
+    """RocketMQ IndexFile.putKey for each entry in order, into an index file's bytes
+    (``buf``: header, ``hash_slots`` slots, entries), without the GIL: entry number
+    ``count + j`` gets (hash, offset, time_diff, prev) and its slot points at it.
+    ``count`` is the header's index_count (>= 1), ``begin_ts`` its begin_timestamp;
+    the caller checked the room and the hashes (0 <= hash <= 2**31-1) and writes the
+    header. In an empty file (count 1) the first entry's time_diff is against the
+    ``begin_ts`` given and the rest against the first entry's time (the quirk).
+    Returns how many entries took a slot that held none (the header's
+    hash_slot_count grows by it)."""
+    cdef int64_t m = hashes.shape[0], j, slot_at, at, prev, diff, t
+    if phys.shape[0] != m or times.shape[0] != m:
+        raise ValueError("column lengths differ")
+    if hash_slots <= 0 or count < 1:
+        raise ValueError("hash_slots must be > 0 and count >= 1")
+    cdef int64_t entries_at = INDEX_HEADER_BYTES + hash_slots * INDEX_SLOT_BYTES
+    if entries_at + (count + m) * INDEX_ENTRY_BYTES > buf.shape[0]:
+        raise ValueError("the entries do not fit the buffer")
+    for j in range(m):
+        if hashes[j] < 0 or hashes[j] > INT_MAX:
+            raise ValueError("key hashes must lie in [0, 2**31-1] (index_key_hash)")
+    cdef unsigned char *b = &buf[0]
+    cdef int64_t new_slots = 0, begin = begin_ts
+    with nogil:
+        for j in range(m):
+            slot_at = INDEX_HEADER_BYTES + (hashes[j] % hash_slots) * INDEX_SLOT_BYTES
+            prev = mq_get_be32(b + slot_at)
+            if prev <= 0 or prev > count:
+                prev = 0
+            if begin <= 0:
+                t = 0
+            else:
+                diff = <int64_t>(<uint64_t>times[j] - <uint64_t>begin)  # wraps like Java long
+                t = 0 if diff < 0 else diff // 1000
+                if t > INT_MAX:
+                    t = INT_MAX
+            at = entries_at + count * INDEX_ENTRY_BYTES
+            mq_put_be32(b + at, <int32_t>hashes[j])
+            mq_put_be64(b + at + 4, phys[j])
+            mq_put_be32(b + at + 12, <int32_t>t)
+            mq_put_be32(b + at + 16, <int32_t>prev)
+            mq_put_be32(b + slot_at, <int32_t>count)
+            if count <= 1:
+                begin = times[j]
+            if prev == 0:
+                new_slots += 1
+            count += 1
+    return new_slots
