@@ -8,9 +8,12 @@
 #   SPARK_SUBMIT      the spark-submit to use (default: the one next to MQSTORE_PYTHON, else on the PATH)
 #   MQSTORE_PYTHON    the interpreter with mqstore's dependencies, at this path on every node
 #                     (default: the python3 on the PATH); driver and executors run it
-#   MQSTORE_PY_FILES  1: ship the mqstore package as a zip (--py-files) instead of relying on an
-#                     installed mqstore on the executors (their python still needs numpy, pyarrow,
-#                     structlog); the zip is made in a temporary folder removed when the script ends
+#   MQSTORE_PY_FILES  1: ship the mqstore package, compiled core included, as an archive unpacked
+#                     next to each executor (--archives, on the workers' PYTHONPATH) instead of
+#                     relying on an installed mqstore there (their python still needs numpy, pyarrow,
+#                     structlog, and the same Python version and platform as this machine: the
+#                     core is this machine's build); the zip is made in a temporary folder removed
+#                     when the script ends
 #   SPARK_SUBMIT_ARGS more spark-submit arguments (e.g. "--executor-memory 2g --total-executor-cores 8")
 # Arguments go to jobs/reconcile.py (every option of `mqstore reconcile`). Exit status: spark-submit's.
 set -euo pipefail
@@ -37,12 +40,16 @@ trap 'exit 129' HUP
 if [ "${MQSTORE_PY_FILES:-0}" = "1" ]; then
   TMP_DIR="$(mktemp -d -t mqstore-py-files.XXXXXX)"
   ZIP="$TMP_DIR/mqstore.zip"
-  (cd "$HERE" && "$PY" -c 'import sys, zipfile, pathlib
-z = zipfile.ZipFile(sys.argv[1], "w", zipfile.ZIP_DEFLATED)
-for p in sorted(pathlib.Path("mqstore").rglob("*.py")):
-    z.write(p)
-z.close()' "$ZIP")
-  EXTRA+=(--py-files "$ZIP")
+  # The package as this interpreter imports it (an editable install: the clone), with its
+  # compiled kernels: Python imports an extension from a directory, never from a zip, so
+  # the archive is unpacked (--archives) rather than put on the path as a zip (--py-files).
+  "$PY" -c 'import sys, zipfile, pathlib, mqstore.kernels
+pkg = pathlib.Path(mqstore.__file__).parent
+with zipfile.ZipFile(sys.argv[1], "w", zipfile.ZIP_DEFLATED) as z:
+    for p in sorted(pkg.rglob("*")):
+        if p.suffix in (".py", ".so"):
+            z.write(p, pathlib.Path("mqstore") / p.relative_to(pkg))' "$ZIP"
+  EXTRA+=(--archives "$ZIP#mqstore_pkg" --conf spark.executorEnv.PYTHONPATH=mqstore_pkg)
 fi
 LOG4J="$(cd "$HERE" && "$PY" -c 'from mqstore.jobs.spark import log4j2_file; print(log4j2_file())' 2>/dev/null || true)"
 if [ -n "$LOG4J" ]; then  # the driver only: the file is on this machine, executors run elsewhere
