@@ -183,6 +183,10 @@ class ConsumeQueue:
         self._closed = False
         self._last_file_blocks: tuple[str, int] | None = None  # (name, st_blocks) of the last file at open
         self._read_only = read_only
+        # The dispatch journal of the ConsumeQueues that own this queue may hold units
+        # of it not yet given to it (ConsumeQueues.dispatch); _sync takes them first.
+        self._journal = None
+        self._dense = -1
         if not fresh:
             self._load(repair and not read_only)
 
@@ -321,6 +325,24 @@ class ConsumeQueue:
 
     # ------------------------------------------------------------------ writes (the dispatcher)
 
+    def _sync(self) -> None:
+        """Take this queue's units from its owner's dispatch journal, if it holds any.
+        Every read and every change from outside the dispatch path does, before its
+        lock (the journal's lock comes first); the write-behind steps (``write_behind``,
+        ``flush``, ``prepare_flush``, ``buffered_bytes``, ``has_files``) do not: the
+        owner gives the queues the whole journal before them."""
+        owner = self._journal
+        if owner is not None and owner.journaled(self._dense):
+            owner.move_in(self)
+
+    def journal_state(self) -> tuple[int, int]:
+        """What the next unit must continue, for the owner's dispatch journal: (its
+        queue offset, or -1 when any will do: the queue holds no unit yet; the
+        commitlog end of the last unit, -1 if none). ``append_run``'s rules."""
+        with self._lock:
+            fresh = not self._files and not self._pending
+            return (-1 if fresh else self._wrote // UNIT_SIZE), self._max_phys
+
     def put_units(self, queue_offsets, phys_offsets, sizes, tags_codes) -> PutResult:
         """Append units in order (RocketMQ putMessagePositionInfo, for a whole batch).
 
@@ -335,6 +357,7 @@ class ConsumeQueue:
         are created before any byte is written. Arguments are sequences of equal length
         (scalars broadcast); commitlog offsets must be >= 0 and sizes > 0.
         """
+        self._sync()
         qo, phys, sizes_, tags = np.broadcast_arrays(
             np.atleast_1d(np.asarray(queue_offsets, np.int64)),
             np.atleast_1d(np.asarray(phys_offsets, np.int64)),
@@ -449,8 +472,10 @@ class ConsumeQueue:
 
     @property
     def buffered_bytes(self) -> int:
-        """Units put but not written out yet (bytes)."""
-        return len(self._pending)
+        """Units put but not written out yet (bytes), those in the owner's dispatch
+        journal included."""
+        owner = self._journal
+        return len(self._pending) + (owner.journaled_units(self._dense) * UNIT_SIZE if owner is not None else 0)
 
     def _fsync_dirs(self, *dirs: Path) -> None:
         with self._pool.transient():  # directory descriptors count against the pool's bound too
@@ -561,21 +586,25 @@ class ConsumeQueue:
     @property
     def min_offset(self) -> int:
         """The first queue offset a reader may ask for."""
+        self._sync()
         return self._min // UNIT_SIZE
 
     @property
     def max_offset(self) -> int:
         """The queue offset the next unit gets (one past the last unit)."""
+        self._sync()
         return self._wrote // UNIT_SIZE
 
     @property
     def max_physical_offset(self) -> int:
         """commitlog offset + size of the last unit written (pre-blanks aside); -1 if none."""
+        self._sync()
         return self._max_phys
 
     @property
     def flushed_offset(self) -> int:
         """Units below this queue offset were made durable by ``flush``."""
+        self._sync()
         return self._flushed // UNIT_SIZE
 
     @property
@@ -586,6 +615,7 @@ class ConsumeQueue:
     @property
     def files(self) -> list[str]:
         """Names of the queue's files, oldest first."""
+        self._sync()
         return [seg.path.name for seg in self._files]
 
     def read_units(self, queue_offset: int, max_count: int) -> np.ndarray:
@@ -594,6 +624,7 @@ class ConsumeQueue:
 
         Empty at or past ``max_offset``; OffsetError below ``min_offset``. Stops early
         at an invalid unit (damage no recover() has cut yet)."""
+        self._sync()
         if max_count <= 0:
             raise ValueError(f"max_count must be > 0, got {max_count}")
         with self._lock:
@@ -625,6 +656,7 @@ class ConsumeQueue:
 
     def last_unit(self) -> CqUnit | None:
         """The last unit written, or None if the queue holds none."""
+        self._sync()
         with self._lock:
             self._drain()
             self._check_open()
@@ -662,6 +694,7 @@ class ConsumeQueue:
         STORETIMESTAMPs, -1 where it cannot read one. As in RocketMQ, a -1 met during
         the binary search returns 0. An empty queue returns ``max_offset``.
         """
+        self._sync()
         with self._lock:
             self._drain()
             self._check_open()
@@ -779,6 +812,7 @@ class ConsumeQueue:
         ``zero_tail=False`` (after a clean shutdown) leaves the bytes after a cut in the
         last file alone: this process wrote them, and a cut there only means its
         units end where the file's do."""
+        self._sync()
         with self._lock:
             self._drain()
             self._check_open()
@@ -834,6 +868,7 @@ class ConsumeQueue:
     def truncate_at(self, queue_offset: int) -> TruncateReport:
         """Drop every unit from ``queue_offset`` on (recovery found them not to match
         their records)."""
+        self._sync()
         with self._lock:
             self._drain()
             self._check_open()
@@ -854,6 +889,7 @@ class ConsumeQueue:
         ``phys_offset`` (the commitlog was cut there). From the last file backwards:
         a file whose first unit is invalid or points at >= ``phys_offset`` is deleted;
         in the first other one, units are kept while they point below it."""
+        self._sync()
         with self._lock:
             self._drain()
             self._check_open()
@@ -903,6 +939,7 @@ class ConsumeQueue:
         at or after ``commitlog_min_offset`` (never down; pre-blanks are passed over).
         If even the last unit points below it, min becomes ``max_offset``. Returns the
         new min offset."""
+        self._sync()
         with self._lock:
             self._drain()
             self._check_open()
@@ -942,6 +979,7 @@ class ConsumeQueue:
         """RocketMQ deleteExpiredFile(offset): delete files from the oldest on while their
         last unit points below ``commitlog_min_offset``; never the last file. Then
         ``correct_min_offset``. Returns the names of the deleted files."""
+        self._sync()
         with self._lock:
             self._drain()
             self._check_open()
@@ -966,6 +1004,7 @@ class ConsumeQueue:
     # ------------------------------------------------------------------ lifecycle
 
     def close(self) -> None:
+        self._sync()
         with self._lock:
             self._drain()
             if self._closed:

@@ -30,6 +30,7 @@ import os
 import shutil
 import threading
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -49,13 +50,33 @@ from mqstore.store.schedule import SCHEDULE_TOPIC
 log = structlog.get_logger(__name__)
 
 CONSUME_QUEUE_DIR = "consumequeue"
-_WRITE_OUT_BYTES = 64 * 1024  # a queue with this much buffered is written out by the dispatcher
 _FSYNC_EACH_UP_TO = 64  # more queues than this are flushed with one syncfs
 _WRITE_OUT_SERIAL_UP_TO = 64  # more queues than this are written out by _WRITER_THREADS threads
 _WRITER_THREADS = 4
 _WRITE_OUT_PAGE = 4096  # the every-second write-behind skips queues with less buffered...
 _BUFFER_BUDGET = 64 << 20  # ...unless all queues together buffer more than this
+_JOURNAL_UNITS = 1 << 20  # past this many units the dispatcher gives the journal to the queues itself
 _CHECK_BATCH_UNITS = 1 << 20  # recovery checks the queues' tails against the commitlog this many units at a time
+
+
+@dataclass(eq=False)
+class _Journal:
+    """One chunk's units in the dispatch journal, grouped by dense queue id (commitlog
+    order inside a group): group i is rows [run_lo[i], run_hi[i]) of queue run_ids[i]
+    (ascending); ``taken`` marks groups already given to their queue."""
+
+    dense: np.ndarray
+    qo: np.ndarray
+    phys: np.ndarray
+    sizes: np.ndarray
+    tags: np.ndarray
+    run_ids: np.ndarray
+    run_lo: np.ndarray
+    run_hi: np.ndarray
+    taken: np.ndarray = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.taken = np.zeros(len(self.run_ids), bool)
 
 
 def _write_behind_all(queues: list[ConsumeQueue]) -> None:
@@ -79,6 +100,21 @@ class ConsumeQueues:
         self._queues: dict[tuple[str, int], ConsumeQueue] = {}
         self._lock = threading.Lock()
         self._dirty: set[ConsumeQueue] = set()  # queues with units buffered since the last write_behind
+        # The dispatch journal (``dispatch``) and the per-queue state it is checked
+        # against, in arrays by dense queue id. Lock order: _jlock, then a queue's, then _lock.
+        self._jlock = threading.RLock()
+        self._journal: list[_Journal] = []
+        self._journal_units = 0
+        self._topic_index: dict[str, int] = {}
+        self._topic_names: list[str] = []
+        self._keys = np.zeros(0, np.int64)  # (topic index << 16 | queue id), sorted
+        self._key_ids = np.zeros(0, np.int64)  # the dense id of each key
+        self._by_id: list[ConsumeQueue] = []
+        self._next = np.zeros(0, np.int64)  # queue offset the next unit must have (-1: any, a queue without units)
+        self._max_end = np.zeros(0, np.int64)  # commitlog end of the queue's last unit (-1: none)
+        self._jcount = np.zeros(0, np.int64)  # units in the journal
+        self._jfirst = np.zeros(0, np.int64)  # number of the first journal chunk holding them
+        self._jseq = 0  # number of the journal's first chunk (counted since the start)
         self._writers: ThreadPoolExecutor | None = None
         self._loaded = False
         self._repair = False
@@ -204,68 +240,185 @@ class ConsumeQueues:
         return sorted(on_disk | set(self._queues))
 
     def all(self) -> list[ConsumeQueue]:
+        """Every open queue, each holding every unit dispatched so far."""
+        self._move_all_in()
         return list(self._queues.values())
 
     def dispatch(self, batch: DispatchBatch, from_offset: int = 0, to_offset: int = 0) -> None:
-        """Buffer the units of NOT_TYPE and COMMIT records in their queues (a
-        DispatchSink: the range is not needed here).
+        """Journal the units of NOT_TYPE and COMMIT records (a DispatchSink: the range
+        is not needed here).
 
-        Everything per unit is done for the whole batch with numpy (grouping by queue,
-        the in-order checks, encoding); per queue touched there is a dict lookup and a
-        bytes append (ConsumeQueue.append_run). Units are written out by the flusher
-        (``flush``), when a queue has 64 KiB buffered, or before any read of it."""
+        A chunk costs the same whatever the number of queues: each record's queue gets
+        a dense id (a sorted-key lookup; a queue met for the first time is opened
+        then, touching no file), the units are grouped by queue, and each group is
+        checked against the queue's state kept in arrays by dense id (the next queue
+        offset, the commitlog end of the last unit) and appended to one journal, all
+        with numpy. The journal is given to the queues, grouped by queue, by the
+        flusher (``write_behind``), past _JOURNAL_UNITS units, and for one queue
+        before any use of it (ConsumeQueue._sync). A group that does not simply
+        continue its queue goes through ``put_units``' full rules at once."""
         take = advances_queue_offset(batch.sysflags)
         idx = np.flatnonzero(take) if not take.all() else np.arange(len(batch))
         if not len(idx):
             return
-        codes, qids = batch.topic_codes[idx], batch.queue_ids[idx]
-        order = np.lexsort((qids, codes))  # stable: commitlog order within a queue
-        sel = idx[order]
-        qo, phys, sizes, tags = (
-            batch.queue_offsets[sel],
-            batch.physical_offsets[sel],
-            batch.sizes[sel],
-            batch.tags_codes[sel],
-        )
-        ends = phys + sizes
-        key = codes[order].astype(np.int64) * 65536 + qids[order]
-        starts = np.flatnonzero(np.concatenate(([True], key[1:] != key[:-1])))
-        stops = np.append(starts[1:], len(sel))
-        # Inside a run every unit must follow the one before it (queue offset + 1, later
-        # in the commitlog); a run that does not goes through put_units' full rules.
-        follows = np.ones(len(sel), bool)
-        follows[1:] = (qo[1:] == qo[:-1] + 1) & (ends[1:] > ends[:-1])
-        follows[starts] = True
-        in_order = np.logical_and.reduceat(follows, starts)
-        sane = (qo.min() >= 0) & (phys.min() >= 0) & (sizes.min() > 0)
-        data = memoryview(encode_units(phys, sizes, tags)) if sane else None
-        topics, queues, touched = batch.topics, self._queues, []
-        for lo, hi, code, qid, ok, first, first_end, last_end in zip(
-            starts.tolist(),
-            stops.tolist(),
-            codes[order][starts].tolist(),
-            qids[order][starts].tolist(),
-            in_order.tolist(),
-            qo[starts].tolist(),
-            ends[starts].tolist(),
-            ends[stops - 1].tolist(),
-        ):
-            topic = topics[code]
-            cq = queues.get((topic, qid)) or self._new_queue(topic, qid)
-            buffered = (
-                cq.append_run(first, hi - lo, first_end, last_end, data[lo * UNIT_SIZE : hi * UNIT_SIZE])
-                if (ok and data is not None)
-                else -1
+        with self._jlock:
+            dense = self._dense_ids(batch.topics, batch.topic_codes[idx], batch.queue_ids[idx])
+            order = np.argsort(dense, kind="stable")  # stable: commitlog order within a queue
+            sel, d = idx[order], dense[order]
+            qo, phys, sizes, tags = (
+                batch.queue_offsets[sel],
+                batch.physical_offsets[sel],
+                batch.sizes[sel],
+                batch.tags_codes[sel],
             )
-            if buffered < 0:
+            ends = phys + sizes
+            starts = np.flatnonzero(np.concatenate(([True], d[1:] != d[:-1])))
+            stops = np.append(starts[1:], len(sel))
+            # Inside a run every unit must follow the one before it (queue offset + 1, later
+            # in the commitlog), and the run must continue its queue.
+            follows = np.ones(len(sel), bool)
+            follows[1:] = (qo[1:] == qo[:-1] + 1) & (ends[1:] > ends[:-1])
+            follows[starts] = True
+            run_d = d[starts]
+            expected = self._next[run_d]
+            ok = np.logical_and.reduceat(follows, starts)
+            ok &= ((expected < 0) | (qo[starts] == expected)) & (ends[starts] > self._max_end[run_d])
+            if not (qo.min() >= 0 and phys.min() >= 0 and sizes.min() > 0):
+                ok[:] = False  # put_units says what is wrong
+            counts = stops - starts
+            good = np.flatnonzero(ok)
+            if len(good):
+                rows = np.repeat(ok, counts) if len(good) < len(ok) else slice(None)
+                ids, last = run_d[good], stops[good] - 1
+                self._next[ids] = qo[last] + 1
+                self._max_end[ids] = ends[last]
+                fresh = ids[self._jcount[ids] == 0]
+                self._jfirst[fresh] = self._jseq + len(self._journal)  # where move_in starts looking
+                self._jcount[ids] += counts[good]
+                run_hi = np.cumsum(counts[good])
+                self._journal.append(
+                    _Journal(d[rows], qo[rows], phys[rows], sizes[rows], tags[rows], ids, run_hi - counts[good], run_hi)
+                )
+                self._journal_units += int(run_hi[-1])
+            for r in np.flatnonzero(~ok).tolist():  # rare: repeats, gaps, re-dispatch after a restart
+                lo, hi, dd = int(starts[r]), int(stops[r]), int(run_d[r])
+                cq = self._by_id[dd]
+                self._move_in_locked(cq)
                 cq.put_units(qo[lo:hi], phys[lo:hi], sizes[lo:hi], tags[lo:hi])
-            else:
-                if buffered >= _WRITE_OUT_BYTES:
-                    cq.write_behind()
-                touched.append(cq)
+                self._next[dd], self._max_end[dd] = cq.journal_state()
+                with self._lock:
+                    self._dirty.add(cq)
+            if self._journal_units > _JOURNAL_UNITS:
+                self._move_all_in_locked()
+        self.last_dispatched_timestamp = int(batch.store_timestamps[idx[-1]])
+
+    def _dense_ids(self, topics: list[str], codes: np.ndarray, qids: np.ndarray) -> np.ndarray:
+        """The dense id of each (topics[code], queue id); queues met for the first time
+        get one (and are opened: ``_new_queue``). Caller holds the journal lock."""
+        index = self._topic_index
+        tix = np.fromiter((index.get(t, -1) for t in topics), np.int64, len(topics))
+        for i in np.flatnonzero(tix < 0).tolist():
+            tix[i] = index[topics[i]] = len(self._topic_names)
+            self._topic_names.append(topics[i])
+        keys = (tix[codes] << 16) | qids.astype(np.int64)
+        pos = np.minimum(np.searchsorted(self._keys, keys), max(len(self._keys) - 1, 0))
+        hit = self._keys[pos] == keys if len(self._keys) else np.zeros(len(keys), bool)
+        if not hit.all():
+            new_keys = np.unique(keys[~hit])
+            first = len(self._by_id)
+            for key in new_keys.tolist():
+                topic, qid = self._topic_names[key >> 16], key & 0xFFFF
+                cq = self._queues.get((topic, qid)) or self._new_queue(topic, qid)
+                cq._journal, cq._dense = self, len(self._by_id)
+                self._by_id.append(cq)
+            count = len(self._by_id)
+            if count > len(self._next):
+                size = max(count, 2 * len(self._next), 64)
+                self._next = np.concatenate([self._next, np.full(size - len(self._next), -1, np.int64)])
+                self._max_end = np.concatenate([self._max_end, np.full(size - len(self._max_end), -1, np.int64)])
+                self._jcount = np.concatenate([self._jcount, np.zeros(size - len(self._jcount), np.int64)])
+                self._jfirst = np.concatenate([self._jfirst, np.zeros(size - len(self._jfirst), np.int64)])
+            for dd in range(first, count):
+                self._next[dd], self._max_end[dd] = self._by_id[dd].journal_state()
+            all_keys = np.concatenate([self._keys, new_keys])
+            all_ids = np.concatenate([self._key_ids, np.arange(first, count, dtype=np.int64)])
+            o = np.argsort(all_keys)
+            self._keys, self._key_ids = all_keys[o], all_ids[o]
+            pos = np.searchsorted(self._keys, keys)
+        return self._key_ids[pos]
+
+    def journaled(self, dense: int) -> bool:
+        """Whether the journal holds units of the queue with this dense id."""
+        return dense >= 0 and bool(self._jcount[dense])
+
+    def journaled_units(self, dense: int) -> int:
+        """How many units of the queue with this dense id the journal holds."""
+        return int(self._jcount[dense]) if dense >= 0 else 0
+
+    def move_in(self, cq: ConsumeQueue) -> None:
+        """Give ``cq`` its units from the journal (ConsumeQueue._sync)."""
+        with self._jlock:
+            self._move_in_locked(cq)
+
+    def _move_in_locked(self, cq: ConsumeQueue) -> None:
+        d = cq._dense
+        if d < 0 or not self._jcount[d]:
+            return
+        parts = []
+        for j in self._journal[max(int(self._jfirst[d]) - self._jseq, 0) :]:
+            i = int(np.searchsorted(j.run_ids, d))
+            if i < len(j.run_ids) and j.run_ids[i] == d and not j.taken[i]:
+                j.taken[i] = True
+                lo, hi = int(j.run_lo[i]), int(j.run_hi[i])
+                parts.append((j.qo[lo:hi], j.phys[lo:hi], j.sizes[lo:hi], j.tags[lo:hi]))
+        self._journal_units -= int(self._jcount[d])
+        self._jcount[d] = 0
+        if parts:
+            qo, phys, sizes, tags = (np.concatenate(c) for c in zip(*parts))
+            self._give(cq, qo, phys, sizes, tags, memoryview(encode_units(phys, sizes, tags)))
+            with self._lock:
+                self._dirty.add(cq)
+
+    def _give(self, cq: ConsumeQueue, qo, phys, sizes, tags, data) -> None:
+        """Units that continue ``cq`` exactly (the journal checked), as a run."""
+        first_end, last_end = int(phys[0] + sizes[0]), int(phys[-1] + sizes[-1])
+        if cq.append_run(int(qo[0]), len(qo), first_end, last_end, data) < 0:  # the queue changed meanwhile
+            cq.put_units(qo, phys, sizes, tags)
+            self._next[cq._dense], self._max_end[cq._dense] = cq.journal_state()
+
+    def _move_all_in(self) -> None:
+        with self._jlock:
+            self._move_all_in_locked()
+
+    def _move_all_in_locked(self) -> None:
+        """Give every queue its units from the journal, grouped by queue (per-queue
+        Python here only: a few times a second, not per chunk)."""
+        journal, self._journal, self._journal_units = self._journal, [], 0
+        if not journal:
+            return
+        self._jseq += len(journal)
+        cols: list[list[np.ndarray]] = [[], [], [], [], []]
+        for j in journal:
+            keep = np.repeat(~j.taken, j.run_hi - j.run_lo) if j.taken.any() else slice(None)
+            for c, col in zip(cols, (j.dense, j.qo, j.phys, j.sizes, j.tags)):
+                c.append(col[keep])
+        d, qo, phys, sizes, tags = (np.concatenate(c) for c in cols)
+        if not len(d):
+            return
+        if len(journal) > 1:
+            order = np.argsort(d, kind="stable")  # stable: journal order within a queue
+            d, qo, phys, sizes, tags = d[order], qo[order], phys[order], sizes[order], tags[order]
+        starts = np.flatnonzero(np.concatenate(([True], d[1:] != d[:-1])))
+        stops = np.append(starts[1:], len(d))
+        data = memoryview(encode_units(phys, sizes, tags))
+        self._jcount[d[starts]] = 0
+        by_id, touched = self._by_id, []
+        for lo, hi, dd in zip(starts.tolist(), stops.tolist(), d[starts].tolist()):
+            cq = by_id[dd]
+            self._give(cq, qo[lo:hi], phys[lo:hi], sizes[lo:hi], tags[lo:hi], data[lo * UNIT_SIZE : hi * UNIT_SIZE])
+            touched.append(cq)
         with self._lock:  # the flusher swaps the set: never add to one it has taken
             self._dirty.update(touched)
-        self.last_dispatched_timestamp = int(batch.store_timestamps[idx[-1]])
 
     def _new_queue(self, topic: str, queue_id: int) -> ConsumeQueue:
         """A queue the dispatcher meets first; ``load`` opened every one on disk, so unless
@@ -284,6 +437,7 @@ class ConsumeQueues:
         Many queues are written by a few threads at once: creating a queue's directory
         and file is two or three metadata operations that wait on the disk (0.1-1 ms
         each on a busy VM disk), and waits overlap where Python work cannot."""
+        self._move_all_in()
         with self._lock:
             dirty, self._dirty = self._dirty, set()
         if not everything and sum(cq.buffered_bytes for cq in dirty) < _BUFFER_BUDGET:
@@ -462,6 +616,7 @@ class ConsumeQueues:
             self._rebuild_from(cq.max_physical_offset)
 
     def close(self) -> None:
+        self._move_all_in()
         if self._writers is not None:
             self._writers.shutdown()
             self._writers = None
