@@ -55,21 +55,21 @@ _WRITE_OUT_SERIAL_UP_TO = 64  # more queues than this are written out by _WRITER
 _WRITER_THREADS = 4
 _WRITE_OUT_PAGE = 4096  # the every-second write-behind skips queues with less buffered...
 _BUFFER_BUDGET = 64 << 20  # ...unless all queues together buffer more than this
+_RAW_UNIT = np.dtype(f"V{UNIT_SIZE}")  # an encoded unit, moved as bytes (numpy keeps them as they are)
 _JOURNAL_UNITS = 1 << 20  # past this many units the dispatcher gives the journal to the queues itself
 _CHECK_BATCH_UNITS = 1 << 20  # recovery checks the queues' tails against the commitlog this many units at a time
 
 
 @dataclass(eq=False)
 class _Journal:
-    """One chunk's units in the dispatch journal, grouped by dense queue id (commitlog
-    order inside a group): group i is rows [run_lo[i], run_hi[i]) of queue run_ids[i]
-    (ascending); ``taken`` marks groups already given to their queue."""
+    """One chunk's units in the dispatch journal, encoded and grouped by dense queue id
+    (commitlog order inside a group): group i is rows [run_lo[i], run_hi[i]) of queue
+    run_ids[i] (ascending); ``qo`` and ``ends`` are each row's queue offset and
+    commitlog end; ``taken`` marks groups already given to their queue."""
 
-    dense: np.ndarray
+    units: np.ndarray  # _RAW_UNIT: the encoded units
     qo: np.ndarray
-    phys: np.ndarray
-    sizes: np.ndarray
-    tags: np.ndarray
+    ends: np.ndarray
     run_ids: np.ndarray
     run_lo: np.ndarray
     run_hi: np.ndarray
@@ -296,9 +296,8 @@ class ConsumeQueues:
                 self._jfirst[fresh] = self._jseq + len(self._journal)  # where move_in starts looking
                 self._jcount[ids] += counts[good]
                 run_hi = np.cumsum(counts[good])
-                self._journal.append(
-                    _Journal(d[rows], qo[rows], phys[rows], sizes[rows], tags[rows], ids, run_hi - counts[good], run_hi)
-                )
+                units = np.frombuffer(encode_units(phys[rows], sizes[rows], tags[rows]), _RAW_UNIT)
+                self._journal.append(_Journal(units, qo[rows], ends[rows], ids, run_hi - counts[good], run_hi))
                 self._journal_units += int(run_hi[-1])
             for r in np.flatnonzero(~ok).tolist():  # rare: repeats, gaps, re-dispatch after a restart
                 lo, hi, dd = int(starts[r]), int(stops[r]), int(run_d[r])
@@ -370,20 +369,21 @@ class ConsumeQueues:
             if i < len(j.run_ids) and j.run_ids[i] == d and not j.taken[i]:
                 j.taken[i] = True
                 lo, hi = int(j.run_lo[i]), int(j.run_hi[i])
-                parts.append((j.qo[lo:hi], j.phys[lo:hi], j.sizes[lo:hi], j.tags[lo:hi]))
+                parts.append((j.units[lo:hi], j.qo[lo], j.ends[lo], j.ends[hi - 1]))
         self._journal_units -= int(self._jcount[d])
         self._jcount[d] = 0
         if parts:
-            qo, phys, sizes, tags = (np.concatenate(c) for c in zip(*parts))
-            self._give(cq, qo, phys, sizes, tags, memoryview(encode_units(phys, sizes, tags)))
+            units = np.concatenate([p[0] for p in parts])
+            self._give(cq, units, int(parts[0][1]), int(parts[0][2]), int(parts[-1][3]))
             with self._lock:
                 self._dirty.add(cq)
 
-    def _give(self, cq: ConsumeQueue, qo, phys, sizes, tags, data) -> None:
-        """Units that continue ``cq`` exactly (the journal checked), as a run."""
-        first_end, last_end = int(phys[0] + sizes[0]), int(phys[-1] + sizes[-1])
-        if cq.append_run(int(qo[0]), len(qo), first_end, last_end, data) < 0:  # the queue changed meanwhile
-            cq.put_units(qo, phys, sizes, tags)
+    def _give(self, cq: ConsumeQueue, units: np.ndarray, first: int, first_end: int, last_end: int) -> None:
+        """Encoded units that continue ``cq`` exactly (the journal checked), as a run."""
+        if cq.append_run(first, len(units), first_end, last_end, memoryview(units).cast("B")) < 0:
+            # the queue changed meanwhile: the full rules
+            u = units.view(UNIT_DTYPE)
+            cq.put_units(first + np.arange(len(u)), u["commitlog_offset"], u["size"], u["tags_code"])
             self._next[cq._dense], self._max_end[cq._dense] = cq.journal_state()
 
     def _move_all_in(self) -> None:
@@ -391,31 +391,56 @@ class ConsumeQueues:
             self._move_all_in_locked()
 
     def _move_all_in_locked(self) -> None:
-        """Give every queue its units from the journal, grouped by queue (per-queue
-        Python here only: a few times a second, not per chunk)."""
+        """Give every queue its units from the journal, grouped by queue: each group is
+        placed at its queue's place in one array (a counting sort: the journal's count
+        per queue is known), then one ``append_run`` per queue (per-queue Python only
+        here, a few times a second, not per chunk)."""
         journal, self._journal, self._journal_units = self._journal, [], 0
         if not journal:
             return
         self._jseq += len(journal)
-        cols: list[list[np.ndarray]] = [[], [], [], [], []]
-        for j in journal:
-            keep = np.repeat(~j.taken, j.run_hi - j.run_lo) if j.taken.any() else slice(None)
-            for c, col in zip(cols, (j.dense, j.qo, j.phys, j.sizes, j.tags)):
-                c.append(col[keep])
-        d, qo, phys, sizes, tags = (np.concatenate(c) for c in cols)
-        if not len(d):
+        ids = np.flatnonzero(self._jcount)  # queues with units in the journal, ascending
+        if not len(ids):
             return
-        if len(journal) > 1:
-            order = np.argsort(d, kind="stable")  # stable: journal order within a queue
-            d, qo, phys, sizes, tags = d[order], qo[order], phys[order], sizes[order], tags[order]
-        starts = np.flatnonzero(np.concatenate(([True], d[1:] != d[:-1])))
-        stops = np.append(starts[1:], len(d))
-        data = memoryview(encode_units(phys, sizes, tags))
-        self._jcount[d[starts]] = 0
+        counts = self._jcount[ids]
+        base = np.zeros(len(self._jcount), np.int64)
+        base[ids[1:]] = np.cumsum(counts)[:-1]
+        total = int(counts.sum())
+        units = np.empty(total, _RAW_UNIT)
+        first_qo = np.full(len(self._jcount), -1, np.int64)  # per queue: its first unit's queue offset,
+        first_end = np.zeros(len(self._jcount), np.int64)  # that unit's commitlog end,
+        last_end = np.zeros(len(self._jcount), np.int64)  # and the last unit's
+        for j in journal:
+            live = ~j.taken
+            if live.all():
+                run_ids, lo, hi = j.run_ids, j.run_lo, j.run_hi
+            else:
+                run_ids, lo, hi = j.run_ids[live], j.run_lo[live], j.run_hi[live]
+            if not len(run_ids):
+                continue
+            lens = hi - lo
+            before = np.repeat(np.concatenate(([0], np.cumsum(lens)[:-1])), lens)
+            k = np.arange(int(lens.sum())) - before  # row number inside its group
+            dest = base[run_ids]
+            base[run_ids] += lens  # a queue's groups go one after the other, in journal order
+            units[np.repeat(dest, lens) + k] = j.units[np.repeat(lo, lens) + k]
+            new = first_qo[run_ids] < 0
+            first_qo[run_ids[new]], first_end[run_ids[new]] = j.qo[lo[new]], j.ends[lo[new]]
+            last_end[run_ids] = j.ends[hi - 1]
+        stops = np.cumsum(counts)
+        starts = stops - counts
+        self._jcount[ids] = 0
         by_id, touched = self._by_id, []
-        for lo, hi, dd in zip(starts.tolist(), stops.tolist(), d[starts].tolist()):
+        for lo, hi, dd, fq, fe, le in zip(
+            starts.tolist(),
+            stops.tolist(),
+            ids.tolist(),
+            first_qo[ids].tolist(),
+            first_end[ids].tolist(),
+            last_end[ids].tolist(),
+        ):
             cq = by_id[dd]
-            self._give(cq, qo[lo:hi], phys[lo:hi], sizes[lo:hi], tags[lo:hi], data[lo * UNIT_SIZE : hi * UNIT_SIZE])
+            self._give(cq, units[lo:hi], fq, fe, le)
             touched.append(cq)
         with self._lock:  # the flusher swaps the set: never add to one it has taken
             self._dirty.update(touched)

@@ -19,6 +19,7 @@ Who calls what: any thread may append and read; ``close`` once, last.
 from __future__ import annotations
 
 import threading
+import time
 from pathlib import Path
 
 import structlog
@@ -85,6 +86,7 @@ class MessageStore(LocalReads):
                 on_progress=self.log.note_dispatched,
             )
             self.progress.set_phase("dispatch", max(self.commitlog.wrote_offset - reput_from, 0))
+            started = time.perf_counter()
             caught_up = self.dispatcher.catch_up()
             self.log.note_dispatched(self.dispatcher.dispatched_offset)  # (a clean open dispatches nothing: no report)
             log.info(
@@ -92,6 +94,7 @@ class MessageStore(LocalReads):
                 reput_from=reput_from,
                 records=caught_up,
                 dispatched_offset=self.dispatcher.dispatched_offset,
+                seconds=round(time.perf_counter() - started, 3),
             )
             self.clamped_consumer_offsets = self.queue_builder.clamp_consumer_offsets()
             self.log.dispatch_active = lambda: self.dispatcher.running
