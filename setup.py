@@ -12,6 +12,14 @@ KERNELS = [
         libraries=["z"],  # zlib's crc32 (bit-identical to the CRC RocketMQ stores)
     ),
     Extension("mqstore.kernels._dispatch", ["mqstore/kernels/_dispatch.pyx"], extra_compile_args=["-O3"]),
+    Extension(
+        "mqstore.kernels._encode",
+        ["mqstore/kernels/_encode.pyx"],
+        include_dirs=["mqstore/kernels"],  # crc32_fold.h
+        depends=["mqstore/kernels/crc32_fold.h"],
+        extra_compile_args=["-O3"],
+        libraries=["z"],
+    ),
 ]
 
 setup(ext_modules=cythonize(KERNELS, build_dir="build/cython", compiler_directives={"language_level": 3}))

@@ -56,7 +56,7 @@ from mqstore.errors import DecodeError
 from mqstore.formats.crc import CRC_MASK, body_crc, crc32
 from mqstore.formats.msgid import Host, decode_host, offset_msg_id_prefix
 from mqstore.formats.properties import parse_properties
-from mqstore.kernels import _scan
+from mqstore.kernels import _encode, _scan
 
 MAGIC_V1 = -626843481  # 0xDAA320A7
 MAGIC_V2 = -626843477  # 0xDAA320AB
@@ -346,6 +346,7 @@ class ScanResult(NamedTuple):
 MIN_RECORD_BYTES = record_size(body_len=0, topic_len=0, props_len=0)
 # The compiled scan has these values built in.
 assert _scan.FORMAT == (MAGIC_V1, MAGIC_V2, BLANK_RECORD_BYTES, MIN_RECORD_BYTES, CRC_MASK), _scan.FORMAT
+assert _encode.FORMAT == (MAGIC_V1, MAGIC_V2, CRC_MASK, MAX_TOPIC_BYTES_V1 + 1), _encode.FORMAT
 
 
 class _Fields:
@@ -651,16 +652,17 @@ class PreparedRecords:
     """Records encoded up to the fields known only under the put lock.
 
     RocketMQ encodes a message before it takes the put lock and patches QUEUEOFFSET,
-    PHYSICALOFFSET and STORETIMESTAMP afterwards; this class does the same for a whole
-    batch with numpy, and patches QUEUEID too (automatic queues are picked under the
-    lock). All records of one instance share the host families (IPv4 or
-    IPv6 born host, IPv4 or IPv6 store host); callers split mixed batches into runs.
-    ``topics`` holds each record's topic field (:func:`topic_field`); repeating the
-    same object for every message of a topic costs nothing. ``topic_lens`` (the
-    topics' byte lengths) may be given when the caller knows them already. A record
-    whose topic is longer than 127 bytes gets MAGIC_V2 (its field has the 2-byte
-    length), every other one MAGIC_V1, as RocketMQ 5 writes them.
-    Not thread-safe: one caller (the CommitLog under its put lock) renders it.
+    PHYSICALOFFSET and STORETIMESTAMP afterwards; this class does the same for
+    records whose properties are given whole (bytes), with the compiled encoder
+    (mqstore/kernels/_encode.pyx: one pass, body CRC included), and patches QUEUEID
+    too. Appends go through store.record_batch.BatchEncoder, which builds the
+    properties too; this is the same encoder for callers holding ready properties
+    (tools, tests, the golden vectors). ``topics`` holds each record's topic field
+    (:func:`topic_field`); ``topic_lens`` is accepted for compatibility and not needed
+    (the field's length says it). A record whose topic is longer than 127 bytes gets
+    MAGIC_V2 (its field has the 2-byte length), every other one MAGIC_V1, as RocketMQ 5
+    writes them. Born hosts may mix IPv4 and IPv6 (the sysflag bits follow each).
+    Not thread-safe: one caller renders it.
     """
 
     def __init__(
@@ -678,47 +680,23 @@ class PreparedRecords:
         reconsume_times: np.ndarray | int = 0,
         prepared_transaction_offsets: np.ndarray | int = 0,
     ) -> None:
+        del topic_lens
         n = len(bodies)
-        if not isinstance(born_hosts, bytes) and len(set(map(len, born_hosts))) > 1:
-            raise ValueError("born hosts of one PreparedRecords must share an address family")
-        born_v6 = len(born_hosts if isinstance(born_hosts, bytes) else born_hosts[0]) == 20 if n else False
-        store_v6 = len(store_host) == 20
-        dtype = header_dtype(born_v6, store_v6)
-        self.body_lens = np.fromiter(map(len, bodies), np.int64, n)
-        props_lens = np.fromiter(map(len, properties), np.int64, n)
-        if topic_lens is None:
-            topic_lens = topic_field_lengths(topics)
-        topic_lens = np.asarray(topic_lens, np.int64)
-        v2 = topic_lens > MAX_TOPIC_BYTES_V1
-        any_v2 = bool(v2.any())
-        self.props_lens = props_lens
-        self.sizes = (
-            dtype.itemsize + self.body_lens + (np.where(v2, 2, 1) if any_v2 else 1) + topic_lens + 2 + props_lens
-        )
-        head = np.empty(n, dtype)  # every field is set below or in render()
-        head["total_size"] = self.sizes
-        head["magic"] = np.where(v2, MAGIC_V2, MAGIC_V1) if any_v2 else MAGIC_V1
-        head["body_crc"] = np.fromiter(map(crc32, bodies), np.int64, n) & CRC_MASK
-        head["flag"] = flags
-        v6_bits = (SysFlag.BORNHOST_V6 if born_v6 else 0) | (SysFlag.STOREHOST_V6 if store_v6 else 0)
-        head["sysflag"] = (np.asarray(sysflags, np.int64) & ~0x30) | v6_bits
-        head["born_timestamp"] = born_timestamps
-        head["born_host"] = (
-            np.void(born_hosts) if isinstance(born_hosts, bytes) else np.array(born_hosts, dtype["born_host"])
-        )
-        head["store_host"] = np.void(store_host)
-        head["reconsume_times"] = reconsume_times
-        head["prepared_transaction_offset"] = prepared_transaction_offsets
-        head["body_len"] = self.body_lens
-        self.head = head
-        self._void = f"V{dtype.itemsize}"
-        self.bodies = bodies
-        self.topics = topics
-        self.props_len_bytes = props_lens.astype(">u2").view("V2").tolist()
-        self.properties = properties
+        rec = _encode.RecordBuffer()
+        rec.start(n)
+        rec.raw_properties(list(properties))
+        rec.bodies(list(bodies))
+        self.sizes, self.body_lens, self.props_lens = np.empty((3, n), np.int64)
+        hosts = born_hosts if isinstance(born_hosts, bytes) else list(born_hosts)
+        rec.layout(list(topics), np.arange(n), hosts, bytes(store_host), self.sizes, self.body_lens, self.props_lens)
+        cols = np.empty((5, n), np.int64)
+        for row, value in enumerate((flags, sysflags, born_timestamps, reconsume_times, prepared_transaction_offsets)):
+            cols[row] = value
+        rec.encode(cols, bytes(store_host))
+        self._rec = rec
 
     def __len__(self) -> int:
-        return len(self.bodies)
+        return self._rec.n
 
     def render(
         self,
@@ -738,21 +716,17 @@ class PreparedRecords:
         leaves a run whose first record ends the valid data, never a record with torn
         properties (which no CRC covers).
         """
-        head = self.head[lo:hi]
-        head["total_size"] = self.sizes[lo:hi]
-        if hold_first_size:
-            head["total_size"][0] = 0
-        head["queue_id"] = queue_ids
-        head["physical_offset"] = physical_offsets
-        head["queue_offset"] = queue_offsets
-        head["store_timestamp"] = store_timestamp
-        pieces: list[bytes | None] = [None] * (5 * (hi - lo))
-        pieces[0::5] = head.view(self._void).tolist()
-        pieces[1::5] = self.bodies[lo:hi]
-        pieces[2::5] = self.topics[lo:hi]
-        pieces[3::5] = self.props_len_bytes[lo:hi]
-        pieces[4::5] = self.properties[lo:hi]
-        return b"".join(pieces)  # type: ignore[arg-type]
+        k = hi - lo
+
+        def column(v) -> np.ndarray:
+            return np.broadcast_to(np.asarray(v, np.int64), (k,))
+
+        rec = self._rec
+        rec.patch(lo, hi, column(queue_ids), column(queue_offsets), column(physical_offsets), int(store_timestamp))
+        a, b = rec.span(lo, hi)
+        with memoryview(rec.data) as mv:
+            out = bytes(mv[a:b])
+        return bytes(4) + out[4:] if hold_first_size and k else out
 
 
 __all__ = [

@@ -131,19 +131,25 @@ class UniqKeyGenerator:
     def reserve(self, n: int, *, now_ms: int) -> tuple[str, list[str]]:
         """``n`` fresh keys as one shared head and ``n`` 4-digit tails, for callers
         that splice the parts into bigger strings without building each key."""
+        head, _, tails = self.reserve_counted(n, now_ms=now_ms)
+        return head, tails
+
+    def reserve_counted(self, n: int, *, now_ms: int) -> tuple[str, int, list[str]]:
+        """:meth:`reserve` and the counter value of the first tail (tail ``i`` is the
+        4 hex digits of ``(first + i) % 65536``), for the compiled encoder."""
         with self._lock:
             if not self._month_start <= now_ms < self._month_end:
                 self._month_start = _month_start_ms(now_ms)
                 self._month_end = self._month_start + 28 * 86_400_000  # re-check at least monthly
             head = f"{self._prefix}{(now_ms - self._month_start) & 0xFFFFFFFF:08X}"
-            first = self._counter & 0xFFFF
+            first = start = self._counter & 0xFFFF
             self._counter += n
             tails: list[str] = []
             while len(tails) < n:  # the 16-bit counter wraps
-                take = min(n - len(tails), 0x10000 - first)
-                tails += _HEX4[first : first + take]
-                first = 0
-            return head, tails
+                take = min(n - len(tails), 0x10000 - start)
+                tails += _HEX4[start : start + take]
+                start = 0
+            return head, first, tails
 
 
 __all__ = [

@@ -84,6 +84,7 @@ log = structlog.get_logger(__name__)
 
 COMMITLOG_DIR = "commitlog"
 _NO_OFFSETS = np.zeros(0, np.int64)
+_NO_SIZE = bytes(4)
 
 
 @dataclass(frozen=True)
@@ -301,23 +302,26 @@ class CommitLog:
         if prep.n == 0:
             empty = np.zeros(0, np.int64)
             return AppendResult(PutStatus.PUT_OK, empty, empty, empty, empty, 0, ("", []), self._msg_id_prefix)
-        with self._put_lock:
-            self._check_open()
-            self._writability.check()
-            now = max(self._clock.now_ms(), self._last_store_ts)
-            queue_ids = self._pick_queues(prep)
-            queue_offsets, commit_offsets = self._assign_queue_offsets(prep, queue_ids)
-            self._write_high = self._wrote
-            try:
-                physical = self._write(prep, queue_ids, queue_offsets, now)
-            except (OSError, StoreNotWritableError) as e:
-                raise self._write_failed(e) from e
-            self._writability.wrote()
-            commit_offsets()
-            self._last_store_ts = now
-            end = int(physical[-1] + prep.sizes[-1])
-            self._wrote = end
-            self._wrote_state = (end, now)
+        try:
+            with self._put_lock:
+                self._check_open()
+                self._writability.check()
+                now = max(self._clock.now_ms(), self._last_store_ts)
+                queue_ids = self._pick_queues(prep)
+                queue_offsets, commit_offsets = self._assign_queue_offsets(prep, queue_ids)
+                self._write_high = self._wrote
+                try:
+                    physical = self._write(prep, queue_ids, queue_offsets, now)
+                except (OSError, StoreNotWritableError) as e:
+                    raise self._write_failed(e) from e
+                self._writability.wrote()
+                commit_offsets()
+                self._last_store_ts = now
+                end = int(physical[-1] + prep.sizes[-1])
+                self._wrote = end
+                self._wrote_state = (end, now)
+        finally:
+            self._encoder.recycle(prep)
         faults.hit("commitlog.written")  # in the page cache, not yet flushed nor acknowledged
         status = PutStatus.PUT_OK
         if self.config.flush_mode is FlushMode.SYNC:
@@ -409,28 +413,20 @@ class CommitLog:
             self._write_high = seg.end_offset
             seg.write(b - seg.base_offset, blank_record(seg.end_offset - b))
             faults.hit("segment.rollover")  # the BLANK ends the old segment; the new one holds nothing yet
-        lo = 0
-        for run in prep.runs:
-            hi = lo + len(run)
-            j = lo
-            while j < hi:  # one render per segment the run touches
-                seg = self._segments.find(int(physical[j]))
-                k = j + int(np.searchsorted(physical[j:hi], seg.end_offset, side="left"))
-                data = run.render(
-                    j - lo,
-                    k - lo,
-                    physical_offsets=physical[j:k],
-                    queue_ids=queue_ids[j:k],
-                    queue_offsets=queue_offsets[j:k],
-                    store_timestamp=store_ts,
-                    hold_first_size=True,
-                )
-                at = int(physical[j]) - seg.base_offset
-                self._write_high = max(self._write_high, int(physical[j]) + len(data))
-                seg.write(at, data)
-                seg.write(at, int(sizes[j]).to_bytes(4, "big"))  # only now is the run visible
-                j = k
-            lo = hi
+        records = prep.records
+        records.patch(0, n, queue_ids, queue_offsets, physical, store_ts)
+        data = records.data  # the encoded batch, written as it is: one pwrite per segment touched
+        j = 0
+        while j < n:
+            seg = self._segments.find(int(physical[j]))
+            k = j + int(np.searchsorted(physical[j:], seg.end_offset, side="left"))
+            a, b = records.span(j, k)
+            at = int(physical[j]) - seg.base_offset
+            self._write_high = max(self._write_high, int(physical[j]) + b - a)
+            data[a : a + 4] = _NO_SIZE  # the first TOTALSIZE goes last
+            seg.write(at, memoryview(data)[a:b])
+            seg.write(at, int(sizes[j]).to_bytes(4, "big"))  # only now is the run visible
+            j = k
         return physical
 
     # ------------------------------------------------------------------ when the disk fails (writability.py)

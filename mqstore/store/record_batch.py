@@ -2,11 +2,13 @@
 
 RocketMQ encodes a message before it takes the put lock (CommitLog.asyncPutMessage,
 MessageExtEncoder) and patches the fields only the lock knows afterwards; this module
-does the first half for a whole batch, with numpy: ``BatchEncoder.prepare`` validates
-every column (topics, queue ids, sizes, separators in user text), generates UNIQ_KEYs,
-encodes the properties and builds formats.message.PreparedRecords, whose ``render``
-the CommitLog calls under its lock (queue id, queue offset, physical offset and store
-timestamp; the record layout itself is documented in formats/message.py).
+does the first half for a whole batch: ``BatchEncoder.prepare`` validates every column
+(topics, queue ids, sizes, separators in user text), generates UNIQ_KEYs and has the
+compiled encoder (mqstore/kernels/_encode.pyx, one pass without the GIL) write every
+record into a reusable buffer, the one the CommitLog hands to ``pwrite`` once it has
+patched queue id, queue offset, physical offset and store timestamp under its lock
+(the record layout itself is documented in formats/message.py). The numpy encoder
+this replaced is the reference model tests/kernels/model_encode.py.
 
 What this module writes into the records, byte for byte:
 
@@ -18,8 +20,7 @@ What this module writes into the records, byte for byte:
     UNIQ_KEY     formats.msgid.UniqKeyGenerator (store host address, pid, a random
                  hash, ms since the month began, a 16-bit counter) unless the batch
                  gives one; generated keys share one head and differ in a 4-hex-digit tail.
-    born host    address + int32 port, 8 bytes (IPv4) or 20 (IPv6): records of the two widths are encoded in
-                 separate runs of consecutive messages (``_host_runs``).
+    born host    address + int32 port, 8 bytes (IPv4) or 20 (IPv6), per record.
     topic        V1 length byte, or V2 (2-byte length) for a topic over 127 bytes.
 
 Size limits (StoreConfig): a body up to ``max_message_bytes``, properties up to
@@ -32,31 +33,30 @@ from __future__ import annotations
 import numpy as np
 
 from mqstore.errors import InvalidMessageError, MessageTooLargeError, PropertiesTooLongError
-from mqstore.formats.message import (
-    BLANK_RECORD_BYTES,
-    PreparedRecords,
-    advances_queue_offset,
-    topic_field,
-    topic_field_lengths,
-)
+from mqstore.formats.message import BLANK_RECORD_BYTES, advances_queue_offset, topic_field
 from mqstore.formats.msgid import Host, UniqKeyGenerator, encode_host
 from mqstore.formats.names import check_topic
-from mqstore.formats.properties import MAX_PROPERTIES_BYTES, serialize_properties
+from mqstore.formats.properties import MAX_PROPERTIES_BYTES
+from mqstore.kernels._encode import RecordBuffer
 from mqstore.store.clock import Clock
 from mqstore.store.config import StoreConfig
 from mqstore.store.messages import AUTO_QUEUE, MessageBatch
 
 _DEFAULT_BORN_HOST = encode_host(Host("127.0.0.1", 0))
+_INT32 = (-(1 << 31), (1 << 31) - 1)
+_POOLED_BUFFERS = 8  # record buffers kept for reuse (one per concurrent append)
+_POOLED_BYTES = 64 << 20  # a buffer grown past this by a huge batch is not kept
 
 
 class PreparedBatch:
-    """A batch validated and encoded outside the put lock: its records, less the
-    fields only the put lock knows, and the columns the lock needs to assign them."""
+    """A batch validated and encoded outside the put lock: its records in ``records``
+    (less the fields only the put lock knows) and the columns the lock needs to assign
+    them. ``BatchEncoder.recycle`` takes the buffer back once the records are written."""
 
-    __slots__ = ("runs", "n", "topics", "topic_codes", "queue_ids", "advances", "unique_keys", "sizes")
+    __slots__ = ("records", "n", "topics", "topic_codes", "queue_ids", "advances", "unique_keys", "sizes")
 
-    def __init__(self, runs, n, topics, topic_codes, queue_ids, advances, unique_keys, sizes):  # noqa: PLR0913
-        self.runs: list[PreparedRecords] = runs
+    def __init__(self, records, n, topics, topic_codes, queue_ids, advances, unique_keys, sizes):  # noqa: PLR0913
+        self.records: RecordBuffer | None = records
         self.n = n
         self.topics: list[str] = topics  # distinct topics of the batch
         self.topic_codes: np.ndarray = topic_codes  # index into topics, per message
@@ -74,6 +74,15 @@ def _broadcast(value, n: int) -> list:
     return list(value)
 
 
+def _column(value, n: int):
+    """A tags or keys column for the encoder: one value for all, or a list of ``n``."""
+    if value is None or isinstance(value, (str, bytes, int, Host, dict)):
+        return value
+    if len(value) != n:
+        raise InvalidMessageError(f"a column has {len(value)} values for {n} messages")
+    return value if type(value) is list else list(value)
+
+
 def _int_column(value, n: int, name: str) -> np.ndarray | int:
     if isinstance(value, (int, np.integer)):
         return int(value)
@@ -86,25 +95,52 @@ def _int_column(value, n: int, name: str) -> np.ndarray | int:
     return arr
 
 
+def _int32(value, name: str):
+    """A 32-bit field given as one integer must fit (a column wraps, as numpy casts it)."""
+    if isinstance(value, int) and not _INT32[0] <= value <= _INT32[1]:
+        raise OverflowError(f"Python integer {value} out of bounds for int32 ({name})")
+    return value
+
+
 def _check_no_separators(what: str, values) -> None:
     joined = "".join(filter(None, values))
     if "\x01" in joined or "\x02" in joined:
         raise InvalidMessageError(f"{what} must not contain the property separators \\x01 or \\x02")
 
 
+def _explain_properties(tags, keys, tails: list[str], user: list | None, n: int) -> None:
+    """Raise what the encoder found wrong in a batch's property text (a value not a
+    str, a separator), with the checks and messages of the Python encoder."""
+    _check_no_separators("tags", _broadcast(tags, n))
+    _check_no_separators("keys", _broadcast(keys, n))
+    _check_no_separators("unique keys", tails)
+    for p in user or ():
+        if p:
+            _check_no_separators("property names and values", list(p.keys()) + list(p.values()))
+    raise InvalidMessageError("property names and values must be strings")
+
+
 class BatchEncoder:
     """Validates and encodes the batches of one commitlog. Appends call ``prepare``
     outside the put lock, from any number of threads (the topics seen are only a
-    cache of names already checked). Caveat, kept as it was: ``_unique_keys`` calls
-    UniqKeyGenerator.reserve, which asks for a caller's lock, without one, so two
-    racing appends could in principle draw the same counter values."""
+    cache of names already checked; record buffers come from a pool, one per
+    append in flight, and go back with ``recycle``)."""
 
     def __init__(self, config: StoreConfig, clock: Clock) -> None:
         self.config = config
         self._clock = clock
         self._known_topics: set[str] = set()  # checked once per store, not once per batch
+        self._topic_fields: dict[str, bytes] = {}
         self._uniq = UniqKeyGenerator(config.store_host)
         self._store_host = encode_host(config.store_host)
+        self._pool: list[RecordBuffer] = []
+
+    def recycle(self, prep: PreparedBatch) -> None:
+        """Take back a prepared batch's buffer once its records are written (or dropped)."""
+        buf, prep.records = prep.records, None
+        if buf is not None and len(self._pool) < _POOLED_BUFFERS:
+            buf.release(_POOLED_BYTES)
+            self._pool.append(buf)
 
     def prepare(self, batch: MessageBatch) -> PreparedBatch:
         """Validate and encode a batch. Raises InvalidMessageError (or a subclass)
@@ -113,53 +149,69 @@ class BatchEncoder:
         n = len(bodies)
         if n == 0:
             return PreparedBatch(
-                [], 0, [], np.zeros(0, np.int64), np.zeros(0, np.int64), None, ("", []), np.zeros(0, np.int64)
+                None, 0, [], np.zeros(0, np.int64), np.zeros(0, np.int64), None, ("", []), np.zeros(0, np.int64)
             )
         if isinstance(bodies, (bytes, str)):
             raise InvalidMessageError("bodies must be a sequence of bytes, one per message")
         topics, codes = self._topics(batch.topics, n)
-        fields = [topic_field(t) for t in topics]
-        topic_bytes = [fields[0]] * n if len(topics) == 1 else [fields[c] for c in codes.tolist()]
-        topic_lens = topic_field_lengths(fields)[codes]  # a topic over 127 bytes is written as V2
+        fields = [self._topic_field(t) for t in topics]
         queue_ids = self._queue_ids(batch.queue_ids, n)
-        uniq = self._unique_keys(batch.unique_keys, n)
+        uniq, uniq_first = self._unique_keys(batch.unique_keys, n)
         try:
-            props = self._encode_properties(batch, n, uniq)
+            buf = self._pool.pop()
+        except IndexError:
+            buf = RecordBuffer()
+        buf.start(n)
+        prep = PreparedBatch(buf, n, topics, codes, queue_ids, None, uniq, None)
+        try:
+            self._encode(prep, batch, fields, bodies, uniq_first)
+        except BaseException:
+            self.recycle(prep)
+            raise
+        return prep
+
+    def _encode(self, prep: PreparedBatch, batch: MessageBatch, fields: list[bytes], bodies, uniq_first: int) -> None:
+        n, buf = prep.n, prep.records
+        head, tails = prep.unique_keys
+        try:
+            tags, keys = _column(batch.tags, n), _column(batch.keys, n)
+            user = None if batch.properties is None else _broadcast(batch.properties, n)
+            if head:
+                ok = buf.properties(tags, keys, head.encode(), uniq_first, None, user)
+            else:
+                ok = buf.properties(tags, keys, b"", 0, tails, user)
+            if ok < 0:
+                _explain_properties(tags, keys, tails, user, n)
         except TypeError as e:
             raise InvalidMessageError(f"tags, keys, unique keys and properties must be strings: {e}") from e
+        cols = np.empty((5, n), np.int64)  # the rows of _encode.COLUMNS
         sysflags = _int_column(batch.sysflags, n, "sysflags")
+        cols[1] = sysflags
         takes_offset = advances_queue_offset(sysflags)
-        advances = None if takes_offset.all() else np.broadcast_to(takes_offset, (n,))
-        born_ts = self._born_timestamps(batch.born_timestamps, n)
-        columns = {
-            "flags": _int_column(batch.flags, n, "flags"),
-            "sysflags": sysflags,
-            "born_timestamps": born_ts,
-            "reconsume_times": _int_column(batch.reconsume_times, n, "reconsume_times"),
-            "prepared_transaction_offsets": _int_column(
-                batch.prepared_transaction_offsets, n, "prepared_transaction_offsets"
-            ),
-        }
-        runs = []
+        prep.advances = None if takes_offset.all() else np.broadcast_to(takes_offset, (n,))
+        cols[2] = self._born_timestamps(batch.born_timestamps, n)
+        cols[0] = _int32(_int_column(batch.flags, n, "flags"), "flags")
+        cols[3] = _int32(_int_column(batch.reconsume_times, n, "reconsume_times"), "reconsume_times")
+        cols[4] = _int_column(batch.prepared_transaction_offsets, n, "prepared_transaction_offsets")
+        born = self._born_hosts(batch.born_hosts, n)
         try:
-            for lo, hi, born in self._host_runs(batch.born_hosts, n):
-                part = {k: v if isinstance(v, int) else v[lo:hi] for k, v in columns.items()}
-                runs.append(
-                    PreparedRecords(
-                        topics=topic_bytes[lo:hi],
-                        topic_lens=topic_lens[lo:hi],
-                        bodies=bodies[lo:hi],
-                        properties=props[lo:hi],
-                        born_hosts=born,
-                        store_host=self._store_host,
-                        **part,
-                    )
-                )
-        except TypeError as e:
+            buf.bodies(bodies if type(bodies) is list else list(bodies))
+        except (TypeError, BufferError) as e:
             raise InvalidMessageError(f"every body must be bytes: {e}") from e
-        sizes = runs[0].sizes if len(runs) == 1 else np.concatenate([r.sizes for r in runs])
-        self._check_sizes(runs, sizes)
-        return PreparedBatch(runs, n, topics, codes, queue_ids, advances, uniq, sizes)
+        sizes, body_lens, props_lens = np.empty((3, n), np.int64)
+        one_topic = len(fields) == 1
+        buf.layout(
+            fields, None if one_topic else prep.topic_codes, born, self._store_host, sizes, body_lens, props_lens
+        )
+        self._check_sizes(sizes, body_lens, props_lens)
+        buf.encode(cols, self._store_host)
+        prep.sizes = sizes
+
+    def _topic_field(self, topic: str) -> bytes:
+        field = self._topic_fields.get(topic)
+        if field is None:
+            field = self._topic_fields[topic] = topic_field(topic)
+        return field
 
     def _topics(self, value: str | list[str], n: int) -> tuple[list[str], np.ndarray]:
         """Distinct topics (each validated once per store) and each message's index into them."""
@@ -191,17 +243,19 @@ class BatchEncoder:
             )
         return queue_ids
 
-    def _unique_keys(self, value, n: int) -> tuple[str, list[str]]:
-        """UNIQ_KEYs as (head, tails): generated ones share a head; given ones have head ''."""
+    def _unique_keys(self, value, n: int) -> tuple[tuple[str, list[str]], int]:
+        """UNIQ_KEYs as (head, tails): generated ones share a head; given ones have head ''.
+        With them the counter value of the first generated tail (the encoder makes the tails)."""
         if value is None:
-            return self._uniq.reserve(n, now_ms=self._clock.now_ms())
+            head, first, tails = self._uniq.reserve_counted(n, now_ms=self._clock.now_ms())
+            return (head, tails), first
         given = list(value)
         if len(given) != n:
             raise InvalidMessageError(f"unique_keys has {len(given)} values for {n} messages")
         if None in given:
             head, tails = self._uniq.reserve(n, now_ms=self._clock.now_ms())
             given = [u or head + t for u, t in zip(given, tails)]
-        return "", given
+        return ("", given), 0
 
     def _born_timestamps(self, value, n: int) -> np.ndarray | int:
         if value is None:
@@ -212,32 +266,26 @@ class BatchEncoder:
         return _int_column(value, n, "born_timestamps")
 
     @staticmethod
-    def _host_runs(value, n: int) -> list[tuple[int, int, bytes | list[bytes]]]:
-        """Runs of consecutive messages whose born hosts share an address family."""
+    def _born_hosts(value, n: int) -> bytes | list[bytes]:
+        """The encoded born host of every message (one for all, or one each)."""
         try:
             if value is None:
-                return [(0, n, _DEFAULT_BORN_HOST)]
+                return _DEFAULT_BORN_HOST
             if isinstance(value, Host):
-                return [(0, n, encode_host(value))]
-            hosts = [encode_host(h) for h in _broadcast(value, n)]
+                return encode_host(value)
+            return [encode_host(h) for h in _broadcast(value, n)]
         except (ValueError, TypeError) as e:
             raise InvalidMessageError(f"bad born host: {e}") from e
-        runs, start = [], 0
-        for i in range(1, n + 1):
-            if i == n or len(hosts[i]) != len(hosts[start]):
-                runs.append((start, i, hosts[start:i]))
-                start = i
-        return runs
 
-    def _check_sizes(self, runs: list[PreparedRecords], sizes: np.ndarray) -> None:
+    def _check_sizes(self, sizes: np.ndarray, body_lens: np.ndarray, props_lens: np.ndarray) -> None:
         cfg = self.config
         limit = min(cfg.max_record_bytes, cfg.segment_bytes - BLANK_RECORD_BYTES)
-        body_max = max(int(r.body_lens.max()) for r in runs)
-        props_max = max(int(r.props_lens.max()) for r in runs)
-        if body_max <= cfg.max_message_bytes and props_max <= MAX_PROPERTIES_BYTES and int(sizes.max()) <= limit:
+        if (
+            int(body_lens.max()) <= cfg.max_message_bytes
+            and int(props_lens.max()) <= MAX_PROPERTIES_BYTES
+            and int(sizes.max()) <= limit
+        ):
             return
-        body_lens = np.concatenate([r.body_lens for r in runs])
-        props_lens = np.concatenate([r.props_lens for r in runs])
         if (body_lens > cfg.max_message_bytes).any():
             i = int(np.argmax(body_lens > cfg.max_message_bytes))
             raise MessageTooLargeError(
@@ -250,45 +298,6 @@ class BatchEncoder:
             )
         i = int(np.argmax(sizes > limit))
         raise MessageTooLargeError(f"message {i}: record of {int(sizes[i])} bytes exceeds the limit of {limit} bytes")
-
-    def _encode_properties(self, batch: MessageBatch, n: int, uniq: tuple[str, list[str]]) -> list[bytes]:
-        """Each message's properties bytes (TAGS, KEYS, UNIQ_KEY and the user's)."""
-        tags = _broadcast(batch.tags, n)
-        keys = _broadcast(batch.keys, n)
-        head, tails = uniq
-        if batch.properties is None and all(tags) and all(keys):
-            # The common case in bulk: one join for the whole batch, one encode, one
-            # split on NUL (checked absent from user text; UNIQ_KEY parts are hex).
-            pieces: list[str | None] = [None] * (6 * n)
-            pieces[0::6] = tags
-            pieces[1::6] = ["\x02KEYS\x01"] * n
-            pieces[2::6] = keys
-            pieces[3::6] = [f"\x02UNIQ_KEY\x01{head}"] * n
-            pieces[4::6] = tails
-            pieces[5::6] = ["\x02\x00TAGS\x01"] * n
-            big = ("TAGS\x01" + "".join(pieces)).encode()  # type: ignore[arg-type]
-            user_text = "".join(tags) + "".join(keys)  # the only parts not generated here
-            if "\x00" not in user_text and "\x01" not in user_text and "\x02" not in user_text:
-                out = big.split(b"\x00")
-                out.pop()
-                return out
-        _check_no_separators("tags", tags)
-        _check_no_separators("keys", keys)
-        _check_no_separators("unique keys", tails)
-        user = _broadcast(batch.properties, n)
-        out = []
-        for t, k, u, p in zip(tags, keys, (head + t for t in tails), user):
-            d = {}
-            if p:
-                _check_no_separators("property names and values", list(p.keys()) + list(p.values()))
-                d.update(p)
-            if t:
-                d["TAGS"] = t
-            if k:
-                d["KEYS"] = k
-            d["UNIQ_KEY"] = u
-            out.append(serialize_properties(d).encode())
-        return out
 
 
 __all__ = ["BatchEncoder", "PreparedBatch"]
