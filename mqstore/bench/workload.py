@@ -19,24 +19,26 @@ def topic_name(i: int) -> str:
     return f"BenchTopic{i}"
 
 
-_KEY_TEMPLATE = np.array([ord(c) for c in "ord0000000000 usr0000"], np.uint32)
-_ORD_DIGITS = np.arange(3, 13)
-_USR_DIGITS = np.arange(17, 21)
-
-
-def _digits(values: np.ndarray, width: int) -> np.ndarray:
-    """Zero-padded decimal digits of ``values`` as UTF-32 code points, one row each."""
-    powers = 10 ** np.arange(width - 1, -1, -1, dtype=np.int64)
-    return (values[:, None] // powers % 10 + 48).astype(np.uint32)
+_FOUR_DIGITS = np.array([f"{i:04d}".encode() for i in range(10_000)], "S4")
+_KEY_ROW = np.dtype(
+    [("ord", "S3"), ("hi", "S2"), ("mid", "S4"), ("lo", "S4"), ("usr", "S4"), ("u", "S4"), ("nl", "S1")]
+)
 
 
 def _keys(idx: np.ndarray) -> list[str]:
-    """KEYS ``ord<i> usr<i % 9973>`` (zero-padded) for every index, built as one
-    UTF-32 array and converted to str objects in a single call."""
-    rows = np.broadcast_to(_KEY_TEMPLATE, (len(idx), len(_KEY_TEMPLATE))).copy()
-    rows[:, _ORD_DIGITS] = _digits(idx, 10)
-    rows[:, _USR_DIGITS] = _digits(idx % 9973, 4)
-    return rows.view(f"U{len(_KEY_TEMPLATE)}").ravel().tolist()
+    """KEYS ``ord<i> usr<i % 9973>`` (zero-padded) for every index: ASCII rows built
+    4 digits at a time from a table, decoded once and split into str objects."""
+    rows = np.empty(len(idx), _KEY_ROW)
+    rows["ord"] = b"ord"
+    rows["hi"] = _FOUR_DIGITS[idx // 100_000_000 % 100].view("S2").reshape(-1, 2)[:, 1]
+    rows["mid"] = _FOUR_DIGITS[idx // 10_000 % 10_000]
+    rows["lo"] = _FOUR_DIGITS[idx % 10_000]
+    rows["usr"] = b" usr"
+    rows["u"] = _FOUR_DIGITS[idx % 9973]
+    rows["nl"] = b"\n"
+    keys = rows.tobytes().decode("ascii").split("\n")
+    keys.pop()
+    return keys
 
 
 class Workload:

@@ -407,10 +407,11 @@ cdef class RecordBuffer:
         """Record sizes (into ``sizes``, with ``body_lens`` and ``props_lens``) from the
         topic fields (formats.message.topic_field, indexed by ``topic_codes``; None:
         all the first), born hosts (one encoded host for all, or a list of one per
-        record) and the store host. Returns the batch's bytes."""
+        record) and the store host. Returns ``(bytes of the batch, largest body,
+        largest properties, largest record)``."""
         cdef Py_ssize_t i, n = self.n
         cdef Rec *r
-        cdef int64_t total = 0, code
+        cdef int64_t total = 0, code, max_body = 0, max_props = 0, max_size = 0
         cdef bint host_list = isinstance(born_hosts, list)
         cdef const unsigned char *bp = NULL
         cdef int64_t bn = 0
@@ -439,8 +440,11 @@ cdef class RecordBuffer:
             sizes[i] = r.size
             body_lens[i] = r.body_len
             props_lens[i] = r.props_len
+            max_body = max(max_body, r.body_len)
+            max_props = max(max_props, r.props_len)
+            max_size = max(max_size, r.size)
         self.total = total
-        return total
+        return total, max_body, max_props, max_size
 
     def encode(self, const int64_t[:, :] cols, bytes store_host):
         """Write every record into ``data`` (the fields ``patch`` sets are left 0), one
@@ -626,3 +630,86 @@ def crc32(data, uint32_t crc=0):
 def crc_folds():
     """Whether the CPU folds the CRC with PCLMULQDQ (else zlib's table-driven crc32)."""
     return mq_crc_fold_init() > 0
+
+
+def queue_offsets(
+    const int64_t[:] topic_codes,
+    const int64_t[:] queue_ids,
+    const unsigned char[:] advances,
+    int64_t width,
+    list topics,
+    dict table,
+    int64_t[::1] out,
+):
+    """Queue offsets of a batch under the put lock: each record that ``advances``
+    (None: every one) gets the next offset of its (topic, queue id) in arrival order,
+    starting at ``table.get((topic, queue id), 0)``; the others get 0. Writes ``out``
+    and returns ``[((topic, queue id), next offset), ...]`` ordered by
+    ``topic code * width + queue id``, what the caller commits to ``table`` once the
+    records are written. One pass with a small hash of the batch's queues."""
+    cdef Py_ssize_t n = queue_ids.shape[0], i, cap = 16, slot, ngroups = 0
+    cdef int64_t key, code
+    cdef int64_t *keys
+    cdef int64_t *nexts
+    cdef Py_ssize_t *slots
+    if out.shape[0] != n or (topic_codes is not None and topic_codes.shape[0] != n):
+        raise ValueError("columns of different lengths")
+    if advances is not None and advances.shape[0] != n:
+        raise ValueError("columns of different lengths")
+    while cap < 2 * n:
+        cap *= 2
+    slots = <Py_ssize_t *>realloc(NULL, cap * sizeof(Py_ssize_t))
+    keys = <int64_t *>realloc(NULL, (n + 1) * sizeof(int64_t))
+    nexts = <int64_t *>realloc(NULL, (n + 1) * sizeof(int64_t))
+    if slots == NULL or keys == NULL or nexts == NULL:
+        free(slots)
+        free(keys)
+        free(nexts)
+        raise MemoryError()
+    try:
+        for slot in range(cap):
+            slots[slot] = -1
+        for i in range(n):
+            if advances is not None and not advances[i]:
+                out[i] = 0
+                continue
+            code = 0 if topic_codes is None else topic_codes[i]
+            key = code * width + queue_ids[i]
+            slot = <Py_ssize_t>((<uint64_t>key * <uint64_t>0x9E3779B97F4A7C15) >> 40) & (cap - 1)
+            while slots[slot] >= 0 and keys[slots[slot]] != key:
+                slot = (slot + 1) & (cap - 1)
+            if slots[slot] < 0:
+                slots[slot] = ngroups
+                keys[ngroups] = key
+                nexts[ngroups] = table.get((topics[code], queue_ids[i]), 0)
+                ngroups += 1
+            out[i] = nexts[slots[slot]]
+            nexts[slots[slot]] += 1
+        commits = sorted(
+            [(keys[i], (topics[keys[i] // width], keys[i] % width), nexts[i]) for i in range(ngroups)]
+        )
+        return [(k, nxt) for _, k, nxt in commits]
+    finally:
+        free(slots)
+        free(keys)
+        free(nexts)
+
+
+def place(const int64_t[::1] sizes, int64_t pos, int64_t segment_bytes, int64_t blank_bytes, int64_t[::1] physical):
+    """Lay records of ``sizes`` out from commitlog offset ``pos``: a record goes where
+    it fits its segment with ``blank_bytes`` to spare, else a BLANK ends the segment and
+    it starts the next. Writes each record's offset into ``physical``; returns
+    ``(end offset, [offsets of the BLANKs])``."""
+    cdef Py_ssize_t i, n = sizes.shape[0]
+    cdef int64_t room
+    blanks = []
+    if physical.shape[0] != n:
+        raise ValueError("physical has the wrong length")
+    for i in range(n):
+        room = segment_bytes - pos % segment_bytes
+        if sizes[i] + blank_bytes > room:
+            blanks.append(pos)
+            pos += room
+        physical[i] = pos
+        pos += sizes[i]
+    return pos, blanks

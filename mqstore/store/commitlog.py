@@ -66,6 +66,7 @@ from mqstore.formats.message import (
 from mqstore.formats.msgid import offset_msg_id_prefix
 from mqstore.formats.names import check_topic, file_name_to_offset
 from mqstore.formats.properties import locate_properties
+from mqstore.kernels import _encode
 from mqstore.store import faults
 from mqstore.store.checkpoint_file import read_checkpoint, write_checkpoint
 from mqstore.store.clock import Clock, SystemClock
@@ -355,32 +356,17 @@ class CommitLog:
         return qids
 
     def _assign_queue_offsets(self, prep: PreparedBatch, queue_ids: np.ndarray):
-        """Queue offsets for the batch, and a function that commits the table."""
+        """Queue offsets for the batch (each queue's next ones, in arrival order; 0 for
+        records that take none), and a function that commits the table."""
         table = self._queue_offsets
-        n = prep.n
-        out = np.zeros(n, np.int64)
-        sel = np.arange(n) if prep.advances is None else np.flatnonzero(prep.advances)
-        if not len(sel):
-            return out, lambda: None
+        out = np.empty(prep.n, np.int64)
+        advances = None if prep.advances is None else prep.advances.view(np.uint8)
+        codes = None if len(prep.topics) == 1 else prep.topic_codes
         width = self.config.max_queue_id + 1
-        key = prep.topic_codes[sel] * width + queue_ids[sel]
-        order = np.argsort(key, kind="stable")
-        ordered = key[order]
-        new_group = np.empty(len(ordered), bool)
-        new_group[0] = True
-        np.not_equal(ordered[1:], ordered[:-1], out=new_group[1:])
-        starts = np.flatnonzero(new_group)
-        group = np.cumsum(new_group) - 1
-        counts = np.bincount(group)
-        uniq = ordered[starts]
-        keys = [(prep.topics[k // width], k % width) for k in uniq.tolist()]
-        base = np.array([table.get(k, 0) for k in keys], np.int64)
-        rank = np.empty(len(sel), np.int64)
-        rank[order] = base[group] + np.arange(len(sel)) - starts[group]
-        out[sel] = rank
+        nexts = _encode.queue_offsets(codes, queue_ids, advances, width, prep.topics, table, out)
 
         def commit() -> None:
-            for k, nxt in zip(keys, (base + counts).tolist()):
+            for k, nxt in nexts:
                 table[k] = nxt
 
         return out, commit
@@ -393,20 +379,7 @@ class CommitLog:
         sizes = prep.sizes
         n = prep.n
         physical = np.empty(n, np.int64)
-        blanks: list[int] = []  # commitlog offsets where a BLANK ends a segment
-        pos = self._wrote
-        i = 0
-        while i < n:
-            room = seg_bytes - pos % seg_bytes
-            ends = np.cumsum(sizes[i:])
-            k = int(np.searchsorted(ends + BLANK_RECORD_BYTES, room, side="right"))
-            physical[i : i + k] = pos + ends[:k] - sizes[i : i + k]
-            if k:
-                pos += int(ends[k - 1])
-            i += k
-            if i < n:
-                blanks.append(pos)
-                pos += seg_bytes - pos % seg_bytes
+        pos, blanks = _encode.place(sizes, self._wrote, seg_bytes, BLANK_RECORD_BYTES, physical)
         self._ensure_segments(pos - 1)
         for b in blanks:
             seg = self._segments.find(b)
@@ -419,7 +392,10 @@ class CommitLog:
         j = 0
         while j < n:
             seg = self._segments.find(int(physical[j]))
-            k = j + int(np.searchsorted(physical[j:], seg.end_offset, side="left"))
+            if blanks:
+                k = j + int(np.searchsorted(physical[j:], seg.end_offset, side="left"))
+            else:
+                k = n  # the batch lies in one segment
             a, b = records.span(j, k)
             at = int(physical[j]) - seg.base_offset
             self._write_high = max(self._write_high, int(physical[j]) + b - a)

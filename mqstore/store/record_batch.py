@@ -199,11 +199,17 @@ class BatchEncoder:
         except (TypeError, BufferError) as e:
             raise InvalidMessageError(f"every body must be bytes: {e}") from e
         sizes, body_lens, props_lens = np.empty((3, n), np.int64)
-        one_topic = len(fields) == 1
-        buf.layout(
-            fields, None if one_topic else prep.topic_codes, born, self._store_host, sizes, body_lens, props_lens
+        codes = None if len(fields) == 1 else prep.topic_codes
+        _, max_body, max_props, max_size = buf.layout(
+            fields, codes, born, self._store_host, sizes, body_lens, props_lens
         )
-        self._check_sizes(sizes, body_lens, props_lens)
+        cfg = self.config
+        if (
+            max_body > cfg.max_message_bytes
+            or max_props > MAX_PROPERTIES_BYTES
+            or max_size > min(cfg.max_record_bytes, cfg.segment_bytes - BLANK_RECORD_BYTES)
+        ):
+            self._refuse_sizes(sizes, body_lens, props_lens)
         buf.encode(cols, self._store_host)
         prep.sizes = sizes
 
@@ -277,15 +283,10 @@ class BatchEncoder:
         except (ValueError, TypeError) as e:
             raise InvalidMessageError(f"bad born host: {e}") from e
 
-    def _check_sizes(self, sizes: np.ndarray, body_lens: np.ndarray, props_lens: np.ndarray) -> None:
+    def _refuse_sizes(self, sizes: np.ndarray, body_lens: np.ndarray, props_lens: np.ndarray) -> None:
+        """Raise for the first message over a limit (bodies first, then properties, then records)."""
         cfg = self.config
         limit = min(cfg.max_record_bytes, cfg.segment_bytes - BLANK_RECORD_BYTES)
-        if (
-            int(body_lens.max()) <= cfg.max_message_bytes
-            and int(props_lens.max()) <= MAX_PROPERTIES_BYTES
-            and int(sizes.max()) <= limit
-        ):
-            return
         if (body_lens > cfg.max_message_bytes).any():
             i = int(np.argmax(body_lens > cfg.max_message_bytes))
             raise MessageTooLargeError(
