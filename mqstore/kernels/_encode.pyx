@@ -713,3 +713,30 @@ def place(const int64_t[::1] sizes, int64_t pos, int64_t segment_bytes, int64_t 
         physical[i] = pos
         pos += sizes[i]
     return pos, blanks
+
+
+cdef extern from "Python.h":
+    object PyUnicode_New(Py_ssize_t size, unsigned int maxchar)
+    void *PyUnicode_DATA(object s)
+
+
+def offset_msg_ids(str prefix, const int64_t[:] offsets):
+    """Offset msgIds ``prefix`` + 16 upper-case hex digits of each offset (as
+    formats.msgid.build_offset_msg_id writes them), one str each, made in one loop."""
+    cdef Py_ssize_t i, k, n = offsets.shape[0]
+    cdef bytes head = prefix.encode("ascii")
+    cdef Py_ssize_t hn = len(head)
+    cdef const char *hp = PyBytes_AS_STRING(head)
+    cdef unsigned char *d
+    cdef uint64_t v
+    out = [None] * n
+    for i in range(n):
+        s = PyUnicode_New(hn + 16, 127)
+        d = <unsigned char *>PyUnicode_DATA(s)
+        memcpy(d, hp, hn)
+        v = <uint64_t>offsets[i]
+        for k in range(15, -1, -1):
+            d[hn + k] = mq_hex[v & 15]
+            v >>= 4
+        out[i] = s
+    return out

@@ -20,6 +20,7 @@ from mqstore.formats.message import TRANSACTION_TYPE_MASK
 from mqstore.formats.msgid import Host
 from mqstore.formats.names import check_topic
 from mqstore.formats.properties import SCHEDULE_SOURCE, unstorable_property
+from mqstore.kernels import _encode
 from mqstore.store.topic_configs import PERM_WRITE, check_perm
 
 AUTO_QUEUE = -1  # queue id meaning "pick one for me" (round robin per topic)
@@ -279,8 +280,7 @@ class AppendResult:
     @property
     def msg_ids(self) -> list[str]:
         """Offset msgIds, computed on demand (most producers never ask)."""
-        p = self.msg_id_prefix
-        return [f"{p}{o:016X}" for o in self.physical_offsets.tolist()]
+        return _encode.offset_msg_ids(self.msg_id_prefix, np.asarray(self.physical_offsets, np.int64))
 
     @property
     def end_offset(self) -> int:

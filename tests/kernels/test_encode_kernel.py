@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from mqstore.errors import InvalidMessageError
 from mqstore.formats import Host, PreparedRecords, encode_host
 from mqstore.formats.message import topic_field
-from mqstore.formats.msgid import UniqKeyGenerator
+from mqstore.formats.msgid import UniqKeyGenerator, build_offset_msg_id, offset_msg_id_prefix
 from mqstore.kernels import _encode
 from mqstore.store.config import StoreConfig
 from mqstore.store.messages import MessageBatch
@@ -291,3 +291,10 @@ def test_crc_equals_zlib_on_any_bytes(data: bytes) -> None:
 )
 def test_named_cases_equal_the_model(batch: MessageBatch) -> None:
     check(batch, Host("fe80::1", 10911), 1_700_000_000_000, 7, 1)
+
+
+@settings(max_examples=100, deadline=None)
+@given(hosts, st.lists(INT64, max_size=50))
+def test_offset_msg_ids_equal_the_formula(host: Host, offsets: list[int]) -> None:
+    got = _encode.offset_msg_ids(offset_msg_id_prefix(host), np.array(offsets, np.int64))
+    assert got == [build_offset_msg_id(host, o) for o in offsets]
