@@ -8,6 +8,8 @@ the store generates. Batches are made on demand, so memory stays flat for any co
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 
 from mqstore.store.messages import MessageBatch
@@ -52,6 +54,16 @@ class Workload:
         self.queues = queues
         self._names = [topic_name(t) for t in range(topics)]
         self._pattern = np.random.default_rng(seed).integers(0, 256, max(body_size, 8), np.uint8)
+        self._local = threading.local()
+
+    def _rows(self, count: int) -> np.ndarray:
+        """``count`` rows holding the pattern, kept per thread: each batch rewrites only
+        the index bytes (its bodies are copies made by ``tolist``)."""
+        rows = getattr(self._local, "rows", None)
+        if rows is None or len(rows) < count:
+            rows = self._local.rows = np.empty((count, max(self.body_size, 8)), np.uint8)
+            rows[:] = self._pattern
+        return rows[:count]
 
     def batch(self, start: int, count: int) -> MessageBatch:
         idx = np.arange(start, start + count, dtype=np.int64)
@@ -59,10 +71,11 @@ class Workload:
         topics = self._names[0] if t == 1 else [self._names[k] for k in (idx % t).tolist()]
         queues = (idx // t) % self.queues
         b = self.body_size
-        rows = np.empty((count, max(b, 8)), np.uint8)
-        rows[:] = self._pattern
+        rows = self._rows(count)
         rows[:, :8] = idx.astype(">u8").view(np.uint8).reshape(count, 8)
-        bodies = rows[:, :b].copy().view(f"V{b}").ravel().tolist() if b else [b""] * count
+        if b < 8:  # the index still goes into the 8 bytes the rows have; the body keeps b of them
+            rows = rows[:, :b].copy()
+        bodies = rows.view(f"V{b}").ravel().tolist() if b else [b""] * count
         tags = _TAGS[idx % 16].tolist()
         keys = _keys(idx)
         return MessageBatch(topics=topics, bodies=bodies, queue_ids=queues, tags=tags, keys=keys)
