@@ -312,10 +312,12 @@ cdef extern from *:
     static inline void mq_put_be64(unsigned char *p, int64_t x) {
         uint64_t v = __builtin_bswap64((uint64_t)x); memcpy(p, &v, 8);
     }
+    static inline void mq_prefetch_w(const void *p) { __builtin_prefetch(p, 1, 0); }
     """
     int32_t mq_get_be32(const unsigned char *p) nogil
     void mq_put_be32(unsigned char *p, int32_t x) nogil
     void mq_put_be64(unsigned char *p, int64_t x) nogil
+    void mq_prefetch_w(const void *p) nogil
 
 
 cdef enum:
@@ -323,6 +325,7 @@ cdef enum:
     INDEX_SLOT_BYTES = 4
     INDEX_ENTRY_BYTES = 20
     INT_MAX = 2147483647
+    PREFETCH_AHEAD = 16  # slots are random reads in a table of megabytes: ask for them early
 
 INDEX_FORMAT = (INDEX_HEADER_BYTES, INDEX_SLOT_BYTES, INDEX_ENTRY_BYTES)
 
@@ -359,7 +362,11 @@ def index_put(
     cdef unsigned char *b = &buf[0]
     cdef int64_t new_slots = 0, begin = begin_ts
     with nogil:
+        for j in range(min(m, PREFETCH_AHEAD)):
+            mq_prefetch_w(b + INDEX_HEADER_BYTES + (hashes[j] % hash_slots) * INDEX_SLOT_BYTES)
         for j in range(m):
+            if j + PREFETCH_AHEAD < m:
+                mq_prefetch_w(b + INDEX_HEADER_BYTES + (hashes[j + PREFETCH_AHEAD] % hash_slots) * INDEX_SLOT_BYTES)
             slot_at = INDEX_HEADER_BYTES + (hashes[j] % hash_slots) * INDEX_SLOT_BYTES
             prev = mq_get_be32(b + slot_at)
             if prev <= 0 or prev > count:
