@@ -390,3 +390,39 @@ def index_put(
                 new_slots += 1
             count += 1
     return new_slots
+
+
+cdef enum:
+    SMALL_GROUP = 64  # entries of one record compared pairwise up to this many
+
+
+def repeated_in_order(const int64_t[::1] hashes not None, const int64_t[::1] phys not None, uint8_t[::1] dup not None):
+    """For index entries in commitlog order (``phys`` never decreasing): ``dup[j]`` = 1
+    where an earlier entry of the same record (same offset) has the same key hash,
+    without the GIL. Returns 0, or -1 (``dup`` unusable) when ``phys`` decreases
+    somewhere or a record has more than 64 entries: the caller sorts instead."""
+    cdef int64_t n = hashes.shape[0], i, j, k, start = 0
+    if phys.shape[0] != n or dup.shape[0] < n:
+        raise ValueError("column lengths differ")
+    cdef int rc = 0
+    with nogil:
+        i = 0
+        while i < n:
+            j = i + 1
+            while j < n and phys[j] == phys[i]:
+                j += 1
+            if j < n and phys[j] < phys[i]:
+                rc = -1
+                break
+            if j - i > SMALL_GROUP:
+                rc = -1
+                break
+            dup[i] = 0
+            for k in range(i + 1, j):
+                dup[k] = 0
+                for start in range(i, k):
+                    if hashes[start] == hashes[k]:
+                        dup[k] = 1
+                        break
+            i = j
+    return rc

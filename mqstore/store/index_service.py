@@ -72,6 +72,7 @@ import structlog
 
 from mqstore.errors import ConfigError, CorruptFileError, StoreClosedError
 from mqstore.formats.index_file import DEFAULT_HASH_SLOTS, DEFAULT_MAX_ENTRIES, IndexFileView, index_file_size
+from mqstore.kernels import _dispatch
 from mqstore.store import faults
 from mqstore.store.clock import Clock, SystemClock
 from mqstore.store.mapped_file import Segment, fsync_dir
@@ -91,13 +92,24 @@ _INT_MAX = (1 << 31) - 1
 
 def _repeated(hashes: np.ndarray, phys: np.ndarray, held: np.ndarray, end: int) -> np.ndarray:
     """Per entry: is its (key hash, offset) pair indexed already, in ``held`` (the
-    hashes the files hold for the record at ``end``) or earlier in this batch?"""
+    hashes the files hold for the record at ``end``) or earlier in this batch?
+    Entries in commitlog order are compared record by record in one compiled pass
+    (mqstore/kernels/_dispatch.pyx); others, or a record with more than 64 entries,
+    are sorted. Reference model: tests/kernels/model_index.py."""
     n = len(phys)
-    dup = np.zeros(n, bool)
+    dup = np.zeros(n, np.uint8)
+    if n < 2 or _dispatch.repeated_in_order(np.ascontiguousarray(hashes), np.ascontiguousarray(phys), dup) == 0:
+        dup = dup.view(bool)
+    else:
+        dup = _repeated_sorted(hashes, phys)
     if len(held):
         dup |= (phys == end) & np.isin(hashes, held)
-    if n < 2:
-        return dup
+    return dup
+
+
+def _repeated_sorted(hashes: np.ndarray, phys: np.ndarray) -> np.ndarray:
+    n = len(phys)
+    dup = np.zeros(n, bool)
     step = np.diff(phys)
     if (step < 0).any():  # not in commitlog order: sort by both
         order = np.lexsort((np.arange(n), hashes, phys))

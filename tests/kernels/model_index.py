@@ -1,8 +1,10 @@
-"""The reference model of the index put: ``IndexFileView.put_hashes`` as it was
+"""The reference models of the index put: ``IndexFileView.put_hashes`` as it was
 written in numpy before the Cython kernel (mqstore/kernels/_dispatch.pyx
 ``index_put``) took its loop over, kept here verbatim (a function of the view, named
-``model_put_hashes``). tests/kernels/test_index_kernel.py requires the file bytes
-after the kernel's puts to equal the model's. Not used in production.
+``model_put_hashes``), and IndexService's ``_repeated`` (``model_repeated``; the
+kernel ``repeated_in_order`` took it over for entries in commitlog order).
+tests/kernels/test_index_kernel.py requires the file bytes after the kernel's puts
+and the repeat masks to equal the models'. Not used in production.
 """
 
 from __future__ import annotations
@@ -74,3 +76,26 @@ def model_put_hashes(self, key_hashes, phy_offsets, store_timestamps, *, before_
     slot_count += int(np.count_nonzero(old == 0))
     _HEADER.pack_into(buf, 0, begin_ts, int(times[-1]), begin_phy, int(phys[-1]), slot_count, count + m)
     return m
+
+
+def model_repeated(hashes: np.ndarray, phys: np.ndarray, held: np.ndarray, end: int) -> np.ndarray:
+    """Per entry: is its (key hash, offset) pair indexed already, in ``held`` (the
+    hashes the files hold for the record at ``end``) or earlier in this batch?"""
+    n = len(phys)
+    dup = np.zeros(n, bool)
+    if len(held):
+        dup |= (phys == end) & np.isin(hashes, held)
+    if n < 2:
+        return dup
+    step = np.diff(phys)
+    if (step < 0).any():  # not in commitlog order: sort by both
+        order = np.lexsort((np.arange(n), hashes, phys))
+    elif step.all():
+        return dup  # one entry per record
+    else:  # records in order: (record number, hash) packed in one int64, a stable sort keeps put order
+        record = np.concatenate(([0], np.cumsum(step != 0)))
+        order = np.argsort((record << 31) | hashes, kind="stable")
+    k_phys, k_hash = phys[order], hashes[order]
+    same = (k_phys[1:] == k_phys[:-1]) & (k_hash[1:] == k_hash[:-1])
+    dup[order[1:][same]] = True  # equal pairs are adjacent, the one put first stays
+    return dup

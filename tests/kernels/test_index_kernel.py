@@ -94,3 +94,30 @@ def test_index_put_many_entries_equals_the_model() -> None:
         assert got_buf == want_buf
         if k < n:
             break
+
+
+@CASES
+@given(
+    st.lists(st.tuples(st.integers(0, 5), st.integers(0, 2)), max_size=60),
+    st.sampled_from(["in_order", "shuffled", "one_big_record"]),
+    st.lists(st.integers(0, 5), max_size=3),
+)
+def test_repeated_equals_the_model(pairs, shape, held) -> None:
+    """Entries (record step, hash): in commitlog order, out of order, or one record with
+    more than 64 entries; with and without hashes the files hold for the end record."""
+    from mqstore.store.index_service import _repeated
+    from tests.kernels.model_index import model_repeated
+
+    steps = np.array([s for _, s in pairs] or [0], np.int64)[: len(pairs)]
+    hashes = np.array([h for h, _ in pairs], np.int64)
+    phys = 1000 + np.cumsum(steps)
+    if shape == "shuffled" and len(phys):
+        phys = phys[np.random.default_rng(len(phys)).permutation(len(phys))]
+    elif shape == "one_big_record":
+        hashes = np.arange(70, dtype=np.int64) % 50
+        phys = np.full(70, 1000, np.int64)
+    end = int(phys[0]) if len(phys) else 0
+    held_arr = np.array(held, np.int64)
+    got, want = _repeated(hashes, phys, held_arr, end), model_repeated(hashes, phys, held_arr, end)
+    assert got.dtype == want.dtype == bool
+    assert got.tolist() == want.tolist()
