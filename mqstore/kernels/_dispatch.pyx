@@ -32,6 +32,13 @@ cdef inline int _utf8_hash(const unsigned char *p, int64_t n, uint32_t *h) noexc
     cdef int64_t i = 0
     cdef uint32_t c, c1, c2, c3, cp
     while i < n:
+        # Four ASCII bytes at once: x*31^4 + c0*31^3 + c1*31^2 + c2*31 + c3 (one step
+        # of the dependency chain instead of four; uint32 arithmetic wraps like Java's).
+        while i + 4 <= n and ((p[i] | p[i + 1] | p[i + 2] | p[i + 3]) & 0x80) == 0:
+            x = x * 923521 + p[i] * 29791 + p[i + 1] * 961 + p[i + 2] * 31 + p[i + 3]
+            i += 4
+        if i >= n:
+            break
         c = p[i]
         if c < 0x80:
             x = x * 31 + c
