@@ -315,10 +315,13 @@ class ConsumeQueues:
         """The dense id of each (topics[code], queue id); queues met for the first time
         get one (and are opened: ``_new_queue``). Caller holds the journal lock."""
         index = self._topic_index
-        tix = np.fromiter((index.get(t, -1) for t in topics), np.int64, len(topics))
-        for i in np.flatnonzero(tix < 0).tolist():
-            tix[i] = index[topics[i]] = len(self._topic_names)
-            self._topic_names.append(topics[i])
+        found = list(map(index.get, topics))  # one C-level pass per chunk's distinct topics
+        if None in found:
+            for i, t in enumerate(topics):
+                if found[i] is None:
+                    found[i] = index[t] = len(self._topic_names)
+                    self._topic_names.append(t)
+        tix = np.array(found, np.int64)
         keys = (tix[codes] << 16) | qids.astype(np.int64)
         pos = np.minimum(np.searchsorted(self._keys, keys), max(len(self._keys) - 1, 0))
         hit = self._keys[pos] == keys if len(self._keys) else np.zeros(len(keys), bool)
