@@ -27,12 +27,10 @@ from mqstore.formats.message import (
     topic_field,
     topic_field_lengths,
 )
-from mqstore.formats.msgid import Host, UniqKeyGenerator, encode_host
-from mqstore.formats.names import check_topic
+from mqstore.formats.msgid import Host, encode_host
 from mqstore.formats.properties import MAX_PROPERTIES_BYTES, serialize_properties
-from mqstore.store.clock import Clock
-from mqstore.store.config import StoreConfig
-from mqstore.store.messages import AUTO_QUEUE, MessageBatch
+from mqstore.store import record_batch
+from mqstore.store.messages import MessageBatch
 
 
 class PreparedRecords:
@@ -189,19 +187,10 @@ def _check_no_separators(what: str, values) -> None:
         raise InvalidMessageError(f"{what} must not contain the property separators \\x01 or \\x02")
 
 
-class BatchEncoder:
-    """Validates and encodes the batches of one commitlog. Appends call ``prepare``
-    outside the put lock, from any number of threads (the topics seen are only a
-    cache of names already checked). Caveat, kept as it was: ``_unique_keys`` calls
-    UniqKeyGenerator.reserve, which asks for a caller's lock, without one, so two
-    racing appends could in principle draw the same counter values."""
-
-    def __init__(self, config: StoreConfig, clock: Clock) -> None:
-        self.config = config
-        self._clock = clock
-        self._known_topics: set[str] = set()  # checked once per store, not once per batch
-        self._uniq = UniqKeyGenerator(config.store_host)
-        self._store_host = encode_host(config.store_host)
+class BatchEncoder(record_batch.BatchEncoder):
+    """The numpy encoder the kernel replaced: production's validation (topics, queue
+    ids, born times: inherited), its own encoding. Caveat, kept as it was:
+    ``_unique_keys`` calls UniqKeyGenerator.reserve without the caller's lock."""
 
     def prepare(self, batch: MessageBatch) -> PreparedBatch:
         """Validate and encode a batch. Raises InvalidMessageError (or a subclass)
@@ -258,36 +247,6 @@ class BatchEncoder:
         self._check_sizes(runs, sizes)
         return PreparedBatch(runs, n, topics, codes, queue_ids, advances, uniq, sizes)
 
-    def _topics(self, value: str | list[str], n: int) -> tuple[list[str], np.ndarray]:
-        """Distinct topics (each validated once per store) and each message's index into them."""
-        if isinstance(value, str):
-            topics, codes = [value], np.zeros(n, np.int64)
-        else:
-            if len(value) != n:
-                raise InvalidMessageError(f"topics has {len(value)} values for {n} messages")
-            index: dict[str, int] = {}
-            codes = np.fromiter((index.setdefault(t, len(index)) for t in value), np.int64, n)
-            topics = list(index)
-        for t in topics:
-            if t not in self._known_topics:
-                check_topic(t)
-                self._known_topics.add(t)
-        return topics, codes
-
-    def _queue_ids(self, value, n: int) -> np.ndarray:
-        if value is None:
-            return np.full(n, AUTO_QUEUE, np.int64)
-        try:
-            queue_ids = np.broadcast_to(np.asarray(value, np.int64), (n,))
-        except (TypeError, ValueError) as e:
-            raise InvalidMessageError(f"queue_ids must be integers, one per message: {e}") from e
-        if queue_ids.min() < AUTO_QUEUE or queue_ids.max() > self.config.max_queue_id:
-            i = int(np.argmax((queue_ids < AUTO_QUEUE) | (queue_ids > self.config.max_queue_id)))
-            raise InvalidMessageError(
-                f"message {i}: queue id {int(queue_ids[i])} is outside 0..{self.config.max_queue_id}"
-            )
-        return queue_ids
-
     def _unique_keys(self, value, n: int) -> tuple[str, list[str]]:
         """UNIQ_KEYs as (head, tails): generated ones share a head; given ones have head ''."""
         if value is None:
@@ -299,14 +258,6 @@ class BatchEncoder:
             head, tails = self._uniq.reserve(n, now_ms=self._clock.now_ms())
             given = [u or head + t for u, t in zip(given, tails)]
         return "", given
-
-    def _born_timestamps(self, value, n: int) -> np.ndarray | int:
-        if value is None:
-            return self._clock.now_ms()
-        if not isinstance(value, (int, np.ndarray)) and None in list(value):
-            now = self._clock.now_ms()
-            value = [now if t is None else t for t in value]
-        return _int_column(value, n, "born_timestamps")
 
     @staticmethod
     def _host_runs(value, n: int) -> list[tuple[int, int, bytes | list[bytes]]]:
