@@ -232,6 +232,46 @@ cdef inline int64_t _key_hash(uint32_t h) noexcept nogil:
     return -<int64_t>v if v < 0 else v
 
 
+cdef struct Entries:
+    int64_t *hashes
+    int64_t *records
+    int64_t *starts
+    int64_t *ends
+    uint8_t *bad
+
+
+cdef inline int64_t _emit(
+    const unsigned char *b, int64_t i, int64_t ka, int64_t ke, int64_t ua, int64_t ue, uint32_t prefix,
+    Entries *out, int64_t k,
+) noexcept nogil:
+    """Record i's entries from entry k on (UNIQ_KEY, then each non-empty KEYS
+    element); returns the next entry number."""
+    cdef int64_t j, s
+    cdef uint32_t h
+    if ua >= 0:
+        h = prefix
+        out.bad[k] = _utf8_hash(b + ua, ue - ua, &h) < 0
+        out.hashes[k] = _key_hash(h)
+        out.records[k] = i
+        out.starts[k] = ua
+        out.ends[k] = ue
+        k += 1
+    if ka >= 0:
+        s = ka
+        for j in range(ka, ke + 1):
+            if j == ke or b[j] == 0x20:
+                if j > s:
+                    h = prefix
+                    out.bad[k] = _utf8_hash(b + s, j - s, &h) < 0
+                    out.hashes[k] = _key_hash(h)
+                    out.records[k] = i
+                    out.starts[k] = s
+                    out.ends[k] = j
+                    k += 1
+                s = j + 1
+    return k
+
+
 def index_entries(
     const unsigned char[::1] buf,
     const int64_t[::1] keys_at not None,
@@ -255,7 +295,7 @@ def index_entries(
     for the caller to make). Returns the number of entries, or -1 - (a bound on the
     entries needed) when the output arrays are too short (nothing usable written)."""
     cdef int64_t n = keys_at.shape[0], n_buf = buf.shape[0], n_pre = prefixes.shape[0]
-    cdef int64_t cap = hashes.shape[0], i, j, a, z, s, need = 0
+    cdef int64_t cap = hashes.shape[0], i, need = 0
     if not (keys_end.shape[0] == uniq_at.shape[0] == uniq_end.shape[0] == sysflags.shape[0] == topic_codes.shape[0] == n):
         raise ValueError("column lengths differ")
     if records.shape[0] < cap or starts.shape[0] < cap or ends.shape[0] < cap or bad.shape[0] < cap:
@@ -275,34 +315,17 @@ def index_entries(
         return -1 - need
     cdef const unsigned char *b = &buf[0] if n_buf else NULL
     cdef int64_t k = 0
-    cdef uint32_t h
+    cdef Entries out
+    out.hashes = out.records = out.starts = out.ends = NULL
+    out.bad = NULL
+    if cap:
+        out.hashes, out.records, out.starts, out.ends, out.bad = &hashes[0], &records[0], &starts[0], &ends[0], &bad[0]
     with nogil:
         for i in range(n):
             if sysflags[i] & TRANSACTION_TYPE_MASK == TRANSACTION_ROLLBACK:
                 continue
-            if uniq_at[i] >= 0:
-                h = <uint32_t>prefixes[topic_codes[i]]
-                bad[k] = _utf8_hash(b + uniq_at[i], uniq_end[i] - uniq_at[i], &h) < 0
-                hashes[k] = _key_hash(h)
-                records[k] = i
-                starts[k] = uniq_at[i]
-                ends[k] = uniq_end[i]
-                k += 1
-            if keys_at[i] >= 0:
-                a = keys_at[i]
-                z = keys_end[i]
-                s = a
-                for j in range(a, z + 1):
-                    if j == z or b[j] == 0x20:
-                        if j > s:
-                            h = <uint32_t>prefixes[topic_codes[i]]
-                            bad[k] = _utf8_hash(b + s, j - s, &h) < 0
-                            hashes[k] = _key_hash(h)
-                            records[k] = i
-                            starts[k] = s
-                            ends[k] = j
-                            k += 1
-                        s = j + 1
+            if keys_at[i] >= 0 or uniq_at[i] >= 0:
+                k = _emit(b, i, keys_at[i], keys_end[i], uniq_at[i], uniq_end[i], <uint32_t>prefixes[topic_codes[i]], &out, k)
     return k
 
 
@@ -433,3 +456,85 @@ def repeated_in_order(const int64_t[::1] hashes not None, const int64_t[::1] phy
                         break
             i = j
     return rc
+
+
+def extract_all(
+    const unsigned char[::1] buf,
+    const int64_t[::1] at not None,
+    const int64_t[::1] lens not None,
+    const int64_t[::1] sysflags not None,
+    const int64_t[::1] topic_codes not None,
+    const int64_t[::1] prefixes not None,
+    int64_t[:, ::1] cols not None,
+    int64_t[::1] tags_codes not None,
+    uint8_t[::1] tags_bad not None,
+    int64_t[::1] hashes not None,
+    int64_t[::1] records not None,
+    int64_t[::1] starts not None,
+    int64_t[::1] ends not None,
+    uint8_t[::1] bad not None,
+    int64_t first,
+    int64_t k,
+):
+    """``extract`` and ``index_entries`` in one pass, each record's properties read
+    once: from record ``first`` on, with ``k`` entries already written, until the
+    entry arrays cannot take a whole record's entries. Returns ``(next record, next
+    entry, tags flagged)``; call again from there with longer arrays (the entries
+    written so far copied) while the next record is below the count."""
+    cdef int64_t n = at.shape[0], n_buf = buf.shape[0], n_pre = prefixes.shape[0], cap = hashes.shape[0], i, m
+    if not (lens.shape[0] == sysflags.shape[0] == topic_codes.shape[0] == n):
+        raise ValueError("column lengths differ")
+    if cols.shape[0] < 6 or cols.shape[1] < n or tags_codes.shape[0] < n or tags_bad.shape[0] < n:
+        raise ValueError("output columns are shorter than the input")
+    if records.shape[0] < cap or starts.shape[0] < cap or ends.shape[0] < cap or bad.shape[0] < cap:
+        raise ValueError("output arrays are shorter than hashes")
+    if first < 0 or k < 0 or k > cap:
+        raise ValueError("first and k must be >= 0, k at most the arrays' length")
+    for i in range(first, n):
+        if at[i] < 0 or lens[i] < 0 or at[i] + lens[i] > n_buf:
+            raise ValueError(f"properties [{at[i]}, {at[i] + lens[i]}) of record {i} lie outside the buffer")
+        if not 0 <= topic_codes[i] < n_pre:
+            raise ValueError(f"topic code {topic_codes[i]} of record {i} has no prefix hash")
+    cdef const unsigned char *nm = b"TAGSKEYSUNIQ_KEY"
+    cdef int64_t name_at[4]
+    name_at[0] = 0
+    name_at[1] = 4
+    name_at[2] = 8
+    name_at[3] = 16
+    cdef const unsigned char *b = &buf[0] if n_buf else NULL
+    cdef int64_t vs[3]
+    cdef int64_t ve[3]
+    cdef uint32_t h
+    cdef int64_t flagged = 0
+    cdef Entries out
+    out.hashes = out.records = out.starts = out.ends = NULL
+    out.bad = NULL
+    if cap:
+        out.hashes, out.records, out.starts, out.ends, out.bad = &hashes[0], &records[0], &starts[0], &ends[0], &bad[0]
+    with nogil:
+        i = first
+        while i < n:
+            vs[0] = vs[1] = vs[2] = -1
+            ve[0] = ve[1] = ve[2] = -1
+            if lens[i]:
+                _locate(b + at[i], at[i], lens[i], nm, name_at, 3, vs, ve)
+            if sysflags[i] & TRANSACTION_TYPE_MASK != TRANSACTION_ROLLBACK and (vs[1] >= 0 or vs[2] >= 0):
+                m = (1 if vs[2] >= 0 else 0) + ((ve[1] - vs[1] + 1) // 2 if vs[1] >= 0 else 0)
+                if k + m > cap:
+                    break  # the caller grows the arrays and goes on from record i
+                k = _emit(b, i, vs[1], ve[1], vs[2], ve[2], <uint32_t>prefixes[topic_codes[i]], &out, k)
+            cols[0, i] = vs[0]
+            cols[1, i] = ve[0]
+            cols[2, i] = vs[1]
+            cols[3, i] = ve[1]
+            cols[4, i] = vs[2]
+            cols[5, i] = ve[2]
+            h = 0
+            tags_bad[i] = 0
+            if vs[0] >= 0 and _utf8_hash(b + vs[0], ve[0] - vs[0], &h) < 0:
+                tags_bad[i] = 1
+                flagged += 1
+                h = 0
+            tags_codes[i] = <int32_t>h
+            i += 1
+    return i, k, flagged

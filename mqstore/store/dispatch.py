@@ -16,7 +16,7 @@ from __future__ import annotations
 import mmap
 import threading
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import NamedTuple, Protocol
 
 import numpy as np
@@ -55,6 +55,9 @@ class DispatchBatch:
     keys_end: np.ndarray
     uniq_at: np.ndarray
     uniq_end: np.ndarray
+    # The index entries, when build_dispatch_batch made them in its pass (not copied by
+    # dataclasses.replace: a batch of other rows makes its own).
+    _entries: IndexEntries | None = field(default=None, init=False, repr=False, compare=False)
 
     def __len__(self) -> int:
         return len(self.physical_offsets)
@@ -76,8 +79,9 @@ class DispatchBatch:
     def index_entries(self) -> IndexEntries:
         """The IndexFile entries of this batch, in RocketMQ's order (per record:
         ``topic#UNIQ_KEY``, then ``topic#k`` for each non-empty KEYS element), with
-        key hashes computed on the bytes. Rollback records are not indexed."""
-        return _index_entries(self)
+        key hashes computed on the bytes. Rollback records are not indexed.
+        build_dispatch_batch makes them in its own pass (kept with the batch)."""
+        return self._entries if self._entries is not None else _index_entries(self)
 
 
 class IndexEntries(NamedTuple):
@@ -94,32 +98,56 @@ def _texts(buf, starts: np.ndarray, ends: np.ndarray) -> list[str | None]:
 
 def _index_entries(b: DispatchBatch) -> IndexEntries:
     """One compiled pass (mqstore/kernels/_dispatch.pyx, without the GIL) over the
-    batch's KEYS and UNIQ_KEY ranges; keys that are not well-formed UTF-8 are hashed
-    here from their decoded text (errors replaced). Reference model:
+    batch's KEYS and UNIQ_KEY ranges (build_dispatch_batch makes them in its own
+    pass; this serves batches made otherwise). Reference model:
     tests/kernels/model_dispatch.py."""
     n = len(b)
     if n == 0:
         return IndexEntries(np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64))
-    prefixes = java_string_hashes([t + "#" for t in b.topics]).astype(np.uint32).astype(np.int64)
+    prefixes = _prefix_hashes(b.topics)
     cols = [
         np.ascontiguousarray(c, np.int64)
         for c in (b.keys_at, b.keys_end, b.uniq_at, b.uniq_end, b.sysflags, b.topic_codes)
     ]
-    buf = b.buffer
     scratch = _SCRATCH
     while True:
-        hashes, recs, starts, ends, bad = scratch.entries(max(scratch.capacity, 4 * n))
-        count = _dispatch.index_entries(buf, *cols, prefixes, hashes, recs, starts, ends, bad)
+        out = scratch.entries(max(scratch.capacity, 4 * n))
+        count = _dispatch.index_entries(b.buffer, *cols, prefixes, *out)
         if count >= 0:
             break
         scratch.entries(-1 - count)  # grow to the bound the kernel named and run it again
+    return _entries_out(b.buffer, b.topics, cols[5], b.physical_offsets, b.store_timestamps, out, count)
+
+
+def _entries_out(buf, topics: list[str], codes, phys, times, out: tuple[np.ndarray, ...], count: int) -> IndexEntries:
+    """The first ``count`` entries the kernel wrote to ``out`` (scratch), copied out;
+    keys that are not well-formed UTF-8 are hashed here from their decoded text
+    (errors replaced)."""
+    hashes, recs, starts, ends, bad = out
     rec = recs[:count].copy()
     key_hashes = hashes[:count].copy()
     for i in np.flatnonzero(bad[:count]).tolist():
         text = buf[int(starts[i]) : int(ends[i])].decode("utf-8", "replace")
-        h = java_string_hash(f"{b.topics[b.topic_codes[rec[i]]]}#{text}")
+        h = java_string_hash(f"{topics[codes[rec[i]]]}#{text}")
         key_hashes[i] = 0 if h == -(1 << 31) else abs(h)  # RocketMQ: abs, MIN_VALUE -> 0
-    return IndexEntries(key_hashes, b.physical_offsets[rec], b.store_timestamps[rec])
+    return IndexEntries(key_hashes, phys[rec], times[rec])
+
+
+_PREFIXES: dict[str, int] = {}
+
+
+def _prefix_hashes(topics: list[str]) -> np.ndarray:
+    """Java hash of ``topic + "#"`` per topic (as uint32 values in int64), kept per topic
+    name: a chunk of 10,000 topics hashes none again."""
+    cache = _PREFIXES
+    found = list(map(cache.get, topics))
+    if None in found:
+        if len(cache) > 1 << 18:
+            cache.clear()
+        missing = [t for t, h in zip(topics, found) if h is None]
+        cache.update(zip(missing, java_string_hashes([t + "#" for t in missing]).astype(np.uint32).tolist()))
+        found = [cache[t] for t in topics]
+    return np.array(found, np.int64)
 
 
 class _Scratch(threading.local):
@@ -130,10 +158,14 @@ class _Scratch(threading.local):
         self.capacity = 0
         self._arrays: tuple[np.ndarray, ...] = ()
 
-    def entries(self, capacity: int) -> tuple[np.ndarray, ...]:
-        if capacity > self.capacity:
-            self.capacity = capacity
-            self._arrays = (*(np.empty(capacity, np.int64) for _ in range(4)), np.empty(capacity, np.uint8))
+    def entries(self, capacity: int, *, keep: int = 0) -> tuple[np.ndarray, ...]:
+        """The arrays, at least ``capacity`` long (the first ``keep`` entries kept)."""
+        if capacity > self.capacity or not self._arrays:
+            capacity = max(capacity, 1024)
+            grown = (*(np.empty(capacity, np.int64) for _ in range(4)), np.empty(capacity, np.uint8))
+            for new, old in zip(grown, self._arrays):
+                new[:keep] = old[:keep]
+            self.capacity, self._arrays = capacity, grown
         return self._arrays
 
 
@@ -160,10 +192,23 @@ def build_dispatch_batch(chunk: ScanChunk, delays_ms: list[int] | None = None) -
     tags_codes = np.empty(n, np.int64)
     bad = np.empty(n, np.uint8)
     at, lens = np.ascontiguousarray(f.properties_at, np.int64), np.ascontiguousarray(f.properties_len, np.int64)
-    if _dispatch.extract(buf, at, lens, cols, tags_codes, bad):
+    sysflags, codes = np.ascontiguousarray(f.sysflags, np.int64), np.ascontiguousarray(f.topic_codes, np.int64)
+    prefixes = _prefix_hashes(f.topics)
+    scratch, first, k, flagged = _SCRATCH, 0, 0, 0
+    out = scratch.entries(max(scratch.capacity, 4 * n))
+    while True:
+        first, k, more = _dispatch.extract_all(
+            buf, at, lens, sysflags, codes, prefixes, cols, tags_codes, bad, *out, first, k
+        )
+        flagged += more
+        if first >= n:
+            break
+        out = scratch.entries(2 * scratch.capacity, keep=k)  # more keys than room: grow, go on
+    if flagged:
         ts, te = cols[0], cols[1]
         for i in np.flatnonzero(bad).tolist():
             tags_codes[i] = java_string_hash(buf[int(ts[i]) : int(te[i])].decode("utf-8", "replace"))
+    entries = _entries_out(buf, f.topics, codes, chunk.physical_offsets, f.store_timestamps, out, k)
     ks, ke, us, ue = cols[2], cols[3], cols[4], cols[5]
     if delays_ms is not None and SCHEDULE_TOPIC in f.topics:
         # Delay-level messages: the unit's tagsCode is the deliver time (RocketMQ).
@@ -172,7 +217,7 @@ def build_dispatch_batch(chunk: ScanChunk, delays_ms: list[int] | None = None) -
         levels = np.array([_int_or_zero(buf[a:b]) if a >= 0 else 0 for a, b in zip(ds.tolist(), de.tolist())], np.int64)
         tags_codes[sched] = deliver_times(f.store_timestamps[sched], levels, delays_ms)
 
-    return DispatchBatch(
+    batch = DispatchBatch(
         chunk.physical_offsets,
         chunk.sizes,
         f.topics,
@@ -188,6 +233,8 @@ def build_dispatch_batch(chunk: ScanChunk, delays_ms: list[int] | None = None) -
         us,
         ue,
     )
+    object.__setattr__(batch, "_entries", entries)
+    return batch
 
 
 def _int_or_zero(raw: bytes) -> int:
