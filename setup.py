@@ -8,10 +8,13 @@ KERNELS = [
     Extension(
         "mqstore.kernels._scan",
         ["mqstore/kernels/_scan.pyx"],
+        include_dirs=["mqstore/kernels"],  # crc32_fold.h
+        depends=["mqstore/kernels/crc32_fold.h"],
         extra_compile_args=["-O3"],
-        libraries=["z"],  # zlib's crc32 (bit-identical to the CRC RocketMQ stores)
+        libraries=["z"],  # zlib's crc32 (bit-identical to the CRC RocketMQ stores) past the folding
     ),
     Extension("mqstore.kernels._dispatch", ["mqstore/kernels/_dispatch.pyx"], extra_compile_args=["-O3"]),
+    Extension("mqstore.kernels._verify", ["mqstore/kernels/_verify.pyx"], extra_compile_args=["-O3"]),
     Extension(
         "mqstore.kernels._encode",
         ["mqstore/kernels/_encode.pyx"],

@@ -1,7 +1,7 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, initializedcheck=False, cdivision=True
 """The record scan of ``mqstore.formats.message.scan_records``: one pass over a
 buffer that follows TOTALSIZE and validates each record as it goes (magic V1/V2,
-lengths, PHYSICALOFFSET, body CRC), writing record starts, sizes and, on request,
+lengths, PHYSICALOFFSET, body CRC: folded with PCLMULQDQ where the CPU has it, crc32_fold.h), writing record starts, sizes and, on request,
 the columns RecordFields is made of into caller-owned int64 arrays. The per-record
 loop runs without the GIL. The reference model it must equal is tests/kernels/model_scan.py.
 """
@@ -28,8 +28,12 @@ cdef extern from *:
     int16_t mq_be16(const unsigned char *p) nogil
 
 
-cdef extern from "zlib.h" nogil:
-    unsigned long crc32(unsigned long crc, const unsigned char *buf, unsigned int len)
+cdef extern from "crc32_fold.h" nogil:
+    int mq_crc_fold_init()
+    uint32_t mq_crc32(uint32_t crc, const unsigned char *buf, size_t len)
+
+
+mq_crc_fold_init()  # once, with the GIL: the CPU check the CRC's folding depends on
 
 
 # Values the message format fixes (mqstore/formats/message.py; checked in __init__.py).
@@ -107,7 +111,7 @@ cdef inline int _check(
     if has_base and mq_be64(b + at + 28) != at + base_offset:
         return STOP_LAYOUT
     if check_crc and body_len > 0:
-        if <int64_t>(crc32(0, b + body_len_at + 4, <unsigned int>body_len) & CRC_MASK) != <int64_t>mq_be32(b + at + 8):
+        if <int64_t>(mq_crc32(0, b + body_len_at + 4, <size_t>body_len) & CRC_MASK) != <int64_t>mq_be32(b + at + 8):
             return STOP_CRC
     if want_cols:
         row[COL_QUEUE_ID] = mq_be32(b + at + 12)

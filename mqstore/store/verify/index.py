@@ -39,6 +39,7 @@ from pathlib import Path
 import numpy as np
 
 from mqstore.formats.index_file import INDEX_HEADER_BYTES, IndexFileView, IndexHeader, index_file_size
+from mqstore.kernels import _verify
 from mqstore.store.index_service import INDEX_DIR
 from mqstore.store.verify.records import RecordTable
 from mqstore.store.verify.report import Damage, Findings
@@ -187,52 +188,36 @@ def check_header_and_chains(
     view = IndexFileView(mm, hash_slots, max_entries)
     entries = view.entries()
     n = len(entries)
-    numbers = np.arange(1, n + 1)
-    hashes = entries["key_hash"].astype(np.int64)
-    prev = entries["prev"].astype(np.int64)
-    phy = entries["phy_offset"].astype(np.int64)
     problems = []
-    if n:
-        if raw.begin_phy_offset != phy[0] or raw.end_phy_offset != phy[-1]:
-            detail = (
-                f"begin/end offsets {raw.begin_phy_offset}/{raw.end_phy_offset} are not the first/last "
-                f"entry's ({int(phy[0])}/{int(phy[-1])})"
-            )
-            problems.append(("index_header", detail))
-        if raw.begin_timestamp > raw.end_timestamp:
-            problems.append(("index_header", f"begin time {raw.begin_timestamp} is after end time {raw.end_timestamp}"))
-        if (np.diff(phy) < 0).any():
-            i = int(np.flatnonzero(np.diff(phy) < 0)[0]) + 1
-            problems.append(
-                ("index_order", f"entry {i + 1} points at {int(phy[i])}, before entry {i} ({int(phy[i - 1])})")
-            )
-    if raw.hash_slot_count != int(np.count_nonzero(prev == 0)):
-        chains = int(np.count_nonzero(prev == 0))
-        problems.append(("index_header", f"hash_slot_count {raw.hash_slot_count}, but {chains} entries start a chain"))
-    if (hashes < 0).any():
-        problems.append(("index_chain", f"{int((hashes < 0).sum())} entries have a negative key hash"))
-    # The chains putKey builds: per slot, entries in put order, each pointing at the one before.
-    slots = np.where(hashes >= 0, hashes, 0) % hash_slots
-    order = np.lexsort((numbers, slots))
-    s_sorted = slots[order]
-    starts = np.ones(n, bool)
-    starts[1:] = s_sorted[1:] != s_sorted[:-1]
-    want_prev = np.zeros(n, np.int64)
-    want_prev[order[~starts]] = numbers[order][np.flatnonzero(~starts) - 1]
-    if (bad := np.flatnonzero(want_prev != prev)).size:
-        i = int(bad[0])
+    if n and (raw.begin_phy_offset != entries["phy_offset"][0] or raw.end_phy_offset != entries["phy_offset"][-1]):
         detail = (
-            f"{bad.size} entries link to the wrong previous entry (entry {i + 1}: prev {int(prev[i])}, "
-            f"putKey would have written {int(want_prev[i])})"
+            f"begin/end offsets {raw.begin_phy_offset}/{raw.end_phy_offset} are not the first/last "
+            f"entry's ({int(entries['phy_offset'][0])}/{int(entries['phy_offset'][-1])})"
+        )
+        problems.append(("index_header", detail))
+    if n and raw.begin_timestamp > raw.end_timestamp:
+        problems.append(("index_header", f"begin time {raw.begin_timestamp} is after end time {raw.end_timestamp}"))
+    # The chains putKey builds: per slot, entries in put order, each pointing at the one before.
+    (starts, negatives, drop, bad_prev, first, want_prev, bad_slots, slot, held, want_slot) = _verify.index_chains(
+        mm, hash_slots, n
+    )
+    if drop >= 0:
+        phy = entries["phy_offset"]
+        problems.append(
+            ("index_order", f"entry {drop + 1} points at {int(phy[drop])}, before entry {drop} ({int(phy[drop - 1])})")
+        )
+    if raw.hash_slot_count != starts:
+        problems.append(("index_header", f"hash_slot_count {raw.hash_slot_count}, but {starts} entries start a chain"))
+    if negatives:
+        problems.append(("index_chain", f"{negatives} entries have a negative key hash"))
+    if bad_prev:
+        detail = (
+            f"{bad_prev} entries link to the wrong previous entry (entry {first + 1}: prev "
+            f"{int(entries['prev'][first])}, putKey would have written {want_prev})"
         )
         problems.append(("index_chain", detail))
-    table = np.frombuffer(mm, ">i4", hash_slots, INDEX_HEADER_BYTES).astype(np.int64)
-    want_table = np.zeros(hash_slots, np.int64)
-    ends = np.append(starts[1:], True) if n else starts  # the last entry of each slot group
-    want_table[s_sorted[ends]] = numbers[order][ends]
-    if (bad := np.flatnonzero(want_table != table)).size:
-        s = int(bad[0])
-        detail = f"{bad.size} slots do not hold their newest entry (slot {s}: {int(table[s])}, expected {int(want_table[s])})"
+    if bad_slots:
+        detail = f"{bad_slots} slots do not hold their newest entry (slot {slot}: {held}, expected {want_slot})"
         problems.append(("index_chain", detail))
     for kind, detail in problems:
         if in_flux:
@@ -279,16 +264,19 @@ def _check_keys(
     want_phys, want_hash = table.index_phys[covered], table.index_hashes[covered]
     if not len(want_phys):
         return 0
-    # One int64 per (record, key hash): the record's position in the table, then the
-    # 31-bit hash. Entries that point at no record start can match nothing.
-    nrec = len(table.phys)
-    at = np.minimum(np.searchsorted(table.phys, actual_phys), nrec - 1)
-    hit = table.phys[at] == actual_phys
-    have = np.sort((at[hit] << 32) | (actual_hash[hit] & 0xFFFFFFFF))
-    want = (np.searchsorted(table.phys, want_phys) << 32) | (want_hash & 0xFFFFFFFF)
-    present = (
-        have[np.minimum(np.searchsorted(have, want), len(have) - 1)] == want if len(have) else np.zeros(len(want), bool)
-    )
+    # One merge in commitlog order (the entries are, unless the file is damaged: then
+    # they are put in order first); an entry at no record start matches nothing.
+    have_phys, have_hash = np.ascontiguousarray(actual_phys, np.int64), np.ascontiguousarray(actual_hash, np.int64)
+    if len(have_phys) > 1 and (np.diff(have_phys) < 0).any():
+        order = np.argsort(have_phys, kind="stable")
+        have_phys, have_hash = have_phys[order], have_hash[order]
+    want_phys, want_hash = np.ascontiguousarray(want_phys, np.int64), np.ascontiguousarray(want_hash, np.int64)
+    if len(want_phys) > 1 and (np.diff(want_phys) < 0).any():
+        order = np.argsort(want_phys, kind="stable")
+        want_phys, want_hash = want_phys[order], want_hash[order]
+    present = np.zeros(len(want_phys), np.uint8)
+    _verify.keys_present(have_phys, have_hash, want_phys, want_hash, present)
+    present = present.view(bool)
     missing = np.flatnonzero(~present)
     for i in missing.tolist():
         findings.error(
@@ -299,7 +287,7 @@ def _check_keys(
         )
     if missing.size:
         damage.index_bad = True
-    return len(want)
+    return len(want_phys)
 
 
 __all__ = ["IndexSummary", "check_header_and_chains", "check_index", "index_end_offset", "index_files"]
