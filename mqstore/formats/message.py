@@ -56,7 +56,7 @@ from mqstore.errors import DecodeError
 from mqstore.formats.crc import CRC_MASK, body_crc, crc32
 from mqstore.formats.msgid import Host, decode_host, offset_msg_id_prefix
 from mqstore.formats.properties import parse_properties
-from mqstore.kernels import _encode, _scan
+from mqstore.kernels import _decode, _encode, _scan
 
 MAGIC_V1 = -626843481  # 0xDAA320A7
 MAGIC_V2 = -626843477  # 0xDAA320AB
@@ -324,6 +324,44 @@ def decode_record(buf: bytes | memoryview, pos: int = 0, *, check_crc: bool = Tr
     )
 
 
+def locate_records(
+    buf: bytes | memoryview, positions: np.ndarray, *, check_crc: bool = False
+) -> tuple[np.ndarray, int]:
+    """``(cols, k)``: the records at ``positions`` validated as :func:`decode_record`
+    validates them and located, in one compiled pass without the GIL
+    (mqstore/kernels/_decode.pyx ``locate``; ``cols`` rows ``_decode.COL_*``, int64).
+    ``k`` records were accepted; ``k < len(positions)``: ``decode_record`` refuses the
+    record at ``positions[k]`` (and says why)."""
+    positions = np.ascontiguousarray(positions, np.int64)
+    cols = np.empty((_decode.COLUMNS, len(positions)), np.int64)
+    if not len(positions):
+        return cols, 0
+    return cols, _decode.locate(buf, positions, check_crc, cols)
+
+
+@functools.lru_cache(maxsize=1024)
+def _host_of(raw: bytes) -> Host:
+    return decode_host(raw)
+
+
+def located_records(buf: bytes | memoryview, cols: np.ndarray, k: int) -> list[MessageRecord]:
+    """MessageRecords of the first ``k`` records :func:`locate_records` located in ``buf``."""
+    return _decode.records(buf, cols, k, MessageRecord, _host_of)
+
+
+def decode_records(buf: bytes | memoryview, positions: np.ndarray, *, check_crc: bool = True) -> list[MessageRecord]:
+    """``[decode_record(buf, p, check_crc=check_crc) for p in positions]``, the records
+    validated and located by one compiled pass, then made in one compiled loop (a
+    host or topic equal to the previous record's is the same object). The first record
+    decode_record refuses raises its DecodeError, as the loop would.
+    tests/kernels/model_decode.py holds the reference model."""
+    cols, k = locate_records(buf, positions, check_crc=check_crc)
+    if k < len(cols[0]):
+        decode_record(buf, int(positions[k]), check_crc=check_crc)  # raises what is wrong with it
+        raise AssertionError(f"the decode kernel refused the record at {int(positions[k])}; decode_record did not")
+    return located_records(buf, cols, k)
+
+
 class ScanOutcome(enum.Enum):
     """Why a scan stopped."""
 
@@ -347,6 +385,7 @@ MIN_RECORD_BYTES = record_size(body_len=0, topic_len=0, props_len=0)
 # The compiled scan has these values built in.
 assert _scan.FORMAT == (MAGIC_V1, MAGIC_V2, BLANK_RECORD_BYTES, MIN_RECORD_BYTES, CRC_MASK), _scan.FORMAT
 assert _encode.FORMAT == (MAGIC_V1, MAGIC_V2, CRC_MASK, MAX_TOPIC_BYTES_V1 + 1), _encode.FORMAT
+assert _decode.FORMAT == (MAGIC_V1, MAGIC_V2, CRC_MASK), _decode.FORMAT
 
 
 class _Fields:
@@ -748,8 +787,11 @@ __all__ = [
     "blank_record",
     "body_crc",
     "decode_record",
+    "decode_records",
     "head_holds_data",
     "header_dtype",
+    "locate_records",
+    "located_records",
     "raw_record_heads",
     "record_fields",
     "record_head",

@@ -25,15 +25,10 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
-from mqstore.formats.message import (
-    ScanOutcome,
-    decode_record,
-    record_heads,
-    scan_records,
-)
-from mqstore.formats.msgid import decode_host, offset_msg_id_prefix
+from mqstore.formats.message import ScanOutcome, decode_record, locate_records, scan_records
+from mqstore.formats.msgid import decode_host
+from mqstore.kernels import _decode
 
 BATCH_BYTES = 4 << 20  # commitlog bytes per record batch
 
@@ -83,127 +78,140 @@ def spark_ddl(properties: str = "map") -> str:
     )
 
 
-_HEX_PAIRS = np.array([[ord(c) for c in f"{i:02X}"] for i in range(256)], np.uint8)  # byte -> two hex digits
+def _replaced(buf, at: np.ndarray, length: np.ndarray) -> tuple[bytes, np.ndarray, np.ndarray]:
+    """Java's decoding of byte ranges that are not all UTF-8 (bad bytes become U+FFFD),
+    re-encoded back to back: ``(data, at, length)`` (rare: a batch holding such text)."""
+    with memoryview(buf) as mv:
+        pieces = [
+            bytes(mv[a : a + n]).decode("utf-8", "replace").encode()
+            for a, n in zip(at.tolist(), length.tolist(), strict=True)
+        ]
+    new_len = np.fromiter(map(len, pieces), np.int64, len(pieces))
+    return b"".join(pieces), np.cumsum(new_len) - new_len, new_len
 
 
-def joined(buf, starts: np.ndarray, ends: np.ndarray) -> tuple[bytes, np.ndarray]:
-    """The byte ranges ``[starts[i], ends[i])`` of ``buf`` back to back, and Arrow
-    int32 offsets into the result (one slice copy each, then one join: faster than
-    a numpy gather for ranges of tens of bytes and more)."""
-    offsets = np.zeros(len(starts) + 1, np.int64)
-    np.cumsum(ends - starts, out=offsets[1:])
-    data = b"".join(map(buf.__getitem__, map(slice, starts.tolist(), ends.tolist())))
-    return data, offsets.astype(np.int32)
+def _var(typ: pa.DataType, n: int, offsets: np.ndarray, data: np.ndarray, used: int, valid=None) -> pa.Array:
+    bitmap = None if valid is None else pa.py_buffer(np.packbits(valid, bitorder="little"))
+    return pa.Array.from_buffers(typ, n, [bitmap, pa.py_buffer(offsets), pa.py_buffer(data[:used])])
 
 
-def _var_array(typ: pa.DataType, buf, starts: np.ndarray, ends: np.ndarray) -> pa.Array:
-    data, offsets = joined(buf, starts, ends)
-    return pa.Array.from_buffers(typ, len(starts), [None, pa.py_buffer(offsets), pa.py_buffer(data)])
-
-
-def _properties_map(props: pa.Array) -> pa.Array:
-    """map<string, string> of the properties strings (``name \x01 value \x02``;
-    entries parse_properties skips are left out, duplicate names kept in order)."""
-    entries = pc.split_pattern(props, "\x02")
-    flat = pc.list_flatten(entries)
-    parent = pc.list_parent_indices(entries).to_numpy()
-    pair = pc.split_pattern(flat, "\x01", max_splits=1)
-    two = np.flatnonzero(pc.equal(pc.list_value_length(pair), 2).to_numpy(zero_copy_only=False))
-    pair = pair.take(pa.array(two))
-    name, value = pc.list_element(pair, 0), pc.list_element(pair, 1)
-    ok = pc.and_(pc.greater(pc.binary_length(name), 0), pc.greater(pc.binary_length(value), 0))
-    ok_np = ok.to_numpy(zero_copy_only=False)
-    counts = np.bincount(parent[two[ok_np]], minlength=len(props))
-    offsets = np.zeros(len(props) + 1, np.int32)
-    np.cumsum(counts, out=offsets[1:])
-    if not ok_np.all():
-        name, value = name.filter(ok), value.filter(ok)
-    return pa.MapArray.from_arrays(pa.array(offsets), name, value)
-
-
-def _hosts(raw: np.ndarray) -> pa.Array:
-    """Host columns ("a.b.c.d:port") from the 8-byte host fields: each distinct host
-    is formatted once."""
-    as_int = raw.view(np.uint64) if raw.dtype.itemsize == 8 else None
-    if as_int is not None and len(as_int) and (as_int == as_int[0]).all():  # one host: the usual case
-        return pa.array([str(decode_host(bytes(raw[0])))] * 1, pa.string()).take(pa.array(np.zeros(len(raw), np.int32)))
-    uniq, inv = np.unique(raw, return_inverse=True)
-    names = pa.array([str(decode_host(bytes(u))) for u in uniq.tolist()], pa.string())
+def _hosts(slots: np.ndarray) -> pa.Array:
+    """Host strings ("a.b.c.d:port", "[v6]:port") of the kernel's host slots (a length
+    byte, then the bytes): each distinct host is formatted once."""
+    n = len(slots)
+    keys = slots.view(f"V{slots.shape[1]}").ravel()
+    if (keys == keys[0]).all():  # one host: the usual case
+        text = str(_host(slots[0])).encode()
+        offsets = np.arange(0, len(text) * (n + 1), len(text), dtype=np.int32)
+        return pa.Array.from_buffers(pa.string(), n, [None, pa.py_buffer(offsets), pa.py_buffer(text * n)])
+    uniq, inv = np.unique(keys, return_inverse=True)
+    rows = uniq.view(np.uint8).reshape(len(uniq), slots.shape[1])
+    names = pa.array([str(_host(r)) for r in rows], pa.string())
     return names.take(pa.array(inv.ravel().astype(np.int32)))
 
 
-def _msg_ids(store_hosts: np.ndarray, phys: np.ndarray) -> pa.Array:
-    """Offset msgIds: the store host's 16 hex digits, then the offset's 16."""
-    n = len(phys)
-    uniq, inv = np.unique(store_hosts, return_inverse=True)
-    prefixes = np.array(
-        [np.frombuffer(offset_msg_id_prefix(decode_host(bytes(u))).encode(), np.uint8) for u in uniq.tolist()]
-    )
-    chars = np.empty((n, 32), np.uint8)
-    chars[:, :16] = prefixes[inv.ravel()]
-    chars[:, 16:] = _HEX_PAIRS[phys.astype(">u8").view(np.uint8).reshape(n, 8)].reshape(n, 16)
-    offsets = np.arange(0, 32 * (n + 1), 32, dtype=np.int32)
-    return pa.Array.from_buffers(pa.string(), n, [None, pa.py_buffer(offsets), pa.py_buffer(chars.ravel())])
+def _host(slot: np.ndarray):
+    return decode_host(bytes(slot[1 : 1 + int(slot[0])]))
 
 
 def records_batch(
-    buf, base: int, positions: np.ndarray, sizes: np.ndarray, fields, *, properties: str = "map"
+    buf, base: int, positions: np.ndarray, sizes: np.ndarray, fields=None, *, properties: str = "map"
 ) -> pa.RecordBatch:
     """One record batch (``schema(properties)``) for validated records at
-    ``positions`` of ``buf`` (a segment starting at commitlog offset ``base``);
-    ``fields`` from the scan."""
+    ``positions`` of ``buf`` (a segment starting at commitlog offset ``base``).
+
+    The kernel (mqstore/kernels/_decode.pyx) locates every field and fills the Arrow
+    buffers of the variable-width columns in one pass each, without the GIL; fixed
+    columns are the located ones cast. ``fields`` (RecordFields of a scan) is not
+    needed and ignored. tests/kernels/model_decode.py holds the reference model."""
+    del fields
     n = len(positions)
-    head = record_heads(buf, positions)
-    sysflag = head["sysflag"].astype(np.int64)
-    v6 = np.flatnonzero(sysflag & 0x30)
-    # body at: the 48-byte head to BORNTIMESTAMP, BORNHOST (8|20), STORETIMESTAMP,
-    # STOREHOST (8|20), RECONSUMETIMES, PREPAREDTRANSACTIONOFFSET, BODYLEN
-    body_at = positions + 72 + np.where(sysflag & 0x10, 20, 8) + np.where(sysflag & 0x20, 20, 8)
-    body_len = head["body_len"].astype(np.int64)
-    reconsume = head["reconsume_times"].astype(np.int32)
-    prepared = head["prepared_transaction_offset"].astype(np.int64)
-    if v6.size:  # IPv6 hosts move the fields after BORNHOST: decode this (rare) batch record by record
-        recs = [decode_record(buf, p, check_crc=False) for p in positions.tolist()]
-        reconsume = np.array([r.reconsume_times for r in recs], np.int32)
-        prepared = np.array([r.prepared_transaction_offset for r in recs], np.int64)
-        body_len = np.array([len(r.body) for r in recs], np.int64)
-        born = pa.array([str(r.born_host) for r in recs], pa.string())
-        store = pa.array([str(r.store_host) for r in recs], pa.string())
-        msg_ids = pa.array([r.msg_id for r in recs], pa.string())
-    else:
-        born, store = _hosts(head["born_host"]), _hosts(head["store_host"])
-        msg_ids = _msg_ids(head["store_host"], positions + base)
-    props = _var_array(pa.string(), buf, fields.properties_at, fields.properties_at + fields.properties_len)
-    try:
-        props.validate(full=True)
-    except pa.ArrowInvalid:  # not UTF-8: decode as Java does (bad bytes become U+FFFD)
-        props = pa.array(
-            [bytes(v).decode("utf-8", "replace") for v in props.cast(pa.binary()).to_pylist()], pa.string()
+    if not n:
+        return pa.RecordBatch.from_pylist([], schema=schema(properties))
+    positions = np.ascontiguousarray(positions, np.int64)
+    cols, k = locate_records(buf, positions, check_crc=False)
+    if k < n:
+        decode_record(buf, int(positions[k]), check_crc=False)  # raises what is wrong with it
+        raise AssertionError(f"the decode kernel refused the record at {int(positions[k])}")
+    t_at, t_len = cols[_decode.COL_TOPIC_AT], cols[_decode.COL_TOPIC_LEN]
+    p_at, p_len = cols[_decode.COL_PROPS_AT], cols[_decode.COL_PROPS_LEN]
+    tsrc = psrc = buf
+    bad = np.empty(n, np.uint8)
+    if _decode.utf8_bad(buf, t_at, t_len, bad):
+        tsrc, t_at, t_len = _replaced(buf, t_at, t_len)
+    if _decode.utf8_bad(buf, p_at, p_len, bad):
+        psrc, p_at, p_len = _replaced(buf, p_at, p_len)
+    as_map = properties == "map"
+    body_cap = int(cols[_decode.COL_BODY_LEN].sum()) + 1
+    props_cap = int(p_len.sum()) + 1
+    entries_cap = props_cap // 3 + n + 1
+    offs = np.empty((7, n + 1), np.int32)
+    body = np.empty(body_cap, np.uint8)
+    topic = np.empty(int(t_len.sum()) + 1, np.uint8)
+    props = np.empty(props_cap if not as_map else 1, np.uint8)
+    special = np.empty((3, props_cap), np.uint8)
+    entry_offs = np.empty(n + 1, np.int32)
+    name_offs = np.empty(entries_cap, np.int32)
+    names = np.empty(props_cap if as_map else 1, np.uint8)
+    value_offs = np.empty(entries_cap, np.int32)
+    values = np.empty(props_cap if as_map else 1, np.uint8)
+    valid = np.empty((3, n), np.uint8)
+    msg_ids = np.empty(56 * n + 1, np.uint8)
+    hosts = np.empty((2, n, _decode.HOST_BYTES), np.uint8)
+    nb, nt, npr, n_tag, n_key, n_uq, ne, nn, nv, nm = _decode.arrow_fill(
+        buf,
+        cols,
+        tsrc,
+        t_at,
+        t_len,
+        psrc,
+        p_at,
+        p_len,
+        as_map,
+        offs,
+        body,
+        topic,
+        props,
+        special,
+        entry_offs,
+        name_offs,
+        names,
+        value_offs,
+        values,
+        valid,
+        msg_ids,
+        hosts,
+    )
+    if as_map:
+        props_col = pa.MapArray.from_arrays(
+            pa.Array.from_buffers(pa.int32(), n + 1, [None, pa.py_buffer(entry_offs)]),
+            _var(pa.string(), ne, name_offs[: ne + 1], names, nn),
+            _var(pa.string(), ne, value_offs[: ne + 1], values, nv),
         )
-    props_map = _properties_map(props)  # parse_properties's rules: the last entry of a name wins
-    topics = pa.array(fields.topics, pa.string()).take(pa.array(fields.topic_codes.astype(np.int32)))
+    else:
+        props_col = _var(pa.string(), n, offs[2], props, npr)
     columns = [
         pa.array(positions + base, pa.int64()),
         pa.array(np.full(n, base, np.int64)),
         pa.array(sizes.astype(np.int32)),
-        topics,
-        pa.array(fields.queue_ids.astype(np.int32)),
-        pa.array(fields.queue_offsets.astype(np.int64)),
-        pa.array(fields.store_timestamps.astype(np.int64)),
-        pa.array(head["born_timestamp"].astype(np.int64)),
-        pa.array(sysflag.astype(np.int32)),
-        pa.array(head["flag"].astype(np.int32)),
-        pa.array(head["body_crc"].astype(np.int32)),
-        pa.array(reconsume),
-        pa.array(prepared),
-        born,
-        store,
-        msg_ids,
-        pc.map_lookup(props_map, pa.scalar("TAGS"), "last"),
-        pc.map_lookup(props_map, pa.scalar("KEYS"), "last"),
-        pc.map_lookup(props_map, pa.scalar("UNIQ_KEY"), "last"),
-        props_map if properties == "map" else props,
-        _var_array(pa.binary(), buf, body_at, body_at + body_len),
+        _var(pa.string(), n, offs[1], topic, nt),
+        pa.array(cols[_decode.COL_QUEUE_ID].astype(np.int32)),
+        pa.array(cols[_decode.COL_QUEUE_OFFSET]),
+        pa.array(cols[_decode.COL_STORE_TIMESTAMP]),
+        pa.array(cols[_decode.COL_BORN_TIMESTAMP]),
+        pa.array(cols[_decode.COL_SYSFLAG].astype(np.int32)),
+        pa.array(cols[_decode.COL_FLAG].astype(np.int32)),
+        pa.array(cols[_decode.COL_BODY_CRC].astype(np.int32)),
+        pa.array(cols[_decode.COL_RECONSUME_TIMES].astype(np.int32)),
+        pa.array(cols[_decode.COL_PREPARED_TRANSACTION_OFFSET]),
+        _hosts(hosts[0]),
+        _hosts(hosts[1]),
+        _var(pa.string(), n, offs[6], msg_ids, nm),
+        _var(pa.string(), n, offs[3], special[0], n_tag, valid[0]),
+        _var(pa.string(), n, offs[4], special[1], n_key, valid[1]),
+        _var(pa.string(), n, offs[5], special[2], n_uq, valid[2]),
+        props_col,
+        _var(pa.binary(), n, offs[0], body, nb),
     ]
     return pa.RecordBatch.from_arrays(columns, schema=schema(properties))
 
@@ -234,23 +242,12 @@ def scan_batches(
     pos = lo
     while pos < hi:
         res = scan_records(
-            mm,
-            pos,
-            size,
-            check_crc=check_crc,
-            max_bytes=min(batch_bytes, max(hi - pos, 1)),
-            base_offset=base,
-            fields=True,
+            mm, pos, size, check_crc=check_crc, max_bytes=min(batch_bytes, max(hi - pos, 1)), base_offset=base
         )
         if len(res.positions):
-            keep = res.positions < hi
-            if keep.all():
-                yield records_batch(mm, base, res.positions, res.sizes, res.fields, properties=properties)
-            else:
-                k = int(np.count_nonzero(keep))
-                f = res.fields
-                sub = type(f)(*(getattr(f, name)[:k] if name != "topics" else f.topics for name in f._fields))
-                yield records_batch(mm, base, res.positions[:k], res.sizes[:k], sub, properties=properties)
+            k = int(np.searchsorted(res.positions, hi))  # the records that start before hi
+            if k:
+                yield records_batch(mm, base, res.positions[:k], res.sizes[:k], properties=properties)
         if res.outcome is ScanOutcome.END_OF_SEGMENT:
             return
         if res.outcome is ScanOutcome.LIMIT and len(res.positions) and res.stop + 8 <= size:
@@ -296,4 +293,4 @@ def segment_batches(
             )
 
 
-__all__ = ["BATCH_BYTES", "SCHEMA", "joined", "records_batch", "scan_batches", "schema", "segment_batches", "spark_ddl"]
+__all__ = ["BATCH_BYTES", "SCHEMA", "records_batch", "scan_batches", "schema", "segment_batches", "spark_ddl"]

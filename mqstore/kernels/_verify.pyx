@@ -121,3 +121,40 @@ def keys_present(
                     break
                 k += 1
     return found
+
+
+def repeated_pairs(const int64_t[::1] phys not None, const int64_t[::1] hashes not None, int64_t[::1] out not None):
+    """For entries sorted by phys (ascending), write into ``out`` the offset of every
+    entry whose (phys, hash) pair an earlier entry already has: a pair held k times
+    gives k - 1 offsets. Returns how many were written (``out`` holds len(phys))."""
+    cdef int64_t n = phys.shape[0], a = 0, b, i, j, found = 0
+    if hashes.shape[0] != n or out.shape[0] < n:
+        raise ValueError("column lengths differ")
+    with nogil:
+        while a < n:
+            b = a + 1
+            while b < n and phys[b] == phys[a]:
+                b += 1
+            for i in range(a + 1, b):  # a record's keys: a handful, compared pairwise
+                for j in range(a, i):
+                    if hashes[j] == hashes[i]:
+                        out[found] = phys[i]
+                        found += 1
+                        break
+            a = b
+    return found
+
+
+def starts_found(const int64_t[::1] starts not None, const int64_t[::1] phys not None, uint8_t[::1] found not None):
+    """found[i] = 1 if phys[i] is one of ``starts`` (the record starts, ascending), for
+    ``phys`` ascending too: one merge. Returns how many were found."""
+    cdef int64_t n = phys.shape[0], m = starts.shape[0], i, k = 0, hits = 0
+    if found.shape[0] != n:
+        raise ValueError("column lengths differ")
+    with nogil:
+        for i in range(n):
+            while k < m and starts[k] < phys[i]:
+                k += 1
+            found[i] = k < m and starts[k] == phys[i]
+            hits += found[i]
+    return hits

@@ -97,7 +97,7 @@ def read_records(
         offsets = offsets[~gone]
         sizes = None if sizes is None else np.asarray(sizes, np.int64)[~gone]
     if not raw:
-        return offsets, [commitlog.read(o) for o in offsets.tolist()]
+        return offsets, commitlog.read_many(offsets)
     if sizes is None:
         sizes = np.array([commitlog.read(o).total_size for o in offsets.tolist()], np.int64)
     elif len(sizes) and np.min(sizes) <= 0:

@@ -51,3 +51,20 @@ def keys_present(have_phys, have_hashes, want_phys, want_hashes) -> np.ndarray:
     (offset, hash) pairs."""
     have = set(zip(np.asarray(have_phys).tolist(), np.asarray(have_hashes).tolist()))
     return np.array([(p, h) in have for p, h in zip(want_phys.tolist(), want_hashes.tolist())], bool)
+
+
+def repeated_pairs(phys, hashes) -> np.ndarray:
+    """As _verify.repeated_pairs: the offset of every entry whose (offset, hash) pair an
+    earlier entry has (a pair held k times gives k - 1 offsets), in entry order."""
+    seen: set[tuple[int, int]] = set()
+    out = []
+    for pair in zip(np.asarray(phys).tolist(), np.asarray(hashes).tolist()):
+        if pair in seen:
+            out.append(pair[0])
+        seen.add(pair)
+    return np.array(out, np.int64)
+
+
+def starts_found(starts, phys) -> np.ndarray:
+    """As _verify.starts_found: which offsets of ``phys`` are record starts."""
+    return np.isin(np.asarray(phys), np.asarray(starts))

@@ -87,3 +87,23 @@ def test_keys_present_equals_the_model(have, want):
     found = _verify.keys_present(hp, hh, wp, wh, present)
     expected = model_verify.keys_present(hp, hh, wp, wh)
     assert present.view(bool).tolist() == expected.tolist() and found == int(expected.sum())
+
+
+@settings(max_examples=300, deadline=None)
+@given(entries=st.lists(st.tuples(st.integers(0, 12), st.integers(-3, 3)), max_size=80))
+def test_repeated_pairs_equal_the_model(entries):
+    entries.sort(key=lambda e: e[0])  # commitlog order; hashes in any order within a record
+    phys, hashes = (np.array([e[i] for e in entries], np.int64) for i in (0, 1))
+    out = np.empty(len(entries), np.int64)
+    got = out[: _verify.repeated_pairs(phys, hashes, out)]
+    assert got.tolist() == model_verify.repeated_pairs(phys, hashes).tolist()
+
+
+@settings(max_examples=300, deadline=None)
+@given(starts=st.sets(st.integers(0, 60)), phys=st.lists(st.integers(-2, 64), max_size=60))
+def test_starts_found_equals_the_model(starts, phys):
+    s, p = np.array(sorted(starts), np.int64), np.array(sorted(phys), np.int64)
+    found = np.zeros(len(p), np.uint8)
+    hits = _verify.starts_found(s, p, found)
+    want = model_verify.starts_found(s, p)
+    assert found.view(bool).tolist() == want.tolist() and hits == int(want.sum())

@@ -142,13 +142,9 @@ def _check_duplicates(phys: np.ndarray, hashes: np.ndarray, findings: Findings, 
     finding per record, naming how many entries it has too many."""
     if len(phys) < 2:
         return
-    step = np.diff(phys)
-    if (step >= 0).all() and (hashes >= 0).all():  # commitlog order (else index_order): one packed int64 sort
-        starts = np.concatenate(([0], np.flatnonzero(step) + 1))
-        record = np.repeat(np.arange(len(starts)), np.diff(np.append(starts, len(phys))))
-        packed = np.sort((record << 31) | hashes)  # already ordered by record: the sort is cheap
-        repeat = packed[1:][packed[1:] == packed[:-1]]
-        dup_phys = phys[starts[repeat >> 31]]
+    if (np.diff(phys) >= 0).all():  # commitlog order (else index_order): one pass over each record's entries
+        out = np.empty(len(phys), np.int64)
+        dup_phys = out[: _verify.repeated_pairs(np.ascontiguousarray(phys), np.ascontiguousarray(hashes), out)]
     else:
         order = np.lexsort((hashes, phys))
         p, h = phys[order], hashes[order]
@@ -233,9 +229,14 @@ def _check_targets(
     phy: np.ndarray, loc: str, table: RecordTable, findings: Findings, damage: Damage, *, running: bool
 ) -> None:
     sel = np.flatnonzero(phy >= table.min_offset)
-    nrec = len(table.phys)
-    idx = np.minimum(np.searchsorted(table.phys, phy[sel]), max(nrec - 1, 0))
-    found = (table.phys[idx] == phy[sel]) if nrec else np.zeros(len(sel), bool)
+    wanted = np.ascontiguousarray(phy[sel], np.int64)
+    if len(wanted) > 1 and (np.diff(wanted) < 0).any():  # a damaged file (index_order): each looked up
+        idx = np.minimum(np.searchsorted(table.phys, wanted), max(len(table.phys) - 1, 0))
+        found = (table.phys[idx] == wanted) if len(table.phys) else np.zeros(len(sel), bool)
+    else:  # commitlog order: one merge with the record starts
+        found = np.zeros(len(sel), np.uint8)
+        _verify.starts_found(np.ascontiguousarray(table.phys, np.int64), wanted, found)
+        found = found.view(bool)
     beyond = ~found & (phy[sel] >= table.data_end)
     if beyond.any() and not running:
         findings.warning(
