@@ -23,7 +23,14 @@ KERNELS = [
         extra_compile_args=["-O3"],
         libraries=["z"],
     ),
-    Extension("mqstore.kernels._decode", ["mqstore/kernels/_decode.pyx"], extra_compile_args=["-O3"], libraries=["z"]),
+    Extension(
+        "mqstore.kernels._decode",
+        ["mqstore/kernels/_decode.pyx"],
+        include_dirs=["mqstore/kernels"],  # crc32_fold.h
+        depends=["mqstore/kernels/crc32_fold.h"],
+        extra_compile_args=["-O3"],
+        libraries=["z"],
+    ),
 ]
 
 setup(ext_modules=cythonize(KERNELS, build_dir="build/cython", compiler_directives={"language_level": 3}))

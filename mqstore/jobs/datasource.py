@@ -10,14 +10,15 @@
     df.write.parquet("/tmp/messages.parquet")
 
 One row per valid record (every field of RocketMQ's record; the schema is
-``mqstore.jobs.columns.SCHEMA``), one input partition per CommitLog segment (option
-``chunkBytes`` splits segments further; a chunk starts at its first record, found
-by record signature). Read-only: no lock, nothing written, so a running store can be
-read (what is on disk now). Options:
+``mqstore.jobs.columns.SCHEMA``), one input partition per 64 MiB of each CommitLog
+segment's data (mqstore.jobs.chunks; a partition starts at its first record, found
+by record signature, and finishes the record that crosses its end), so even a
+one-segment store is read by several tasks. Read-only: no lock, nothing written, so
+a running store can be read (what is on disk now). Options:
 
     checkCrc    "true": skip records whose body fails its CRC (default "false": every
                 record whose layout is valid; compare body_crc yourself)
-    chunkBytes  split segments into partitions of about this many bytes (default: one
+    chunkBytes  bytes of a segment per partition (default 64 MiB; "0": one
                 partition per segment)
     batchBytes  commitlog bytes per Arrow batch (default 4 MiB)
     properties  "map" (default: map<string,string>) or "string" (the raw properties
@@ -32,6 +33,7 @@ from __future__ import annotations
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
+from mqstore.jobs.chunks import DEFAULT_CHUNK_BYTES, segment_chunks
 from mqstore.jobs.columns import BATCH_BYTES, spark_ddl
 
 
@@ -66,24 +68,19 @@ class MqstoreReader(DataSourceReader):
             raise ValueError('spark.read.format("mqstore").load(DIR): the store directory is missing')
         self.store = path
         self.check_crc = _flag(options.get("checkCrc"), False)
-        self.chunk_bytes = int(options.get("chunkBytes", 0) or 0)
+        chunk = options.get("chunkBytes")
+        self.chunk_bytes = DEFAULT_CHUNK_BYTES if chunk is None or str(chunk).strip() == "" else int(chunk)
+        if self.chunk_bytes < 0:
+            raise ValueError(f"option chunkBytes is a number of bytes >= 0, got {chunk!r}")
         self.batch_bytes = int(options.get("batchBytes", BATCH_BYTES) or BATCH_BYTES)
         self.properties = _properties_option(options)
 
     def partitions(self):
         from mqstore.store.reader import CommitLogReader
 
-        parts = []
-        for base, path in CommitLogReader(self.store).segments:
-            try:
-                size = path.stat().st_size
-            except FileNotFoundError:
-                continue
-            if size == 0:
-                continue
-            step = self.chunk_bytes if 0 < self.chunk_bytes < size else size
-            for lo in range(0, size, step):
-                parts.append(SegmentPartition(str(path), base, lo, lo + step if lo + step < size else None))
+        whole = 1 << 62  # chunkBytes 0: one partition per segment
+        chunks, _ = segment_chunks(CommitLogReader(self.store).segments, self.chunk_bytes or whole)
+        parts = [SegmentPartition(str(c.path), c.base, c.lo, c.hi) for c in chunks]
         return parts or [SegmentPartition("", 0, 0, 0)]
 
     def read(self, partition: SegmentPartition):

@@ -50,8 +50,11 @@ cdef extern from "Python.h":
     void PyTuple_SET_ITEM(object t, Py_ssize_t i, object v)
 
 
-cdef extern from "zlib.h" nogil:
-    unsigned long crc32(unsigned long crc, const unsigned char *buf, unsigned int len)
+cdef extern from "crc32_fold.h" nogil:
+    int mq_crc_fold_init()
+    uint32_t mq_crc32(uint32_t crc, const unsigned char *buf, size_t len)
+
+mq_crc_fold_init()  # once, with the GIL: the CPU check the CRC's folding depends on
 
 
 cdef enum:
@@ -145,7 +148,7 @@ cdef inline bint _locate_one(
     if props_len < 0 or p + props_len != rec_end:
         return False
     if check_crc and body_len > 0:
-        if <int64_t>(crc32(0, b + body_at, <unsigned int>body_len) & CRC_MASK) != <int64_t>dk_be32(b + pos + 8):
+        if <int64_t>(mq_crc32(0, b + body_at, <size_t>body_len) & CRC_MASK) != <int64_t>dk_be32(b + pos + 8):
             return False
     row[COL_TOTAL_SIZE] = total
     row[COL_MAGIC] = magic

@@ -8,13 +8,12 @@ queues and the index files."""
 from __future__ import annotations
 
 import dataclasses
-import mmap
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import SimpleNamespace
 
 from mqstore.errors import ConfigError
+from mqstore.jobs.chunks import DEFAULT_CHUNK_BYTES, segment_chunks
 from mqstore.jobs.reconcile.result import LISTED_PER_KIND
 from mqstore.jobs.units import ChunkSpec, TaskFindings
 from mqstore.store.commitlog import COMMITLOG_DIR
@@ -23,12 +22,9 @@ from mqstore.store.consume_queues import CONSUME_QUEUE_DIR
 from mqstore.store.layout import LAYOUT_FILE, layout_for_reading
 from mqstore.store.lockfile import ABORT_FILE, lock_holder
 from mqstore.store.reader import CommitLogReader
-from mqstore.store.recovery import data_end_estimate
 from mqstore.store.verify.index import index_files
-from mqstore.store.verify.records import RecordWalk, segment_has_data
+from mqstore.store.verify.records import RecordWalk
 from mqstore.store.verify.report import Damage
-
-DEFAULT_CHUNK_BYTES = 64 << 20
 
 
 class NotAStoreError(FileNotFoundError):
@@ -102,32 +98,11 @@ def plan(store: Path, chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> Plan:
     walker = RecordWalk(store, cfg.segment_bytes, pre, damage, index_sample=(0, 0), running=running)
     walker.check_segment_names(segs)
     segs = [(b, p) for b, p in segs if p.exists() and p.stat().st_size > 0]
-    with_data = [i for i, (_, p) in enumerate(segs) if segment_has_data(p)]
-    last_data = with_data[-1] if with_data else -1
-    chunks: list[ChunkSpec] = []
-    total = 0
-    for i, (base, path) in enumerate(segs):
-        size = path.stat().st_size
-        # The last segment with data is mostly zeros after its data: chunks cover the
-        # data (where it seems to end: a hint), the last one runs to the segment's end.
-        used = _data_end_hint(path, size) if i == last_data else size
-        total += used if i <= last_data else 0
-        step = max(chunk_bytes, 64 << 10) if i <= last_data else size  # all-zero segments: one check each
-        los = list(range(0, max(used, 1), step)) if i <= last_data else [0]
-        for k, lo in enumerate(los):
-            hi = size if k == len(los) - 1 else min(lo + step, size)
-            chunks.append(
-                ChunkSpec(
-                    len(chunks),
-                    str(path),
-                    base,
-                    lo,
-                    hi,
-                    cfg.segment_bytes,
-                    last=i >= last_data,
-                    after_data=i > last_data,
-                )
-            )
+    pieces, total = segment_chunks(segs, chunk_bytes)
+    chunks = [
+        ChunkSpec(k, str(c.path), c.base, c.lo, c.hi, cfg.segment_bytes, last=c.last, after_data=c.after_data)
+        for k, c in enumerate(pieces)
+    ]
     if chunks:
         chunks[-1] = dataclasses.replace(chunks[-1], open_end=True)
     queues = _list_queues(store, pre, damage)
@@ -147,13 +122,6 @@ def plan(store: Path, chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> Plan:
         pre,
         damage,
     )
-
-
-def _data_end_hint(path: Path, size: int) -> int:
-    """Where a segment's written bytes seem to end (recovery's page bisection); only
-    splits work, a wrong hint costs time, never a finding."""
-    with path.open("rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
-        return data_end_estimate(SimpleNamespace(mm=mm, size=size))
 
 
 def _list_queues(store: Path, findings: TaskFindings, damage: Damage) -> list[tuple[str, int]]:
