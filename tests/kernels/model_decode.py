@@ -3,7 +3,7 @@ and numpy decoders it replaced, kept here for the differential tests
 (tests/kernels/test_decode_kernel.py).
 
 * :func:`model_decode_records`: the pull's decode, one ``decode_record`` per record
-  (the Python decoder of formats/message.py as it was, frozen here);
+  (the Python decoder of formats/message.py);
 * :func:`model_records_batch`: the Spark data source's Arrow batch of validated
   records, gathered with numpy index arithmetic and pyarrow compute (mqstore/jobs/columns.py
   as it was).
@@ -11,115 +11,20 @@ and numpy decoders it replaced, kept here for the differential tests
 
 from __future__ import annotations
 
-import struct
-
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from mqstore.errors import DecodeError
-from mqstore.formats.crc import CRC_MASK, crc32
-from mqstore.formats.message import (
-    BLANK_MAGIC,
-    MAGIC_V1,
-    MAGIC_V2,
-    MessageRecord,
-    SysFlag,
-    host_bytes,
-    record_fields,
-    record_heads,
-)
+from mqstore.formats.message import MessageRecord, decode_record, record_fields, record_heads
 from mqstore.formats.msgid import decode_host, offset_msg_id_prefix
-from mqstore.formats.properties import parse_properties
 from mqstore.jobs.columns import schema
 
-_HEAD = struct.Struct(">iiiiiqqiq")
-_I32 = struct.Struct(">i")
-_I64 = struct.Struct(">q")
-_I16 = struct.Struct(">h")
 
-
-def model_decode_record(buf: bytes | memoryview, pos: int = 0, *, check_crc: bool = True) -> MessageRecord:
-    """Decode the record at ``pos``; DecodeError says what is wrong and where.
-
-    Validates as RocketMQ's checkMessageAndReturnSize does: magic, every length
-    inside the record, TOTALSIZE equal to the computed size, and the body CRC
-    (when ``check_crc`` and the body is not empty). A BLANK record is an error here:
-    callers that walk segments use :func:`scan_records`.
-    """
-    end = len(buf)
-    try:
-        total, magic, crc, queue_id, flag, queue_offset, phys, sysflag, born_ts = _HEAD.unpack_from(buf, pos)
-    except struct.error as e:
-        raise DecodeError(f"record at {pos}: fewer than 48 bytes left") from e
-    if magic == BLANK_MAGIC:
-        raise DecodeError(f"record at {pos}: BLANK end-of-segment record, not a message")
-    if magic not in (MAGIC_V1, MAGIC_V2):
-        raise DecodeError(f"record at {pos}: unknown magic code {magic & 0xFFFFFFFF:#010x}")
-    if total < 0 or pos + total > end:
-        raise DecodeError(f"record at {pos}: size {total} runs past the end of the data ({end})")
-    try:
-        p = pos + 48
-        bl = host_bytes(sysflag, SysFlag.BORNHOST_V6)
-        born_host = decode_host(buf[p : p + bl])
-        p += bl
-        store_ts = _I64.unpack_from(buf, p)[0]
-        p += 8
-        sl = host_bytes(sysflag, SysFlag.STOREHOST_V6)
-        store_host = decode_host(buf[p : p + sl])
-        p += sl
-        reconsume, prepared = struct.unpack_from(">iq", buf, p)
-        p += 12
-        body_len = _I32.unpack_from(buf, p)[0]
-        p += 4
-        if body_len < 0 or p + body_len > pos + total:
-            raise DecodeError(f"record at {pos}: body length {body_len} does not fit the record")
-        body = bytes(buf[p : p + body_len])
-        p += body_len
-        if magic == MAGIC_V2:
-            topic_len = struct.unpack_from(">h", buf, p)[0]
-            p += 2
-        else:
-            topic_len = struct.unpack_from(">b", buf, p)[0]
-            p += 1
-        if topic_len < 0:
-            raise DecodeError(f"record at {pos}: negative topic length {topic_len}")
-        # Java's new String(bytes, UTF_8) never fails: bad bytes become U+FFFD.
-        topic = bytes(buf[p : p + topic_len]).decode("utf-8", "replace")
-        p += topic_len
-        props_len = _I16.unpack_from(buf, p)[0]
-        p += 2
-        if props_len < 0:
-            raise DecodeError(f"record at {pos}: negative properties length {props_len}")
-        props = bytes(buf[p : p + props_len]).decode("utf-8", "replace") if props_len else ""
-        p += props_len
-    except (struct.error, UnicodeDecodeError, ValueError) as e:
-        if isinstance(e, DecodeError):
-            raise
-        raise DecodeError(f"record at {pos}: {e}") from e
-    if p - pos != total:
-        raise DecodeError(f"record at {pos}: TOTALSIZE {total} but the fields add up to {p - pos}")
-    if check_crc and body_len and crc32(body) & CRC_MASK != crc:
-        raise DecodeError(f"record at {pos}: body CRC mismatch (stored {crc})")
-    return MessageRecord(
-        total,
-        magic,
-        crc,
-        queue_id,
-        flag,
-        queue_offset,
-        phys,
-        sysflag,
-        born_ts,
-        born_host,
-        store_ts,
-        store_host,
-        reconsume,
-        prepared,
-        body,
-        topic,
-        parse_properties(props),
-    )
+def model_decode_record(buf, pos: int = 0, *, check_crc: bool = True) -> MessageRecord:
+    """One record by formats.message.decode_record: the Python decoder, which production
+    keeps for one record and for saying what is wrong with a record the kernel refuses
+    (it uses no kernel, so it can be the model)."""
+    return decode_record(buf, pos, check_crc=check_crc)
 
 
 def model_decode_records(buf, positions, *, check_crc: bool = True) -> list[MessageRecord]:
