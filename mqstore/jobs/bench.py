@@ -102,6 +102,7 @@ class ProbeSource(DataSource):
 
 
 def bench_datasource(spark, store: str, runs: int, properties: str) -> dict:
+    from mqstore.jobs.bench import ProbeSource  # by its module's name, not __main__'s: workers import it
     from mqstore.jobs.spark import register_datasource
 
     register_datasource(spark)

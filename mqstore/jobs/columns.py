@@ -98,14 +98,14 @@ def _var(typ: pa.DataType, n: int, offsets: np.ndarray, data: np.ndarray, used: 
 def _hosts(slots: np.ndarray) -> pa.Array:
     """Host strings ("a.b.c.d:port", "[v6]:port") of the kernel's host slots (a length
     byte, then the bytes): each distinct host is formatted once."""
-    n = len(slots)
-    keys = slots.view(f"V{slots.shape[1]}").ravel()
-    if (keys == keys[0]).all():  # one host: the usual case
+    n, width = slots.shape
+    raw = slots.tobytes()
+    if raw == raw[:width] * n:  # one host: the usual case
         text = str(_host(slots[0])).encode()
         offsets = np.arange(0, len(text) * (n + 1), len(text), dtype=np.int32)
         return pa.Array.from_buffers(pa.string(), n, [None, pa.py_buffer(offsets), pa.py_buffer(text * n)])
-    uniq, inv = np.unique(keys, return_inverse=True)
-    rows = uniq.view(np.uint8).reshape(len(uniq), slots.shape[1])
+    uniq, inv = np.unique(slots.view(f"V{width}").ravel(), return_inverse=True)
+    rows = uniq.view(np.uint8).reshape(len(uniq), width)
     names = pa.array([str(_host(r)) for r in rows], pa.string())
     return names.take(pa.array(inv.ravel().astype(np.int32)))
 

@@ -23,7 +23,7 @@ from cpython.object cimport PyObject, PyTypeObject
 from cpython.ref cimport Py_DECREF, Py_INCREF
 from cpython.unicode cimport PyUnicode_DecodeUTF8
 from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint8_t, uint32_t, uint64_t
-from libc.string cimport memcmp, memcpy
+from libc.string cimport memchr, memcmp, memcpy
 
 
 cdef extern from *:
@@ -199,6 +199,14 @@ def locate(const unsigned char[::1] buf, const int64_t[::1] positions, bint chec
     return i
 
 
+cdef inline int64_t _find(const unsigned char *p, int64_t a, int64_t e, int c) noexcept nogil:
+    """The first index of byte ``c`` in ``p[a:e]``, or ``e`` (memchr: word at a time)."""
+    if a >= e:
+        return e
+    cdef const unsigned char *hit = <const unsigned char *>memchr(p + a, c, <size_t>(e - a))
+    return e if hit == NULL else hit - p
+
+
 cdef inline object _text(const unsigned char *p, int64_t n):
     """Java's new String(bytes, UTF_8) as Python's ``decode("utf-8", "replace")``."""
     return PyUnicode_DecodeUTF8(<const char *>p, n, "replace")
@@ -225,12 +233,8 @@ cdef object _properties(const unsigned char *p, int64_t n):
     cdef dict out = PyDict_New()
     cdef int64_t a = 0, e, s
     while a <= n:
-        e = a
-        while e < n and p[e] != 2:
-            e += 1
-        s = a
-        while s < e and p[s] != 1:
-            s += 1
+        e = _find(p, a, n, 2)
+        s = _find(p, a, e, 1)
         if a < s < e - 1:
             PyDict_SetItem(out, _name(p + a, s - a), _text(p + s + 1, e - s - 1))
         a = e + 1
@@ -431,12 +435,8 @@ def arrow_fill(
             tag_l = key_l = uq_l = 0
             a = 0
             while a <= q:
-                e = a
-                while e < q and pp[e] != 2:
-                    e += 1
-                s = a
-                while s < e and pp[s] != 1:
-                    s += 1
+                e = _find(pp, a, q, 2)
+                s = _find(pp, a, e, 1)
                 if a < s < e - 1:  # name [a, s), value (s, e), both non-empty
                     if as_map:
                         nn = _put(&names[0], nn, pp + a, s - a)
