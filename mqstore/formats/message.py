@@ -498,11 +498,7 @@ def scan_records(
         return res
     if not len(positions):
         return res._replace(fields=NO_FIELDS)
-    f = _Fields(buf)
-    try:
-        return res._replace(fields=_fields_of(buf, f, *cols))
-    finally:
-        f.release()
+    return res._replace(fields=_fields_of(buf, *cols))
 
 
 _FIRST_CAPACITY = 1 << 16  # records per kernel call before the output arrays grow (x4 each time)
@@ -554,7 +550,6 @@ def record_fields(buf: bytes | memoryview, positions: np.ndarray) -> RecordField
         topic_at = topic_len_at + np.where(v2, 2, 1)
         return _fields_of(
             buf,
-            f,
             head["queue_id"].astype(np.int64),
             head["queue_offset"].astype(np.int64),
             head["sysflag"].astype(np.int64),
@@ -584,7 +579,6 @@ def record_heads(buf: bytes | memoryview, positions: np.ndarray) -> np.ndarray:
 
 def _fields_of(
     buf,
-    f: _Fields,
     queue_ids: np.ndarray,
     queue_offsets: np.ndarray,
     sysflags: np.ndarray,
@@ -596,73 +590,22 @@ def _fields_of(
     """RecordFields from gathered head columns, topic locations and properties lengths
     (int64 arrays, one entry per record).
 
-    Topics repeat, so each distinct topic is decoded once. A topic of up to 16 bytes
-    is identified exactly by its length and its first and last 8 bytes (two strided
-    reads that end at the topic's end: >= 68 record bytes precede any topic, so a
-    short topic is the low bytes of the 8 that end it); longer ones by whole rows.
-    """
+    Topics repeat, so each distinct topic is decoded once: the compiled pass
+    ``_scan.topic_codes`` numbers the distinct topic byte strings in order of first
+    appearance (tests/kernels/model_scan.py holds the numpy model it replaced)."""
     n = len(queue_ids)
-    tail8 = f.get(topic_at + topic_len - 8, ">u8").view(np.uint64)
-    head8 = f.get(np.where(topic_len >= 8, topic_at, topic_at + topic_len - 8), ">u8").view(np.uint64)
-    short = topic_len < 8
-    low_mask = (np.uint64(1) << (np.minimum(topic_len, 7) * 8).astype(np.uint64)) - np.uint64(1)
-    key = np.empty(n, [("len", "<i8"), ("a", "<u8"), ("b", "<u8")])
-    key["len"] = topic_len
-    key["a"] = np.where(short, tail8 & low_mask, head8)
-    key["b"] = np.where(short, np.uint64(0), tail8)
-    long_ = topic_len > 16
-    if long_.any():  # disambiguate long topics by their full bytes
-        key["len"][long_] += _long_topic_ids(buf, topic_at[long_], topic_len[long_]) << 8
-    if (key == key[0]).all():  # the common case in a chunk: one topic
-        first, codes = np.zeros(1, np.int64), np.zeros(n, np.int64)
-    else:
-        # Sort a 64-bit mix of the three fields (fast), then check it was exact:
-        # every record must equal its group's first; on a collision use the full key.
-        mix = (
-            key["a"] * np.uint64(0x9E3779B97F4A7C15)
-            ^ key["b"] * np.uint64(0xC2B2AE3D27D4EB4F)
-            ^ key["len"].astype(np.uint64)
-        )
-        _, first, codes = np.unique(mix, return_index=True, return_inverse=True)
-        codes = codes.ravel()
-        if not (key[first[codes]] == key).all():
-            _, first, codes = np.unique(key, return_index=True, return_inverse=True)
+    topic_at = np.ascontiguousarray(topic_at, np.int64)
+    topic_len = np.ascontiguousarray(topic_len, np.int64)
+    codes, first = np.empty(n, np.int64), np.empty(n, np.int64)
+    k = _scan.topic_codes(buf, topic_at, topic_len, codes, first)
     with memoryview(buf) as mv:  # released at once: a segment's map cannot close while viewed
         topics = [
             bytes(mv[a : a + ln]).decode("utf-8", "replace")
-            for a, ln in zip(topic_at[first].tolist(), topic_len[first].tolist(), strict=True)
+            for a, ln in zip(topic_at[first[:k]].tolist(), topic_len[first[:k]].tolist(), strict=True)
         ]
     return RecordFields(
-        queue_ids,
-        queue_offsets,
-        sysflags,
-        store_ts,
-        codes.astype(np.int64).ravel(),
-        topics,
-        topic_at + topic_len + 2,
-        props_len,
+        queue_ids, queue_offsets, sysflags, store_ts, codes, topics, topic_at + topic_len + 2, props_len
     )
-
-
-def _long_topic_ids(buf, at: np.ndarray, lens: np.ndarray) -> np.ndarray:
-    """A distinct small integer per distinct topic byte string (chunked row compare)."""
-    u8 = np.frombuffer(buf, np.uint8)
-    width = int(lens.max())
-    cols = np.arange(width)
-    ids = np.empty(len(at), np.int64)
-    index: dict[bytes, int] = {}
-    for lo in range(0, len(at), _ROW_CHUNK):
-        a, ln = at[lo : lo + _ROW_CHUNK], lens[lo : lo + _ROW_CHUNK]
-        idx = np.minimum(a[:, None] + cols, len(u8) - 1)
-        rows = np.where(cols < ln[:, None], u8[idx], 0).astype(np.uint8).view(f"V{width}").ravel()
-        uniq, inv = np.unique(rows, return_inverse=True)
-        local = np.array([index.setdefault(bytes(u), len(index)) for u in uniq.tolist()], np.int64)
-        ids[lo : lo + len(a)] = local[inv.ravel()]
-    del u8
-    return ids
-
-
-_ROW_CHUNK = 1 << 16
 
 
 def topic_field(topic: str) -> bytes:

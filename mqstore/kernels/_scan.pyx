@@ -6,7 +6,9 @@ the columns RecordFields is made of into caller-owned int64 arrays. The per-reco
 loop runs without the GIL. The reference model it must equal is tests/kernels/model_scan.py.
 """
 
-from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint32_t
+from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint32_t, uint64_t
+from libc.stdlib cimport free, malloc
+from libc.string cimport memcmp, memcpy, memset
 
 
 cdef extern from *:
@@ -203,3 +205,102 @@ def scan(
                     k = 1
                     p += size
     return k, p, code
+
+
+cdef inline uint64_t _topic_hash(const unsigned char *p, int64_t n) noexcept nogil:
+    """A 64-bit mix of a topic's bytes, 8 at a time (a hash: equal topics are compared)."""
+    cdef uint64_t h = <uint64_t>n * 0x9E3779B97F4A7C15ULL, w = 0
+    cdef int64_t i = 0
+    while i + 8 <= n:
+        memcpy(&w, p + i, 8)
+        h = (h ^ w) * 0xC2B2AE3D27D4EB4FULL
+        h ^= h >> 29
+        i += 8
+    if i < n:
+        w = 0
+        memcpy(&w, p + i, n - i)
+        h = (h ^ w) * 0xC2B2AE3D27D4EB4FULL
+        h ^= h >> 29
+    return h ^ (h >> 32)
+
+
+cdef int64_t *_topic_table(int64_t cap, const unsigned char *b, const int64_t *at, const int64_t *length,
+                           const int64_t *first, int64_t distinct) noexcept nogil:
+    """An open-addressing table of ``cap`` slots (a power of two) holding topics
+    ``0 .. distinct - 1`` (each by the record of its first appearance); NULL if out of memory."""
+    cdef int64_t *table = <int64_t *>malloc(cap * sizeof(int64_t))
+    cdef int64_t c, slot
+    if table == NULL:
+        return NULL
+    memset(table, 0xFF, cap * sizeof(int64_t))
+    for c in range(distinct):
+        slot = <int64_t>(_topic_hash(b + at[first[c]], length[first[c]]) & <uint64_t>(cap - 1))
+        while table[slot] >= 0:
+            slot = (slot + 1) & (cap - 1)
+        table[slot] = c
+    return table
+
+
+def topic_codes(
+    const unsigned char[::1] buf,
+    const int64_t[::1] at not None,
+    const int64_t[::1] length not None,
+    int64_t[::1] codes not None,
+    int64_t[::1] first not None,
+):
+    """Number the distinct topic byte strings ``buf[at[i] : at[i] + length[i]]`` in order
+    of first appearance: ``codes[i]`` is record i's number, ``first[c]`` the record
+    where topic c first appears. Returns how many there are. One pass: a record whose
+    topic is the previous record's takes its number; others are looked up in an
+    open-addressing table of first appearances (compared byte for byte), which doubles
+    when half full."""
+    cdef int64_t n = at.shape[0]
+    if length.shape[0] != n or codes.shape[0] < n or first.shape[0] < n:
+        raise ValueError("column lengths differ")
+    if n == 0:
+        return 0
+    cdef const unsigned char *b = &buf[0]
+    cdef const int64_t *ap = &at[0]
+    cdef const int64_t *lp = &length[0]
+    cdef int64_t *fp = &first[0]
+    cdef int64_t cap = 64
+    cdef int64_t i, j, c, slot, ln, distinct = 0, prev_at = -1, prev_len = -1, prev_code = -1
+    cdef int64_t *table
+    cdef int64_t *grown
+    cdef const unsigned char *p
+    cdef bint failed = False
+    with nogil:
+        table = _topic_table(cap, b, ap, lp, fp, 0)
+        for i in range(n):
+            if table == NULL:
+                failed = True
+                break
+            p = b + ap[i]
+            ln = lp[i]
+            if ln == prev_len and memcmp(p, b + prev_at, ln) == 0:
+                codes[i] = prev_code
+                continue
+            slot = <int64_t>(_topic_hash(p, ln) & <uint64_t>(cap - 1))
+            while True:
+                c = table[slot]
+                if c < 0:  # a new topic
+                    c = distinct
+                    fp[c] = i
+                    table[slot] = c
+                    distinct += 1
+                    if distinct * 2 > cap:
+                        grown = _topic_table(cap * 2, b, ap, lp, fp, distinct)
+                        free(table)
+                        table = grown
+                        cap *= 2
+                    break
+                j = fp[c]
+                if lp[j] == ln and memcmp(b + ap[j], p, ln) == 0:
+                    break
+                slot = (slot + 1) & (cap - 1)
+            codes[i] = c
+            prev_at, prev_len, prev_code = ap[i], ln, c
+        free(table)
+    if failed:
+        raise MemoryError()
+    return distinct

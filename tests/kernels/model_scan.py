@@ -238,7 +238,8 @@ def _fields_of(
 ) -> RecordFields:
     """RecordFields from gathered heads and topic locations.
 
-    Topics repeat, so each distinct topic is decoded once. A topic of up to 16 bytes
+    Topics repeat, so each distinct topic is decoded once, numbered in order of first
+    appearance. A topic of up to 16 bytes
     is identified exactly by its length and its first and last 8 bytes (two strided
     reads that end at the topic's end: >= 68 record bytes precede any topic, so a
     short topic is the low bytes of the 8 that end it); longer ones by whole rows.
@@ -269,6 +270,11 @@ def _fields_of(
         codes = codes.ravel()
         if not (key[first[codes]] == key).all():
             _, first, codes = np.unique(key, return_index=True, return_inverse=True)
+        # numbered in order of first appearance, as the kernel numbers them
+        order = np.argsort(first, kind="stable")
+        rank = np.empty(len(order), np.int64)
+        rank[order] = np.arange(len(order))
+        first, codes = first[order], rank[codes.ravel()]
     with memoryview(buf) as mv:  # released at once: a segment's map cannot close while viewed
         topics = [
             bytes(mv[a : a + ln]).decode("utf-8", "replace")

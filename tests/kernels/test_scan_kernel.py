@@ -273,3 +273,21 @@ def test_bodies_blanks_and_zeros_in_place_of_each_record() -> None:
                 buf[at:] = bytes(len(buf) - at)
             for kw in ({"base_offset": b.base, "fields": True}, {"check_crc": False}):
                 both(bytes(buf), 0, len(buf), **kw)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.binary(max_size=40) | st.sampled_from([b"", b"a", b"T0", b"T" * 17, b"T" * 16]), max_size=3000))
+def test_topic_codes_number_topics_in_order_of_first_appearance(topics: list[bytes]) -> None:
+    """The kernel's table (grown past half full, topics sharing prefixes and lengths)
+    gives what a dict gives."""
+    from mqstore.kernels import _scan
+
+    buf = b"".join(topics) + bytes(8)
+    at = np.cumsum([0] + [len(t) for t in topics])[:-1].astype(np.int64)
+    length = np.array([len(t) for t in topics], np.int64)
+    codes, first = np.empty(len(topics), np.int64), np.empty(len(topics), np.int64)
+    k = _scan.topic_codes(buf, at, length, codes, first)
+    seen: dict[bytes, int] = {}
+    want = [seen.setdefault(t, len(seen)) for t in topics]
+    assert k == len(seen) and codes.tolist() == want
+    assert [topics[i] for i in first[:k].tolist()] == list(seen)
