@@ -11,13 +11,13 @@ reference models, which differential tests hold the kernels to.
 from __future__ import annotations
 
 BUILD_HINT = (
-    "mqstore's compiled core (the Cython extensions mqstore.kernels._scan, _dispatch, _encode, _verify, _decode) is not built. "
+    "mqstore's compiled core (the Cython extensions mqstore.kernels._scan, _dispatch, _encode, _verify, _decode, _queues) is not built. "
     "Build it from the clone with `pip install -e .` (or install the package with `pip install .`); "
     "this needs a C compiler and zlib's headers (Debian/Ubuntu: apt-get install build-essential zlib1g-dev)."
 )
 
 try:
-    from mqstore.kernels import _decode, _dispatch, _encode, _scan, _verify  # noqa: F401 - each is imported where it is used
+    from mqstore.kernels import _decode, _dispatch, _encode, _queues, _scan, _verify  # noqa: F401 - each is imported where it is used
 except ImportError as e:  # no silent fallback: say how to build it
     raise ImportError(f"{BUILD_HINT} ({e})") from e
 

@@ -69,6 +69,7 @@ from mqstore.formats.msgid import offset_msg_id_prefix
 from mqstore.formats.names import check_topic, file_name_to_offset
 from mqstore.formats.properties import locate_properties
 from mqstore.kernels import _encode
+from mqstore.kernels._queues import QueueOffsets
 from mqstore.store import faults
 from mqstore.store.checkpoint_file import read_checkpoint, write_checkpoint
 from mqstore.store.clock import Clock, SystemClock
@@ -220,7 +221,7 @@ class CommitLog:
             self._segments.close()
             raise
         self._checkpoint = checkpoint
-        self._queue_offsets: dict[QueueKey, int] = dict(self.recovery.queue_offsets)
+        self._queue_offsets = QueueOffsets(self.recovery.queue_offsets)
         self._round_robin: dict[str, int] = {}
         self._topic_queue_nums: dict[str, int] = {}
         self._put_lock = threading.Lock()
@@ -360,18 +361,11 @@ class CommitLog:
     def _assign_queue_offsets(self, prep: PreparedBatch, queue_ids: np.ndarray):
         """Queue offsets for the batch (each queue's next ones, in arrival order; 0 for
         records that take none), and a function that commits the table."""
-        table = self._queue_offsets
         out = np.empty(prep.n, np.int64)
         advances = None if prep.advances is None else prep.advances.view(np.uint8)
         codes = None if len(prep.topics) == 1 else prep.topic_codes
-        width = self.config.max_queue_id + 1
-        nexts = _encode.queue_offsets(codes, queue_ids, advances, width, prep.topics, table, out)
-
-        def commit() -> None:
-            for k, nxt in nexts:
-                table[k] = nxt
-
-        return out, commit
+        self._queue_offsets.assign(prep.topics, codes, queue_ids, advances, out)
+        return out, self._queue_offsets.commit
 
     def _write(
         self, prep: PreparedBatch, queue_ids: np.ndarray, queue_offsets: np.ndarray, store_ts: int
@@ -815,10 +809,9 @@ class CommitLog:
         how far it went; without this its next message would get queue offset 0 again.
         The store calls it after the consume queues recovered, before appends start."""
         with self._put_lock:
-            table = self._queue_offsets
-            for key, nxt in next_offsets.items():
-                if nxt > table.get(key, 0):
-                    table[key] = int(nxt)
+            for (topic, queue_id), nxt in next_offsets.items():
+                if nxt > 0:  # a queue that never took a message is not one
+                    self._queue_offsets.raise_to(topic, queue_id, int(nxt))
 
     def raise_queue_offsets_from(self, offset: int) -> int:
         """Raise the queue-offset table past every record from ``offset`` (a record
@@ -845,7 +838,7 @@ class CommitLog:
 
     def queue_offset(self, topic: str, queue_id: int) -> int:
         """The next queue offset ``(topic, queue_id)`` will get (0 if never used)."""
-        return self._queue_offsets.get((topic, queue_id), 0)
+        return self._queue_offsets.get(topic, queue_id)
 
     def stats(self) -> CommitLogStats:
         cause = self.unwritable_cause
