@@ -5,11 +5,12 @@ The format layer is ``mqstore.formats`` (bytes only), the store core ``mqstore.s
 """
 
 from mqstore.errors import MqStoreError
-from mqstore.store import CommitLog, FlushMode, Message, MessageBatch, PutStatus, StoreConfig
+from mqstore.store import Bodies, CommitLog, FlushMode, Message, MessageBatch, PutStatus, StoreConfig
 from mqstore.store.message_store import MessageStore
 
 __version__ = "0.1.0"
 __all__ = [
+    "Bodies",
     "CommitLog",
     "FlushMode",
     "Message",

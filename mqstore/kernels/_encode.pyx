@@ -4,7 +4,8 @@ straight into one reusable buffer (the bytes the CommitLog hands to ``pwrite``).
 
 A ``RecordBuffer`` is filled in steps, so the caller (mqstore/store/record_batch.py)
 validates in the order it always has: ``properties`` (TAGS, KEYS, UNIQ_KEY and the
-user's properties: types and separators), ``bodies``, ``layout`` (record sizes; the
+user's properties: types and separators), ``bodies`` (one bytes-like object per
+record) or ``body_buffer`` (every body in one buffer, by offsets), ``layout`` (record sizes; the
 caller checks the limits), then ``encode``, one pass over the batch without the GIL
 that writes every record (head fields, body, body CRC, topic, properties) except the
 four fields only the put lock knows, which ``patch`` sets (queue id, queue offset,
@@ -393,6 +394,27 @@ cdef class RecordBuffer:
         for i in range(self.n):
             r = &self.recs[i]
             self._buffer_of(bodies[i], &r.body, &r.body_len)
+
+    def body_buffer(self, data, const int64_t[::1] offsets):
+        """Gather the bodies from one buffer (``messages.Bodies``): record ``i``'s body
+        is ``data[offsets[i]:offsets[i + 1]]``, read in place (no object per body).
+        ValueError for offsets that decrease or leave the buffer."""
+        cdef Py_ssize_t i, n = self.n
+        cdef const unsigned char *base = NULL
+        cdef int64_t size = 0, lo, hi
+        cdef Rec *r
+        if offsets.shape[0] != n + 1:
+            raise ValueError(f"{n} records need {n + 1} body offsets, got {offsets.shape[0]}")
+        self.keep.append((data, offsets))
+        self._buffer_of(data, &base, &size)
+        for i in range(n):
+            lo = offsets[i]
+            hi = offsets[i + 1]
+            if not 0 <= lo <= hi <= size:
+                raise ValueError(f"body {i}: offsets {lo}:{hi} outside the buffer's {size} bytes or decreasing")
+            r = &self.recs[i]
+            r.body = base + lo
+            r.body_len = hi - lo
 
     def layout(
         self,

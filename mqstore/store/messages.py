@@ -2,6 +2,8 @@
 
 ``MessageBatch`` holds one column per field; a scalar stands for the same value in
 every row, so a producer sending 1,000 messages to one topic passes the topic once.
+Bodies are a sequence of bytes, or ``Bodies``: every body in one buffer with their
+offsets, which the encoder reads in place (no bytes object per message).
 ``MessageBatch.of(messages)`` turns ``Message`` rows into columns for callers that
 think in rows. ``AppendResult`` answers with columns too, and iterates as rows.
 """
@@ -10,7 +12,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import NamedTuple
 
 import numpy as np
@@ -73,16 +75,136 @@ class Message(NamedTuple):
 Column = Sequence | np.ndarray
 
 
+@dataclass(frozen=True, slots=True, eq=False)
+class Bodies(Sequence[bytes]):
+    """A batch's bodies in one buffer: body ``i`` is ``data[offsets[i]:offsets[i + 1]]``.
+
+    ``data`` is any C-contiguous buffer of single bytes (bytes, bytearray, memoryview,
+    a numpy uint8 array of any shape, taken as its bytes in order); ``offsets`` holds
+    ``n + 1`` integers, none decreasing, all within ``data`` (the first need not be 0).
+    Checked here (InvalidMessageError). The encoder reads the bodies from ``data`` in
+    place; as a sequence (``len``, indexing, iteration) a Bodies gives each body as
+    bytes, so code that takes a list of bytes takes it too. The offsets are copied
+    (read-only int64); ``data`` is not: it must not change until the append returns,
+    and a bytearray cannot be resized while a Bodies holds it.
+
+    >>> b = Bodies.of([b"hello", b"", b"world"])
+    >>> len(b), b[0], list(b)
+    (3, b'hello', [b'hello', b'', b'world'])
+    >>> Bodies(b"abcdef", [0, 2, 6])[1]
+    b'cdef'
+    """
+
+    data: object
+    offsets: np.ndarray
+    buffer: memoryview = field(init=False, repr=False)  # ``data`` as one dimension of bytes
+
+    def __post_init__(self) -> None:
+        try:
+            view = memoryview(self.data)
+        except TypeError:
+            raise InvalidMessageError(
+                f"Bodies.data must be a buffer of bytes (bytes, bytearray, memoryview, numpy uint8), "
+                f"got {type(self.data).__name__}"
+            ) from None
+        if view.itemsize != 1 or not view.c_contiguous:
+            raise InvalidMessageError(
+                f"Bodies.data must be a C-contiguous buffer of single bytes, got items of {view.itemsize} "
+                f"bytes{'' if view.c_contiguous else ', not contiguous'}"
+            )
+        if view.nbytes == 0:  # (a zero in the shape cannot be cast)
+            view = memoryview(b"")
+        elif view.ndim != 1 or view.format != "B":
+            view = view.cast("B")
+        offsets = _offsets(self.offsets, view.nbytes)
+        object.__setattr__(self, "offsets", offsets)
+        object.__setattr__(self, "buffer", view)
+
+    @classmethod
+    def of(cls, bodies: Iterable[bytes]) -> Bodies:
+        """The bodies joined into one buffer (each a bytes-like object)."""
+        try:
+            parts = [b if isinstance(b, bytes) else memoryview(b).cast("B") for b in bodies]
+        except TypeError as e:
+            raise InvalidMessageError(f"every body must be bytes: {e}") from e
+        offsets = np.zeros(len(parts) + 1, np.int64)
+        np.cumsum(np.fromiter(map(len, parts), np.int64, len(parts)), out=offsets[1:])
+        return cls(b"".join(parts), offsets)
+
+    @property
+    def lengths(self) -> np.ndarray:
+        """Each body's length in bytes."""
+        return np.diff(self.offsets)
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    def __getitem__(self, index):
+        if isinstance(index, slice):
+            lo, hi, step = index.indices(len(self))
+            if step == 1:
+                return Bodies(self.data, self.offsets[lo : max(lo, hi) + 1])
+            return [self[i] for i in range(lo, hi, step)]
+        i = range(len(self))[index]  # IndexError, negative indexes
+        return self.buffer[self.offsets[i] : self.offsets[i + 1]].tobytes()
+
+    def __iter__(self) -> Iterator[bytes]:
+        view, offs = self.buffer, self.offsets.tolist()
+        for lo, hi in zip(offs, offs[1:]):
+            yield view[lo:hi].tobytes()
+
+    def __reduce__(self):
+        data = self.data.tobytes() if isinstance(self.data, memoryview) else self.data
+        return (Bodies, (data, self.offsets))
+
+    def __repr__(self) -> str:
+        return f"Bodies({len(self)} bodies, {int(self.offsets[-1] - self.offsets[0])} bytes)"
+
+
+def _offsets(value, nbytes: int) -> np.ndarray:
+    """``Bodies.offsets`` checked: a read-only int64 copy."""
+    if isinstance(value, (str, bytes)) or value is None:
+        raise InvalidMessageError(f"Bodies.offsets must be integers, got {value!r}")
+    try:
+        arr = np.asarray(value)
+    except (TypeError, ValueError) as e:
+        raise InvalidMessageError(f"Bodies.offsets must be integers: {e}") from e
+    if arr.size == 0:
+        raise InvalidMessageError("Bodies.offsets must hold n + 1 offsets for n bodies (at least one)")
+    if arr.ndim != 1 or arr.dtype.kind not in "iu":
+        raise InvalidMessageError(
+            f"Bodies.offsets must be one dimension of integers, n + 1 of them (body i is "
+            f"data[offsets[i]:offsets[i + 1]]), got {arr.dtype} of shape {arr.shape}"
+        )
+    if arr.dtype.kind == "u" and int(arr.max()) > nbytes:
+        raise InvalidMessageError(f"Bodies.offsets: offset {int(arr.max())} is past the data's {nbytes} bytes")
+    out = np.array(arr, np.int64)
+    if out[0] < 0:
+        raise InvalidMessageError(f"Bodies.offsets: the first offset is negative ({int(out[0])})")
+    down = out[1:] < out[:-1]
+    if down.any():
+        i = int(np.argmax(down))
+        raise InvalidMessageError(
+            f"Bodies.offsets must not decrease: offset {i + 1} ({int(out[i + 1])}) is below offset {i} ({int(out[i])})"
+        )
+    if out[-1] > nbytes:
+        raise InvalidMessageError(f"Bodies.offsets: the last offset {int(out[-1])} is past the data's {nbytes} bytes")
+    out.flags.writeable = False
+    return out
+
+
 @dataclass(frozen=True, slots=True)
 class MessageBatch:
     """Messages to append, one column per field (see the module docstring).
 
+    ``bodies``: one bytes-like object per message, or a ``Bodies`` (every body in one
+    buffer, read in place by the encoder: the cheaper way for large batches).
     ``keys`` holds the KEYS property: several keys separated by single spaces
     (RocketMQ's KEY_SEPARATOR), or a sequence of keys per message via ``Message``.
     """
 
     topics: str | Sequence[str]
-    bodies: Sequence[bytes]
+    bodies: Sequence[bytes] | Bodies
     queue_ids: int | Column | None = None
     tags: str | Sequence[str | None] | None = None
     keys: str | Sequence[str | None] | None = None
@@ -306,6 +428,7 @@ __all__ = [
     "STORE_ONLY_PROPERTIES",
     "AppendResult",
     "AppendedMessage",
+    "Bodies",
     "Message",
     "MessageBatch",
     "PutStatus",

@@ -5,7 +5,8 @@ MessageExtEncoder) and patches the fields only the lock knows afterwards; this m
 does the first half for a whole batch: ``BatchEncoder.prepare`` validates every column
 (topics, queue ids, sizes, separators in user text), generates UNIQ_KEYs and has the
 compiled encoder (mqstore/kernels/_encode.pyx, one pass without the GIL) write every
-record into a reusable buffer, the one the CommitLog hands to ``pwrite`` once it has
+record into a reusable buffer (bodies given as ``messages.Bodies`` are read in place
+from their one buffer, a list of bytes from each object), the one the CommitLog hands to ``pwrite`` once it has
 patched queue id, queue offset, physical offset and store timestamp under its lock
 (the record layout itself is documented in formats/message.py). The numpy encoder
 this replaced is the reference model tests/kernels/model_encode.py.
@@ -40,7 +41,7 @@ from mqstore.formats.properties import MAX_PROPERTIES_BYTES
 from mqstore.kernels._encode import RecordBuffer
 from mqstore.store.clock import Clock
 from mqstore.store.config import StoreConfig
-from mqstore.store.messages import AUTO_QUEUE, MessageBatch
+from mqstore.store.messages import AUTO_QUEUE, Bodies, MessageBatch
 
 _DEFAULT_BORN_HOST = encode_host(Host("127.0.0.1", 0))
 _INT32 = (-(1 << 31), (1 << 31) - 1)
@@ -194,10 +195,13 @@ class BatchEncoder:
         cols[3] = _int32(_int_column(batch.reconsume_times, n, "reconsume_times"), "reconsume_times")
         cols[4] = _int_column(batch.prepared_transaction_offsets, n, "prepared_transaction_offsets")
         born = self._born_hosts(batch.born_hosts, n)
-        try:
-            buf.bodies(bodies if type(bodies) is list else list(bodies))
-        except (TypeError, BufferError) as e:
-            raise InvalidMessageError(f"every body must be bytes: {e}") from e
+        if type(bodies) is Bodies:  # one buffer, read in place (its offsets were checked)
+            buf.body_buffer(bodies.buffer, bodies.offsets)
+        else:
+            try:
+                buf.bodies(bodies if type(bodies) is list else list(bodies))
+            except (TypeError, BufferError) as e:
+                raise InvalidMessageError(f"every body must be bytes: {e}") from e
         sizes, body_lens, props_lens = np.empty((3, n), np.int64)
         codes = None if len(fields) == 1 else prep.topic_codes
         _, max_body, max_props, max_size = buf.layout(

@@ -4,10 +4,13 @@ reference model (model_encode.py, the numpy encoder it replaced): for any batch 
 and V2 topics, IPv4 and IPv6 hosts mixed, empty bodies, absent or empty tags and keys,
 given and generated UNIQ_KEYs, many user properties naming TAGS/KEYS/UNIQ_KEY too,
 non-ASCII text, separators, wrong types, sizes over the limits) both must produce the
-same records byte for byte, or raise the same error."""
+same records byte for byte, or raise the same error. Bodies given in one buffer
+(``messages.Bodies``, read in place by the kernel) must give exactly the records, or
+the error, the model gives for the same bodies as a list."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import zlib
 
@@ -22,7 +25,7 @@ from mqstore.formats.message import topic_field
 from mqstore.formats.msgid import UniqKeyGenerator, build_offset_msg_id, offset_msg_id_prefix
 from mqstore.kernels import _encode
 from mqstore.store.config import StoreConfig
-from mqstore.store.messages import MessageBatch
+from mqstore.store.messages import Bodies, MessageBatch
 from mqstore.store.record_batch import BatchEncoder
 from tests.kernels.model_encode import BatchEncoder as ModelBatchEncoder
 from tests.kernels.model_encode import PreparedRecords as ModelPreparedRecords
@@ -117,6 +120,30 @@ def batches(draw: st.DrawFn) -> MessageBatch:
     )
 
 
+@st.composite
+def columnar(draw: st.DrawFn, batch: MessageBatch) -> MessageBatch:
+    """``batch`` with its bodies in one buffer: bytes, bytearray, memoryview or numpy
+    (rows when all bodies have one length), maybe with bytes before and after them."""
+    raw = [bytes(b) for b in batch.bodies]
+    lead = draw(st.binary(max_size=9)) if draw(st.booleans()) else b""
+    tail = draw(st.binary(max_size=9)) if draw(st.booleans()) else b""
+    joined = lead + b"".join(raw) + tail
+    offsets = np.zeros(len(raw) + 1, np.int64)
+    offsets[0] = len(lead)
+    offsets[1:] = len(lead) + np.cumsum([len(b) for b in raw])
+    kind = draw(st.sampled_from(["bytes", "bytearray", "memoryview", "numpy", "rows"]))
+    if kind == "rows" and not lead and not tail and len({len(b) for b in raw}) == 1:
+        data = np.frombuffer(joined, np.uint8).reshape(len(raw), -1).copy() if joined else np.zeros((len(raw), 0))
+        data = data.astype(np.uint8)
+    elif kind in ("numpy", "rows"):
+        data = np.frombuffer(joined, np.uint8).copy()
+    else:
+        data = {"bytes": bytes, "bytearray": bytearray, "memoryview": memoryview}[kind](joined)
+    bodies = Bodies(data, offsets)
+    assert list(bodies) == raw
+    return dataclasses.replace(batch, bodies=bodies)
+
+
 def outcome(enc, batch):
     try:
         return enc.prepare(batch), None
@@ -132,10 +159,20 @@ def assert_same_error(got: BaseException, want: BaseException) -> None:
         assert str(got) == str(want)
 
 
-def check(batch: MessageBatch, store_host: Host, now_ms: int, counter: int, seed: int, **cfg) -> None:
+def check(
+    batch: MessageBatch,
+    store_host: Host,
+    now_ms: int,
+    counter: int,
+    seed: int,
+    model_batch: MessageBatch | None = None,
+    **cfg,
+) -> None:
+    """The kernel's prepare of ``batch`` against the model's of ``model_batch`` (the
+    same batch unless given: the list a columnar batch was made from)."""
     enc, model = encoders(store_host, now_ms, counter, **cfg)
     got, got_err = outcome(enc, batch)
-    want, want_err = outcome(model, batch)
+    want, want_err = outcome(model, batch if model_batch is None else model_batch)
     if want_err is not None or got_err is not None:
         assert got_err is not None and want_err is not None, (got_err, want_err)
         assert_same_error(got_err, want_err)
@@ -173,6 +210,23 @@ def test_prepare_equals_the_model(batch: MessageBatch, store_host: Host, now_ms:
 @given(batches(), hosts, st.integers(0, 1 << 32))
 def test_limits_are_refused_as_the_model_refuses_them(batch: MessageBatch, store_host: Host, seed: int) -> None:
     check(batch, store_host, 1_700_000_000_000, 0, seed, max_message_bytes=200)
+
+
+@CASES
+@given(st.data(), batches(), hosts, st.integers(0, 1 << 45), st.integers(0, 0xFFFF), st.integers(0, 1 << 32))
+def test_columnar_bodies_give_the_records_of_the_list(
+    data: st.DataObject, batch: MessageBatch, store_host: Host, now_ms: int, counter: int, seed: int
+) -> None:
+    check(data.draw(columnar(batch)), store_host, now_ms, counter, seed, model_batch=batch)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data(), batches(), hosts, st.integers(0, 1 << 32))
+def test_columnar_bodies_over_the_limits_are_refused_as_the_list(
+    data: st.DataObject, batch: MessageBatch, store_host: Host, seed: int
+) -> None:
+    columns = data.draw(columnar(batch))
+    check(columns, store_host, 1_700_000_000_000, 0, seed, model_batch=batch, max_message_bytes=200)
 
 
 def test_buffers_are_reused_and_records_stay_equal() -> None:
@@ -291,6 +345,20 @@ def test_crc_equals_zlib_on_any_bytes(data: bytes) -> None:
 )
 def test_named_cases_equal_the_model(batch: MessageBatch) -> None:
     check(batch, Host("fe80::1", 10911), 1_700_000_000_000, 7, 1)
+    if all(isinstance(b, bytes) for b in batch.bodies):
+        columns = dataclasses.replace(batch, bodies=Bodies.of(batch.bodies))
+        check(columns, Host("fe80::1", 10911), 1_700_000_000_000, 7, 1, model_batch=batch)
+
+
+def test_bodies_that_are_not_bytes_are_refused_as_the_list_refuses_them() -> None:
+    """A Bodies cannot hold anything but bytes: making one of a str refuses it with
+    the message the encoder gives a list holding one."""
+    _, model = encoders(Host("10.0.0.1", 1), 1_700_000_000_000, 0)
+    with pytest.raises(InvalidMessageError) as want:
+        model.prepare(MessageBatch(topics="T", bodies=[b"a", "b"]))
+    with pytest.raises(InvalidMessageError) as got:
+        Bodies.of([b"a", "b"])
+    assert str(got.value).split(":")[0] == str(want.value).split(":")[0]
 
 
 @settings(max_examples=100, deadline=None)
