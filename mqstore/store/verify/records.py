@@ -30,6 +30,7 @@ from __future__ import annotations
 import dataclasses
 import mmap
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
@@ -336,24 +337,41 @@ class RecordWalk:
                 self.f.error("commitlog_garbage", _loc(base, nz), "non-zero bytes in a segment after the end of data")
                 self.note_cut(base)
             return
-        pos = 0
-        while True:
-            res = scan_records(mm, pos, size, check_crc=True, max_bytes=CHUNK_BYTES, base_offset=base, fields=True)
-            if len(res.positions):
-                if pos == 0 and res.positions[0] == 0:
-                    self.first_ts[base] = int(res.fields.store_timestamps[0])
-                phys = res.positions + base
-                self.cols.add(build_dispatch_batch(ScanChunk(phys, res.sizes, res.fields, mm, base + res.stop)))
-                self._progress(base)
-            if res.outcome is ScanOutcome.END_OF_SEGMENT:
-                return
-            if res.outcome is ScanOutcome.LIMIT and len(res.positions) and res.stop + 8 <= size:
-                pos = res.stop
-                continue
-            nxt = self.classify_stop(mm, base, res.stop, res.reason, last=last)
-            if nxt is None:
-                return
-            pos = nxt
+        # Two stages on two cores (both kernels run without the GIL): this thread scans
+        # the next chunk while ``columns`` takes the last one's dispatch columns, in order.
+        columns = ThreadPoolExecutor(1, thread_name_prefix="verify-columns")
+        pending = None
+        try:
+            pos = 0
+            while True:
+                res = scan_records(mm, pos, size, check_crc=True, max_bytes=CHUNK_BYTES, base_offset=base, fields=True)
+                if len(res.positions):
+                    if pos == 0 and res.positions[0] == 0:
+                        self.first_ts[base] = int(res.fields.store_timestamps[0])
+                    chunk = ScanChunk(res.positions + base, res.sizes, res.fields, mm, base + res.stop)
+                    if pending is not None:
+                        pending.result()
+                    pending = columns.submit(self._add_chunk, chunk)
+                    self._progress(base)
+                if res.outcome is ScanOutcome.END_OF_SEGMENT:
+                    return
+                if res.outcome is ScanOutcome.LIMIT and len(res.positions) and res.stop + 8 <= size:
+                    pos = res.stop
+                    continue
+                if pending is not None:  # classify_stop counts the columns' records
+                    pending.result()
+                    pending = None
+                nxt = self.classify_stop(mm, base, res.stop, res.reason, last=last)
+                if nxt is None:
+                    return
+                pos = nxt
+        finally:
+            if pending is not None:
+                pending.result()  # before the segment's map closes
+            columns.shutdown()
+
+    def _add_chunk(self, chunk: ScanChunk) -> None:
+        self.cols.add(build_dispatch_batch(chunk))
 
     def classify_stop(self, mm: mmap.mmap, base: int, pos: int, reason: str, *, last: bool) -> int | None:
         """The valid data of a segment stops at ``pos``: classify what follows;
