@@ -77,7 +77,7 @@ def run_append_bench(b: AppendBench) -> dict:
                         break
                     count = min(b.batch, b.messages - start)
                     next_start[0] = start + count
-                batch = workload.batch(start, count)
+                batch = workload.batch(start, count, in_place=True)  # appended before the next is made
                 t0 = time.perf_counter()
                 res = cl.append(batch)
                 my_lat.append(time.perf_counter() - t0)

@@ -35,7 +35,7 @@ def _columns(batch) -> common_pb2.MessageColumns:
     q = batch.queue_ids
     return common_pb2.MessageColumns(
         topics=topics,
-        bodies=batch.bodies,
+        bodies=list(batch.bodies),  # bytes per message (the workload gives one buffer)
         queue_ids=[int(q)] if isinstance(q, int) else np.asarray(q).tolist(),
         tags=batch.tags,
         keys=batch.keys,

@@ -4,6 +4,13 @@ Message ``i`` goes to topic ``i % topics`` and queue ``(i // topics) % queues``;
 body is a fixed pseudo-random pattern with ``i`` in its first 8 bytes; it carries
 TAGS ``Tag<i % 16>``, two KEYS (``ord<i>`` and ``usr<i % 9973>``, zero-padded) and a UNIQ_KEY
 the store generates. Batches are made on demand, so memory stays flat for any count.
+
+A batch's bodies are one ``Bodies`` (one buffer, ``count * body_size`` bytes), a copy
+of rows each thread keeps with the pattern (only the index bytes are rewritten per
+batch). ``batch(..., in_place=True)`` skips that copy: the bodies are then those rows
+themselves, which hold until the same thread makes its next batch; ``bench append``
+asks for that (it appends each batch before making the next), as a producer hands
+the store bodies already in a buffer of its own.
 """
 
 from __future__ import annotations
@@ -12,7 +19,7 @@ import threading
 
 import numpy as np
 
-from mqstore.store.messages import MessageBatch
+from mqstore.store.messages import Bodies, MessageBatch
 
 _TAGS = np.array([f"Tag{i}" for i in range(16)], dtype=object)
 
@@ -56,26 +63,34 @@ class Workload:
         self._pattern = np.random.default_rng(seed).integers(0, 256, max(body_size, 8), np.uint8)
         self._local = threading.local()
 
-    def _rows(self, count: int) -> np.ndarray:
-        """``count`` rows holding the pattern, kept per thread: each batch rewrites only
-        the index bytes (its bodies are copies made by ``tolist``)."""
-        rows = getattr(self._local, "rows", None)
+    def _rows(self, count: int) -> tuple[np.ndarray, np.ndarray]:
+        """``count`` rows holding the pattern and the ``count + 1`` body offsets, kept
+        per thread: each batch rewrites only the index bytes."""
+        local = self._local
+        rows = getattr(local, "rows", None)
         if rows is None or len(rows) < count:
-            rows = self._local.rows = np.empty((count, max(self.body_size, 8)), np.uint8)
+            rows = local.rows = np.empty((count, max(self.body_size, 8)), np.uint8)
             rows[:] = self._pattern
-        return rows[:count]
+        offsets = getattr(local, "offsets", None)
+        if offsets is None or len(offsets) != count + 1:
+            offsets = local.offsets = np.arange(count + 1, dtype=np.int64) * self.body_size
+        return rows[:count], offsets
 
-    def batch(self, start: int, count: int) -> MessageBatch:
+    def batch(self, start: int, count: int, *, in_place: bool = False) -> MessageBatch:
+        """Messages ``start .. start + count - 1``. ``in_place``: the bodies are the
+        thread's reused rows, not a copy (valid until the thread's next batch)."""
         idx = np.arange(start, start + count, dtype=np.int64)
         t = self.topics
         topics = self._names[0] if t == 1 else [self._names[k] for k in (idx % t).tolist()]
         queues = (idx // t) % self.queues
         b = self.body_size
-        rows = self._rows(count)
+        rows, offsets = self._rows(count)
         rows[:, :8] = idx.astype(">u8").view(np.uint8).reshape(count, 8)
         if b < 8:  # the index still goes into the 8 bytes the rows have; the body keeps b of them
             rows = rows[:, :b].copy()
-        bodies = rows.view(f"V{b}").ravel().tolist() if b else [b""] * count
+        elif not in_place:
+            rows = rows.copy()
+        bodies = Bodies(rows, offsets)  # the rows are the bodies, back to back
         tags = _TAGS[idx % 16].tolist()
         keys = _keys(idx)
         return MessageBatch(topics=topics, bodies=bodies, queue_ids=queues, tags=tags, keys=keys)

@@ -3,7 +3,10 @@ tables for speed: they must be the strings the plain formula gives)."""
 
 from __future__ import annotations
 
+import numpy as np
+
 from mqstore.bench.workload import Workload
+from mqstore.store.messages import Bodies
 
 
 def test_batches_hold_the_documented_messages() -> None:
@@ -17,3 +20,24 @@ def test_batches_hold_the_documented_messages() -> None:
         assert b.queue_ids.tolist() == [(i // 3) % 4 for i in idx]
         assert [int.from_bytes(body[:8], "big") for body in b.bodies] == list(idx)
         assert all(len(body) == 16 for body in b.bodies)
+
+
+def test_bodies_come_in_one_buffer_with_the_pattern_after_the_index() -> None:
+    """Bodies are one ``Bodies`` per batch; each body is the seed's pattern with the
+    index over its first 8 bytes (the first ``body_size`` of them when the body is
+    shorter). A batch's own buffer stays as it was; an ``in_place`` batch's is the
+    rows the thread rewrites for its next batch."""
+    pattern = np.random.default_rng(7).integers(0, 256, 1024, np.uint8).tobytes()
+    w = Workload(body_size=1024, topics=1, queues=4)
+    b = w.batch(1_000, 3)
+    assert isinstance(b.bodies, Bodies) and b.bodies.offsets.tolist() == [0, 1024, 2048, 3072]
+    want = [i.to_bytes(8, "big") + pattern[8:] for i in (1_000, 1_001, 1_002)]
+    assert list(b.bodies) == want
+    fast = w.batch(1_000, 3, in_place=True)
+    assert list(fast.bodies) == want
+    w.batch(2_000, 3, in_place=True)
+    assert list(b.bodies) == want  # a copy
+    assert int.from_bytes(fast.bodies[0][:8], "big") == 2_000  # the rows, rewritten
+    for size in (0, 3, 8):
+        short = Workload(body_size=size, topics=1, queues=4).batch(258, 2).bodies
+        assert list(short) == [i.to_bytes(8, "big")[:size] for i in (258, 259)]
