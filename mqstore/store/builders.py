@@ -15,6 +15,9 @@ gone. Recovery then follows MessageStore's rules for that part alone:
   consume queues  load (repair), cut torn tails, units past the log's end and below
                   its start, check the last file's units against their records
                   (all of them after a crash, deep only from ``redispatch_from``);
+                  the summary of queue ends written at the last thorough flush
+                  (queue_ends.py) spares reading the queues it lists: trusted after
+                  a clean close, a starting point after a crash (``_usable_ends``);
   index           load (after a crash files past the checkpoint's index time are
                   dropped), cut entries past ``redispatch_from``.
 
@@ -39,7 +42,9 @@ import numpy as np
 import structlog
 
 from mqstore.errors import OffsetError
+from mqstore.formats.consume_queue import file_bytes_for
 from mqstore.formats.names import file_name_to_offset
+from mqstore.store import queue_ends
 from mqstore.store.clock import Clock, SystemClock
 from mqstore.store.config import StoreConfig
 from mqstore.store.config_files import set_aside_unusable
@@ -333,7 +338,7 @@ class QueueBuilder(_Builder):
             self.consume_queues = ConsumeQueues(
                 self.store_dir, file_bytes=cfg.consume_queue_file_bytes, max_open_files=cfg.max_open_queue_files
             )
-            self.consume_queues.load(repair=True)
+            self.consume_queues.load(repair=True, ends=self._usable_ends(view), trusted=self.clean)
             deep = view.redispatch_from if not self.clean else view.wrote_offset
             self.consume_queues.recover(
                 view, verify_tail=not self.clean, check_from=max(view.start_offset, 0), deep_from=deep
@@ -350,6 +355,55 @@ class QueueBuilder(_Builder):
                 self.consume_queues.close()
             self._lock_file.release()
             raise
+
+    def _usable_ends(self, view: CommitLogView) -> queue_ends.QueueEnds | None:
+        """The store's summary of queue ends if this open may use it, else None (the
+        queues are then read from their files; the reason is logged). It must decode,
+        be of this store's file size, and its queues must have been corrected against
+        the commitlog's present min offset (no retention pass since, whose deletions
+        it would not know). After a clean close it is trusted only if it was written
+        with everything dispatched up to the commitlog's end (the close that left
+        the store clean wrote it); after a crash only if it is not older than the
+        point dispatch resumes from (``redispatch_from``), so every record before
+        that point has its units in the queues as listed or after."""
+        try:
+            ends = queue_ends.read(self.store_dir)
+        except FileNotFoundError:
+            log.info("queue_ends_missing", store=str(self.store_dir), action="every queue read from its files")
+            return None
+        except (OSError, queue_ends.QueueEndsError) as e:
+            log.warning(
+                "queue_ends_unusable",
+                store=str(self.store_dir),
+                reason=str(e),
+                action="every queue read from its files",
+            )
+            return None
+        why = None
+        if ends.file_bytes != file_bytes_for(self.config.consume_queue_file_bytes):
+            why = f"file size {ends.file_bytes}, the store's is {file_bytes_for(self.config.consume_queue_file_bytes)}"
+        elif ends.cleaned_min != view.min_offset:
+            why = f"queues corrected against commitlog min offset {ends.cleaned_min}, it is {view.min_offset} now"
+        elif self.clean and ends.progress_offset != view.wrote_offset:
+            why = f"written at commitlog offset {ends.progress_offset}, the commitlog ends at {view.wrote_offset}"
+        elif not self.clean and not view.redispatch_from <= ends.progress_offset <= view.wrote_offset:
+            why = (
+                f"written at commitlog offset {ends.progress_offset}, dispatch resumes from "
+                f"{view.redispatch_from} and the commitlog ends at {view.wrote_offset}"
+            )
+        if why is not None:
+            log.warning(
+                "queue_ends_stale", store=str(self.store_dir), reason=why, action="every queue read from its files"
+            )
+            return None
+        log.info(
+            "queue_ends_used",
+            store=str(self.store_dir),
+            queues=len(ends),
+            progress_offset=ends.progress_offset,
+            trusted=self.clean,
+        )
+        return ends
 
     def dispatch(self, batch: DispatchBatch, from_offset: int, to_offset: int) -> None:
         """DispatchSink (a ReputLoop in this process feeds it)."""
@@ -368,7 +422,7 @@ class QueueBuilder(_Builder):
     def _write_out(self, thorough: bool) -> int:
         ts = self.consume_queues.last_dispatched_timestamp  # sampled before the flush, as RocketMQ does
         if thorough:
-            self.consume_queues.flush(thorough=True)
+            self.consume_queues.flush(thorough=True, progress=self.progress_offset)
             return ts
         self.consume_queues.write_behind(everything=False)
         return 0
@@ -421,6 +475,7 @@ class QueueBuilder(_Builder):
         cq_files: dict = {}
         cq_mins: dict = {}
         clean_queues_below(self.consume_queues.all(), commitlog_min, cq_files, cq_mins)
+        self.consume_queues.note_cleaned(commitlog_min)
         self._min_cleaned = commitlog_min
         if cq_files:
             log.info("consume_queue_files_deleted", queues=len(cq_files), commitlog_min_offset=commitlog_min)

@@ -37,6 +37,7 @@ import structlog
 from mqstore.errors import CorruptFileError, InvalidMessageError, OffsetError, StoreClosedError, StoreNotWritableError
 from mqstore.formats.consume_queue import (
     DEFAULT_FILE_BYTES,
+    PRE_BLANK_SIZE,
     PRE_BLANK_UNIT,
     UNIT,
     UNIT_DTYPE,
@@ -95,31 +96,35 @@ class TruncateReport:
     max_physical_offset: int
     dropped_units: int  # valid units that were before the cut (0 for recover)
     deleted_files: tuple[str, ...]
+    zeroed: bool = False  # bytes after the cut were zeroed (not synced if the caller said so)
 
 
-def _valid_unit_count(seg: PooledFile) -> int:
-    """How many valid units a file starts with, reading only as far as they go
-    (4 KiB, then doubling): opening 200,000 queues must not read 6 MB each."""
-    return _valid_units_and_rest(seg)[0]
+_SCAN_KEPT_BYTES = 64 << 10  # the open keeps the last file's units read (up to this much) for recovery
 
 
-def _valid_units_and_rest(seg: PooledFile) -> tuple[int, int]:
-    """``_valid_unit_count``, and where the bytes read end (a page boundary or the
-    file's end) if any of those after the last valid unit is not zero (damage past
-    the units), else -1 - that position."""
-    count, chunk = 0, 4096
+def _valid_units_and_rest(seg: PooledFile) -> tuple[int, int, bytes]:
+    """How many valid units a file starts with, reading only as far as they go (4 KiB,
+    then doubling): opening 200,000 queues must not read 6 MB each. Also where the
+    bytes read end (a page boundary or the file's end) if any of those after the
+    last valid unit is not zero (damage past the units), else -1 - that position;
+    and the valid units' bytes (empty when there are more than _SCAN_KEPT_BYTES)."""
+    count, chunk, kept = 0, 4096, []
     while count * UNIT_SIZE < seg.size:
         start = count * UNIT_SIZE
         end = min(seg.size, (start + chunk) // 4096 * 4096)
         raw = seg.read(start, end - start)
+        end = start + len(raw)  # (a file shorter than it was: what is there)
         full = len(raw) // UNIT_SIZE
         got = len(decode_units(raw[: full * UNIT_SIZE]))
         count += got
-        if got < full or end == seg.size:
+        if count * UNIT_SIZE <= _SCAN_KEPT_BYTES:
+            kept.append(raw[: got * UNIT_SIZE])
+        if got < full or end >= seg.size or not raw:
             rest = raw[got * UNIT_SIZE :]
-            return count, -1 - end if rest == bytes(len(rest)) else end
+            keep = b"".join(kept) if count * UNIT_SIZE <= _SCAN_KEPT_BYTES else b""
+            return count, -1 - end if rest == bytes(len(rest)) else end, keep
         chunk *= 2
-    return count, -1 - seg.size
+    return count, -1 - seg.size, b""
 
 
 class ConsumeQueue:
@@ -146,8 +151,15 @@ class ConsumeQueue:
         fresh: bool = False,
         repair: bool = False,
         read_only: bool = False,
+        known: tuple[int, ...] | None = None,
     ) -> None:
         """Open (creating the directory if needed) the queue's files.
+
+        ``known`` (first file's start byte, number of files, min offset, max offset,
+        max physical offset, and optionally the last file's st_blocks), from the
+        store's summary of queue ends (queue_ends.py): the queue is taken to be so,
+        without any file access (ConsumeQueues decides when the summary may be
+        trusted; after a crash ``recover`` still reads the last file).
 
         ``fresh`` says the caller knows the queue has nothing on disk: nothing is read or
         created until its first units are written out (a store with 200,000 queues must
@@ -187,7 +199,13 @@ class ConsumeQueue:
         # of it not yet given to it (ConsumeQueues.dispatch); _sync takes them first.
         self._journal = None
         self._dense = -1
-        if not fresh:
+        # The open's read of the last file, kept until recovery is done with it so that
+        # a queue is read once: (its start byte, the valid units' bytes from its start,
+        # _valid_units_and_rest's rest marker). Dropped by any change of the files.
+        self._scan: tuple[int, bytes, int] | None = None
+        if known is not None:
+            self._take_known(*known)
+        elif not fresh:
             self._load(repair and not read_only)
 
     @property
@@ -196,24 +214,39 @@ class ConsumeQueue:
 
     # ------------------------------------------------------------------ open
 
+    def _take_known(
+        self, first_file: int, files: int, min_offset: int, max_offset: int, max_phys: int, blocks: int = -1
+    ) -> None:
+        directory, sparse = str(self.directory), not self._preallocate
+        self._files = [
+            PooledFile(Path(f"{directory}/{base:020d}"), base, self.file_bytes, self._pool, sparse=sparse)
+            for base in range(first_file, first_file + files * self.file_bytes, self.file_bytes)
+        ]
+        self._min = min_offset * UNIT_SIZE
+        self._wrote = self._flushed = max_offset * UNIT_SIZE
+        self._max_phys = max_phys
+        if blocks >= 0 and self._files:
+            self._last_file_blocks = (self._files[-1].path.name, blocks)  # see _data_after
+
     def _load(self, repair: bool = False) -> None:
+        directory = str(self.directory)  # (strings: a queue's open is a few syscalls, paths must not cost more)
         try:
-            names = os.listdir(self.directory)
+            names = os.listdir(directory)
         except FileNotFoundError:
             return  # nothing yet: the directory is made with the first file
         bases = []
         for name in names:
             if name.endswith(".tmp"):
                 if not self._read_only:
-                    self._log.warning("unfinished_file_removed", path=f"{self.directory}/{name}")
-                    os.unlink(self.directory / name)
+                    self._log.warning("unfinished_file_removed", path=f"{directory}/{name}")
+                    os.unlink(f"{directory}/{name}")
                 continue
             try:
                 bases.append(file_name_to_offset(name))
             except ValueError:
-                self._log.warning("stray_file_ignored", path=f"{self.directory}/{name}")
+                self._log.warning("stray_file_ignored", path=f"{directory}/{name}")
         bases.sort()
-        stats = [os.stat(self.directory / offset_to_file_name(b)) for b in bases]  # one stat per file
+        stats = [os.stat(f"{directory}/{b:020d}") for b in bases]  # one stat per file
         sizes = [st.st_size for st in stats]
         if bases and sizes[-1] == 0:
             last = self.directory / offset_to_file_name(bases[-1])
@@ -230,7 +263,7 @@ class ConsumeQueue:
         files = []
         try:
             for i, (base, size) in enumerate(zip(bases, sizes, strict=True)):
-                path = self.directory / offset_to_file_name(base)
+                path = Path(f"{directory}/{base:020d}")
                 if base % self.file_bytes:
                     raise CorruptFileError(f"{path}: start offset is not a multiple of the file size {self.file_bytes}")
                 if i and base != bases[i - 1] + self.file_bytes:
@@ -250,7 +283,10 @@ class ConsumeQueue:
             return
         last = files[-1]
         self._last_file_blocks = (last.path.name, stats[len(files) - 1].st_blocks)  # see _data_after
-        self._wrote = last.base_offset + _valid_unit_count(last) * UNIT_SIZE
+        count, read_to, kept = _valid_units_and_rest(last)
+        if kept or not count:
+            self._scan = (last.base_offset, kept, read_to)
+        self._wrote = last.base_offset + count * UNIT_SIZE
         self._flushed = self._wrote
         self._min = self._first_real_byte(files[0].base_offset)
         self._max_phys = self._last_real_end()
@@ -268,18 +304,29 @@ class ConsumeQueue:
         i = (byte - files[0].base_offset) // self.file_bytes
         return files[i] if 0 <= i < len(files) else None
 
+    def _read(self, seg: PooledFile, pos: int, n: int) -> bytes:
+        """``seg.read``, served from the open's read of the last file when it holds the bytes."""
+        scan = self._scan
+        if scan is not None and scan[0] == seg.base_offset and pos + n <= len(scan[1]):
+            return scan[1][pos : pos + n]
+        return seg.read(pos, n)
+
+    def forget_scan(self) -> None:
+        """Drop the bytes the open read (recovery is done with them)."""
+        self._scan = None
+
     def _valid_units(self, seg: PooledFile, start: int = 0) -> np.ndarray:
         """Valid units of ``seg`` from byte ``start`` up to the write position."""
         end = min(seg.size, self._wrote - seg.base_offset)
-        return decode_units(seg.read(start, end - start)) if end > start else np.empty(0, UNIT_DTYPE)
+        return decode_units(self._read(seg, start, end - start)) if end > start else np.empty(0, UNIT_DTYPE)
 
     def _first_real_byte(self, start: int) -> int:
         """The first byte >= ``start`` whose unit is not a pre-blank (or ``wrote``)."""
         seg = self._find(start)
         if seg is None or start >= self._wrote:
             return self._wrote
-        first = decode_units(seg.read(start - seg.base_offset, UNIT_SIZE))
-        if len(first) and not is_pre_blank(first)[0]:
+        o, s, t = UNIT.unpack(self._read(seg, start - seg.base_offset, UNIT_SIZE))
+        if o >= 0 and s > 0 and not (o == 0 and s == PRE_BLANK_SIZE and t == 0):
             return start  # the common case, without reading the file
         units = self._valid_units(seg, start - seg.base_offset)
         k = int(np.argmin(is_pre_blank(units))) if len(units) and not is_pre_blank(units).all() else len(units)
@@ -289,9 +336,9 @@ class ConsumeQueue:
         """commitlog offset + size of the last unit that is not a pre-blank; -1 if none."""
         last_seg = self._find(self._wrote - UNIT_SIZE) if self._wrote >= UNIT_SIZE else None
         if last_seg is not None:
-            last = decode_units(last_seg.read(self._wrote - UNIT_SIZE - last_seg.base_offset, UNIT_SIZE))
-            if len(last) and not is_pre_blank(last)[0]:  # the common case: one unit read
-                return int(last["commitlog_offset"][0]) + int(last["size"][0])
+            o, s, t = UNIT.unpack(self._read(last_seg, self._wrote - UNIT_SIZE - last_seg.base_offset, UNIT_SIZE))
+            if o >= 0 and s > 0 and not (o == 0 and s == PRE_BLANK_SIZE and t == 0):  # the common case: one unit
+                return o + s
         for seg in reversed(self._files[-2:]):  # pre-blanks live in one file only
             units = self._valid_units(seg)
             real = np.flatnonzero(~is_pre_blank(units))
@@ -303,11 +350,13 @@ class ConsumeQueue:
     def _probe_locked(self, byte: int) -> tuple[int, int]:
         """(commitlog offset, size) of the unit at logical ``byte`` (inside the files)."""
         seg = self._find(byte)
-        o, s, _ = UNIT.unpack(seg.read(byte - seg.base_offset, UNIT_SIZE))
+        o, s, _ = UNIT.unpack(self._read(seg, byte - seg.base_offset, UNIT_SIZE))
         return o, s
 
-    def _cut(self, cut: int) -> list[str]:
-        """Delete files that start after ``cut``, zero the rest of the one holding it."""
+    def _cut(self, cut: int, *, sync: bool = True) -> list[str]:
+        """Delete files that start after ``cut``, zero the rest of the one holding it
+        (synced unless ``sync`` is False: the caller syncs many queues at once)."""
+        self._scan = None
         deleted = []
         files = list(self._files)
         while files and files[-1].base_offset > cut:
@@ -320,7 +369,8 @@ class ConsumeQueue:
         seg = self._find(cut)
         if seg is not None and cut < seg.end_offset:
             seg.zero_from(cut - seg.base_offset)
-            seg.sync()
+            if sync:
+                seg.sync()
         return deleted
 
     # ------------------------------------------------------------------ writes (the dispatcher)
@@ -498,6 +548,7 @@ class ConsumeQueue:
             self._pending = bytearray()
 
     def _write(self, start: int, data: bytes) -> None:
+        self._scan = None
         end = start + len(data)
         files = list(self._files)
         created: list[PooledFile] = []
@@ -572,6 +623,34 @@ class ConsumeQueue:
             self._drain()
             return self._wrote // UNIT_SIZE
 
+    def prepare_flush_row(self) -> tuple[int | None, tuple[int, int, int, int, int] | None]:
+        """``prepare_flush`` and, in the same hold of the lock, the queue's row for the
+        store's summary of queue ends (queue_ends.py): (first file's start byte, number
+        of files, min offset, max offset, max physical offset) as written out now;
+        None for a queue without files."""
+        with self._lock:
+            self._check_open()
+            offset = None
+            if self._wrote - self._flushed >= 1:
+                self._drain()
+                offset = self._wrote // UNIT_SIZE
+            files = self._files
+            if not files:
+                return offset, None
+            return offset, (
+                files[0].base_offset,
+                len(files),
+                self._min // UNIT_SIZE,
+                self._wrote // UNIT_SIZE,
+                self._max_phys,
+            )
+
+    def sync_files(self) -> None:
+        """fdatasync the queue's last file (after a ``recover`` that zeroed without syncing)."""
+        with self._lock:
+            if self._files and not self._closed:
+                self._files[-1].sync()
+
     def mark_flushed(self, queue_offset: int) -> None:
         """Units below ``queue_offset`` were made durable by the caller (see ``flush``),
         and the names made so far (a caller that calls ``flush`` instead after
@@ -606,6 +685,12 @@ class ConsumeQueue:
         """Units below this queue offset were made durable by ``flush``."""
         self._sync()
         return self._flushed // UNIT_SIZE
+
+    @property
+    def file_end(self) -> int:
+        """The logical byte where the last file ends (0 without files)."""
+        files = self._files
+        return files[-1].end_offset if files else 0
 
     @property
     def has_files(self) -> bool:
@@ -650,7 +735,7 @@ class ConsumeQueue:
                 if seg is None:
                     break
                 k = min(seg.end_offset, end, buffered_from) - byte
-                chunks.append(seg.read(byte - seg.base_offset, k))
+                chunks.append(self._read(seg, byte - seg.base_offset, k))
                 byte += k
         return decode_units(b"".join(chunks))
 
@@ -802,16 +887,19 @@ class ConsumeQueue:
 
     # ------------------------------------------------------------------ recovery and cleaning
 
-    def recover(self, *, zero_tail: bool = True) -> TruncateReport:
+    def recover(self, *, zero_tail: bool = True, sync: bool = True) -> TruncateReport:
         """RocketMQ ConsumeQueue.recover: scan from the third-to-last file, stop at the
         first invalid unit and cut there: later files are deleted and the rest of the
         file holding the cut is zeroed. A file that is valid to its end passes the scan
         to the next one. Files before the last are read whole; the last one only as far
-        as its units go (opening 200,000 queues must not read 6 MB each).
+        as its units go (opening 200,000 queues must not read 6 MB each), and not again
+        if the open just read it.
 
-        ``zero_tail=False`` (after a clean shutdown) leaves the bytes after a cut in the
-        last file alone: this process wrote them, and a cut there only means its
-        units end where the file's do."""
+        In the last file, bytes after the last unit are zeroed only if there are any
+        (read as not zero, or data allocated past what was read: ``_data_after``);
+        ``zero_tail`` (after a crash) zeroes them in a file that is not sparse too,
+        where allocation tells nothing. ``sync=False`` leaves a zeroed file unsynced
+        (the report says ``zeroed``): the caller syncs many queues at once."""
         self._sync()
         with self._lock:
             self._drain()
@@ -821,23 +909,31 @@ class ConsumeQueue:
                 self._max_phys = -1
                 return TruncateReport(0, -1, 0, ())
             cut = None
+            zeroed = False
             for seg in files[max(0, len(files) - 3) : -1]:
                 n = len(decode_units(seg.read(0, seg.size)))
                 if n * UNIT_SIZE < seg.size:
                     cut = seg.base_offset + n * UNIT_SIZE
                     break
             if cut is None:
-                count, read_to = _valid_units_and_rest(files[-1])
-                cut = files[-1].base_offset + count * UNIT_SIZE
-                if zero_tail:
-                    deleted = self._cut(cut)
-                elif read_to >= 0 or self._data_after(files[-1], -1 - read_to):
-                    self._log.warning("bytes_after_last_unit_zeroed", at=cut // UNIT_SIZE, file=files[-1].path.name)
-                    deleted = self._cut(cut)
+                last, scan = files[-1], self._scan
+                if scan is not None and scan[0] == last.base_offset:
+                    count, read_to = len(scan[1]) // UNIT_SIZE, scan[2]
+                else:
+                    count, read_to, kept = _valid_units_and_rest(last)
+                    if kept or not count:
+                        self._scan = (last.base_offset, kept, read_to)
+                cut = last.base_offset + count * UNIT_SIZE
+                if read_to >= 0 or self._data_after(last, -1 - read_to):
+                    if not zero_tail:
+                        self._log.warning("bytes_after_last_unit_zeroed", at=cut // UNIT_SIZE, file=last.path.name)
+                    deleted, zeroed = self._cut(cut, sync=sync), True
+                elif zero_tail and not last.sparse:
+                    deleted, zeroed = self._cut(cut, sync=sync), True
                 else:
                     deleted = []
             else:
-                deleted = self._cut(cut)
+                deleted, zeroed = self._cut(cut, sync=sync), True
             if deleted or cut != self._wrote:
                 self._log.warning(
                     "consume_queue_truncated", at=cut // UNIT_SIZE, was=self._wrote // UNIT_SIZE, deleted_files=deleted
@@ -845,7 +941,7 @@ class ConsumeQueue:
             self._wrote = self._flushed = cut
             self._min = min(self._min, cut)
             self._max_phys = self._last_real_end()
-            return TruncateReport(cut // UNIT_SIZE, self._max_phys, 0, tuple(deleted))
+            return TruncateReport(cut // UNIT_SIZE, self._max_phys, 0, tuple(deleted), zeroed)
 
     def _data_after(self, seg: PooledFile, pos: int) -> bool:
         """Whether the last file ``seg`` holds data from ``pos`` (a page boundary past

@@ -19,6 +19,16 @@ read of a queue writes its units first (or serves them from memory if the disk i
 full). A crash loses only buffered units, which the store dispatches again from the
 last thorough flush.
 
+A summary of every queue's ends (queue_ends.py, ``config/queueEnds.bin``) is
+written at each thorough flush once the queues are durable (``flush(progress=...)``).
+At the next open the builder may hand it to ``load``. After a clean close its
+queues are not read: each is taken as listed once a stat of its files finds them
+whole and not changed since the summary (older mtime), and opened on first use.
+After a crash it spares the directory listing and stats of each queue, whose last
+file is still read and checked in ``recover``. Queues it does not list, or whose
+files do not fit their row, are read one by one, each once (a listing, a stat and
+one read serving both its first and last units and recovery's checks).
+
 Who calls what: the dispatcher thread calls ``dispatch``; the store's flusher calls
 ``flush`` (and through it ``write_behind``); recovery calls ``load`` and ``recover``
 before the dispatcher starts; readers call ``get``/``find`` from any thread.
@@ -28,7 +38,9 @@ from __future__ import annotations
 
 import os
 import shutil
+import stat
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,11 +52,13 @@ from mqstore.errors import CorruptFileError, InvalidTopicError
 from mqstore.formats.consume_queue import UNIT_DTYPE, UNIT_SIZE, encode_units, is_pre_blank
 from mqstore.formats.message import advances_queue_offset
 from mqstore.formats.names import check_topic
+from mqstore.store import queue_ends
 from mqstore.store.commitlog import CommitLog
 from mqstore.store.consume_queue import ConsumeQueue
 from mqstore.store.dispatch import DispatchBatch
 from mqstore.store.file_pool import FilePool
 from mqstore.store.mapped_file import fsync_dir, sync_file_system
+from mqstore.store.queue_ends import QueueEnds
 from mqstore.store.schedule import SCHEDULE_TOPIC
 
 log = structlog.get_logger(__name__)
@@ -57,6 +71,7 @@ _WRITE_OUT_PAGE = 4096  # the every-second write-behind skips queues with less b
 _BUFFER_BUDGET = 64 << 20  # ...unless all queues together buffer more than this
 _RAW_UNIT = np.dtype(f"V{UNIT_SIZE}")  # an encoded unit, moved as bytes (numpy keeps them as they are)
 _JOURNAL_UNITS = 1 << 20  # past this many units the dispatcher gives the journal to the queues itself
+_SPREAD_CHUNK = 64  # the open times its per-queue work this many items at a time (``_spread``)
 _CHECK_BATCH_UNITS = 1 << 20  # recovery checks the queues' tails against the commitlog this many units at a time
 
 
@@ -98,6 +113,10 @@ class ConsumeQueues:
         self._file_bytes = file_bytes
         self.pool = FilePool(max_open_files)  # bounds descriptors over all queues
         self._queues: dict[tuple[str, int], ConsumeQueue] = {}
+        # Queues the summary of queue ends lists and nothing has used yet: (first file,
+        # files, min offset, max offset, max physical offset), made a ConsumeQueue by
+        # ``get`` without any file access. Disjoint from _queues.
+        self._known: dict[tuple[str, int], tuple[int, int, int, int, int, int]] = {}  # (..., last file's st_blocks)
         self._lock = threading.Lock()
         self._dirty: set[ConsumeQueue] = set()  # queues with units buffered since the last write_behind
         # The dispatch journal (``dispatch``) and the per-queue state it is checked
@@ -123,11 +142,24 @@ class ConsumeQueues:
         # what load/recover cut or discarded (-1: from the commitlog's min offset);
         # None: nothing to rebuild.
         self.rebuild_from: int | None = None
+        # The commitlog min offset every queue's min offset was corrected against
+        # (recover, retention's passes: ``note_cleaned``); -1: not known.
+        self.cleaned_min = -1
+        self.summary_queues = 0  # how many queues ``load`` took from the summary of queue ends (not read)
 
-    def load(self, *, repair: bool = False) -> None:
-        """Open every queue on disk, a few topics at a time on the writer threads (each
-        queue is a directory listing, a stat and a read or three: on a cold disk these
-        wait on metadata reads, which overlap across threads).
+    def load(self, *, repair: bool = False, ends: QueueEnds | None = None, trusted: bool = False) -> None:
+        """Open every queue on disk (each queue is a directory listing, a stat and one
+        read; on a cold disk these wait on metadata reads, and the work moves to the
+        writer threads, where the waits overlap: ``_spread``).
+
+        ``ends``: the store's summary of queue ends, which the caller found usable
+        (QueueBuilder): a queue it lists whose directory exists and whose files are
+        there with the queue file size is not read here (see ``recover``); with
+        ``trusted`` (after a clean close) its files must also be older than the
+        summary (mtime), or it is read: a file changed since (damage, a tool) is
+        not what the summary says. Its directory must be older too (no file made
+        or removed since). Listed queues without a directory are gone.
+        Queues on disk it does not list are read.
 
         ``repair`` (the store's open): a last file of the wrong size is resized
         (ConsumeQueue ``repair``); a queue whose files still cannot be opened (a gap, a
@@ -147,47 +179,175 @@ class ConsumeQueues:
                 log.warning("consume_queue_dir_ignored", path=str(root / name))
                 continue
             topics.append(name)
-        self._on_writers(self._load_topics, topics)
+        listed: dict[str, dict[int, tuple[int, int, int, int, int]]] = {}
+        if ends is not None:
+            names, r = ends.topics, ends.rows
+            for t, q, *row in zip(
+                r["topic"].tolist(),
+                r["queue_id"].tolist(),
+                r["first_file"].tolist(),
+                r["files"].tolist(),
+                r["min_offset"].tolist(),
+                r["max_offset"].tolist(),
+                r["max_physical_offset"].tolist(),
+            ):
+                listed.setdefault(names[t], {})[q] = tuple(row)
+        since = ends.mtime_ns if ends is not None else None
+        newest = since if trusted else None
+        read = self._spread(lambda ts: self._load_topics(ts, listed, since, newest), topics)
+        self.summary_queues = len(self._known)
+        if ends is not None:
+            log.info(
+                "consume_queues_loaded",
+                from_summary=len(self._known),
+                read=read,
+                listed_but_gone=len(ends) - len(self._known),
+            )
 
-    def _load_topics(self, topics: list[str]) -> None:
+    def _load_topics(
+        self,
+        topics: list[str],
+        listed: dict[str, dict[int, tuple[int, int, int, int, int]]],
+        since: int | None,
+        newest: int | None,
+    ) -> int:
+        """Open the queues of ``topics``; those ``listed`` by the summary whose files
+        fit their row (``_row_fits``) are only noted (``_known``). A topic directory
+        not changed since the summary was written (mtime before ``since``: no queue
+        directory made or removed in it) is not listed: its queues are the summary's.
+        (Before, not at: a file system stamps times in clock ticks of a few ms, and a
+        change in the tick the summary was written in may have come after it.)
+        Returns how many queues were read."""
         root = self._store_dir / CONSUME_QUEUE_DIR
+        known, read = {}, 0
         for topic in topics:
-            try:
-                names = sorted(os.listdir(root / topic))
-            except NotADirectoryError:
-                log.warning("consume_queue_dir_ignored", path=str(root / topic))
-                continue
-            for name in names:
-                if not (name.isdigit() and int(name) <= 65535):
-                    log.warning("consume_queue_dir_ignored", path=str(root / topic / name))
-                    continue
-                if not self._repair:
-                    self.get(topic, int(name))
-                    continue
+            rows = listed.get(topic)
+            qids = None
+            if rows is not None and since is not None:
                 try:
-                    self.get(topic, int(name), repair=True)
-                except CorruptFileError as e:
-                    log.warning(
-                        "consume_queue_discarded",
-                        topic=topic,
-                        queue_id=int(name),
-                        reason=str(e),
-                        action="deleted; rebuilt from the commitlog",
-                    )
-                    shutil.rmtree(root / topic / name)
-                    fsync_dir(root / topic)
-                    self._rebuild_from(-1)
+                    st = os.stat(f"{root}/{topic}")
+                except OSError:
+                    continue
+                if stat.S_ISDIR(st.st_mode) and st.st_mtime_ns < since:
+                    qids = sorted(rows)
+            if qids is None:
+                try:
+                    names = sorted(os.listdir(root / topic))
+                except NotADirectoryError:
+                    log.warning("consume_queue_dir_ignored", path=str(root / topic))
+                    continue
+                qids = []
+                for name in names:
+                    if name.isdigit() and int(name) <= 65535:
+                        qids.append(int(name))
+                    else:
+                        log.warning("consume_queue_dir_ignored", path=str(root / topic / name))
+                qids.sort()
+            rows = rows or {}
+            for qid in qids:
+                row = rows.get(qid)
+                if row is not None:
+                    blocks = self._row_fits(f"{root}/{topic}/{qid}", row, since, newest)
+                    if blocks >= 0:
+                        known[(topic, qid)] = (*row, blocks)
+                        continue
+                read += 1
+                self._open_from_files(topic, qid)
+        with self._lock:
+            self._known.update(known)
+        return read
+
+    def _row_fits(self, directory: str, row: tuple[int, int, int, int, int], since: int, newest: int | None) -> int:
+        """A stat of a listed queue's directory and one of each of its files (one,
+        mostly): the directory must not have changed since the summary was written
+        (mtime before ``since``: no file made or removed since, such as a next file
+        the queue began after it), each file must be there with the queue file size
+        and, unless ``newest`` is None, not modified since either. Returns the last
+        file's st_blocks (``_data_after`` reads them), -1 if the row does not fit:
+        the queue is then read from its files."""
+        try:
+            if os.stat(directory).st_mtime_ns >= since:
+                return -1
+        except OSError:
+            return -1
+        first, files = row[0], row[1]
+        blocks = -1
+        for base in range(first, first + files * self._file_bytes, self._file_bytes):
+            try:
+                st = os.stat(f"{directory}/{base:020d}")
+            except OSError:
+                return -1
+            if st.st_size != self._file_bytes or (newest is not None and st.st_mtime_ns >= newest):
+                return -1
+            blocks = st.st_blocks
+        return blocks
+
+    def _open_from_files(self, topic: str, queue_id: int) -> ConsumeQueue | None:
+        """Open a queue from its files (the open; the caller holds no lock, and no
+        one else opens this queue meanwhile), outside the lock: many threads open
+        queues at once and each waits on its reads. With ``repair``, a queue whose
+        files cannot be opened is deleted and rebuilt from the commitlog (None)."""
+        root = self._store_dir / CONSUME_QUEUE_DIR
+        try:
+            cq = ConsumeQueue(
+                self._store_dir,
+                topic,
+                queue_id,
+                file_bytes=self._file_bytes,
+                pool=self.pool,
+                preallocate=False,
+                repair=self._repair,
+            )
+        except CorruptFileError as e:
+            if not self._repair:
+                raise
+            log.warning(
+                "consume_queue_discarded",
+                topic=topic,
+                queue_id=queue_id,
+                reason=str(e),
+                action="deleted; rebuilt from the commitlog",
+            )
+            shutil.rmtree(root / topic / str(queue_id))
+            fsync_dir(root / topic)
+            self._rebuild_from(-1)
+            return None
+        with self._lock:
+            self._queues[(topic, queue_id)] = cq
+        return cq
 
     def _on_writers(self, work, items: list) -> None:
         """Run ``work`` over ``items`` split across the writer threads (in this thread
         when there are few); the first error is raised here."""
         if len(items) <= _WRITE_OUT_SERIAL_UP_TO:
-            work(items)
-            return
+            return work(items)
         if self._writers is None:
             self._writers = ThreadPoolExecutor(_WRITER_THREADS, thread_name_prefix="mqstore-cq-write")
-        for done in [self._writers.submit(work, items[i::_WRITER_THREADS]) for i in range(_WRITER_THREADS)]:
+        results = [
             done.result()
+            for done in [self._writers.submit(work, items[i::_WRITER_THREADS]) for i in range(_WRITER_THREADS)]
+        ]
+        return sum(results) if all(isinstance(r, int) for r in results) else None
+
+    def _spread(self, work, items: list) -> int:
+        """The open's per-queue work (``work`` over ``items``, returning a count):
+        in this thread, a chunk at a time, while the chunks mostly compute; once a
+        chunk mostly waits (wall time over three times its CPU time: metadata and
+        reads from a cold disk), the rest on the writer threads, whose waits overlap.
+        With the files in the page cache a queue is a few microseconds of syscalls
+        and far more of Python, and threads only contend for the GIL (4 threads
+        opened 80,000 cached queues 1.6 times slower than one)."""
+        total, i = 0, 0
+        while i < len(items):
+            part = items[i : i + _SPREAD_CHUNK]
+            i += len(part)
+            wall, cpu = time.perf_counter(), time.thread_time()
+            total += work(part) or 0
+            wall, cpu = time.perf_counter() - wall, time.thread_time() - cpu
+            if i < len(items) and wall > 3 * cpu and wall > 0.005:
+                log.info("consume_queues_open_spread", waiting=round(wall - cpu, 3), threads=_WRITER_THREADS)
+                return total + (self._on_writers(work, items[i:]) or 0)
+        return total
 
     def _rebuild_from(self, offset: int) -> None:
         with self._lock:
@@ -196,13 +356,15 @@ class ConsumeQueues:
     def get(self, topic: str, queue_id: int, *, new: bool = False, repair: bool = False) -> ConsumeQueue:
         """The queue of (topic, queue_id), opened (and created) on first use. ``new``:
         the caller knows it is not on disk (the dispatcher, for a queue ``load`` did
-        not find), so opening it touches no file."""
+        not find), so opening it touches no file. A queue the summary of queue ends
+        listed is made from its row, without file access either."""
         key = (topic, queue_id)
         cq = self._queues.get(key)
         if cq is None:
             with self._lock:
                 cq = self._queues.get(key)
                 if cq is None:
+                    row = self._known.pop(key, None)
                     # Sparse files, as RocketMQ's setLength makes them: 200,000 queues x 6 MB
                     # pre-allocated would be 1.2 TB of blocks for nothing.
                     cq = ConsumeQueue(
@@ -212,9 +374,10 @@ class ConsumeQueues:
                         file_bytes=self._file_bytes,
                         pool=self.pool,
                         preallocate=False,
-                        fresh=new,
+                        fresh=new and row is None,
                         repair=repair,
                         read_only=self._read_only_above is not None,
+                        known=row,
                     )
                     if self._read_only_above is not None:
                         cq.correct_min_offset(self._read_only_above)
@@ -224,12 +387,18 @@ class ConsumeQueues:
     def find(self, topic: str, queue_id: int) -> ConsumeQueue | None:
         """The queue if it exists on disk or was written; never creates one."""
         cq = self._queues.get((topic, queue_id))
-        if cq is None and (self._store_dir / CONSUME_QUEUE_DIR / topic / str(queue_id)).is_dir():
+        if cq is None and (
+            (topic, queue_id) in self._known or (self._store_dir / CONSUME_QUEUE_DIR / topic / str(queue_id)).is_dir()
+        ):
             return self.get(topic, queue_id)
         return cq
 
     def keys(self) -> list[tuple[str, int]]:
-        """(topic, queue id) of every queue open or on disk."""
+        """(topic, queue id) of every queue open or on disk (once ``load`` ran: every
+        queue it found, or made since)."""
+        if self._loaded:
+            with self._lock:
+                return sorted(set(self._queues) | set(self._known))
         on_disk = set()
         root = self._store_dir / CONSUME_QUEUE_DIR
         if root.is_dir():
@@ -240,9 +409,32 @@ class ConsumeQueues:
         return sorted(on_disk | set(self._queues))
 
     def all(self) -> list[ConsumeQueue]:
-        """Every open queue, each holding every unit dispatched so far."""
+        """Every open queue, each holding every unit dispatched so far (the queues
+        listed by the summary of queue ends and not used yet are made now)."""
         self._move_all_in()
+        for key in list(self._known):
+            self.get(*key)
         return list(self._queues.values())
+
+    def count(self) -> int:
+        """How many queues there are (``all`` without making them)."""
+        with self._lock:
+            return len(self._queues) + len(self._known)
+
+    def ends(self) -> dict[tuple[str, int], int]:
+        """The next queue offset (max offset) of every queue (step 3 of the open)."""
+        self._move_all_in()
+        with self._lock:
+            known, live = list(self._known.items()), list(self._queues.items())
+        out = {key: row[3] for key, row in known}
+        for key, cq in live:
+            out[key] = cq.max_offset
+        return out
+
+    def note_cleaned(self, commitlog_min: int) -> None:
+        """Every queue's min offset was corrected against ``commitlog_min`` (a
+        retention pass over ``all()`` is done)."""
+        self.cleaned_min = max(self.cleaned_min, commitlog_min)
 
     def dispatch(self, batch: DispatchBatch, from_offset: int = 0, to_offset: int = 0) -> None:
         """Journal the units of NOT_TYPE and COMMIT records (a DispatchSink: the range
@@ -261,8 +453,19 @@ class ConsumeQueues:
         idx = np.flatnonzero(take) if not take.all() else np.arange(len(batch))
         if not len(idx):
             return
+        newest = int(idx[-1])
         with self._jlock:
             dense = self._dense_ids(batch.topics, batch.topic_codes[idx], batch.queue_ids[idx])
+            # Units whose record ends at or before the end of their queue's last unit are
+            # there already (a re-dispatch after a restart): put_units would skip each
+            # of them, one queue at a time.
+            built = (batch.physical_offsets[idx] + batch.sizes[idx]) <= self._max_end[dense]
+            if built.any():
+                keep = ~built
+                idx, dense = idx[keep], dense[keep]
+                if not len(idx):
+                    self.last_dispatched_timestamp = int(batch.store_timestamps[newest])
+                    return
             order = np.argsort(dense, kind="stable")  # stable: commitlog order within a queue
             sel, d = idx[order], dense[order]
             qo, phys, sizes, tags = (
@@ -309,7 +512,7 @@ class ConsumeQueues:
                     self._dirty.add(cq)
             if self._journal_units > _JOURNAL_UNITS:
                 self._move_all_in_locked()
-        self.last_dispatched_timestamp = int(batch.store_timestamps[idx[-1]])
+        self.last_dispatched_timestamp = int(batch.store_timestamps[newest])
 
     def _dense_ids(self, topics: list[str], codes: np.ndarray, qids: np.ndarray) -> np.ndarray:
         """The dense id of each (topics[code], queue id); queues met for the first time
@@ -477,7 +680,7 @@ class ConsumeQueues:
         self._on_writers(_write_behind_all, now)
         return len(now)
 
-    def flush(self, *, thorough: bool = True) -> None:
+    def flush(self, *, thorough: bool = True, progress: int | None = None) -> None:
         """Write out buffered units (``write_behind``); with ``thorough`` (every 60 s,
         and on close) write out all of them and make every queue durable.
 
@@ -486,23 +689,42 @@ class ConsumeQueues:
         re-dispatches everything after it. An fsync per queue per second (RocketMQ
         flushes each queue with two pages dirty) costs a disk round trip per queue,
         and with thousands of queues would never end; one syncfs past a few queues
-        makes all of them, and their new directories, durable at once."""
+        makes all of them, and their new directories, durable at once.
+
+        ``progress`` (the builder's: every record below it had its units buffered
+        before this flush began): once the queues are durable, the summary of queue
+        ends (queue_ends.py) is written with each queue as it was written out here."""
         self.write_behind(everything=thorough)
         if not thorough:
             return
-        queues = self.all()
+        self._move_all_in()
+        with self._lock:
+            queues, known = list(self._queues.values()), list(self._known.items())
+        taken = [(cq, *cq.prepare_flush_row()) for cq in queues]
         if len(queues) <= _FSYNC_EACH_UP_TO:
             for cq in queues:
                 cq.flush()
-            return
-        ready = [(cq, offset) for cq in queues if (offset := cq.prepare_flush()) is not None]
-        sync_file_system(self._store_dir)
-        for cq, offset in ready:
-            cq.mark_flushed(offset)
+        else:
+            sync_file_system(self._store_dir)
+            for cq, offset, _ in taken:
+                if offset is not None:
+                    cq.mark_flushed(offset)
+        if progress is not None:
+            rows = [(t, q, *row[:5]) for (t, q), row in known]
+            rows += [(cq.topic, cq.queue_id, *row) for cq, _, row in taken if row is not None]
+            queue_ends.write(
+                self._store_dir,
+                queue_ends.build(
+                    rows, file_bytes=self._file_bytes, progress_offset=progress, cleaned_min=self.cleaned_min
+                ),
+            )
 
     def max_physical_offset(self) -> int:
         """offset+size of the newest unit over all queues (-1 if there is none)."""
-        return max((cq.max_physical_offset for cq in self.all()), default=-1)
+        self._move_all_in()
+        with self._lock:
+            known, live = list(self._known.values()), list(self._queues.values())
+        return max(max((row[4] for row in known), default=-1), max((cq.max_physical_offset for cq in live), default=-1))
 
     def recover(self, commitlog: CommitLog, *, verify_tail: bool, check_from: int = 0, deep_from: int = 0) -> None:
         """Cut torn unit tails and every unit at or past the commitlog's valid end.
@@ -520,13 +742,47 @@ class ConsumeQueues:
         durable); every unit must still lie inside the commitlog and point further
         than the one before it, which random garbage does not (a unit copied from
         elsewhere does not either). Reading a record head for each of millions of
-        older units was most of the open."""
+        older units was most of the open.
+
+        Queues ``load`` took from the summary of queue ends: after a clean close they
+        are taken as listed unless their last unit lies past the commitlog's end
+        (then recovered as above); after a crash they are recovered as above from
+        their listed files (no listing, no stat), and one whose last file turns out
+        full is opened from its files (a later one may have been made since).
+        Zeroed tails are synced at the end, all at once."""
         if verify_tail:
             check_from = deep_from
         else:
             deep_from = check_from
         tails: list[tuple[ConsumeQueue, int, int, np.ndarray | None]] = []
-        self._on_writers(lambda queues: self._recover_queues(queues, commitlog, verify_tail, tails), self.all())
+        zeroed: list[ConsumeQueue] = []
+        self._move_all_in()
+        with self._lock:
+            slow = list(self._queues.values())  # read from their files by load
+            known = list(self._known.items())
+        if verify_tail and known:
+            listed = [self.get(*key) for key, _ in known]
+            unfit: list[ConsumeQueue] = []
+            self._spread(lambda qs: self._recover_queues(qs, commitlog, True, tails, zeroed, unfit), listed)
+            for cq in unfit:  # the row does not fit the files: open the queue from them
+                with self._lock:
+                    del self._queues[(cq.topic, cq.queue_id)]
+                cq.close()
+                reopened = self._open_from_files(cq.topic, cq.queue_id)
+                if reopened is not None:
+                    slow.append(reopened)
+            if unfit:
+                log.warning("queue_ends_row_mismatch", queues=len(unfit), action="read from their files")
+        elif known:
+            past = [key for key, row in known if row[4] > commitlog.wrote_offset]
+            slow += [self.get(*key) for key in past]
+        self._spread(lambda queues: self._recover_queues(queues, commitlog, verify_tail, tails, zeroed), slow)
+        if zeroed:  # cut tails, made durable at once
+            if len(zeroed) <= _FSYNC_EACH_UP_TO:
+                for cq in zeroed:
+                    cq.sync_files()
+            else:
+                sync_file_system(self._store_dir)
         batch, units = [], 0
         for tail in sorted(tails, key=lambda t: (t[0].topic, t[0].queue_id)):
             batch.append(tail)
@@ -536,20 +792,25 @@ class ConsumeQueues:
                 batch, units = [], 0
         self._check_tails(commitlog, batch, check_from, deep_from)
         expected = commitlog.recovery.queue_offsets
-        for cq in self.all():
-            if cq.max_offset < expected.get((cq.topic, cq.queue_id), 0):
+        with self._lock:
+            live, known = list(self._queues.values()), list(self._known.items())
+        ends = [(cq.topic, cq.queue_id, cq.max_offset, cq.max_physical_offset) for cq in live]
+        ends += [(t, q, row[3], row[4]) for (t, q), row in known]
+        for topic, qid, max_offset, max_phys in ends:
+            if max_offset < expected.get((topic, qid), 0):
                 if not verify_tail:  # after a crash, units still buffered in memory are expected to be lost
                     log.warning(
                         "consume_queue_short",
-                        topic=cq.topic,
-                        queue_id=cq.queue_id,
-                        max_offset=cq.max_offset,
-                        records_up_to=expected[(cq.topic, cq.queue_id)],
+                        topic=topic,
+                        queue_id=qid,
+                        max_offset=max_offset,
+                        records_up_to=expected[(topic, qid)],
                         action="rebuilt from the commitlog",
                     )
-                self._rebuild_from(cq.max_physical_offset)
+                self._rebuild_from(max_phys)
         if not verify_tail:  # after a clean exit every queue with records was written: a missing one is damage
-            missing = sorted(k for k in expected if k not in self._queues)
+            with self._lock:
+                missing = sorted(k for k in expected if k not in self._queues and k not in self._known)
             if missing:
                 log.warning(
                     "consume_queue_missing",
@@ -558,6 +819,7 @@ class ConsumeQueues:
                     action="rebuilt from the commitlog",
                 )
                 self._rebuild_from(-1)
+        self.cleaned_min = commitlog.min_offset
 
     def _recover_queues(
         self,
@@ -565,19 +827,33 @@ class ConsumeQueues:
         commitlog: CommitLog,
         verify_tail: bool,
         tails: list[tuple[ConsumeQueue, int, int, np.ndarray | None]],
+        zeroed: list[ConsumeQueue],
+        unfit: list[ConsumeQueue] | None = None,
     ) -> None:
-        found = []
+        """Recover each queue (see ``recover``). ``unfit``: the queues were made from
+        the summary's rows after a crash; one whose last file turns out full (a later
+        file may have been made since the summary) is put there instead, untouched
+        but for a cut of torn bytes."""
+        found, cut, misfits = [], [], []
         for cq in queues:
-            cq.recover(zero_tail=verify_tail)
+            if cq.recover(zero_tail=verify_tail, sync=False).zeroed:
+                cut.append(cq)
+            if unfit is not None and cq.max_offset * UNIT_SIZE == cq.file_end:
+                misfits.append(cq)
+                continue
             cq.truncate_dirty(commitlog.wrote_offset)
             cq.correct_min_offset(commitlog.min_offset)
             if cq.max_offset > cq.min_offset:
                 per_file = cq.file_bytes // UNIT_SIZE  # the last file's units (a full one when it just filled)
                 start, end = max(cq.min_offset, cq.max_offset - (cq.max_offset % per_file or per_file)), cq.max_offset
-                # Small tails are read here, on the writer threads; big ones when checked (bounded memory).
+                # Small tails are read here (from what the open read), on the writer threads; big ones when checked.
                 found.append((cq, start, end, cq.read_units(start, end - start) if end - start <= 4096 else None))
+            cq.forget_scan()
         with self._lock:
             tails.extend(found)
+            zeroed.extend(cut)
+            if unfit is not None:
+                unfit.extend(misfits)
 
     def _check_tails(
         self,
@@ -648,9 +924,10 @@ class ConsumeQueues:
         if self._writers is not None:
             self._writers.shutdown()
             self._writers = None
-        for cq in self.all():
+        for cq in list(self._queues.values()):
             cq.close()
         self._queues.clear()
+        self._known.clear()
         self.pool.close_all()
 
 

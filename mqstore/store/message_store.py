@@ -245,7 +245,7 @@ class MessageStore(LocalReads):
             "wrote": st["wrote"],
             "flushed": st["flushed"],
             "dispatch_lag_bytes": d.lag,
-            "queues": len(self.consume_queues.all()),
+            "queues": self.consume_queues.count(),
             "last_recovery": st["last_recovery"],
             "loops": {
                 **st["loops"],

@@ -97,7 +97,7 @@ def recover_builder(
 def queue_ends(builder: QueueBuilder) -> dict[tuple[str, int], int]:
     """Step 3's message: the next queue offset of every consume queue the builder
     holds (with ``builder.progress_offset``, what ``LogStore.attach_queue_ends`` takes)."""
-    return {(q.topic, q.queue_id): q.max_offset for q in builder.consume_queues.all()}
+    return builder.consume_queues.ends()
 
 
 def resume_offset(progress_offsets: Iterable[int]) -> int:

@@ -357,6 +357,7 @@ class Retention:
         builder cleans its own files (``clean_queues_below``)."""
         if self._queues is not None:
             clean_queues_below(self._queues.all(), commitlog_min, cq_files, cq_mins)
+            self._queues.note_cleaned(commitlog_min)
         if self._index is None:
             return ()
         return tuple(self._index.delete_files_below(commitlog_min) or ())
