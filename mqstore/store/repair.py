@@ -51,6 +51,7 @@ from mqstore.store.layout import layout_for_reading
 from mqstore.store.lockfile import StoreLock, lock_holder
 from mqstore.store.mapped_file import fsync_dir
 from mqstore.store.message_store import MessageStore
+from mqstore.store.queue_ends import QUEUE_ENDS_FILE
 from mqstore.store.segments import SegmentQueue
 from mqstore.store.verify import VerifyReport, verify_store
 from mqstore.store.verify.report import QueueKey, Severity
@@ -164,6 +165,13 @@ def plan_repair(report: VerifyReport, *, truncate_corrupt: bool = False) -> Repa
         plan.steps.append(f"move the unusable {CONFIG_DIR}/{name} aside and restore it from {name}{BAK_SUFFIX}")
     plan.stray_files = list(d.stray_files)
     plan.steps += [f"move the stray file {p} aside" for p in plan.stray_files]
+    if d.queue_ends_bad:
+        rel = f"{CONFIG_DIR}/{QUEUE_ENDS_FILE}"
+        plan.stray_files.append(rel)
+        plan.steps.append(
+            f"move {rel} aside: it disagrees with the queues (the store reads every queue when it next opens "
+            "and writes it anew when it closes)"
+        )
     cp = d.checkpoint
     newest = d.newest_store_timestamp_below_cut if plan.cut_at is not None else d.newest_store_timestamp
     if cp is not None and max(cp.physic_msg_timestamp, cp.logics_msg_timestamp, cp.index_msg_timestamp) > newest:

@@ -21,6 +21,9 @@ from mqstore.store.consume_queue import ConsumeQueue
 from mqstore.store.consume_queues import ConsumeQueues
 from mqstore.store.dispatch import ReputLoop
 from mqstore.store.message_store import MessageStore
+from mqstore.store.repair import repair_store
+from mqstore.store.verify import verify_store
+from mqstore.store.verify.report import Severity
 
 CFG = StoreConfig(
     segment_bytes=256 * 1024, consume_queue_file_bytes=20 * 50, index_hash_slots=512, index_max_entries=2048
@@ -242,6 +245,32 @@ def test_queue_directory_not_in_the_summary_is_read(tmp_path: Path) -> None:
     with MessageStore(store, CFG) as s:
         assert s.consume_queues.summary_queues == TOPICS * QUEUES - 1
         assert ends_of(s) == want
+
+
+# ------------------------------------------------------------------ verify and repair
+
+
+def test_verify_flags_a_summary_the_store_would_trust_wrongly_and_repair_moves_it(tmp_path: Path) -> None:
+    store = closed_store(tmp_path)
+    assert verify_store(store).ok
+    ends = qe.read(store)
+    ends.rows[0]["max_offset"] -= 1
+    qe.write(store, ends)  # newer than every queue file: the open would take it as it is
+    report = verify_store(store)
+    kinds = {f.kind: f.severity for f in report.findings}
+    assert kinds.get("queue_ends_mismatch") is Severity.ERROR
+    result = repair_store(store)
+    assert result.ok, [f.detail for f in result.after.findings]
+    assert any("queueEnds.bin" in d for d in result.done)
+    assert verify_store(store).ok
+
+
+def test_verify_warns_about_an_unreadable_summary(tmp_path: Path) -> None:
+    store = closed_store(tmp_path)
+    qe.path_of(store).write_bytes(b"not a summary")
+    report = verify_store(store)
+    assert report.ok
+    assert [f.severity for f in report.findings if f.kind == "queue_ends_unreadable"] == [Severity.WARNING]
 
 
 # ------------------------------------------------------------------ re-dispatch

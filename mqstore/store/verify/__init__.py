@@ -31,9 +31,9 @@ from mqstore.formats.checkpoint import Checkpoint
 from mqstore.store.commitlog import COMMITLOG_DIR
 from mqstore.store.config import StoreConfig
 from mqstore.store.layout import LAYOUT_FILE, layout_for_reading
-from mqstore.store.lockfile import ABORT_FILE, lock_holder
+from mqstore.store.lockfile import ABORT_FILE, builder_files, lock_holder
 from mqstore.store.verify.index import check_index, index_end_offset
-from mqstore.store.verify.queues import check_records, read_queues
+from mqstore.store.verify.queues import check_queue_ends, check_records, read_queues
 from mqstore.store.verify.records import RecordTable, walk_commitlog
 from mqstore.store.verify.report import Damage, Finding, Findings, Severity, VerifyReport
 from mqstore.store.verify.state import check_checkpoint, check_configs, read_state
@@ -84,6 +84,18 @@ def verify_store(
         store, table, queues, damage, state.checkpoint, clean=running or not (store / ABORT_FILE).exists()
     )
     queue_max = check_records(queues, table, findings, damage, resume_offset=resume, running=running)
+    check_queue_ends(
+        store,
+        cfg.consume_queue_file_bytes,
+        queues,
+        damage.commitlog_cut if damage.commitlog_cut is not None else table.data_end,
+        table.min_offset,
+        findings,
+        damage,
+        clean=not running
+        and not (store / ABORT_FILE).exists()
+        and not (store / builder_files("consumequeue")[1]).exists(),
+    )
     log.info("verify_progress", stage="index", queues=len(queues))
     index = check_index(store, cfg.index_hash_slots, cfg.index_max_entries, table, findings, damage, running=running)
     check_checkpoint(state, table.newest_store_timestamp, findings, damage)

@@ -29,6 +29,10 @@ Two sides, both in bulk with numpy:
     queue_offset_sequence   error     records of one queue do not take consecutive queue offsets
     cq_stray_file / cq_empty_file    warning the store ignores or removes it
     cq_not_written          info      a running store's records past the last unit on disk (units in memory)
+    queue_ends_unreadable   warning   config/queueEnds.bin does not decode; the store ignores it (reads every queue)
+    queue_ends_mismatch     error     after this clean close the store would take a queue's ends from
+                                      config/queueEnds.bin (its files are older than the summary), and they
+                                      are not the queue's (repair moves the file aside)
 """
 
 from __future__ import annotations
@@ -47,7 +51,9 @@ from mqstore.formats.consume_queue import (
     is_pre_blank,
 )
 from mqstore.formats.names import check_topic, file_name_to_offset
+from mqstore.store import queue_ends
 from mqstore.store.consume_queues import CONSUME_QUEUE_DIR
+from mqstore.store.json_files import CONFIG_DIR
 from mqstore.store.schedule import SCHEDULE_TOPIC
 from mqstore.store.verify.records import RecordTable
 from mqstore.store.verify.report import Damage, Findings, QueueKey
@@ -378,3 +384,69 @@ def _check_sequence(qo: np.ndarray, ph: np.ndarray, loc: str, findings: Findings
 
 
 __all__ = ["QueueFiles", "check_records", "queue_dirs", "read_queue", "read_queues"]
+
+
+def check_queue_ends(
+    store_dir: Path,
+    file_bytes: int,
+    queues: dict[QueueKey, QueueFiles],
+    end: int,
+    min_offset: int,
+    findings: Findings,
+    damage: Damage,
+    *,
+    clean: bool,
+) -> None:
+    """The summary of queue ends (queue_ends.py) against the queues as read. Only
+    where the store's next open would trust it: after a clean close (``clean``: not
+    running, no abort marker), written at the commitlog's end ``end`` with the
+    queues corrected against its ``min_offset``, for a queue whose files are all
+    there, of the file size and older than the summary. Elsewhere the store reads
+    the queue itself, so a row that disagrees costs nothing."""
+    rel = f"{CONFIG_DIR}/{queue_ends.QUEUE_ENDS_FILE}"
+    try:
+        ends = queue_ends.read(store_dir)
+    except FileNotFoundError:
+        return
+    except (OSError, queue_ends.QueueEndsError) as e:
+        findings.warning("queue_ends_unreadable", rel, f"{e}; the store ignores it and reads every queue when it opens")
+        return
+    fb = file_bytes_for(file_bytes)
+    if not clean or ends.file_bytes != fb or ends.progress_offset != end or ends.cleaned_min != min_offset:
+        return
+    root = Path(store_dir) / CONSUME_QUEUE_DIR
+    bad = 0
+    r = ends.rows
+    for (topic, qid), first, files, max_offset, max_phys in zip(
+        ends.keys(),
+        r["first_file"].tolist(),
+        r["files"].tolist(),
+        r["max_offset"].tolist(),
+        r["max_physical_offset"].tolist(),
+    ):
+        q = queues.get((topic, qid))
+        if q is None or q.unreadable:
+            continue
+        trusted = True
+        for base in range(first, first + files * fb, fb):
+            try:
+                st = (root / topic / str(qid) / f"{base:020d}").stat()
+            except OSError:
+                trusted = False
+                break
+            if st.st_size != fb or st.st_mtime_ns > ends.mtime_ns:
+                trusted = False
+                break
+        if not trusted:
+            continue
+        have = (q.first_offset * UNIT_SIZE, q.end_offset, q.last_end_below(1 << 62))
+        if have != (first, max_offset, max_phys):
+            bad += 1
+            findings.error(
+                "queue_ends_mismatch",
+                f"{rel}#{topic}/{qid}",
+                f"lists first file {first}, max offset {max_offset}, max physical offset {max_phys}; the queue's "
+                f"files hold {have[0]}, {have[1]}, {have[2]}, and the store would open the queue as listed",
+            )
+    if bad:
+        damage.queue_ends_bad = True

@@ -72,6 +72,7 @@ class Damage:
     config_from_bak: list[str] = field(default_factory=list)  # file names the store reads from .bak
     config_unusable: list[str] = field(default_factory=list)  # file names neither readable nor with a usable .bak
     stray_files: list[str] = field(default_factory=list)  # paths (relative to the store) the store ignores forever
+    queue_ends_bad: bool = False  # config/queueEnds.bin lists ends the store would trust and that are wrong
 
 
 class Findings:
