@@ -400,9 +400,10 @@ def check_queue_ends(
     """The summary of queue ends (queue_ends.py) against the queues as read. Only
     where the store's next open would trust it: after a clean close (``clean``: not
     running, no abort marker), written at the commitlog's end ``end`` with the
-    queues corrected against its ``min_offset``, for a queue whose files are all
-    there, of the file size and older than the summary. Elsewhere the store reads
-    the queue itself, so a row that disagrees costs nothing."""
+    queues corrected against its ``min_offset``, for a queue whose directory is older
+    than the summary and whose files are all there, of the file size and older than
+    it too. Elsewhere the store reads the queue itself, so a row that disagrees
+    costs nothing."""
     rel = f"{CONFIG_DIR}/{queue_ends.QUEUE_ENDS_FILE}"
     try:
         ends = queue_ends.read(store_dir)
@@ -427,16 +428,14 @@ def check_queue_ends(
         q = queues.get((topic, qid))
         if q is None or q.unreadable:
             continue
-        trusted = True
-        for base in range(first, first + files * fb, fb):
-            try:
-                st = (root / topic / str(qid) / f"{base:020d}").stat()
-            except OSError:
-                trusted = False
-                break
-            if st.st_size != fb or st.st_mtime_ns > ends.mtime_ns:
-                trusted = False
-                break
+        qdir = root / topic / str(qid)
+        try:  # the open's test (ConsumeQueues._row_fits): directory and files older than the summary
+            trusted = qdir.stat().st_mtime_ns < ends.mtime_ns
+            for base in range(first, first + files * fb, fb):
+                st = (qdir / f"{base:020d}").stat()
+                trusted = trusted and st.st_size == fb and st.st_mtime_ns < ends.mtime_ns
+        except OSError:
+            trusted = False
         if not trusted:
             continue
         have = (q.first_offset * UNIT_SIZE, q.end_offset, q.last_end_below(1 << 62))
