@@ -4,13 +4,15 @@ in ns per record, for batches of the bench workload (1 topic, 4 queues, TAGS, KE
 generated UNIQ_KEY). Times ``prepare`` (validation, properties, head fields, body CRC)
 plus what the put lock adds (queue offsets are not included: the same for both): the
 model's render into bytes, the kernel's patch of the buffer. The workload's batches
-are made before the clock starts. Best of 3 passes.
-Usage: .venv/bin/python bench/encode_kernel.py [--body-size 128] [--messages N] [--batch 1000]
+are made before the clock starts, their bodies in one ``Bodies`` buffer each (as the
+workload makes them) or, with ``--bodies list``, one bytes object per message. Best of 3.
+Usage: .venv/bin/python bench/encode_kernel.py [--body-size 128] [--messages N] [--batch 1000] [--bodies list]
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 import time
@@ -49,9 +51,12 @@ def main() -> None:
     ap.add_argument("--body-size", type=int, default=128)
     ap.add_argument("--messages", type=int, default=200_000)
     ap.add_argument("--batch", type=int, default=1000)
+    ap.add_argument("--bodies", choices=["buffer", "list"], default="buffer")
     a = ap.parse_args()
     w = Workload(body_size=a.body_size, topics=1, queues=4)
     batches = [w.batch(s, min(a.batch, a.messages - s)) for s in range(0, a.messages, a.batch)]
+    if a.bodies == "list":
+        batches = [dataclasses.replace(b, bodies=list(b.bodies)) for b in batches]
     config = StoreConfig()
     for name, enc, run in (
         ("model", ModelBatchEncoder(config, SystemClock()), run_model),
@@ -67,6 +72,7 @@ def main() -> None:
                 {
                     "encoder": name,
                     "body_size": a.body_size,
+                    "bodies": a.bodies,
                     "batch": a.batch,
                     "ns_per_record": round(best / a.messages * 1e9, 1),
                     "msgs_per_s": round(a.messages / best),
