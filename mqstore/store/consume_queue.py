@@ -69,10 +69,15 @@ def queue_dir(store_dir: str | Path, topic: str, queue_id: int) -> Path:
     queue id must be an int in 0..65535, so the result is always inside the store.
     Raises InvalidTopicError or InvalidMessageError.
     """
+    return Path(_queue_dir(store_dir, topic, queue_id))  # one parse: made for every new queue
+
+
+def _queue_dir(store_dir: str | Path, topic: str, queue_id: int) -> str:
+    """``queue_dir`` as a string (an open of 80,000 queues makes no Path it does not use)."""
     check_topic(topic)
     if isinstance(queue_id, bool) or not isinstance(queue_id, (int, np.integer)) or not 0 <= queue_id <= MAX_QUEUE_ID:
         raise InvalidMessageError(f"queue id {queue_id!r} is not an integer in 0..{MAX_QUEUE_ID}")
-    return Path(f"{store_dir}/{CONSUME_QUEUE_DIR}/{topic}/{int(queue_id)}")  # one parse: made for every new queue
+    return f"{store_dir}/{CONSUME_QUEUE_DIR}/{topic}/{int(queue_id)}"
 
 
 @dataclass(frozen=True)
@@ -175,7 +180,8 @@ class ConsumeQueue:
         ``file_bytes`` with a warning instead of refused; recovery then cuts whatever
         units it lost or gained, and the store re-dispatches them.
         """
-        self.directory = queue_dir(store_dir, topic, queue_id)
+        self._dir = _queue_dir(store_dir, topic, queue_id)
+        self._directory: Path | None = None
         self.topic = topic
         self.queue_id = int(queue_id)
         self.file_bytes = file_bytes_for(file_bytes)
@@ -209,6 +215,13 @@ class ConsumeQueue:
             self._load(repair and not read_only)
 
     @property
+    def directory(self) -> Path:
+        """The queue's directory (made on use: most queues of a big open never need it)."""
+        if self._directory is None:
+            self._directory = Path(self._dir)
+        return self._directory
+
+    @property
     def _log(self):  # bound on use: most queues never log, and 200,000 bound loggers cost memory
         return log.bind(topic=self.topic, queue_id=self.queue_id)
 
@@ -217,19 +230,19 @@ class ConsumeQueue:
     def _take_known(
         self, first_file: int, files: int, min_offset: int, max_offset: int, max_phys: int, blocks: int = -1
     ) -> None:
-        directory, sparse = str(self.directory), not self._preallocate
+        directory, sparse = self._dir, not self._preallocate
         self._files = [
-            PooledFile(Path(f"{directory}/{base:020d}"), base, self.file_bytes, self._pool, sparse=sparse)
+            PooledFile(f"{directory}/{base:020d}", base, self.file_bytes, self._pool, sparse=sparse)
             for base in range(first_file, first_file + files * self.file_bytes, self.file_bytes)
         ]
         self._min = min_offset * UNIT_SIZE
         self._wrote = self._flushed = max_offset * UNIT_SIZE
         self._max_phys = max_phys
         if blocks >= 0 and self._files:
-            self._last_file_blocks = (self._files[-1].path.name, blocks)  # see _data_after
+            self._last_file_blocks = (self._files[-1].name, blocks)  # see _data_after
 
     def _load(self, repair: bool = False) -> None:
-        directory = str(self.directory)  # (strings: a queue's open is a few syscalls, paths must not cost more)
+        directory = self._dir  # (strings: a queue's open is a few syscalls, Path objects cost more)
         try:
             names = os.listdir(directory)
         except FileNotFoundError:
@@ -263,11 +276,11 @@ class ConsumeQueue:
         files = []
         try:
             for i, (base, size) in enumerate(zip(bases, sizes, strict=True)):
-                path = Path(f"{directory}/{base:020d}")
+                path = f"{directory}/{base:020d}"
                 if base % self.file_bytes:
                     raise CorruptFileError(f"{path}: start offset is not a multiple of the file size {self.file_bytes}")
                 if i and base != bases[i - 1] + self.file_bytes:
-                    raise CorruptFileError(f"{self.directory}: consume queue files are not contiguous at {path.name}")
+                    raise CorruptFileError(f"{self.directory}: consume queue files are not contiguous at {base:020d}")
                 if size != self.file_bytes:
                     raise CorruptFileError(
                         f"{path}: consume queue file has {size} bytes, expected {self.file_bytes}; "
@@ -282,7 +295,7 @@ class ConsumeQueue:
         if not files:
             return
         last = files[-1]
-        self._last_file_blocks = (last.path.name, stats[len(files) - 1].st_blocks)  # see _data_after
+        self._last_file_blocks = (last.name, stats[len(files) - 1].st_blocks)  # see _data_after
         count, read_to, kept = _valid_units_and_rest(last)
         if kept or not count:
             self._scan = (last.base_offset, kept, read_to)
@@ -934,7 +947,7 @@ class ConsumeQueue:
                     deleted = []
             else:
                 deleted, zeroed = self._cut(cut, sync=sync), True
-            if deleted or cut != self._wrote:
+            if deleted or cut < self._wrote:  # (past it: a queue opened from the summary of queue ends went on)
                 self._log.warning(
                     "consume_queue_truncated", at=cut // UNIT_SIZE, was=self._wrote // UNIT_SIZE, deleted_files=deleted
                 )
@@ -952,7 +965,7 @@ class ConsumeQueue:
         if pos >= seg.size or not seg.sparse:
             return False
         known = self._last_file_blocks
-        if known is not None and known[0] == seg.path.name and known[1] * 512 <= pos:
+        if known is not None and known[0] == seg.name and known[1] * 512 <= pos:
             return False
         with seg._fd_in_use() as fd:  # the pooled descriptor reads use
             try:

@@ -72,7 +72,7 @@ class FilePool:
             victims = self._make_room()
         try:
             self._close_fds(victims)
-            fd = os.open(f.path, os.O_RDWR)
+            fd = os.open(f._path, os.O_RDWR)
         except BaseException:
             with self._lock:
                 f._pins -= 1
@@ -163,8 +163,9 @@ class PooledFile:
     """A fixed-size, pre-allocated file read and written with pread/pwrite through a
     ``FilePool``. Same surface as ``mapped_file.Segment`` for the consume queues."""
 
-    def __init__(self, path: Path, base_offset: int, size: int, pool: FilePool, *, sparse: bool = False) -> None:
-        self.path = path
+    def __init__(self, path: Path | str, base_offset: int, size: int, pool: FilePool, *, sparse: bool = False) -> None:
+        self._path = os.fspath(path)  # a string: an open of 80,000 queues makes no Path it does not use
+        self._path_obj = path if isinstance(path, Path) else None
         self.sparse = sparse  # blocks are not reserved: zeroing punches holes and allocates nothing
         self.base_offset = base_offset
         self.size = size
@@ -227,6 +228,17 @@ class PooledFile:
             if sync_dir and not preallocate:
                 fsync_dir(path.parent)
         return cls(path, base_offset, size, pool, sparse=not preallocate)
+
+    @property
+    def path(self) -> Path:
+        if self._path_obj is None:
+            self._path_obj = Path(self._path)
+        return self._path_obj
+
+    @property
+    def name(self) -> str:
+        """The file's name (``path.name``)."""
+        return os.path.basename(self._path)
 
     @property
     def end_offset(self) -> int:
