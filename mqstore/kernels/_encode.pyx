@@ -654,67 +654,24 @@ def crc_folds():
     return mq_crc_fold_init() > 0
 
 
-def queue_offsets(
-    const int64_t[:] topic_codes,
-    const int64_t[:] queue_ids,
-    const unsigned char[:] advances,
-    int64_t width,
-    list topics,
-    dict table,
-    int64_t[::1] out,
-):
-    """Queue offsets of a batch under the put lock: each record that ``advances``
-    (None: every one) gets the next offset of its (topic, queue id) in arrival order,
-    starting at ``table.get((topic, queue id), 0)``; the others get 0. Writes ``out``
-    and returns ``[((topic, queue id), next offset), ...]`` ordered by
-    ``topic code * width + queue id``, what the caller commits to ``table`` once the
-    records are written. One pass with a small hash of the batch's queues."""
-    cdef Py_ssize_t n = queue_ids.shape[0], i, cap = 16, slot, ngroups = 0
-    cdef int64_t key, code
-    cdef int64_t *keys
-    cdef int64_t *nexts
-    cdef Py_ssize_t *slots
-    if out.shape[0] != n or (topic_codes is not None and topic_codes.shape[0] != n):
-        raise ValueError("columns of different lengths")
-    if advances is not None and advances.shape[0] != n:
-        raise ValueError("columns of different lengths")
-    while cap < 2 * n:
-        cap *= 2
-    slots = <Py_ssize_t *>realloc(NULL, cap * sizeof(Py_ssize_t))
-    keys = <int64_t *>realloc(NULL, (n + 1) * sizeof(int64_t))
-    nexts = <int64_t *>realloc(NULL, (n + 1) * sizeof(int64_t))
-    if slots == NULL or keys == NULL or nexts == NULL:
-        free(slots)
-        free(keys)
-        free(nexts)
-        raise MemoryError()
-    try:
-        for slot in range(cap):
-            slots[slot] = -1
-        for i in range(n):
-            if advances is not None and not advances[i]:
-                out[i] = 0
-                continue
-            code = 0 if topic_codes is None else topic_codes[i]
-            key = code * width + queue_ids[i]
-            slot = <Py_ssize_t>((<uint64_t>key * <uint64_t>0x9E3779B97F4A7C15) >> 40) & (cap - 1)
-            while slots[slot] >= 0 and keys[slots[slot]] != key:
-                slot = (slot + 1) & (cap - 1)
-            if slots[slot] < 0:
-                slots[slot] = ngroups
-                keys[ngroups] = key
-                nexts[ngroups] = table.get((topics[code], queue_ids[i]), 0)
-                ngroups += 1
-            out[i] = nexts[slots[slot]]
-            nexts[slots[slot]] += 1
-        commits = sorted(
-            [(keys[i], (topics[keys[i] // width], keys[i] % width), nexts[i]) for i in range(ngroups)]
-        )
-        return [(k, nxt) for _, k, nxt in commits]
-    finally:
-        free(slots)
-        free(keys)
-        free(nexts)
+def distinct(list values, int64_t[::1] codes not None):
+    """The distinct values of ``values`` in order of first appearance; ``codes[i]`` is
+    the number of ``values[i]`` among them (a dict lookup per item, in C: the topics
+    of a batch given as a list of names)."""
+    cdef Py_ssize_t n = len(values), i
+    cdef dict index = {}
+    cdef list out = []
+    if codes.shape[0] != n:
+        raise ValueError("codes must have one entry per value")
+    for i in range(n):
+        v = values[i]
+        c = index.get(v)
+        if c is None:
+            c = len(out)
+            index[v] = c
+            out.append(v)
+        codes[i] = <int64_t>c
+    return out
 
 
 def place(const int64_t[::1] sizes, int64_t pos, int64_t segment_bytes, int64_t blank_bytes, int64_t[::1] physical):

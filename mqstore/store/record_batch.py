@@ -38,7 +38,7 @@ from mqstore.formats.message import BLANK_RECORD_BYTES, advances_queue_offset, t
 from mqstore.formats.msgid import Host, UniqKeyGenerator, encode_host
 from mqstore.formats.names import check_topic
 from mqstore.formats.properties import MAX_PROPERTIES_BYTES
-from mqstore.kernels._encode import RecordBuffer
+from mqstore.kernels._encode import RecordBuffer, distinct
 from mqstore.store.clock import Clock
 from mqstore.store.config import StoreConfig
 from mqstore.store.messages import AUTO_QUEUE, Bodies, MessageBatch
@@ -230,9 +230,8 @@ class BatchEncoder:
         else:
             if len(value) != n:
                 raise InvalidMessageError(f"topics has {len(value)} values for {n} messages")
-            index: dict[str, int] = {}
-            codes = np.fromiter((index.setdefault(t, len(index)) for t in value), np.int64, n)
-            topics = list(index)
+            codes = np.empty(n, np.int64)
+            topics = distinct(value if type(value) is list else list(value), codes)
         for t in topics:
             if t not in self._known_topics:
                 check_topic(t)

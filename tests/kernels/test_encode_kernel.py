@@ -366,3 +366,17 @@ def test_bodies_that_are_not_bytes_are_refused_as_the_list_refuses_them() -> Non
 def test_offset_msg_ids_equal_the_formula(host: Host, offsets: list[int]) -> None:
     got = _encode.offset_msg_ids(offset_msg_id_prefix(host), np.array(offsets, np.int64))
     assert got == [build_offset_msg_id(host, o) for o in offsets]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.sampled_from(["T0", "T1", "%RETRY%g", "é", ""]) | st.text(max_size=5), max_size=200))
+def test_distinct_topics_equal_a_dict(values: list[str]) -> None:
+    """The batch's topics as a list of names: distinct ones in order of first
+    appearance and each message's number, as ``dict.setdefault`` numbers them."""
+    from mqstore.kernels._encode import distinct
+
+    index: dict[str, int] = {}
+    want = [index.setdefault(v, len(index)) for v in values]
+    codes = np.empty(len(values), np.int64)
+    assert distinct(values, codes) == list(index)
+    assert codes.tolist() == want
