@@ -8,8 +8,8 @@ KERNELS = [
     Extension(
         "mqstore.kernels._scan",
         ["mqstore/kernels/_scan.pyx"],
-        include_dirs=["mqstore/kernels"],  # crc32_fold.h
-        depends=["mqstore/kernels/crc32_fold.h"],
+        include_dirs=["mqstore/kernels"],  # crc32_fold.h, big_endian.h
+        depends=["mqstore/kernels/crc32_fold.h", "mqstore/kernels/big_endian.h"],
         extra_compile_args=["-O3"],
         libraries=["z"],  # zlib's crc32 (bit-identical to the CRC RocketMQ stores) past the folding
     ),
@@ -27,8 +27,8 @@ KERNELS = [
     Extension(
         "mqstore.kernels._decode",
         ["mqstore/kernels/_decode.pyx"],
-        include_dirs=["mqstore/kernels"],  # crc32_fold.h
-        depends=["mqstore/kernels/crc32_fold.h"],
+        include_dirs=["mqstore/kernels"],  # crc32_fold.h, big_endian.h
+        depends=["mqstore/kernels/crc32_fold.h", "mqstore/kernels/big_endian.h"],
         extra_compile_args=["-O3"],
         libraries=["z"],
     ),

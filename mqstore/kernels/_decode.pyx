@@ -26,23 +26,10 @@ from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint8_t, uint32_t, u
 from libc.string cimport memchr, memcmp, memcpy
 
 
-cdef extern from *:
-    """
-    #include <stdint.h>
-    #include <string.h>
-    static inline int32_t dk_be32(const unsigned char *p) {
-        uint32_t v; memcpy(&v, p, 4); return (int32_t)__builtin_bswap32(v);
-    }
-    static inline int64_t dk_be64(const unsigned char *p) {
-        uint64_t v; memcpy(&v, p, 8); return (int64_t)__builtin_bswap64(v);
-    }
-    static inline int16_t dk_be16(const unsigned char *p) {
-        uint16_t v; memcpy(&v, p, 2); return (int16_t)__builtin_bswap16(v);
-    }
-    """
-    int32_t dk_be32(const unsigned char *p) nogil
-    int64_t dk_be64(const unsigned char *p) nogil
-    int16_t dk_be16(const unsigned char *p) nogil
+cdef extern from "big_endian.h" nogil:
+    int16_t mq_be16(const unsigned char *p)
+    int32_t mq_be32(const unsigned char *p)
+    int64_t mq_be64(const unsigned char *p)
 
 
 cdef extern from "Python.h":
@@ -101,14 +88,14 @@ cdef inline bint _locate_one(
     """decode_record's acceptance, field by field: True and ``row`` filled, or False."""
     if pos < 0 or pos + 48 > end:
         return False
-    cdef int32_t total = dk_be32(b + pos)
-    cdef int32_t magic = dk_be32(b + pos + 4)
+    cdef int32_t total = mq_be32(b + pos)
+    cdef int32_t magic = mq_be32(b + pos + 4)
     if magic != MAGIC_V1 and magic != MAGIC_V2:
         return False
     if total < 0 or pos + total > end:
         return False
     cdef int64_t rec_end = pos + total
-    cdef int32_t sysflag = dk_be32(b + pos + 36)
+    cdef int32_t sysflag = mq_be32(b + pos + 36)
     cdef int64_t bl = 20 if sysflag & 0x10 else 8
     cdef int64_t sl = 20 if sysflag & 0x20 else 8
     cdef int64_t p = pos + 48
@@ -116,13 +103,13 @@ cdef inline bint _locate_one(
     p += bl
     if p + 8 > rec_end:
         return False
-    cdef int64_t store_ts = dk_be64(b + p)
+    cdef int64_t store_ts = mq_be64(b + p)
     p += 8
     cdef int64_t store_at = p
     p += sl + 12
     if p + 4 > rec_end:
         return False
-    cdef int64_t body_len = dk_be32(b + p)
+    cdef int64_t body_len = mq_be32(b + p)
     p += 4
     if body_len < 0 or p + body_len > rec_end:
         return False
@@ -132,7 +119,7 @@ cdef inline bint _locate_one(
     if magic == MAGIC_V2:
         if p + 2 > rec_end:
             return False
-        topic_len = dk_be16(b + p)
+        topic_len = mq_be16(b + p)
         p += 2
     else:
         if p + 1 > rec_end:
@@ -143,29 +130,29 @@ cdef inline bint _locate_one(
         return False
     cdef int64_t topic_at = p
     p += topic_len
-    cdef int64_t props_len = dk_be16(b + p)
+    cdef int64_t props_len = mq_be16(b + p)
     p += 2
     if props_len < 0 or p + props_len != rec_end:
         return False
     if check_crc and body_len > 0:
-        if <int64_t>(mq_crc32(0, b + body_at, <size_t>body_len) & CRC_MASK) != <int64_t>dk_be32(b + pos + 8):
+        if <int64_t>(mq_crc32(0, b + body_at, <size_t>body_len) & CRC_MASK) != <int64_t>mq_be32(b + pos + 8):
             return False
     row[COL_TOTAL_SIZE] = total
     row[COL_MAGIC] = magic
-    row[COL_BODY_CRC] = dk_be32(b + pos + 8)
-    row[COL_QUEUE_ID] = dk_be32(b + pos + 12)
-    row[COL_FLAG] = dk_be32(b + pos + 16)
-    row[COL_QUEUE_OFFSET] = dk_be64(b + pos + 20)
-    row[COL_PHYSICAL_OFFSET] = dk_be64(b + pos + 28)
+    row[COL_BODY_CRC] = mq_be32(b + pos + 8)
+    row[COL_QUEUE_ID] = mq_be32(b + pos + 12)
+    row[COL_FLAG] = mq_be32(b + pos + 16)
+    row[COL_QUEUE_OFFSET] = mq_be64(b + pos + 20)
+    row[COL_PHYSICAL_OFFSET] = mq_be64(b + pos + 28)
     row[COL_SYSFLAG] = sysflag
-    row[COL_BORN_TIMESTAMP] = dk_be64(b + pos + 40)
+    row[COL_BORN_TIMESTAMP] = mq_be64(b + pos + 40)
     row[COL_BORN_HOST_AT] = born_at
     row[COL_BORN_HOST_LEN] = bl
     row[COL_STORE_TIMESTAMP] = store_ts
     row[COL_STORE_HOST_AT] = store_at
     row[COL_STORE_HOST_LEN] = sl
-    row[COL_RECONSUME_TIMES] = dk_be32(b + store_at + sl)
-    row[COL_PREPARED_TRANSACTION_OFFSET] = dk_be64(b + store_at + sl + 4)
+    row[COL_RECONSUME_TIMES] = mq_be32(b + store_at + sl)
+    row[COL_PREPARED_TRANSACTION_OFFSET] = mq_be64(b + store_at + sl + 4)
     row[COL_BODY_AT] = body_at
     row[COL_BODY_LEN] = body_len
     row[COL_TOPIC_AT] = topic_at

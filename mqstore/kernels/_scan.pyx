@@ -11,23 +11,10 @@ from libc.stdlib cimport free, malloc
 from libc.string cimport memcmp, memcpy, memset
 
 
-cdef extern from *:
-    """
-    #include <stdint.h>
-    #include <string.h>
-    static inline int32_t mq_be32(const unsigned char *p) {
-        uint32_t v; memcpy(&v, p, 4); return (int32_t)__builtin_bswap32(v);
-    }
-    static inline int64_t mq_be64(const unsigned char *p) {
-        uint64_t v; memcpy(&v, p, 8); return (int64_t)__builtin_bswap64(v);
-    }
-    static inline int16_t mq_be16(const unsigned char *p) {
-        uint16_t v; memcpy(&v, p, 2); return (int16_t)__builtin_bswap16(v);
-    }
-    """
-    int32_t mq_be32(const unsigned char *p) nogil
-    int64_t mq_be64(const unsigned char *p) nogil
-    int16_t mq_be16(const unsigned char *p) nogil
+cdef extern from "big_endian.h" nogil:
+    int16_t mq_be16(const unsigned char *p)
+    int32_t mq_be32(const unsigned char *p)
+    int64_t mq_be64(const unsigned char *p)
 
 
 cdef extern from "crc32_fold.h" nogil:
