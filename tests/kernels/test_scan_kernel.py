@@ -55,6 +55,8 @@ def layout(data: bytes, at: int) -> dict[str, int] | None:
         return None
     sysflag = struct.unpack_from(">i", data, at + 36)[0]
     body_len_at = at + 68 + (20 if sysflag & 0x10 else 8) + (20 if sysflag & 0x20 else 8)
+    if body_len_at + 4 > at + size:  # a changed sysflag moved the fields past the record
+        return None
     body_len = struct.unpack_from(">i", data, body_len_at)[0]
     topic_len_at = body_len_at + 4 + body_len
     tlb = 2 if magic == MAGIC_V2 else 1
