@@ -115,16 +115,15 @@ def _host(slot: np.ndarray):
 
 
 def records_batch(
-    buf, base: int, positions: np.ndarray, sizes: np.ndarray, fields=None, *, properties: str = "map"
+    buf, base: int, positions: np.ndarray, sizes: np.ndarray, *, properties: str = "map"
 ) -> pa.RecordBatch:
     """One record batch (``schema(properties)``) for validated records at
     ``positions`` of ``buf`` (a segment starting at commitlog offset ``base``).
 
     The kernel (mqstore/kernels/_decode.pyx) locates every field and fills the Arrow
     buffers of the variable-width columns in one pass each, without the GIL; fixed
-    columns are the located ones cast. ``fields`` (RecordFields of a scan) is not
-    needed and ignored. tests/kernels/model_decode.py holds the reference model."""
-    del fields
+    columns are the located ones cast. tests/kernels/model_decode.py holds the
+    reference model."""
     n = len(positions)
     if not n:
         return pa.RecordBatch.from_pylist([], schema=schema(properties))

@@ -23,7 +23,7 @@ from cpython.object cimport PyObject, PyTypeObject
 from cpython.ref cimport Py_DECREF, Py_INCREF
 from cpython.unicode cimport PyUnicode_DecodeUTF8
 from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint8_t, uint32_t, uint64_t
-from libc.string cimport memchr, memcmp, memcpy
+from libc.string cimport memchr, memcmp, memcpy, memset
 
 
 cdef extern from "big_endian.h" nogil:
@@ -351,6 +351,13 @@ cdef inline int64_t _put(uint8_t *dst, int64_t at, const unsigned char *src, int
     return at + n
 
 
+cdef inline void _host_slot(uint8_t *slot, const unsigned char *host, int64_t n) noexcept nogil:
+    """A host slot: the length byte, the host's ``n`` bytes (8 or 20), zeros after."""
+    slot[0] = <uint8_t>n
+    memcpy(slot + 1, host, n)
+    memset(slot + 1 + n, 0, HOST_SLOT - 1 - n)
+
+
 cdef inline bint _is(const unsigned char *p, int64_t n, const char *name, int64_t m) noexcept nogil:
     return n == m and memcmp(p, name, m) == 0
 
@@ -452,18 +459,9 @@ def arrow_fill(
                 n_uq = _put(&special[2, 0], n_uq, pp + uq_a, uq_l)
             o_uniq[i + 1] = <int32_t>n_uq
             # hosts and the offset msgId (store host hex, then the physical offset's 16 digits)
-            ha, hl = cols[COL_BORN_HOST_AT, i], cols[COL_BORN_HOST_LEN, i]
-            hosts[0, i, 0] = <uint8_t>hl
-            memcpy(&hosts[0, i, 1], b + ha, hl)
-            if hl < 20:
-                for k in range(hl + 1, HOST_SLOT):
-                    hosts[0, i, k] = 0
+            _host_slot(&hosts[0, i, 0], b + cols[COL_BORN_HOST_AT, i], cols[COL_BORN_HOST_LEN, i])
             ha, hl = cols[COL_STORE_HOST_AT, i], cols[COL_STORE_HOST_LEN, i]
-            hosts[1, i, 0] = <uint8_t>hl
-            memcpy(&hosts[1, i, 1], b + ha, hl)
-            if hl < 20:
-                for k in range(hl + 1, HOST_SLOT):
-                    hosts[1, i, k] = 0
+            _host_slot(&hosts[1, i, 0], b + ha, hl)
             for k in range(hl):
                 msg_ids[nm] = _HEX[b[ha + k] >> 4]
                 msg_ids[nm + 1] = _HEX[b[ha + k] & 15]
