@@ -315,7 +315,7 @@ class BatchEncoder(record_batch.BatchEncoder):
             pieces[4::6] = tails
             pieces[5::6] = ["\x02\x00TAGS\x01"] * n
             big = ("TAGS\x01" + "".join(pieces)).encode()  # type: ignore[arg-type]
-            user_text = "".join(tags) + "".join(keys)  # the only parts not generated here
+            user_text = "".join(tags) + "".join(keys) + "".join(tails)  # given unique keys are the user's too
             if "\x00" not in user_text and "\x01" not in user_text and "\x02" not in user_text:
                 out = big.split(b"\x00")
                 out.pop()
