@@ -33,7 +33,7 @@ def run_consume_bench(store: Path, *, batch: int = 1000) -> dict:
                 if res.next_offset == offset:
                     break
                 messages += len(res.messages)
-                nbytes += sum(map(len, res.messages))
+                nbytes += res.messages.nbytes
                 offset = res.next_offset
         seconds = time.perf_counter() - t0
     return {

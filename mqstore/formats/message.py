@@ -203,13 +203,6 @@ def record_head(buf: bytes | memoryview, pos: int = 0) -> tuple[int, int]:
     return _SIZE_MAGIC.unpack_from(buf, pos)
 
 
-def raw_record_heads(raws: Sequence[bytes]) -> tuple[np.ndarray, np.ndarray]:
-    """``(total sizes, magics)`` of many records' stored bytes, one entry each
-    (int32 arrays); bytes shorter than a head read as if zero-padded to 8."""
-    heads = np.frombuffer(b"".join(r[:8].ljust(8, b"\0") for r in raws), ">i4").reshape(-1, 2)
-    return heads[:, 0], heads[:, 1]
-
-
 def head_holds_data(buf: bytes | memoryview, pos: int = 0) -> bool:
     """False for an unwritten head: the 8 bytes at ``pos`` (zero-padded when fewer
     are left) hold total_size 0 and no message magic, as in a pre-allocated,
@@ -735,7 +728,6 @@ __all__ = [
     "header_dtype",
     "locate_records",
     "located_records",
-    "raw_record_heads",
     "record_fields",
     "record_head",
     "record_heads",

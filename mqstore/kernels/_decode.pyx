@@ -473,3 +473,30 @@ def arrow_fill(
             nm += 16
             o_msg[i + 1] = <int32_t>nm
     return nb, nt, npr, n_tag, n_key, n_uq, ne, nn, nv, nm
+
+
+def gather(const unsigned char[::1] src, const int64_t[::1] starts, const int64_t[::1] sizes, int64_t[::1] offsets):
+    """The pieces ``src[starts[i] : starts[i] + sizes[i]]`` (each clipped to ``src`` as
+    a Python slice is) copied end to end into one new bytes object; ``offsets`` (n + 1)
+    gets where each piece starts in it and, last, its length. A pull's raw records
+    leave the store this way: one buffer, no bytes object per record."""
+    cdef Py_ssize_t n = starts.shape[0], i
+    cdef int64_t end = src.shape[0], total = 0, a, b
+    if sizes.shape[0] != n or offsets.shape[0] != n + 1:
+        raise ValueError(f"gather: {n} starts, {sizes.shape[0]} sizes, {offsets.shape[0]} offsets (n + 1 wanted)")
+    with nogil:  # first the clipped lengths, so the output is allocated once
+        offsets[0] = 0
+        for i in range(n):
+            a = min(max(starts[i], 0), end)
+            b = min(max(starts[i] + max(sizes[i], 0), a), end)
+            total += b - a
+            offsets[i + 1] = total
+    out = PyBytes_FromStringAndSize(NULL, total)
+    cdef char *dst = out
+    cdef const unsigned char *s = &src[0] if end else NULL
+    with nogil:
+        for i in range(n):
+            a = min(max(starts[i], 0), end)
+            if offsets[i + 1] > offsets[i]:
+                memcpy(dst + offsets[i], s + a, offsets[i + 1] - offsets[i])
+    return out

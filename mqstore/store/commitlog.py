@@ -67,6 +67,7 @@ from mqstore.formats.message import (
 )
 from mqstore.formats.msgid import offset_msg_id_prefix
 from mqstore.formats.names import check_topic, file_name_to_offset
+from mqstore.formats.packed import RawRecords
 from mqstore.formats.properties import locate_properties
 from mqstore.kernels import _encode
 from mqstore.kernels._queues import QueueOffsets
@@ -500,25 +501,28 @@ class CommitLog:
             i = j
         return out
 
-    def read_raw(self, physical_offsets: np.ndarray, sizes: np.ndarray) -> list[bytes]:
-        """The stored bytes of many records (what a broker sends to consumers: RocketMQ
-        pulls hand out commitlog bytes, clients decode). Offsets must come from the
-        store (consume-queue units); ones below the min offset raise OffsetError."""
+    def read_raw(self, physical_offsets: np.ndarray, sizes: np.ndarray) -> RawRecords:
+        """The stored bytes of many records in one buffer (what a broker sends to
+        consumers: RocketMQ pulls hand out commitlog bytes, clients decode), copied
+        out of the maps by one compiled pass per segment. Offsets must come from the
+        store (consume-queue units); ones below the min offset raise OffsetError; a
+        size past its segment's end is cut there."""
         self._check_open()
+        physical_offsets = np.asarray(physical_offsets, np.int64)
+        sizes = np.asarray(sizes, np.int64)
         segs = self._segments.segments  # one snapshot: retention may replace the list meanwhile
         first = segs[0].base_offset if segs else 0
         if len(physical_offsets) and int(physical_offsets.min()) < first:
             raise OffsetError(f"commitlog offset {int(physical_offsets.min())} was deleted (min {first})")
-        seg_bytes = self.config.segment_bytes
-        which = (physical_offsets - first) // seg_bytes
-        out: list[bytes] = []
-        for i in np.unique(which).tolist() if len(which) else ():  # one slicing pass per segment
-            sel = which == i
-            seg = segs[i]
-            starts = physical_offsets[sel] - seg.base_offset
-            mm = seg.mm
-            out.extend(mm[a:b] for a, b in zip(starts.tolist(), (starts + sizes[sel]).tolist()))
-        return out
+        if not len(physical_offsets):
+            return RawRecords.concat([])
+        which = (physical_offsets - first) // self.config.segment_bytes
+        cuts = (np.flatnonzero(np.diff(which)) + 1).tolist()  # runs of one segment (a queue's units ascend)
+        parts = []
+        for lo, hi in zip([0, *cuts], [*cuts, len(which)]):
+            seg = segs[int(which[lo])]
+            parts.append(RawRecords.gather(seg.mm, physical_offsets[lo:hi] - seg.base_offset, sizes[lo:hi]))
+        return RawRecords.concat(parts)
 
     def read_range(self, offset: int, *, max_records: int = 1000, max_bytes: int = 4 << 20) -> ReadBatch:
         """Decode records from ``offset`` on, across segments, stopping at the write

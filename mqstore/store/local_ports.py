@@ -11,8 +11,9 @@ import numpy as np
 
 from mqstore.errors import IndexDisabledError, InvalidArgumentError, NotFoundError, OffsetError
 from mqstore.formats.consume_queue import is_pre_blank_unit
-from mqstore.formats.message import MAGIC_V1, MAGIC_V2, MessageRecord, raw_record_heads
+from mqstore.formats.message import MAGIC_V1, MAGIC_V2, MessageRecord
 from mqstore.formats.msgid import parse_offset_msg_id
+from mqstore.formats.packed import RawRecords
 from mqstore.store import reads
 from mqstore.store.builders import ConsumerProgress, consumer_progress
 from mqstore.store.commitlog import CommitLog
@@ -76,7 +77,7 @@ def read_records(
     *,
     skip_missing: bool = True,
     check_sizes: bool = False,
-) -> tuple[np.ndarray, list]:
+) -> tuple[np.ndarray, list[MessageRecord] | RawRecords]:
     """The records at ``offsets`` (decoded, or their stored bytes with ``raw``), those
     below the min offset or at/past the write position left out (``skip_missing``) or
     refused with NotFoundError naming the first. Raw reads take each record's size
@@ -104,7 +105,7 @@ def read_records(
         raise InvalidArgumentError("record sizes must be > 0")
     raws = commitlog.read_raw(offsets, np.asarray(sizes, np.int64))
     if check_sizes and raws:
-        stored_sizes, magics = raw_record_heads(raws)
+        stored_sizes, magics = raws.heads()
         bad = np.flatnonzero((stored_sizes != sizes) | ~np.isin(magics, (MAGIC_V1, MAGIC_V2)))
         if len(bad):
             i = int(bad[0])
@@ -177,9 +178,10 @@ def store_times_reader(read: Callable[[int], MessageRecord]) -> Callable[[np.nda
 
 @dataclass(frozen=True)
 class RawPullResult:
-    """Encoded messages of one queue (see ``LocalReads.pull_raw``)."""
+    """Encoded messages of one queue (see ``LocalReads.pull_raw``), in one buffer:
+    ``messages`` is a sequence of each record's stored bytes."""
 
-    messages: list[bytes]
+    messages: RawRecords
     next_offset: int
     min_offset: int
     max_offset: int

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import NamedTuple
 
 import numpy as np
@@ -21,6 +21,7 @@ from mqstore.errors import InvalidMessageError, ReservedTopicError, TransactionN
 from mqstore.formats.message import TRANSACTION_TYPE_MASK
 from mqstore.formats.msgid import Host
 from mqstore.formats.names import check_topic
+from mqstore.formats.packed import Packed
 from mqstore.formats.properties import SCHEDULE_SOURCE, unstorable_property
 from mqstore.kernels import _encode
 from mqstore.store.topic_configs import PERM_WRITE, check_perm
@@ -75,8 +76,8 @@ class Message(NamedTuple):
 Column = Sequence | np.ndarray
 
 
-@dataclass(frozen=True, slots=True, eq=False)
-class Bodies(Sequence[bytes]):
+@dataclass(frozen=True, eq=False)
+class Bodies(Packed):
     """A batch's bodies in one buffer: body ``i`` is ``data[offsets[i]:offsets[i + 1]]``.
 
     ``data`` is any C-contiguous buffer of single bytes (bytes, bytearray, memoryview,
@@ -94,10 +95,6 @@ class Bodies(Sequence[bytes]):
     >>> Bodies(b"abcdef", [0, 2, 6])[1]
     b'cdef'
     """
-
-    data: object
-    offsets: np.ndarray
-    buffer: memoryview = field(init=False, repr=False)  # ``data`` as one dimension of bytes
 
     def __post_init__(self) -> None:
         try:
@@ -124,41 +121,12 @@ class Bodies(Sequence[bytes]):
     def of(cls, bodies: Iterable[bytes]) -> Bodies:
         """The bodies joined into one buffer (each a bytes-like object)."""
         try:
-            parts = [b if isinstance(b, bytes) else memoryview(b).cast("B") for b in bodies]
+            return super().of(bodies)
         except TypeError as e:
             raise InvalidMessageError(f"every body must be bytes: {e}") from e
-        offsets = np.zeros(len(parts) + 1, np.int64)
-        np.cumsum(np.fromiter(map(len, parts), np.int64, len(parts)), out=offsets[1:])
-        return cls(b"".join(parts), offsets)
-
-    @property
-    def lengths(self) -> np.ndarray:
-        """Each body's length in bytes."""
-        return np.diff(self.offsets)
-
-    def __len__(self) -> int:
-        return len(self.offsets) - 1
-
-    def __getitem__(self, index):
-        if isinstance(index, slice):
-            lo, hi, step = index.indices(len(self))
-            if step == 1:
-                return Bodies(self.data, self.offsets[lo : max(lo, hi) + 1])
-            return [self[i] for i in range(lo, hi, step)]
-        i = range(len(self))[index]  # IndexError, negative indexes
-        return self.buffer[self.offsets[i] : self.offsets[i + 1]].tobytes()
-
-    def __iter__(self) -> Iterator[bytes]:
-        view, offs = self.buffer, self.offsets.tolist()
-        for lo, hi in zip(offs, offs[1:]):
-            yield view[lo:hi].tobytes()
-
-    def __reduce__(self):
-        data = self.data.tobytes() if isinstance(self.data, memoryview) else self.data
-        return (Bodies, (data, self.offsets))
 
     def __repr__(self) -> str:
-        return f"Bodies({len(self)} bodies, {int(self.offsets[-1] - self.offsets[0])} bytes)"
+        return f"Bodies({len(self)} bodies, {self.nbytes} bytes)"
 
 
 def _offsets(value, nbytes: int) -> np.ndarray:

@@ -23,6 +23,7 @@ from mqstore.formats.message import (
     scan_records,
 )
 from mqstore.formats.names import file_name_to_offset
+from mqstore.formats.packed import RawRecords
 from mqstore.store.commitlog import COMMITLOG_DIR
 
 
@@ -135,30 +136,35 @@ class CommitLogView(CommitLogReader):
         except ValueError as e:
             raise OffsetError(f"no record starts at commitlog offset {offset}: {e}") from e
 
-    def read_many(self, offsets: np.ndarray) -> list[MessageRecord]:
-        """``[self.read(o) for o in offsets]``, one compiled decode per segment run."""
-        offsets = np.asarray(offsets, np.int64)
-        out: list[MessageRecord] = []
+    def _runs(self, offsets: np.ndarray):
+        """``(base, map, i, j)`` for each run ``offsets[i:j]`` that lies in one segment;
+        the first offset of a run in no segment raises OffsetError."""
         i, n = 0, len(offsets)
         while i < n:
             base, mm = self._segment_at(int(offsets[i]))
             run = offsets[i:]
             outside = np.flatnonzero((run < base) | (run >= base + len(mm)))
             j = i + (int(outside[0]) if len(outside) else len(run))
+            yield base, mm, i, j
+            i = j
+
+    def read_many(self, offsets: np.ndarray) -> list[MessageRecord]:
+        """``[self.read(o) for o in offsets]``, one compiled decode per segment run."""
+        offsets = np.asarray(offsets, np.int64)
+        out: list[MessageRecord] = []
+        for base, mm, i, j in self._runs(offsets):
             cols, k = locate_records(mm, offsets[i:j] - base, check_crc=False)
             out.extend(located_records(mm, cols, k))
             if k < j - i:
                 self.read(int(offsets[i + k]))  # raises what is wrong there
                 raise AssertionError(f"the decode kernel refused the record at {int(offsets[i + k])}; read did not")
-            i = j
         return out
 
-    def read_raw(self, offsets: np.ndarray, sizes: np.ndarray) -> list[bytes]:
-        out = []
-        for off, size in zip(np.asarray(offsets).tolist(), np.asarray(sizes).tolist()):
-            base, mm = self._segment_at(off)
-            out.append(mm[off - base : off - base + size])
-        return out
+    def read_raw(self, offsets: np.ndarray, sizes: np.ndarray) -> RawRecords:
+        """The stored bytes of these records in one buffer, as ``CommitLog.read_raw``."""
+        offsets, sizes = np.asarray(offsets, np.int64), np.asarray(sizes, np.int64)
+        parts = [RawRecords.gather(mm, offsets[i:j] - base, sizes[i:j]) for base, mm, i, j in self._runs(offsets)]
+        return RawRecords.concat(parts)
 
     def close(self) -> None:
         for mm in self._maps.values():

@@ -33,6 +33,7 @@ from mqstore.errors import InvalidArgumentError, LimitExceededError, NotFoundErr
 from mqstore.formats.consume_queue import is_pre_blank_unit
 from mqstore.formats.javahash import tags_code
 from mqstore.formats.names import check_topic
+from mqstore.formats.packed import RawRecords
 from mqstore.store.consumer_offsets import check_group
 from mqstore.store.topic_configs import PERM_READ, check_perm
 
@@ -92,11 +93,11 @@ class QueueStatus:
 
 @dataclass(frozen=True)
 class PullAnswer:
-    """What a pull found: records (decoded, or raw record bytes with ``raw=True``),
+    """What a pull found: records (decoded, or with ``raw=True`` RawRecords: the stored bytes),
     where to go on, and the queue's range at the time."""
 
     status: PullStatus
-    records: list
+    records: Sequence
     next_offset: int
     min_offset: int
     max_offset: int
@@ -115,9 +116,9 @@ class ShardPorts(Protocol):
 
     def ranges(self, topic: str) -> list[QueueRange]: ...
 
-    def read(self, offsets: np.ndarray, sizes: np.ndarray | None, raw: bool) -> tuple[np.ndarray, list]:
+    def read(self, offsets: np.ndarray, sizes: np.ndarray | None, raw: bool) -> tuple[np.ndarray, Sequence]:
         """The records at these commitlog offsets, those below the min offset or past
-        the write position left out: (offsets found, records or raw bytes)."""
+        the write position left out: (offsets found, a list of records or RawRecords)."""
 
     def keys(self, topic: str, key: str, max_num: int, begin: int, end: int) -> list[int]:
         """Commitlog offsets the index holds under topic#key (hash matches), newest first."""
@@ -222,21 +223,23 @@ def pull(
     exact = tags if not raw else None
     per_read = max_count if codes is None else min(max(max_count * 4, 256), MAX_UNITS)
     budget = max(per_read, TAG_SCAN_UNITS)
-    taken: list = []
-    scanned = 0
+    taken: list = []  # what each page gave: lists of records, or RawRecords
+    count = scanned = 0
     pos = offset
     while True:
         page: UnitsPage = yield ("units", topic, queue_id, pos, per_read)
         lo, hi = page.min_offset, page.max_offset
         if not page.exists:
-            return PullAnswer(PullStatus.NO_MESSAGE_IN_QUEUE, [], 0, lo, hi)
-        if pos < lo and not taken:  # (retention may pass a filtered pull between pages: keep what it found)
-            return PullAnswer(PullStatus.OFFSET_TOO_SMALL, [], lo, lo, hi)
+            return PullAnswer(PullStatus.NO_MESSAGE_IN_QUEUE, _joined([], raw), 0, lo, hi)
+        if pos < lo and not count:  # (retention may pass a filtered pull between pages: keep what it found)
+            return PullAnswer(PullStatus.OFFSET_TOO_SMALL, _joined([], raw), lo, lo, hi)
         if pos >= hi:
             if scanned:  # a filtered pull that passed over units first
-                return PullAnswer(PullStatus.FOUND if taken else PullStatus.NO_MATCHED_MESSAGE, taken, hi, lo, hi)
+                return PullAnswer(
+                    PullStatus.FOUND if count else PullStatus.NO_MATCHED_MESSAGE, _joined(taken, raw), hi, lo, hi
+                )
             status = PullStatus.NO_NEW_MESSAGE if pos == hi else PullStatus.OFFSET_OVERFLOW
-            return PullAnswer(status, [], hi, lo, hi)
+            return PullAnswer(status, _joined([], raw), hi, lo, hi)
         keep = real_units(page)
         if codes is not None:
             keep &= np.isin(page.tags_codes, codes)
@@ -246,14 +249,24 @@ def pull(
             phys = page.physical_offsets[idx]  # ascending: a queue's units follow the commitlog
             found_at, items = yield ("read", phys, page.sizes[idx] if raw else None, raw)
             chosen = range(len(items)) if exact is None else [k for k, r in enumerate(items) if r.tags in exact]
-            chosen = chosen[: max_count - len(taken)]
-            taken.extend(items[: len(chosen)] if exact is None else [items[k] for k in chosen])
-            if len(taken) >= max_count:  # full: the next pull starts after the last message taken
+            chosen = chosen[: max_count - count]
+            taken.append(items[: len(chosen)] if exact is None else [items[k] for k in chosen])
+            count += len(chosen)
+            if count >= max_count:  # full: the next pull starts after the last message taken
                 taken_to = int(idx[np.searchsorted(phys, found_at[chosen[-1]])]) + 1
         pos = page.first_offset + taken_to
         scanned += taken_to
-        if len(taken) >= max_count or codes is None or scanned >= budget or pos >= hi or not taken_to:
-            return PullAnswer(PullStatus.FOUND if taken else PullStatus.NO_MATCHED_MESSAGE, taken, pos, lo, hi)
+        if count >= max_count or codes is None or scanned >= budget or pos >= hi or not taken_to:
+            return PullAnswer(
+                PullStatus.FOUND if count else PullStatus.NO_MATCHED_MESSAGE, _joined(taken, raw), pos, lo, hi
+            )
+
+
+def _joined(parts: list, raw: bool):
+    """The records of a pull's pages as one: RawRecords for a raw pull, else a list."""
+    if raw:
+        return RawRecords.concat(parts)
+    return parts[0] if len(parts) == 1 else [r for p in parts for r in p]
 
 
 # ---------------------------------------------------------------------- single records

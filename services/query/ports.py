@@ -6,10 +6,11 @@ front hands them on as they came."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 
 import numpy as np
 
+from mqstore.formats.packed import RawRecords
 from mqstore.rpc.v1 import commitlog_pb2, consume_queue_pb2, index_pb2
 from mqstore.store.reads import QueueRange, UnitsPage
 
@@ -45,7 +46,7 @@ class GrpcPorts:
         mm = await self.shard.call("cq", "MinMax", consume_queue_pb2.MinMaxRequest(topic=topic))
         return [QueueRange(q.topic, q.queue_id, q.min_offset, q.max_offset, q.last_physical_offset) for q in mm.queues]
 
-    async def read(self, offsets: np.ndarray, sizes: np.ndarray | None, raw: bool) -> tuple[np.ndarray, list]:
+    async def read(self, offsets: np.ndarray, sizes: np.ndarray | None, raw: bool) -> tuple[np.ndarray, Sequence]:
         rd = await self.shard.call(
             "cl",
             "Read",
@@ -53,7 +54,7 @@ class GrpcPorts:
                 offsets=offsets.tolist(), raw=raw, skip_missing=True, sizes=[] if sizes is None else sizes.tolist()
             ),
         )
-        return np.asarray(rd.offsets, np.int64), list(rd.raw_records if raw else rd.records)
+        return np.asarray(rd.offsets, np.int64), RawRecords.of(rd.raw_records) if raw else list(rd.records)
 
     async def keys(self, topic: str, key: str, max_num: int, begin: int, end: int) -> list[int]:
         q = await self.shard.call(

@@ -153,6 +153,12 @@ def test_rollover_never_splits_a_record(tmp_path: Path) -> None:
             pos = batch.next_offset
         assert got == offsets
         assert len(cl.read_range(0, max_bytes=1).records) == 1
+        # Raw reads gather records from every segment into one buffer, in the order asked.
+        order = np.array(offsets[::-3] + offsets[1::3], np.int64)
+        size_of = dict(zip(offsets, sizes))
+        raw = cl.read_raw(order, np.array([size_of[o] for o in order.tolist()], np.int64))
+        assert [decode_record(r).physical_offset for r in raw] == order.tolist()
+        assert raw.nbytes == sum(size_of[o] for o in order.tolist())
 
 
 def test_reopen_continues_at_the_write_position(tmp_path: Path) -> None:
