@@ -19,16 +19,16 @@ KERNELS = [
     Extension(
         "mqstore.kernels._encode",
         ["mqstore/kernels/_encode.pyx"],
-        include_dirs=["mqstore/kernels"],  # crc32_fold.h
-        depends=["mqstore/kernels/crc32_fold.h"],
+        include_dirs=["mqstore/kernels"],  # crc32_fold.h, utf8.h
+        depends=["mqstore/kernels/crc32_fold.h", "mqstore/kernels/utf8.h"],
         extra_compile_args=["-O3"],
         libraries=["z"],
     ),
     Extension(
         "mqstore.kernels._decode",
         ["mqstore/kernels/_decode.pyx"],
-        include_dirs=["mqstore/kernels"],  # crc32_fold.h, big_endian.h
-        depends=["mqstore/kernels/crc32_fold.h", "mqstore/kernels/big_endian.h"],
+        include_dirs=["mqstore/kernels"],  # crc32_fold.h, big_endian.h, utf8.h
+        depends=["mqstore/kernels/crc32_fold.h", "mqstore/kernels/big_endian.h", "mqstore/kernels/utf8.h"],
         extra_compile_args=["-O3"],
         libraries=["z"],
     ),

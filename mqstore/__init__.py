@@ -5,7 +5,7 @@ The format layer is ``mqstore.formats`` (bytes only), the store core ``mqstore.s
 """
 
 from mqstore.errors import MqStoreError
-from mqstore.store import Bodies, CommitLog, FlushMode, Message, MessageBatch, PutStatus, StoreConfig
+from mqstore.store import Bodies, CommitLog, FlushMode, Message, MessageBatch, PutStatus, StoreConfig, Texts
 from mqstore.store.message_store import MessageStore
 
 __version__ = "0.1.0"
@@ -19,5 +19,6 @@ __all__ = [
     "MqStoreError",
     "PutStatus",
     "StoreConfig",
+    "Texts",
     "__version__",
 ]

@@ -10,7 +10,8 @@ of rows each thread keeps with the pattern (only the index bytes are rewritten p
 batch). ``batch(..., in_place=True)`` skips that copy: the bodies are then those rows
 themselves, which hold until the same thread makes its next batch; ``bench append``
 asks for that (it appends each batch before making the next), as a producer hands
-the store bodies already in a buffer of its own.
+the store bodies already in a buffer of its own. The KEYS come as one ``Texts``
+the same way; topics and tags as lists of shared str objects.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import threading
 
 import numpy as np
 
-from mqstore.store.messages import Bodies, MessageBatch
+from mqstore.store.messages import Bodies, MessageBatch, Texts
 
 _TAGS = np.array([f"Tag{i}" for i in range(16)], dtype=object)
 
@@ -29,25 +30,33 @@ def topic_name(i: int) -> str:
 
 
 _FOUR_DIGITS = np.array([f"{i:04d}".encode() for i in range(10_000)], "S4")
-_KEY_ROW = np.dtype(
-    [("ord", "S3"), ("hi", "S2"), ("mid", "S4"), ("lo", "S4"), ("usr", "S4"), ("u", "S4"), ("nl", "S1")]
-)
+_KEY_ROW = np.dtype([("ord", "S3"), ("hi", "S2"), ("mid", "S4"), ("lo", "S4"), ("usr", "S4"), ("u", "S4")])
 
 
-def _keys(idx: np.ndarray) -> list[str]:
-    """KEYS ``ord<i> usr<i % 9973>`` (zero-padded) for every index: ASCII rows built
-    4 digits at a time from a table, decoded once and split into str objects."""
-    rows = np.empty(len(idx), _KEY_ROW)
-    rows["ord"] = b"ord"
+def _write_keys(rows: np.ndarray, idx: np.ndarray) -> None:
+    """KEYS ``ord<i> usr<i % 9973>`` (zero-padded) for every index into fixed-width
+    ASCII rows (their constant parts already written), 4 digits at a time from a table."""
     rows["hi"] = _FOUR_DIGITS[idx // 100_000_000 % 100].view("S2").reshape(-1, 2)[:, 1]
     rows["mid"] = _FOUR_DIGITS[idx // 10_000 % 10_000]
     rows["lo"] = _FOUR_DIGITS[idx % 10_000]
-    rows["usr"] = b" usr"
     rows["u"] = _FOUR_DIGITS[idx % 9973]
-    rows["nl"] = b"\n"
-    keys = rows.tobytes().decode("ascii").split("\n")
-    keys.pop()
-    return keys
+
+
+class _Rows:
+    """One thread's reused rows for batches of ``count``: the bodies (the pattern,
+    only the index bytes rewritten per batch) and the KEYS, and the ``Bodies`` and
+    ``Texts`` over them, made (and checked) once."""
+
+    def __init__(self, count: int, body_size: int, pattern: np.ndarray) -> None:
+        self.count = count
+        self.bodies = np.empty((count, max(body_size, 8)), np.uint8)
+        self.bodies[:] = pattern
+        self.body_offsets = np.arange(count + 1, dtype=np.int64) * body_size
+        self.keys = np.empty(count, _KEY_ROW)
+        self.keys["ord"], self.keys["usr"] = b"ord", b" usr"
+        self.key_offsets = np.arange(count + 1, dtype=np.int64) * _KEY_ROW.itemsize
+        self.bodies_in_place = Bodies(self.bodies, self.body_offsets) if body_size >= 8 else None
+        self.keys_in_place = Texts(self.keys.view(np.uint8), self.key_offsets)
 
 
 class Workload:
@@ -59,40 +68,35 @@ class Workload:
         self.body_size = body_size
         self.topics = topics
         self.queues = queues
-        self._names = [topic_name(t) for t in range(topics)]
+        self._names = np.array([topic_name(t) for t in range(topics)], dtype=object)
         self._pattern = np.random.default_rng(seed).integers(0, 256, max(body_size, 8), np.uint8)
         self._local = threading.local()
 
-    def _rows(self, count: int) -> tuple[np.ndarray, np.ndarray]:
-        """``count`` rows holding the pattern and the ``count + 1`` body offsets, kept
-        per thread: each batch rewrites only the index bytes."""
-        local = self._local
-        rows = getattr(local, "rows", None)
-        if rows is None or len(rows) < count:
-            rows = local.rows = np.empty((count, max(self.body_size, 8)), np.uint8)
-            rows[:] = self._pattern
-        offsets = getattr(local, "offsets", None)
-        if offsets is None or len(offsets) != count + 1:
-            offsets = local.offsets = np.arange(count + 1, dtype=np.int64) * self.body_size
-        return rows[:count], offsets
+    def _rows(self, count: int) -> _Rows:
+        rows = getattr(self._local, "rows", None)
+        if rows is None or rows.count != count:
+            rows = self._local.rows = _Rows(count, self.body_size, self._pattern)
+        return rows
 
     def batch(self, start: int, count: int, *, in_place: bool = False) -> MessageBatch:
-        """Messages ``start .. start + count - 1``. ``in_place``: the bodies are the
-        thread's reused rows, not a copy (valid until the thread's next batch)."""
+        """Messages ``start .. start + count - 1``. ``in_place``: the bodies and KEYS are
+        the thread's reused rows, not a copy (valid until the thread's next batch)."""
         idx = np.arange(start, start + count, dtype=np.int64)
         t = self.topics
-        topics = self._names[0] if t == 1 else [self._names[k] for k in (idx % t).tolist()]
+        topics = self._names[0] if t == 1 else self._names[idx % t].tolist()
         queues = (idx // t) % self.queues
         b = self.body_size
-        rows, offsets = self._rows(count)
-        rows[:, :8] = idx.astype(">u8").view(np.uint8).reshape(count, 8)
+        rows = self._rows(count)
+        rows.bodies[:, :8] = idx.astype(">u8").view(np.uint8).reshape(count, 8)
+        _write_keys(rows.keys, idx)
         if b < 8:  # the index still goes into the 8 bytes the rows have; the body keeps b of them
-            rows = rows[:, :b].copy()
-        elif not in_place:
-            rows = rows.copy()
-        bodies = Bodies(rows, offsets)  # the rows are the bodies, back to back
+            bodies = Bodies(rows.bodies[:, :b].copy(), rows.body_offsets)
+        elif in_place:
+            bodies = rows.bodies_in_place
+        else:
+            bodies = Bodies(rows.bodies.copy(), rows.body_offsets)
+        keys = rows.keys_in_place if in_place else Texts(rows.keys.view(np.uint8).copy(), rows.key_offsets)
         tags = _TAGS[idx % 16].tolist()
-        keys = _keys(idx)
         return MessageBatch(topics=topics, bodies=bodies, queue_ids=queues, tags=tags, keys=keys)
 
 

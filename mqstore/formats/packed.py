@@ -61,12 +61,16 @@ class Packed(Sequence[bytes]):
                 return type(self)(self.data, self.offsets[lo : max(lo, hi) + 1])
             return [self[i] for i in range(lo, hi, step)]
         i = range(len(self))[index]  # IndexError, negative indexes
-        return self.buffer[self.offsets[i] : self.offsets[i + 1]].tobytes()
+        return self._item(self.buffer[self.offsets[i] : self.offsets[i + 1]].tobytes())
 
     def __iter__(self) -> Iterator[bytes]:
-        view, offs = self.buffer, self.offsets.tolist()
+        view, offs, item = self.buffer, self.offsets.tolist(), self._item
         for lo, hi in zip(offs, offs[1:]):
-            yield view[lo:hi].tobytes()
+            yield item(view[lo:hi].tobytes())
+
+    def _item(self, raw: bytes):
+        """An item as the sequence gives it (a subclass may decode it)."""
+        return raw
 
     def __eq__(self, other) -> bool:
         """Equal to any sequence of the same byte strings in order."""

@@ -32,6 +32,10 @@ cdef extern from "big_endian.h" nogil:
     int64_t mq_be64(const unsigned char *p)
 
 
+cdef extern from "utf8.h" nogil:
+    int mq_utf8_ok(const unsigned char *p, int64_t n)
+
+
 cdef extern from "Python.h":
     PyObject *PyType_GenericAlloc(PyTypeObject *t, Py_ssize_t n) except NULL
     void PyTuple_SET_ITEM(object t, Py_ssize_t i, object v)
@@ -286,55 +290,13 @@ def records(
     return out
 
 
-cdef inline bint _utf8_ok(const unsigned char *p, int64_t n) noexcept nogil:
-    """Well-formed UTF-8 (what Arrow's validation and Python's strict decode accept)."""
-    cdef int64_t i = 0
-    cdef uint64_t w
-    cdef unsigned char c
-    cdef int k, need
-    while i < n:
-        if i + 8 <= n:
-            memcpy(&w, p + i, 8)
-            if (w & 0x8080808080808080ULL) == 0:
-                i += 8
-                continue
-        c = p[i]
-        if c < 0x80:
-            i += 1
-            continue
-        if 0xC2 <= c <= 0xDF:
-            need = 1
-        elif 0xE0 <= c <= 0xEF:
-            need = 2
-        elif 0xF0 <= c <= 0xF4:
-            need = 3
-        else:
-            return False
-        if i + need >= n:  # its continuation bytes are i+1 .. i+need
-            return False
-        # second byte ranges (no overlongs, no surrogates, nothing past U+10FFFF)
-        if c == 0xE0 and not (0xA0 <= p[i + 1] <= 0xBF):
-            return False
-        if c == 0xED and not (0x80 <= p[i + 1] <= 0x9F):
-            return False
-        if c == 0xF0 and not (0x90 <= p[i + 1] <= 0xBF):
-            return False
-        if c == 0xF4 and not (0x80 <= p[i + 1] <= 0x8F):
-            return False
-        for k in range(1, need + 1):
-            if i + k >= n or (p[i + k] & 0xC0) != 0x80:
-                return False
-        i += need + 1
-    return True
-
-
 def utf8_bad(const unsigned char[::1] src, const int64_t[::1] at, const int64_t[::1] length, uint8_t[::1] out):
     """``out[i]`` = 1 where ``src[at[i] : at[i] + length[i]]`` is not well-formed UTF-8; the count."""
     cdef int64_t n = at.shape[0], i, bad = 0
     cdef const unsigned char *b = &src[0] if src.shape[0] else NULL
     with nogil:
         for i in range(n):
-            if length[i] and not _utf8_ok(b + at[i], length[i]):
+            if length[i] and not mq_utf8_ok(b + at[i], length[i]):
                 out[i] = 1
                 bad += 1
             else:

@@ -63,6 +63,10 @@ cdef extern from "crc32_fold.h" nogil:
     uint32_t mq_crc32(uint32_t crc, const unsigned char *buf, size_t len)
 
 
+cdef extern from "utf8.h" nogil:
+    int mq_utf8_ok(const unsigned char *p, int64_t n)
+
+
 cdef extern from "Python.h":
     const char *PyUnicode_AsUTF8AndSize(object s, Py_ssize_t *size) except NULL
     Py_ssize_t PyUnicode_GET_LENGTH(object s)
@@ -134,6 +138,21 @@ cdef inline int _text(object o, const unsigned char **p, int64_t *n) except -2:
     if not o:
         return 0
     return -1
+
+
+cdef inline int _packed(
+    const unsigned char *base, const int64_t[::1] offsets, Py_ssize_t i, const unsigned char **p, int64_t *n
+) noexcept nogil:
+    """Value ``i`` of a packed text column (``messages.Texts``, offsets checked by the
+    caller): 1 present (``p``, ``n`` set), 0 absent (empty), -1 not well-formed UTF-8."""
+    cdef int64_t lo = offsets[i], size = offsets[i + 1] - offsets[i]
+    if size == 0:
+        return 0
+    if not mq_utf8_ok(base + lo, size):
+        return -1
+    p[0] = base + lo
+    n[0] = size
+    return 1
 
 
 cdef inline int64_t _pair_bytes(const unsigned char *value, int64_t name_len, int64_t value_len) noexcept nogil:
@@ -241,43 +260,53 @@ cdef class RecordBuffer:
 
     def properties(self, tags, keys, bytes uniq_head, int64_t uniq_first, list uniq_given, list user):
         """Gather each record's properties. ``tags`` and ``keys``: a list (one per
-        record) or one value for all; UNIQ_KEYs: ``uniq_given`` (one str per record),
-        or generated as ``uniq_head`` + 4 hex digits of ``uniq_first + i`` (mod 2^16);
-        ``user``: None or one dict (or None) per record. Returns 0, or -1 when some
-        value is not a str or holds a separator (\\x01, \\x02): the caller explains it."""
+        record), a ``(buffer, offsets)`` pair of packed UTF-8 (``messages.Texts``:
+        value ``i`` is ``buffer[offsets[i]:offsets[i + 1]]``, empty for none) or one
+        value for all; UNIQ_KEYs: ``uniq_given`` (one str per record), or generated
+        as ``uniq_head`` + 4 hex digits of ``uniq_first + i`` (mod 2^16); ``user``:
+        None or one dict (or None) per record. Returns 0, or -1 when some value is not
+        a str (or not UTF-8) or holds a separator (\\x01, \\x02): the caller explains it."""
         cdef Py_ssize_t i, n = self.n
         cdef Rec *r
         cdef bint tag_list = isinstance(tags, list)
         cdef bint key_list = isinstance(keys, list)
+        cdef bint tag_packed = type(tags) is tuple
+        cdef bint key_packed = type(keys) is tuple
         cdef const unsigned char *tp = NULL
         cdef const unsigned char *kp = NULL
+        cdef const int64_t[::1] t_offs = None
+        cdef const int64_t[::1] k_offs = None
         cdef int64_t tn = 0, kn = 0, props
         cdef int ts = 0, ks = 0, got
         if (tag_list and len(tags) != n) or (key_list and len(keys) != n):
             raise ValueError("tags and keys must have one value per record")
+        if tag_packed:
+            t_offs = self._text_column(tags, &tp)
+        if key_packed:
+            k_offs = self._text_column(keys, &kp)
         if (uniq_given is not None and len(uniq_given) != n) or (user is not None and len(user) != n):
             raise ValueError("unique keys and properties must have one value per record")
         self.keep.append((tags, keys, uniq_given, user))
         self.uniq_head = uniq_head
         self.uniq_first = uniq_first
-        if not tag_list:
+        if not tag_list and not tag_packed:
             ts = _text(tags, &tp, &tn)
             if ts < 0 or (ts and mq_has_sep(tp, tn)):
                 return -1
-        if not key_list:
+        if not key_list and not key_packed:
             ks = _text(keys, &kp, &kn)
             if ks < 0 or (ks and mq_has_sep(kp, kn)):
                 return -1
         for i in range(n):
             r = &self.recs[i]
-            if tag_list:
-                got = _text(tags[i], &r.tag, &r.tag_len)
+            if tag_list or tag_packed:
+                got = _packed(tp, t_offs, i, &r.tag, &r.tag_len) if tag_packed else _text(tags[i], &r.tag, &r.tag_len)
                 if got < 0 or (got and mq_has_sep(r.tag, r.tag_len)):
                     return -1
             elif ts:
                 r.tag, r.tag_len = tp, tn
-            if key_list:
-                got = _text(keys[i], &r.key, &r.key_len)
+            if key_list or key_packed:
+                got = _packed(kp, k_offs, i, &r.key, &r.key_len) if key_packed else _text(keys[i], &r.key, &r.key_len)
                 if got < 0 or (got and mq_has_sep(r.key, r.key_len)):
                     return -1
             elif ks:
@@ -394,6 +423,21 @@ cdef class RecordBuffer:
         for i in range(self.n):
             r = &self.recs[i]
             self._buffer_of(bodies[i], &r.body, &r.body_len)
+
+    cdef const int64_t[::1] _text_column(self, tuple column, const unsigned char **base):
+        """A packed text column ``(buffer, offsets)``: ``base`` set to the buffer, the
+        offsets returned once checked to lie inside it and not decrease (ValueError);
+        the column is kept alive until the records are written."""
+        cdef int64_t size = 0, i, n = self.n
+        cdef const int64_t[::1] offsets = column[1]
+        if offsets.shape[0] != n + 1:
+            raise ValueError(f"{n} records need {n + 1} text offsets, got {offsets.shape[0]}")
+        self._buffer_of(column[0], base, &size)
+        for i in range(n):
+            if not 0 <= offsets[i] <= offsets[i + 1] <= size:
+                raise ValueError(f"text {i}: offsets {offsets[i]}:{offsets[i + 1]} outside {size} bytes or decreasing")
+        self.keep.append(column)
+        return offsets
 
     def body_buffer(self, data, const int64_t[::1] offsets):
         """Gather the bodies from one buffer (``messages.Bodies``): record ``i``'s body

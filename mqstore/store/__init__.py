@@ -5,7 +5,16 @@ from mqstore.store.config import FlushMode, StoreConfig
 from mqstore.store.consume_queue import ConsumeQueue, queue_dir
 from mqstore.store.consumer_offsets import ConsumerOffsets
 from mqstore.store.delay_offsets import DelayOffsets, parse_delay_levels
-from mqstore.store.messages import AUTO_QUEUE, AppendedMessage, AppendResult, Bodies, Message, MessageBatch, PutStatus
+from mqstore.store.messages import (
+    AUTO_QUEUE,
+    AppendedMessage,
+    AppendResult,
+    Bodies,
+    Message,
+    MessageBatch,
+    PutStatus,
+    Texts,
+)
 from mqstore.store.recovery import RecoveryReport
 from mqstore.store.topic_configs import TopicConfig, TopicConfigs
 
@@ -27,6 +36,7 @@ __all__ = [
     "ReadBatch",
     "RecoveryReport",
     "StoreConfig",
+    "Texts",
     "TopicConfig",
     "TopicConfigs",
     "parse_delay_levels",

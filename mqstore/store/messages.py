@@ -97,25 +97,7 @@ class Bodies(Packed):
     """
 
     def __post_init__(self) -> None:
-        try:
-            view = memoryview(self.data)
-        except TypeError:
-            raise InvalidMessageError(
-                f"Bodies.data must be a buffer of bytes (bytes, bytearray, memoryview, numpy uint8), "
-                f"got {type(self.data).__name__}"
-            ) from None
-        if view.itemsize != 1 or not view.c_contiguous:
-            raise InvalidMessageError(
-                f"Bodies.data must be a C-contiguous buffer of single bytes, got items of {view.itemsize} "
-                f"bytes{'' if view.c_contiguous else ', not contiguous'}"
-            )
-        if view.nbytes == 0:  # (a zero in the shape cannot be cast)
-            view = memoryview(b"")
-        elif view.ndim != 1 or view.format != "B":
-            view = view.cast("B")
-        offsets = _offsets(self.offsets, view.nbytes)
-        object.__setattr__(self, "offsets", offsets)
-        object.__setattr__(self, "buffer", view)
+        _check_packed(self, "Bodies")
 
     @classmethod
     def of(cls, bodies: Iterable[bytes]) -> Bodies:
@@ -129,34 +111,87 @@ class Bodies(Packed):
         return f"Bodies({len(self)} bodies, {self.nbytes} bytes)"
 
 
-def _offsets(value, nbytes: int) -> np.ndarray:
-    """``Bodies.offsets`` checked: a read-only int64 copy."""
+@dataclass(frozen=True, eq=False)
+class Texts(Packed):
+    """A tags or keys column in one buffer of UTF-8: value ``i`` is
+    ``data[offsets[i]:offsets[i + 1]]``; an empty one is no value (as ``""`` or None
+    in a list). ``data`` and ``offsets`` are checked as for ``Bodies``; the encoder
+    reads the values in place and refuses the batch (InvalidMessageError) if one is
+    not well-formed UTF-8 or holds a property separator. As a sequence it gives each
+    value as a str, so code that takes a list of str takes it too.
+
+    >>> t = Texts.of(["TagA", None, "TagB"])
+    >>> len(t), t[0], list(t)
+    (3, 'TagA', ['TagA', '', 'TagB'])
+    """
+
+    def __post_init__(self) -> None:
+        _check_packed(self, "Texts")
+
+    @classmethod
+    def of(cls, texts: Iterable[str | None]) -> Texts:
+        """The values (str, or None for no value) encoded into one buffer."""
+        return super().of(t.encode() if t else b"" for t in texts)
+
+    def _item(self, raw: bytes) -> str:
+        return raw.decode()
+
+    def __repr__(self) -> str:
+        return f"Texts({len(self)} values, {self.nbytes} bytes)"
+
+
+def _check_packed(packed: Packed, what: str) -> None:
+    """A Bodies' or Texts' ``data`` and ``offsets`` checked (InvalidMessageError);
+    sets ``buffer`` (``data`` as one dimension of bytes) and ``offsets`` (a read-only
+    int64 copy)."""
+    try:
+        view = memoryview(packed.data)
+    except TypeError:
+        raise InvalidMessageError(
+            f"{what}.data must be a buffer of bytes (bytes, bytearray, memoryview, numpy uint8), "
+            f"got {type(packed.data).__name__}"
+        ) from None
+    if view.itemsize != 1 or not view.c_contiguous:
+        raise InvalidMessageError(
+            f"{what}.data must be a C-contiguous buffer of single bytes, got items of {view.itemsize} "
+            f"bytes{'' if view.c_contiguous else ', not contiguous'}"
+        )
+    if view.nbytes == 0:  # (a zero in the shape cannot be cast)
+        view = memoryview(b"")
+    elif view.ndim != 1 or view.format != "B":
+        view = view.cast("B")
+    object.__setattr__(packed, "offsets", _offsets(packed.offsets, view.nbytes, what))
+    object.__setattr__(packed, "buffer", view)
+
+
+def _offsets(value, nbytes: int, what: str) -> np.ndarray:
+    """``Bodies.offsets`` (or ``Texts.offsets``) checked: a read-only int64 copy."""
     if isinstance(value, (str, bytes)) or value is None:
-        raise InvalidMessageError(f"Bodies.offsets must be integers, got {value!r}")
+        raise InvalidMessageError(f"{what}.offsets must be integers, got {value!r}")
     try:
         arr = np.asarray(value)
     except (TypeError, ValueError) as e:
-        raise InvalidMessageError(f"Bodies.offsets must be integers: {e}") from e
+        raise InvalidMessageError(f"{what}.offsets must be integers: {e}") from e
     if arr.size == 0:
-        raise InvalidMessageError("Bodies.offsets must hold n + 1 offsets for n bodies (at least one)")
+        raise InvalidMessageError(f"{what}.offsets must hold n + 1 offsets for n values (at least one)")
     if arr.ndim != 1 or arr.dtype.kind not in "iu":
         raise InvalidMessageError(
-            f"Bodies.offsets must be one dimension of integers, n + 1 of them (body i is "
+            f"{what}.offsets must be one dimension of integers, n + 1 of them (value i is "
             f"data[offsets[i]:offsets[i + 1]]), got {arr.dtype} of shape {arr.shape}"
         )
     if arr.dtype.kind == "u" and int(arr.max()) > nbytes:
-        raise InvalidMessageError(f"Bodies.offsets: offset {int(arr.max())} is past the data's {nbytes} bytes")
+        raise InvalidMessageError(f"{what}.offsets: offset {int(arr.max())} is past the data's {nbytes} bytes")
     out = np.array(arr, np.int64)
     if out[0] < 0:
-        raise InvalidMessageError(f"Bodies.offsets: the first offset is negative ({int(out[0])})")
+        raise InvalidMessageError(f"{what}.offsets: the first offset is negative ({int(out[0])})")
     down = out[1:] < out[:-1]
     if down.any():
         i = int(np.argmax(down))
         raise InvalidMessageError(
-            f"Bodies.offsets must not decrease: offset {i + 1} ({int(out[i + 1])}) is below offset {i} ({int(out[i])})"
+            f"{what}.offsets must not decrease: offset {i + 1} ({int(out[i + 1])}) is below offset {i} ({int(out[i])})"
         )
     if out[-1] > nbytes:
-        raise InvalidMessageError(f"Bodies.offsets: the last offset {int(out[-1])} is past the data's {nbytes} bytes")
+        raise InvalidMessageError(f"{what}.offsets: the last offset {int(out[-1])} is past the data's {nbytes} bytes")
     out.flags.writeable = False
     return out
 

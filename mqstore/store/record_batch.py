@@ -41,7 +41,7 @@ from mqstore.formats.properties import MAX_PROPERTIES_BYTES
 from mqstore.kernels._encode import RecordBuffer, distinct
 from mqstore.store.clock import Clock
 from mqstore.store.config import StoreConfig
-from mqstore.store.messages import AUTO_QUEUE, Bodies, MessageBatch
+from mqstore.store.messages import AUTO_QUEUE, Bodies, MessageBatch, Texts
 
 _DEFAULT_BORN_HOST = encode_host(Host("127.0.0.1", 0))
 _INT32 = (-(1 << 31), (1 << 31) - 1)
@@ -76,7 +76,12 @@ def _broadcast(value, n: int) -> list:
 
 
 def _column(value, n: int):
-    """A tags or keys column for the encoder: one value for all, or a list of ``n``."""
+    """A tags or keys column for the encoder: one value for all, a list of ``n``, or
+    a Texts as its ``(buffer, offsets)`` (read in place)."""
+    if type(value) is Texts:
+        if len(value) != n:
+            raise InvalidMessageError(f"a column has {len(value)} values for {n} messages")
+        return (value.buffer, value.offsets)
     if value is None or isinstance(value, (str, bytes, int, Host, dict)):
         return value
     if len(value) != n:
@@ -112,13 +117,26 @@ def _check_no_separators(what: str, values) -> None:
 def _explain_properties(tags, keys, tails: list[str], user: list | None, n: int) -> None:
     """Raise what the encoder found wrong in a batch's property text (a value not a
     str, a separator), with the checks and messages of the Python encoder."""
-    _check_no_separators("tags", _broadcast(tags, n))
-    _check_no_separators("keys", _broadcast(keys, n))
+    _check_no_separators("tags", _texts(tags, n, "tags"))
+    _check_no_separators("keys", _texts(keys, n, "keys"))
     _check_no_separators("unique keys", tails)
     for p in user or ():
         if p:
             _check_no_separators("property names and values", list(p.keys()) + list(p.values()))
     raise InvalidMessageError("property names and values must be strings")
+
+
+def _texts(column, n: int, what: str) -> list:
+    """A tags or keys column as the encoder got it, as a list of ``n`` values."""
+    if type(column) is not tuple:
+        return _broadcast(column, n)
+    values, out = Texts(*column), []
+    for i in range(n):
+        try:
+            out.append(values[i])
+        except UnicodeDecodeError as e:
+            raise InvalidMessageError(f"{what} of message {i} is not well-formed UTF-8: {e.reason}") from None
+    return out
 
 
 class BatchEncoder:

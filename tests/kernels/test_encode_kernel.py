@@ -16,7 +16,7 @@ import zlib
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from mqstore.errors import InvalidMessageError
@@ -25,7 +25,7 @@ from mqstore.formats.message import topic_field
 from mqstore.formats.msgid import UniqKeyGenerator, build_offset_msg_id, offset_msg_id_prefix
 from mqstore.kernels import _encode
 from mqstore.store.config import StoreConfig
-from mqstore.store.messages import Bodies, MessageBatch
+from mqstore.store.messages import Bodies, MessageBatch, Texts
 from mqstore.store.record_batch import BatchEncoder
 from tests.kernels.model_encode import BatchEncoder as ModelBatchEncoder
 from tests.kernels.model_encode import PreparedRecords as ModelPreparedRecords
@@ -227,6 +227,48 @@ def test_columnar_bodies_over_the_limits_are_refused_as_the_list(
 ) -> None:
     columns = data.draw(columnar(batch))
     check(columns, store_host, 1_700_000_000_000, 0, seed, model_batch=batch, max_message_bytes=200)
+
+
+def packed_texts(draw: st.DrawFn, values) -> Texts | None:
+    """A list of str / None as a Texts, its bytes maybe after a lead; None if the list
+    holds other values (or text UTF-8 cannot carry)."""
+    if not isinstance(values, list) or not all(v is None or isinstance(v, str) for v in values):
+        return None
+    try:
+        raw = [v.encode() if v else b"" for v in values]
+    except UnicodeEncodeError:
+        return None
+    lead = draw(st.binary(max_size=5))
+    offsets = np.cumsum([len(lead), *map(len, raw)])
+    return Texts(lead + b"".join(raw), offsets)
+
+
+@CASES
+@given(st.data(), batches(), hosts, st.integers(0, 1 << 32))
+def test_text_columns_give_the_records_of_the_lists(
+    data: st.DataObject, batch: MessageBatch, store_host: Host, seed: int
+) -> None:
+    tags, keys = packed_texts(data.draw, batch.tags), packed_texts(data.draw, batch.keys)
+    assume(tags is not None or keys is not None)
+    columns = dataclasses.replace(
+        batch, tags=batch.tags if tags is None else tags, keys=batch.keys if keys is None else keys
+    )
+    check(columns, store_host, 1_700_000_000_000, 0, seed, model_batch=batch)
+
+
+@pytest.mark.parametrize(
+    ("data", "match"),
+    [
+        (b"ok\xff", "keys of message 1 is not well-formed UTF-8"),
+        (b"ok\xed\xa0\x80", "keys of message 1 is not well-formed UTF-8"),  # a surrogate
+        (b"oka\x02", "keys must not contain the property separators"),
+    ],
+)
+def test_text_columns_that_are_not_clean_utf8_are_refused(data: bytes, match: str) -> None:
+    enc, _ = encoders(Host("127.0.0.1", 10911), 1_700_000_000_000, 0)
+    batch = MessageBatch(topics="T", bodies=[b"a", b"b"], keys=Texts(data, [0, 2, len(data)]))
+    with pytest.raises(InvalidMessageError, match=match):
+        enc.prepare(batch)
 
 
 def test_buffers_are_reused_and_records_stay_equal() -> None:

@@ -38,6 +38,7 @@ def test_bodies_come_in_one_buffer_with_the_pattern_after_the_index() -> None:
     w.batch(2_000, 3, in_place=True)
     assert list(b.bodies) == want  # a copy
     assert int.from_bytes(fast.bodies[0][:8], "big") == 2_000  # the rows, rewritten
+    assert b.keys[0] == "ord0000001000 usr1000" and fast.keys[0] == "ord0000002000 usr2000"  # KEYS too
     for size in (0, 3, 8):
         short = Workload(body_size=size, topics=1, queues=4).batch(258, 2).bodies
         assert list(short) == [i.to_bytes(8, "big")[:size] for i in (258, 259)]

@@ -83,7 +83,7 @@ def test_offsets_are_a_read_only_copy() -> None:
         (b"abc", [0, 4], r"last offset 4 is past the data's 3 bytes"),
         (b"abc", np.array([0, 5], np.uint64), r"offset 5 is past the data's 3 bytes"),
         (b"abc", [-1, 2], r"first offset is negative \(-1\)"),
-        (b"abc", [], r"n \+ 1 offsets for n bodies"),
+        (b"abc", [], r"n \+ 1 offsets for n values"),
         (b"abc", [0.0, 1.0], "one dimension of integers"),
         (b"abc", [[0, 1]], "one dimension of integers"),
         (b"abc", "01", "must be integers"),
