@@ -49,7 +49,7 @@ def _export_credentials(access_key: str | None, secret_key: str | None) -> None:
 
 
 def version_line() -> str:
-    """``mqstore 0.1.0 (compiled core: loaded, <path of the extension>)``."""
+    """``mqstore 0.1.0 (compiled core: loaded, <the extensions> from <their directory>)``."""
     from mqstore import __version__
     from mqstore.kernels import core_status
 

@@ -10,6 +10,8 @@ reference models, which differential tests hold the kernels to.
 
 from __future__ import annotations
 
+import os
+
 BUILD_HINT = (
     "mqstore's compiled core (the Cython extensions mqstore.kernels._scan, _dispatch, _encode, _verify, _decode, _queues) is not built. "
     "Build it from the clone with `pip install -e .` (or install the package with `pip install .`); "
@@ -22,9 +24,15 @@ except ImportError as e:  # no silent fallback: say how to build it
     raise ImportError(f"{BUILD_HINT} ({e})") from e
 
 
+_KERNELS = (_decode, _dispatch, _encode, _queues, _scan, _verify)
+
+
 def core_status() -> str:
-    """``"loaded, <path of the extension>"``: what ``mqstore --version`` reports."""
-    return f"loaded, {_scan.__file__}"
+    """``"loaded, _decode _dispatch ... from <their directory>"``: what ``mqstore
+    --version`` reports (each extension named, so a stale or partial build shows)."""
+    names = " ".join(k.__name__.rsplit(".", 1)[1] for k in _KERNELS)
+    dirs = sorted({os.path.dirname(k.__file__) for k in _KERNELS})
+    return f"loaded, {names} from {', '.join(dirs)}"
 
 
 __all__ = ["BUILD_HINT", "core_status"]
