@@ -152,8 +152,8 @@ def run_remote_consume(
                         calls += 1
                         if res.next_offset <= offset:
                             break
-                        m += len(res.raw_records)
-                        nb += sum(map(len, res.raw_records))
+                        m += len(res.raw_sizes) // 4
+                        nb += len(res.raw_data)
                         offset = res.next_offset
         except BaseException as e:  # noqa: BLE001 - raised in the caller's thread
             errors.append(e)

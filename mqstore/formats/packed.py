@@ -111,6 +111,30 @@ class RawRecords(Packed):
         heads = np.where(inside, padded, 0).astype(np.uint8).view(">i4")
         return heads[:, 0], heads[:, 1]
 
+    def to_wire(self) -> tuple[bytes, bytes]:
+        """``(data, sizes)`` as the gRPC answers carry them: the records' bytes one
+        after another, and each one's size as little-endian int32."""
+        lo, hi = int(self.offsets[0]), int(self.offsets[-1])
+        data = (
+            self.data
+            if isinstance(self.data, bytes) and lo == 0 and hi == len(self.data)
+            else self.buffer[lo:hi].tobytes()
+        )
+        return data, self.lengths.astype("<i4").tobytes()
+
+    @classmethod
+    def from_wire(cls, data: bytes, sizes: bytes) -> RawRecords:
+        """The records of a ``to_wire`` pair; ValueError if the sizes do not cut
+        ``data`` exactly (a size negative, or their sum not its length)."""
+        if len(sizes) % 4:
+            raise ValueError(f"record sizes take 4 bytes each, got {len(sizes)} bytes")
+        lengths = np.frombuffer(sizes, "<i4")
+        offsets = np.zeros(len(lengths) + 1, np.int64)
+        np.cumsum(lengths, out=offsets[1:])
+        if (len(lengths) and int(lengths.min()) < 0) or int(offsets[-1]) != len(data):
+            raise ValueError(f"record sizes add up to {int(offsets[-1])} bytes, the records hold {len(data)}")
+        return cls(data, offsets)
+
     @classmethod
     def concat(cls, parts: Sequence[RawRecords]) -> RawRecords:
         """The records of every part, in order, in one buffer (one part: itself)."""

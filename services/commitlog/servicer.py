@@ -87,7 +87,7 @@ class CommitLogServicer(commitlog_pb2_grpc.CommitLogServiceServicer):
         )
         out = pb.ReadResponse(offsets=offsets.tolist())
         if req.raw:
-            out.raw_records.extend(found)
+            out.raw_data, out.raw_sizes = found.to_wire()
         else:
             out.records.extend(record_to_pb(r, self.state.shard) for r in found)
         return out

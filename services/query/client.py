@@ -23,6 +23,8 @@ from pathlib import Path
 import grpc
 
 from mqstore.errors import MqStoreError
+from mqstore.formats.message import MessageRecord, decode_records
+from mqstore.formats.packed import RawRecords
 from mqstore.rpc.v1 import common_pb2, front_pb2, front_pb2_grpc
 from mqstore.services.common.headers import AddHeaders
 from mqstore.services.common.server import sync_channel
@@ -229,4 +231,17 @@ def remote_errors() -> Iterator[None]:
         raise RemoteCallError(name, details or name) from None
 
 
-__all__ = ["FrontClient", "RemoteCallError", "columns", "remote_errors"]
+def raw_records(answer: front_pb2.PullResponse) -> RawRecords:
+    """The stored records of a raw pull's answer, in its one buffer (no object per
+    record); ``list(...)`` gives each record's bytes."""
+    return RawRecords.from_wire(answer.raw_data, answer.raw_sizes)
+
+
+def decode_pulled(answer: front_pb2.PullResponse) -> list[MessageRecord]:
+    """A raw pull's records decoded by the compiled decoder (CRC checked), as RocketMQ
+    clients decode the records brokers ship them."""
+    records = raw_records(answer)
+    return decode_records(records.buffer, records.offsets[:-1])
+
+
+__all__ = ["FrontClient", "RemoteCallError", "columns", "decode_pulled", "raw_records", "remote_errors"]

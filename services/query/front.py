@@ -350,7 +350,10 @@ class FrontServicer(front_pb2_grpc.FrontServiceServicer):
             min_offset=a.min_offset,
             max_offset=a.max_offset,
         )
-        (out.raw_records if request.raw else out.records).extend(a.records)
+        if request.raw:
+            out.raw_data, out.raw_sizes = a.records.to_wire()
+        else:
+            out.records.extend(a.records)
         return out
 
     def _ports(self, shard: ShardClient) -> GrpcPorts:

@@ -54,7 +54,9 @@ class GrpcPorts:
                 offsets=offsets.tolist(), raw=raw, skip_missing=True, sizes=[] if sizes is None else sizes.tolist()
             ),
         )
-        return np.asarray(rd.offsets, np.int64), RawRecords.of(rd.raw_records) if raw else list(rd.records)
+        return np.asarray(rd.offsets, np.int64), RawRecords.from_wire(rd.raw_data, rd.raw_sizes) if raw else list(
+            rd.records
+        )
 
     async def keys(self, topic: str, key: str, max_num: int, begin: int, end: int) -> list[int]:
         q = await self.shard.call(

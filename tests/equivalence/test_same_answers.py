@@ -19,6 +19,7 @@ from mqstore.formats.javahash import tags_code
 from mqstore.formats.msgid import Host, offset_msg_id_prefix
 from mqstore.rpc.v1 import front_pb2
 from mqstore.services.common.errors import status_of
+from mqstore.services.query.client import raw_records
 from mqstore.store.schedule import SCHEDULE_TOPIC
 from tests.equivalence.conftest import BLANK, QUEUES, RARE_AT, SPARSE, TOPICS
 
@@ -184,7 +185,7 @@ class Served:
     def pull_raw(self, topic, qid, offset, *, max_count=32, tags=None):
         r = self.c.pull(topic, qid, offset, max_messages=max_count, tags=self._expr(tags), raw=True)
         return dict(
-            raw=[bytes(m) for m in r.raw_records],
+            raw=list(raw_records(r)),
             next_offset=r.next_offset,
             min_offset=r.min_offset,
             max_offset=r.max_offset,

@@ -68,3 +68,25 @@ def test_a_sequence_of_bytes() -> None:
     assert pickle.loads(pickle.dumps(r)) == r
     with pytest.raises(IndexError):
         r[3]
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.binary(max_size=30), max_size=20), st.binary(max_size=4))
+def test_the_wire_pair_gives_the_same_records(items: list[bytes], lead: bytes) -> None:
+    packed = RawRecords(lead + b"".join(items), np.cumsum([len(lead), *map(len, items)]))
+    data, sizes = packed.to_wire()
+    assert data == b"".join(items) and np.frombuffer(sizes, "<i4").tolist() == list(map(len, items))
+    assert RawRecords.from_wire(data, sizes) == items
+
+
+@pytest.mark.parametrize(
+    ("data", "sizes", "match"),
+    [
+        (b"abc", b"\x01\x00\x00", "4 bytes each"),
+        (b"abc", np.array([1, 1], "<i4").tobytes(), "add up to 2 bytes, the records hold 3"),
+        (b"abc", np.array([4, -1], "<i4").tobytes(), "add up to 3"),
+    ],
+)
+def test_a_wire_pair_that_does_not_add_up_is_refused(data: bytes, sizes: bytes, match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        RawRecords.from_wire(data, sizes)

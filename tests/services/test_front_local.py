@@ -15,7 +15,7 @@ from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from mqstore.formats.message import decode_record
 from mqstore.rpc.v1 import common_pb2, front_pb2
 from mqstore.services.common.server import sync_channel
-from mqstore.services.query.client import FrontClient, columns
+from mqstore.services.query.client import FrontClient, columns, decode_pulled, raw_records
 from mqstore.services.startup.local import LocalStack
 from tests.services.helpers import code_of, small_config, wait_dispatched
 
@@ -75,7 +75,8 @@ def test_pull_with_tags_and_raw(client):
     p = client.pull("TagTopic", 0, 0, tags="Nope")
     assert p.status == front_pb2.NO_MATCHED_MESSAGE and p.next_offset == 5
     raw = client.pull("TagTopic", 0, 1, raw=True, max_messages=2)
-    assert [decode_record(b).body for b in raw.raw_records] == [b"b0", b"a1"] and raw.next_offset == 3
+    assert [decode_record(b).body for b in raw_records(raw)] == [b"b0", b"a1"] and raw.next_offset == 3
+    assert [r.body for r in decode_pulled(raw)] == [b"b0", b"a1"]
     assert client.pull("TagTopic", 0, 9).status == front_pb2.OFFSET_OVERFLOW
     assert client.pull("TagTopic", 3, 0).status == front_pb2.NO_MESSAGE_IN_QUEUE
 

@@ -12,7 +12,7 @@ import pytest
 
 from mqstore.formats.message import MAGIC_V2, decode_record
 from mqstore.rpc.v1 import common_pb2, front_pb2
-from mqstore.services.query.client import FrontClient
+from mqstore.services.query.client import FrontClient, raw_records
 from mqstore.services.startup.local import LocalStack
 from tests.services.helpers import small_config, wait_dispatched
 
@@ -38,7 +38,7 @@ def test_long_retry_topics_over_the_services(tmp_path) -> None:
         p = c.pull(RETRY, 1, 0)
         assert p.status == front_pb2.FOUND and [r.body for r in p.records] == [b"r1", b"r3", b"r5"]
         assert all(r.topic == RETRY for r in p.records)
-        raw = c.pull(RETRY, 0, 0, raw=True).raw_records
+        raw = raw_records(c.pull(RETRY, 0, 0, raw=True))
         assert [(decode_record(b).magic, decode_record(b).topic, decode_record(b).body) for b in raw] == [
             (MAGIC_V2, RETRY, b"r0"),
             (MAGIC_V2, RETRY, b"r2"),

@@ -32,14 +32,16 @@ class ReadRequest(_message.Message):
     def __init__(self, offsets: _Optional[_Iterable[int]] = ..., raw: _Optional[bool] = ..., skip_missing: _Optional[bool] = ..., sizes: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class ReadResponse(_message.Message):
-    __slots__ = ("offsets", "records", "raw_records")
+    __slots__ = ("offsets", "records", "raw_data", "raw_sizes")
     OFFSETS_FIELD_NUMBER: _ClassVar[int]
     RECORDS_FIELD_NUMBER: _ClassVar[int]
-    RAW_RECORDS_FIELD_NUMBER: _ClassVar[int]
+    RAW_DATA_FIELD_NUMBER: _ClassVar[int]
+    RAW_SIZES_FIELD_NUMBER: _ClassVar[int]
     offsets: _containers.RepeatedScalarFieldContainer[int]
     records: _containers.RepeatedCompositeFieldContainer[_common_pb2.Record]
-    raw_records: _containers.RepeatedScalarFieldContainer[bytes]
-    def __init__(self, offsets: _Optional[_Iterable[int]] = ..., records: _Optional[_Iterable[_Union[_common_pb2.Record, _Mapping]]] = ..., raw_records: _Optional[_Iterable[bytes]] = ...) -> None: ...
+    raw_data: bytes
+    raw_sizes: bytes
+    def __init__(self, offsets: _Optional[_Iterable[int]] = ..., records: _Optional[_Iterable[_Union[_common_pb2.Record, _Mapping]]] = ..., raw_data: _Optional[bytes] = ..., raw_sizes: _Optional[bytes] = ...) -> None: ...
 
 class ReadRangeRequest(_message.Message):
     __slots__ = ("offset", "max_bytes", "wait_ms", "dispatched_offset")

@@ -66,20 +66,22 @@ class PullRequest(_message.Message):
     def __init__(self, topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., offset: _Optional[int] = ..., max_messages: _Optional[int] = ..., tag_expression: _Optional[str] = ..., raw: _Optional[bool] = ...) -> None: ...
 
 class PullResponse(_message.Message):
-    __slots__ = ("status", "records", "raw_records", "next_offset", "min_offset", "max_offset")
+    __slots__ = ("status", "records", "raw_data", "raw_sizes", "next_offset", "min_offset", "max_offset")
     STATUS_FIELD_NUMBER: _ClassVar[int]
     RECORDS_FIELD_NUMBER: _ClassVar[int]
-    RAW_RECORDS_FIELD_NUMBER: _ClassVar[int]
+    RAW_DATA_FIELD_NUMBER: _ClassVar[int]
+    RAW_SIZES_FIELD_NUMBER: _ClassVar[int]
     NEXT_OFFSET_FIELD_NUMBER: _ClassVar[int]
     MIN_OFFSET_FIELD_NUMBER: _ClassVar[int]
     MAX_OFFSET_FIELD_NUMBER: _ClassVar[int]
     status: PullStatus
     records: _containers.RepeatedCompositeFieldContainer[_common_pb2.Record]
-    raw_records: _containers.RepeatedScalarFieldContainer[bytes]
+    raw_data: bytes
+    raw_sizes: bytes
     next_offset: int
     min_offset: int
     max_offset: int
-    def __init__(self, status: _Optional[_Union[PullStatus, str]] = ..., records: _Optional[_Iterable[_Union[_common_pb2.Record, _Mapping]]] = ..., raw_records: _Optional[_Iterable[bytes]] = ..., next_offset: _Optional[int] = ..., min_offset: _Optional[int] = ..., max_offset: _Optional[int] = ...) -> None: ...
+    def __init__(self, status: _Optional[_Union[PullStatus, str]] = ..., records: _Optional[_Iterable[_Union[_common_pb2.Record, _Mapping]]] = ..., raw_data: _Optional[bytes] = ..., raw_sizes: _Optional[bytes] = ..., next_offset: _Optional[int] = ..., min_offset: _Optional[int] = ..., max_offset: _Optional[int] = ...) -> None: ...
 
 class QueryByMsgIdRequest(_message.Message):
     __slots__ = ("msg_id",)
