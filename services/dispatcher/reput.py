@@ -39,6 +39,7 @@ from mqstore.rpc.v1 import (
     index_pb2_grpc,
 )
 from mqstore.rpc.v1 import dispatcher_pb2 as pb
+from mqstore.services.common.columns import INT32, INT64, pack
 from mqstore.services.common.errors import rpc
 from mqstore.services.common.internal_auth import InternalAuth
 from mqstore.services.common.server import Registration, channel
@@ -234,14 +235,14 @@ class RemoteDispatcher:
             raise _Resync(f"ReadRange said {r.record_count} records at {r.offset}, {len(b)} decoded")
         units = consume_queue_pb2.PutUnitsRequest(
             topics=b.topics,
-            topic_codes=b.topic_codes.tolist(),
-            queue_ids=b.queue_ids.tolist(),
-            queue_offsets=b.queue_offsets.tolist(),
-            physical_offsets=b.physical_offsets.tolist(),
-            sizes=b.sizes.tolist(),
-            tags_codes=b.tags_codes.tolist(),
-            store_timestamps=b.store_timestamps.tolist(),
-            sysflags=b.sysflags.tolist(),
+            topic_codes=pack(b.topic_codes, INT32),
+            queue_ids=pack(b.queue_ids, INT32),
+            queue_offsets=pack(b.queue_offsets, INT64),
+            physical_offsets=pack(b.physical_offsets, INT64),
+            sizes=pack(b.sizes, INT32),
+            tags_codes=pack(b.tags_codes, INT64),
+            store_timestamps=pack(b.store_timestamps, INT64),
+            sysflags=pack(b.sysflags, INT32),
             from_offset=frm,
             to_offset=to,
             incarnation=inc,
@@ -250,9 +251,9 @@ class RemoteDispatcher:
         )
         e = b.index_entries()
         keys = index_pb2.PutKeysRequest(
-            key_hashes=e.key_hashes.tolist(),
-            physical_offsets=e.physical_offsets.tolist(),
-            store_timestamps=e.store_timestamps.tolist(),
+            key_hashes=pack(e.key_hashes, INT64),
+            physical_offsets=pack(e.physical_offsets, INT64),
+            store_timestamps=pack(e.store_timestamps, INT64),
             from_offset=frm,
             to_offset=to,
             incarnation=inc,

@@ -8,11 +8,10 @@ core puts each (key hash, record) pair once. Query answers each offset once, and
 
 from __future__ import annotations
 
-import numpy as np
-
 from mqstore.rpc.v1 import common_pb2, index_pb2_grpc
 from mqstore.rpc.v1 import index_pb2 as pb
 from mqstore.services.common import validate
+from mqstore.services.common.columns import INT64, unpack
 from mqstore.services.common.errors import BadRequest, rpc
 from mqstore.services.common.server import Registration
 from mqstore.services.index.state import BuilderState
@@ -34,22 +33,20 @@ class IndexServicer(index_pb2_grpc.IndexServiceServicer):
     async def PutKeys(self, request: pb.PutKeysRequest, context) -> pb.PutKeysResponse:
         self.state.ready()
         self.state.check_incarnation(request.incarnation)
-        validate.same_lengths(
-            key_hashes=request.key_hashes,
-            physical_offsets=request.physical_offsets,
-            store_timestamps=request.store_timestamps,
+        hashes, phys, times = (
+            unpack(request.key_hashes, INT64, "key_hashes"),
+            unpack(request.physical_offsets, INT64, "physical_offsets"),
+            unpack(request.store_timestamps, INT64, "store_timestamps"),
         )
+        validate.same_lengths(key_hashes=hashes, physical_offsets=phys, store_timestamps=times)
         if request.to_offset < request.from_offset:
             raise BadRequest(f"to_offset {request.to_offset} is before from_offset {request.from_offset}")
         await self.state.check_to_offset(request.to_offset)
-        phys = np.asarray(request.physical_offsets, np.int64)
         if len(phys) and (phys.min() < request.from_offset or phys.max() >= request.to_offset):
             raise BadRequest(
                 f"entries must point into [from_offset, to_offset) = [{request.from_offset}, {request.to_offset})"
             )
-        entries = IndexEntries(
-            np.asarray(request.key_hashes, np.int64), phys, np.asarray(request.store_timestamps, np.int64)
-        )
+        entries = IndexEntries(hashes, phys, times)
         indexed, skipped, progress = await self.state.call(
             self.state.put, request.incarnation, entries, request.from_offset, request.to_offset
         )

@@ -11,6 +11,7 @@ from mqstore.formats.names import check_topic
 from mqstore.rpc.v1 import common_pb2, consume_queue_pb2_grpc
 from mqstore.rpc.v1 import consume_queue_pb2 as pb
 from mqstore.services.common import validate
+from mqstore.services.common.columns import INT32, INT64, unpack
 from mqstore.services.common.errors import BadRequest, rpc
 from mqstore.services.common.server import Registration
 from mqstore.services.index.state import BuilderState
@@ -147,28 +148,31 @@ def _get_units(builder: QueueBuilder, topic: str, qid: int, offset: int, n: int)
     )
 
 
+# PutUnits' packed per-record columns and their wire types.
+_UNIT_COLUMNS = {
+    "topic_codes": INT32,
+    "queue_ids": INT32,
+    "queue_offsets": INT64,
+    "physical_offsets": INT64,
+    "sizes": INT32,
+    "tags_codes": INT64,
+    "store_timestamps": INT64,
+    "sysflags": INT32,
+}
+
+
 def _dispatch_batch(r: pb.PutUnitsRequest) -> DispatchBatch:
     """The consume-queue columns of a DispatchBatch from a PutUnits request, checked
     (a bad batch must fail before any unit is written)."""
-    n = validate.same_lengths(
-        topic_codes=r.topic_codes,
-        queue_ids=r.queue_ids,
-        queue_offsets=r.queue_offsets,
-        physical_offsets=r.physical_offsets,
-        sizes=r.sizes,
-        tags_codes=r.tags_codes,
-        store_timestamps=r.store_timestamps,
-        sysflags=r.sysflags,
-    )
+    cols = {name: unpack(getattr(r, name), dtype, name) for name, dtype in _UNIT_COLUMNS.items()}
+    n = validate.same_lengths(**cols)
     if r.to_offset < r.from_offset:
         raise BadRequest(f"to_offset {r.to_offset} is before from_offset {r.from_offset}")
     for t in r.topics:
         check_topic(t)
-    codes = np.asarray(r.topic_codes, np.int64)
-    qids = np.asarray(r.queue_ids, np.int64)
-    phys = np.asarray(r.physical_offsets, np.int64)
-    sizes = np.asarray(r.sizes, np.int64)
-    qo = np.asarray(r.queue_offsets, np.int64)
+    codes, qids, phys, sizes, qo = (
+        cols[c] for c in ("topic_codes", "queue_ids", "physical_offsets", "sizes", "queue_offsets")
+    )
     if n:
         if codes.min() < 0 or codes.max() >= len(r.topics):
             raise BadRequest(f"topic_codes must index topics (0..{len(r.topics) - 1})")
@@ -186,9 +190,9 @@ def _dispatch_batch(r: pb.PutUnitsRequest) -> DispatchBatch:
         topic_codes=codes,
         queue_ids=qids,
         queue_offsets=qo,
-        sysflags=np.asarray(r.sysflags, np.int64),
-        store_timestamps=np.asarray(r.store_timestamps, np.int64),
-        tags_codes=np.asarray(r.tags_codes, np.int64),
+        sysflags=cols["sysflags"],
+        store_timestamps=cols["store_timestamps"],
+        tags_codes=cols["tags_codes"],
         buffer=b"",
         keys_at=none,
         keys_end=none,

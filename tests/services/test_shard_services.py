@@ -29,6 +29,7 @@ from mqstore.rpc.v1 import (
     index_pb2_grpc,
 )
 from mqstore.services.commitlog.host import CommitLogHost
+from mqstore.services.common.columns import INT32, INT64, pack
 from mqstore.services.common.errors import status_of
 from mqstore.services.common.internal_auth import InternalAuth
 from mqstore.services.common.peers import PeerUnavailable, resolver_of
@@ -134,6 +135,7 @@ def test_shard_rejects_bad_internal_requests(shard):
     parts, (cl, cq, ix), appended = shard
     inc = cl.GetOffsets(commitlog_pb2.GetOffsetsRequest()).incarnation
     mid = appended.physical_offsets[0] + 3
+    one, zero = pack([1], INT64), pack([0], INT64)
     cases = [
         (lambda: cl.Read(commitlog_pb2.ReadRequest(offsets=[mid])), C.INVALID_ARGUMENT),
         (lambda: cl.Read(commitlog_pb2.ReadRequest(offsets=[-1])), C.INVALID_ARGUMENT),
@@ -156,7 +158,9 @@ def test_shard_rejects_bad_internal_requests(shard):
         (lambda: cq.PutUnits(consume_queue_pb2.PutUnitsRequest(incarnation=inc, to_offset=10**9)), C.INVALID_ARGUMENT),
         (
             lambda: cq.PutUnits(
-                consume_queue_pb2.PutUnitsRequest(incarnation=inc, topics=["S"], topic_codes=[0, 0], queue_ids=[0])
+                consume_queue_pb2.PutUnitsRequest(
+                    incarnation=inc, topics=["S"], topic_codes=pack([0, 0], INT32), queue_ids=pack([0], INT32)
+                )
             ),
             C.INVALID_ARGUMENT,
         ),
@@ -165,14 +169,14 @@ def test_shard_rejects_bad_internal_requests(shard):
                 consume_queue_pb2.PutUnitsRequest(
                     incarnation=inc,
                     topics=["S"],
-                    topic_codes=[3],
-                    queue_ids=[0],
-                    queue_offsets=[0],
-                    physical_offsets=[0],
-                    sizes=[10],
-                    tags_codes=[0],
-                    store_timestamps=[0],
-                    sysflags=[0],
+                    topic_codes=pack([3], INT32),
+                    queue_ids=pack([0], INT32),
+                    queue_offsets=pack([0], INT64),
+                    physical_offsets=pack([0], INT64),
+                    sizes=pack([10], INT32),
+                    tags_codes=pack([0], INT64),
+                    store_timestamps=pack([0], INT64),
+                    sysflags=pack([0], INT32),
                     to_offset=10,
                 )
             ),
@@ -186,7 +190,7 @@ def test_shard_rejects_bad_internal_requests(shard):
         (
             lambda: ix.PutKeys(
                 index_pb2.PutKeysRequest(
-                    incarnation=inc, key_hashes=[1], physical_offsets=[0], store_timestamps=[0], to_offset=1 << 40
+                    incarnation=inc, key_hashes=one, physical_offsets=zero, store_timestamps=zero, to_offset=1 << 40
                 )
             ),
             C.INVALID_ARGUMENT,
@@ -194,7 +198,19 @@ def test_shard_rejects_bad_internal_requests(shard):
         (
             lambda: ix.PutKeys(
                 index_pb2.PutKeysRequest(
-                    incarnation=inc, key_hashes=[-5], physical_offsets=[0], store_timestamps=[0], to_offset=1
+                    incarnation=inc,
+                    key_hashes=pack([-5], INT64),
+                    physical_offsets=zero,
+                    store_timestamps=zero,
+                    to_offset=1,
+                )
+            ),
+            C.INVALID_ARGUMENT,
+        ),
+        (  # a packed column cut inside a value
+            lambda: ix.PutKeys(
+                index_pb2.PutKeysRequest(
+                    incarnation=inc, key_hashes=one[:5], physical_offsets=zero, store_timestamps=zero, to_offset=1
                 )
             ),
             C.INVALID_ARGUMENT,
@@ -232,14 +248,14 @@ def test_units_and_keys_sent_twice_are_harmless(shard):
     again = consume_queue_pb2.PutUnitsRequest(
         incarnation=inc,
         topics=["S"],
-        topic_codes=[0, 0],
-        queue_ids=[0, 0],
-        queue_offsets=[0, 1],
-        physical_offsets=list(appended.physical_offsets),
-        sizes=list(appended.sizes),
-        tags_codes=[0, 0],
-        store_timestamps=[0, 0],
-        sysflags=[0, 0],
+        topic_codes=pack([0, 0], INT32),
+        queue_ids=pack([0, 0], INT32),
+        queue_offsets=pack([0, 1], INT64),
+        physical_offsets=pack(appended.physical_offsets, INT64),
+        sizes=pack(appended.sizes, INT32),
+        tags_codes=pack([0, 0], INT64),
+        store_timestamps=pack([0, 0], INT64),
+        sysflags=pack([0, 0], INT32),
         from_offset=0,
         to_offset=0,
     )

@@ -24,20 +24,20 @@ class PutUnitsRequest(_message.Message):
     COMMITLOG_MIN_OFFSET_FIELD_NUMBER: _ClassVar[int]
     FORCED_DELETED_TO_FIELD_NUMBER: _ClassVar[int]
     topics: _containers.RepeatedScalarFieldContainer[str]
-    topic_codes: _containers.RepeatedScalarFieldContainer[int]
-    queue_ids: _containers.RepeatedScalarFieldContainer[int]
-    queue_offsets: _containers.RepeatedScalarFieldContainer[int]
-    physical_offsets: _containers.RepeatedScalarFieldContainer[int]
-    sizes: _containers.RepeatedScalarFieldContainer[int]
-    tags_codes: _containers.RepeatedScalarFieldContainer[int]
-    store_timestamps: _containers.RepeatedScalarFieldContainer[int]
-    sysflags: _containers.RepeatedScalarFieldContainer[int]
+    topic_codes: bytes
+    queue_ids: bytes
+    queue_offsets: bytes
+    physical_offsets: bytes
+    sizes: bytes
+    tags_codes: bytes
+    store_timestamps: bytes
+    sysflags: bytes
     from_offset: int
     to_offset: int
     incarnation: int
     commitlog_min_offset: int
     forced_deleted_to: int
-    def __init__(self, topics: _Optional[_Iterable[str]] = ..., topic_codes: _Optional[_Iterable[int]] = ..., queue_ids: _Optional[_Iterable[int]] = ..., queue_offsets: _Optional[_Iterable[int]] = ..., physical_offsets: _Optional[_Iterable[int]] = ..., sizes: _Optional[_Iterable[int]] = ..., tags_codes: _Optional[_Iterable[int]] = ..., store_timestamps: _Optional[_Iterable[int]] = ..., sysflags: _Optional[_Iterable[int]] = ..., from_offset: _Optional[int] = ..., to_offset: _Optional[int] = ..., incarnation: _Optional[int] = ..., commitlog_min_offset: _Optional[int] = ..., forced_deleted_to: _Optional[int] = ...) -> None: ...
+    def __init__(self, topics: _Optional[_Iterable[str]] = ..., topic_codes: _Optional[bytes] = ..., queue_ids: _Optional[bytes] = ..., queue_offsets: _Optional[bytes] = ..., physical_offsets: _Optional[bytes] = ..., sizes: _Optional[bytes] = ..., tags_codes: _Optional[bytes] = ..., store_timestamps: _Optional[bytes] = ..., sysflags: _Optional[bytes] = ..., from_offset: _Optional[int] = ..., to_offset: _Optional[int] = ..., incarnation: _Optional[int] = ..., commitlog_min_offset: _Optional[int] = ..., forced_deleted_to: _Optional[int] = ...) -> None: ...
 
 class PutUnitsResponse(_message.Message):
     __slots__ = ("progress_offset",)

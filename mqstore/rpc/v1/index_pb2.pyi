@@ -20,14 +20,14 @@ class PutKeysRequest(_message.Message):
     TO_OFFSET_FIELD_NUMBER: _ClassVar[int]
     INCARNATION_FIELD_NUMBER: _ClassVar[int]
     COMMITLOG_MIN_OFFSET_FIELD_NUMBER: _ClassVar[int]
-    key_hashes: _containers.RepeatedScalarFieldContainer[int]
-    physical_offsets: _containers.RepeatedScalarFieldContainer[int]
-    store_timestamps: _containers.RepeatedScalarFieldContainer[int]
+    key_hashes: bytes
+    physical_offsets: bytes
+    store_timestamps: bytes
     from_offset: int
     to_offset: int
     incarnation: int
     commitlog_min_offset: int
-    def __init__(self, key_hashes: _Optional[_Iterable[int]] = ..., physical_offsets: _Optional[_Iterable[int]] = ..., store_timestamps: _Optional[_Iterable[int]] = ..., from_offset: _Optional[int] = ..., to_offset: _Optional[int] = ..., incarnation: _Optional[int] = ..., commitlog_min_offset: _Optional[int] = ...) -> None: ...
+    def __init__(self, key_hashes: _Optional[bytes] = ..., physical_offsets: _Optional[bytes] = ..., store_timestamps: _Optional[bytes] = ..., from_offset: _Optional[int] = ..., to_offset: _Optional[int] = ..., incarnation: _Optional[int] = ..., commitlog_min_offset: _Optional[int] = ...) -> None: ...
 
 class PutKeysResponse(_message.Message):
     __slots__ = ("indexed", "skipped", "progress_offset")
