@@ -21,6 +21,7 @@ needs (mqstore.store.repair).
 from __future__ import annotations
 
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Literal
 
@@ -78,26 +79,43 @@ def verify_store(
         store, cfg.segment_bytes, findings, damage, index_sample=index_sample_for(index_keys), running=running
     )
     damage.newest_store_timestamp = table.newest_store_timestamp
-    log.info("verify_progress", stage="consume_queues", records=len(table.phys))
-    queues = read_queues(store, cfg.consume_queue_file_bytes, table, findings, damage, running=running)
-    resume = resume_offset(
-        store, table, queues, damage, state.checkpoint, clean=running or not (store / ABORT_FILE).exists()
-    )
-    queue_max = check_records(queues, table, findings, damage, resume_offset=resume, running=running)
-    check_queue_ends(
-        store,
-        cfg.consume_queue_file_bytes,
-        queues,
-        damage.commitlog_cut if damage.commitlog_cut is not None else table.data_end,
-        table.min_offset,
-        findings,
-        damage,
-        clean=not running
-        and not (store / ABORT_FILE).exists()
-        and not (store / builder_files("consumequeue")[1]).exists(),
-    )
-    log.info("verify_progress", stage="index", queues=len(queues))
-    index = check_index(store, cfg.index_hash_slots, cfg.index_max_entries, table, findings, damage, running=running)
+    # The index is checked against the record table on a thread of its own while the
+    # consume queues are (both are numpy and kernels that release the GIL); its
+    # findings and damage are kept apart and taken after the queues', in that order.
+    index_findings, index_damage = Findings(), Damage()
+    with ThreadPoolExecutor(1, thread_name_prefix="verify-index") as pool:
+        log.info("verify_progress", stage="consume_queues_and_index", records=len(table.phys))
+        index_job = pool.submit(
+            check_index,
+            store,
+            cfg.index_hash_slots,
+            cfg.index_max_entries,
+            table,
+            index_findings,
+            index_damage,
+            running=running,
+        )
+        queues = read_queues(store, cfg.consume_queue_file_bytes, table, findings, damage, running=running)
+        resume = resume_offset(
+            store, table, queues, damage, state.checkpoint, clean=running or not (store / ABORT_FILE).exists()
+        )
+        queue_max = check_records(queues, table, findings, damage, resume_offset=resume, running=running)
+        check_queue_ends(
+            store,
+            cfg.consume_queue_file_bytes,
+            queues,
+            damage.commitlog_cut if damage.commitlog_cut is not None else table.data_end,
+            table.min_offset,
+            findings,
+            damage,
+            clean=not running
+            and not (store / ABORT_FILE).exists()
+            and not (store / builder_files("consumequeue")[1]).exists(),
+        )
+        index = index_job.result()
+    findings.merge(index_findings)
+    damage.index_bad = index_damage.index_bad
+    damage.stray_files.extend(index_damage.stray_files)
     check_checkpoint(state, table.newest_store_timestamp, findings, damage)
     offsets_checked = check_configs(state, queue_max, findings, damage)
     counts = {

@@ -100,6 +100,19 @@ class Findings:
     def info(self, kind: str, location: str, detail: str) -> None:
         self.add(kind, Severity.INFO, location, detail)
 
+    def merge(self, other: Findings) -> None:
+        """Take ``other``'s findings as if they had been found here, after these
+        (verify's checks that run on a thread of their own collect apart)."""
+        seen = Counter(self._per_kind)
+        for f in other._listed:
+            seen[f.kind] += 1
+            if seen[f.kind] <= LISTED_PER_KIND:
+                self._listed.append(f)
+        self._per_kind.update(other._per_kind)
+        self._by_severity.update(other._by_severity)
+        for kind, severity in other._severity.items():
+            self._severity[kind] = max(self._severity.get(kind, Severity.INFO), severity, key=_rank)
+
     def count(self, severity: Severity) -> int:
         return self._by_severity[severity]
 
