@@ -22,7 +22,7 @@ from mqstore.formats.message import (
     located_records,
     scan_records,
 )
-from mqstore.formats.names import file_name_to_offset
+from mqstore.formats.names import file_name_to_offset, offset_to_file_name
 from mqstore.formats.packed import RawRecords
 from mqstore.store.commitlog import COMMITLOG_DIR
 
@@ -172,4 +172,64 @@ class CommitLogView(CommitLogReader):
         self._maps.clear()
 
 
-__all__ = ["CommitLogReader", "CommitLogView"]
+class SegmentMaps:
+    """Read-only maps of a running store's commitlog segments, for a reader on the
+    store's node that is told by the commitlog which bytes are written (the served
+    dispatcher: the commitlog answers ReadRange with bounds only). A segment is
+    mapped on first use, whole (shared maps see the writer's later bytes); ``release``
+    unmaps those retention removed, ``reset`` all of them (the commitlog reopened:
+    recovery may have replaced files)."""
+
+    def __init__(self, store_dir: str | Path) -> None:
+        self.directory = Path(store_dir) / COMMITLOG_DIR
+        if not self.directory.is_dir():
+            raise FileNotFoundError(f"{store_dir} has no {COMMITLOG_DIR}/ directory: is it a store on this node?")
+        self._maps: dict[int, mmap.mmap] = {}  # by base offset
+
+    def segment(self, offset: int, end: int) -> tuple[int, mmap.mmap]:
+        """``(base offset, map)`` of the segment holding ``[offset, end)`` (a
+        ReadRange's records never span two); OffsetError if no segment file does."""
+        for base, mm in self._maps.items():
+            if base <= offset < base + len(mm):
+                break
+        else:
+            base, mm = self._map_at(offset)
+        if end - base > len(mm):
+            raise OffsetError(f"commitlog range [{offset}, {end}) is past segment {base}'s {len(mm)} bytes")
+        return base, mm
+
+    def _map_at(self, offset: int) -> tuple[int, mmap.mmap]:
+        bases = []
+        for p in self.directory.iterdir():
+            try:
+                bases.append(file_name_to_offset(p.name))
+            except ValueError:
+                continue
+        base = max((b for b in bases if b <= offset), default=None)
+        if base is None:
+            raise OffsetError(f"commitlog offset {offset} is in no segment of {self.directory}")
+        try:
+            with (self.directory / offset_to_file_name(base)).open("rb") as f:
+                mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        except (FileNotFoundError, ValueError) as e:  # retention removed it meanwhile; or an empty file
+            raise OffsetError(f"commitlog segment {base} cannot be mapped: {e}") from e
+        self._maps[base] = mm
+        return base, mm
+
+    def release(self, below: int) -> None:
+        """Unmap the segments that end at or below ``below`` (retention removed them)."""
+        for base in [b for b, mm in self._maps.items() if b + len(mm) <= below]:
+            self._close(base)
+
+    def reset(self) -> None:
+        for base in list(self._maps):
+            self._close(base)
+
+    def _close(self, base: int) -> None:
+        try:
+            self._maps.pop(base).close()
+        except BufferError:  # a kernel still holds a view of it: the map goes with that view
+            pass
+
+
+__all__ = ["CommitLogReader", "CommitLogView", "SegmentMaps"]

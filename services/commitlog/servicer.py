@@ -106,14 +106,14 @@ class CommitLogServicer(commitlog_pb2_grpc.CommitLogServiceServicer):
             raise BadRequest(f"wait_ms {request.wait_ms} is out of range (0..10000)")
         deadline = time.monotonic() + request.wait_ms / 1000
         while True:
-            res = await self.state.call(self._range, log_store, request.offset, max_bytes)
+            res = await self.state.call(self._range, log_store, request.offset, max_bytes, request.bounds_only)
             left = deadline - time.monotonic()
             if res.record_count or left <= 0:
                 return res
             await self.state.wait_appended(min(left, 0.05))
             log_store = self.state.recovered()
 
-    def _range(self, log_store: LogStore, offset: int, max_bytes: int) -> pb.ReadRangeResponse:
+    def _range(self, log_store: LogStore, offset: int, max_bytes: int, bounds_only: bool) -> pb.ReadRangeResponse:
         cl = log_store.commitlog
         limit = log_store.confirm_offset
         wrote = cl.wrote_offset
@@ -135,12 +135,14 @@ class CommitLogServicer(commitlog_pb2_grpc.CommitLogServiceServicer):
             min_offset=low,
             forced_deleted_to=forced,
         )
+        out.data_end = out.offset
         n = len(chunk.sizes)
         if n:
             first = int(chunk.physical_offsets[0])
             end = int(chunk.physical_offsets[-1] + chunk.sizes[-1])
-            (data,) = cl.read_raw(np.array([first], np.int64), np.array([end - first], np.int64))
-            out.offset, out.data, out.record_count = first, bytes(data), n
+            out.offset, out.data_end, out.record_count = first, end, n
+            if not bounds_only:
+                (out.data,) = cl.read_raw(np.array([first], np.int64), np.array([end - first], np.int64))
         return out
 
     @rpc

@@ -20,7 +20,13 @@ from mqstore.store.config import StoreConfig
 @ray.remote(num_cpus=0, max_restarts=MAX_RESTARTS, max_task_retries=0, max_concurrency=CONCURRENCY)
 class DispatcherActor(Hosted):
     def __init__(
-        self, shard: int, namespace: str, config: StoreConfig, auth: InternalAuth, host: str | None = None
+        self,
+        shard: int,
+        namespace: str,
+        config: StoreConfig,
+        auth: InternalAuth,
+        host: str | None = None,
+        store_dir: str | None = None,
     ) -> None:
         configure_actor_logging("dispatcher", shard)
         self.host = DispatcherHost(
@@ -29,6 +35,7 @@ class DispatcherActor(Hosted):
             config=config,
             host=node_address(host),
             auth=auth,
+            store_dir=store_dir,  # placed on the shard's node: reads its segments' maps
         )
 
     def status(self) -> dict:

@@ -4,6 +4,7 @@ thread, without Ray (the actor wraps it)."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 
 import structlog
 
@@ -30,7 +31,10 @@ class DispatcherHost:
         host: str = "127.0.0.1",
         port: int = 0,
         chunk_bytes: int = 8 << 20,
+        store_dir: str | Path | None = None,
     ) -> None:
+        """``store_dir``: the shard's store directory when this process is on its node
+        (records are then read from the segments' maps, see RemoteDispatcher)."""
         cfg = config or StoreConfig()
         host = internal_address(host)
         self.thread = ServerThread(f"mqstore-dispatcher{shard}")
@@ -42,6 +46,7 @@ class DispatcherHost:
             shard=shard,
             delays_ms=parse_delay_levels(cfg.message_delay_level),
             chunk_bytes=chunk_bytes,
+            store_dir=store_dir,
         )
         self.server = self.thread.run(
             start_grpc_server(host, port, [DispatcherServicer(self.dispatcher).registration()], auth=auth)
@@ -60,6 +65,7 @@ class DispatcherHost:
             "last_error": st.last_error,
             "resyncs": st.resyncs,
             "dispatched_records": st.dispatched_records,
+            "reads": "local" if self.dispatcher.reads_locally else "remote",
         }
 
     def close(self, drain_s: float = 10.0) -> None:

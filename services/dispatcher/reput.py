@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 
 import grpc
 import structlog
@@ -46,6 +47,7 @@ from mqstore.services.common.server import Registration, channel
 from mqstore.store import open_protocol
 from mqstore.store.commitlog import ScanChunk
 from mqstore.store.dispatch import DispatchBatch, build_dispatch_batch
+from mqstore.store.reader import SegmentMaps
 
 log = structlog.get_logger(__name__)
 SERVICE = "mqstore.v1.DispatcherService"
@@ -77,8 +79,15 @@ class RemoteDispatcher:
         delays_ms: list[int] | None = None,
         chunk_bytes: int = 8 << 20,
         wait_ms: int = 200,
+        store_dir: str | Path | None = None,
     ) -> None:
+        """``store_dir``: the shard's store directory, when this process runs on its
+        node: records are then read from read-only maps of its segments and only their
+        bounds come over ReadRange; without it (or if it is not there) ReadRange
+        brings the bytes."""
         self._resolvers = (resolve, resolve_queues, resolve_index)
+        self._store_dir = store_dir
+        self._maps: SegmentMaps | None = None  # decided at each resync: the commitlog has made its files by then
         self._auth = auth
         self.shard = shard
         self._delays = delays_ms
@@ -94,6 +103,11 @@ class RemoteDispatcher:
         self.running = False
         self._channels: list[grpc.aio.Channel] | None = None
         self._task: asyncio.Task | None = None
+
+    @property
+    def reads_locally(self) -> bool:
+        """True when records come from this node's maps of the segments."""
+        return self._maps is not None
 
     # ------------------------------------------------------------------ lifecycle (on the event loop)
 
@@ -183,6 +197,10 @@ class RemoteDispatcher:
         )
         self.confirm_offset = offsets.confirm_offset
         self.resyncs += 1
+        if self._maps is not None:
+            self._maps.reset()  # the commitlog may have reopened: recovery may have replaced files
+        elif self._store_dir is not None:
+            self._maps = _local_maps(self._store_dir, self.shard)
         log.info(
             "dispatch_resumed", shard=self.shard, dispatched_offset=self.dispatched_offset, incarnation=self.incarnation
         )
@@ -202,6 +220,8 @@ class RemoteDispatcher:
                 puts = [cq.PutUnits(units, timeout=60)] + ([ix.PutKeys(keys, timeout=60)] if ix is not None else [])
                 await asyncio.gather(*puts)
                 told_min = max(told_min, r.min_offset)
+                if self._maps is not None:
+                    self._maps.release(told_min)
                 self.dispatched_offset = r.next_offset
                 self.dispatched_records += r.record_count
                 self.batches += 1
@@ -217,6 +237,7 @@ class RemoteDispatcher:
             max_bytes=self._chunk,
             wait_ms=self._wait_ms,
             dispatched_offset=max(self.dispatched_offset, 0),
+            bounds_only=self._maps is not None,
         )
         return await cl.ReadRange(req, timeout=self._wait_ms / 1000 + 30)
 
@@ -230,7 +251,11 @@ class RemoteDispatcher:
                 ),
                 index_pb2.PutKeysRequest(from_offset=frm, to_offset=to, incarnation=inc, commitlog_min_offset=low),
             )
-        b = decode_range(r.data, r.offset, r.next_offset, self._delays)
+        if self._maps is None:
+            b = decode_range(r.data, 0, len(r.data), r.offset, r.next_offset, self._delays)
+        else:
+            base, mm = self._maps.segment(r.offset, r.data_end)
+            b = decode_range(mm, r.offset - base, r.data_end - base, base, r.next_offset, self._delays)
         if len(b) != r.record_count:
             raise _Resync(f"ReadRange said {r.record_count} records at {r.offset}, {len(b)} decoded")
         units = consume_queue_pb2.PutUnitsRequest(
@@ -275,12 +300,27 @@ class RemoteDispatcher:
         )
 
 
-def decode_range(data: bytes, offset: int, next_offset: int, delays_ms: list[int] | None) -> DispatchBatch:
-    """The DispatchBatch of a ReadRange answer: ``data`` holds whole records, the
-    first at commitlog offset ``offset``."""
-    res = scan_records(data, 0, len(data), check_crc=False, base_offset=offset, fields=True)
-    chunk = ScanChunk(res.positions + offset, res.sizes, res.fields, data, next_offset)
+def decode_range(
+    buf, lo: int, hi: int, base_offset: int, next_offset: int, delays_ms: list[int] | None
+) -> DispatchBatch:
+    """The DispatchBatch of a ReadRange answer: ``buf[lo:hi]`` holds whole records,
+    ``buf[0]`` being at commitlog offset ``base_offset`` (the answer's own bytes, or
+    the map of the segment holding them)."""
+    res = scan_records(buf, lo, hi, check_crc=False, base_offset=base_offset, fields=True)
+    chunk = ScanChunk(res.positions + base_offset, res.sizes, res.fields, buf, next_offset)
     return build_dispatch_batch(chunk, delays_ms)
+
+
+def _local_maps(store_dir: str | Path | None, shard: int) -> SegmentMaps | None:
+    if store_dir is None:
+        return None
+    try:
+        maps = SegmentMaps(store_dir)
+    except FileNotFoundError as e:  # not on the store's node: the bytes come over ReadRange
+        log.info("dispatch_reads", shard=shard, reads="remote", why=str(e))
+        return None
+    log.info("dispatch_reads", shard=shard, reads="local", commitlog=str(maps.directory))
+    return maps
 
 
 class DispatcherServicer(dispatcher_pb2_grpc.DispatcherServiceServicer):

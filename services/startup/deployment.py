@@ -195,7 +195,7 @@ def start_deployment(
     for i in range(shards):
         dep.dispatchers.append(
             DispatcherActor.options(name=dispatcher_name(i), namespace=namespace, **where(i)).remote(
-                i, namespace, cfg, auth, internal_host
+                i, namespace, cfg, auth, internal_host, str(shard_dir(root, i, shards))
             )
         )
     dep.front = FrontActor.options(name=FRONT, namespace=namespace, scheduling_strategy=pin).remote(

@@ -74,7 +74,7 @@ class LocalStack:
                 self.index_builders.append(ix)
                 r["ix"] = fixed(ix.endpoint)
             resolvers.append(r)
-            self.dispatchers.append(DispatcherHost(r, shard=i, config=cfg, host=inner, auth=auth))
+            self.dispatchers.append(DispatcherHost(r, shard=i, config=cfg, host=inner, auth=auth, store_dir=d))
         self.front = FrontHost(
             [(r, fixed(d.endpoint)) for r, d in zip(resolvers, self.dispatchers)],
             host=host,

@@ -137,6 +137,7 @@ def test_shard_killed_mid_load_loses_nothing_acknowledged(deployment, client):
     assert len(pulled) >= len(load.acked)  # unacknowledged batches may be stored too (at least once)
     st = ray.get(dep.dispatchers[0].status.remote())
     assert st["resyncs"] >= 2  # the dispatcher followed the shard's new incarnation
+    assert st["reads"] == "local"  # placed on the shard's node: it maps the segments, ReadRange sends bounds
 
 
 def test_sends_in_flight_when_the_commitlog_is_killed_are_answered(deployment, client):

@@ -331,6 +331,7 @@ def test_restarts_mid_stream_lose_and_duplicate_nothing(tmp_path, part):
             hits = sorted(set(ix.Query(index_pb2.IndexQueryRequest(topic="R", key=f"r{k}")).physical_offsets))
             assert [int(r.body[:6]) for r in cl.Read(commitlog_pb2.ReadRequest(offsets=hits)).records].count(k) == 1
         assert parts.disp.status()["resyncs"] >= 1 and offsets.dispatched_offset <= offsets.confirm_offset
+        assert parts.disp.status()["reads"] == "remote"  # (no store directory given: the bytes come over ReadRange)
         for ch in chs:
             ch.close()
     finally:

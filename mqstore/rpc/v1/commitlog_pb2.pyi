@@ -44,19 +44,21 @@ class ReadResponse(_message.Message):
     def __init__(self, offsets: _Optional[_Iterable[int]] = ..., records: _Optional[_Iterable[_Union[_common_pb2.Record, _Mapping]]] = ..., raw_data: _Optional[bytes] = ..., raw_sizes: _Optional[bytes] = ...) -> None: ...
 
 class ReadRangeRequest(_message.Message):
-    __slots__ = ("offset", "max_bytes", "wait_ms", "dispatched_offset")
+    __slots__ = ("offset", "max_bytes", "wait_ms", "dispatched_offset", "bounds_only")
     OFFSET_FIELD_NUMBER: _ClassVar[int]
     MAX_BYTES_FIELD_NUMBER: _ClassVar[int]
     WAIT_MS_FIELD_NUMBER: _ClassVar[int]
     DISPATCHED_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    BOUNDS_ONLY_FIELD_NUMBER: _ClassVar[int]
     offset: int
     max_bytes: int
     wait_ms: int
     dispatched_offset: int
-    def __init__(self, offset: _Optional[int] = ..., max_bytes: _Optional[int] = ..., wait_ms: _Optional[int] = ..., dispatched_offset: _Optional[int] = ...) -> None: ...
+    bounds_only: bool
+    def __init__(self, offset: _Optional[int] = ..., max_bytes: _Optional[int] = ..., wait_ms: _Optional[int] = ..., dispatched_offset: _Optional[int] = ..., bounds_only: _Optional[bool] = ...) -> None: ...
 
 class ReadRangeResponse(_message.Message):
-    __slots__ = ("offset", "data", "record_count", "next_offset", "incarnation", "confirm_offset", "min_offset", "forced_deleted_to")
+    __slots__ = ("offset", "data", "record_count", "next_offset", "incarnation", "confirm_offset", "min_offset", "forced_deleted_to", "data_end")
     OFFSET_FIELD_NUMBER: _ClassVar[int]
     DATA_FIELD_NUMBER: _ClassVar[int]
     RECORD_COUNT_FIELD_NUMBER: _ClassVar[int]
@@ -65,6 +67,7 @@ class ReadRangeResponse(_message.Message):
     CONFIRM_OFFSET_FIELD_NUMBER: _ClassVar[int]
     MIN_OFFSET_FIELD_NUMBER: _ClassVar[int]
     FORCED_DELETED_TO_FIELD_NUMBER: _ClassVar[int]
+    DATA_END_FIELD_NUMBER: _ClassVar[int]
     offset: int
     data: bytes
     record_count: int
@@ -73,7 +76,8 @@ class ReadRangeResponse(_message.Message):
     confirm_offset: int
     min_offset: int
     forced_deleted_to: int
-    def __init__(self, offset: _Optional[int] = ..., data: _Optional[bytes] = ..., record_count: _Optional[int] = ..., next_offset: _Optional[int] = ..., incarnation: _Optional[int] = ..., confirm_offset: _Optional[int] = ..., min_offset: _Optional[int] = ..., forced_deleted_to: _Optional[int] = ...) -> None: ...
+    data_end: int
+    def __init__(self, offset: _Optional[int] = ..., data: _Optional[bytes] = ..., record_count: _Optional[int] = ..., next_offset: _Optional[int] = ..., incarnation: _Optional[int] = ..., confirm_offset: _Optional[int] = ..., min_offset: _Optional[int] = ..., forced_deleted_to: _Optional[int] = ..., data_end: _Optional[int] = ...) -> None: ...
 
 class GetOffsetsRequest(_message.Message):
     __slots__ = ()
