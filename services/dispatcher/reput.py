@@ -2,7 +2,11 @@
 DispatcherService (proto/mqstore/v1/dispatcher.proto).
 
 ``RemoteDispatcher`` tails one shard's commitlog over gRPC: CommitLogService.ReadRange
-hands it raw records (up to 8 MiB, waiting for new ones), it decodes them in bulk
+says which records are visible (up to 8 MiB, waiting for new ones). On the shard's
+node (the deployment places it there and gives it the store directory) it asks for
+their bounds only and reads them from its own read-only maps of the segments
+(store.reader.SegmentMaps), so record bytes do not cross processes; elsewhere the
+answer brings the bytes. It decodes them in bulk
 (``scan_records`` + ``build_dispatch_batch``, the same code as the in-process loop)
 and sends the consume-queue columns to the consume-queue builder
 (ConsumeQueueService.PutUnits) and the index keys to the index builder
