@@ -142,7 +142,9 @@ class CommitLogServicer(commitlog_pb2_grpc.CommitLogServiceServicer):
             end = int(chunk.physical_offsets[-1] + chunk.sizes[-1])
             out.offset, out.data_end, out.record_count = first, end, n
             if not bounds_only:
-                (out.data,) = cl.read_raw(np.array([first], np.int64), np.array([end - first], np.int64))
+                out.data = cl.read_raw(
+                    np.array([first], np.int64), np.array([end - first], np.int64)
+                ).data  # one gathered piece
         return out
 
     @rpc
