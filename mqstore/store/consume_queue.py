@@ -25,6 +25,7 @@ full until recover()).
 from __future__ import annotations
 
 import errno
+import functools
 import os
 import threading
 from collections.abc import Callable
@@ -181,7 +182,6 @@ class ConsumeQueue:
         units it lost or gained, and the store re-dispatches them.
         """
         self._dir = _queue_dir(store_dir, topic, queue_id)
-        self._directory: Path | None = None
         self.topic = topic
         self.queue_id = int(queue_id)
         self.file_bytes = file_bytes_for(file_bytes)
@@ -214,12 +214,10 @@ class ConsumeQueue:
         elif not fresh:
             self._load(repair and not read_only)
 
-    @property
+    @functools.cached_property
     def directory(self) -> Path:
         """The queue's directory (made on use: most queues of a big open never need it)."""
-        if self._directory is None:
-            self._directory = Path(self._dir)
-        return self._directory
+        return Path(self._dir)
 
     @property
     def _log(self):  # bound on use: most queues never log, and 200,000 bound loggers cost memory

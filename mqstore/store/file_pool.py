@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import errno
+import functools
 import os
 import threading
 from collections import OrderedDict
@@ -165,7 +166,6 @@ class PooledFile:
 
     def __init__(self, path: Path | str, base_offset: int, size: int, pool: FilePool, *, sparse: bool = False) -> None:
         self._path = os.fspath(path)  # a string: an open of 80,000 queues makes no Path it does not use
-        self._path_obj = path if isinstance(path, Path) else None
         self.sparse = sparse  # blocks are not reserved: zeroing punches holes and allocates nothing
         self.base_offset = base_offset
         self.size = size
@@ -229,11 +229,9 @@ class PooledFile:
                 fsync_dir(path.parent)
         return cls(path, base_offset, size, pool, sparse=not preallocate)
 
-    @property
+    @functools.cached_property
     def path(self) -> Path:
-        if self._path_obj is None:
-            self._path_obj = Path(self._path)
-        return self._path_obj
+        return Path(self._path)
 
     @property
     def name(self) -> str:

@@ -22,9 +22,26 @@ from mqstore.formats.message import (
     located_records,
     scan_records,
 )
-from mqstore.formats.names import file_name_to_offset, offset_to_file_name
+from mqstore.formats.names import file_name_to_offset
 from mqstore.formats.packed import RawRecords
 from mqstore.store.commitlog import COMMITLOG_DIR
+
+
+def _segment_files(directory: Path) -> list[tuple[int, Path]]:
+    """(base offset, path) of every file in ``directory`` named like a segment, oldest first."""
+    out = []
+    for p in directory.iterdir():
+        try:
+            out.append((file_name_to_offset(p.name), p))
+        except ValueError:
+            continue
+    return sorted(out)
+
+
+def _map_read_only(path: Path) -> mmap.mmap:
+    """The whole file, mapped read-only and shared (later writes show through)."""
+    with path.open("rb") as f:
+        return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
 
 
 class CommitLogReader:
@@ -34,13 +51,7 @@ class CommitLogReader:
         directory = Path(store_dir) / COMMITLOG_DIR
         if not directory.is_dir():
             raise FileNotFoundError(f"{store_dir} has no {COMMITLOG_DIR}/ directory: is it a store?")
-        self._segments: list[tuple[int, Path]] = []
-        for p in directory.iterdir():
-            try:
-                self._segments.append((file_name_to_offset(p.name), p))
-            except ValueError:
-                continue
-        self._segments.sort()
+        self._segments = _segment_files(directory)
 
     @property
     def min_offset(self) -> int:
@@ -59,7 +70,7 @@ class CommitLogReader:
             raise OffsetError(f"commitlog offset {offset} is in no segment")
         first = True
         for base, path in segs:
-            with path.open("rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+            with _map_read_only(path) as mm:
                 pos = max(0, start - base)
                 while True:
                     res = scan_records(mm, pos, len(mm), check_crc=check_crc, max_records=1024, base_offset=base)
@@ -93,8 +104,7 @@ class CommitLogView(CommitLogReader):
     def _map(self, i: int) -> mmap.mmap:
         mm = self._maps.get(i)
         if mm is None:
-            with self._segments[i][1].open("rb") as f:
-                mm = self._maps[i] = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+            mm = self._maps[i] = _map_read_only(self._segments[i][1])
         return mm
 
     def _segment_at(self, offset: int) -> tuple[int, mmap.mmap]:
@@ -199,18 +209,12 @@ class SegmentMaps:
         return base, mm
 
     def _map_at(self, offset: int) -> tuple[int, mmap.mmap]:
-        bases = []
-        for p in self.directory.iterdir():
-            try:
-                bases.append(file_name_to_offset(p.name))
-            except ValueError:
-                continue
-        base = max((b for b in bases if b <= offset), default=None)
-        if base is None:
+        holding = [(b, p) for b, p in _segment_files(self.directory) if b <= offset]
+        if not holding:
             raise OffsetError(f"commitlog offset {offset} is in no segment of {self.directory}")
+        base, path = holding[-1]
         try:
-            with (self.directory / offset_to_file_name(base)).open("rb") as f:
-                mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+            mm = _map_read_only(path)
         except (FileNotFoundError, ValueError) as e:  # retention removed it meanwhile; or an empty file
             raise OffsetError(f"commitlog segment {base} cannot be mapped: {e}") from e
         self._maps[base] = mm
