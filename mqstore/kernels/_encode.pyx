@@ -529,6 +529,45 @@ cdef class RecordBuffer:
             _encode_all(self.recs, n, self.pairs, out, cols, sh, sn, head, head_len, self.uniq_first, self.raw_mode)
         self.encoded = True
 
+    def adopt(
+        self,
+        const unsigned char[::1] data,
+        const int64_t[::1] positions not None,
+        const int64_t[::1] sizes not None,
+        const int64_t[::1] sysflags not None,
+        bytes store_host,
+    ):
+        """Take records a client encoded (``data``, records back to back from 0, each
+        already validated by the scan kernel) as this buffer's batch: one copy into
+        ``data``, every record's STOREHOST set to ``store_host``; ``patch`` sets the
+        rest. Each record's sysflag must give the store host's length (bit 0x20)."""
+        cdef Py_ssize_t n = positions.shape[0], i
+        cdef int64_t total = data.shape[0], sn = len(store_host), at = 0, born
+        if sizes.shape[0] != n or sysflags.shape[0] != n:
+            raise ValueError("column lengths differ")
+        for i in range(n):
+            if positions[i] != at or sizes[i] < 80 + sn + (20 if sysflags[i] & 0x10 else 8) or (sn == 20) != bool(sysflags[i] & 0x20):
+                raise ValueError(f"record {i} is not where the batch's sizes put it, or not of the store host's kind")
+            at += sizes[i]
+        if at != total:
+            raise ValueError(f"the records take {at} of {total} bytes")
+        self.start(n)
+        if PyByteArray_GET_SIZE(self.data) < total:
+            PyByteArray_Resize(self.data, total)
+        cdef unsigned char *out = <unsigned char *>PyByteArray_AS_STRING(self.data)
+        cdef const unsigned char *sh = <const unsigned char *>PyBytes_AS_STRING(store_host)
+        with nogil:
+            if total:
+                memcpy(out, &data[0], total)
+            for i in range(n):
+                born = 20 if sysflags[i] & 0x10 else 8
+                self.recs[i].start = positions[i]
+                self.recs[i].size = sizes[i]
+                self.recs[i].born_len = born
+                memcpy(out + positions[i] + 56 + born, sh, sn)
+        self.total = total
+        self.encoded = True
+
     def patch(
         self,
         Py_ssize_t lo,

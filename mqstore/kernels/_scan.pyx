@@ -291,3 +291,87 @@ def topic_codes(
     if failed:
         raise MemoryError()
     return distinct
+
+
+cdef extern from "utf8.h" nogil:
+    int mq_utf8_ok(const unsigned char *p, int64_t n)
+
+
+# Why ``check_properties`` refused a record.
+cpdef enum:
+    PROPS_OK = 0
+    PROPS_NOT_UTF8 = 1  # the properties string is not well-formed UTF-8
+    PROPS_MALFORMED = 2  # a pair without its \x01, an empty name or value, or a \x01 in a value
+    PROPS_RESERVED = 3  # a pair names one of ``reserved``
+
+cdef enum:
+    MAX_RESERVED = 16
+
+
+cdef inline int _pairs(
+    const unsigned char *p, int64_t n, const unsigned char **names, int64_t *lens, int nres, int *which
+) noexcept nogil:
+    """One properties string: PROPS_OK or why not (``which``: the reserved name met)."""
+    cdef int64_t pos = 0, sep, end, k
+    cdef int r
+    if not mq_utf8_ok(p, n):
+        return PROPS_NOT_UTF8
+    while pos < n:
+        sep = pos
+        while sep < n and p[sep] != 1 and p[sep] != 2:
+            sep += 1
+        if sep == pos or sep == n or p[sep] != 1:
+            return PROPS_MALFORMED
+        end = sep + 1
+        while end < n and p[end] != 2:
+            if p[end] == 1:
+                return PROPS_MALFORMED
+            end += 1
+        if end == sep + 1:
+            return PROPS_MALFORMED
+        for r in range(nres):
+            k = lens[r]
+            if k == sep - pos and memcmp(p + pos, names[r], k) == 0:
+                which[0] = r
+                return PROPS_RESERVED
+        pos = end + 1  # past the \x02 (the last pair may end the string without one)
+    return PROPS_OK
+
+
+def check_properties(
+    const unsigned char[::1] buf,
+    const int64_t[::1] at not None,
+    const int64_t[::1] length not None,
+    tuple reserved,
+):
+    """Check each record's properties string ``buf[at[i] : at[i] + length[i]]`` as
+    the store writes them: well-formed UTF-8, ``name\\x01value\\x02`` pairs (the last
+    ``\\x02`` may be missing) with non-empty names and values and no separator inside
+    either, no name in ``reserved`` (a tuple of bytes). One pass without the GIL.
+    Returns ``(i, why, r)`` for the first record that fails (``why`` a PROPS_*, ``r``
+    the index of the reserved name met, else -1), or ``(-1, PROPS_OK, -1)``."""
+    cdef int64_t n = at.shape[0]
+    if length.shape[0] != n:
+        raise ValueError("column lengths differ")
+    if len(reserved) > MAX_RESERVED:
+        raise ValueError(f"at most {MAX_RESERVED} reserved names")
+    cdef const unsigned char *names[MAX_RESERVED]
+    cdef int64_t lens[MAX_RESERVED]
+    cdef int nres = len(reserved), r, why = PROPS_OK, which = -1
+    for r in range(nres):
+        names[r] = <const unsigned char *>(<bytes>reserved[r])
+        lens[r] = len(<bytes>reserved[r])
+    cdef int64_t i, bad = -1, n_buf = buf.shape[0]
+    for i in range(n):
+        if at[i] < 0 or length[i] < 0 or at[i] + length[i] > n_buf:
+            raise ValueError(f"properties of record {i} lie outside the buffer")
+    if n == 0 or n_buf == 0:
+        return -1, PROPS_OK, -1
+    cdef const unsigned char *b = &buf[0]
+    with nogil:
+        for i in range(n):
+            why = _pairs(b + at[i], length[i], names, lens, nres, &which)
+            if why != PROPS_OK:
+                bad = i
+                break
+    return bad, why, which

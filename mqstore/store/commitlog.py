@@ -75,6 +75,7 @@ from mqstore.store import faults
 from mqstore.store.checkpoint_file import read_checkpoint, write_checkpoint
 from mqstore.store.clock import Clock, SystemClock
 from mqstore.store.config import FlushMode, StoreConfig
+from mqstore.store.encoded_batch import EncodedBatch
 from mqstore.store.flush import FlushService
 from mqstore.store.lockfile import StoreLock, create_abort_marker, last_exit_was_clean, remove_abort_marker
 from mqstore.store.mapped_file import forget_sync_failures, sync_failures
@@ -303,7 +304,16 @@ class CommitLog:
         for bad input, StoreNotWritableError when the disk is full or failed,
         StoreClosedError after close."""
         self._check_open()
-        prep = self._encoder.prepare(batch)
+        return self._append_prepared(self._encoder.prepare(batch))
+
+    def append_encoded(self, batch: EncodedBatch) -> AppendResult:
+        """Append records a client encoded (parsed and checked by
+        encoded_batch.parse_encoded): copied once, their store host, queue ids and
+        offsets and store timestamp set under the put lock, then as ``append``."""
+        self._check_open()
+        return self._append_prepared(self._encoder.adopt(batch))
+
+    def _append_prepared(self, prep: PreparedBatch) -> AppendResult:
         if prep.n == 0:
             empty = np.zeros(0, np.int64)
             return AppendResult(PutStatus.PUT_OK, empty, empty, empty, empty, 0, ("", []), self._msg_id_prefix)

@@ -38,8 +38,16 @@ from mqstore.store.config_files import set_aside_unusable
 from mqstore.store.consume_queues import CONSUME_QUEUE_DIR
 from mqstore.store.delay_offsets import DELAY_OFFSET_FILE, parse_delay_levels
 from mqstore.store.derived_offset import read_durable_offset, write_durable_offset
+from mqstore.store.encoded_batch import EncodedBatch
 from mqstore.store.layout import resolve_layout
-from mqstore.store.messages import AppendResult, MessageBatch, check_client_batch
+from mqstore.store.messages import (
+    AppendResult,
+    MessageBatch,
+    check_client_batch,
+    check_no_transaction,
+    check_queue_ids,
+    check_send_topics,
+)
 from mqstore.store.recovery import RecoveryProgress
 from mqstore.store.retention import Retention, RetentionConfig, RetentionReport
 from mqstore.store.schedule import SCHEDULE_TOPIC, DelayScheduler, QueuePicker, rewrite_delayed
@@ -206,6 +214,17 @@ class LogStore:
         check_client_batch(batch, max_queue_id=self.config.max_queue_id, perm_of=self.topics.perm_of)
         self._hold_back_for_dispatch()
         return self.commitlog.append(rewrite_delayed(batch, len(self._delays_ms), self._pick_queue))
+
+    def append_encoded(self, batch: EncodedBatch) -> AppendResult:
+        """A producer's batch as records it encoded itself (encoded_batch.parse_encoded
+        checked their layout, properties and sizes); the producer rules of ``append``
+        apply to its columns: topics, transaction bits, queue ids."""
+        self._check_accepting()
+        check_send_topics(set(batch.topics), self.topics.perm_of)
+        check_no_transaction(batch.sysflags)
+        check_queue_ids(batch.queue_ids, self.config.max_queue_id)
+        self._hold_back_for_dispatch()
+        return self.commitlog.append_encoded(batch)
 
     def deliver(self, batch: MessageBatch) -> AppendResult:
         """A delay scheduler's delivery (DeliverDelayed): appended as given, no DELAY

@@ -272,13 +272,7 @@ def check_client_batch(
     check_send_topics({batch.topics} if isinstance(batch.topics, str) else set(batch.topics), perm_of)
     check_no_transaction(_integers(batch.sysflags, "sysflags"))
     if batch.queue_ids is not None:
-        q = _integers(batch.queue_ids, "queue_ids")
-        bad = (q < AUTO_QUEUE) | (q > max_queue_id)
-        if bad.any():
-            i = int(np.argmax(bad)) if q.ndim else 0
-            raise InvalidMessageError(
-                f"message {i}: queue id {int(q.flat[i])} is outside 0..{max_queue_id} (or {AUTO_QUEUE}: automatic)"
-            )
+        check_queue_ids(_integers(batch.queue_ids, "queue_ids"), max_queue_id)
     _check_properties(batch.properties)
     _check_hosts(batch.born_hosts)
 
@@ -297,6 +291,16 @@ def check_send_topics(topics: set[str], perm_of: Callable[[str], int | None] | N
     if perm_of is not None:
         for t in sorted(topics):
             check_perm(t, perm_of(t), PERM_WRITE)
+
+
+def check_queue_ids(q: np.ndarray, max_queue_id: int) -> None:
+    """Queue ids (a scalar or a column) in AUTO_QUEUE..``max_queue_id``."""
+    bad = (q < AUTO_QUEUE) | (q > max_queue_id)
+    if bad.any():
+        i = int(np.argmax(bad)) if q.ndim else 0
+        raise InvalidMessageError(
+            f"message {i}: queue id {int(q.flat[i])} is outside 0..{max_queue_id} (or {AUTO_QUEUE}: automatic)"
+        )
 
 
 def check_no_transaction(flags: np.ndarray) -> None:
@@ -436,6 +440,7 @@ __all__ = [
     "MessageBatch",
     "PutStatus",
     "check_client_batch",
+    "check_queue_ids",
     "check_no_transaction",
     "check_send_topics",
 ]

@@ -31,6 +31,8 @@ more than a segment less the 8 bytes of a BLANK.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, NamedTuple
+
 import numpy as np
 
 from mqstore.errors import InvalidMessageError, MessageTooLargeError, PropertiesTooLongError
@@ -42,6 +44,9 @@ from mqstore.kernels._encode import RecordBuffer, distinct
 from mqstore.store.clock import Clock
 from mqstore.store.config import StoreConfig
 from mqstore.store.messages import AUTO_QUEUE, Bodies, MessageBatch, Texts
+
+if TYPE_CHECKING:
+    from mqstore.store.encoded_batch import EncodedBatch
 
 _DEFAULT_BORN_HOST = encode_host(Host("127.0.0.1", 0))
 _INT32 = (-(1 << 31), (1 << 31) - 1)
@@ -189,6 +194,31 @@ class BatchEncoder:
             raise
         return prep
 
+    def adopt(self, batch: EncodedBatch) -> PreparedBatch:
+        """A batch a client encoded (checked by encoded_batch.parse_encoded) as a
+        prepared one: its records copied into a pooled buffer with this store's host
+        written in; queue ids, offsets and store timestamp are set under the put lock."""
+        try:
+            buf = self._pool.pop()
+        except IndexError:
+            buf = RecordBuffer()
+        try:
+            buf.adopt(batch.data, batch.positions, batch.sizes, batch.sysflags, self._store_host)
+        except BaseException:
+            self._pool.append(buf)
+            raise
+        takes_offset = advances_queue_offset(batch.sysflags)
+        return PreparedBatch(
+            buf,
+            batch.n,
+            batch.topics,
+            batch.topic_codes,
+            batch.queue_ids,
+            None if takes_offset.all() else takes_offset,
+            ("", []),
+            batch.sizes,
+        )
+
     def _encode(self, prep: PreparedBatch, batch: MessageBatch, fields: list[bytes], bodies, uniq_first: int) -> None:
         n, buf = prep.n, prep.records
         head, tails = prep.unique_keys
@@ -322,4 +352,31 @@ class BatchEncoder:
         raise MessageTooLargeError(f"message {i}: record of {int(sizes[i])} bytes exceeds the limit of {limit} bytes")
 
 
-__all__ = ["BatchEncoder", "PreparedBatch"]
+class EncodedForSend(NamedTuple):
+    """A batch a producer encoded (``encode_for_send``): the records to send as one
+    buffer, and what the producer keeps to read the store's answer."""
+
+    data: bytes  # the records, back to back
+    n: int
+    unique_keys: tuple[str, list[str]]  # (head, tails), as AppendResult.unique_key_parts
+    queue_ids: np.ndarray  # as sent (AUTO_QUEUE: the store picks)
+
+
+def encode_for_send(encoder: BatchEncoder, batch: MessageBatch) -> EncodedForSend:
+    """A producer's side of an encoded append (encoded_batch.py): the batch checked
+    and encoded by ``encoder`` (a BatchEncoder whose config carries the store's host
+    and limits), with TOTALSIZE and queue ids set and the fields only the store knows
+    left 0 (queue offset, physical offset, store timestamp)."""
+    prep = encoder.prepare(batch)
+    try:
+        if prep.n == 0:
+            raise InvalidMessageError("a batch holds at least one message")
+        zeros = np.zeros(prep.n, np.int64)
+        prep.records.patch(0, prep.n, prep.queue_ids, zeros, zeros, 0)
+        data = bytes(memoryview(prep.records.data)[: prep.records.total])
+        return EncodedForSend(data, prep.n, prep.unique_keys, prep.queue_ids)
+    finally:
+        encoder.recycle(prep)
+
+
+__all__ = ["BatchEncoder", "EncodedForSend", "PreparedBatch", "encode_for_send"]

@@ -1,0 +1,147 @@
+"""Batches a client encoded itself: records in RocketMQ's layout, checked before they are appended.
+
+A producer can encode its batch with the store's own encoder (record_batch.BatchEncoder,
+in the client library: services/query/client.py) and send the records as one buffer,
+as RocketMQ brokers take MessageBatch bytes: the store then never builds a Python
+object per message. The client leaves the fields only the put lock knows as
+placeholders (QUEUEOFFSET, PHYSICALOFFSET and STORETIMESTAMP; QUEUEID may be -1: the
+store picks the queue) and sets TOTALSIZE and the body CRC.
+
+``parse_encoded`` checks what the columnar path checks, in compiled passes over the
+buffer, so a bad record refuses the whole batch before anything is written:
+
+    layout       every record's TOTALSIZE, magic, field lengths and body CRC (the scan
+                 kernel), the records filling the buffer exactly;
+    properties   well-formed UTF-8 ``name\\x01value\\x02`` pairs, names and values
+                 non-empty (_scan.check_properties); none the store reserves
+                 (SCHEDULE_SOURCE), and no DELAY: a delayed message is rewritten to
+                 SCHEDULE_TOPIC_XXXX, which only the columnar path does;
+    topics       their bytes UTF-8 (names are checked by the caller's policy);
+    sizes        body, properties and record within the store's limits;
+    hosts        born host ports in 0..65535; the store host of the store's kind
+                 (sysflag bit 0x20: IPv6), since the store writes its own there.
+
+What a producer may send (topic names and permissions, transaction bits, queue ids)
+is the caller's policy: ``LogStore.append_encoded`` applies messages.check_client_batch's
+rules to the parsed columns.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from mqstore.errors import InvalidMessageError, InvalidTopicError, MessageTooLargeError
+from mqstore.formats.message import BLANK_RECORD_BYTES, MIN_RECORD_BYTES
+from mqstore.formats.msgid import encode_host
+from mqstore.formats.properties import DELAY, SCHEDULE_SOURCE
+from mqstore.kernels import _scan
+from mqstore.store.config import StoreConfig
+
+MAX_ENCODED_RECORDS = 10_000  # as many as a columnar batch (services/common/convert.py)
+_RESERVED = (DELAY.encode(), SCHEDULE_SOURCE.encode())
+_WHY_RESERVED = (
+    "DELAY is not taken in an encoded batch: send delayed messages as columns (SendBatch), "
+    "which the store rewrites to its delay topic",
+    "SCHEDULE_SOURCE is set by the store's delay scheduler only",
+)
+_WHY_PROPS = {
+    _scan.PROPS_NOT_UTF8: "its properties are not well-formed UTF-8",
+    _scan.PROPS_MALFORMED: "its properties are not name\\x01value\\x02 pairs with non-empty names and values",
+}
+
+
+class EncodedBatch:
+    """Records a client encoded, parsed and checked (``parse_encoded``): ``data`` as
+    sent and one column per record. Nothing is written yet."""
+
+    __slots__ = ("data", "n", "positions", "sizes", "queue_ids", "sysflags", "topics", "topic_codes")
+
+    def __init__(self, data, positions, sizes, queue_ids, sysflags, topics, topic_codes) -> None:  # noqa: PLR0913
+        self.data = data
+        self.n = len(positions)
+        self.positions: np.ndarray = positions
+        self.sizes: np.ndarray = sizes
+        self.queue_ids: np.ndarray = queue_ids  # AUTO_QUEUE (-1) where the store picks
+        self.sysflags: np.ndarray = sysflags
+        self.topics: list[str] = topics  # distinct, in order of first appearance
+        self.topic_codes: np.ndarray = topic_codes  # index into topics, per record
+
+
+def _be32(u8: np.ndarray, at: np.ndarray) -> np.ndarray:
+    """The big-endian int32 at each of ``at`` (any alignment)."""
+    return u8[at[:, None] + np.arange(4)].view(">i4").ravel().astype(np.int64)
+
+
+def parse_encoded(data: bytes | bytearray | memoryview, config: StoreConfig) -> EncodedBatch:
+    """Parse and check an encoded batch (see the module docstring); raises
+    InvalidMessageError (or a subclass) naming the first bad record."""
+    end = len(data)
+    if end == 0:
+        raise InvalidMessageError("an encoded batch holds at least one record")
+    cap = min(end // MIN_RECORD_BYTES + 1, MAX_ENCODED_RECORDS + 1)
+    positions, sizes = np.empty(cap, np.int64), np.empty(cap, np.int64)
+    cols = np.empty((_scan.COLUMNS, cap), np.int64)
+    n, stop, code = _scan.scan(data, 0, end, end, -1, False, True, None, positions, sizes, cols)
+    if code == _scan.STOP_FULL:
+        raise InvalidMessageError(f"an encoded batch holds at most {MAX_ENCODED_RECORDS} records")
+    if stop != end or code != _scan.STOP_CLASSIFY:
+        why = {
+            _scan.STOP_LAYOUT: "its fields disagree with its TOTALSIZE",
+            _scan.STOP_CRC: "its body CRC does not match the body",
+        }.get(code, "it is not a whole message record (TOTALSIZE, magic)")
+        raise InvalidMessageError(f"encoded record {n} at byte {stop} of {end}: {why}; nothing was written")
+    positions, sizes, cols = positions[:n], sizes[:n], cols[:, :n]
+    sysflags = cols[_scan.COL_SYSFLAG]
+    topic_at, topic_len, props_len = cols[_scan.COL_TOPIC_AT], cols[_scan.COL_TOPIC_LEN], cols[_scan.COL_PROPS_LEN]
+    bad, why, which = _scan.check_properties(data, topic_at + topic_len + 2, props_len, _RESERVED)
+    if bad >= 0:
+        text = _WHY_RESERVED[which] if why == _scan.PROPS_RESERVED else _WHY_PROPS[why]
+        raise InvalidMessageError(f"encoded record {bad}: {text}; nothing was written")
+    codes, first = np.empty(n, np.int64), np.empty(n, np.int64)
+    distinct = _scan.topic_codes(data, topic_at, topic_len, codes, first)
+    topics = []
+    for c in range(distinct):
+        i = int(first[c])
+        try:
+            topics.append(bytes(data[topic_at[i] : topic_at[i] + topic_len[i]]).decode())
+        except UnicodeDecodeError:
+            raise InvalidTopicError(f"encoded record {i}: its topic is not UTF-8; nothing was written") from None
+    _check_hosts(data, positions, sysflags, config)
+    _check_sizes(data, positions, sizes, sysflags, config)
+    return EncodedBatch(data, positions, sizes, cols[_scan.COL_QUEUE_ID], sysflags, topics, codes)
+
+
+def _check_hosts(data, positions: np.ndarray, sysflags: np.ndarray, config: StoreConfig) -> None:
+    v6_store = len(encode_host(config.store_host)) == 20
+    wrong = ((sysflags & 0x20) != 0) != v6_store
+    if wrong.any():
+        i = int(np.argmax(wrong))
+        raise InvalidMessageError(
+            f"encoded record {i}: its store host is IPv{4 if v6_store else 6} (sysflag bit 0x20) and this "
+            f"store's is IPv{6 if v6_store else 4}; nothing was written"
+        )
+    born = np.where(sysflags & 0x10, 20, 8)
+    ports = _be32(np.frombuffer(data, np.uint8), positions + 48 + born - 4)
+    bad = (ports < 0) | (ports > 65_535)
+    if bad.any():
+        i = int(np.argmax(bad))
+        raise InvalidMessageError(f"encoded record {i}: born host port {int(ports[i])} is outside 0..65535")
+
+
+def _check_sizes(data, positions: np.ndarray, sizes: np.ndarray, sysflags: np.ndarray, config: StoreConfig) -> None:
+    limit = min(config.max_record_bytes, config.segment_bytes - BLANK_RECORD_BYTES)
+    body_len_at = positions + 68 + np.where(sysflags & 0x10, 20, 8) + np.where(sysflags & 0x20, 20, 8)
+    body_lens = _be32(np.frombuffer(data, np.uint8), body_len_at)
+    if (body_lens > config.max_message_bytes).any():
+        i = int(np.argmax(body_lens > config.max_message_bytes))
+        raise MessageTooLargeError(
+            f"encoded record {i}: body of {int(body_lens[i])} bytes exceeds max_message_bytes {config.max_message_bytes}"
+        )
+    if (sizes > limit).any():
+        i = int(np.argmax(sizes > limit))
+        raise MessageTooLargeError(
+            f"encoded record {i}: record of {int(sizes[i])} bytes exceeds the limit of {limit} bytes"
+        )
+
+
+__all__ = ["MAX_ENCODED_RECORDS", "EncodedBatch", "parse_encoded"]
