@@ -346,12 +346,14 @@ from mqstore.cli import maintenance as _maintenance  # noqa: E402  (registers ve
 from mqstore.cli import queries as _queries  # noqa: E402  (registers the query commands)
 from mqstore.cli import reconcile as _reconcile  # noqa: E402  (registers reconcile)
 from mqstore.cli import remote as _remote  # noqa: E402  (registers serve and send)
+from mqstore.cli import soak as _soak  # noqa: E402  (registers bench soak)
 
 _queries.register(app)
 _maintenance.register(app)
 _remote.register(app)
 _reconcile.register(app)
 _acl.register(app)
+_soak.register(bench_app)
 
 
 def main() -> None:
