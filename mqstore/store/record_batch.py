@@ -360,6 +360,7 @@ class EncodedForSend(NamedTuple):
     n: int
     unique_keys: tuple[str, list[str]]  # (head, tails), as AppendResult.unique_key_parts
     queue_ids: np.ndarray  # as sent (AUTO_QUEUE: the store picks)
+    sizes: np.ndarray  # each record's size; records lie back to back from 0
 
 
 def encode_for_send(encoder: BatchEncoder, batch: MessageBatch) -> EncodedForSend:
@@ -374,7 +375,7 @@ def encode_for_send(encoder: BatchEncoder, batch: MessageBatch) -> EncodedForSen
         zeros = np.zeros(prep.n, np.int64)
         prep.records.patch(0, prep.n, prep.queue_ids, zeros, zeros, 0)
         data = bytes(memoryview(prep.records.data)[: prep.records.total])
-        return EncodedForSend(data, prep.n, prep.unique_keys, prep.queue_ids)
+        return EncodedForSend(data, prep.n, prep.unique_keys, prep.queue_ids, prep.sizes)
     finally:
         encoder.recycle(prep)
 

@@ -18,11 +18,14 @@ from mqstore.services.common import validate
 from mqstore.services.common.convert import (
     append_result_to_pb,
     columns_to_batch,
+    put_status_to_pb,
     record_to_pb,
     topic_config_to_pb,
 )
-from mqstore.services.common.errors import BadRequest, TooLarge, rpc
+from mqstore.services.common.errors import BadRequest, PermissionDenied, Precondition, TooLarge, rpc
 from mqstore.services.common.server import Registration
+from mqstore.services.query.routing import check_routed
+from mqstore.store.encoded_batch import parse_encoded
 from mqstore.store.local_ports import read_records
 from mqstore.store.log_store import LogStore
 from mqstore.store.messages import PutStatus
@@ -58,6 +61,44 @@ class CommitLogServicer(commitlog_pb2_grpc.CommitLogServiceServicer):
         else:  # written, not proven durable (sync flush timed out)
             stats.failed(time.perf_counter() - t0)
         return pb.AppendBatchResponse(result=append_result_to_pb(res, self.state.shard))
+
+    @rpc
+    async def AppendEncoded(self, request: common_pb2.EncodedBatch, context) -> common_pb2.EncodedAppendResult:
+        log_store = self.state.ready()
+        if request.shard != self.state.shard:
+            raise Precondition(f"the batch is for shard {request.shard}; this is shard {self.state.shard}")
+        stats = self.state.stats
+        t0 = time.perf_counter()
+        try:
+            res = await self.state.call(self._append_encoded, log_store, request)
+        except Exception:
+            stats.failed(time.perf_counter() - t0)
+            raise
+        self.state.notify_appended()
+        if res.status is PutStatus.PUT_OK:
+            stats.appended(len(res), int(res.sizes.sum()), time.perf_counter() - t0)
+        else:
+            stats.failed(time.perf_counter() - t0)
+        return common_pb2.EncodedAppendResult(
+            status=put_status_to_pb(res.status),
+            physical_offsets=res.physical_offsets.astype("<i8").tobytes(),
+            queue_ids=res.queue_ids.astype("<i4").tobytes(),
+            queue_offsets=res.queue_offsets.astype("<i8").tobytes(),
+            store_timestamp=res.store_timestamp,
+            msg_id_prefix=res.msg_id_prefix,
+            shard=self.state.shard,
+        )
+
+    def _append_encoded(self, log_store: LogStore, request: common_pb2.EncodedBatch):
+        """Parse, check the batch is for this shard's topics and queues, append (an executor thread)."""
+        batch = parse_encoded(request.records, log_store.config)
+        declared = set(request.topics)
+        undeclared = [t for t in batch.topics if t not in declared]
+        if undeclared:
+            raise PermissionDenied(f"a record has topic {undeclared[0]!r}, which the batch does not declare")
+        if request.shards > 1:
+            check_routed(batch, request.shard, request.shards)
+        return log_store.append_encoded(batch)
 
     @rpc
     async def DeliverDelayed(self, request: pb.AppendBatchRequest, context) -> pb.AppendBatchResponse:

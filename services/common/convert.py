@@ -31,6 +31,10 @@ MAX_QUEUE_ID = 65_535
 _PUT_STATUS = {PutStatus.PUT_OK: pb.PUT_OK, PutStatus.FLUSH_DISK_TIMEOUT: pb.FLUSH_DISK_TIMEOUT}
 
 
+def put_status_to_pb(status: PutStatus) -> int:
+    return _PUT_STATUS[status]
+
+
 def _column(values, n: int, name: str):
     """The column as given (len n), one value (broadcast), or None (no value)."""
     k = len(values)

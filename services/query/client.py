@@ -29,6 +29,8 @@ from mqstore.rpc.v1 import common_pb2, front_pb2, front_pb2_grpc
 from mqstore.services.common.headers import AddHeaders
 from mqstore.services.common.server import sync_channel
 from mqstore.services.query.acl import ENV_ACCESS_KEY, ENV_SECRET_KEY, auth_metadata
+from mqstore.services.query.encoded_send import EncodedSender, EncodedSendResult
+from mqstore.store.messages import MessageBatch
 
 
 def columns(
@@ -99,6 +101,7 @@ class FrontClient:
             else grpc.intercept_channel(self._channel, AddHeaders(lambda: auth_metadata(access_key, secret_key)))
         )  # a fresh date-time per call
         self.stub = front_pb2_grpc.FrontServiceStub(calls)
+        self._encoded: EncodedSender | None = None
 
     def close(self) -> None:
         self._channel.close()
@@ -114,6 +117,20 @@ class FrontClient:
 
     def send_columns(self, cols: common_pb2.MessageColumns) -> front_pb2.SendBatchResponse:
         return self.stub.SendBatch(front_pb2.SendBatchRequest(messages=cols), timeout=self.timeout)
+
+    def send_encoded(self, batch: MessageBatch) -> EncodedSendResult:
+        """Send a batch encoded here, one buffer per shard (SendEncoded; see
+        services/query/encoded_send.py): the fast path for producers. No DELAY
+        property (delayed messages go through ``send``)."""
+        if self._encoded is None:
+            self._encoded = EncodedSender(self.stub, timeout=self.timeout)
+        return self._encoded.send(batch)
+
+    def route(self, *, refresh: bool = False) -> front_pb2.GetRouteResponse:
+        """Shards, their msgId prefixes and the topics' write queues (GetRoute)."""
+        if self._encoded is None:
+            self._encoded = EncodedSender(self.stub, timeout=self.timeout)
+        return self._encoded.route(refresh=refresh)
 
     def pull(
         self, topic: str, queue_id: int, offset: int, *, max_messages: int = 32, tags: str = "", raw: bool = False
@@ -244,4 +261,12 @@ def decode_pulled(answer: front_pb2.PullResponse) -> list[MessageRecord]:
     return decode_records(records.buffer, records.offsets[:-1])
 
 
-__all__ = ["FrontClient", "RemoteCallError", "columns", "decode_pulled", "raw_records", "remote_errors"]
+__all__ = [
+    "EncodedSendResult",
+    "FrontClient",
+    "RemoteCallError",
+    "columns",
+    "decode_pulled",
+    "raw_records",
+    "remote_errors",
+]

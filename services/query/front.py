@@ -19,6 +19,7 @@ from collections.abc import Awaitable, Callable
 import grpc
 import numpy as np
 import structlog
+from google.protobuf.message import DecodeError
 
 from mqstore.errors import NotFoundError
 from mqstore.formats.msgid import offset_msg_id_prefix, parse_offset_msg_id
@@ -148,12 +149,18 @@ class ShardClient:
                 else:
                     asyncio.ensure_future(ch.close(5.0))
 
-    async def call(self, service: str, method: str, request, *, timeout: float = 30.0, retry: bool = True):
+    async def call(
+        self, service: str, method: str, request, *, timeout: float = 30.0, retry: bool = True, raw: bool = False
+    ):
         """``service`` is "cl", "cq" or "ix". The call and the endpoint resolution
-        take at most ``timeout`` and what is left of the client's deadline."""
+        take at most ``timeout`` and what is left of the client's deadline. With
+        ``raw`` the request and the answer are serialized bytes, passed on as they are."""
         for attempt in (0, 1):
             stub = await self._stub(service)
             try:
+                if raw:
+                    path = f"/mqstore.v1.{type(stub).__name__.removesuffix('Stub')}/{method}"
+                    return await self._channels[service].unary_unary(path)(request, timeout=deadline.budget(timeout))
                 return await getattr(stub, method)(request, timeout=deadline.budget(timeout))
             except grpc.aio.AioRpcError as e:
                 if e.code() is not grpc.StatusCode.UNAVAILABLE:
@@ -202,7 +209,7 @@ class FrontServicer(front_pb2_grpc.FrontServiceServicer):
         self._rr: dict[str, itertools.count] = {}
 
     def registration(self) -> Registration:
-        return Registration(front_pb2_grpc.add_FrontServiceServicer_to_server, self, SERVICE)
+        return Registration(_add_front, self, SERVICE)
 
     async def close(self) -> None:
         for s in self.shards:
@@ -301,6 +308,44 @@ class FrontServicer(front_pb2_grpc.FrontServiceServicer):
             code, message = status_of(e)
             errors.append(pb.ShardError(shard=s, code=code.name, message=message))
         return pb.SendBatchResponse(result=out, shard_errors=errors)
+
+    @rpc
+    async def SendEncoded(self, raw: bytes, context) -> bytes:
+        """Registered to receive and answer bytes (``_add_front``): only
+        the small fields are read; the request bytes go to the shard as they came."""
+        try:
+            req = common_pb2.EncodedBatch.FromString(raw)
+        except DecodeError as e:
+            raise BadRequest(f"the request is not an EncodedBatch: {e}") from None
+        self._allow(context, *((Action.PUB, TOPIC, t) for t in req.topics))
+        if req.shards != len(self.shards) or not 0 <= req.shard < len(self.shards):
+            raise Precondition(
+                f"the batch was routed to shard {req.shard} of {req.shards}; this deployment has "
+                f"{len(self.shards)} shard(s): ask GetRoute again"
+            )
+        return await self.shards[req.shard].call("cl", "AppendEncoded", raw, timeout=60, retry=False, raw=True)
+
+    @rpc
+    async def GetRoute(self, request: pb.GetRouteRequest, context) -> pb.GetRouteResponse:
+        self._caller(context)  # any signed user
+
+        async def prefix(s: ShardClient) -> str:
+            if s.msg_id_prefix is None:
+                try:
+                    s.msg_id_prefix = (
+                        await s.call("cl", "GetOffsets", commitlog_pb2.GetOffsetsRequest(), timeout=2, retry=False)
+                    ).msg_id_prefix
+                except Exception:  # noqa: BLE001 - a shard down is "" here; sends to it say UNAVAILABLE
+                    return ""
+            return s.msg_id_prefix
+
+        prefixes = await self._fan_out(prefix)
+        return pb.GetRouteResponse(
+            shards=len(self.shards),
+            write_queue_nums=await self._write_queue_nums(),
+            default_queue_nums=self.default_queue_nums,
+            msg_id_prefixes=prefixes,
+        )
 
     # ------------------------------------------------------------------ topic configs (perm checks)
 
@@ -544,6 +589,10 @@ class FrontServicer(front_pb2_grpc.FrontServiceServicer):
             ok = sum(1 for x in response.result.statuses if x == common_pb2.PUT_OK)
             if ok:
                 m.sent_messages.inc(ok)
+        elif method == "SendEncoded" and response is not None:
+            answer = common_pb2.EncodedAppendResult.FromString(response)
+            if answer.status == common_pb2.PUT_OK:
+                m.sent_messages.inc(len(answer.physical_offsets) // 8)
 
     @rpc
     async def StoreStatus(self, request, context) -> pb.StoreStatusResponse:
@@ -642,6 +691,27 @@ class FrontServicer(front_pb2_grpc.FrontServiceServicer):
         gone = await asyncio.to_thread(acl.remove_rule, request.user, request.resource, request.decision or None)
         log.info("acl_rule_removed", by=by, user=request.user, resource=request.resource, removed=len(gone))
         return pb.RemoveRuleResponse(rules=[_rule_pb(r) for r in gone])
+
+
+class _Handlers:
+    """Catches the method handlers a generated ``add_..._to_server`` registers."""
+
+    def add_generic_rpc_handlers(self, handlers) -> None:
+        pass
+
+    def add_registered_method_handlers(self, service: str, handlers: dict) -> None:
+        self.handlers = handlers
+
+
+def _add_front(servicer: FrontServicer, server: grpc.aio.Server) -> None:
+    """Register FrontService with SendEncoded taking and answering bytes (the
+    request is forwarded as it came, the shard's answer as it came back)."""
+    caught = _Handlers()
+    front_pb2_grpc.add_FrontServiceServicer_to_server(servicer, caught)
+    handlers = dict(caught.handlers)
+    handlers["SendEncoded"] = grpc.unary_unary_rpc_method_handler(servicer.SendEncoded)
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, handlers),))
+    server.add_registered_method_handlers(SERVICE, handlers)
 
 
 def _user_pb(u: User) -> pb.AclUser:

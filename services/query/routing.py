@@ -16,7 +16,11 @@ import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
 from mqstore.errors import ConfigError
+from mqstore.services.common.errors import Precondition
+from mqstore.store.encoded_batch import EncodedBatch
 
 LAYOUT_FILE = "mqstore-layout.json"
 LAYOUT_VERSION = 1
@@ -31,6 +35,25 @@ class Router:
         if self.shards == 1:
             return 0
         return (zlib.crc32(topic.encode()) + queue_id) % self.shards
+
+
+def check_routed(batch: EncodedBatch, shard: int, shards: int) -> None:
+    """Every record of an encoded batch lives on ``shard`` of ``shards`` (Precondition
+    otherwise: the client routed with a stale or wrong rule and should ask GetRoute)."""
+    qids = batch.queue_ids
+    if (qids < 0).any():
+        i = int(np.argmax(qids < 0))
+        raise Precondition(f"encoded record {i}: with {shards} shards the client picks each queue (GetRoute)")
+    crc = np.array([zlib.crc32(t.encode()) for t in batch.topics], np.int64)
+    on = (crc[batch.topic_codes] + qids) % shards
+    wrong = on != shard
+    if wrong.any():
+        i = int(np.argmax(wrong))
+        topic = batch.topics[int(batch.topic_codes[i])]
+        raise Precondition(
+            f"encoded record {i}: queue {int(qids[i])} of {topic!r} lives on shard {int(on[i])}, not {shard}; "
+            "ask GetRoute again"
+        )
 
 
 def shard_dir(root: Path, shard: int, shards: int) -> Path:
@@ -67,4 +90,4 @@ def pin_layout(root: Path, shards: int) -> dict:
     return layout
 
 
-__all__ = ["LAYOUT_FILE", "STORE_PORT_BASE", "Router", "pin_layout", "shard_dir"]
+__all__ = ["LAYOUT_FILE", "STORE_PORT_BASE", "Router", "check_routed", "pin_layout", "shard_dir"]

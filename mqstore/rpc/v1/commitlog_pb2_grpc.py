@@ -4,6 +4,7 @@ import grpc
 import warnings
 
 from mqstore.rpc.v1 import commitlog_pb2 as mqstore_dot_v1_dot_commitlog__pb2
+from mqstore.rpc.v1 import common_pb2 as mqstore_dot_v1_dot_common__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
 GRPC_VERSION = grpc.__version__
@@ -94,6 +95,11 @@ class CommitLogServiceStub:
                 '/mqstore.v1.CommitLogService/DeliverDelayed',
                 request_serializer=mqstore_dot_v1_dot_commitlog__pb2.AppendBatchRequest.SerializeToString,
                 response_deserializer=mqstore_dot_v1_dot_commitlog__pb2.AppendBatchResponse.FromString,
+                _registered_method=True)
+        self.AppendEncoded = channel.unary_unary(
+                '/mqstore.v1.CommitLogService/AppendEncoded',
+                request_serializer=mqstore_dot_v1_dot_common__pb2.EncodedBatch.SerializeToString,
+                response_deserializer=mqstore_dot_v1_dot_common__pb2.EncodedAppendResult.FromString,
                 _registered_method=True)
 
 
@@ -197,6 +203,15 @@ class CommitLogServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def AppendEncoded(self, request, context):
+        """Append records a client encoded (FrontService.SendEncoded forwards them here
+        unparsed): checked in compiled passes, patched with offsets, store time and
+        store host, written, answered as packed columns.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_CommitLogServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -259,6 +274,11 @@ def add_CommitLogServiceServicer_to_server(servicer, server):
                     servicer.DeliverDelayed,
                     request_deserializer=mqstore_dot_v1_dot_commitlog__pb2.AppendBatchRequest.FromString,
                     response_serializer=mqstore_dot_v1_dot_commitlog__pb2.AppendBatchResponse.SerializeToString,
+            ),
+            'AppendEncoded': grpc.unary_unary_rpc_method_handler(
+                    servicer.AppendEncoded,
+                    request_deserializer=mqstore_dot_v1_dot_common__pb2.EncodedBatch.FromString,
+                    response_serializer=mqstore_dot_v1_dot_common__pb2.EncodedAppendResult.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -586,6 +606,33 @@ class CommitLogService:
             '/mqstore.v1.CommitLogService/DeliverDelayed',
             mqstore_dot_v1_dot_commitlog__pb2.AppendBatchRequest.SerializeToString,
             mqstore_dot_v1_dot_commitlog__pb2.AppendBatchResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AppendEncoded(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mqstore.v1.CommitLogService/AppendEncoded',
+            mqstore_dot_v1_dot_common__pb2.EncodedBatch.SerializeToString,
+            mqstore_dot_v1_dot_common__pb2.EncodedAppendResult.FromString,
             options,
             channel_credentials,
             insecure,

@@ -195,3 +195,33 @@ class BuilderProgress(_message.Message):
     error: str
     stopped_loops: _containers.RepeatedScalarFieldContainer[str]
     def __init__(self, commitlog_incarnation: _Optional[int] = ..., progress_offset: _Optional[int] = ..., durable_offset: _Optional[int] = ..., state: _Optional[str] = ..., error: _Optional[str] = ..., stopped_loops: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class EncodedBatch(_message.Message):
+    __slots__ = ("records", "topics", "shard", "shards")
+    RECORDS_FIELD_NUMBER: _ClassVar[int]
+    TOPICS_FIELD_NUMBER: _ClassVar[int]
+    SHARD_FIELD_NUMBER: _ClassVar[int]
+    SHARDS_FIELD_NUMBER: _ClassVar[int]
+    records: bytes
+    topics: _containers.RepeatedScalarFieldContainer[str]
+    shard: int
+    shards: int
+    def __init__(self, records: _Optional[bytes] = ..., topics: _Optional[_Iterable[str]] = ..., shard: _Optional[int] = ..., shards: _Optional[int] = ...) -> None: ...
+
+class EncodedAppendResult(_message.Message):
+    __slots__ = ("status", "physical_offsets", "queue_ids", "queue_offsets", "store_timestamp", "msg_id_prefix", "shard")
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    PHYSICAL_OFFSETS_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_IDS_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_OFFSETS_FIELD_NUMBER: _ClassVar[int]
+    STORE_TIMESTAMP_FIELD_NUMBER: _ClassVar[int]
+    MSG_ID_PREFIX_FIELD_NUMBER: _ClassVar[int]
+    SHARD_FIELD_NUMBER: _ClassVar[int]
+    status: PutStatus
+    physical_offsets: bytes
+    queue_ids: bytes
+    queue_offsets: bytes
+    store_timestamp: int
+    msg_id_prefix: str
+    shard: int
+    def __init__(self, status: _Optional[_Union[PutStatus, str]] = ..., physical_offsets: _Optional[bytes] = ..., queue_ids: _Optional[bytes] = ..., queue_offsets: _Optional[bytes] = ..., store_timestamp: _Optional[int] = ..., msg_id_prefix: _Optional[str] = ..., shard: _Optional[int] = ...) -> None: ...

@@ -25,6 +25,29 @@ OFFSET_TOO_SMALL: PullStatus
 OFFSET_OVERFLOW: PullStatus
 NO_MESSAGE_IN_QUEUE: PullStatus
 
+class GetRouteRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class GetRouteResponse(_message.Message):
+    __slots__ = ("shards", "write_queue_nums", "default_queue_nums", "msg_id_prefixes")
+    class WriteQueueNumsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
+    SHARDS_FIELD_NUMBER: _ClassVar[int]
+    WRITE_QUEUE_NUMS_FIELD_NUMBER: _ClassVar[int]
+    DEFAULT_QUEUE_NUMS_FIELD_NUMBER: _ClassVar[int]
+    MSG_ID_PREFIXES_FIELD_NUMBER: _ClassVar[int]
+    shards: int
+    write_queue_nums: _containers.ScalarMap[str, int]
+    default_queue_nums: int
+    msg_id_prefixes: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, shards: _Optional[int] = ..., write_queue_nums: _Optional[_Mapping[str, int]] = ..., default_queue_nums: _Optional[int] = ..., msg_id_prefixes: _Optional[_Iterable[str]] = ...) -> None: ...
+
 class SendBatchRequest(_message.Message):
     __slots__ = ("messages",)
     MESSAGES_FIELD_NUMBER: _ClassVar[int]

@@ -3,6 +3,7 @@
 import grpc
 import warnings
 
+from mqstore.rpc.v1 import common_pb2 as mqstore_dot_v1_dot_common__pb2
 from mqstore.rpc.v1 import front_pb2 as mqstore_dot_v1_dot_front__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
@@ -39,6 +40,16 @@ class FrontServiceStub:
                 '/mqstore.v1.FrontService/SendBatch',
                 request_serializer=mqstore_dot_v1_dot_front__pb2.SendBatchRequest.SerializeToString,
                 response_deserializer=mqstore_dot_v1_dot_front__pb2.SendBatchResponse.FromString,
+                _registered_method=True)
+        self.SendEncoded = channel.unary_unary(
+                '/mqstore.v1.FrontService/SendEncoded',
+                request_serializer=mqstore_dot_v1_dot_common__pb2.EncodedBatch.SerializeToString,
+                response_deserializer=mqstore_dot_v1_dot_common__pb2.EncodedAppendResult.FromString,
+                _registered_method=True)
+        self.GetRoute = channel.unary_unary(
+                '/mqstore.v1.FrontService/GetRoute',
+                request_serializer=mqstore_dot_v1_dot_front__pb2.GetRouteRequest.SerializeToString,
+                response_deserializer=mqstore_dot_v1_dot_front__pb2.GetRouteResponse.FromString,
                 _registered_method=True)
         self.Pull = channel.unary_unary(
                 '/mqstore.v1.FrontService/Pull',
@@ -139,6 +150,23 @@ class FrontServiceServicer:
     def SendBatch(self, request, context):
         """Append a batch of messages (any topics and queues); automatic queue ids
         (-1) are picked round robin over the topic's write queues.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SendEncoded(self, request, context):
+        """Append records the client encoded itself (services/query/client.py): the
+        front checks the caller may send to the batch's topics and forwards the request
+        bytes, unparsed, to the shard it names (CommitLogService.AppendEncoded).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetRoute(self, request, context):
+        """How topic queues map to shards and each topic's write queues: what a client
+        needs to split and encode batches for SendEncoded.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -280,6 +308,16 @@ def add_FrontServiceServicer_to_server(servicer, server):
                     request_deserializer=mqstore_dot_v1_dot_front__pb2.SendBatchRequest.FromString,
                     response_serializer=mqstore_dot_v1_dot_front__pb2.SendBatchResponse.SerializeToString,
             ),
+            'SendEncoded': grpc.unary_unary_rpc_method_handler(
+                    servicer.SendEncoded,
+                    request_deserializer=mqstore_dot_v1_dot_common__pb2.EncodedBatch.FromString,
+                    response_serializer=mqstore_dot_v1_dot_common__pb2.EncodedAppendResult.SerializeToString,
+            ),
+            'GetRoute': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetRoute,
+                    request_deserializer=mqstore_dot_v1_dot_front__pb2.GetRouteRequest.FromString,
+                    response_serializer=mqstore_dot_v1_dot_front__pb2.GetRouteResponse.SerializeToString,
+            ),
             'Pull': grpc.unary_unary_rpc_method_handler(
                     servicer.Pull,
                     request_deserializer=mqstore_dot_v1_dot_front__pb2.PullRequest.FromString,
@@ -399,6 +437,60 @@ class FrontService:
             '/mqstore.v1.FrontService/SendBatch',
             mqstore_dot_v1_dot_front__pb2.SendBatchRequest.SerializeToString,
             mqstore_dot_v1_dot_front__pb2.SendBatchResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SendEncoded(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mqstore.v1.FrontService/SendEncoded',
+            mqstore_dot_v1_dot_common__pb2.EncodedBatch.SerializeToString,
+            mqstore_dot_v1_dot_common__pb2.EncodedAppendResult.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetRoute(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mqstore.v1.FrontService/GetRoute',
+            mqstore_dot_v1_dot_front__pb2.GetRouteRequest.SerializeToString,
+            mqstore_dot_v1_dot_front__pb2.GetRouteResponse.FromString,
             options,
             channel_credentials,
             insecure,

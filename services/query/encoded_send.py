@@ -1,0 +1,239 @@
+"""A producer's fast path: batches encoded by the client, sent as one buffer per shard.
+
+``EncodedSender`` encodes a ``MessageBatch`` with the store's own compiled encoder
+(record_batch.encode_for_send), so neither the front nor the commitlog builds a
+Python object per message: the front reads the request's small fields (topics for
+the ACL, the shard) and forwards its bytes unparsed; the commitlog checks the records
+in compiled passes and writes them (mqstore/store/encoded_batch.py). The answer is
+packed columns; msgIds are made here from the offsets and the shard's store host.
+
+Routing follows GetRoute: one shard takes automatic queue ids (-1) and picks them
+itself; with more, the sender picks each message's queue round robin over the
+topic's write queues, splits the encoded records per shard (one compiled gather per
+part) and sends the parts in parallel. A part refused because the route moved
+(FAILED_PRECONDITION, nothing written) is routed again once; a part whose shard
+failed is reported per message (SHARD_FAILED and the shard's error), never retried
+here: an append whose answer was lost may have been stored, so the caller decides.
+
+Delayed messages (a DELAY property) are not taken: send them with ``FrontClient.send``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import zlib
+from dataclasses import dataclass
+
+import grpc
+import numpy as np
+
+from mqstore.formats.msgid import decode_host
+from mqstore.kernels import _decode, _encode
+from mqstore.rpc.v1 import common_pb2, front_pb2
+from mqstore.store.clock import SystemClock
+from mqstore.store.config import StoreConfig
+from mqstore.store.messages import AUTO_QUEUE, MessageBatch
+from mqstore.store.record_batch import BatchEncoder, encode_for_send
+
+# The client leaves size limits to the store (it knows its own); only this bounds a body here.
+_CLIENT_MAX_BODY = 64 << 20
+
+
+@dataclass
+class EncodedSendResult:
+    """Per message, in the batch's order. ``statuses``: the proto's PutStatus
+    (common_pb2.PUT_OK, FLUSH_DISK_TIMEOUT, or SHARD_FAILED where the message's shard
+    failed: then its offsets are -1 and ``errors[shard]`` says why, "CODE: message")."""
+
+    statuses: np.ndarray
+    physical_offsets: np.ndarray
+    queue_ids: np.ndarray
+    queue_offsets: np.ndarray
+    store_timestamps: np.ndarray
+    shards: np.ndarray
+    unique_key_parts: tuple[str, list[str]]
+    prefixes: list[str]  # msgId prefix of each shard
+    errors: dict[int, str]
+
+    def __len__(self) -> int:
+        return len(self.statuses)
+
+    @property
+    def ok(self) -> bool:
+        """Every message stored (and durable under sync flush)."""
+        return bool((self.statuses == common_pb2.PUT_OK).all())
+
+    @property
+    def msg_ids(self) -> list[str]:
+        """Offset msgIds ("" for messages not stored), made on demand."""
+        out = [""] * len(self)
+        for s, prefix in enumerate(self.prefixes):
+            rows = np.flatnonzero((self.shards == s) & (self.statuses != common_pb2.SHARD_FAILED))
+            if len(rows):
+                for i, m in zip(rows.tolist(), _encode.offset_msg_ids(prefix, self.physical_offsets[rows])):
+                    out[i] = m
+        return out
+
+    @property
+    def unique_keys(self) -> list[str]:
+        head, tails = self.unique_key_parts
+        return [head + t for t in tails] if head else list(tails)
+
+
+class EncodedSender:
+    """Sends batches through ``stub`` (a FrontServiceStub), encoding them here.
+    ``timeout``: seconds per call. Not thread-safe (one per producer thread)."""
+
+    def __init__(self, stub, *, timeout: float = 30.0) -> None:
+        self._stub = stub
+        self._timeout = timeout
+        self._route: front_pb2.GetRouteResponse | None = None
+        self._encoders: dict[str, BatchEncoder] = {}
+        self._round_robin: dict[str, int] = {}
+
+    def route(self, *, refresh: bool = False) -> front_pb2.GetRouteResponse:
+        if self._route is None or refresh:
+            self._route = self._stub.GetRoute(front_pb2.GetRouteRequest(), timeout=self._timeout)
+        return self._route
+
+    def _encoder(self, prefix: str) -> BatchEncoder:
+        """An encoder writing the shard's store host (its kind sets sysflag bit 0x20)."""
+        enc = self._encoders.get(prefix)
+        if enc is None:
+            host = decode_host(bytes.fromhex(prefix))
+            enc = BatchEncoder(StoreConfig(store_host=host, max_message_bytes=_CLIENT_MAX_BODY), SystemClock())
+            self._encoders[prefix] = enc
+        return enc
+
+    def send(self, batch: MessageBatch) -> EncodedSendResult:
+        """Encode and send ``batch``; see the module docstring. Raises
+        grpc.RpcError when the batch is refused as a whole (bad input, permission)
+        or when its only shard failed."""
+        for attempt in (0, 1):
+            route = self.route(refresh=attempt > 0)
+            try:
+                return self._send(route, batch)
+            except grpc.RpcError as e:
+                if e.code() not in (grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.UNAVAILABLE) or attempt:
+                    raise
+                if e.code() is grpc.StatusCode.UNAVAILABLE:
+                    self._route = None  # asked again next time; this send is the caller's to retry
+                    raise
+        raise AssertionError("unreachable")
+
+    def _send(self, route: front_pb2.GetRouteResponse, batch: MessageBatch) -> EncodedSendResult:
+        shards = route.shards
+        if shards == 1:
+            enc = encode_for_send(self._encoder(_prefix(route, 0)), batch)
+            answer = self._part(enc.data, _topics(batch), 0, 1).result()
+            return _result(enc, [(0, np.arange(enc.n), answer)], list(route.msg_id_prefixes), {})
+        batch, shard_of = self._routed(route, batch)
+        present = np.unique(shard_of).tolist()
+        prefix = next((_prefix(route, s) for s in present if route.msg_id_prefixes[s]), None)
+        if prefix is None:
+            raise _unavailable(present)
+        enc = encode_for_send(self._encoder(prefix), batch)
+        starts = np.concatenate([[0], np.cumsum(enc.sizes)[:-1]]).astype(np.int64)
+        topics = _topic_list(batch, enc.n)
+        pending = []
+        for s in present:
+            rows = np.flatnonzero(shard_of == s)
+            part = _decode.gather(enc.data, starts[rows], enc.sizes[rows], np.empty(len(rows) + 1, np.int64))
+            names = sorted({topics[i] for i in rows.tolist()})
+            pending.append((s, rows, self._part(part, names, s, shards)))
+        answers, errors = [], {}
+        for s, rows, future in pending:
+            try:
+                answers.append((s, rows, future.result()))
+            except grpc.RpcError as e:
+                if len(pending) == 1 or e.code() is grpc.StatusCode.FAILED_PRECONDITION:
+                    raise
+                errors[s] = f"{e.code().name}: {e.details()}"
+        if not answers:
+            raise _first_error(pending)
+        return _result(enc, answers, list(route.msg_id_prefixes), errors, shard_of)
+
+    def _part(self, data: bytes, topics: list[str], shard: int, shards: int):
+        req = common_pb2.EncodedBatch(records=data, topics=topics, shard=shard, shards=shards)
+        return self._stub.SendEncoded.future(req, timeout=self._timeout)
+
+    def _routed(self, route: front_pb2.GetRouteResponse, batch: MessageBatch) -> tuple[MessageBatch, np.ndarray]:
+        """The batch with every queue picked (round robin over each topic's write
+        queues where it said -1) and the shard of each message."""
+        n = len(batch)
+        topics = _topic_list(batch, n)
+        names, codes = np.unique(np.asarray(topics, dtype=object), return_inverse=True)
+        qids = np.broadcast_to(
+            np.asarray(AUTO_QUEUE if batch.queue_ids is None else batch.queue_ids, np.int64), (n,)
+        ).copy()
+        for c, t in enumerate(names.tolist()):
+            auto = (codes == c) & (qids == AUTO_QUEUE)
+            count = int(auto.sum())
+            if count:
+                start = self._round_robin.get(t, 0)
+                wq = route.write_queue_nums.get(t, route.default_queue_nums) or 1
+                qids[auto] = (start + np.arange(count)) % wq
+                self._round_robin[t] = start + count
+        crc = np.array([zlib.crc32(t.encode()) for t in names.tolist()], np.int64)
+        return dataclasses.replace(batch, queue_ids=qids), (crc[codes] + qids) % route.shards
+
+
+def _prefix(route: front_pb2.GetRouteResponse, shard: int) -> str:
+    prefix = route.msg_id_prefixes[shard] if shard < len(route.msg_id_prefixes) else ""
+    if not prefix:
+        raise _unavailable([shard])
+    return prefix
+
+
+class _ShardsDown(grpc.RpcError):
+    def __init__(self, text: str) -> None:
+        super().__init__(text)
+        self._text = text
+
+    def code(self) -> grpc.StatusCode:
+        return grpc.StatusCode.UNAVAILABLE
+
+    def details(self) -> str:
+        return self._text
+
+
+def _unavailable(shards: list[int]) -> grpc.RpcError:
+    return _ShardsDown(f"shard(s) {shards} did not answer the route lookup; nothing was sent")
+
+
+def _first_error(pending) -> grpc.RpcError:
+    for _, _, future in pending:
+        e = future.exception()
+        if e is not None:
+            return e
+    raise AssertionError("no part failed")
+
+
+def _topic_list(batch: MessageBatch, n: int) -> list[str]:
+    return [batch.topics] * n if isinstance(batch.topics, str) else list(batch.topics)
+
+
+def _topics(batch: MessageBatch) -> list[str]:
+    return [batch.topics] if isinstance(batch.topics, str) else list(dict.fromkeys(batch.topics))
+
+
+def _result(enc, answers, prefixes: list[str], errors: dict[int, str], shard_of=None) -> EncodedSendResult:
+    n = enc.n
+    statuses = np.full(n, common_pb2.SHARD_FAILED, np.int64)
+    physical, queue_offsets, stamps = (np.full(n, -1, np.int64) for _ in range(3))
+    queue_ids = np.asarray(enc.queue_ids, np.int64).copy()
+    shards = np.zeros(n, np.int64) if shard_of is None else np.asarray(shard_of, np.int64)
+    for s, rows, a in answers:
+        statuses[rows] = a.status
+        physical[rows] = np.frombuffer(a.physical_offsets, "<i8")
+        queue_ids[rows] = np.frombuffer(a.queue_ids, "<i4")
+        queue_offsets[rows] = np.frombuffer(a.queue_offsets, "<i8")
+        stamps[rows] = a.store_timestamp
+        if a.msg_id_prefix:
+            prefixes[s] = a.msg_id_prefix
+    return EncodedSendResult(
+        statuses, physical, queue_ids, queue_offsets, stamps, shards, enc.unique_keys, prefixes, errors
+    )
+
+
+__all__ = ["EncodedSendResult", "EncodedSender"]
