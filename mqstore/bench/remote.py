@@ -25,6 +25,8 @@ from mqstore.bench.workload import Workload, topic_name
 from mqstore.rpc.v1 import common_pb2
 from mqstore.services.query.client import FrontClient, remote_errors
 
+WIRES = ("encoded", "columns")
+
 
 def _tls_ca() -> str | None:
     return os.environ.get("MQSTORE_TLS_CA") or None
@@ -51,7 +53,12 @@ def run_remote_append(
     queues: int = 4,
     producers: int = 1,
     batch: int = 1000,
+    wire: str = "encoded",
 ) -> dict:
+    """``wire``: "encoded" (the client encodes each batch: SendEncoded) or "columns"
+    (SendBatch, the front and the commitlog read protobuf columns)."""
+    if wire not in WIRES:
+        raise ValueError(f"wire must be one of {', '.join(WIRES)}, got {wire!r}")
     workload = Workload(body_size=body_size, topics=topics, queues=queues)
     lock = threading.Lock()
     next_start = [0]
@@ -71,13 +78,21 @@ def run_remote_append(
                             break
                         count = min(batch, messages - start)
                         next_start[0] = start + count
-                    cols = _columns(workload.batch(start, count))
-                    t0 = time.perf_counter()
-                    res = c.send_columns(cols).result
-                    mine.append(time.perf_counter() - t0)
-                    nbytes += sum(res.sizes)
-                    acked += sum(1 for s in res.statuses if s == common_pb2.PUT_OK)
-                    timeouts += sum(1 for s in res.statuses if s == common_pb2.FLUSH_DISK_TIMEOUT)
+                    messages_batch = workload.batch(start, count)
+                    if wire == "encoded":
+                        t0 = time.perf_counter()
+                        sent = c.send_encoded(messages_batch)
+                        mine.append(time.perf_counter() - t0)
+                        statuses, sizes = sent.statuses, sent.sizes
+                    else:
+                        cols = _columns(messages_batch)
+                        t0 = time.perf_counter()
+                        res = c.send_columns(cols).result
+                        mine.append(time.perf_counter() - t0)
+                        statuses, sizes = np.asarray(res.statuses), np.asarray(res.sizes)
+                    nbytes += int(sizes.sum())
+                    acked += int((statuses == common_pb2.PUT_OK).sum())
+                    timeouts += int((statuses == common_pb2.FLUSH_DISK_TIMEOUT).sum())
         except BaseException as e:  # reported below, after the other producers finish
             errors.append(e)
         with lock:
@@ -105,6 +120,7 @@ def run_remote_append(
         "p99_ms": round(float(np.percentile(lat, 99)), 3),
         "batch": batch,
         "producers": producers,
+        "wire": wire,
         "client_cpu_s": round(cpu, 3),
     }
 

@@ -116,6 +116,13 @@ def bench_append(
     index_max_entries: Annotated[
         int, typer.Option("--index-max-entries", min=2, help="Entries per index file.")
     ] = 20_000_000,
+    wire: Annotated[
+        str,
+        typer.Option(
+            "--wire",
+            help="With --server: encoded (the client encodes each batch, SendEncoded) or columns (SendBatch).",
+        ),
+    ] = "encoded",
 ) -> None:
     """Append a deterministic workload (TAGS, two KEYS and a UNIQ_KEY per message) and
     print one JSON line: messages, bytes, seconds, msgs_per_s, mb_per_s, p50_ms, p99_ms, ...
@@ -125,8 +132,10 @@ def bench_append(
 
     check_target(store, server)
     if server is not None:
-        from mqstore.bench.remote import run_remote_append
+        from mqstore.bench.remote import WIRES, run_remote_append
 
+        if wire not in WIRES:
+            raise typer.BadParameter(f"--wire is {' or '.join(WIRES)}, got {wire!r}")
         _export_credentials(access_key, secret_key)
         print(
             json.dumps(
@@ -138,6 +147,7 @@ def bench_append(
                     queues=queues,
                     producers=producers,
                     batch=min(batch, 10_000),
+                    wire=wire,
                 )
             ),
             flush=True,

@@ -51,6 +51,7 @@ class EncodedSendResult:
     queue_offsets: np.ndarray
     store_timestamps: np.ndarray
     shards: np.ndarray
+    sizes: np.ndarray  # encoded record size of each message
     unique_key_parts: tuple[str, list[str]]
     prefixes: list[str]  # msgId prefix of each shard
     errors: dict[int, str]
@@ -232,7 +233,7 @@ def _result(enc, answers, prefixes: list[str], errors: dict[int, str], shard_of=
         if a.msg_id_prefix:
             prefixes[s] = a.msg_id_prefix
     return EncodedSendResult(
-        statuses, physical, queue_ids, queue_offsets, stamps, shards, enc.unique_keys, prefixes, errors
+        statuses, physical, queue_ids, queue_offsets, stamps, shards, enc.sizes, enc.unique_keys, prefixes, errors
     )
 
 

@@ -11,6 +11,7 @@ import zlib
 import grpc
 import pytest
 
+from mqstore.bench.remote import run_remote_append
 from mqstore.formats.msgid import Host
 from mqstore.rpc.v1 import common_pb2, front_pb2
 from mqstore.services.query.client import FrontClient, decode_pulled
@@ -174,3 +175,11 @@ def test_acl_applies_to_encoded_sends(tmp_path):
         with FrontClient(st.front_endpoint, access_key="root", secret_key="root-secret-1") as root:
             wait_dispatched(root)
             assert stored(root, "OkTopic") == 1 and stored(root, "Secret") == 0
+
+
+@pytest.mark.parametrize("wire", ["encoded", "columns"])
+def test_remote_append_bench_sends_either_way(client, stack, wire):
+    r = run_remote_append(stack.front_endpoint, messages=2500, producers=2, batch=1000, wire=wire)
+    assert r["acked"] == 2500 and r["wire"] == wire and r["bytes"] > 2500 * 128
+    with pytest.raises(ValueError, match="wire"):
+        run_remote_append(stack.front_endpoint, messages=1, wire="json")
