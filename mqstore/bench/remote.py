@@ -18,9 +18,11 @@ from __future__ import annotations
 import os
 import threading
 import time
+from pathlib import Path
 
 import numpy as np
 
+from mqstore.bench.cpu import CpuWindow
 from mqstore.bench.workload import Workload, topic_name
 from mqstore.rpc.v1 import common_pb2
 from mqstore.services.query.client import FrontClient, remote_errors
@@ -54,9 +56,13 @@ def run_remote_append(
     producers: int = 1,
     batch: int = 1000,
     wire: str = "encoded",
+    cpu_of: tuple[int, list[Path]] | None = None,
 ) -> dict:
     """``wire``: "encoded" (the client encodes each batch: SendEncoded) or "columns"
-    (SendBatch, the front and the commitlog read protobuf columns)."""
+    (SendBatch, the front and the commitlog read protobuf columns). ``cpu_of``:
+    (pid of ``mqstore serve``, its shard directories): the result's ``cpu_us_per_msg``
+    gives each process's CPU per message over the sends and the dispatch that follows
+    them (bench/cpu.py)."""
     if wire not in WIRES:
         raise ValueError(f"wire must be one of {', '.join(WIRES)}, got {wire!r}")
     workload = Workload(body_size=body_size, topics=topics, queues=queues)
@@ -101,13 +107,19 @@ def run_remote_append(
             totals["acked"] += acked
             totals["timeouts"] += timeouts
 
+    window = CpuWindow(*cpu_of) if cpu_of else None
     seconds, cpu = _run_timed(
         [threading.Thread(target=producer, name=f"remote-producer-{i}") for i in range(producers)]
     )
     if errors:
         raise errors[0]
+    extra = {}
+    if window is not None:
+        with remote_errors(), FrontClient(server, timeout=120, tls_ca=_tls_ca()) as c:
+            extra["dispatch_caught_up"], extra["dispatch_wait_s"] = wait_dispatched(c, 120)
+        extra["cpu_us_per_msg"] = window.per_message(messages)
     lat = np.array(latencies) * 1000 if latencies else np.zeros(1)
-    return {
+    return extra | {
         "server": server,
         "messages": messages,
         "acked": totals["acked"],
@@ -149,10 +161,17 @@ def wait_dispatched(c: FrontClient, timeout: float) -> tuple[bool, float]:
 
 
 def run_remote_consume(
-    server: str, *, topics: int = 1, batch: int = 1000, wait_dispatch: float = 60.0, consumers: int = 1
+    server: str,
+    *,
+    topics: int = 1,
+    batch: int = 1000,
+    wait_dispatch: float = 60.0,
+    consumers: int = 1,
+    cpu_of: tuple[int, list[Path]] | None = None,
 ) -> dict:
     """``consumers`` threads (each with its own channel) share the queues, as a
-    consumer group's members do; one pulls every queue in turn."""
+    consumer group's members do; one pulls every queue in turn. ``cpu_of``: as for
+    ``run_remote_append`` (the pulls only)."""
     totals = {"messages": 0, "bytes": 0, "calls": 0}
     lock = threading.Lock()
     errors: list[BaseException] = []
@@ -186,6 +205,7 @@ def run_remote_consume(
                 for t in range(topics)
                 for q in c.topic_status(topic_name(t))
             ]
+        window = CpuWindow(*cpu_of) if cpu_of else None
         seconds, cpu = _run_timed(
             [
                 threading.Thread(target=consume, args=(queues[i::consumers],), name=f"remote-consumer-{i}")
@@ -195,7 +215,8 @@ def run_remote_consume(
         if errors:
             raise errors[0]
     messages, nbytes = totals["messages"], totals["bytes"]
-    return {
+    extra = {"cpu_us_per_msg": window.per_message(messages)} if window is not None else {}
+    return extra | {
         "server": server,
         "messages": messages,
         "bytes": nbytes,

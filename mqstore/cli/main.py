@@ -82,6 +82,28 @@ def _root(
     configure_logging(level=log_level, json=log_format == "json")
 
 
+ServePidOpt = Annotated[
+    Optional[int],
+    typer.Option(
+        "--serve-pid",
+        help="With --server: pid of that `mqstore serve`; the result then gives each of its processes' CPU "
+        "per message (cpu_us_per_msg). Needs --shard-dir.",
+    ),
+]
+ShardDirOpt = Annotated[
+    Optional[list[Path]],
+    typer.Option("--shard-dir", help="With --serve-pid: the served store's shard directories (serve's ready line)."),
+]
+
+
+def _cpu_of(serve_pid: int | None, shard_dirs: list[Path] | None) -> tuple[int, list[Path]] | None:
+    if serve_pid is None:
+        return None
+    if not shard_dirs:
+        raise typer.BadParameter("--serve-pid needs --shard-dir (serve's ready line lists them)")
+    return serve_pid, list(shard_dirs)
+
+
 @bench_app.command("append")
 def bench_append(
     store: Annotated[
@@ -123,6 +145,8 @@ def bench_append(
             help="With --server: encoded (the client encodes each batch, SendEncoded) or columns (SendBatch).",
         ),
     ] = "encoded",
+    serve_pid: ServePidOpt = None,
+    shard_dir: ShardDirOpt = None,
 ) -> None:
     """Append a deterministic workload (TAGS, two KEYS and a UNIQ_KEY per message) and
     print one JSON line: messages, bytes, seconds, msgs_per_s, mb_per_s, p50_ms, p99_ms, ...
@@ -148,6 +172,7 @@ def bench_append(
                     producers=producers,
                     batch=min(batch, 10_000),
                     wire=wire,
+                    cpu_of=_cpu_of(serve_pid, shard_dir),
                 )
             ),
             flush=True,
@@ -204,6 +229,8 @@ def bench_consume(
             help="With --server: first wait up to this many seconds for every shard to dispatch what it wrote (0: pull what is dispatched now).",
         ),
     ] = 60.0,
+    serve_pid: ServePidOpt = None,
+    shard_dir: ShardDirOpt = None,
 ) -> None:
     """Pull every queue of the store to its end (encoded records, as a broker serves
     them); last line JSON with messages, seconds, msgs_per_s (with --server also
@@ -218,7 +245,12 @@ def bench_consume(
         print(
             json.dumps(
                 run_remote_consume(
-                    server, topics=topics, batch=min(batch, 10_000), wait_dispatch=wait_dispatch, consumers=consumers
+                    server,
+                    topics=topics,
+                    batch=min(batch, 10_000),
+                    wait_dispatch=wait_dispatch,
+                    consumers=consumers,
+                    cpu_of=_cpu_of(serve_pid, shard_dir),
                 )
             ),
             flush=True,

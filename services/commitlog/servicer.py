@@ -145,11 +145,21 @@ class CommitLogServicer(commitlog_pb2_grpc.CommitLogServiceServicer):
         )
         if not 0 <= request.wait_ms <= 10_000:
             raise BadRequest(f"wait_ms {request.wait_ms} is out of range (0..10000)")
+        if not 0 <= request.linger_ms <= 1_000 or request.min_bytes < 0:
+            raise BadRequest(
+                f"linger_ms {request.linger_ms} (0..1000) or min_bytes {request.min_bytes} is out of range"
+            )
         deadline = time.monotonic() + request.wait_ms / 1000
+        enough = min(request.min_bytes, max_bytes)
         while True:
             res = await self.state.call(self._range, log_store, request.offset, max_bytes, request.bounds_only)
-            left = deadline - time.monotonic()
-            if res.record_count or left <= 0:
+            now = time.monotonic()
+            if res.record_count:
+                if res.data_end - res.offset >= enough or not request.linger_ms:
+                    return res
+                deadline = min(deadline, now + request.linger_ms / 1000)  # lingers from the first records seen
+            left = deadline - now
+            if left <= 0:
                 return res
             await self.state.wait_appended(min(left, 0.05))
             log_store = self.state.recovered()

@@ -22,6 +22,7 @@ from grpc_reflection.v1alpha import reflection
 
 from mqstore.services.common.headers import AddHeaders, AioAddHeaders
 from mqstore.services.common.internal_auth import InternalAuth, StrictDecode
+from mqstore.store.tuning import tune_allocator
 
 MAX_MESSAGE_BYTES = 96 << 20  # a 64 MiB batch of bodies plus its columns
 CHANNEL_OPTIONS = [
@@ -106,6 +107,7 @@ async def start_grpc_server(
     deployment's secret, and it speaks TLS with the deployment's internal
     certificate when ``auth.tls``. Malformed request bytes are INVALID_ARGUMENT."""
     regs = list(registrations)
+    tune_allocator()  # requests and answers of a few hundred KiB: kept off fresh mmap()s
     server = grpc.aio.server(options=SERVER_OPTIONS, interceptors=[StrictDecode(auth)])
     for r in regs:
         r.add(r.servicer, server)

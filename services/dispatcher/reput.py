@@ -84,11 +84,17 @@ class RemoteDispatcher:
         chunk_bytes: int = 8 << 20,
         wait_ms: int = 200,
         store_dir: str | Path | None = None,
+        min_bytes: int = 1 << 20,
+        linger_ms: int = 10,
     ) -> None:
         """``store_dir``: the shard's store directory, when this process runs on its
         node: records are then read from read-only maps of its segments and only their
         bounds come over ReadRange; without it (or if it is not there) ReadRange
-        brings the bytes."""
+        brings the bytes. ``min_bytes``/``linger_ms``: once records are visible, the
+        commitlog waits up to ``linger_ms`` for ``min_bytes`` of them, so under load
+        each round takes several appends (three calls per round: ReadRange, PutUnits,
+        PutKeys, each with gRPC's fixed cost); an idle store answers a lone append
+        within ``linger_ms``."""
         self._resolvers = (resolve, resolve_queues, resolve_index)
         self._store_dir = store_dir
         self._maps: SegmentMaps | None = None  # decided at each resync: the commitlog has made its files by then
@@ -97,6 +103,7 @@ class RemoteDispatcher:
         self._delays = delays_ms
         self._chunk = chunk_bytes
         self._wait_ms = wait_ms
+        self._min_bytes, self._linger_ms = min_bytes, linger_ms
         self.dispatched_offset = -1
         self.confirm_offset = 0
         self.incarnation = 0
@@ -242,6 +249,8 @@ class RemoteDispatcher:
             wait_ms=self._wait_ms,
             dispatched_offset=max(self.dispatched_offset, 0),
             bounds_only=self._maps is not None,
+            min_bytes=self._min_bytes,
+            linger_ms=self._linger_ms,
         )
         return await cl.ReadRange(req, timeout=self._wait_ms / 1000 + 30)
 

@@ -34,6 +34,7 @@ from mqstore.store.clock import SystemClock
 from mqstore.store.config import StoreConfig
 from mqstore.store.messages import AUTO_QUEUE, MessageBatch
 from mqstore.store.record_batch import BatchEncoder, encode_for_send
+from mqstore.store.tuning import tune_allocator
 
 # The client leaves size limits to the store (it knows its own); only this bounds a body here.
 _CLIENT_MAX_BODY = 64 << 20
@@ -86,6 +87,7 @@ class EncodedSender:
     ``timeout``: seconds per call. Not thread-safe (one per producer thread)."""
 
     def __init__(self, stub, *, timeout: float = 30.0) -> None:
+        tune_allocator()  # each batch is a buffer of a few hundred KiB: kept off fresh mmap()s
         self._stub = stub
         self._timeout = timeout
         self._route: front_pb2.GetRouteResponse | None = None

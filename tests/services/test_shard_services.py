@@ -131,6 +131,25 @@ def shard(tmp_path_factory):
     parts.close()
 
 
+def test_read_range_lingers_for_min_bytes_once_records_are_visible(shard):
+    """min_bytes/linger_ms: with fewer bytes visible the answer waits up to linger_ms
+    (never past wait_ms), then brings what there is; enough bytes answer at once."""
+    _, (cl, _, _), appended = shard
+    start = appended.physical_offsets[0]
+
+    def timed(**kw):
+        t0 = time.monotonic()
+        r = cl.ReadRange(commitlog_pb2.ReadRangeRequest(offset=start, bounds_only=True, **kw))
+        return r, time.monotonic() - t0
+
+    r, waited = timed(wait_ms=2_000, min_bytes=1 << 20, linger_ms=300)
+    assert r.record_count >= 2 and 0.25 <= waited < 1.5
+    r, waited = timed(wait_ms=100, min_bytes=1 << 20, linger_ms=1_000)
+    assert r.record_count >= 2 and waited < 0.6
+    r, waited = timed(wait_ms=2_000, min_bytes=100, linger_ms=1_000)
+    assert r.record_count >= 2 and waited < 0.25
+
+
 def test_shard_rejects_bad_internal_requests(shard):
     parts, (cl, cq, ix), appended = shard
     inc = cl.GetOffsets(commitlog_pb2.GetOffsetsRequest()).incarnation
@@ -146,6 +165,8 @@ def test_shard_rejects_bad_internal_requests(shard):
         (lambda: cl.ReadRange(commitlog_pb2.ReadRangeRequest(offset=10**12)), C.INVALID_ARGUMENT),
         (lambda: cl.ReadRange(commitlog_pb2.ReadRangeRequest(offset=0, max_bytes=1 << 30)), C.RESOURCE_EXHAUSTED),
         (lambda: cl.ReadRange(commitlog_pb2.ReadRangeRequest(offset=0, wait_ms=-5)), C.INVALID_ARGUMENT),
+        (lambda: cl.ReadRange(commitlog_pb2.ReadRangeRequest(offset=0, linger_ms=5_000)), C.INVALID_ARGUMENT),
+        (lambda: cl.ReadRange(commitlog_pb2.ReadRangeRequest(offset=0, min_bytes=-1)), C.INVALID_ARGUMENT),
         (lambda: cq.PutUnits(consume_queue_pb2.PutUnitsRequest(incarnation=inc + 1)), C.ABORTED),
         (
             lambda: cq.PutUnits(

@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from mqstore.rpc.v1 import common_pb2 as mqstore_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1amqstore/v1/commitlog.proto\x12\nmqstore.v1\x1a\x17mqstore/v1/common.proto\"B\n\x12\x41ppendBatchRequest\x12,\n\x08messages\x18\x01 \x01(\x0b\x32\x1a.mqstore.v1.MessageColumns\"?\n\x13\x41ppendBatchResponse\x12(\n\x06result\x18\x01 \x01(\x0b\x32\x18.mqstore.v1.AppendResult\"P\n\x0bReadRequest\x12\x0f\n\x07offsets\x18\x01 \x03(\x03\x12\x0b\n\x03raw\x18\x02 \x01(\x08\x12\x14\n\x0cskip_missing\x18\x03 \x01(\x08\x12\r\n\x05sizes\x18\x04 \x03(\x05\"|\n\x0cReadResponse\x12\x0f\n\x07offsets\x18\x01 \x03(\x03\x12#\n\x07records\x18\x02 \x03(\x0b\x32\x12.mqstore.v1.Record\x12\x10\n\x08raw_data\x18\x04 \x01(\x0c\x12\x11\n\traw_sizes\x18\x05 \x01(\x0cJ\x04\x08\x03\x10\x04R\x0braw_records\"v\n\x10ReadRangeRequest\x12\x0e\n\x06offset\x18\x01 \x01(\x03\x12\x11\n\tmax_bytes\x18\x02 \x01(\x05\x12\x0f\n\x07wait_ms\x18\x03 \x01(\x05\x12\x19\n\x11\x64ispatched_offset\x18\x04 \x01(\x03\x12\x13\n\x0b\x62ounds_only\x18\x05 \x01(\x08\"\xca\x01\n\x11ReadRangeResponse\x12\x0e\n\x06offset\x18\x01 \x01(\x03\x12\x0c\n\x04\x64\x61ta\x18\x02 \x01(\x0c\x12\x14\n\x0crecord_count\x18\x03 \x01(\x05\x12\x13\n\x0bnext_offset\x18\x04 \x01(\x03\x12\x13\n\x0bincarnation\x18\x05 \x01(\x03\x12\x16\n\x0e\x63onfirm_offset\x18\x06 \x01(\x03\x12\x12\n\nmin_offset\x18\x07 \x01(\x03\x12\x19\n\x11\x66orced_deleted_to\x18\x08 \x01(\x03\x12\x10\n\x08\x64\x61ta_end\x18\t \x01(\x03\"\x13\n\x11GetOffsetsRequest\"\xc2\x02\n\x12GetOffsetsResponse\x12\x12\n\nmin_offset\x18\x01 \x01(\x03\x12\x14\n\x0cwrote_offset\x18\x02 \x01(\x03\x12\x16\n\x0e\x66lushed_offset\x18\x03 \x01(\x03\x12\x16\n\x0e\x63onfirm_offset\x18\x04 \x01(\x03\x12\x19\n\x11\x64ispatched_offset\x18\x05 \x01(\x03\x12\x13\n\x0bincarnation\x18\x06 \x01(\x03\x12\x12\n\nflush_mode\x18\x07 \x01(\t\x12\x10\n\x08writable\x18\x08 \x01(\x08\x12\x18\n\x10unwritable_cause\x18\t \x01(\t\x12\x16\n\x0e\x63lean_shutdown\x18\n \x01(\x08\x12\x18\n\x10recovery_seconds\x18\x0b \x01(\x01\x12\x15\n\rmsg_id_prefix\x18\x0c \x01(\t\x12\x19\n\x11\x66orced_deleted_to\x18\r \x01(\x03\"=\n\x12UpdateTopicRequest\x12\'\n\x06\x63onfig\x18\x01 \x01(\x0b\x32\x17.mqstore.v1.TopicConfig\">\n\x13UpdateTopicResponse\x12\'\n\x06\x63onfig\x18\x01 \x01(\x0b\x32\x17.mqstore.v1.TopicConfig\"\x13\n\x11ListTopicsRequest\">\n\x12ListTopicsResponse\x12(\n\x07\x63onfigs\x18\x01 \x03(\x0b\x32\x17.mqstore.v1.TopicConfig\"\x11\n\x0fGetStatsRequest\"8\n\tHistogram\x12\x0e\n\x06\x62ounds\x18\x01 \x03(\x01\x12\x0e\n\x06\x63ounts\x18\x02 \x03(\x03\x12\x0b\n\x03sum\x18\x03 \x01(\x01\"\xd9\x05\n\x10GetStatsResponse\x12\r\n\x05state\x18\x01 \x01(\t\x12\r\n\x05\x65rror\x18\x02 \x01(\t\x12\x13\n\x0bincarnation\x18\x03 \x01(\x03\x12\x16\n\x0erecovery_phase\x18\x04 \x01(\t\x12\x18\n\x10recovery_percent\x18\x05 \x01(\x01\x12\x1b\n\x13recovery_bytes_done\x18\x06 \x01(\x03\x12\x1c\n\x14recovery_bytes_total\x18\x07 \x01(\x03\x12\x16\n\x0e\x63lean_shutdown\x18\x08 \x01(\x08\x12\x18\n\x10recovery_seconds\x18\t \x01(\x01\x12\x12\n\nmin_offset\x18\n \x01(\x03\x12\x14\n\x0cwrote_offset\x18\x0b \x01(\x03\x12\x16\n\x0e\x66lushed_offset\x18\x0c \x01(\x03\x12\x16\n\x0e\x63onfirm_offset\x18\r \x01(\x03\x12\x19\n\x11\x64ispatched_offset\x18\x0e \x01(\x03\x12\x10\n\x08writable\x18\x0f \x01(\x08\x12\x18\n\x10unwritable_cause\x18\x10 \x01(\t\x12\x13\n\x0bqueue_count\x18\x11 \x01(\x03\x12\x17\n\x0f\x63ommitlog_bytes\x18\x12 \x01(\x03\x12\x17\n\x0f\x64isk_free_bytes\x18\x13 \x01(\x03\x12\x19\n\x11\x61ppended_messages\x18\x14 \x01(\x03\x12\x16\n\x0e\x61ppended_bytes\x18\x15 \x01(\x03\x12\x17\n\x0f\x61ppend_failures\x18\x16 \x01(\x03\x12-\n\x0e\x61ppend_seconds\x18\x17 \x01(\x0b\x32\x15.mqstore.v1.Histogram\x12,\n\rflush_seconds\x18\x18 \x01(\x0b\x32\x15.mqstore.v1.Histogram\x12\x15\n\rstopped_loops\x18\x19 \x03(\t\x12\x17\n\x0f\x64\x65lay_delivered\x18\x1a \x01(\x03\x12\x15\n\rdelay_skipped\x18\x1b \x01(\x03\x12\x1b\n\x13\x62\x61\x63kground_failures\x18\x1c \x01(\x03\"\x14\n\x12GetRecoveryRequest\"\xe0\x01\n\x13GetRecoveryResponse\x12\x13\n\x0bincarnation\x18\x01 \x01(\x03\x12\x16\n\x0e\x63lean_shutdown\x18\x02 \x01(\x08\x12\x14\n\x0cstart_offset\x18\x03 \x01(\x03\x12\x12\n\nmin_offset\x18\x04 \x01(\x03\x12\x14\n\x0cwrote_offset\x18\x05 \x01(\x03\x12\x17\n\x0fredispatch_from\x18\x06 \x01(\x03\x12\x1b\n\x13index_msg_timestamp\x18\x07 \x01(\x03\x12&\n\x06queues\x18\x08 \x03(\x0b\x32\x16.mqstore.v1.QueueRange\"\xda\x01\n\x11\x43heckUnitsRequest\x12\x18\n\x10physical_offsets\x18\x01 \x03(\x03\x12\r\n\x05sizes\x18\x02 \x03(\x05\x12\x11\n\tqueue_ids\x18\x03 \x03(\x05\x12\x15\n\rqueue_offsets\x18\x04 \x03(\x03\x12\x0e\n\x06topics\x18\x05 \x03(\t\x12\x13\n\x0btopic_codes\x18\x06 \x03(\x05\x12\x12\n\ntags_codes\x18\x07 \x03(\x03\x12\x12\n\ncheck_tags\x18\x08 \x03(\x08\x12\x12\n\ncheck_from\x18\t \x01(\x03\x12\x11\n\tdeep_from\x18\n \x01(\x03\" \n\x12\x43heckUnitsResponse\x12\n\n\x02ok\x18\x01 \x03(\x08\"M\n\x12NoteDerivedRequest\x12\x0c\n\x04kind\x18\x01 \x01(\t\x12\x16\n\x0e\x64urable_offset\x18\x02 \x01(\x03\x12\x11\n\ttimestamp\x18\x03 \x01(\x03\"-\n\x13NoteDerivedResponse\x12\x16\n\x0e\x64urable_offset\x18\x01 \x01(\x03\"n\n\x16\x41ttachQueueEndsRequest\x12\x13\n\x0bincarnation\x18\x01 \x01(\x03\x12\x17\n\x0fprogress_offset\x18\x02 \x01(\x03\x12&\n\x06queues\x18\x03 \x03(\x0b\x32\x16.mqstore.v1.QueueRange\"\x19\n\x17\x41ttachQueueEndsResponse2\x80\x08\n\x10\x43ommitLogService\x12N\n\x0b\x41ppendBatch\x12\x1e.mqstore.v1.AppendBatchRequest\x1a\x1f.mqstore.v1.AppendBatchResponse\x12\x39\n\x04Read\x12\x17.mqstore.v1.ReadRequest\x1a\x18.mqstore.v1.ReadResponse\x12H\n\tReadRange\x12\x1c.mqstore.v1.ReadRangeRequest\x1a\x1d.mqstore.v1.ReadRangeResponse\x12K\n\nGetOffsets\x12\x1d.mqstore.v1.GetOffsetsRequest\x1a\x1e.mqstore.v1.GetOffsetsResponse\x12N\n\x0bUpdateTopic\x12\x1e.mqstore.v1.UpdateTopicRequest\x1a\x1f.mqstore.v1.UpdateTopicResponse\x12K\n\nListTopics\x12\x1d.mqstore.v1.ListTopicsRequest\x1a\x1e.mqstore.v1.ListTopicsResponse\x12\x45\n\x08GetStats\x12\x1b.mqstore.v1.GetStatsRequest\x1a\x1c.mqstore.v1.GetStatsResponse\x12N\n\x0bGetRecovery\x12\x1e.mqstore.v1.GetRecoveryRequest\x1a\x1f.mqstore.v1.GetRecoveryResponse\x12K\n\nCheckUnits\x12\x1d.mqstore.v1.CheckUnitsRequest\x1a\x1e.mqstore.v1.CheckUnitsResponse\x12N\n\x0bNoteDerived\x12\x1e.mqstore.v1.NoteDerivedRequest\x1a\x1f.mqstore.v1.NoteDerivedResponse\x12Z\n\x0f\x41ttachQueueEnds\x12\".mqstore.v1.AttachQueueEndsRequest\x1a#.mqstore.v1.AttachQueueEndsResponse\x12Q\n\x0e\x44\x65liverDelayed\x12\x1e.mqstore.v1.AppendBatchRequest\x1a\x1f.mqstore.v1.AppendBatchResponse\x12J\n\rAppendEncoded\x12\x18.mqstore.v1.EncodedBatch\x1a\x1f.mqstore.v1.EncodedAppendResultb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1amqstore/v1/commitlog.proto\x12\nmqstore.v1\x1a\x17mqstore/v1/common.proto\"B\n\x12\x41ppendBatchRequest\x12,\n\x08messages\x18\x01 \x01(\x0b\x32\x1a.mqstore.v1.MessageColumns\"?\n\x13\x41ppendBatchResponse\x12(\n\x06result\x18\x01 \x01(\x0b\x32\x18.mqstore.v1.AppendResult\"P\n\x0bReadRequest\x12\x0f\n\x07offsets\x18\x01 \x03(\x03\x12\x0b\n\x03raw\x18\x02 \x01(\x08\x12\x14\n\x0cskip_missing\x18\x03 \x01(\x08\x12\r\n\x05sizes\x18\x04 \x03(\x05\"|\n\x0cReadResponse\x12\x0f\n\x07offsets\x18\x01 \x03(\x03\x12#\n\x07records\x18\x02 \x03(\x0b\x32\x12.mqstore.v1.Record\x12\x10\n\x08raw_data\x18\x04 \x01(\x0c\x12\x11\n\traw_sizes\x18\x05 \x01(\x0cJ\x04\x08\x03\x10\x04R\x0braw_records\"\x9c\x01\n\x10ReadRangeRequest\x12\x0e\n\x06offset\x18\x01 \x01(\x03\x12\x11\n\tmax_bytes\x18\x02 \x01(\x05\x12\x0f\n\x07wait_ms\x18\x03 \x01(\x05\x12\x19\n\x11\x64ispatched_offset\x18\x04 \x01(\x03\x12\x13\n\x0b\x62ounds_only\x18\x05 \x01(\x08\x12\x11\n\tmin_bytes\x18\x06 \x01(\x05\x12\x11\n\tlinger_ms\x18\x07 \x01(\x05\"\xca\x01\n\x11ReadRangeResponse\x12\x0e\n\x06offset\x18\x01 \x01(\x03\x12\x0c\n\x04\x64\x61ta\x18\x02 \x01(\x0c\x12\x14\n\x0crecord_count\x18\x03 \x01(\x05\x12\x13\n\x0bnext_offset\x18\x04 \x01(\x03\x12\x13\n\x0bincarnation\x18\x05 \x01(\x03\x12\x16\n\x0e\x63onfirm_offset\x18\x06 \x01(\x03\x12\x12\n\nmin_offset\x18\x07 \x01(\x03\x12\x19\n\x11\x66orced_deleted_to\x18\x08 \x01(\x03\x12\x10\n\x08\x64\x61ta_end\x18\t \x01(\x03\"\x13\n\x11GetOffsetsRequest\"\xc2\x02\n\x12GetOffsetsResponse\x12\x12\n\nmin_offset\x18\x01 \x01(\x03\x12\x14\n\x0cwrote_offset\x18\x02 \x01(\x03\x12\x16\n\x0e\x66lushed_offset\x18\x03 \x01(\x03\x12\x16\n\x0e\x63onfirm_offset\x18\x04 \x01(\x03\x12\x19\n\x11\x64ispatched_offset\x18\x05 \x01(\x03\x12\x13\n\x0bincarnation\x18\x06 \x01(\x03\x12\x12\n\nflush_mode\x18\x07 \x01(\t\x12\x10\n\x08writable\x18\x08 \x01(\x08\x12\x18\n\x10unwritable_cause\x18\t \x01(\t\x12\x16\n\x0e\x63lean_shutdown\x18\n \x01(\x08\x12\x18\n\x10recovery_seconds\x18\x0b \x01(\x01\x12\x15\n\rmsg_id_prefix\x18\x0c \x01(\t\x12\x19\n\x11\x66orced_deleted_to\x18\r \x01(\x03\"=\n\x12UpdateTopicRequest\x12\'\n\x06\x63onfig\x18\x01 \x01(\x0b\x32\x17.mqstore.v1.TopicConfig\">\n\x13UpdateTopicResponse\x12\'\n\x06\x63onfig\x18\x01 \x01(\x0b\x32\x17.mqstore.v1.TopicConfig\"\x13\n\x11ListTopicsRequest\">\n\x12ListTopicsResponse\x12(\n\x07\x63onfigs\x18\x01 \x03(\x0b\x32\x17.mqstore.v1.TopicConfig\"\x11\n\x0fGetStatsRequest\"8\n\tHistogram\x12\x0e\n\x06\x62ounds\x18\x01 \x03(\x01\x12\x0e\n\x06\x63ounts\x18\x02 \x03(\x03\x12\x0b\n\x03sum\x18\x03 \x01(\x01\"\xd9\x05\n\x10GetStatsResponse\x12\r\n\x05state\x18\x01 \x01(\t\x12\r\n\x05\x65rror\x18\x02 \x01(\t\x12\x13\n\x0bincarnation\x18\x03 \x01(\x03\x12\x16\n\x0erecovery_phase\x18\x04 \x01(\t\x12\x18\n\x10recovery_percent\x18\x05 \x01(\x01\x12\x1b\n\x13recovery_bytes_done\x18\x06 \x01(\x03\x12\x1c\n\x14recovery_bytes_total\x18\x07 \x01(\x03\x12\x16\n\x0e\x63lean_shutdown\x18\x08 \x01(\x08\x12\x18\n\x10recovery_seconds\x18\t \x01(\x01\x12\x12\n\nmin_offset\x18\n \x01(\x03\x12\x14\n\x0cwrote_offset\x18\x0b \x01(\x03\x12\x16\n\x0e\x66lushed_offset\x18\x0c \x01(\x03\x12\x16\n\x0e\x63onfirm_offset\x18\r \x01(\x03\x12\x19\n\x11\x64ispatched_offset\x18\x0e \x01(\x03\x12\x10\n\x08writable\x18\x0f \x01(\x08\x12\x18\n\x10unwritable_cause\x18\x10 \x01(\t\x12\x13\n\x0bqueue_count\x18\x11 \x01(\x03\x12\x17\n\x0f\x63ommitlog_bytes\x18\x12 \x01(\x03\x12\x17\n\x0f\x64isk_free_bytes\x18\x13 \x01(\x03\x12\x19\n\x11\x61ppended_messages\x18\x14 \x01(\x03\x12\x16\n\x0e\x61ppended_bytes\x18\x15 \x01(\x03\x12\x17\n\x0f\x61ppend_failures\x18\x16 \x01(\x03\x12-\n\x0e\x61ppend_seconds\x18\x17 \x01(\x0b\x32\x15.mqstore.v1.Histogram\x12,\n\rflush_seconds\x18\x18 \x01(\x0b\x32\x15.mqstore.v1.Histogram\x12\x15\n\rstopped_loops\x18\x19 \x03(\t\x12\x17\n\x0f\x64\x65lay_delivered\x18\x1a \x01(\x03\x12\x15\n\rdelay_skipped\x18\x1b \x01(\x03\x12\x1b\n\x13\x62\x61\x63kground_failures\x18\x1c \x01(\x03\"\x14\n\x12GetRecoveryRequest\"\xe0\x01\n\x13GetRecoveryResponse\x12\x13\n\x0bincarnation\x18\x01 \x01(\x03\x12\x16\n\x0e\x63lean_shutdown\x18\x02 \x01(\x08\x12\x14\n\x0cstart_offset\x18\x03 \x01(\x03\x12\x12\n\nmin_offset\x18\x04 \x01(\x03\x12\x14\n\x0cwrote_offset\x18\x05 \x01(\x03\x12\x17\n\x0fredispatch_from\x18\x06 \x01(\x03\x12\x1b\n\x13index_msg_timestamp\x18\x07 \x01(\x03\x12&\n\x06queues\x18\x08 \x03(\x0b\x32\x16.mqstore.v1.QueueRange\"\xda\x01\n\x11\x43heckUnitsRequest\x12\x18\n\x10physical_offsets\x18\x01 \x03(\x03\x12\r\n\x05sizes\x18\x02 \x03(\x05\x12\x11\n\tqueue_ids\x18\x03 \x03(\x05\x12\x15\n\rqueue_offsets\x18\x04 \x03(\x03\x12\x0e\n\x06topics\x18\x05 \x03(\t\x12\x13\n\x0btopic_codes\x18\x06 \x03(\x05\x12\x12\n\ntags_codes\x18\x07 \x03(\x03\x12\x12\n\ncheck_tags\x18\x08 \x03(\x08\x12\x12\n\ncheck_from\x18\t \x01(\x03\x12\x11\n\tdeep_from\x18\n \x01(\x03\" \n\x12\x43heckUnitsResponse\x12\n\n\x02ok\x18\x01 \x03(\x08\"M\n\x12NoteDerivedRequest\x12\x0c\n\x04kind\x18\x01 \x01(\t\x12\x16\n\x0e\x64urable_offset\x18\x02 \x01(\x03\x12\x11\n\ttimestamp\x18\x03 \x01(\x03\"-\n\x13NoteDerivedResponse\x12\x16\n\x0e\x64urable_offset\x18\x01 \x01(\x03\"n\n\x16\x41ttachQueueEndsRequest\x12\x13\n\x0bincarnation\x18\x01 \x01(\x03\x12\x17\n\x0fprogress_offset\x18\x02 \x01(\x03\x12&\n\x06queues\x18\x03 \x03(\x0b\x32\x16.mqstore.v1.QueueRange\"\x19\n\x17\x41ttachQueueEndsResponse2\x80\x08\n\x10\x43ommitLogService\x12N\n\x0b\x41ppendBatch\x12\x1e.mqstore.v1.AppendBatchRequest\x1a\x1f.mqstore.v1.AppendBatchResponse\x12\x39\n\x04Read\x12\x17.mqstore.v1.ReadRequest\x1a\x18.mqstore.v1.ReadResponse\x12H\n\tReadRange\x12\x1c.mqstore.v1.ReadRangeRequest\x1a\x1d.mqstore.v1.ReadRangeResponse\x12K\n\nGetOffsets\x12\x1d.mqstore.v1.GetOffsetsRequest\x1a\x1e.mqstore.v1.GetOffsetsResponse\x12N\n\x0bUpdateTopic\x12\x1e.mqstore.v1.UpdateTopicRequest\x1a\x1f.mqstore.v1.UpdateTopicResponse\x12K\n\nListTopics\x12\x1d.mqstore.v1.ListTopicsRequest\x1a\x1e.mqstore.v1.ListTopicsResponse\x12\x45\n\x08GetStats\x12\x1b.mqstore.v1.GetStatsRequest\x1a\x1c.mqstore.v1.GetStatsResponse\x12N\n\x0bGetRecovery\x12\x1e.mqstore.v1.GetRecoveryRequest\x1a\x1f.mqstore.v1.GetRecoveryResponse\x12K\n\nCheckUnits\x12\x1d.mqstore.v1.CheckUnitsRequest\x1a\x1e.mqstore.v1.CheckUnitsResponse\x12N\n\x0bNoteDerived\x12\x1e.mqstore.v1.NoteDerivedRequest\x1a\x1f.mqstore.v1.NoteDerivedResponse\x12Z\n\x0f\x41ttachQueueEnds\x12\".mqstore.v1.AttachQueueEndsRequest\x1a#.mqstore.v1.AttachQueueEndsResponse\x12Q\n\x0e\x44\x65liverDelayed\x12\x1e.mqstore.v1.AppendBatchRequest\x1a\x1f.mqstore.v1.AppendBatchResponse\x12J\n\rAppendEncoded\x12\x18.mqstore.v1.EncodedBatch\x1a\x1f.mqstore.v1.EncodedAppendResultb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -40,44 +40,44 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_READREQUEST']._serialized_end=280
   _globals['_READRESPONSE']._serialized_start=282
   _globals['_READRESPONSE']._serialized_end=406
-  _globals['_READRANGEREQUEST']._serialized_start=408
-  _globals['_READRANGEREQUEST']._serialized_end=526
-  _globals['_READRANGERESPONSE']._serialized_start=529
-  _globals['_READRANGERESPONSE']._serialized_end=731
-  _globals['_GETOFFSETSREQUEST']._serialized_start=733
-  _globals['_GETOFFSETSREQUEST']._serialized_end=752
-  _globals['_GETOFFSETSRESPONSE']._serialized_start=755
-  _globals['_GETOFFSETSRESPONSE']._serialized_end=1077
-  _globals['_UPDATETOPICREQUEST']._serialized_start=1079
-  _globals['_UPDATETOPICREQUEST']._serialized_end=1140
-  _globals['_UPDATETOPICRESPONSE']._serialized_start=1142
-  _globals['_UPDATETOPICRESPONSE']._serialized_end=1204
-  _globals['_LISTTOPICSREQUEST']._serialized_start=1206
-  _globals['_LISTTOPICSREQUEST']._serialized_end=1225
-  _globals['_LISTTOPICSRESPONSE']._serialized_start=1227
-  _globals['_LISTTOPICSRESPONSE']._serialized_end=1289
-  _globals['_GETSTATSREQUEST']._serialized_start=1291
-  _globals['_GETSTATSREQUEST']._serialized_end=1308
-  _globals['_HISTOGRAM']._serialized_start=1310
-  _globals['_HISTOGRAM']._serialized_end=1366
-  _globals['_GETSTATSRESPONSE']._serialized_start=1369
-  _globals['_GETSTATSRESPONSE']._serialized_end=2098
-  _globals['_GETRECOVERYREQUEST']._serialized_start=2100
-  _globals['_GETRECOVERYREQUEST']._serialized_end=2120
-  _globals['_GETRECOVERYRESPONSE']._serialized_start=2123
-  _globals['_GETRECOVERYRESPONSE']._serialized_end=2347
-  _globals['_CHECKUNITSREQUEST']._serialized_start=2350
-  _globals['_CHECKUNITSREQUEST']._serialized_end=2568
-  _globals['_CHECKUNITSRESPONSE']._serialized_start=2570
-  _globals['_CHECKUNITSRESPONSE']._serialized_end=2602
-  _globals['_NOTEDERIVEDREQUEST']._serialized_start=2604
-  _globals['_NOTEDERIVEDREQUEST']._serialized_end=2681
-  _globals['_NOTEDERIVEDRESPONSE']._serialized_start=2683
-  _globals['_NOTEDERIVEDRESPONSE']._serialized_end=2728
-  _globals['_ATTACHQUEUEENDSREQUEST']._serialized_start=2730
-  _globals['_ATTACHQUEUEENDSREQUEST']._serialized_end=2840
-  _globals['_ATTACHQUEUEENDSRESPONSE']._serialized_start=2842
-  _globals['_ATTACHQUEUEENDSRESPONSE']._serialized_end=2867
-  _globals['_COMMITLOGSERVICE']._serialized_start=2870
-  _globals['_COMMITLOGSERVICE']._serialized_end=3894
+  _globals['_READRANGEREQUEST']._serialized_start=409
+  _globals['_READRANGEREQUEST']._serialized_end=565
+  _globals['_READRANGERESPONSE']._serialized_start=568
+  _globals['_READRANGERESPONSE']._serialized_end=770
+  _globals['_GETOFFSETSREQUEST']._serialized_start=772
+  _globals['_GETOFFSETSREQUEST']._serialized_end=791
+  _globals['_GETOFFSETSRESPONSE']._serialized_start=794
+  _globals['_GETOFFSETSRESPONSE']._serialized_end=1116
+  _globals['_UPDATETOPICREQUEST']._serialized_start=1118
+  _globals['_UPDATETOPICREQUEST']._serialized_end=1179
+  _globals['_UPDATETOPICRESPONSE']._serialized_start=1181
+  _globals['_UPDATETOPICRESPONSE']._serialized_end=1243
+  _globals['_LISTTOPICSREQUEST']._serialized_start=1245
+  _globals['_LISTTOPICSREQUEST']._serialized_end=1264
+  _globals['_LISTTOPICSRESPONSE']._serialized_start=1266
+  _globals['_LISTTOPICSRESPONSE']._serialized_end=1328
+  _globals['_GETSTATSREQUEST']._serialized_start=1330
+  _globals['_GETSTATSREQUEST']._serialized_end=1347
+  _globals['_HISTOGRAM']._serialized_start=1349
+  _globals['_HISTOGRAM']._serialized_end=1405
+  _globals['_GETSTATSRESPONSE']._serialized_start=1408
+  _globals['_GETSTATSRESPONSE']._serialized_end=2137
+  _globals['_GETRECOVERYREQUEST']._serialized_start=2139
+  _globals['_GETRECOVERYREQUEST']._serialized_end=2159
+  _globals['_GETRECOVERYRESPONSE']._serialized_start=2162
+  _globals['_GETRECOVERYRESPONSE']._serialized_end=2386
+  _globals['_CHECKUNITSREQUEST']._serialized_start=2389
+  _globals['_CHECKUNITSREQUEST']._serialized_end=2607
+  _globals['_CHECKUNITSRESPONSE']._serialized_start=2609
+  _globals['_CHECKUNITSRESPONSE']._serialized_end=2641
+  _globals['_NOTEDERIVEDREQUEST']._serialized_start=2643
+  _globals['_NOTEDERIVEDREQUEST']._serialized_end=2720
+  _globals['_NOTEDERIVEDRESPONSE']._serialized_start=2722
+  _globals['_NOTEDERIVEDRESPONSE']._serialized_end=2767
+  _globals['_ATTACHQUEUEENDSREQUEST']._serialized_start=2769
+  _globals['_ATTACHQUEUEENDSREQUEST']._serialized_end=2879
+  _globals['_ATTACHQUEUEENDSRESPONSE']._serialized_start=2881
+  _globals['_ATTACHQUEUEENDSRESPONSE']._serialized_end=2906
+  _globals['_COMMITLOGSERVICE']._serialized_start=2909
+  _globals['_COMMITLOGSERVICE']._serialized_end=3933
 # @@protoc_insertion_point(module_scope)

@@ -44,18 +44,22 @@ class ReadResponse(_message.Message):
     def __init__(self, offsets: _Optional[_Iterable[int]] = ..., records: _Optional[_Iterable[_Union[_common_pb2.Record, _Mapping]]] = ..., raw_data: _Optional[bytes] = ..., raw_sizes: _Optional[bytes] = ...) -> None: ...
 
 class ReadRangeRequest(_message.Message):
-    __slots__ = ("offset", "max_bytes", "wait_ms", "dispatched_offset", "bounds_only")
+    __slots__ = ("offset", "max_bytes", "wait_ms", "dispatched_offset", "bounds_only", "min_bytes", "linger_ms")
     OFFSET_FIELD_NUMBER: _ClassVar[int]
     MAX_BYTES_FIELD_NUMBER: _ClassVar[int]
     WAIT_MS_FIELD_NUMBER: _ClassVar[int]
     DISPATCHED_OFFSET_FIELD_NUMBER: _ClassVar[int]
     BOUNDS_ONLY_FIELD_NUMBER: _ClassVar[int]
+    MIN_BYTES_FIELD_NUMBER: _ClassVar[int]
+    LINGER_MS_FIELD_NUMBER: _ClassVar[int]
     offset: int
     max_bytes: int
     wait_ms: int
     dispatched_offset: int
     bounds_only: bool
-    def __init__(self, offset: _Optional[int] = ..., max_bytes: _Optional[int] = ..., wait_ms: _Optional[int] = ..., dispatched_offset: _Optional[int] = ..., bounds_only: _Optional[bool] = ...) -> None: ...
+    min_bytes: int
+    linger_ms: int
+    def __init__(self, offset: _Optional[int] = ..., max_bytes: _Optional[int] = ..., wait_ms: _Optional[int] = ..., dispatched_offset: _Optional[int] = ..., bounds_only: _Optional[bool] = ..., min_bytes: _Optional[int] = ..., linger_ms: _Optional[int] = ...) -> None: ...
 
 class ReadRangeResponse(_message.Message):
     __slots__ = ("offset", "data", "record_count", "next_offset", "incarnation", "confirm_offset", "min_offset", "forced_deleted_to", "data_end")
