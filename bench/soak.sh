@@ -13,6 +13,7 @@
 # Usage: bash bench/soak.sh [more `mqstore bench soak` options, e.g. --rate 20000]
 # Env: MQSTORE (default `mqstore` on PATH, e.g. MQSTORE=.venv/bin/mqstore), MINUTES (20),
 #      KILL_EVERY (4, minutes; the first kill half an interval in), FLUSH (sync),
+#      PORT (the front's; default a free one: fixed, as a killed front comes back on it),
 #      OUT (also write the JSON summary to this file), TMPDIR. The temp directory
 #      (store, ack log, serve's log) is removed on success and kept on failure.
 set -euo pipefail
@@ -21,6 +22,7 @@ MQ=${MQSTORE:-mqstore}
 MINUTES=${MINUTES:-20}
 KILL_EVERY=${KILL_EVERY:-4}
 FLUSH=${FLUSH:-sync}
+PORT=${PORT:-$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')}
 
 command -v "$MQ" >/dev/null 2>&1 || { echo "bench/soak.sh: $MQ not found (set MQSTORE=/path/to/mqstore)" >&2; exit 2; }
 
@@ -53,7 +55,7 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 # setsid: serve and Ray's processes in their own group, away from a Ctrl-C of this script
-setsid "$MQ" serve --store "$work/store" --port 0 --flush "$FLUSH" --metrics-port 0 \
+setsid "$MQ" serve --store "$work/store" --port "$PORT" --flush "$FLUSH" --metrics-port 0 \
   --actor-log-level warning >"$work/ready" 2>"$work/serve.log" &
 serve_pid=$!
 for _ in $(seq 1800); do

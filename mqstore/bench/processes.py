@@ -3,7 +3,8 @@ process under ``mqstore serve`` (Ray's daemons, its idle workers and the actors)
 what each one is, its resident memory (and how much of it is anonymous), and which one holds a given actor.
 
 Ray titles an actor's worker process after its class (``ray::CommitLogActor``, or
-``ray::CommitLogActor.<method>`` while a method runs); the shard an actor serves is
+``ray::CommitLogActor.<method>`` while a method runs, ``ray::<name>:<class>`` for a
+while after a restart); the shard an actor serves is
 told by the files it holds: a commitlog holds ``<shard>/lock``, the builders
 ``<shard>/lock.consumequeue`` and ``<shard>/lock.index``, a dispatcher maps the
 shard's commitlog segments (``<shard>/commitlog/...``) read-only. Processes are read
@@ -121,7 +122,7 @@ def _label(pid: int, root: int, shard_dirs: list[Path]) -> str:
     title = " ".join(argv)
     if "ray::" in title:
         rest = title.split("ray::", 1)[1].split()
-        cls = rest[0].split(".")[0] if rest else "?"
+        cls = rest[0].split(".")[0].rsplit(":", 1)[-1] if rest else "?"  # ray::[<name>:]<class>[.<method>]
         role = _ACTOR_CLASSES.get(cls)
         if role is None:
             return f"ray::{cls}"

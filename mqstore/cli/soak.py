@@ -13,7 +13,14 @@ import typer
 def register(bench_app: typer.Typer) -> None:
     @bench_app.command("soak")
     def bench_soak(
-        server: Annotated[str, typer.Option("--server", help="HOST:PORT of the running `mqstore serve`'s front.")],
+        server: Annotated[
+            str,
+            typer.Option(
+                "--server",
+                help="HOST:PORT of the running `mqstore serve`'s front (serve it on a fixed --port, not 0: a killed "
+                "front comes back on it).",
+            ),
+        ],
         store: Annotated[
             Path,
             typer.Option("--store", help="The deployment's store root (serve --store): verified after the load."),
