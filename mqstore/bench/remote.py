@@ -24,7 +24,7 @@ import numpy as np
 
 from mqstore.bench.cpu import CpuWindow
 from mqstore.bench.workload import Workload, topic_name
-from mqstore.rpc.v1 import common_pb2
+from mqstore.rpc.v1 import common_pb2, front_pb2
 from mqstore.services.query.client import FrontClient, remote_errors
 
 WIRES = ("encoded", "columns")
@@ -57,8 +57,10 @@ def run_remote_append(
     batch: int = 1000,
     wire: str = "encoded",
     cpu_of: tuple[int, list[Path]] | None = None,
+    probe_lag: bool = False,
 ) -> dict:
-    """``wire``: "encoded" (the client encodes each batch: SendEncoded) or "columns"
+    """``probe_lag``: measure the dispatch lag meanwhile (``LagProbe``).
+    ``wire``: "encoded" (the client encodes each batch: SendEncoded) or "columns"
     (SendBatch, the front and the commitlog read protobuf columns). ``cpu_of``:
     (pid of ``mqstore serve``, its shard directories): the result's ``cpu_us_per_msg``
     gives each process's CPU per message over the sends and the dispatch that follows
@@ -108,12 +110,13 @@ def run_remote_append(
             totals["timeouts"] += timeouts
 
     window = CpuWindow(*cpu_of) if cpu_of else None
+    probe = LagProbe(server) if probe_lag else None
     seconds, cpu = _run_timed(
         [threading.Thread(target=producer, name=f"remote-producer-{i}") for i in range(producers)]
     )
     if errors:
         raise errors[0]
-    extra = {}
+    extra = probe.stop() if probe is not None else {}
     if window is not None:
         with remote_errors(), FrontClient(server, timeout=120, tls_ca=_tls_ca()) as c:
             extra["dispatch_caught_up"], extra["dispatch_wait_s"] = wait_dispatched(c, 120)
@@ -135,6 +138,52 @@ def run_remote_append(
         "wire": wire,
         "client_cpu_s": round(cpu, 3),
     }
+
+
+LAG_TOPIC = "BenchLagProbe"
+
+
+class LagProbe:
+    """Dispatch lag under load, seen from outside: every ``every_s`` a thread sends
+    one message to LAG_TOPIC (queue 0) and pulls that queue every millisecond until
+    the message is there; the lag is the time from the send's answer to the pull
+    that finds it (append acknowledged -> consume queue built -> readable), one pull
+    round trip included. ``stop`` ends it and gives p50/p99/max in ms."""
+
+    def __init__(self, server: str, every_s: float = 0.05) -> None:
+        self._server, self._every = server, every_s
+        self._done = threading.Event()
+        self._lags: list[float] = []
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="lag-probe", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            with FrontClient(self._server, timeout=60, tls_ca=_tls_ca()) as c:
+                while not self._done.wait(self._every):
+                    offset = int(c.send(LAG_TOPIC, [b"probe"], queue_ids=0).queue_offsets[0])
+                    t0 = time.perf_counter()
+                    while c.pull(LAG_TOPIC, 0, offset, max_messages=1, raw=True).status != front_pb2.FOUND:
+                        if time.perf_counter() - t0 > 30:
+                            raise TimeoutError(f"probe message at offset {offset} not readable after 30 s")
+                        time.sleep(0.001)
+                    self._lags.append(time.perf_counter() - t0)
+        except BaseException as e:  # noqa: BLE001 - reported by stop()
+            self._error = e
+
+    def stop(self) -> dict:
+        self._done.set()
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        lags = np.array(self._lags or [0.0]) * 1000
+        return {
+            "dispatch_lag_probes": len(self._lags),
+            "dispatch_lag_p50_ms": round(float(np.percentile(lags, 50)), 2),
+            "dispatch_lag_p99_ms": round(float(np.percentile(lags, 99)), 2),
+            "dispatch_lag_max_ms": round(float(lags.max()), 2),
+        }
 
 
 def _run_timed(threads: list[threading.Thread]) -> tuple[float, float]:

@@ -147,6 +147,14 @@ def bench_append(
     ] = "encoded",
     serve_pid: ServePidOpt = None,
     shard_dir: ShardDirOpt = None,
+    probe_lag: Annotated[
+        bool,
+        typer.Option(
+            "--probe-lag",
+            help="With --server: meanwhile measure the dispatch lag (a probe message every 50 ms, pulled until "
+            "readable; dispatch_lag_p50_ms/p99_ms/max_ms).",
+        ),
+    ] = False,
 ) -> None:
     """Append a deterministic workload (TAGS, two KEYS and a UNIQ_KEY per message) and
     print one JSON line: messages, bytes, seconds, msgs_per_s, mb_per_s, p50_ms, p99_ms, ...
@@ -173,6 +181,7 @@ def bench_append(
                     batch=min(batch, 10_000),
                     wire=wire,
                     cpu_of=_cpu_of(serve_pid, shard_dir),
+                    probe_lag=probe_lag,
                 )
             ),
             flush=True,

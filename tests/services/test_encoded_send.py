@@ -6,12 +6,13 @@ refused whole with a clear status; the ACL and the routing hold as for SendBatch
 from __future__ import annotations
 
 import json
+import time
 import zlib
 
 import grpc
 import pytest
 
-from mqstore.bench.remote import run_remote_append
+from mqstore.bench.remote import LagProbe, run_remote_append
 from mqstore.formats.msgid import Host
 from mqstore.rpc.v1 import common_pb2, front_pb2
 from mqstore.services.query.client import FrontClient, decode_pulled
@@ -177,9 +178,18 @@ def test_acl_applies_to_encoded_sends(tmp_path):
             assert stored(root, "OkTopic") == 1 and stored(root, "Secret") == 0
 
 
+def test_lag_probe_sees_its_messages_become_readable(stack):
+    probe = LagProbe(stack.front_endpoint, every_s=0.02)
+    time.sleep(0.5)
+    r = probe.stop()
+    assert r["dispatch_lag_probes"] >= 3
+    assert 0 < r["dispatch_lag_p50_ms"] <= r["dispatch_lag_p99_ms"] <= r["dispatch_lag_max_ms"] < 5_000
+
+
 @pytest.mark.parametrize("wire", ["encoded", "columns"])
 def test_remote_append_bench_sends_either_way(client, stack, wire):
-    r = run_remote_append(stack.front_endpoint, messages=2500, producers=2, batch=1000, wire=wire)
+    r = run_remote_append(stack.front_endpoint, messages=2500, producers=2, batch=1000, wire=wire, probe_lag=True)
     assert r["acked"] == 2500 and r["wire"] == wire and r["bytes"] > 2500 * 128
+    assert "dispatch_lag_p99_ms" in r
     with pytest.raises(ValueError, match="wire"):
         run_remote_append(stack.front_endpoint, messages=1, wire="json")
