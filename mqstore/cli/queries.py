@@ -266,7 +266,9 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Every shard: state, whether appends are accepted (and why not), recovery
         progress, commitlog offsets (wrote, flushed, dispatched), dispatch lag, consume
-        queues, store size and free disk. With --store: that store's own status.
+        queues, store size and free disk, and with --server the Ray node each shard
+        runs on. A shard that is down is a row saying UNAVAILABLE and what did not
+        answer (the front answers within 2 s). With --store: that store's own status.
         Exits 1 if a shard is not serving, not writable or has a background loop stopped."""
         check_target(store, server)
         if server is not None:
@@ -390,6 +392,7 @@ def shard_status_row(st) -> dict:
         "commitlog": human_bytes(st.commitlog_bytes) if serving else "-",
         "disk_free": human_bytes(st.disk_free_bytes) if serving else "-",
         "builders": "/".join(_builder(b) for b in (st.queue_builder, st.index_builder) if b.state) or "-",
+        "node": st.node_id or "-",
         "endpoint": st.endpoint or "-",
         "error": st.error or "",
     }

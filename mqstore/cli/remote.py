@@ -155,15 +155,21 @@ def register(app: typer.Typer) -> None:
         keys: Annotated[str | None, typer.Option("--keys", help="KEYS of every message (space separated).")] = None,
         batch: Annotated[int, typer.Option("--batch", min=1, max=10_000, help="Messages per append call.")] = 1000,
     ) -> None:
-        """Append messages; prints one JSON line per message (msg_id, queue, offsets, status)."""
+        """Append messages; prints one JSON line per message (msg_id, queue, offsets, status).
+        With --server and several shards a batch can be stored in part: a message whose
+        shard failed is NOT_STORED (nothing written: send it again) or SHARD_FAILED (its
+        shard's answer was lost: it may be stored), its line carries the shard's error,
+        and the command exits 1."""
         check_target(store, server)
         texts = list(bodies) if bodies else [line.rstrip("\n") for line in sys.stdin]
         if not texts:
             raise ValueError("nothing to send: give bodies as arguments or lines on stdin")
         out = sys.stdout
+        unstored = 0  # messages whose shard failed (a batch spanning shards, stored in part)
         with contextlib.ExitStack() as stack:
             if server is not None:
                 from mqstore.rpc.v1 import common_pb2
+                from mqstore.services.query.client import columns
 
                 c = stack.enter_context(remote(server, tls_ca, access_key, secret_key))
             else:
@@ -172,8 +178,17 @@ def register(app: typer.Typer) -> None:
                 s = stack.enter_context(open_store(store, create=create))
             for lo in range(0, len(texts), batch):
                 chunk = [t.encode() for t in texts[lo : lo + batch]]
+                errors: dict[int, str] = {}
+                shard_of: list[int] = []
                 if server is not None:
-                    r = c.send(topic, chunk, queue_ids=queue, tags=tags, keys=keys)
+                    resp = c.send_columns(columns(topic, chunk, queue_ids=queue, tags=tags, keys=keys))
+                    r = resp.result
+                    errors = {e.shard: f"{e.code}: {e.message}" for e in resp.shard_errors}
+                    shard_of = list(r.shards)
+                    for e in resp.shard_errors:
+                        print(
+                            f"mqstore: shard {e.shard} did not store its part: {e.code}: {e.message}", file=sys.stderr
+                        )
                     rows = zip(
                         r.msg_ids,
                         r.queue_ids,
@@ -188,22 +203,25 @@ def register(app: typer.Typer) -> None:
                         (m.msg_id, m.queue_id, m.queue_offset, m.physical_offset, m.status.value, m.unique_key)
                         for m in res
                     )
-                for msg_id, qid, qoff, phys, status, uniq in rows:
-                    out.write(
-                        json.dumps(
-                            {
-                                "msg_id": msg_id,
-                                "topic": topic,
-                                "queue_id": qid,
-                                "queue_offset": qoff,
-                                "physical_offset": phys,
-                                "unique_key": uniq,
-                                "status": status,
-                            }
-                        )
-                        + "\n"
-                    )
+                for j, (msg_id, qid, qoff, phys, status, uniq) in enumerate(rows):
+                    line = {
+                        "msg_id": msg_id,
+                        "topic": topic,
+                        "queue_id": qid,
+                        "queue_offset": qoff,
+                        "physical_offset": phys,
+                        "unique_key": uniq,
+                        "status": status,
+                    }
+                    if status in ("NOT_STORED", "SHARD_FAILED"):
+                        unstored += 1
+                        line["shard"] = shard_of[j]
+                        line["error"] = errors.get(shard_of[j], "")
+                    out.write(json.dumps(line) + "\n")
         out.flush()
+        if unstored:
+            print(f"mqstore: {unstored} of {len(texts)} message(s) not stored (see their lines)", file=sys.stderr)
+            raise typer.Exit(1)
 
 
 __all__ = ["register"]

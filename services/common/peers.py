@@ -10,6 +10,7 @@ import socket
 import threading
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 
 import grpc
 
@@ -19,6 +20,35 @@ from mqstore.services.common.server import sync_channel
 Resolver = Callable[[], Awaitable[str]]
 ShardResolvers = dict[str, Resolver]  # "cl", "cq", "ix" (absent: index disabled) -> resolver
 RESOLVE_S = 10.0
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where one of a shard's processes is, as the cluster manager has it (Ray's
+    actor table): ``state`` ALIVE, PENDING_CREATION (not placed on a node yet),
+    RESTARTING, DEAD, GONE (no actor by that name: killed for good or out of
+    restarts) or UNKNOWN; ``node_id`` the node it runs on ("" unless ALIVE);
+    ``detail`` why it is dead, or what could not be asked."""
+
+    name: str
+    state: str
+    node_id: str = ""
+    detail: str = ""
+
+    def describe(self) -> str:
+        """One phrase for people: "commitlog-1 is not placed on any node yet"."""
+        what = {
+            "ALIVE": "is alive",
+            "PENDING_CREATION": "is not placed on any node yet (no node offers what it needs, or its process is starting)",
+            "DEPENDENCIES_UNREADY": "is not placed on any node yet (waiting for its arguments)",
+            "RESTARTING": "is restarting (waiting for a node, or opening again)",
+            "DEAD": "is dead for good",
+            "GONE": "does not exist (killed for good, out of restarts, or never created)",
+        }.get(self.state, f"is in an unknown state ({self.state})")
+        return f"{self.name} {what}" + (f": {self.detail}" if self.detail else "")
+
+
+Locator = Callable[[], Awaitable[dict[str, Placement]]]  # "cl", "cq", "ix", "dp" -> where that process is
 
 WILDCARDS = ("0.0.0.0", "::", "[::]", "")
 
@@ -148,8 +178,10 @@ class Peer:
 
 __all__ = [
     "RESOLVE_S",
+    "Locator",
     "Peer",
     "PeerUnavailable",
+    "Placement",
     "Resolver",
     "ShardResolvers",
     "advertised",

@@ -46,12 +46,14 @@ from mqstore.services.common.errors import (
     BadRequest,
     PermissionDenied,
     Precondition,
+    RpcError,
     Unauthenticated,
     Unavailable,
     rpc,
     status_of,
 )
 from mqstore.services.common.internal_auth import InternalAuth
+from mqstore.services.common.peers import Locator, Placement
 from mqstore.services.common.server import Registration, channel
 from mqstore.services.query.acl import GROUP, TOPIC, Acl, Action, Rule, User
 from mqstore.services.query.ports import GrpcPorts
@@ -65,7 +67,17 @@ SERVICE = "mqstore.v1.FrontService"
 _LONG_MAX = (1 << 63) - 1
 Resolver = Callable[[], Awaitable[str]]
 RESOLVE_CAP_S = 10.0  # a shard's actor not found again within this: UNAVAILABLE (the client retries)
-SERVICE_NAMES = {"cl": "commitlog", "cq": "consume-queue builder", "ix": "index builder"}
+# A call the front does not retry itself (a send, a status read) waits at most this for
+# its shard's process to be found and connected: a shard that is down fails fast.
+SEND_RESOLVE_CAP_S = 2.5
+CONNECT_CAP_S = 2.5  # a channel that does not connect within this: the shard can not be reached
+STATUS_BUDGET_S = 1.5  # StoreStatus asks every part of every shard at once, each for at most this
+SERVICE_NAMES = {"cl": "commitlog", "cq": "consume-queue builder", "ix": "index builder", "dp": "dispatcher"}
+
+
+class ShardUnreachable(Unavailable):
+    """UNAVAILABLE before the request left the front: the shard's process was not
+    found, or did not take a connection. Nothing of the request was written."""
 
 
 class ShardClient:
@@ -77,6 +89,7 @@ class ShardClient:
         "cl": commitlog_pb2_grpc.CommitLogServiceStub,
         "cq": consume_queue_pb2_grpc.ConsumeQueueServiceStub,
         "ix": index_pb2_grpc.IndexServiceStub,
+        "dp": dispatcher_pb2_grpc.DispatcherServiceStub,
     }
 
     def __init__(
@@ -86,21 +99,32 @@ class ShardClient:
         resolve_dispatcher: Resolver | None = None,
         *,
         auth: InternalAuth,
+        locate: Locator | None = None,
     ) -> None:
+        """``locate``: where the shard's processes are (Ray's actor table: status
+        rows carry the node id and say why a part is missing); None without Ray."""
         self.shard = shard
-        self._resolvers = resolvers
-        self._resolve_dispatcher = resolve_dispatcher
+        self._resolvers = dict(resolvers)
+        if resolve_dispatcher is not None:
+            self._resolvers["dp"] = resolve_dispatcher
+        self._locate = locate
         self._auth = auth
         self.endpoint = ""
+        self.node_id = ""  # the Ray node its commitlog was last seen on
+        self._endpoints: dict[str, str] = {}
         self._channels: dict[str, grpc.aio.Channel] = {}
         self._stubs_by: dict[str, object] = {}
         self._resolving: dict[str, asyncio.Future] = {}
-        self._dchannel: grpc.aio.Channel | None = None
         self.msg_id_prefix: str | None = None
 
     @property
     def services(self) -> set[str]:
-        return set(self._resolvers)
+        """The store services of the shard ("cl", "cq", and "ix" unless the index is disabled)."""
+        return set(self._resolvers) - {"dp"}
+
+    @property
+    def has_dispatcher(self) -> bool:
+        return "dp" in self._resolvers
 
     async def _stub(self, service: str, cap: float = RESOLVE_CAP_S):
         """The stub of ``service``, resolving its endpoint first if needed: one
@@ -117,12 +141,40 @@ class ShardClient:
             try:
                 await asyncio.wait_for(asyncio.shield(pending), wait_s)
             except TimeoutError as e:
-                raise Unavailable(
-                    f"shard {self.shard} can not be reached: its {SERVICE_NAMES[service]} did not come back in time"
+                raise ShardUnreachable(
+                    f"shard {self.shard} can not be reached: its {SERVICE_NAMES[service]} was not found within "
+                    f"{wait_s:.1f} s (restarting, not placed on a node, or its node is down)"
                 ) from e
             except Exception as e:  # noqa: BLE001 - a dead or unknown actor: the caller may retry later
-                raise Unavailable(f"shard {self.shard} can not be reached: {type(e).__name__}: {e}") from e
+                raise ShardUnreachable(f"shard {self.shard} can not be reached: {type(e).__name__}: {e}") from e
         return self._stubs_by[service]
+
+    async def _connect(self, service: str, ch: grpc.aio.Channel, cap: float) -> None:
+        """Return once ``ch`` is connected; ShardUnreachable at once if it refuses
+        connections, or after ``cap`` (and what is left of the caller's deadline)
+        if it does not connect: a host that is gone must not hold a call until its
+        deadline."""
+        ready = grpc.ChannelConnectivity.READY
+        state = ch.get_state(try_to_connect=True)
+        if state is ready:
+            return
+        loop = asyncio.get_running_loop()
+        wait_s = deadline.budget(cap)
+        end = loop.time() + wait_s
+        where = f"its {SERVICE_NAMES[service]} at {self._endpoints.get(service, '?')}"
+        while state is not ready:
+            if state in (grpc.ChannelConnectivity.TRANSIENT_FAILURE, grpc.ChannelConnectivity.SHUTDOWN):
+                raise ShardUnreachable(f"shard {self.shard} can not be reached: {where} refuses connections")
+            left = end - loop.time()
+            if left <= 0:
+                raise ShardUnreachable(
+                    f"shard {self.shard} can not be reached: {where} took no connection within {wait_s:.1f} s"
+                )
+            try:
+                await asyncio.wait_for(ch.wait_for_state_change(state), left)
+            except TimeoutError:
+                continue
+            state = ch.get_state()
 
     def _resolved(self, service: str, f: asyncio.Future) -> None:
         self._resolving.pop(service, None)
@@ -131,6 +183,7 @@ class ShardClient:
         endpoint = f.result()
         if service == "cl":
             self.endpoint = endpoint
+        self._endpoints[service] = endpoint
         self._channels[service] = channel(endpoint, self._auth)
         self._stubs_by[service] = self._STUBS[service](self._channels[service])
 
@@ -150,13 +203,35 @@ class ShardClient:
                     asyncio.ensure_future(ch.close(5.0))
 
     async def call(
-        self, service: str, method: str, request, *, timeout: float = 30.0, retry: bool = True, raw: bool = False
+        self,
+        service: str,
+        method: str,
+        request,
+        *,
+        timeout: float = 30.0,
+        retry: bool = True,
+        raw: bool = False,
+        resolve_cap: float | None = None,
     ):
-        """``service`` is "cl", "cq" or "ix". The call and the endpoint resolution
-        take at most ``timeout`` and what is left of the client's deadline. With
-        ``raw`` the request and the answer are serialized bytes, passed on as they are."""
+        """``service`` is "cl", "cq", "ix" or "dp". The call takes at most ``timeout``
+        and what is left of the client's deadline; finding the service and connecting
+        to it at most ``resolve_cap`` each (default ``RESOLVE_CAP_S``, or
+        ``SEND_RESOLVE_CAP_S`` without ``retry``: sends and status reads, whose
+        callers retry or report). ShardUnreachable: nothing was sent. With ``raw``
+        the request and the answer are serialized bytes, passed on as they are."""
+        cap = resolve_cap if resolve_cap is not None else (RESOLVE_CAP_S if retry else SEND_RESOLVE_CAP_S)
         for attempt in (0, 1):
-            stub = await self._stub(service)
+            stub = await self._stub(service, cap)
+            ch = self._channels.get(service)
+            try:
+                if ch is not None:
+                    await self._connect(service, ch, min(cap, CONNECT_CAP_S))
+            except ShardUnreachable:
+                await self.reset(service, failed=stub)
+                if not retry or attempt:
+                    raise
+                await asyncio.sleep(0.2)
+                continue
             try:
                 if raw:
                     path = f"/mqstore.v1.{type(stub).__name__.removesuffix('Stub')}/{method}"
@@ -171,25 +246,27 @@ class ShardClient:
                 await asyncio.sleep(0.2)
         raise AssertionError("unreachable")
 
-    async def dispatcher_status(self) -> dispatcher_pb2.DispatcherStatusResponse | None:
-        if self._resolve_dispatcher is None:
+    async def dispatcher_status(self, timeout: float = 5.0) -> dispatcher_pb2.DispatcherStatusResponse | None:
+        """The dispatcher's Status (None: the shard has no dispatcher to ask)."""
+        if not self.has_dispatcher:
             return None
-        if self._dchannel is None:
-            self._dchannel = channel(await asyncio.wait_for(self._resolve_dispatcher(), 10), self._auth)
-        try:
-            return await dispatcher_pb2_grpc.DispatcherServiceStub(self._dchannel).Status(
-                dispatcher_pb2.DispatcherStatusRequest(), timeout=5
-            )
-        except grpc.aio.AioRpcError:
-            ch, self._dchannel = self._dchannel, None
-            await ch.close()
-            raise
+        return await self.call(
+            "dp", "Status", dispatcher_pb2.DispatcherStatusRequest(), timeout=timeout, retry=False, resolve_cap=timeout
+        )
+
+    async def placement(self, wait_s: float) -> dict[str, Placement]:
+        """Where the shard's processes are ({} without a locator); remembers the
+        commitlog's node."""
+        if self._locate is None:
+            return {}
+        found = await asyncio.wait_for(self._locate(), wait_s)
+        cl = found.get("cl")
+        if cl is not None and cl.node_id:
+            self.node_id = cl.node_id
+        return found
 
     async def close(self) -> None:
         await self.reset()
-        if self._dchannel is not None:
-            await self._dchannel.close()
-            self._dchannel = None
 
 
 class FrontServicer(front_pb2_grpc.FrontServiceServicer):
@@ -207,6 +284,7 @@ class FrontServicer(front_pb2_grpc.FrontServiceServicer):
         self.default_queue_nums = default_queue_nums
         self._write_queues: dict[str, int] | None = None
         self._rr: dict[str, itertools.count] = {}
+        self._down_until: dict[int, float] = {}  # shard -> loop time until which _any_shard asks it last
 
     def registration(self) -> Registration:
         return Registration(_add_front, self, SERVICE)
@@ -285,29 +363,7 @@ class FrontServicer(front_pb2_grpc.FrontServiceServicer):
             )
 
         answers = await asyncio.gather(*(append(s, rows) for s, rows in parts), return_exceptions=True)
-        failed = [(s, a) for (s, _), a in zip(parts, answers) if isinstance(a, BaseException)]
-        if len(failed) == len(parts):
-            raise failed[0][1]
-        out = _empty_result(n)
-        for (s, rows), a in zip(parts, answers):
-            if isinstance(a, BaseException):
-                for i in rows.tolist():
-                    out.statuses[i], out.shards[i], out.queue_ids[i] = common_pb2.SHARD_FAILED, s, int(qids[i])
-                continue
-            r = a.result
-            for j, i in enumerate(rows.tolist()):
-                out.statuses[i], out.msg_ids[i], out.physical_offsets[i] = (
-                    r.statuses[j],
-                    r.msg_ids[j],
-                    r.physical_offsets[j],
-                )
-                out.sizes[i], out.queue_ids[i], out.queue_offsets[i] = r.sizes[j], r.queue_ids[j], r.queue_offsets[j]
-                out.unique_keys[i], out.store_timestamps[i], out.shards[i] = r.unique_keys[j], r.store_timestamps[j], s
-        errors = []
-        for s, e in failed:
-            code, message = status_of(e)
-            errors.append(pb.ShardError(shard=s, code=code.name, message=message))
-        return pb.SendBatchResponse(result=out, shard_errors=errors)
+        return _merge_parts(n, qids, parts, answers)
 
     @rpc
     async def SendEncoded(self, raw: bytes, context) -> bytes:
@@ -358,7 +414,9 @@ class FrontServicer(front_pb2_grpc.FrontServiceServicer):
         goes anyway; every shard holds every topic's config)."""
         now = asyncio.get_running_loop().time()
         if self._topic_perms is None or now - self._topic_perms_at > 1.0:
-            res = await shard.call("cl", "ListTopics", commitlog_pb2.ListTopicsRequest())
+            res = await shard.call(
+                "cl", "ListTopics", commitlog_pb2.ListTopicsRequest(), resolve_cap=SEND_RESOLVE_CAP_S
+            )
             self._topic_perms, self._topic_perms_at = {c.topic: c.perm for c in res.configs}, now
         return self._topic_perms
 
@@ -366,14 +424,40 @@ class FrontServicer(front_pb2_grpc.FrontServiceServicer):
         """What every shard would refuse of a split batch, checked once before any
         part is written, with the store's own checks (messages.check_client_batch):
         reserved topics, the topics' write perm, transaction bits."""
-        check_send_topics(set(topics), (await self._perms(self.shards[0])).get)
+        check_send_topics(set(topics), (await self._any_shard(self._perms)).get)
         check_no_transaction(np.asarray(cols.sysflags, np.int64))
 
     async def _write_queue_nums(self) -> dict[str, int]:
         if self._write_queues is None:
-            res = await self.shards[0].call("cl", "ListTopics", commitlog_pb2.ListTopicsRequest())
+
+            async def list_topics(s: ShardClient):
+                return await s.call(
+                    "cl", "ListTopics", commitlog_pb2.ListTopicsRequest(), resolve_cap=SEND_RESOLVE_CAP_S
+                )
+
+            res = await self._any_shard(list_topics)
             self._write_queues = {c.topic: c.write_queue_nums for c in res.configs}
         return self._write_queues
+
+    async def _any_shard(self, fn: Callable[[ShardClient], Awaitable]):
+        """fn on the first shard that answers, in shard order (for what every shard
+        holds alike: topic configs): a shard that is down does not stop the others'
+        sends. UNAVAILABLE naming every shard if none answers."""
+        now = asyncio.get_running_loop().time()
+        failures = []
+        for s in sorted(self.shards, key=lambda s: self._down_until.get(s.shard, 0.0) > now):  # down ones last
+            try:
+                answer = await fn(s)
+            except Exception as e:  # noqa: BLE001 - only a shard that can not be reached is skipped
+                code, message = status_of(e)
+                if code not in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
+                    raise
+                self._down_until[s.shard] = asyncio.get_running_loop().time() + 5.0
+                failures.append(f"shard {s.shard}: {message}")
+                continue
+            self._down_until.pop(s.shard, None)
+            return answer
+        raise Unavailable("no shard answered: " + "; ".join(failures))
 
     # ------------------------------------------------------------------ pull
 
@@ -566,7 +650,7 @@ class FrontServicer(front_pb2_grpc.FrontServiceServicer):
             ]
         )
 
-    async def shard_stats(self, timeout: float = 5.0) -> list[tuple[int, commitlog_pb2.GetStatsResponse | None]]:
+    async def shard_stats(self, timeout: float = 2.0) -> list[tuple[int, commitlog_pb2.GetStatsResponse | None]]:
         """Every shard's GetStats (None where the shard did not answer), in parallel."""
 
         async def one(s: ShardClient):
@@ -596,53 +680,82 @@ class FrontServicer(front_pb2_grpc.FrontServiceServicer):
 
     @rpc
     async def StoreStatus(self, request, context) -> pb.StoreStatusResponse:
+        """Every shard at once, every part of a shard at once, each for at most
+        ``STATUS_BUDGET_S`` (less if the client's deadline is nearer): a shard that is
+        down, restarting or not placed is a row saying so, never a late answer."""
         self._caller(context)  # any signed user
+        budget = deadline.budget(STATUS_BUDGET_S)
+        return pb.StoreStatusResponse(shards=await self._fan_out(lambda s: self._shard_status(s, budget)))
 
-        async def one(s: ShardClient) -> pb.ShardStatus:
-            st = pb.ShardStatus(shard=s.shard, state="UNAVAILABLE", reput_offset=-1)
-            try:
-                o = await s.call("cl", "GetStats", commitlog_pb2.GetStatsRequest(), timeout=5, retry=False)
-            except Exception as e:  # noqa: BLE001 - a status report names what failed instead of failing
-                code, message = status_of(e)
-                st.error = f"{code.name}: {message}"
-            else:
-                st.state, st.error, st.incarnation = o.state, o.error, o.incarnation
-                st.recovery_phase, st.recovery_percent = o.recovery_phase, o.recovery_percent
-                st.min_offset, st.wrote_offset, st.flushed_offset = o.min_offset, o.wrote_offset, o.flushed_offset
-                st.confirm_offset, st.dispatched_offset = o.confirm_offset, o.dispatched_offset
-                st.writable, st.unwritable_cause = o.writable, o.unwritable_cause
-                st.queue_count, st.commitlog_bytes, st.disk_free_bytes = (
-                    o.queue_count,
-                    o.commitlog_bytes,
-                    o.disk_free_bytes,
-                )
-                st.clean_shutdown, st.recovery_seconds = o.clean_shutdown, o.recovery_seconds
-                st.appended_messages = o.appended_messages
-                st.stopped_loops.extend(o.stopped_loops)
-            st.endpoint = s.endpoint
-            for service, field, request in (
-                ("cq", "queue_builder", consume_queue_pb2.GetProgressRequest()),
-                ("ix", "index_builder", index_pb2.IndexProgressRequest()),
-            ):
-                if service not in s.services:
-                    continue
-                try:
-                    p = await s.call(service, "GetProgress", request, timeout=5, retry=False)
-                except Exception as e:  # noqa: BLE001 - reported in the row
-                    p = common_pb2.BuilderProgress(state="UNAVAILABLE", error=status_of(e)[1])
-                getattr(st, field).CopyFrom(p)
-                if p.stopped_loops:  # the consume-queue builder's delay scheduler
-                    st.stopped_loops.extend(p.stopped_loops)
-                    st.error = "; ".join([st.error, *p.stopped_loops] if st.error else p.stopped_loops)
-            try:
-                d = await s.dispatcher_status()
-                if d is not None:
-                    st.reput_offset, st.dispatch_lag_bytes = d.dispatched_offset, d.lag_bytes
-            except Exception as e:  # noqa: BLE001
-                st.error = (st.error + "; " if st.error else "") + f"dispatcher: {status_of(e)[1]}"
-            return st
+    async def _shard_status(self, s: ShardClient, budget: float) -> pb.ShardStatus:
+        """One shard's row: GetStats of its commitlog, GetProgress of its builders,
+        its dispatcher's Status and where its processes are, all asked at once."""
 
-        return pb.StoreStatusResponse(shards=await self._fan_out(one))
+        async def within(aw):
+            return await asyncio.wait_for(aw, budget)
+
+        asks = {"cl": within(s.call("cl", "GetStats", commitlog_pb2.GetStatsRequest(), timeout=budget, retry=False))}
+        builders = [
+            ("cq", "queue_builder", consume_queue_pb2.GetProgressRequest()),
+            ("ix", "index_builder", index_pb2.IndexProgressRequest()),
+        ]
+        for service, _, req in builders:
+            if service in s.services:
+                asks[service] = within(s.call(service, "GetProgress", req, timeout=budget, retry=False))
+        if s.has_dispatcher:
+            asks["dp"] = within(s.dispatcher_status(timeout=budget))
+        asks["where"] = s.placement(budget)
+        answers = dict(zip(asks, await asyncio.gather(*asks.values(), return_exceptions=True)))
+        where = answers.pop("where")
+        where = {} if isinstance(where, BaseException) else where
+        missing: list[str] = []  # "commitlog: why" for each part that did not answer
+
+        def why(role: str, e: BaseException) -> str:
+            text = f"no answer within {budget:.1f} s" if isinstance(e, TimeoutError) else status_of(e)[1]
+            p = where.get(role)
+            if p is not None and p.state != "ALIVE":
+                text += f" ({p.describe()})"
+            missing.append(f"{SERVICE_NAMES[role]}: {text}")
+            return text
+
+        st = pb.ShardStatus(shard=s.shard, state="UNAVAILABLE", reput_offset=-1)
+        o = answers["cl"]
+        if isinstance(o, BaseException):
+            code = status_of(o)[0] if not isinstance(o, TimeoutError) else grpc.StatusCode.UNAVAILABLE
+            why("cl", o)
+        else:
+            st.state, st.error, st.incarnation = o.state, o.error, o.incarnation
+            st.recovery_phase, st.recovery_percent = o.recovery_phase, o.recovery_percent
+            st.min_offset, st.wrote_offset, st.flushed_offset = o.min_offset, o.wrote_offset, o.flushed_offset
+            st.confirm_offset, st.dispatched_offset = o.confirm_offset, o.dispatched_offset
+            st.writable, st.unwritable_cause = o.writable, o.unwritable_cause
+            st.queue_count, st.commitlog_bytes, st.disk_free_bytes = o.queue_count, o.commitlog_bytes, o.disk_free_bytes
+            st.clean_shutdown, st.recovery_seconds = o.clean_shutdown, o.recovery_seconds
+            st.appended_messages = o.appended_messages
+            st.stopped_loops.extend(o.stopped_loops)
+        st.endpoint = s.endpoint
+        cl_place = where.get("cl")
+        st.node_id = cl_place.node_id if cl_place is not None and cl_place.node_id else s.node_id
+        for service, field, _ in builders:
+            if service not in answers:
+                continue
+            p = answers[service]
+            if isinstance(p, BaseException):
+                p = common_pb2.BuilderProgress(state="UNAVAILABLE", error=why(service, p))
+            getattr(st, field).CopyFrom(p)
+            if p.stopped_loops:  # the consume-queue builder's delay scheduler
+                st.stopped_loops.extend(p.stopped_loops)
+                st.error = "; ".join([st.error, *p.stopped_loops] if st.error else p.stopped_loops)
+        d = answers.get("dp")
+        if isinstance(d, BaseException):
+            why("dp", d)
+        elif d is not None:
+            st.reput_offset, st.dispatch_lag_bytes = d.dispatched_offset, d.lag_bytes
+        if isinstance(o, BaseException):  # the row names the shard and every part that is missing
+            st.error = f"{code.name}: shard {s.shard} did not answer: " + "; ".join(missing)
+        elif missing:
+            st.error = "; ".join([st.error, *missing] if st.error else missing)
+        return st
 
     # ------------------------------------------------------------------ ACL administration (admins only)
 
@@ -722,6 +835,67 @@ def _rule_pb(r: Rule) -> pb.AclRule:
     return pb.AclRule(**r.to_json())
 
 
+# A part refused with one of these was not written (the shard checks before it writes).
+_REFUSED = frozenset(
+    {
+        grpc.StatusCode.INVALID_ARGUMENT,
+        grpc.StatusCode.PERMISSION_DENIED,
+        grpc.StatusCode.UNAUTHENTICATED,
+        grpc.StatusCode.RESOURCE_EXHAUSTED,
+        grpc.StatusCode.FAILED_PRECONDITION,
+        grpc.StatusCode.NOT_FOUND,
+        grpc.StatusCode.OUT_OF_RANGE,
+        grpc.StatusCode.UNIMPLEMENTED,
+    }
+)
+
+
+def _merge_parts(n: int, qids: np.ndarray, parts: list, answers: list) -> pb.SendBatchResponse:
+    """One answer for a batch split over shards: ``parts`` [(shard, rows)] and each
+    part's AppendBatchResponse or exception. Every message gets its own status:
+    the shard's (PUT_OK, FLUSH_DISK_TIMEOUT), NOT_STORED (its shard was not reached
+    or refused the part) or SHARD_FAILED (its shard's answer was lost: it may be
+    stored); ``shard_errors`` says why per failed shard. A batch whose parts all
+    failed with one status code fails as a whole with it (nothing was stored, or
+    as with one shard, nothing is known to be), naming every shard."""
+    failed: dict[int, tuple[grpc.StatusCode, str, bool]] = {}  # shard -> (code, message, surely not written)
+    for (s, rows), a in zip(parts, answers):
+        if not isinstance(a, BaseException) and len(a.result.statuses) != len(rows):
+            a = RpcError(f"shard {s} answered {len(a.result.statuses)} statuses for {len(rows)} messages")
+        if isinstance(a, BaseException):
+            code, message = status_of(a)
+            failed[s] = (code, message, isinstance(a, ShardUnreachable) or code in _REFUSED)
+    if len(failed) == len(parts):
+        codes = {code for code, _, _ in failed.values()}
+        if len(parts) == 1:
+            raise next(a for a in answers if isinstance(a, BaseException))
+        if len(codes) == 1:
+            raise RpcError(
+                "every shard of the batch failed: " + "; ".join(f"shard {s}: {m}" for s, (_, m, _) in failed.items()),
+                codes.pop(),
+            )
+    out = _empty_result(n)
+    for (s, rows), a in zip(parts, answers):
+        if s in failed:
+            status = common_pb2.NOT_STORED if failed[s][2] else common_pb2.SHARD_FAILED
+            for i in rows.tolist():
+                out.statuses[i], out.shards[i], out.queue_ids[i] = status, s, int(qids[i])
+            continue
+        r = a.result
+        for j, i in enumerate(rows.tolist()):
+            out.statuses[i], out.msg_ids[i], out.physical_offsets[i] = (
+                r.statuses[j],
+                r.msg_ids[j],
+                r.physical_offsets[j],
+            )
+            out.sizes[i], out.queue_ids[i], out.queue_offsets[i] = r.sizes[j], r.queue_ids[j], r.queue_offsets[j]
+            out.unique_keys[i], out.store_timestamps[i], out.shards[i] = r.unique_keys[j], r.store_timestamps[j], s
+    errors = [
+        pb.ShardError(shard=s, code=code.name, message=message) for s, (code, message, _) in sorted(failed.items())
+    ]
+    return pb.SendBatchResponse(result=out, shard_errors=errors)
+
+
 def _empty_result(n: int) -> common_pb2.AppendResult:
     return common_pb2.AppendResult(
         statuses=[common_pb2.PUT_STATUS_UNSPECIFIED] * n,
@@ -759,4 +933,4 @@ def _take_rows(cols: common_pb2.MessageColumns, rows: np.ndarray, n: int) -> com
     return out
 
 
-__all__ = ["SERVICE", "FrontServicer", "ShardClient"]
+__all__ = ["SERVICE", "FrontServicer", "ShardClient", "ShardUnreachable"]

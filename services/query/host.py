@@ -10,7 +10,7 @@ import structlog
 
 from mqstore.services.common.internal_auth import InternalAuth
 from mqstore.services.common.metrics import FrontMetrics
-from mqstore.services.common.peers import Resolver, ShardResolvers, advertised
+from mqstore.services.common.peers import Locator, Resolver, ShardResolvers, advertised
 from mqstore.services.common.server import ServerThread, TlsFiles, start_grpc_server
 from mqstore.services.query.acl import Acl
 from mqstore.services.query.front import FrontServicer, ShardClient
@@ -33,14 +33,20 @@ class FrontHost:
         metrics_port: int = 0,
         tls: TlsFiles | None = None,
         acl: str | Path | None = None,
+        locators: Sequence[Locator] | None = None,
     ) -> None:
         """``auth``: the deployment's secret, carried by every call to the shards.
         ``metrics_port``: serve Prometheus metrics on ``host:metrics_port`` (0: none).
         ``tls``: the public API speaks TLS only (internal servers speak TLS when
-        ``auth.tls``). ``acl``: the users-and-permissions file (None: anonymous)."""
+        ``auth.tls``). ``acl``: the users-and-permissions file (None: anonymous).
+        ``locators``: where each shard's processes are (Ray's actor table; None
+        without Ray): status rows carry their node and say why a part is missing."""
         access = None if acl is None else Acl.load(acl)
         self.thread = ServerThread("mqstore-front")
-        clients = [ShardClient(i, r, d, auth=auth) for i, (r, d) in enumerate(shards)]
+        clients = [
+            ShardClient(i, r, d, auth=auth, locate=None if locators is None else locators[i])
+            for i, (r, d) in enumerate(shards)
+        ]
         self.metrics = FrontMetrics(self._shard_stats)
         self.servicer = FrontServicer(clients, default_queue_nums=default_queue_nums, metrics=self.metrics, acl=access)
         self.server = self.thread.run(start_grpc_server(host, port, [self.servicer.registration()], tls=tls))

@@ -13,10 +13,12 @@ class PutStatus(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     PUT_OK: _ClassVar[PutStatus]
     FLUSH_DISK_TIMEOUT: _ClassVar[PutStatus]
     SHARD_FAILED: _ClassVar[PutStatus]
+    NOT_STORED: _ClassVar[PutStatus]
 PUT_STATUS_UNSPECIFIED: PutStatus
 PUT_OK: PutStatus
 FLUSH_DISK_TIMEOUT: PutStatus
 SHARD_FAILED: PutStatus
+NOT_STORED: PutStatus
 
 class Properties(_message.Message):
     __slots__ = ("entries",)
