@@ -375,3 +375,60 @@ def check_properties(
                 bad = i
                 break
     return bad, why, which
+
+
+# Why ``check_heads`` refused a record.
+cpdef enum:
+    HEAD_OK = 0
+    HEAD_STORE_HOST = 1  # its store host is not of the store's kind (sysflag bit 0x20)
+    HEAD_PORT = 2  # its born host port is outside 0..65535
+    HEAD_BODY = 3  # its body is longer than max_body
+    HEAD_SIZE = 4  # the record is longer than max_size
+
+
+def check_heads(
+    const unsigned char[::1] buf,
+    const int64_t[::1] positions not None,
+    const int64_t[::1] sizes not None,
+    const int64_t[::1] sysflags not None,
+    bint store_v6,
+    int64_t max_body,
+    int64_t max_size,
+):
+    """Check the head fields of records a client encoded (already walked by ``scan``,
+    so every field lies inside its record): store host kind, born host port, body
+    and record sizes. Returns ``(i, why, value)`` for the first record that fails
+    (``why`` a HEAD_*, ``value`` the port or size found), or ``(-1, HEAD_OK, 0)``."""
+    cdef int64_t n = positions.shape[0], i, at, born, store, value = 0
+    cdef int why = HEAD_OK
+    if sizes.shape[0] != n or sysflags.shape[0] != n:
+        raise ValueError("column lengths differ")
+    for i in range(n):
+        if positions[i] < 0 or positions[i] + sizes[i] > buf.shape[0] or sizes[i] < MIN_RECORD_BYTES:
+            raise ValueError(f"record {i} lies outside the buffer")
+    if n == 0:
+        return -1, HEAD_OK, 0
+    cdef const unsigned char *b = &buf[0]
+    with nogil:
+        for i in range(n):
+            at = positions[i]
+            born = 20 if sysflags[i] & 0x10 else 8
+            store = 20 if sysflags[i] & 0x20 else 8
+            if (store == 20) != store_v6:
+                why = HEAD_STORE_HOST
+            else:
+                value = mq_be32(b + at + 48 + born - 4)
+                if value < 0 or value > 65535:
+                    why = HEAD_PORT
+                else:
+                    value = mq_be32(b + at + 68 + born + store)
+                    if value > max_body:
+                        why = HEAD_BODY
+                    elif sizes[i] > max_size:
+                        value = sizes[i]
+                        why = HEAD_SIZE
+            if why != HEAD_OK:
+                break
+    if why == HEAD_OK:
+        return -1, HEAD_OK, 0
+    return i, why, value

@@ -67,11 +67,6 @@ class EncodedBatch:
         self.topic_codes: np.ndarray = topic_codes  # index into topics, per record
 
 
-def _be32(u8: np.ndarray, at: np.ndarray) -> np.ndarray:
-    """The big-endian int32 at each of ``at`` (any alignment)."""
-    return u8[at[:, None] + np.arange(4)].view(">i4").ravel().astype(np.int64)
-
-
 def parse_encoded(data: bytes | bytearray | memoryview, config: StoreConfig) -> EncodedBatch:
     """Parse and check an encoded batch (see the module docstring); raises
     InvalidMessageError (or a subclass) naming the first bad record."""
@@ -106,42 +101,28 @@ def parse_encoded(data: bytes | bytearray | memoryview, config: StoreConfig) -> 
             topics.append(bytes(data[topic_at[i] : topic_at[i] + topic_len[i]]).decode())
         except UnicodeDecodeError:
             raise InvalidTopicError(f"encoded record {i}: its topic is not UTF-8; nothing was written") from None
-    _check_hosts(data, positions, sysflags, config)
-    _check_sizes(data, positions, sizes, sysflags, config)
+    _check_heads(data, positions, sizes, sysflags, config)
     return EncodedBatch(data, positions, sizes, cols[_scan.COL_QUEUE_ID], sysflags, topics, codes)
 
 
-def _check_hosts(data, positions: np.ndarray, sysflags: np.ndarray, config: StoreConfig) -> None:
+def _check_heads(data, positions: np.ndarray, sizes: np.ndarray, sysflags: np.ndarray, config: StoreConfig) -> None:
     v6_store = len(encode_host(config.store_host)) == 20
-    wrong = ((sysflags & 0x20) != 0) != v6_store
-    if wrong.any():
-        i = int(np.argmax(wrong))
+    limit = min(config.max_record_bytes, config.segment_bytes - BLANK_RECORD_BYTES)
+    i, why, value = _scan.check_heads(data, positions, sizes, sysflags, v6_store, config.max_message_bytes, limit)
+    if why == _scan.HEAD_OK:
+        return
+    if why == _scan.HEAD_STORE_HOST:
         raise InvalidMessageError(
             f"encoded record {i}: its store host is IPv{4 if v6_store else 6} (sysflag bit 0x20) and this "
             f"store's is IPv{6 if v6_store else 4}; nothing was written"
         )
-    born = np.where(sysflags & 0x10, 20, 8)
-    ports = _be32(np.frombuffer(data, np.uint8), positions + 48 + born - 4)
-    bad = (ports < 0) | (ports > 65_535)
-    if bad.any():
-        i = int(np.argmax(bad))
-        raise InvalidMessageError(f"encoded record {i}: born host port {int(ports[i])} is outside 0..65535")
-
-
-def _check_sizes(data, positions: np.ndarray, sizes: np.ndarray, sysflags: np.ndarray, config: StoreConfig) -> None:
-    limit = min(config.max_record_bytes, config.segment_bytes - BLANK_RECORD_BYTES)
-    body_len_at = positions + 68 + np.where(sysflags & 0x10, 20, 8) + np.where(sysflags & 0x20, 20, 8)
-    body_lens = _be32(np.frombuffer(data, np.uint8), body_len_at)
-    if (body_lens > config.max_message_bytes).any():
-        i = int(np.argmax(body_lens > config.max_message_bytes))
+    if why == _scan.HEAD_PORT:
+        raise InvalidMessageError(f"encoded record {i}: born host port {value} is outside 0..65535")
+    if why == _scan.HEAD_BODY:
         raise MessageTooLargeError(
-            f"encoded record {i}: body of {int(body_lens[i])} bytes exceeds max_message_bytes {config.max_message_bytes}"
+            f"encoded record {i}: body of {value} bytes exceeds max_message_bytes {config.max_message_bytes}"
         )
-    if (sizes > limit).any():
-        i = int(np.argmax(sizes > limit))
-        raise MessageTooLargeError(
-            f"encoded record {i}: record of {int(sizes[i])} bytes exceeds the limit of {limit} bytes"
-        )
+    raise MessageTooLargeError(f"encoded record {i}: record of {value} bytes exceeds the limit of {limit} bytes")
 
 
 __all__ = ["MAX_ENCODED_RECORDS", "EncodedBatch", "parse_encoded"]

@@ -123,6 +123,11 @@ def with_props(props: bytes) -> bytes:
     return struct.pack(">i", len(out)) + out[4:]
 
 
+def with_port(data: bytes, port: int) -> bytes:
+    """The first record's born host port (IPv4: bytes 52..56) set to ``port``."""
+    return data[:52] + struct.pack(">i", port) + data[56:]
+
+
 REFUSED = [
     ("an empty batch", lambda: b"", InvalidMessageError, "at least one record"),
     ("a torn last record", lambda: client_encode(one())[:-3], InvalidMessageError, "encoded record 1"),
@@ -132,6 +137,7 @@ REFUSED = [
     ("SCHEDULE_SOURCE", lambda: client_encode(one(properties={"SCHEDULE_SOURCE": "x"})), InvalidMessageError, "store"),
     ("properties not UTF-8", lambda: with_props(b"A\x01\xff\x02"), InvalidMessageError, "UTF-8"),
     ("a property without a value", lambda: with_props(b"A\x01\x02"), InvalidMessageError, "pairs"),
+    ("a born port out of range", lambda: with_port(client_encode(one()), 70_000), InvalidMessageError, "70000"),
     ("a store host of the wrong kind", lambda: client_encode(one(), Host("::1", 1)), InvalidMessageError, "IPv"),
 ]
 
