@@ -24,14 +24,18 @@ class _Clock:
         return 0.0
 
 
+STORES = (Host("10.0.0.1", 10911), Host("::1", 10911))
+ENCODERS = {h: BatchEncoder(StoreConfig(store_host=h), _Clock()) for h in STORES}  # made outside the strategy
+
+
 @st.composite
 def cases(draw: st.DrawFn):
     n = draw(st.integers(1, 8))
-    store = draw(st.sampled_from([Host("10.0.0.1", 10911), Host("::1", 10911)]))
+    store = draw(st.sampled_from(STORES))
     bodies = draw(st.lists(st.binary(max_size=200), min_size=n, max_size=n))
     born = draw(st.lists(st.sampled_from([Host("10.0.0.2", 1), Host("::2", 65535)]), min_size=n, max_size=n))
     enc = encode_for_send(
-        BatchEncoder(StoreConfig(store_host=store), _Clock()),
+        ENCODERS[store],
         MessageBatch("T", bodies, born_hosts=born, unique_keys=["U" * 32] * n),
     )
     data = bytearray(enc.data)
