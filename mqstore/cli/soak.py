@@ -9,6 +9,8 @@ from typing import Annotated, Optional
 
 import typer
 
+from mqstore.cli.target import AccessKeyOpt, SecretKeyOpt
+
 
 def register(bench_app: typer.Typer) -> None:
     @bench_app.command("soak")
@@ -25,6 +27,8 @@ def register(bench_app: typer.Typer) -> None:
             Path,
             typer.Option("--store", help="The deployment's store root (serve --store): verified after the load."),
         ],
+        access_key: AccessKeyOpt = None,
+        secret_key: SecretKeyOpt = None,
         serve_pid: Annotated[
             Optional[int],
             typer.Option(
@@ -82,6 +86,9 @@ def register(bench_app: typer.Typer) -> None:
         per process and one JSON line (the summary, `ok` true if nothing was lost, the
         store verified clean and every killed actor came back). Exit 1 if not `ok`."""
         from mqstore.bench.soak import ROW_HEAD, Soak, format_row, rss_table, run_soak
+        from mqstore.cli.main import _export_credentials
+
+        _export_credentials(access_key, secret_key)
 
         s = Soak(
             server=server,

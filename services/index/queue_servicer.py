@@ -8,12 +8,13 @@ from __future__ import annotations
 import numpy as np
 
 from mqstore.formats.names import check_topic
-from mqstore.rpc.v1 import common_pb2, consume_queue_pb2_grpc
+from mqstore.rpc.v1 import common_pb2, consume_queue_pb2_grpc, front_pb2
 from mqstore.rpc.v1 import consume_queue_pb2 as pb
 from mqstore.services.common import validate
 from mqstore.services.common.columns import INT32, INT64, unpack
 from mqstore.services.common.errors import BadRequest, rpc
 from mqstore.services.common.server import Registration
+from mqstore.services.index.local_pull import LocalPulls
 from mqstore.services.index.state import BuilderState
 from mqstore.store.builders import QueueBuilder
 from mqstore.store.dispatch import DispatchBatch
@@ -26,6 +27,7 @@ MAX_UNITS = 100_000
 class ConsumeQueueServicer(consume_queue_pb2_grpc.ConsumeQueueServiceServicer):
     def __init__(self, state: BuilderState) -> None:
         self.state = state
+        self._pulls = LocalPulls(state.store_dir)
 
     def registration(self) -> Registration:
         return Registration(consume_queue_pb2_grpc.add_ConsumeQueueServiceServicer_to_server, self, SERVICE)
@@ -41,6 +43,14 @@ class ConsumeQueueServicer(consume_queue_pb2_grpc.ConsumeQueueServiceServicer):
         )
         await self.state.clean_below(request.commitlog_min_offset, request.forced_deleted_to)
         return pb.PutUnitsResponse(progress_offset=progress)
+
+    @rpc
+    async def Pull(self, request: front_pb2.PullRequest, context) -> front_pb2.PullResponse:
+        builder: QueueBuilder = self.state.ready()
+        if not request.raw:
+            raise BadRequest("the consume-queue builder answers raw pulls only; decoded pulls go through the front")
+        view, low = self.state.view, self.state.commitlog_min_offset
+        return await self.state.call(self._pulls.pull, builder, view, low, request)
 
     @rpc
     async def GetProgress(self, request, context) -> common_pb2.BuilderProgress:

@@ -223,6 +223,12 @@ class BuilderState:
                 )
                 return
 
+    @property
+    def commitlog_min_offset(self) -> int:
+        """The commitlog's min offset as retention last announced it (records below
+        it may be gone from the segments)."""
+        return self._cleaned
+
     async def clean_below(self, commitlog_min: int, forced_deleted_to: int = 0) -> None:
         """Retention, as the dispatcher tells it: delete own files wholly below the
         commitlog's min offset (once per new min; a failure is tried at the next batch)."""

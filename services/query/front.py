@@ -61,6 +61,7 @@ from mqstore.services.query.routing import Router
 from mqstore.store import reads
 from mqstore.store.messages import AUTO_QUEUE, check_no_transaction, check_send_topics
 from mqstore.store.reads import drive_async
+from mqstore.store.topic_configs import PERM_READ, check_perm
 
 log = structlog.get_logger(__name__)
 SERVICE = "mqstore.v1.FrontService"
@@ -462,28 +463,38 @@ class FrontServicer(front_pb2_grpc.FrontServiceServicer):
     # ------------------------------------------------------------------ pull
 
     @rpc
-    async def Pull(self, request: pb.PullRequest, context) -> pb.PullResponse:
+    async def Pull(self, raw: bytes, context) -> bytes:
+        """Registered to receive and answer bytes (``_add_front``). A raw pull goes,
+        as it came, to the shard's consume-queue builder, which answers it on the
+        store's node (units and record bytes: services/index/local_pull.py), and its
+        answer comes back as it came; a decoded pull is composed here (units from the
+        builder, records from the commitlog)."""
+        try:
+            request = pb.PullRequest.FromString(raw)
+        except DecodeError as e:
+            raise BadRequest(f"the request is not a PullRequest: {e}") from None
         self._allow(context, (Action.SUB, TOPIC, request.topic))
+        reads.check_queue(request.topic, request.queue_id)
+        shard = self._shard(request.topic, request.queue_id)
+        if request.raw:
+            check_perm(request.topic, (await self._perms(shard)).get(request.topic), PERM_READ)
+            return await shard.call("cq", "Pull", raw, raw=True)
         read = reads.pull(
             request.topic,
             request.queue_id,
             request.offset,
             max_count=request.max_messages or 32,
             tags=reads.parse_tag_expression(request.tag_expression),
-            raw=request.raw,
         )
-        a = await drive_async(read, self._ports(self._shard(request.topic, request.queue_id)))
+        a = await drive_async(read, self._ports(shard))
         out = pb.PullResponse(
             status=pb.PullStatus.Value(a.status.name),
             next_offset=a.next_offset,
             min_offset=a.min_offset,
             max_offset=a.max_offset,
         )
-        if request.raw:
-            out.raw_data, out.raw_sizes = a.records.to_wire()
-        else:
-            out.records.extend(a.records)
-        return out
+        out.records.extend(a.records)
+        return out.SerializeToString()
 
     def _ports(self, shard: ShardClient) -> GrpcPorts:
         return GrpcPorts(shard, self._perms)
@@ -817,12 +828,13 @@ class _Handlers:
 
 
 def _add_front(servicer: FrontServicer, server: grpc.aio.Server) -> None:
-    """Register FrontService with SendEncoded taking and answering bytes (the
-    request is forwarded as it came, the shard's answer as it came back)."""
+    """Register FrontService with SendEncoded and Pull taking and answering bytes
+    (a request is forwarded as it came, the shard's answer as it came back)."""
     caught = _Handlers()
     front_pb2_grpc.add_FrontServiceServicer_to_server(servicer, caught)
     handlers = dict(caught.handlers)
-    handlers["SendEncoded"] = grpc.unary_unary_rpc_method_handler(servicer.SendEncoded)
+    for method in ("SendEncoded", "Pull"):
+        handlers[method] = grpc.unary_unary_rpc_method_handler(getattr(servicer, method))
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, handlers),))
     server.add_registered_method_handlers(SERVICE, handlers)
 

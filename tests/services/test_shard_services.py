@@ -36,7 +36,7 @@ from mqstore.services.common.peers import PeerUnavailable, resolver_of
 from mqstore.services.common.server import sync_channel
 from mqstore.services.dispatcher.host import DispatcherHost
 from mqstore.services.index.host import BuilderHost
-from mqstore.services.query.client import FrontClient
+from mqstore.services.query.client import FrontClient, decode_pulled
 from mqstore.services.startup.local import LocalStack
 from mqstore.store.builders import GapError
 from mqstore.store.retention import RetentionConfig
@@ -166,6 +166,8 @@ def test_shard_rejects_bad_internal_requests(shard):
         (lambda: cl.ReadRange(commitlog_pb2.ReadRangeRequest(offset=0, max_bytes=1 << 30)), C.RESOURCE_EXHAUSTED),
         (lambda: cl.ReadRange(commitlog_pb2.ReadRangeRequest(offset=0, wait_ms=-5)), C.INVALID_ARGUMENT),
         (lambda: cl.ReadRange(commitlog_pb2.ReadRangeRequest(offset=0, linger_ms=5_000)), C.INVALID_ARGUMENT),
+        (lambda: cq.Pull(front_pb2.PullRequest(topic="S", queue_id=0, offset=0)), C.INVALID_ARGUMENT),
+        (lambda: cq.Pull(front_pb2.PullRequest(topic="bad topic", queue_id=0, raw=True)), C.INVALID_ARGUMENT),
         (lambda: cl.ReadRange(commitlog_pb2.ReadRangeRequest(offset=0, min_bytes=-1)), C.INVALID_ARGUMENT),
         (lambda: cq.PutUnits(consume_queue_pb2.PutUnitsRequest(incarnation=inc + 1)), C.ABORTED),
         (
@@ -459,6 +461,10 @@ def test_retention_runs_across_the_split(tmp_path):
         assert p.status == front_pb2.OFFSET_TOO_SMALL and p.next_offset == p.min_offset >= q.min_offset
         p = c.pull("Old", 0, start, max_messages=5)
         assert [int(r.body[:5]) for r in p.records] == list(range(start, start + 5))
+        # raw pulls, answered by the consume-queue builder from its maps of the segments
+        assert c.pull("Old", 0, 0, max_messages=5, raw=True).status == front_pb2.OFFSET_TOO_SMALL
+        pr = c.pull("Old", 0, start, max_messages=5, raw=True)
+        assert [int(r.body[:5]) for r in decode_pulled(pr)] == list(range(start, start + 5))
         assert all(r.physical_offset >= s.min_offset for r in p.records)
         files = sorted((tmp_path / "consumequeue" / "Old" / "0").iterdir())
         assert files and int(files[0].name) > 0  # the builder deleted its first queue files

@@ -23,45 +23,46 @@ _sym_db = _symbol_database.Default()
 
 
 from mqstore.rpc.v1 import common_pb2 as mqstore_dot_v1_dot_common__pb2
+from mqstore.rpc.v1 import front_pb2 as mqstore_dot_v1_dot_front__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1emqstore/v1/consume_queue.proto\x12\nmqstore.v1\x1a\x17mqstore/v1/common.proto\"\xc5\x02\n\x0fPutUnitsRequest\x12\x0e\n\x06topics\x18\x01 \x03(\t\x12\x13\n\x0btopic_codes\x18\x0f \x01(\x0c\x12\x11\n\tqueue_ids\x18\x10 \x01(\x0c\x12\x15\n\rqueue_offsets\x18\x11 \x01(\x0c\x12\x18\n\x10physical_offsets\x18\x12 \x01(\x0c\x12\r\n\x05sizes\x18\x13 \x01(\x0c\x12\x12\n\ntags_codes\x18\x14 \x01(\x0c\x12\x18\n\x10store_timestamps\x18\x15 \x01(\x0c\x12\x10\n\x08sysflags\x18\x16 \x01(\x0c\x12\x13\n\x0b\x66rom_offset\x18\n \x01(\x03\x12\x11\n\tto_offset\x18\x0b \x01(\x03\x12\x13\n\x0bincarnation\x18\x0c \x01(\x03\x12\x1c\n\x14\x63ommitlog_min_offset\x18\r \x01(\x03\x12\x19\n\x11\x66orced_deleted_to\x18\x0e \x01(\x03J\x04\x08\x02\x10\n\"1\n\x10PutUnitsResponse\x12\x17\n\x0fprogress_offset\x18\x01 \x01(\x03J\x04\x08\x02\x10\x03\"\x14\n\x12GetProgressRequest\"U\n\x0fGetUnitsRequest\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x10\n\x08queue_id\x18\x02 \x01(\x05\x12\x0e\n\x06offset\x18\x03 \x01(\x03\x12\x11\n\tmax_units\x18\x04 \x01(\x05\"\x9d\x01\n\x10GetUnitsResponse\x12\x14\n\x0c\x66irst_offset\x18\x01 \x01(\x03\x12\x18\n\x10physical_offsets\x18\x02 \x03(\x03\x12\r\n\x05sizes\x18\x03 \x03(\x05\x12\x12\n\ntags_codes\x18\x04 \x03(\x03\x12\x12\n\nmin_offset\x18\x05 \x01(\x03\x12\x12\n\nmax_offset\x18\x06 \x01(\x03\x12\x0e\n\x06\x65xists\x18\x07 \x01(\x08\"1\n\rMinMaxRequest\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x11\n\tqueue_ids\x18\x02 \x03(\x05\"8\n\x0eMinMaxResponse\x12&\n\x06queues\x18\x01 \x03(\x0b\x32\x16.mqstore.v1.QueueRange\"L\n\x13OffsetAtTimeRequest\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x10\n\x08queue_id\x18\x02 \x01(\x05\x12\x14\n\x0ctimestamp_ms\x18\x03 \x01(\x03\"&\n\x14OffsetAtTimeResponse\x12\x0e\n\x06offset\x18\x01 \x01(\x03\"U\n\x13\x43ommitOffsetRequest\x12\r\n\x05group\x18\x01 \x01(\t\x12\r\n\x05topic\x18\x02 \x01(\t\x12\x10\n\x08queue_id\x18\x03 \x01(\x05\x12\x0e\n\x06offset\x18\x04 \x01(\x03\"\x16\n\x14\x43ommitOffsetResponse\"D\n\x12\x46\x65tchOffsetRequest\x12\r\n\x05group\x18\x01 \x01(\t\x12\r\n\x05topic\x18\x02 \x01(\t\x12\x10\n\x08queue_id\x18\x03 \x01(\x05\"%\n\x13\x46\x65tchOffsetResponse\x12\x0e\n\x06offset\x18\x01 \x01(\x03\"$\n\x13GroupOffsetsRequest\x12\r\n\x05group\x18\x01 \x01(\t\"@\n\x14GroupOffsetsResponse\x12(\n\x07offsets\x18\x01 \x03(\x0b\x32\x17.mqstore.v1.GroupOffset2\xf9\x04\n\x13\x43onsumeQueueService\x12\x45\n\x08PutUnits\x12\x1b.mqstore.v1.PutUnitsRequest\x1a\x1c.mqstore.v1.PutUnitsResponse\x12\x45\n\x08GetUnits\x12\x1b.mqstore.v1.GetUnitsRequest\x1a\x1c.mqstore.v1.GetUnitsResponse\x12?\n\x06MinMax\x12\x19.mqstore.v1.MinMaxRequest\x1a\x1a.mqstore.v1.MinMaxResponse\x12Q\n\x0cOffsetAtTime\x12\x1f.mqstore.v1.OffsetAtTimeRequest\x1a .mqstore.v1.OffsetAtTimeResponse\x12Q\n\x0c\x43ommitOffset\x12\x1f.mqstore.v1.CommitOffsetRequest\x1a .mqstore.v1.CommitOffsetResponse\x12N\n\x0b\x46\x65tchOffset\x12\x1e.mqstore.v1.FetchOffsetRequest\x1a\x1f.mqstore.v1.FetchOffsetResponse\x12Q\n\x0cGroupOffsets\x12\x1f.mqstore.v1.GroupOffsetsRequest\x1a .mqstore.v1.GroupOffsetsResponse\x12J\n\x0bGetProgress\x12\x1e.mqstore.v1.GetProgressRequest\x1a\x1b.mqstore.v1.BuilderProgressb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1emqstore/v1/consume_queue.proto\x12\nmqstore.v1\x1a\x17mqstore/v1/common.proto\x1a\x16mqstore/v1/front.proto\"\xc5\x02\n\x0fPutUnitsRequest\x12\x0e\n\x06topics\x18\x01 \x03(\t\x12\x13\n\x0btopic_codes\x18\x0f \x01(\x0c\x12\x11\n\tqueue_ids\x18\x10 \x01(\x0c\x12\x15\n\rqueue_offsets\x18\x11 \x01(\x0c\x12\x18\n\x10physical_offsets\x18\x12 \x01(\x0c\x12\r\n\x05sizes\x18\x13 \x01(\x0c\x12\x12\n\ntags_codes\x18\x14 \x01(\x0c\x12\x18\n\x10store_timestamps\x18\x15 \x01(\x0c\x12\x10\n\x08sysflags\x18\x16 \x01(\x0c\x12\x13\n\x0b\x66rom_offset\x18\n \x01(\x03\x12\x11\n\tto_offset\x18\x0b \x01(\x03\x12\x13\n\x0bincarnation\x18\x0c \x01(\x03\x12\x1c\n\x14\x63ommitlog_min_offset\x18\r \x01(\x03\x12\x19\n\x11\x66orced_deleted_to\x18\x0e \x01(\x03J\x04\x08\x02\x10\n\"1\n\x10PutUnitsResponse\x12\x17\n\x0fprogress_offset\x18\x01 \x01(\x03J\x04\x08\x02\x10\x03\"\x14\n\x12GetProgressRequest\"U\n\x0fGetUnitsRequest\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x10\n\x08queue_id\x18\x02 \x01(\x05\x12\x0e\n\x06offset\x18\x03 \x01(\x03\x12\x11\n\tmax_units\x18\x04 \x01(\x05\"\x9d\x01\n\x10GetUnitsResponse\x12\x14\n\x0c\x66irst_offset\x18\x01 \x01(\x03\x12\x18\n\x10physical_offsets\x18\x02 \x03(\x03\x12\r\n\x05sizes\x18\x03 \x03(\x05\x12\x12\n\ntags_codes\x18\x04 \x03(\x03\x12\x12\n\nmin_offset\x18\x05 \x01(\x03\x12\x12\n\nmax_offset\x18\x06 \x01(\x03\x12\x0e\n\x06\x65xists\x18\x07 \x01(\x08\"1\n\rMinMaxRequest\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x11\n\tqueue_ids\x18\x02 \x03(\x05\"8\n\x0eMinMaxResponse\x12&\n\x06queues\x18\x01 \x03(\x0b\x32\x16.mqstore.v1.QueueRange\"L\n\x13OffsetAtTimeRequest\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x10\n\x08queue_id\x18\x02 \x01(\x05\x12\x14\n\x0ctimestamp_ms\x18\x03 \x01(\x03\"&\n\x14OffsetAtTimeResponse\x12\x0e\n\x06offset\x18\x01 \x01(\x03\"U\n\x13\x43ommitOffsetRequest\x12\r\n\x05group\x18\x01 \x01(\t\x12\r\n\x05topic\x18\x02 \x01(\t\x12\x10\n\x08queue_id\x18\x03 \x01(\x05\x12\x0e\n\x06offset\x18\x04 \x01(\x03\"\x16\n\x14\x43ommitOffsetResponse\"D\n\x12\x46\x65tchOffsetRequest\x12\r\n\x05group\x18\x01 \x01(\t\x12\r\n\x05topic\x18\x02 \x01(\t\x12\x10\n\x08queue_id\x18\x03 \x01(\x05\"%\n\x13\x46\x65tchOffsetResponse\x12\x0e\n\x06offset\x18\x01 \x01(\x03\"$\n\x13GroupOffsetsRequest\x12\r\n\x05group\x18\x01 \x01(\t\"@\n\x14GroupOffsetsResponse\x12(\n\x07offsets\x18\x01 \x03(\x0b\x32\x17.mqstore.v1.GroupOffset2\xb4\x05\n\x13\x43onsumeQueueService\x12\x45\n\x08PutUnits\x12\x1b.mqstore.v1.PutUnitsRequest\x1a\x1c.mqstore.v1.PutUnitsResponse\x12\x45\n\x08GetUnits\x12\x1b.mqstore.v1.GetUnitsRequest\x1a\x1c.mqstore.v1.GetUnitsResponse\x12?\n\x06MinMax\x12\x19.mqstore.v1.MinMaxRequest\x1a\x1a.mqstore.v1.MinMaxResponse\x12Q\n\x0cOffsetAtTime\x12\x1f.mqstore.v1.OffsetAtTimeRequest\x1a .mqstore.v1.OffsetAtTimeResponse\x12Q\n\x0c\x43ommitOffset\x12\x1f.mqstore.v1.CommitOffsetRequest\x1a .mqstore.v1.CommitOffsetResponse\x12N\n\x0b\x46\x65tchOffset\x12\x1e.mqstore.v1.FetchOffsetRequest\x1a\x1f.mqstore.v1.FetchOffsetResponse\x12Q\n\x0cGroupOffsets\x12\x1f.mqstore.v1.GroupOffsetsRequest\x1a .mqstore.v1.GroupOffsetsResponse\x12J\n\x0bGetProgress\x12\x1e.mqstore.v1.GetProgressRequest\x1a\x1b.mqstore.v1.BuilderProgress\x12\x39\n\x04Pull\x12\x17.mqstore.v1.PullRequest\x1a\x18.mqstore.v1.PullResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'mqstore.v1.consume_queue_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_PUTUNITSREQUEST']._serialized_start=72
-  _globals['_PUTUNITSREQUEST']._serialized_end=397
-  _globals['_PUTUNITSRESPONSE']._serialized_start=399
-  _globals['_PUTUNITSRESPONSE']._serialized_end=448
-  _globals['_GETPROGRESSREQUEST']._serialized_start=450
-  _globals['_GETPROGRESSREQUEST']._serialized_end=470
-  _globals['_GETUNITSREQUEST']._serialized_start=472
-  _globals['_GETUNITSREQUEST']._serialized_end=557
-  _globals['_GETUNITSRESPONSE']._serialized_start=560
-  _globals['_GETUNITSRESPONSE']._serialized_end=717
-  _globals['_MINMAXREQUEST']._serialized_start=719
-  _globals['_MINMAXREQUEST']._serialized_end=768
-  _globals['_MINMAXRESPONSE']._serialized_start=770
-  _globals['_MINMAXRESPONSE']._serialized_end=826
-  _globals['_OFFSETATTIMEREQUEST']._serialized_start=828
-  _globals['_OFFSETATTIMEREQUEST']._serialized_end=904
-  _globals['_OFFSETATTIMERESPONSE']._serialized_start=906
-  _globals['_OFFSETATTIMERESPONSE']._serialized_end=944
-  _globals['_COMMITOFFSETREQUEST']._serialized_start=946
-  _globals['_COMMITOFFSETREQUEST']._serialized_end=1031
-  _globals['_COMMITOFFSETRESPONSE']._serialized_start=1033
-  _globals['_COMMITOFFSETRESPONSE']._serialized_end=1055
-  _globals['_FETCHOFFSETREQUEST']._serialized_start=1057
-  _globals['_FETCHOFFSETREQUEST']._serialized_end=1125
-  _globals['_FETCHOFFSETRESPONSE']._serialized_start=1127
-  _globals['_FETCHOFFSETRESPONSE']._serialized_end=1164
-  _globals['_GROUPOFFSETSREQUEST']._serialized_start=1166
-  _globals['_GROUPOFFSETSREQUEST']._serialized_end=1202
-  _globals['_GROUPOFFSETSRESPONSE']._serialized_start=1204
-  _globals['_GROUPOFFSETSRESPONSE']._serialized_end=1268
-  _globals['_CONSUMEQUEUESERVICE']._serialized_start=1271
-  _globals['_CONSUMEQUEUESERVICE']._serialized_end=1904
+  _globals['_PUTUNITSREQUEST']._serialized_start=96
+  _globals['_PUTUNITSREQUEST']._serialized_end=421
+  _globals['_PUTUNITSRESPONSE']._serialized_start=423
+  _globals['_PUTUNITSRESPONSE']._serialized_end=472
+  _globals['_GETPROGRESSREQUEST']._serialized_start=474
+  _globals['_GETPROGRESSREQUEST']._serialized_end=494
+  _globals['_GETUNITSREQUEST']._serialized_start=496
+  _globals['_GETUNITSREQUEST']._serialized_end=581
+  _globals['_GETUNITSRESPONSE']._serialized_start=584
+  _globals['_GETUNITSRESPONSE']._serialized_end=741
+  _globals['_MINMAXREQUEST']._serialized_start=743
+  _globals['_MINMAXREQUEST']._serialized_end=792
+  _globals['_MINMAXRESPONSE']._serialized_start=794
+  _globals['_MINMAXRESPONSE']._serialized_end=850
+  _globals['_OFFSETATTIMEREQUEST']._serialized_start=852
+  _globals['_OFFSETATTIMEREQUEST']._serialized_end=928
+  _globals['_OFFSETATTIMERESPONSE']._serialized_start=930
+  _globals['_OFFSETATTIMERESPONSE']._serialized_end=968
+  _globals['_COMMITOFFSETREQUEST']._serialized_start=970
+  _globals['_COMMITOFFSETREQUEST']._serialized_end=1055
+  _globals['_COMMITOFFSETRESPONSE']._serialized_start=1057
+  _globals['_COMMITOFFSETRESPONSE']._serialized_end=1079
+  _globals['_FETCHOFFSETREQUEST']._serialized_start=1081
+  _globals['_FETCHOFFSETREQUEST']._serialized_end=1149
+  _globals['_FETCHOFFSETRESPONSE']._serialized_start=1151
+  _globals['_FETCHOFFSETRESPONSE']._serialized_end=1188
+  _globals['_GROUPOFFSETSREQUEST']._serialized_start=1190
+  _globals['_GROUPOFFSETSREQUEST']._serialized_end=1226
+  _globals['_GROUPOFFSETSRESPONSE']._serialized_start=1228
+  _globals['_GROUPOFFSETSRESPONSE']._serialized_end=1292
+  _globals['_CONSUMEQUEUESERVICE']._serialized_start=1295
+  _globals['_CONSUMEQUEUESERVICE']._serialized_end=1987
 # @@protoc_insertion_point(module_scope)

@@ -5,6 +5,7 @@ import warnings
 
 from mqstore.rpc.v1 import common_pb2 as mqstore_dot_v1_dot_common__pb2
 from mqstore.rpc.v1 import consume_queue_pb2 as mqstore_dot_v1_dot_consume__queue__pb2
+from mqstore.rpc.v1 import front_pb2 as mqstore_dot_v1_dot_front__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
 GRPC_VERSION = grpc.__version__
@@ -76,6 +77,11 @@ class ConsumeQueueServiceStub:
                 request_serializer=mqstore_dot_v1_dot_consume__queue__pb2.GetProgressRequest.SerializeToString,
                 response_deserializer=mqstore_dot_v1_dot_common__pb2.BuilderProgress.FromString,
                 _registered_method=True)
+        self.Pull = channel.unary_unary(
+                '/mqstore.v1.ConsumeQueueService/Pull',
+                request_serializer=mqstore_dot_v1_dot_front__pb2.PullRequest.SerializeToString,
+                response_deserializer=mqstore_dot_v1_dot_front__pb2.PullResponse.FromString,
+                _registered_method=True)
 
 
 class ConsumeQueueServiceServicer:
@@ -139,6 +145,17 @@ class ConsumeQueueServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Pull(self, request, context):
+        """A raw pull (raw must be set) answered on the shard's node: units from the
+        consume queue, record bytes from read-only maps of the commitlog's segments
+        (services/index/local_pull.py). The front checks the caller's ACL and the
+        topic's read perm, then forwards FrontService.Pull's bytes here and this answer
+        back as they are.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ConsumeQueueServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -181,6 +198,11 @@ def add_ConsumeQueueServiceServicer_to_server(servicer, server):
                     servicer.GetProgress,
                     request_deserializer=mqstore_dot_v1_dot_consume__queue__pb2.GetProgressRequest.FromString,
                     response_serializer=mqstore_dot_v1_dot_common__pb2.BuilderProgress.SerializeToString,
+            ),
+            'Pull': grpc.unary_unary_rpc_method_handler(
+                    servicer.Pull,
+                    request_deserializer=mqstore_dot_v1_dot_front__pb2.PullRequest.FromString,
+                    response_serializer=mqstore_dot_v1_dot_front__pb2.PullResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -400,6 +422,33 @@ class ConsumeQueueService:
             '/mqstore.v1.ConsumeQueueService/GetProgress',
             mqstore_dot_v1_dot_consume__queue__pb2.GetProgressRequest.SerializeToString,
             mqstore_dot_v1_dot_common__pb2.BuilderProgress.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Pull(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mqstore.v1.ConsumeQueueService/Pull',
+            mqstore_dot_v1_dot_front__pb2.PullRequest.SerializeToString,
+            mqstore_dot_v1_dot_front__pb2.PullResponse.FromString,
             options,
             channel_credentials,
             insecure,
