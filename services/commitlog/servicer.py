@@ -161,7 +161,7 @@ class CommitLogServicer(commitlog_pb2_grpc.CommitLogServiceServicer):
             left = deadline - now
             if left <= 0:
                 return res
-            await self.state.wait_appended(min(left, 0.05))
+            await self.state.wait_appended(left)  # every append through this servicer wakes it
             log_store = self.state.recovered()
 
     def _range(self, log_store: LogStore, offset: int, max_bytes: int, bounds_only: bool) -> pb.ReadRangeResponse:

@@ -234,8 +234,9 @@ class CommitLogState:
             ev.set()
 
     async def wait_appended(self, timeout_s: float) -> None:
-        """Until the next notify_appended or the timeout (appends that bypass the
-        servicer, such as delayed deliveries, are seen at the timeout)."""
+        """Until the next notify_appended or the timeout. Every append goes through
+        the servicer (AppendBatch, AppendEncoded, DeliverDelayed), which notifies once
+        its records are visible, so a waiter sleeps for its whole timeout when idle."""
         if self._appended is None:
             self._appended = asyncio.Event()
         try:
