@@ -10,6 +10,10 @@ import grpc
 
 Headers = Callable[[], Iterable[tuple[str, str]]]
 
+# Trailing metadata of a FrontService.SendEncoded whose shard was not reached: nothing
+# of the batch was written, so the client may send it again.
+NOT_STORED_HEADER = "x-mqstore-not-stored"
+
 
 class _CallDetails(grpc.ClientCallDetails):
     def __init__(self, method, timeout, metadata, credentials, wait_for_ready, compression) -> None:
@@ -74,4 +78,4 @@ class AioAddHeaders(
     intercept_unary_unary = intercept_unary_stream = intercept_stream_unary = intercept_stream_stream = _call
 
 
-__all__ = ["AddHeaders", "AioAddHeaders", "Headers"]
+__all__ = ["NOT_STORED_HEADER", "AddHeaders", "AioAddHeaders", "Headers"]

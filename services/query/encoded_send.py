@@ -30,6 +30,7 @@ import numpy as np
 from mqstore.formats.msgid import decode_host
 from mqstore.kernels import _decode, _encode
 from mqstore.rpc.v1 import common_pb2, front_pb2
+from mqstore.services.common.headers import NOT_STORED_HEADER
 from mqstore.store.clock import SystemClock
 from mqstore.store.config import StoreConfig
 from mqstore.store.messages import AUTO_QUEUE, MessageBatch
@@ -43,8 +44,10 @@ _CLIENT_MAX_BODY = 64 << 20
 @dataclass
 class EncodedSendResult:
     """Per message, in the batch's order. ``statuses``: the proto's PutStatus
-    (common_pb2.PUT_OK, FLUSH_DISK_TIMEOUT, or SHARD_FAILED where the message's shard
-    failed: then its offsets are -1 and ``errors[shard]`` says why, "CODE: message")."""
+    (common_pb2.PUT_OK, FLUSH_DISK_TIMEOUT; where the message's shard failed,
+    NOT_STORED when nothing of its part was written, so sending it again is safe, or
+    SHARD_FAILED when that is not known; then its offsets are -1 and
+    ``errors[shard]`` says why, "CODE: message")."""
 
     statuses: np.ndarray
     physical_offsets: np.ndarray
@@ -70,7 +73,8 @@ class EncodedSendResult:
         """Offset msgIds ("" for messages not stored), made on demand."""
         out = [""] * len(self)
         for s, prefix in enumerate(self.prefixes):
-            rows = np.flatnonzero((self.shards == s) & (self.statuses != common_pb2.SHARD_FAILED))
+            stored = (self.statuses == common_pb2.PUT_OK) | (self.statuses == common_pb2.FLUSH_DISK_TIMEOUT)
+            rows = np.flatnonzero((self.shards == s) & stored)
             if len(rows):
                 for i, m in zip(rows.tolist(), _encode.offset_msg_ids(prefix, self.physical_offsets[rows])):
                     out[i] = m
@@ -144,7 +148,7 @@ class EncodedSender:
             part = _decode.gather(enc.data, starts[rows], enc.sizes[rows], np.empty(len(rows) + 1, np.int64))
             names = sorted({topics[i] for i in rows.tolist()})
             pending.append((s, rows, self._part(part, names, s, shards)))
-        answers, errors = [], {}
+        answers, errors, not_stored = [], {}, []
         for s, rows, future in pending:
             try:
                 answers.append((s, rows, future.result()))
@@ -152,9 +156,14 @@ class EncodedSender:
                 if len(pending) == 1 or e.code() is grpc.StatusCode.FAILED_PRECONDITION:
                     raise
                 errors[s] = f"{e.code().name}: {e.details()}"
+                if e.code() in _REFUSED or _not_reached(e):
+                    not_stored.append(rows)
         if not answers:
             raise _first_error(pending)
-        return _result(enc, answers, list(route.msg_id_prefixes), errors, shard_of)
+        res = _result(enc, answers, list(route.msg_id_prefixes), errors, shard_of)
+        for rows in not_stored:
+            res.statuses[rows] = common_pb2.NOT_STORED
+        return res
 
     def _part(self, data: bytes, topics: list[str], shard: int, shards: int):
         req = common_pb2.EncodedBatch(records=data, topics=topics, shard=shard, shards=shards)
@@ -179,6 +188,24 @@ class EncodedSender:
                 self._round_robin[t] = start + count
         crc = np.array([zlib.crc32(t.encode()) for t in names.tolist()], np.int64)
         return dataclasses.replace(batch, queue_ids=qids), (crc[codes] + qids) % route.shards
+
+
+# Codes of a part refused before anything was written (as the front's SendBatch counts them).
+_REFUSED = frozenset(
+    {
+        grpc.StatusCode.INVALID_ARGUMENT,
+        grpc.StatusCode.PERMISSION_DENIED,
+        grpc.StatusCode.UNAUTHENTICATED,
+        grpc.StatusCode.RESOURCE_EXHAUSTED,
+        grpc.StatusCode.FAILED_PRECONDITION,
+    }
+)
+
+
+def _not_reached(e: grpc.RpcError) -> bool:
+    """The front says the part's shard was not reached: nothing of it was written."""
+    trailing = e.trailing_metadata() if hasattr(e, "trailing_metadata") else None
+    return any(k == NOT_STORED_HEADER for k, _ in trailing or ())
 
 
 def _prefix(route: front_pb2.GetRouteResponse, shard: int) -> str:

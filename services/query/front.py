@@ -52,6 +52,7 @@ from mqstore.services.common.errors import (
     rpc,
     status_of,
 )
+from mqstore.services.common.headers import NOT_STORED_HEADER
 from mqstore.services.common.internal_auth import InternalAuth
 from mqstore.services.common.peers import Locator, Placement
 from mqstore.services.common.server import Registration, channel
@@ -380,7 +381,11 @@ class FrontServicer(front_pb2_grpc.FrontServiceServicer):
                 f"the batch was routed to shard {req.shard} of {req.shards}; this deployment has "
                 f"{len(self.shards)} shard(s): ask GetRoute again"
             )
-        return await self.shards[req.shard].call("cl", "AppendEncoded", raw, timeout=60, retry=False, raw=True)
+        try:
+            return await self.shards[req.shard].call("cl", "AppendEncoded", raw, timeout=60, retry=False, raw=True)
+        except ShardUnreachable:
+            context.set_trailing_metadata(((NOT_STORED_HEADER, "1"),))  # the client may send it again safely
+            raise
 
     @rpc
     async def GetRoute(self, request: pb.GetRouteRequest, context) -> pb.GetRouteResponse:

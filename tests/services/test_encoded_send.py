@@ -193,3 +193,24 @@ def test_remote_append_bench_sends_either_way(client, stack, wire):
     assert "dispatch_lag_p99_ms" in r
     with pytest.raises(ValueError, match="wire"):
         run_remote_append(stack.front_endpoint, messages=1, wire="json")
+
+
+def test_a_batch_over_two_shards_with_one_down_says_what_each_message_became(tmp_path):
+    """One shard's commitlog is gone: its part is NOT_STORED (the front could not
+    reach it, nothing was written: safe to send again), the other part is stored, and
+    the error names the shard; the call itself succeeds."""
+    with LocalStack(tmp_path, small_config(), shards=2) as st, FrontClient(st.front_endpoint) as c:
+        assert st.wait_ready(60)
+        c.route()  # both shards answered the route
+        topics = [f"Down{i}" for i in range(8)]
+        batch = MessageBatch(topics=[topics[i % 8] for i in range(64)], bodies=[b"m%d" % i for i in range(64)])
+        assert c.send_encoded(batch).ok
+        st.shards.pop(1).close()  # (LocalStack closes the rest)
+        res = c.send_encoded(batch)
+        on = res.shards
+        assert set(on.tolist()) == {0, 1}
+        assert (res.statuses[on == 0] == common_pb2.PUT_OK).all()
+        assert (res.statuses[on == 1] == common_pb2.NOT_STORED).all()
+        assert (res.physical_offsets[on == 1] == -1).all() and (res.physical_offsets[on == 0] >= 0).all()
+        assert list(res.errors) == [1] and res.errors[1].startswith("UNAVAILABLE") and "shard 1" in res.errors[1]
+        assert [m for m, s in zip(res.msg_ids, on.tolist()) if s == 1] == [""] * int((on == 1).sum())
