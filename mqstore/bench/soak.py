@@ -540,6 +540,9 @@ def run_soak(s: Soak, *, progress=None) -> tuple[list[dict], dict]:
     for t in producers + others:
         t.join()
     ack.close()
+    rows = [
+        _minute_row(run, m) for m in range(len(rows))
+    ]  # again, with the calls that were in flight at a minute's end
     caught_up, waited, final_found, error = False, 0.0, 0, None
     with run.client() as c:
         try:
