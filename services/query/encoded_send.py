@@ -132,7 +132,7 @@ class EncodedSender:
         shards = route.shards
         if shards == 1:
             enc = encode_for_send(self._encoder(_prefix(route, 0)), batch)
-            answer = self._part(enc.data, _topics(batch), 0, 1).result()
+            answer = self._stub.SendEncoded(_request(enc.data, _topics(batch), 0, 1), timeout=self._timeout)
             return _result(enc, [(0, np.arange(enc.n), answer)], list(route.msg_id_prefixes), {})
         batch, shard_of = self._routed(route, batch)
         present = np.unique(shard_of).tolist()
@@ -147,7 +147,11 @@ class EncodedSender:
             rows = np.flatnonzero(shard_of == s)
             part = _decode.gather(enc.data, starts[rows], enc.sizes[rows], np.empty(len(rows) + 1, np.int64))
             names = sorted({topics[i] for i in rows.tolist()})
-            pending.append((s, rows, self._part(part, names, s, shards)))
+            req = _request(part, names, s, shards)
+            if len(present) == 1:  # a blocking call: the future API starts a thread per call
+                answer = self._stub.SendEncoded(req, timeout=self._timeout)
+                return _result(enc, [(s, rows, answer)], list(route.msg_id_prefixes), {}, shard_of)
+            pending.append((s, rows, self._stub.SendEncoded.future(req, timeout=self._timeout)))
         answers, errors, not_stored = [], {}, []
         for s, rows, future in pending:
             try:
@@ -164,10 +168,6 @@ class EncodedSender:
         for rows in not_stored:
             res.statuses[rows] = common_pb2.NOT_STORED
         return res
-
-    def _part(self, data: bytes, topics: list[str], shard: int, shards: int):
-        req = common_pb2.EncodedBatch(records=data, topics=topics, shard=shard, shards=shards)
-        return self._stub.SendEncoded.future(req, timeout=self._timeout)
 
     def _routed(self, route: front_pb2.GetRouteResponse, batch: MessageBatch) -> tuple[MessageBatch, np.ndarray]:
         """The batch with every queue picked (round robin over each topic's write
@@ -237,6 +237,10 @@ def _first_error(pending) -> grpc.RpcError:
         if e is not None:
             return e
     raise AssertionError("no part failed")
+
+
+def _request(data: bytes, topics: list[str], shard: int, shards: int) -> common_pb2.EncodedBatch:
+    return common_pb2.EncodedBatch(records=data, topics=topics, shard=shard, shards=shards)
 
 
 def _topic_list(batch: MessageBatch, n: int) -> list[str]:
