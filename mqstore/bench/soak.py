@@ -56,6 +56,7 @@ from mqstore.bench.remote import wait_dispatched
 from mqstore.bench.workload import Workload, topic_name
 from mqstore.rpc.v1 import common_pb2, front_pb2
 from mqstore.services.query.client import FrontClient, decode_pulled
+from mqstore.store.messages import MessageBatch
 
 RETRY_GRACE_S = 60.0  # a batch not yet acknowledged at the end is retried this much longer
 QUERY_AFTER_S = 2.0  # key queries ask for messages acknowledged at least this long ago
@@ -83,8 +84,11 @@ class Soak:
     rss_every: float = 30.0
     ack_log: Path | None = None
     stop_timeout: float = 180.0
+    wire: str = "encoded"  # "encoded" (send_encoded) or "columns" (send)
 
     def __post_init__(self) -> None:
+        if self.wire not in ("encoded", "columns"):
+            raise ValueError(f"wire must be encoded or columns, got {self.wire!r}")
         if self.minutes <= 0 or self.producers < 1 or self.consumers < 1 or self.batch < 1:
             raise ValueError("minutes must be > 0; producers, consumers and batch >= 1")
         if self.kill_every < 0 or self.rate < 0 or self.query_rate < 0 or self.rss_every <= 0:
@@ -195,7 +199,11 @@ def _send(run: _Run, c: FrontClient, ack: AckLog, msgs: list[tuple]) -> list[tup
     idx, topics, bodies, qids, tags, keys = zip(*msgs)
     t0 = run.now()
     try:
-        r = c.send(list(topics), list(bodies), queue_ids=list(qids), tags=list(tags), keys=list(keys))
+        if run.s.wire == "encoded":
+            batch = MessageBatch(list(topics), list(bodies), queue_ids=list(qids), tags=list(tags), keys=list(keys))
+            r = c.send_encoded(batch)
+        else:
+            r = c.send(list(topics), list(bodies), queue_ids=list(qids), tags=list(tags), keys=list(keys))
     except grpc.RpcError as e:
         with run.lock:
             run.calls.append((t0, run.now() - t0, -1))

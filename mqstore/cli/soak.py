@@ -77,6 +77,9 @@ def register(bench_app: typer.Typer) -> None:
             ),
         ] = None,
         out: Annotated[Optional[Path], typer.Option("--out", help="Also write the JSON summary to this file.")] = None,
+        wire: Annotated[
+            str, typer.Option("--wire", help="How producers send: encoded (send_encoded) or columns (send).")
+        ] = "encoded",
     ) -> None:
         """Soak a running deployment: producers send (every acknowledgement in an ack log),
         consumers pull every queue, key queries run, and one actor is killed at a time
@@ -108,6 +111,7 @@ def register(bench_app: typer.Typer) -> None:
             query_rate=query_rate,
             rss_every=rss_every,
             ack_log=ack_log,
+            wire=wire,
         )
         print(ROW_HEAD, file=sys.stderr, flush=True)
         rows, summary = run_soak(s, progress=lambda r: print(format_row(r), file=sys.stderr, flush=True))
