@@ -47,30 +47,16 @@ class CommitLogServicer(commitlog_pb2_grpc.CommitLogServiceServicer):
     @rpc
     async def AppendBatch(self, request: pb.AppendBatchRequest, context) -> pb.AppendBatchResponse:
         log_store = self.state.ready()
-        batch = columns_to_batch(request.messages)
-        stats = self.state.stats
-        t0 = time.perf_counter()
-        try:
-            res = await self.state.call(log_store.append, batch)
-        except Exception:
-            stats.failed(time.perf_counter() - t0)
-            raise
-        self.state.notify_appended()
-        if res.status is PutStatus.PUT_OK:
-            stats.appended(len(res), int(res.sizes.sum()), time.perf_counter() - t0)
-        else:  # written, not proven durable (sync flush timed out)
-            stats.failed(time.perf_counter() - t0)
+        res = await self._timed_append(log_store.append, columns_to_batch(request.messages))
         return pb.AppendBatchResponse(result=append_result_to_pb(res, self.state.shard))
 
-    @rpc
-    async def AppendEncoded(self, request: common_pb2.EncodedBatch, context) -> common_pb2.EncodedAppendResult:
-        log_store = self.state.ready()
-        if request.shard != self.state.shard:
-            raise Precondition(f"the batch is for shard {request.shard}; this is shard {self.state.shard}")
+    async def _timed_append(self, append, *args):
+        """Run an append on an executor thread, wake the waiting ReadRanges, and count it
+        in the shard's stats (a FLUSH_DISK_TIMEOUT counts as failed: not proven durable)."""
         stats = self.state.stats
         t0 = time.perf_counter()
         try:
-            res = await self.state.call(self._append_encoded, log_store, request)
+            res = await self.state.call(append, *args)
         except Exception:
             stats.failed(time.perf_counter() - t0)
             raise
@@ -79,6 +65,14 @@ class CommitLogServicer(commitlog_pb2_grpc.CommitLogServiceServicer):
             stats.appended(len(res), int(res.sizes.sum()), time.perf_counter() - t0)
         else:
             stats.failed(time.perf_counter() - t0)
+        return res
+
+    @rpc
+    async def AppendEncoded(self, request: common_pb2.EncodedBatch, context) -> common_pb2.EncodedAppendResult:
+        log_store = self.state.ready()
+        if request.shard != self.state.shard:
+            raise Precondition(f"the batch is for shard {request.shard}; this is shard {self.state.shard}")
+        res = await self._timed_append(self._append_encoded, log_store, request)
         return common_pb2.EncodedAppendResult(
             status=put_status_to_pb(res.status),
             physical_offsets=res.physical_offsets.astype("<i8").tobytes(),

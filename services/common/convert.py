@@ -16,6 +16,7 @@ from mqstore.formats.message import MessageRecord
 from mqstore.formats.msgid import Host
 from mqstore.formats.names import check_topic
 from mqstore.rpc.v1 import common_pb2 as pb
+from mqstore.rpc.v1 import front_pb2
 from mqstore.services.common.errors import BadRequest, TooLarge
 from mqstore.store.messages import (
     AUTO_QUEUE,
@@ -29,6 +30,21 @@ MAX_BATCH_MESSAGES = 10_000
 MAX_BATCH_BODY_BYTES = 64 << 20
 MAX_QUEUE_ID = 65_535
 _PUT_STATUS = {PutStatus.PUT_OK: pb.PUT_OK, PutStatus.FLUSH_DISK_TIMEOUT: pb.FLUSH_DISK_TIMEOUT}
+
+
+def pull_answer_to_pb(a, *, raw: bool) -> front_pb2.PullResponse:
+    """The front's PullResponse of a reads.pull answer (raw: one buffer of records plus sizes)."""
+    out = front_pb2.PullResponse(
+        status=front_pb2.PullStatus.Value(a.status.name),
+        next_offset=a.next_offset,
+        min_offset=a.min_offset,
+        max_offset=a.max_offset,
+    )
+    if raw:
+        out.raw_data, out.raw_sizes = a.records.to_wire()
+    else:
+        out.records.extend(a.records)
+    return out
 
 
 def put_status_to_pb(status: PutStatus) -> int:

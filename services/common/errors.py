@@ -149,6 +149,22 @@ def status_of(exc: BaseException) -> tuple[grpc.StatusCode, str]:
 F = TypeVar("F", bound=Callable[..., Awaitable[Any]])
 
 
+# Codes a shard refuses a request with before it writes anything: a send refused so
+# may be sent again without storing anything twice (UNAVAILABLE may come after a write).
+REFUSED_CODES = frozenset(
+    {
+        Code.INVALID_ARGUMENT,
+        Code.PERMISSION_DENIED,
+        Code.UNAUTHENTICATED,
+        Code.RESOURCE_EXHAUSTED,
+        Code.FAILED_PRECONDITION,
+        Code.NOT_FOUND,
+        Code.OUT_OF_RANGE,
+        Code.UNIMPLEMENTED,
+    }
+)
+
+
 def rpc(method: F) -> F:
     """Wrap an async servicer method: map any exception to a status (one log line
     for INTERNAL and DATA_LOSS, which are the server's problems, not the caller's).
@@ -181,6 +197,7 @@ def rpc(method: F) -> F:
 
 
 __all__ = [
+    "REFUSED_CODES",
     "Aborted",
     "BadRequest",
     "NotFound",

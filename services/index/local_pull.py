@@ -24,6 +24,7 @@ import numpy as np
 from mqstore.errors import OffsetError
 from mqstore.formats.packed import RawRecords
 from mqstore.rpc.v1 import front_pb2
+from mqstore.services.common.convert import pull_answer_to_pb
 from mqstore.store import reads
 from mqstore.store.builders import QueueBuilder
 from mqstore.store.local_ports import units_page
@@ -52,15 +53,7 @@ class LocalPulls:
             tags=reads.parse_tag_expression(request.tag_expression),
             raw=True,
         )
-        a = reads.drive(read, _Ports(self, builder, view, commitlog_min))
-        out = front_pb2.PullResponse(
-            status=front_pb2.PullStatus.Value(a.status.name),
-            next_offset=a.next_offset,
-            min_offset=a.min_offset,
-            max_offset=a.max_offset,
-        )
-        out.raw_data, out.raw_sizes = a.records.to_wire()
-        return out
+        return pull_answer_to_pb(reads.drive(read, _Ports(self, builder, view, commitlog_min)), raw=True)
 
     def read_raw(self, view: object, commitlog_min: int, offsets: np.ndarray, sizes: np.ndarray):
         """``(offsets found, RawRecords)``: the records at ``offsets`` (ascending, one

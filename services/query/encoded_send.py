@@ -30,6 +30,7 @@ import numpy as np
 from mqstore.formats.msgid import decode_host
 from mqstore.kernels import _decode, _encode
 from mqstore.rpc.v1 import common_pb2, front_pb2
+from mqstore.services.common.errors import REFUSED_CODES
 from mqstore.services.common.headers import NOT_STORED_HEADER
 from mqstore.store.clock import SystemClock
 from mqstore.store.config import StoreConfig
@@ -160,7 +161,7 @@ class EncodedSender:
                 if len(pending) == 1 or e.code() is grpc.StatusCode.FAILED_PRECONDITION:
                     raise
                 errors[s] = f"{e.code().name}: {e.details()}"
-                if e.code() in _REFUSED or _not_reached(e):
+                if e.code() in REFUSED_CODES or _not_reached(e):
                     not_stored.append(rows)
         if not answers:
             raise _first_error(pending)
@@ -188,18 +189,6 @@ class EncodedSender:
                 self._round_robin[t] = start + count
         crc = np.array([zlib.crc32(t.encode()) for t in names.tolist()], np.int64)
         return dataclasses.replace(batch, queue_ids=qids), (crc[codes] + qids) % route.shards
-
-
-# Codes of a part refused before anything was written (as the front's SendBatch counts them).
-_REFUSED = frozenset(
-    {
-        grpc.StatusCode.INVALID_ARGUMENT,
-        grpc.StatusCode.PERMISSION_DENIED,
-        grpc.StatusCode.UNAUTHENTICATED,
-        grpc.StatusCode.RESOURCE_EXHAUSTED,
-        grpc.StatusCode.FAILED_PRECONDITION,
-    }
-)
 
 
 def _not_reached(e: grpc.RpcError) -> bool:

@@ -39,10 +39,12 @@ from mqstore.rpc.v1 import front_pb2 as pb
 from mqstore.services.common import deadline, validate
 from mqstore.services.common.convert import (
     check_batch_limits,
+    pull_answer_to_pb,
     queue_id_column,
     topic_column,
 )
 from mqstore.services.common.errors import (
+    REFUSED_CODES,
     BadRequest,
     PermissionDenied,
     Precondition,
@@ -491,15 +493,7 @@ class FrontServicer(front_pb2_grpc.FrontServiceServicer):
             max_count=request.max_messages or 32,
             tags=reads.parse_tag_expression(request.tag_expression),
         )
-        a = await drive_async(read, self._ports(shard))
-        out = pb.PullResponse(
-            status=pb.PullStatus.Value(a.status.name),
-            next_offset=a.next_offset,
-            min_offset=a.min_offset,
-            max_offset=a.max_offset,
-        )
-        out.records.extend(a.records)
-        return out.SerializeToString()
+        return pull_answer_to_pb(await drive_async(read, self._ports(shard)), raw=False).SerializeToString()
 
     def _ports(self, shard: ShardClient) -> GrpcPorts:
         return GrpcPorts(shard, self._perms)
@@ -852,21 +846,6 @@ def _rule_pb(r: Rule) -> pb.AclRule:
     return pb.AclRule(**r.to_json())
 
 
-# A part refused with one of these was not written (the shard checks before it writes).
-_REFUSED = frozenset(
-    {
-        grpc.StatusCode.INVALID_ARGUMENT,
-        grpc.StatusCode.PERMISSION_DENIED,
-        grpc.StatusCode.UNAUTHENTICATED,
-        grpc.StatusCode.RESOURCE_EXHAUSTED,
-        grpc.StatusCode.FAILED_PRECONDITION,
-        grpc.StatusCode.NOT_FOUND,
-        grpc.StatusCode.OUT_OF_RANGE,
-        grpc.StatusCode.UNIMPLEMENTED,
-    }
-)
-
-
 def _merge_parts(n: int, qids: np.ndarray, parts: list, answers: list) -> pb.SendBatchResponse:
     """One answer for a batch split over shards: ``parts`` [(shard, rows)] and each
     part's AppendBatchResponse or exception. Every message gets its own status:
@@ -881,7 +860,7 @@ def _merge_parts(n: int, qids: np.ndarray, parts: list, answers: list) -> pb.Sen
             a = RpcError(f"shard {s} answered {len(a.result.statuses)} statuses for {len(rows)} messages")
         if isinstance(a, BaseException):
             code, message = status_of(a)
-            failed[s] = (code, message, isinstance(a, ShardUnreachable) or code in _REFUSED)
+            failed[s] = (code, message, isinstance(a, ShardUnreachable) or code in REFUSED_CODES)
     if len(failed) == len(parts):
         codes = {code for code, _, _ in failed.values()}
         if len(parts) == 1:
