@@ -11,9 +11,11 @@ from mqstore.services.common.actor import (
     actor_resolver,
     configure_actor_logging,
     dispatcher_name,
+    shard_locator,
     shard_resolvers,
 )
 from mqstore.services.common.internal_auth import InternalAuth
+from mqstore.services.common.peers import RESOLVE_S
 from mqstore.services.common.server import TlsFiles
 from mqstore.services.query.host import FrontHost
 
@@ -33,8 +35,14 @@ class FrontActor(Hosted):
         index_enabled: bool = True,
         acl: str | None = None,
     ) -> None:
+        # Every actor of the deployment exists before the front: one that does not, or is
+        # dead for good, fails its calls at once; a resolution gives up after RESOLVE_S
+        # (callers wait less: see front.ShardClient.call).
         resolvers = [
-            (shard_resolvers(i, namespace, index_enabled), actor_resolver(dispatcher_name(i), namespace))
+            (
+                shard_resolvers(i, namespace, index_enabled, timeout_s=RESOLVE_S, gone_fails=True),
+                actor_resolver(dispatcher_name(i), namespace, RESOLVE_S, gone_fails=True),
+            )
             for i in range(shards)
         ]
         configure_actor_logging("front")
@@ -47,6 +55,7 @@ class FrontActor(Hosted):
             tls=tls,
             auth=auth,
             acl=acl,
+            locators=[shard_locator(i, namespace, index_enabled) for i in range(shards)],
         )
 
     def metrics_endpoint(self) -> str:

@@ -42,6 +42,7 @@ from mqstore.services.commitlog.actor import CommitLogActor
 from mqstore.services.common.actor import (
     FRONT,
     NAMESPACE,
+    actor_state,
     builder_name,
     dispatcher_name,
     shard_name,
@@ -76,11 +77,54 @@ class Deployment:
     front_endpoint: str = ""
     metrics_endpoint: str = ""
 
+    _asks: dict = field(default_factory=dict, repr=False)  # poll_ready's wait_ready calls in flight
+
     def wait_ready(self, timeout_s: float = 600.0) -> bool:
         """True once every commitlog serves and every builder is open (the ready line
         of `mqstore serve` then means every query works)."""
         actors = self.shards + self.queue_builders + self.index_builders
         return all(ray.get([a.wait_ready.remote(timeout_s) for a in actors], timeout=timeout_s + 10))
+
+    def poll_ready(self, wait_s: float = 1.0) -> tuple[bool, dict[int, str]]:
+        """One look at the stores' open, in about ``wait_s`` seconds whatever the
+        actors do: (every commitlog serves and every builder is open, {shard: why
+        its store failed to open}). An actor not placed on a node yet, or
+        restarting, is not ready; its question stays asked and is not asked again
+        (no pile of calls for an actor that never comes)."""
+        actors = self.shards + self.queue_builders + self.index_builders
+        for k, a in enumerate(actors):
+            if k not in self._asks:
+                self._asks[k] = a.wait_ready.remote(wait_s)
+        done, _ = ray.wait(list(self._asks.values()), num_returns=len(self._asks), timeout=wait_s + 1.0)
+        done = set(done)
+        ready, unopened = True, []
+        for k in range(len(actors)):
+            ref = self._asks[k]
+            if ref not in done:
+                ready = False
+                continue
+            del self._asks[k]
+            try:
+                ok = ray.get(ref)
+            except Exception:  # noqa: BLE001 - died or restarting: asked again next time
+                ok = False
+            if not ok:
+                ready = False
+                if k < len(self.shards):
+                    unopened.append(k)
+        failed = {}
+        if unopened:
+            asks = {i: self.shards[i].status.remote() for i in unopened}
+            answered, _ = ray.wait(list(asks.values()), num_returns=len(asks), timeout=wait_s)
+            for i, ref in asks.items():
+                if ref in answered:
+                    try:
+                        st = ray.get(ref)
+                    except Exception:  # noqa: BLE001
+                        continue
+                    if st["state"] == "FAILED":
+                        failed[i] = st["error"] or "failed"
+        return ready, failed
 
     def failed(self, timeout_s: float = 10.0) -> dict[int, str]:
         """Shards whose store failed to open: {index: error} (a restart of the actor
@@ -92,36 +136,66 @@ class Deployment:
         return out
 
     def close(self, timeout_s: float = 120.0) -> None:
-        """Front, then dispatchers (after dispatching what is confirmed), then the
-        builders, then the commitlogs: each closes its server and its files cleanly;
-        then the actors are killed for good. An actor that is restarting is waited
-        for (its files must be closed, not killed again)."""
-        groups = [
-            ([self.front] if self.front is not None else [], 15.0),
-            (self.dispatchers, 30.0),
-            (self.queue_builders + self.index_builders, timeout_s),
-            (self.shards, timeout_s),
-        ]
-        for group, limit in groups:
-            with ThreadPoolExecutor(max(1, len(group))) as pool:  # shards close their stores in parallel
-                list(pool.map(lambda a, limit=limit: _close_actor(a, limit), group))
-            for a in group:
-                ray.kill(a, no_restart=True)
+        """The front, then each shard in parallel: its dispatcher (after dispatching
+        what is confirmed), its builders, its commitlog; each closes its server and
+        its files cleanly; then every actor is killed for good. Only actors that
+        can be reached are closed: one restarting is waited for a little (its files
+        must be closed, not killed again), one not placed on any node, dead, or
+        not answering is killed without waiting (it holds no store open, or one
+        that nothing can close now): a shard that is down never holds up closing
+        the others."""
+        if self.front is not None:
+            _close_actor(self.front, 15.0, FRONT)
+
+        def close_shard(i: int) -> None:
+            builders = [(self.queue_builders[i], builder_name("consumequeue", i))]
+            if self.index_builders:
+                builders.append((self.index_builders[i], builder_name("index", i)))
+            for group, limit in (
+                ([(self.dispatchers[i], dispatcher_name(i))] if i < len(self.dispatchers) else [], 30.0),
+                (builders, timeout_s),
+                ([(self.shards[i], shard_name(i))], timeout_s),
+            ):
+                with ThreadPoolExecutor(max(1, len(group))) as pool:
+                    list(pool.map(lambda an, limit=limit: _close_actor(an[0], limit, an[1]), group))
+
+        with ThreadPoolExecutor(max(1, len(self.shards))) as pool:  # shards close their stores in parallel
+            list(pool.map(close_shard, range(len(self.shards))))
+        front = [self.front] if self.front is not None else []
+        for a in front + self.dispatchers + self.queue_builders + self.index_builders + self.shards:
+            ray.kill(a, no_restart=True)
 
 
-def _close_actor(actor, timeout_s: float) -> None:
+RESTART_WAIT_S = 10.0  # closing waits this long for a restarting actor to come back
+PING_S = 3.0  # an actor that says to be alive and does not answer its pid within this is not closed
+
+
+def _close_actor(actor, timeout_s: float, what: str = "actor") -> None:
     deadline = time.monotonic() + timeout_s
+    place = actor_state(actor, what)
+    until = time.monotonic() + min(RESTART_WAIT_S, timeout_s)
+    while place.state == "RESTARTING" and time.monotonic() < until:
+        time.sleep(0.2)
+        place = actor_state(actor, what)
+    if place.state not in ("ALIVE", "UNKNOWN"):  # never placed, dead, or still restarting: nothing open to close
+        log.warning("close_skipped", actor=what, why=place.describe())
+        return
+    try:
+        ray.get(actor.pid.remote(), timeout=PING_S)
+    except Exception as e:  # noqa: BLE001 - its node is gone (the cluster has not noticed yet) or it died
+        log.warning("close_skipped", actor=what, why=f"no answer within {PING_S:.0f} s: {type(e).__name__}")
+        return
     while True:
         try:
             ray.get(actor.close.remote(), timeout=max(1.0, deadline - time.monotonic()))
             return
         except ray.exceptions.ActorUnavailableError:  # restarting: close the new incarnation
             if time.monotonic() > deadline:
-                log.error("close_failed", error="actor still restarting")
+                log.error("close_failed", actor=what, error="actor still restarting")
                 return
             time.sleep(0.5)
         except Exception as e:  # noqa: BLE001 - still kill it; the next open recovers
-            log.error("close_failed", error=str(e))
+            log.error("close_failed", actor=what, error=str(e))
             return
 
 

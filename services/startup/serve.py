@@ -144,13 +144,10 @@ def serve(
             internal_host="127.0.0.1" if local else None,
         )
         told = False
-        while not stop.is_set():  # recovery can take minutes: stay interruptible
-            try:
-                if dep.wait_ready(1.0):
-                    break
-                failed = dep.failed()
-            except ray.exceptions.GetTimeoutError:  # an actor not placed yet (no node offers its resource)
-                failed = {}
+        while not stop.is_set():  # recovery can take minutes, a shard may never be placed: stay interruptible
+            ready, failed = dep.poll_ready(1.0)
+            if ready:
+                break
             if failed:
                 raise ServeError("; ".join(f"shard {i} can not open its store: {e}" for i, e in sorted(failed.items())))
             if not told and time.monotonic() - t0 > 15:

@@ -6,12 +6,15 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
+import time
 import urllib.request
 from pathlib import Path
 
+import grpc
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -167,6 +170,9 @@ def test_metrics_status_and_actor_logs(server):
     assert sum(v for (n, _), v in samples.items() if n == "mqstore_shard_appended_messages_total") >= 30
     p = mq("status", "--server", endpoint)
     assert p.returncode == 0 and p.stdout.count(" SERVING ") == 2, p.stdout + p.stderr
+    p = mq("status", "--server", endpoint, "--format", "json")
+    nodes = {json.loads(x)["node_id"] for x in p.stdout.splitlines()}
+    assert len(nodes) == 1 and len(nodes.pop()) == 56, p.stdout  # both shards on this machine's Ray node
     # every actor logs JSON lines carrying its component and shard (Ray prefixes them with the actor)
     events = []
     for line in proc.err_path.read_text().splitlines():
@@ -195,3 +201,67 @@ def test_sigterm_closes_every_store(server):
     total = sum(json.loads(x)["max_offset"] for out in (p.stdout, q.stdout) for x in out.splitlines())
     assert total == 20
     assert Path(root / "shard-0" / "lock").exists()
+
+
+def test_a_shard_that_can_not_be_placed_and_sigterm(tmp_path):
+    """A new user's trial: `serve --shards 2 --placement resource` on a Ray node that
+    offers only mqstore_shard_0, so shard 1 is never placed. No ready line, but the
+    front answers: `mqstore status` prints both rows within seconds (shard 1
+    UNAVAILABLE, not placed), a send of four messages stores shard 0's two and says
+    the other two were not stored (exit 1); SIGTERM closes shard 0's store cleanly
+    and promptly."""
+    root = tmp_path / "data"
+    port = free_port()
+    endpoint = f"127.0.0.1:{port}"
+    env = {**os.environ, "RAY_DEDUP_LOGS": "0", "RAY_OVERRIDE_RESOURCES": json.dumps({"mqstore_shard_0": 1})}
+    err_path = tmp_path / "serve.err"
+    err = open(err_path, "w+")
+    args = ["serve", "--store", str(root), "--port", str(port), "--shards", "2", "--placement", "resource"]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "mqstore.cli.main", *args, "--metrics-port", "0", "--segment-bytes", str(1 << 20)],
+        stdout=subprocess.PIPE,
+        stderr=err,
+        text=True,
+        env=env,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while True:  # shard 1 never opens: no ready line; shard 0 serves once open
+            assert proc.poll() is None, err_path.read_text()
+            try:
+                with FrontClient(endpoint, timeout=5) as c:
+                    shards = c.store_status()
+                if shards[0].state == "SERVING" and shards[0].queue_builder.state == "SERVING":
+                    break
+            except grpc.RpcError:
+                pass
+            assert time.monotonic() < deadline, err_path.read_text()[-3000:]
+            time.sleep(1)
+        t0 = time.monotonic()
+        p = mq("status", "--server", endpoint)
+        assert p.returncode == 1 and time.monotonic() - t0 < 10, p.stderr
+        header, row0, row1 = p.stdout.splitlines()
+        assert " SERVING " in row0 and " UNAVAILABLE " in row1 and "commitlog-1 is not placed" in row1, p.stdout
+        assert "node" in header.split() and re.search(r" [0-9a-f]{56} ", row0), row0  # a Ray node id (hex)
+        p = mq("send", "--server", endpoint, "--topic", "Trial", "a", "b", "c", "d")
+        assert p.returncode == 1, p.stderr
+        statuses = [json.loads(x)["status"] for x in p.stdout.splitlines()]
+        assert sorted(statuses) == ["NOT_STORED", "NOT_STORED", "PUT_OK", "PUT_OK"], p.stdout
+        assert "shard 1 did not store its part: UNAVAILABLE" in p.stderr, p.stderr
+        t0 = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(60) == 0
+        took = time.monotonic() - t0
+        assert took < 20, f"serve took {took:.1f} s to stop"
+        print(f"serve stopped in {took:.1f} s")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        err.close()
+    shard0 = root / "shard-0"
+    assert not [f for f in ("abort", "abort.consumequeue", "abort.index") if (shard0 / f).exists()], (
+        "not closed cleanly"
+    )
+    assert "stopped" in err_path.read_text()
+    p = mq("topic-status", "--store", str(shard0), "--topic", "Trial", "--format", "json")
+    assert sum(json.loads(x)["max_offset"] for x in p.stdout.splitlines()) == 2, p.stdout + p.stderr
