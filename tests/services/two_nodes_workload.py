@@ -7,9 +7,11 @@ its own (a Cluster can not share a process with another Ray session).
 The head offers mqstore_shard_0, the worker mqstore_shard_1. `serve` starts while
 only the head is up (shard 1 waits for a node offering its resource), the worker
 joins, and then: both shards on their own node, sends and pulls through the front
-(TLS and metrics on), the worker node killed and a new one offering the same
-resource added (shard 1 restarts there and recovers its store: nothing
-acknowledged lost), SIGTERM closes every store cleanly.
+(TLS and metrics on), the worker node killed (status answers within 2 s naming shard 1, a send to
+it fails fast with UNAVAILABLE, a batch over both shards is stored on shard 0 and
+NOT_STORED on shard 1) and a new one offering the same resource added (shard 1
+restarts there and recovers its store: nothing acknowledged lost), SIGTERM closes
+every store cleanly.
 """
 
 from __future__ import annotations
@@ -31,11 +33,13 @@ def log(msg: str) -> None:
 
 
 def main(work: Path) -> dict:
+    import grpc
     import ray
     from ray.cluster_utils import Cluster
 
+    from mqstore.rpc.v1 import common_pb2
     from mqstore.services.common.actor import dispatcher_name, shard_name
-    from mqstore.services.query.client import FrontClient
+    from mqstore.services.query.client import FrontClient, columns
     from mqstore.services.query.routing import Router
     from tests.services.helpers import free_port, wait_dispatched
     from tests.services.test_tls import make_ca_and_server
@@ -137,6 +141,40 @@ def main(work: Path) -> dict:
         t1 = time.monotonic()
         cluster.remove_node(worker, allow_graceful=False)
         log("worker node killed")
+        with FrontClient(endpoint, tls_ca=ca) as c:  # shard 1 is down: said plainly, and fast
+            deadline = time.monotonic() + 30
+            while True:
+                t = time.monotonic()
+                shards = c.store_status()
+                took = time.monotonic() - t
+                assert took < 2.0, f"status took {took:.2f} s with shard 1's node gone"
+                if shards[1].state == "UNAVAILABLE":
+                    break
+                assert time.monotonic() < deadline, shards[1]
+                time.sleep(0.5)
+            assert shards[0].state == "SERVING" and shards[0].node_id == head_id, shards[0]
+            assert shards[1].node_id == worker.node_id and "shard 1 did not answer" in shards[1].error, shards[1]
+            summary["down_status_seconds"] = round(took, 2)
+            t = time.monotonic()
+            try:
+                c.send("TwoNodes", [b"lost"], queue_ids=queues[1][0])
+                raise AssertionError("a send to shard 1 was acknowledged with its node gone")
+            except grpc.RpcError as e:
+                took = time.monotonic() - t
+                assert e.code() is grpc.StatusCode.UNAVAILABLE and "shard 1" in e.details(), e
+                assert took < 4.0, f"a send to shard 1 took {took:.1f} s to fail"
+            summary["down_send_seconds"] = round(took, 2)
+            resp = c.send_columns(
+                columns("TwoNodes", [f"both-{q}".encode() for q in range(8)], queue_ids=list(range(8)))
+            )
+            for q in range(8):
+                if q in queues[0]:
+                    assert resp.result.statuses[q] == common_pb2.PUT_OK, resp
+                    acked[q].append(f"both-{q}".encode())
+                else:
+                    assert resp.result.statuses[q] == common_pb2.NOT_STORED, resp
+            assert [(e.shard, e.code) for e in resp.shard_errors] == [(1, "UNAVAILABLE")], resp.shard_errors
+        log("shard 1 down: status, sends and a batch over both shards said so")
         worker2 = cluster.add_node(**node_args, resources={"mqstore_shard_1": 1})
         deadline = time.monotonic() + 120
         with FrontClient(endpoint, tls_ca=ca) as c:
