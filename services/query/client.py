@@ -16,6 +16,7 @@ MQSTORE_SECRET_KEY); each call then carries RocketMQ 5's ``authorization`` and
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
@@ -101,7 +102,6 @@ class FrontClient:
             else grpc.intercept_channel(self._channel, AddHeaders(lambda: auth_metadata(access_key, secret_key)))
         )  # a fresh date-time per call
         self.stub = front_pb2_grpc.FrontServiceStub(calls)
-        self._encoded: EncodedSender | None = None
 
     def close(self) -> None:
         self._channel.close()
@@ -118,19 +118,20 @@ class FrontClient:
     def send_columns(self, cols: common_pb2.MessageColumns) -> front_pb2.SendBatchResponse:
         return self.stub.SendBatch(front_pb2.SendBatchRequest(messages=cols), timeout=self.timeout)
 
+    @functools.cached_property
+    def _sender(self) -> EncodedSender:
+        """Made on first use: it keeps the route and one encoder per store host."""
+        return EncodedSender(self.stub, timeout=self.timeout)
+
     def send_encoded(self, batch: MessageBatch) -> EncodedSendResult:
         """Send a batch encoded here, one buffer per shard (SendEncoded; see
         services/query/encoded_send.py): the fast path for producers. No DELAY
         property (delayed messages go through ``send``)."""
-        if self._encoded is None:
-            self._encoded = EncodedSender(self.stub, timeout=self.timeout)
-        return self._encoded.send(batch)
+        return self._sender.send(batch)
 
     def route(self, *, refresh: bool = False) -> front_pb2.GetRouteResponse:
         """Shards, their msgId prefixes and the topics' write queues (GetRoute)."""
-        if self._encoded is None:
-            self._encoded = EncodedSender(self.stub, timeout=self.timeout)
-        return self._encoded.route(refresh=refresh)
+        return self._sender.route(refresh=refresh)
 
     def pull(
         self, topic: str, queue_id: int, offset: int, *, max_messages: int = 32, tags: str = "", raw: bool = False

@@ -117,17 +117,14 @@ class EncodedSender:
         """Encode and send ``batch``; see the module docstring. Raises
         grpc.RpcError when the batch is refused as a whole (bad input, permission)
         or when its only shard failed."""
-        for attempt in (0, 1):
-            route = self.route(refresh=attempt > 0)
-            try:
-                return self._send(route, batch)
-            except grpc.RpcError as e:
-                if e.code() not in (grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.UNAVAILABLE) or attempt:
-                    raise
-                if e.code() is grpc.StatusCode.UNAVAILABLE:
-                    self._route = None  # asked again next time; this send is the caller's to retry
-                    raise
-        raise AssertionError("unreachable")
+        try:
+            return self._send(self.route(), batch)
+        except grpc.RpcError as e:
+            if e.code() is grpc.StatusCode.UNAVAILABLE:
+                self._route = None  # asked again next time; this send is the caller's to retry
+            if e.code() is not grpc.StatusCode.FAILED_PRECONDITION:
+                raise
+        return self._send(self.route(refresh=True), batch)  # the route moved; nothing was written
 
     def _send(self, route: front_pb2.GetRouteResponse, batch: MessageBatch) -> EncodedSendResult:
         shards = route.shards
@@ -158,7 +155,7 @@ class EncodedSender:
             try:
                 answers.append((s, rows, future.result()))
             except grpc.RpcError as e:
-                if len(pending) == 1 or e.code() is grpc.StatusCode.FAILED_PRECONDITION:
+                if e.code() is grpc.StatusCode.FAILED_PRECONDITION:
                     raise
                 errors[s] = f"{e.code().name}: {e.details()}"
                 if e.code() in REFUSED_CODES or _not_reached(e):
