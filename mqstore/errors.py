@@ -50,6 +50,21 @@ class InvalidArgumentError(MqStoreError, ValueError):
     count below 1. Raised by ``MessageStore`` before it touches a file; fix the call."""
 
 
+class InvalidReceiptHandle(InvalidArgumentError):
+    """A pop receipt handle cannot be used (RocketMQ's INVALID_RECEIPT_HANDLE 40013).
+
+    ``reason`` says why: ``malformed`` (``ReceiptHandle.parse`` refused the text, or a
+    field is out of range), ``stale`` (``PopState.change_invisible``: the message was
+    acked, redelivered or had its invisible time changed since this handle was issued,
+    or the handle names another shard) or ``expired`` (its invisible time has passed).
+    Nothing was changed. Retrying with the same handle fails again: the client should
+    receive the message anew (a stale or expired one comes back when it is due)."""
+
+    def __init__(self, message: str, *, reason: str = "malformed") -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
 class LimitExceededError(InvalidArgumentError):
     """A read asked for more than one call answers: over 10,000 messages in a pull,
     over 64 in a key query (RocketMQ's index limit). Ask for fewer and page on."""
@@ -150,6 +165,7 @@ __all__ = [
     "IndexDisabledError",
     "InvalidArgumentError",
     "InvalidMessageError",
+    "InvalidReceiptHandle",
     "InvalidTopicError",
     "LimitExceededError",
     "MessageTooLargeError",
