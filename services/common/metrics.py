@@ -128,6 +128,12 @@ class FrontMetrics:
         self.sent_messages = Counter(
             "mqstore_front_sent_messages", "Messages acknowledged (PUT_OK) through the front", registry=self.registry
         )
+        self.rocketmq_requests = Counter(
+            "mqstore_rocketmq_requests",
+            "RocketMQ-protocol calls (apache.rocketmq.v2) by protocol status code",
+            ["method", "code"],
+            registry=self.registry,
+        )
         self._fetch = fetch_shards
         self.registry.register(_ShardCollector(self))
         self._server = None
@@ -135,6 +141,9 @@ class FrontMetrics:
     def observe(self, method: str, seconds: float, code: str) -> None:
         self.request_seconds.labels(method).observe(seconds)
         self.requests.labels(method, code).inc()
+
+    def observe_rocketmq(self, method: str, code: str) -> None:
+        self.rocketmq_requests.labels(method, code).inc()
 
     def serve(self, host: str, port: int) -> int:
         """Start the HTTP endpoint (``/metrics``) on ``host:port``; returns the port."""

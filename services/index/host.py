@@ -40,6 +40,7 @@ class BuilderHost:
         self.thread = ServerThread(f"mqstore-{kind}{shard}")
         self.state = BuilderState(kind, store_dir, config, resolve_commitlog, auth=auth, shard=shard)
         servicer = ConsumeQueueServicer(self.state) if kind == "consumequeue" else IndexServicer(self.state)
+        self._popper = getattr(servicer, "popper", None)  # the consume-queue builder's pop state
         self.server = self.thread.run(
             start_grpc_server(host, port, [servicer.registration()], serving=False, auth=auth)
         )
@@ -86,6 +87,8 @@ class BuilderHost:
         try:
             self.thread.run(self.server.stop(1.0), timeout=30)
         finally:
+            if self._popper is not None:
+                self._popper.close()
             self.state.close()
             self.thread.stop()
 

@@ -1,7 +1,8 @@
 """ConsumeQueueService (proto/mqstore/v1/consume_queue.proto), served by the
 consume-queue builder's process (index/state.py): units in (from the dispatcher,
 with the commitlog's min offset: files below it go), units out by queue offset,
-queue ranges, lookups by time, consumer offsets, and the builder's progress."""
+queue ranges, lookups by time, consumer offsets, pop consumption
+(index/pop_service.py), and the builder's progress."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from mqstore.services.common.columns import INT32, INT64, unpack
 from mqstore.services.common.errors import BadRequest, rpc
 from mqstore.services.common.server import Registration
 from mqstore.services.index.local_pull import LocalPulls
+from mqstore.services.index.pop_service import Popper
 from mqstore.services.index.state import BuilderState
 from mqstore.store.builders import QueueBuilder
 from mqstore.store.dispatch import DispatchBatch
@@ -28,6 +30,7 @@ class ConsumeQueueServicer(consume_queue_pb2_grpc.ConsumeQueueServiceServicer):
     def __init__(self, state: BuilderState) -> None:
         self.state = state
         self._pulls = LocalPulls(state.store_dir)
+        self.popper = Popper(state, self._pulls)
 
     def registration(self) -> Registration:
         return Registration(consume_queue_pb2_grpc.add_ConsumeQueueServiceServicer_to_server, self, SERVICE)
@@ -42,7 +45,24 @@ class ConsumeQueueServicer(consume_queue_pb2_grpc.ConsumeQueueServiceServicer):
             self.state.put, request.incarnation, batch, request.from_offset, request.to_offset
         )
         await self.state.clean_below(request.commitlog_min_offset, request.forced_deleted_to)
+        self.popper.units_arrived()
         return pb.PutUnitsResponse(progress_offset=progress)
+
+    @rpc
+    async def Pop(self, request: pb.PopRequest, context) -> pb.PopResponse:
+        return await self.popper.pop(request)
+
+    @rpc
+    async def AckPop(self, request: pb.AckPopRequest, context) -> pb.AckPopResponse:
+        return await self.popper.ack(request)
+
+    @rpc
+    async def ChangeInvisible(self, request: pb.ChangeInvisibleRequest, context) -> pb.ChangeInvisibleResponse:
+        return await self.popper.change(request)
+
+    @rpc
+    async def PopToDeadLetter(self, request: pb.PopToDeadLetterRequest, context) -> pb.PopToDeadLetterResponse:
+        return await self.popper.to_dead_letter(request)
 
     @rpc
     async def Pull(self, request: front_pb2.PullRequest, context) -> front_pb2.PullResponse:

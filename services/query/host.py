@@ -14,6 +14,7 @@ from mqstore.services.common.peers import Locator, Resolver, ShardResolvers, adv
 from mqstore.services.common.server import ServerThread, TlsFiles, start_grpc_server
 from mqstore.services.query.acl import Acl
 from mqstore.services.query.front import FrontServicer, ShardClient
+from mqstore.services.rocketmq.messaging import DEFAULT_MAX_ATTEMPTS, MessagingServicer
 
 log = structlog.get_logger(__name__)
 
@@ -34,13 +35,19 @@ class FrontHost:
         tls: TlsFiles | None = None,
         acl: str | Path | None = None,
         locators: Sequence[Locator] | None = None,
+        rocketmq_port: int | None = None,
+        max_delivery_attempts: int = DEFAULT_MAX_ATTEMPTS,
     ) -> None:
         """``auth``: the deployment's secret, carried by every call to the shards.
         ``metrics_port``: serve Prometheus metrics on ``host:metrics_port`` (0: none).
         ``tls``: the public API speaks TLS only (internal servers speak TLS when
         ``auth.tls``). ``acl``: the users-and-permissions file (None: anonymous).
         ``locators``: where each shard's processes are (Ray's actor table; None
-        without Ray): status rows carry their node and say why a part is missing."""
+        without Ray): status rows carry their node and say why a part is missing.
+        ``rocketmq_port``: also serve RocketMQ 5's protocol (services/rocketmq) on
+        ``host:rocketmq_port`` (0: a free port; None: not served), over the same
+        shards, ACL and TLS; ``max_delivery_attempts``: its consumers' deliveries of a
+        message before it goes to ``%DLQ%<group>``."""
         access = None if acl is None else Acl.load(acl)
         self.thread = ServerThread("mqstore-front")
         clients = [
@@ -52,6 +59,24 @@ class FrontHost:
         self.server = self.thread.run(start_grpc_server(host, port, [self.servicer.registration()], tls=tls))
         self.endpoint = f"{advertised(host)}:{self.server.port}"
         self.tls = tls is not None
+        self.rocketmq_server = None
+        self.rocketmq_endpoint = ""
+        if rocketmq_port is not None:
+            self.messaging = MessagingServicer(
+                self.servicer,
+                endpoint=(advertised(host), rocketmq_port),
+                max_attempts=max_delivery_attempts,
+                metrics=self.metrics,
+            )
+            try:
+                self.rocketmq_server = self.thread.run(
+                    start_grpc_server(host, rocketmq_port, [self.messaging.registration()], tls=tls)
+                )
+            except OSError:
+                self.close()
+                raise
+            self.messaging.endpoint = (advertised(host), self.rocketmq_server.port)
+            self.rocketmq_endpoint = f"{advertised(host)}:{self.rocketmq_server.port}"
         self.metrics_endpoint = ""
         if metrics_port:
             try:
@@ -63,6 +88,7 @@ class FrontHost:
         log.info(
             "front_listening",
             endpoint=self.endpoint,
+            rocketmq=self.rocketmq_endpoint or None,
             tls=self.tls,
             metrics=self.metrics_endpoint or None,
             shards=len(clients),
@@ -74,6 +100,8 @@ class FrontHost:
     def close(self) -> None:
         try:
             self.metrics.close()
+            if self.rocketmq_server is not None:
+                self.thread.run(self.rocketmq_server.stop(1.0), timeout=30)
             self.thread.run(self.server.stop(1.0), timeout=30)
             self.thread.run(self.servicer.close(), timeout=30)
         finally:

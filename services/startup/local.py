@@ -46,10 +46,14 @@ class LocalStack:
         tls: TlsFiles | None = None,
         acl: str | Path | None = None,
         auth: InternalAuth | None = None,
+        rocketmq_port: int | None = None,
+        max_delivery_attempts: int | None = None,
     ) -> None:
         """``host``: the front's address (internal servers listen on 127.0.0.1).
         ``auth``: the deployment's secret (default: a fresh one, with internal TLS
-        when the front speaks TLS): ``self.auth``. ``acl``: see ``FrontHost``."""
+        when the front speaks TLS): ``self.auth``. ``acl``, ``rocketmq_port`` (the
+        RocketMQ 5 protocol: ``self.rocketmq_endpoint``), ``max_delivery_attempts``:
+        see ``FrontHost``."""
         cfg = config or StoreConfig()
         root = Path(root)
         self.auth = auth = auth or InternalAuth.new(tls=tls is not None)
@@ -84,8 +88,11 @@ class LocalStack:
             tls=tls,
             acl=acl,
             auth=auth,
+            rocketmq_port=rocketmq_port,
+            **({} if max_delivery_attempts is None else {"max_delivery_attempts": max_delivery_attempts}),
         )
         self.front_endpoint = self.front.endpoint
+        self.rocketmq_endpoint = self.front.rocketmq_endpoint
 
     def wait_ready(self, timeout: float = 60.0) -> bool:
         """True once every commitlog serves and every builder is open."""

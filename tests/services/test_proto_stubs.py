@@ -60,9 +60,11 @@ def test_the_contracts_live_in_their_own_package():
 def test_the_rocketmq_messages_are_the_official_clients_wire_format():
     """Every message and enum of our RocketMQ file has the official client's field
     numbers, types, labels and enum numbers (its generated apache.rocketmq.v2)."""
-    from rocketmq.grpc_protocol import definition_pb2, service_pb2
-
     from mqstore.rpc.rocketmq_v2 import messaging_pb2
+    from tests import rocketmq_client
+
+    rocketmq_client.load()  # its log folder under a test HOME
+    from rocketmq.grpc_protocol import definition_pb2, service_pb2
 
     ours = messaging_pb2.DESCRIPTOR
     assert ours.package == "mqstore.rocketmq.v2" and ours.name == "mqstore/rocketmq/v2/messaging.proto"

@@ -26,43 +26,63 @@ from mqstore.rpc.v1 import common_pb2 as mqstore_dot_v1_dot_common__pb2
 from mqstore.rpc.v1 import front_pb2 as mqstore_dot_v1_dot_front__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1emqstore/v1/consume_queue.proto\x12\nmqstore.v1\x1a\x17mqstore/v1/common.proto\x1a\x16mqstore/v1/front.proto\"\xc5\x02\n\x0fPutUnitsRequest\x12\x0e\n\x06topics\x18\x01 \x03(\t\x12\x13\n\x0btopic_codes\x18\x0f \x01(\x0c\x12\x11\n\tqueue_ids\x18\x10 \x01(\x0c\x12\x15\n\rqueue_offsets\x18\x11 \x01(\x0c\x12\x18\n\x10physical_offsets\x18\x12 \x01(\x0c\x12\r\n\x05sizes\x18\x13 \x01(\x0c\x12\x12\n\ntags_codes\x18\x14 \x01(\x0c\x12\x18\n\x10store_timestamps\x18\x15 \x01(\x0c\x12\x10\n\x08sysflags\x18\x16 \x01(\x0c\x12\x13\n\x0b\x66rom_offset\x18\n \x01(\x03\x12\x11\n\tto_offset\x18\x0b \x01(\x03\x12\x13\n\x0bincarnation\x18\x0c \x01(\x03\x12\x1c\n\x14\x63ommitlog_min_offset\x18\r \x01(\x03\x12\x19\n\x11\x66orced_deleted_to\x18\x0e \x01(\x03J\x04\x08\x02\x10\n\"1\n\x10PutUnitsResponse\x12\x17\n\x0fprogress_offset\x18\x01 \x01(\x03J\x04\x08\x02\x10\x03\"\x14\n\x12GetProgressRequest\"U\n\x0fGetUnitsRequest\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x10\n\x08queue_id\x18\x02 \x01(\x05\x12\x0e\n\x06offset\x18\x03 \x01(\x03\x12\x11\n\tmax_units\x18\x04 \x01(\x05\"\x9d\x01\n\x10GetUnitsResponse\x12\x14\n\x0c\x66irst_offset\x18\x01 \x01(\x03\x12\x18\n\x10physical_offsets\x18\x02 \x03(\x03\x12\r\n\x05sizes\x18\x03 \x03(\x05\x12\x12\n\ntags_codes\x18\x04 \x03(\x03\x12\x12\n\nmin_offset\x18\x05 \x01(\x03\x12\x12\n\nmax_offset\x18\x06 \x01(\x03\x12\x0e\n\x06\x65xists\x18\x07 \x01(\x08\"1\n\rMinMaxRequest\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x11\n\tqueue_ids\x18\x02 \x03(\x05\"8\n\x0eMinMaxResponse\x12&\n\x06queues\x18\x01 \x03(\x0b\x32\x16.mqstore.v1.QueueRange\"L\n\x13OffsetAtTimeRequest\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x10\n\x08queue_id\x18\x02 \x01(\x05\x12\x14\n\x0ctimestamp_ms\x18\x03 \x01(\x03\"&\n\x14OffsetAtTimeResponse\x12\x0e\n\x06offset\x18\x01 \x01(\x03\"U\n\x13\x43ommitOffsetRequest\x12\r\n\x05group\x18\x01 \x01(\t\x12\r\n\x05topic\x18\x02 \x01(\t\x12\x10\n\x08queue_id\x18\x03 \x01(\x05\x12\x0e\n\x06offset\x18\x04 \x01(\x03\"\x16\n\x14\x43ommitOffsetResponse\"D\n\x12\x46\x65tchOffsetRequest\x12\r\n\x05group\x18\x01 \x01(\t\x12\r\n\x05topic\x18\x02 \x01(\t\x12\x10\n\x08queue_id\x18\x03 \x01(\x05\"%\n\x13\x46\x65tchOffsetResponse\x12\x0e\n\x06offset\x18\x01 \x01(\x03\"$\n\x13GroupOffsetsRequest\x12\r\n\x05group\x18\x01 \x01(\t\"@\n\x14GroupOffsetsResponse\x12(\n\x07offsets\x18\x01 \x03(\x0b\x32\x17.mqstore.v1.GroupOffset2\xb4\x05\n\x13\x43onsumeQueueService\x12\x45\n\x08PutUnits\x12\x1b.mqstore.v1.PutUnitsRequest\x1a\x1c.mqstore.v1.PutUnitsResponse\x12\x45\n\x08GetUnits\x12\x1b.mqstore.v1.GetUnitsRequest\x1a\x1c.mqstore.v1.GetUnitsResponse\x12?\n\x06MinMax\x12\x19.mqstore.v1.MinMaxRequest\x1a\x1a.mqstore.v1.MinMaxResponse\x12Q\n\x0cOffsetAtTime\x12\x1f.mqstore.v1.OffsetAtTimeRequest\x1a .mqstore.v1.OffsetAtTimeResponse\x12Q\n\x0c\x43ommitOffset\x12\x1f.mqstore.v1.CommitOffsetRequest\x1a .mqstore.v1.CommitOffsetResponse\x12N\n\x0b\x46\x65tchOffset\x12\x1e.mqstore.v1.FetchOffsetRequest\x1a\x1f.mqstore.v1.FetchOffsetResponse\x12Q\n\x0cGroupOffsets\x12\x1f.mqstore.v1.GroupOffsetsRequest\x1a .mqstore.v1.GroupOffsetsResponse\x12J\n\x0bGetProgress\x12\x1e.mqstore.v1.GetProgressRequest\x1a\x1b.mqstore.v1.BuilderProgress\x12\x39\n\x04Pull\x12\x17.mqstore.v1.PullRequest\x1a\x18.mqstore.v1.PullResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1emqstore/v1/consume_queue.proto\x12\nmqstore.v1\x1a\x17mqstore/v1/common.proto\x1a\x16mqstore/v1/front.proto\"\xd4\x01\n\nPopRequest\x12\r\n\x05group\x18\x01 \x01(\t\x12\r\n\x05topic\x18\x02 \x01(\t\x12\x11\n\tqueue_ids\x18\x03 \x03(\x05\x12\x14\n\x0cmax_messages\x18\x04 \x01(\x05\x12\x14\n\x0cinvisible_ms\x18\x05 \x01(\x03\x12\x0f\n\x07wait_ms\x18\x06 \x01(\x03\x12\x16\n\x0etag_expression\x18\x07 \x01(\t\x12\x0c\n\x04\x66ifo\x18\x08 \x01(\x08\x12\x14\n\x0cmax_attempts\x18\t \x01(\x05\x12\x1c\n\x14\x64\x65\x61\x64_letter_queue_id\x18\n \x01(\x05\"n\n\rPoppedMessage\x12\x10\n\x08queue_id\x18\x01 \x01(\x05\x12\x14\n\x0cqueue_offset\x18\x02 \x01(\x03\x12\x0f\n\x07\x61ttempt\x18\x03 \x01(\x05\x12\x16\n\x0ereceipt_handle\x18\x04 \x01(\t\x12\x0c\n\x04size\x18\x05 \x01(\x05\"b\n\x0bPopResponse\x12+\n\x08messages\x18\x01 \x03(\x0b\x32\x19.mqstore.v1.PoppedMessage\x12\x0f\n\x07records\x18\x02 \x01(\x0c\x12\x15\n\rdead_lettered\x18\x03 \x01(\x05\"F\n\rAckPopRequest\x12\r\n\x05group\x18\x01 \x01(\t\x12\r\n\x05topic\x18\x02 \x01(\t\x12\x17\n\x0freceipt_handles\x18\x03 \x03(\t\":\n\x0e\x41\x63kPopResponse\x12(\n\x08outcomes\x18\x01 \x03(\x0e\x32\x16.mqstore.v1.PopOutcome\"d\n\x16\x43hangeInvisibleRequest\x12\r\n\x05group\x18\x01 \x01(\t\x12\r\n\x05topic\x18\x02 \x01(\t\x12\x16\n\x0ereceipt_handle\x18\x03 \x01(\t\x12\x14\n\x0cinvisible_ms\x18\x04 \x01(\x03\"Z\n\x17\x43hangeInvisibleResponse\x12\'\n\x07outcome\x18\x01 \x01(\x0e\x32\x16.mqstore.v1.PopOutcome\x12\x16\n\x0ereceipt_handle\x18\x02 \x01(\t\"l\n\x16PopToDeadLetterRequest\x12\r\n\x05group\x18\x01 \x01(\t\x12\r\n\x05topic\x18\x02 \x01(\t\x12\x16\n\x0ereceipt_handle\x18\x03 \x01(\t\x12\x1c\n\x14\x64\x65\x61\x64_letter_queue_id\x18\x04 \x01(\x05\"B\n\x17PopToDeadLetterResponse\x12\'\n\x07outcome\x18\x01 \x01(\x0e\x32\x16.mqstore.v1.PopOutcome\"\xc5\x02\n\x0fPutUnitsRequest\x12\x0e\n\x06topics\x18\x01 \x03(\t\x12\x13\n\x0btopic_codes\x18\x0f \x01(\x0c\x12\x11\n\tqueue_ids\x18\x10 \x01(\x0c\x12\x15\n\rqueue_offsets\x18\x11 \x01(\x0c\x12\x18\n\x10physical_offsets\x18\x12 \x01(\x0c\x12\r\n\x05sizes\x18\x13 \x01(\x0c\x12\x12\n\ntags_codes\x18\x14 \x01(\x0c\x12\x18\n\x10store_timestamps\x18\x15 \x01(\x0c\x12\x10\n\x08sysflags\x18\x16 \x01(\x0c\x12\x13\n\x0b\x66rom_offset\x18\n \x01(\x03\x12\x11\n\tto_offset\x18\x0b \x01(\x03\x12\x13\n\x0bincarnation\x18\x0c \x01(\x03\x12\x1c\n\x14\x63ommitlog_min_offset\x18\r \x01(\x03\x12\x19\n\x11\x66orced_deleted_to\x18\x0e \x01(\x03J\x04\x08\x02\x10\n\"1\n\x10PutUnitsResponse\x12\x17\n\x0fprogress_offset\x18\x01 \x01(\x03J\x04\x08\x02\x10\x03\"\x14\n\x12GetProgressRequest\"U\n\x0fGetUnitsRequest\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x10\n\x08queue_id\x18\x02 \x01(\x05\x12\x0e\n\x06offset\x18\x03 \x01(\x03\x12\x11\n\tmax_units\x18\x04 \x01(\x05\"\x9d\x01\n\x10GetUnitsResponse\x12\x14\n\x0c\x66irst_offset\x18\x01 \x01(\x03\x12\x18\n\x10physical_offsets\x18\x02 \x03(\x03\x12\r\n\x05sizes\x18\x03 \x03(\x05\x12\x12\n\ntags_codes\x18\x04 \x03(\x03\x12\x12\n\nmin_offset\x18\x05 \x01(\x03\x12\x12\n\nmax_offset\x18\x06 \x01(\x03\x12\x0e\n\x06\x65xists\x18\x07 \x01(\x08\"1\n\rMinMaxRequest\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x11\n\tqueue_ids\x18\x02 \x03(\x05\"8\n\x0eMinMaxResponse\x12&\n\x06queues\x18\x01 \x03(\x0b\x32\x16.mqstore.v1.QueueRange\"L\n\x13OffsetAtTimeRequest\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x10\n\x08queue_id\x18\x02 \x01(\x05\x12\x14\n\x0ctimestamp_ms\x18\x03 \x01(\x03\"&\n\x14OffsetAtTimeResponse\x12\x0e\n\x06offset\x18\x01 \x01(\x03\"U\n\x13\x43ommitOffsetRequest\x12\r\n\x05group\x18\x01 \x01(\t\x12\r\n\x05topic\x18\x02 \x01(\t\x12\x10\n\x08queue_id\x18\x03 \x01(\x05\x12\x0e\n\x06offset\x18\x04 \x01(\x03\"\x16\n\x14\x43ommitOffsetResponse\"D\n\x12\x46\x65tchOffsetRequest\x12\r\n\x05group\x18\x01 \x01(\t\x12\r\n\x05topic\x18\x02 \x01(\t\x12\x10\n\x08queue_id\x18\x03 \x01(\x05\"%\n\x13\x46\x65tchOffsetResponse\x12\x0e\n\x06offset\x18\x01 \x01(\x03\"$\n\x13GroupOffsetsRequest\x12\r\n\x05group\x18\x01 \x01(\t\"@\n\x14GroupOffsetsResponse\x12(\n\x07offsets\x18\x01 \x03(\x0b\x32\x17.mqstore.v1.GroupOffset*K\n\nPopOutcome\x12\n\n\x06POP_OK\x10\x00\x12\r\n\tPOP_STALE\x10\x01\x12\x0f\n\x0bPOP_EXPIRED\x10\x02\x12\x11\n\rPOP_MALFORMED\x10\x03\x32\xe5\x07\n\x13\x43onsumeQueueService\x12\x45\n\x08PutUnits\x12\x1b.mqstore.v1.PutUnitsRequest\x1a\x1c.mqstore.v1.PutUnitsResponse\x12\x45\n\x08GetUnits\x12\x1b.mqstore.v1.GetUnitsRequest\x1a\x1c.mqstore.v1.GetUnitsResponse\x12?\n\x06MinMax\x12\x19.mqstore.v1.MinMaxRequest\x1a\x1a.mqstore.v1.MinMaxResponse\x12Q\n\x0cOffsetAtTime\x12\x1f.mqstore.v1.OffsetAtTimeRequest\x1a .mqstore.v1.OffsetAtTimeResponse\x12Q\n\x0c\x43ommitOffset\x12\x1f.mqstore.v1.CommitOffsetRequest\x1a .mqstore.v1.CommitOffsetResponse\x12N\n\x0b\x46\x65tchOffset\x12\x1e.mqstore.v1.FetchOffsetRequest\x1a\x1f.mqstore.v1.FetchOffsetResponse\x12Q\n\x0cGroupOffsets\x12\x1f.mqstore.v1.GroupOffsetsRequest\x1a .mqstore.v1.GroupOffsetsResponse\x12J\n\x0bGetProgress\x12\x1e.mqstore.v1.GetProgressRequest\x1a\x1b.mqstore.v1.BuilderProgress\x12\x39\n\x04Pull\x12\x17.mqstore.v1.PullRequest\x1a\x18.mqstore.v1.PullResponse\x12\x36\n\x03Pop\x12\x16.mqstore.v1.PopRequest\x1a\x17.mqstore.v1.PopResponse\x12?\n\x06\x41\x63kPop\x12\x19.mqstore.v1.AckPopRequest\x1a\x1a.mqstore.v1.AckPopResponse\x12Z\n\x0f\x43hangeInvisible\x12\".mqstore.v1.ChangeInvisibleRequest\x1a#.mqstore.v1.ChangeInvisibleResponse\x12Z\n\x0fPopToDeadLetter\x12\".mqstore.v1.PopToDeadLetterRequest\x1a#.mqstore.v1.PopToDeadLetterResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'mqstore.v1.consume_queue_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_PUTUNITSREQUEST']._serialized_start=96
-  _globals['_PUTUNITSREQUEST']._serialized_end=421
-  _globals['_PUTUNITSRESPONSE']._serialized_start=423
-  _globals['_PUTUNITSRESPONSE']._serialized_end=472
-  _globals['_GETPROGRESSREQUEST']._serialized_start=474
-  _globals['_GETPROGRESSREQUEST']._serialized_end=494
-  _globals['_GETUNITSREQUEST']._serialized_start=496
-  _globals['_GETUNITSREQUEST']._serialized_end=581
-  _globals['_GETUNITSRESPONSE']._serialized_start=584
-  _globals['_GETUNITSRESPONSE']._serialized_end=741
-  _globals['_MINMAXREQUEST']._serialized_start=743
-  _globals['_MINMAXREQUEST']._serialized_end=792
-  _globals['_MINMAXRESPONSE']._serialized_start=794
-  _globals['_MINMAXRESPONSE']._serialized_end=850
-  _globals['_OFFSETATTIMEREQUEST']._serialized_start=852
-  _globals['_OFFSETATTIMEREQUEST']._serialized_end=928
-  _globals['_OFFSETATTIMERESPONSE']._serialized_start=930
-  _globals['_OFFSETATTIMERESPONSE']._serialized_end=968
-  _globals['_COMMITOFFSETREQUEST']._serialized_start=970
-  _globals['_COMMITOFFSETREQUEST']._serialized_end=1055
-  _globals['_COMMITOFFSETRESPONSE']._serialized_start=1057
-  _globals['_COMMITOFFSETRESPONSE']._serialized_end=1079
-  _globals['_FETCHOFFSETREQUEST']._serialized_start=1081
-  _globals['_FETCHOFFSETREQUEST']._serialized_end=1149
-  _globals['_FETCHOFFSETRESPONSE']._serialized_start=1151
-  _globals['_FETCHOFFSETRESPONSE']._serialized_end=1188
-  _globals['_GROUPOFFSETSREQUEST']._serialized_start=1190
-  _globals['_GROUPOFFSETSREQUEST']._serialized_end=1226
-  _globals['_GROUPOFFSETSRESPONSE']._serialized_start=1228
-  _globals['_GROUPOFFSETSRESPONSE']._serialized_end=1292
-  _globals['_CONSUMEQUEUESERVICE']._serialized_start=1295
-  _globals['_CONSUMEQUEUESERVICE']._serialized_end=1987
+  _globals['_POPOUTCOME']._serialized_start=2225
+  _globals['_POPOUTCOME']._serialized_end=2300
+  _globals['_POPREQUEST']._serialized_start=96
+  _globals['_POPREQUEST']._serialized_end=308
+  _globals['_POPPEDMESSAGE']._serialized_start=310
+  _globals['_POPPEDMESSAGE']._serialized_end=420
+  _globals['_POPRESPONSE']._serialized_start=422
+  _globals['_POPRESPONSE']._serialized_end=520
+  _globals['_ACKPOPREQUEST']._serialized_start=522
+  _globals['_ACKPOPREQUEST']._serialized_end=592
+  _globals['_ACKPOPRESPONSE']._serialized_start=594
+  _globals['_ACKPOPRESPONSE']._serialized_end=652
+  _globals['_CHANGEINVISIBLEREQUEST']._serialized_start=654
+  _globals['_CHANGEINVISIBLEREQUEST']._serialized_end=754
+  _globals['_CHANGEINVISIBLERESPONSE']._serialized_start=756
+  _globals['_CHANGEINVISIBLERESPONSE']._serialized_end=846
+  _globals['_POPTODEADLETTERREQUEST']._serialized_start=848
+  _globals['_POPTODEADLETTERREQUEST']._serialized_end=956
+  _globals['_POPTODEADLETTERRESPONSE']._serialized_start=958
+  _globals['_POPTODEADLETTERRESPONSE']._serialized_end=1024
+  _globals['_PUTUNITSREQUEST']._serialized_start=1027
+  _globals['_PUTUNITSREQUEST']._serialized_end=1352
+  _globals['_PUTUNITSRESPONSE']._serialized_start=1354
+  _globals['_PUTUNITSRESPONSE']._serialized_end=1403
+  _globals['_GETPROGRESSREQUEST']._serialized_start=1405
+  _globals['_GETPROGRESSREQUEST']._serialized_end=1425
+  _globals['_GETUNITSREQUEST']._serialized_start=1427
+  _globals['_GETUNITSREQUEST']._serialized_end=1512
+  _globals['_GETUNITSRESPONSE']._serialized_start=1515
+  _globals['_GETUNITSRESPONSE']._serialized_end=1672
+  _globals['_MINMAXREQUEST']._serialized_start=1674
+  _globals['_MINMAXREQUEST']._serialized_end=1723
+  _globals['_MINMAXRESPONSE']._serialized_start=1725
+  _globals['_MINMAXRESPONSE']._serialized_end=1781
+  _globals['_OFFSETATTIMEREQUEST']._serialized_start=1783
+  _globals['_OFFSETATTIMEREQUEST']._serialized_end=1859
+  _globals['_OFFSETATTIMERESPONSE']._serialized_start=1861
+  _globals['_OFFSETATTIMERESPONSE']._serialized_end=1899
+  _globals['_COMMITOFFSETREQUEST']._serialized_start=1901
+  _globals['_COMMITOFFSETREQUEST']._serialized_end=1986
+  _globals['_COMMITOFFSETRESPONSE']._serialized_start=1988
+  _globals['_COMMITOFFSETRESPONSE']._serialized_end=2010
+  _globals['_FETCHOFFSETREQUEST']._serialized_start=2012
+  _globals['_FETCHOFFSETREQUEST']._serialized_end=2080
+  _globals['_FETCHOFFSETRESPONSE']._serialized_start=2082
+  _globals['_FETCHOFFSETRESPONSE']._serialized_end=2119
+  _globals['_GROUPOFFSETSREQUEST']._serialized_start=2121
+  _globals['_GROUPOFFSETSREQUEST']._serialized_end=2157
+  _globals['_GROUPOFFSETSRESPONSE']._serialized_start=2159
+  _globals['_GROUPOFFSETSRESPONSE']._serialized_end=2223
+  _globals['_CONSUMEQUEUESERVICE']._serialized_start=2303
+  _globals['_CONSUMEQUEUESERVICE']._serialized_end=3300
 # @@protoc_insertion_point(module_scope)

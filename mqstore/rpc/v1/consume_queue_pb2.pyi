@@ -1,12 +1,126 @@
 from mqstore.rpc.v1 import common_pb2 as _common_pb2
 from mqstore.rpc.v1 import front_pb2 as _front_pb2
 from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
 from collections.abc import Iterable as _Iterable, Mapping as _Mapping
 from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
+
+class PopOutcome(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    POP_OK: _ClassVar[PopOutcome]
+    POP_STALE: _ClassVar[PopOutcome]
+    POP_EXPIRED: _ClassVar[PopOutcome]
+    POP_MALFORMED: _ClassVar[PopOutcome]
+POP_OK: PopOutcome
+POP_STALE: PopOutcome
+POP_EXPIRED: PopOutcome
+POP_MALFORMED: PopOutcome
+
+class PopRequest(_message.Message):
+    __slots__ = ("group", "topic", "queue_ids", "max_messages", "invisible_ms", "wait_ms", "tag_expression", "fifo", "max_attempts", "dead_letter_queue_id")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_IDS_FIELD_NUMBER: _ClassVar[int]
+    MAX_MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    INVISIBLE_MS_FIELD_NUMBER: _ClassVar[int]
+    WAIT_MS_FIELD_NUMBER: _ClassVar[int]
+    TAG_EXPRESSION_FIELD_NUMBER: _ClassVar[int]
+    FIFO_FIELD_NUMBER: _ClassVar[int]
+    MAX_ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
+    DEAD_LETTER_QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    topic: str
+    queue_ids: _containers.RepeatedScalarFieldContainer[int]
+    max_messages: int
+    invisible_ms: int
+    wait_ms: int
+    tag_expression: str
+    fifo: bool
+    max_attempts: int
+    dead_letter_queue_id: int
+    def __init__(self, group: _Optional[str] = ..., topic: _Optional[str] = ..., queue_ids: _Optional[_Iterable[int]] = ..., max_messages: _Optional[int] = ..., invisible_ms: _Optional[int] = ..., wait_ms: _Optional[int] = ..., tag_expression: _Optional[str] = ..., fifo: _Optional[bool] = ..., max_attempts: _Optional[int] = ..., dead_letter_queue_id: _Optional[int] = ...) -> None: ...
+
+class PoppedMessage(_message.Message):
+    __slots__ = ("queue_id", "queue_offset", "attempt", "receipt_handle", "size")
+    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    RECEIPT_HANDLE_FIELD_NUMBER: _ClassVar[int]
+    SIZE_FIELD_NUMBER: _ClassVar[int]
+    queue_id: int
+    queue_offset: int
+    attempt: int
+    receipt_handle: str
+    size: int
+    def __init__(self, queue_id: _Optional[int] = ..., queue_offset: _Optional[int] = ..., attempt: _Optional[int] = ..., receipt_handle: _Optional[str] = ..., size: _Optional[int] = ...) -> None: ...
+
+class PopResponse(_message.Message):
+    __slots__ = ("messages", "records", "dead_lettered")
+    MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    RECORDS_FIELD_NUMBER: _ClassVar[int]
+    DEAD_LETTERED_FIELD_NUMBER: _ClassVar[int]
+    messages: _containers.RepeatedCompositeFieldContainer[PoppedMessage]
+    records: bytes
+    dead_lettered: int
+    def __init__(self, messages: _Optional[_Iterable[_Union[PoppedMessage, _Mapping]]] = ..., records: _Optional[bytes] = ..., dead_lettered: _Optional[int] = ...) -> None: ...
+
+class AckPopRequest(_message.Message):
+    __slots__ = ("group", "topic", "receipt_handles")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    RECEIPT_HANDLES_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    topic: str
+    receipt_handles: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, group: _Optional[str] = ..., topic: _Optional[str] = ..., receipt_handles: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class AckPopResponse(_message.Message):
+    __slots__ = ("outcomes",)
+    OUTCOMES_FIELD_NUMBER: _ClassVar[int]
+    outcomes: _containers.RepeatedScalarFieldContainer[PopOutcome]
+    def __init__(self, outcomes: _Optional[_Iterable[_Union[PopOutcome, str]]] = ...) -> None: ...
+
+class ChangeInvisibleRequest(_message.Message):
+    __slots__ = ("group", "topic", "receipt_handle", "invisible_ms")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    RECEIPT_HANDLE_FIELD_NUMBER: _ClassVar[int]
+    INVISIBLE_MS_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    topic: str
+    receipt_handle: str
+    invisible_ms: int
+    def __init__(self, group: _Optional[str] = ..., topic: _Optional[str] = ..., receipt_handle: _Optional[str] = ..., invisible_ms: _Optional[int] = ...) -> None: ...
+
+class ChangeInvisibleResponse(_message.Message):
+    __slots__ = ("outcome", "receipt_handle")
+    OUTCOME_FIELD_NUMBER: _ClassVar[int]
+    RECEIPT_HANDLE_FIELD_NUMBER: _ClassVar[int]
+    outcome: PopOutcome
+    receipt_handle: str
+    def __init__(self, outcome: _Optional[_Union[PopOutcome, str]] = ..., receipt_handle: _Optional[str] = ...) -> None: ...
+
+class PopToDeadLetterRequest(_message.Message):
+    __slots__ = ("group", "topic", "receipt_handle", "dead_letter_queue_id")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    RECEIPT_HANDLE_FIELD_NUMBER: _ClassVar[int]
+    DEAD_LETTER_QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    topic: str
+    receipt_handle: str
+    dead_letter_queue_id: int
+    def __init__(self, group: _Optional[str] = ..., topic: _Optional[str] = ..., receipt_handle: _Optional[str] = ..., dead_letter_queue_id: _Optional[int] = ...) -> None: ...
+
+class PopToDeadLetterResponse(_message.Message):
+    __slots__ = ("outcome",)
+    OUTCOME_FIELD_NUMBER: _ClassVar[int]
+    outcome: PopOutcome
+    def __init__(self, outcome: _Optional[_Union[PopOutcome, str]] = ...) -> None: ...
 
 class PutUnitsRequest(_message.Message):
     __slots__ = ("topics", "topic_codes", "queue_ids", "queue_offsets", "physical_offsets", "sizes", "tags_codes", "store_timestamps", "sysflags", "from_offset", "to_offset", "incarnation", "commitlog_min_offset", "forced_deleted_to")

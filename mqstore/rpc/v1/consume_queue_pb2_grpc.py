@@ -82,6 +82,26 @@ class ConsumeQueueServiceStub:
                 request_serializer=mqstore_dot_v1_dot_front__pb2.PullRequest.SerializeToString,
                 response_deserializer=mqstore_dot_v1_dot_front__pb2.PullResponse.FromString,
                 _registered_method=True)
+        self.Pop = channel.unary_unary(
+                '/mqstore.v1.ConsumeQueueService/Pop',
+                request_serializer=mqstore_dot_v1_dot_consume__queue__pb2.PopRequest.SerializeToString,
+                response_deserializer=mqstore_dot_v1_dot_consume__queue__pb2.PopResponse.FromString,
+                _registered_method=True)
+        self.AckPop = channel.unary_unary(
+                '/mqstore.v1.ConsumeQueueService/AckPop',
+                request_serializer=mqstore_dot_v1_dot_consume__queue__pb2.AckPopRequest.SerializeToString,
+                response_deserializer=mqstore_dot_v1_dot_consume__queue__pb2.AckPopResponse.FromString,
+                _registered_method=True)
+        self.ChangeInvisible = channel.unary_unary(
+                '/mqstore.v1.ConsumeQueueService/ChangeInvisible',
+                request_serializer=mqstore_dot_v1_dot_consume__queue__pb2.ChangeInvisibleRequest.SerializeToString,
+                response_deserializer=mqstore_dot_v1_dot_consume__queue__pb2.ChangeInvisibleResponse.FromString,
+                _registered_method=True)
+        self.PopToDeadLetter = channel.unary_unary(
+                '/mqstore.v1.ConsumeQueueService/PopToDeadLetter',
+                request_serializer=mqstore_dot_v1_dot_consume__queue__pb2.PopToDeadLetterRequest.SerializeToString,
+                response_deserializer=mqstore_dot_v1_dot_consume__queue__pb2.PopToDeadLetterResponse.FromString,
+                _registered_method=True)
 
 
 class ConsumeQueueServiceServicer:
@@ -156,6 +176,38 @@ class ConsumeQueueServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Pop(self, request, context):
+        """Pop consumption (RocketMQ 5 clients, through the front's RocketMQ port): take
+        up to max_messages visible messages of a topic's queues on this shard for a
+        group, each invisible to the group until acked or until its invisible time
+        passes (then it is delivered again, attempt + 1). Waits up to wait_ms for one.
+        State is durable on this shard's disk (mqstore/store/pop.py).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def AckPop(self, request, context):
+        """Ack popped messages by receipt handle (each answered on its own).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ChangeInvisible(self, request, context):
+        """A popped message's new invisible time, from now; a new handle, the old one void.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def PopToDeadLetter(self, request, context):
+        """Move a popped message to %DLQ%<group> and finish it for the group.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ConsumeQueueServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -203,6 +255,26 @@ def add_ConsumeQueueServiceServicer_to_server(servicer, server):
                     servicer.Pull,
                     request_deserializer=mqstore_dot_v1_dot_front__pb2.PullRequest.FromString,
                     response_serializer=mqstore_dot_v1_dot_front__pb2.PullResponse.SerializeToString,
+            ),
+            'Pop': grpc.unary_unary_rpc_method_handler(
+                    servicer.Pop,
+                    request_deserializer=mqstore_dot_v1_dot_consume__queue__pb2.PopRequest.FromString,
+                    response_serializer=mqstore_dot_v1_dot_consume__queue__pb2.PopResponse.SerializeToString,
+            ),
+            'AckPop': grpc.unary_unary_rpc_method_handler(
+                    servicer.AckPop,
+                    request_deserializer=mqstore_dot_v1_dot_consume__queue__pb2.AckPopRequest.FromString,
+                    response_serializer=mqstore_dot_v1_dot_consume__queue__pb2.AckPopResponse.SerializeToString,
+            ),
+            'ChangeInvisible': grpc.unary_unary_rpc_method_handler(
+                    servicer.ChangeInvisible,
+                    request_deserializer=mqstore_dot_v1_dot_consume__queue__pb2.ChangeInvisibleRequest.FromString,
+                    response_serializer=mqstore_dot_v1_dot_consume__queue__pb2.ChangeInvisibleResponse.SerializeToString,
+            ),
+            'PopToDeadLetter': grpc.unary_unary_rpc_method_handler(
+                    servicer.PopToDeadLetter,
+                    request_deserializer=mqstore_dot_v1_dot_consume__queue__pb2.PopToDeadLetterRequest.FromString,
+                    response_serializer=mqstore_dot_v1_dot_consume__queue__pb2.PopToDeadLetterResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -449,6 +521,114 @@ class ConsumeQueueService:
             '/mqstore.v1.ConsumeQueueService/Pull',
             mqstore_dot_v1_dot_front__pb2.PullRequest.SerializeToString,
             mqstore_dot_v1_dot_front__pb2.PullResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Pop(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mqstore.v1.ConsumeQueueService/Pop',
+            mqstore_dot_v1_dot_consume__queue__pb2.PopRequest.SerializeToString,
+            mqstore_dot_v1_dot_consume__queue__pb2.PopResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AckPop(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mqstore.v1.ConsumeQueueService/AckPop',
+            mqstore_dot_v1_dot_consume__queue__pb2.AckPopRequest.SerializeToString,
+            mqstore_dot_v1_dot_consume__queue__pb2.AckPopResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ChangeInvisible(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mqstore.v1.ConsumeQueueService/ChangeInvisible',
+            mqstore_dot_v1_dot_consume__queue__pb2.ChangeInvisibleRequest.SerializeToString,
+            mqstore_dot_v1_dot_consume__queue__pb2.ChangeInvisibleResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PopToDeadLetter(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mqstore.v1.ConsumeQueueService/PopToDeadLetter',
+            mqstore_dot_v1_dot_consume__queue__pb2.PopToDeadLetterRequest.SerializeToString,
+            mqstore_dot_v1_dot_consume__queue__pb2.PopToDeadLetterResponse.FromString,
             options,
             channel_credentials,
             insecure,

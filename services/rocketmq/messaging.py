@@ -1,0 +1,660 @@
+"""apache.rocketmq.v2.MessagingService on the front's RocketMQ port: what the
+official RocketMQ 5 clients (Java, Python, Node.js, Go, C#, Rust) call, served over
+the same shards, routing, users and rules as mqstore's own API (query/front.py).
+
+Calls and what they do here (protocol notes: ../shared/notes/rocketmq-v2-protocol.md):
+
+    QueryRoute               the topic's queues, READ_WRITE (as its perm allows), on one
+                             broker "mqstore" whose endpoints are the access point the client used
+    Telemetry                the client's settings answered merged with the server's (settings.py),
+                             the stream held open until the client closes it
+    Heartbeat, NotifyClientTermination   OK (the client's session noted, dropped)
+    SendMessage              checked as RocketMQ's proxy checks (convert.check_message), queue
+                             picked here (round robin; FIFO: the message group's hash), appended
+    ReceiveMessage           pop from the topic's queues on every shard (ConsumeQueueService.Pop,
+                             services/index/pop_service.py), long polling within the deadline
+    AckMessage, ChangeInvisibleDuration, ForwardMessageToDeadLetterQueue
+                             by receipt handle, on the shard the handle names
+    QueryAssignment          one assignment per broker (FIFO: per queue)
+    EndTransaction, RecallMessage        UNSUPPORTED (not served yet)
+    PullMessage, offsets, lite           not registered: gRPC UNIMPLEMENTED, as RocketMQ's proxy
+
+Every answer carries a protocol status (status.py); nothing a client sends ends a
+call with a traceback.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import itertools
+import time
+import zlib
+from collections.abc import AsyncIterator
+from typing import Any
+
+import grpc
+import numpy as np
+import structlog
+from google.protobuf.timestamp_pb2 import Timestamp
+
+from mqstore.errors import InvalidMessageError
+from mqstore.formats.message import decode_records
+from mqstore.formats.names import check_topic
+from mqstore.rpc.rocketmq_v2 import messaging_pb2 as v2
+from mqstore.rpc.v1 import commitlog_pb2, common_pb2
+from mqstore.rpc.v1 import consume_queue_pb2 as cq
+from mqstore.services.common import deadline
+from mqstore.services.common.errors import PermissionDenied, Unauthenticated
+from mqstore.services.common.server import Registration
+from mqstore.services.index.pop_service import MAX_POP, dead_letter_topic
+from mqstore.services.query.acl import GROUP, TOPIC, Action, User
+from mqstore.services.query.front import FrontServicer, ShardClient
+from mqstore.services.rocketmq import convert, settings
+from mqstore.services.rocketmq.status import Code, ProtocolError, answered, code_of, status
+from mqstore.store import reads
+from mqstore.store.consumer_offsets import check_group
+from mqstore.store.messages import NOT_ALLOWED_SEND_TOPICS
+from mqstore.store.pop import ReceiptHandle
+from mqstore.store.topic_configs import PERM_READ, PERM_WRITE
+
+log = structlog.get_logger(__name__)
+SERVICE = "apache.rocketmq.v2.MessagingService"
+CLIENT_ID = "x-mq-client-id"
+BROKER_NAME = "mqstore"
+DEFAULT_MAX_ATTEMPTS = 17  # RocketMQ: a group's retryMaxTimes 16, plus the first delivery
+AUTO_RENEW_INVISIBLE_MS = 60_000  # push consumers send no invisible time (RocketMQ's proxy uses 60 s too)
+MIN_INVISIBLE_MS = 1_000  # RocketMQ's proxy asks 10 s; shorter ones serve tests and fast retries
+MAX_INVISIBLE_MS = 12 * 3600 * 1000
+ANSWER_MARGIN_S = 0.5  # a long poll ends this long before the client's deadline
+_FIRST = np.zeros(1, np.int64)
+
+
+class TopicInfo:
+    """What a route needs of a topic's config (no config: the store's defaults)."""
+
+    def __init__(self, read_queues: int, write_queues: int, perm: int, message_type: str) -> None:
+        self.read_queues, self.write_queues, self.perm, self.message_type = (
+            read_queues,
+            write_queues,
+            perm,
+            message_type or "NORMAL",
+        )
+
+    @property
+    def accepted(self) -> tuple[int, ...]:
+        return convert.accepted_types(self.message_type)
+
+    @property
+    def fifo(self) -> bool:
+        return self.message_type == "FIFO"
+
+
+class MessagingServicer:
+    """See the module docstring. ``front``: the FrontServicer whose shards, routing and
+    ACL this port shares; ``max_attempts``: deliveries before a message goes to
+    ``%DLQ%<group>``; ``max_body``: the largest body a producer may send."""
+
+    def __init__(
+        self,
+        front: FrontServicer,
+        *,
+        endpoint: tuple[str, int],
+        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+        max_body: int = 4 << 20,
+        metrics=None,
+    ) -> None:
+        self.front = front
+        self.endpoint = endpoint  # (host, port) routes name when the client gave no access point
+        self.max_attempts = max_attempts
+        self.max_body = max_body
+        self.metrics = metrics
+        self.sessions = settings.Sessions()
+        self._topics: dict[str, TopicInfo] | None = None
+        self._topics_at = 0.0
+        self._rr: dict[str, itertools.count] = {}
+        self._receive_rr: dict[tuple[str, str], int] = {}
+
+    def registration(self) -> Registration:
+        return Registration(_add_messaging, self, SERVICE)
+
+    def observe(self, method: str, code: int) -> None:
+        if self.metrics is not None:
+            self.metrics.observe_rocketmq(method, v2.Code.Name(code) if code in v2.Code.values() else str(code))
+
+    # ------------------------------------------------------------------ callers
+
+    def _client(self, context) -> str:
+        for k, v in context.invocation_metadata() or ():
+            if k == CLIENT_ID and v:
+                self.sessions.seen(v)
+                return v
+        raise ProtocolError(Code.CLIENT_ID_REQUIRED, f"the {CLIENT_ID} header is missing")
+
+    def _user(self, context) -> User | None:
+        acl = self.front.acl
+        if acl is None:
+            return None
+        try:
+            return acl.authenticate(context.invocation_metadata())
+        except Unauthenticated as e:
+            log.info("acl_refused", port="rocketmq", peer=context.peer(), code="UNAUTHORIZED", reason=str(e))
+            raise
+
+    def _allow(self, context, *needs: tuple[Action, str, str]) -> User | None:
+        user = self._user(context)
+        if user is not None:
+            try:
+                for action, kind, name in needs:
+                    self.front.acl.authorize(user, action, kind, name)
+            except PermissionDenied as e:
+                log.info("acl_refused", port="rocketmq", peer=context.peer(), code="FORBIDDEN", reason=str(e))
+                raise
+        return user
+
+    # ------------------------------------------------------------------ topics
+
+    async def _topic(self, name: str) -> TopicInfo:
+        """The topic's route facts, from ListTopics at most 1 s old; ILLEGAL_TOPIC for a
+        bad or system name."""
+        try:
+            check_topic(name)
+        except InvalidMessageError as e:
+            raise ProtocolError(Code.ILLEGAL_TOPIC, str(e)) from None
+        if name in NOT_ALLOWED_SEND_TOPICS or name.startswith("rmq_sys_"):
+            raise ProtocolError(Code.ILLEGAL_TOPIC, f"topic {name!r} is a system topic")
+        now = asyncio.get_running_loop().time()
+        if self._topics is None or now - self._topics_at > 1.0:
+
+            async def list_topics(s: ShardClient):
+                return await s.call("cl", "ListTopics", commitlog_pb2.ListTopicsRequest(), retry=False)
+
+            res = await self.front._any_shard(list_topics)
+            self._topics = {
+                c.topic: TopicInfo(c.read_queue_nums, c.write_queue_nums, c.perm, getattr(c, "message_type", ""))
+                for c in res.configs
+            }
+            self._topics_at = now
+        info = self._topics.get(name)
+        if info is None:
+            n = self.front.default_queue_nums
+            info = TopicInfo(n, n, PERM_READ | PERM_WRITE, "NORMAL")
+        return info
+
+    def _endpoints(self, asked: v2.Endpoints) -> v2.Endpoints:
+        """Where routes point: the access point the client used (NAT and containers keep
+        working, as RocketMQ's proxy does it), or this port's own address."""
+        if asked.addresses and asked.scheme != v2.ADDRESS_SCHEME_UNSPECIFIED:
+            return asked
+        host, port = self.endpoint
+        return v2.Endpoints(scheme=_scheme(host), addresses=[v2.Address(host=host, port=port)])
+
+    def _queue(self, topic: str, qid: int, perm: int, info: TopicInfo, endpoints: v2.Endpoints) -> v2.MessageQueue:
+        return v2.MessageQueue(
+            topic=v2.Resource(name=topic),
+            id=qid,
+            permission=perm,
+            broker=v2.Broker(name=BROKER_NAME, id=0, endpoints=endpoints),
+            accept_message_types=info.accepted,
+        )
+
+    # ------------------------------------------------------------------ route, session
+
+    @answered(v2.QueryRouteResponse)
+    async def QueryRoute(self, request: v2.QueryRouteRequest, context) -> v2.QueryRouteResponse:
+        self._client(context)
+        topic = request.topic.name
+        user = self._user(context)
+        if user is not None and not any(
+            self.front.acl.decide(user, action, TOPIC, topic)[0] for action in (Action.PUB, Action.SUB)
+        ):
+            raise PermissionDenied(f"user {user.access_key!r} may neither Pub nor Sub on Topic:{topic}")
+        info = await self._topic(topic)
+        endpoints = self._endpoints(request.endpoints)
+        readable, writable = bool(info.perm & PERM_READ), bool(info.perm & PERM_WRITE)
+        queues = []
+        for q in range(max(info.read_queues, info.write_queues)):
+            r, w = readable and q < info.read_queues, writable and q < info.write_queues
+            perm = v2.READ_WRITE if r and w else v2.READ if r else v2.WRITE if w else v2.NONE
+            queues.append(self._queue(topic, q, perm, info, endpoints))
+        return v2.QueryRouteResponse(status=status(), message_queues=queues)
+
+    async def Telemetry(self, requests: AsyncIterator[v2.TelemetryCommand], context) -> AsyncIterator:
+        """Answer every settings command with merged settings; ignore the rest (thread
+        dumps, verify results); end when the client half-closes."""
+        try:
+            client_id = self._client(context)
+            self._user(context)
+        except Exception as e:  # noqa: BLE001 - refused in the stream's first answer
+            code, message = code_of(e)
+            self.observe("Telemetry", code)
+            yield v2.TelemetryCommand(status=status(code, message))
+            return
+        async for command in requests:
+            if command.WhichOneof("command") != "settings":
+                continue
+            try:
+                answer = await self._settings(client_id, command.settings, context)
+            except Exception as e:  # noqa: BLE001 - an answer, never a broken stream
+                code, message = code_of(e)
+                answer = v2.TelemetryCommand(status=status(code, message))
+            self.observe("Telemetry", answer.status.code)
+            yield answer
+
+    async def _settings(self, client_id: str, s: v2.Settings, context) -> v2.TelemetryCommand:
+        session = self.sessions.seen(client_id)
+        fifo = False
+        if s.HasField("publishing"):
+            self._allow(context, *((Action.PUB, TOPIC, t.name) for t in s.publishing.topics))
+        elif s.HasField("subscription"):
+            sub = s.subscription
+            session.group = sub.group.name
+            needs = [(Action.SUB, GROUP, sub.group.name)] + [
+                (Action.SUB, TOPIC, e.topic.name) for e in sub.subscriptions
+            ]
+            self._allow(context, *needs)
+            for e in sub.subscriptions:
+                fifo = fifo or (await self._topic(e.topic.name)).fifo
+        else:
+            raise ProtocolError(Code.BAD_REQUEST, "settings carry neither publishing nor subscription")
+        session.settings = s
+        return v2.TelemetryCommand(
+            status=status(),
+            settings=settings.reply(s, max_body=self.max_body, max_attempts=self.max_attempts, fifo=fifo),
+        )
+
+    @answered(v2.HeartbeatResponse)
+    async def Heartbeat(self, request: v2.HeartbeatRequest, context) -> v2.HeartbeatResponse:
+        self._client(context)
+        if request.HasField("group") and request.group.name:
+            self._allow(context, (Action.SUB, GROUP, request.group.name))
+        else:
+            self._user(context)
+        return v2.HeartbeatResponse(status=status())
+
+    @answered(v2.NotifyClientTerminationResponse)
+    async def NotifyClientTermination(self, request, context) -> v2.NotifyClientTerminationResponse:
+        client_id = self._client(context)
+        self._user(context)
+        self.sessions.forget(client_id)
+        return v2.NotifyClientTerminationResponse(status=status())
+
+    # ------------------------------------------------------------------ send
+
+    @answered(v2.SendMessageResponse)
+    async def SendMessage(self, request: v2.SendMessageRequest, context) -> v2.SendMessageResponse:
+        self._client(context)
+        if not request.messages:
+            raise ProtocolError(Code.MESSAGE_CORRUPTED, "the request has no message")
+        topics = list(dict.fromkeys(m.topic.name for m in request.messages))
+        self._allow(context, *((Action.PUB, TOPIC, t) for t in topics))
+        now = time.time_ns() // 1_000_000
+        infos = {t: await self._topic(t) for t in topics}
+        for t, info in infos.items():
+            if not info.perm & PERM_WRITE:
+                raise ProtocolError(Code.FORBIDDEN, f"topic {t!r} is not writable (perm {info.perm})")
+        queue_ids = []
+        for m in request.messages:
+            info = infos[m.topic.name]
+            convert.check_message(m, info.accepted, now, self.max_body)
+            if m.system_properties.HasField("message_group"):  # FIFO: one group, one queue
+                q = zlib.crc32(m.system_properties.message_group.encode()) % info.write_queues
+            else:
+                q = next(self._rr.setdefault(m.topic.name, itertools.count())) % info.write_queues
+            queue_ids.append(q)
+        shard_of = [self.front.router.shard_of(m.topic.name, q) for m, q in zip(request.messages, queue_ids)]
+        entries: list[v2.SendResultEntry | None] = [None] * len(request.messages)
+
+        async def send(shard: int, rows: list[int]) -> None:
+            msgs = [request.messages[i] for i in rows]
+            cols = convert.to_columns(msgs, [queue_ids[i] for i in rows], self.max_body)
+            res = await self.front.shards[shard].call(
+                "cl", "AppendBatch", commitlog_pb2.AppendBatchRequest(messages=cols), timeout=60, retry=False
+            )
+            r = res.result
+            for k, i in enumerate(rows):
+                code = Code.OK if r.statuses[k] == common_pb2.PUT_OK else Code.MASTER_PERSISTENCE_TIMEOUT
+                entries[i] = v2.SendResultEntry(
+                    status=status(code, "OK" if code == Code.OK else "flush timed out; the message is written"),
+                    message_id=request.messages[i].system_properties.message_id,
+                    offset=r.queue_offsets[k],
+                )
+
+        parts: dict[int, list[int]] = {}
+        for i, s in enumerate(shard_of):
+            parts.setdefault(s, []).append(i)
+        outcomes = await asyncio.gather(*(send(s, rows) for s, rows in parts.items()), return_exceptions=True)
+        for (s, rows), outcome in zip(parts.items(), outcomes):
+            if isinstance(outcome, BaseException):
+                if len(parts) == 1:
+                    raise outcome
+                code, message = code_of(outcome)
+                for i in rows:
+                    entries[i] = v2.SendResultEntry(
+                        status=status(code, message), message_id=request.messages[i].system_properties.message_id
+                    )
+        codes = {e.status.code for e in entries}
+        top = (
+            status()
+            if codes == {Code.OK}
+            else entries[0].status
+            if len(codes) == 1
+            else status(Code.MULTIPLE_RESULTS, "entries differ")
+        )
+        return v2.SendMessageResponse(status=top, entries=entries)
+
+    # ------------------------------------------------------------------ receive
+
+    async def ReceiveMessage(self, request: v2.ReceiveMessageRequest, context) -> AsyncIterator:
+        """Status first, then the messages, then the delivery timestamp; one status per
+        stream, and the stream ends before the client's deadline."""
+        deadline.start(context)
+        try:
+            messages = await self._receive(request, context)
+        except Exception as e:  # noqa: BLE001 - an answer, never a traceback
+            code, message = code_of(e)
+            if code == Code.INTERNAL_SERVER_ERROR:
+                log.error("rocketmq_receive_failed", error=message, exc_info=e)
+            self.observe("ReceiveMessage", code)
+            yield v2.ReceiveMessageResponse(status=status(code, message))
+            yield v2.ReceiveMessageResponse(delivery_timestamp=_now())
+            return
+        if messages:
+            self.observe("ReceiveMessage", Code.OK)
+            yield v2.ReceiveMessageResponse(status=status())
+            for m in messages:
+                yield v2.ReceiveMessageResponse(message=m)
+        else:
+            self.observe("ReceiveMessage", Code.MESSAGE_NOT_FOUND)
+            yield v2.ReceiveMessageResponse(status=status(Code.MESSAGE_NOT_FOUND, "no new message"))
+        yield v2.ReceiveMessageResponse(delivery_timestamp=_now())
+
+    async def _receive(self, request: v2.ReceiveMessageRequest, context) -> list[v2.Message]:
+        self._client(context)
+        group, topic = request.group.name, request.message_queue.topic.name
+        _check_group(group)
+        self._allow(context, (Action.SUB, GROUP, group), (Action.SUB, TOPIC, topic))
+        info = await self._topic(topic)
+        if not info.perm & PERM_READ:
+            raise ProtocolError(Code.FORBIDDEN, f"topic {topic!r} is not readable (perm {info.perm})")
+        expr = request.filter_expression
+        if expr.type == v2.SQL:
+            raise ProtocolError(Code.ILLEGAL_FILTER_EXPRESSION, "SQL92 filters are not supported; filter by tag")
+        try:
+            reads.parse_tag_expression(expr.expression)
+        except Exception as e:  # noqa: BLE001 - the store's message names the problem
+            raise ProtocolError(Code.ILLEGAL_FILTER_EXPRESSION, str(e)) from None
+        batch = request.batch_size or settings.RECEIVE_BATCH
+        if not 1 <= batch <= MAX_POP:
+            raise ProtocolError(Code.BAD_REQUEST, f"batch_size must be in 1..{MAX_POP}, got {request.batch_size}")
+        if request.HasField("invisible_duration"):
+            invisible_ms = request.invisible_duration.ToMilliseconds()
+        elif request.auto_renew:
+            invisible_ms = AUTO_RENEW_INVISIBLE_MS
+        else:
+            raise ProtocolError(Code.ILLEGAL_INVISIBLE_TIME, "invisible_duration is required without auto_renew")
+        if not MIN_INVISIBLE_MS <= invisible_ms <= MAX_INVISIBLE_MS:
+            raise ProtocolError(
+                Code.ILLEGAL_INVISIBLE_TIME,
+                f"invisible_duration must be in {MIN_INVISIBLE_MS // 1000} s..12 h, got {invisible_ms} ms",
+            )
+        poll_ms = (
+            request.long_polling_timeout.ToMilliseconds()
+            if request.HasField("long_polling_timeout")
+            else settings.LONG_POLLING_S * 1000
+        )
+        left = context.time_remaining()
+        if left is not None:
+            poll_ms = min(poll_ms, int((left - ANSWER_MARGIN_S) * 1000))
+        poll_ms = max(0, min(poll_ms, 60_000))
+        by_shard: dict[int, list[int]] = {}
+        for q in range(info.read_queues):
+            by_shard.setdefault(self.front.router.shard_of(topic, q), []).append(q)
+        dlq = dead_letter_topic(group)
+
+        def pop_request(shard: int, wait_ms: int) -> cq.PopRequest:
+            return cq.PopRequest(
+                group=group,
+                topic=topic,
+                queue_ids=by_shard[shard],
+                max_messages=batch,
+                invisible_ms=invisible_ms,
+                wait_ms=wait_ms,
+                tag_expression=expr.expression,
+                fifo=info.fifo,
+                max_attempts=self.max_attempts,
+                dead_letter_queue_id=self._queue_on(dlq, shard),
+            )
+
+        async def pop(shard: int, wait_ms: int) -> list[v2.Message]:
+            res = await self.front.shards[shard].call(
+                "cq", "Pop", pop_request(shard, wait_ms), timeout=wait_ms / 1000 + 10, retry=False
+            )
+            return _messages(res, invisible_ms)
+
+        shards = sorted(by_shard)
+        if len(shards) == 1:
+            return await pop(shards[0], poll_ms)
+        start = self._receive_rr.get((group, topic), 0)
+        self._receive_rr[(group, topic)] = start + 1
+        order = shards[start % len(shards) :] + shards[: start % len(shards)]
+        for s in order:  # a look at each shard without waiting
+            found = await pop(s, 0)
+            if found:
+                return found
+        # then every shard waits at once; whatever any of them hands out is answered
+        found_all = await asyncio.gather(*(pop(s, poll_ms) for s in order))
+        return [m for part in found_all for m in part]
+
+    def _queue_on(self, topic: str, shard: int) -> int:
+        """The smallest queue id of ``topic`` that lives on ``shard``."""
+        n = len(self.front.shards)
+        return next(q for q in range(n) if self.front.router.shard_of(topic, q) == shard)
+
+    # ------------------------------------------------------------------ ack, change, DLQ
+
+    def _shard_of_handle(self, text: str) -> tuple[ShardClient, ReceiptHandle]:
+        try:
+            h = ReceiptHandle.parse(text)
+        except Exception as e:  # noqa: BLE001 - the handle's parser names what is wrong
+            raise ProtocolError(Code.INVALID_RECEIPT_HANDLE, f"malformed receipt handle: {e}") from None
+        if not 0 <= h.shard < len(self.front.shards):
+            raise ProtocolError(Code.INVALID_RECEIPT_HANDLE, f"the receipt handle names shard {h.shard}")
+        return self.front.shards[h.shard], h
+
+    @answered(v2.AckMessageResponse)
+    async def AckMessage(self, request: v2.AckMessageRequest, context) -> v2.AckMessageResponse:
+        self._client(context)
+        group, topic = request.group.name, request.topic.name
+        _check_group(group)
+        self._allow(context, (Action.SUB, GROUP, group), (Action.SUB, TOPIC, topic))
+        results = [
+            v2.AckMessageResultEntry(message_id=e.message_id, receipt_handle=e.receipt_handle) for e in request.entries
+        ]
+        by_shard: dict[int, list[int]] = {}
+        for i, e in enumerate(request.entries):
+            try:
+                shard, _ = self._shard_of_handle(e.receipt_handle)
+            except ProtocolError as pe:
+                results[i].status.CopyFrom(status(pe.code, str(pe)))
+                continue
+            by_shard.setdefault(shard.shard, []).append(i)
+
+        async def ack(s: int, rows: list[int]) -> None:
+            res = await self.front.shards[s].call(
+                "cq",
+                "AckPop",
+                cq.AckPopRequest(
+                    group=group, topic=topic, receipt_handles=[request.entries[i].receipt_handle for i in rows]
+                ),
+                retry=False,
+            )
+            for i, outcome in zip(rows, res.outcomes):
+                results[i].status.CopyFrom(_outcome_status(outcome))
+
+        await asyncio.gather(*(ack(s, rows) for s, rows in by_shard.items()))
+        codes = {r.status.code for r in results}
+        top = (
+            status()
+            if codes <= {Code.OK}
+            else results[0].status
+            if len(codes) == 1
+            else status(Code.MULTIPLE_RESULTS, "entries differ")
+        )
+        return v2.AckMessageResponse(status=top, entries=results)
+
+    @answered(v2.ChangeInvisibleDurationResponse)
+    async def ChangeInvisibleDuration(self, request, context) -> v2.ChangeInvisibleDurationResponse:
+        self._client(context)
+        group, topic = request.group.name, request.topic.name
+        _check_group(group)
+        self._allow(context, (Action.SUB, GROUP, group))
+        ms = request.invisible_duration.ToMilliseconds()
+        if not 0 <= ms <= MAX_INVISIBLE_MS:
+            raise ProtocolError(Code.ILLEGAL_INVISIBLE_TIME, f"invisible_duration must be in 0..12 h, got {ms} ms")
+        shard, _ = self._shard_of_handle(request.receipt_handle)
+        res = await shard.call(
+            "cq",
+            "ChangeInvisible",
+            cq.ChangeInvisibleRequest(group=group, topic=topic, receipt_handle=request.receipt_handle, invisible_ms=ms),
+            retry=False,
+        )
+        st = _outcome_status(res.outcome)
+        return v2.ChangeInvisibleDurationResponse(status=st, receipt_handle=res.receipt_handle)
+
+    @answered(v2.ForwardMessageToDeadLetterQueueResponse)
+    async def ForwardMessageToDeadLetterQueue(self, request, context) -> v2.ForwardMessageToDeadLetterQueueResponse:
+        self._client(context)
+        group, topic = request.group.name, request.topic.name
+        _check_group(group)
+        self._allow(context, (Action.SUB, GROUP, group), (Action.SUB, TOPIC, topic))
+        shard, _ = self._shard_of_handle(request.receipt_handle)
+        res = await shard.call(
+            "cq",
+            "PopToDeadLetter",
+            cq.PopToDeadLetterRequest(
+                group=group,
+                topic=topic,
+                receipt_handle=request.receipt_handle,
+                dead_letter_queue_id=self._queue_on(dead_letter_topic(group), shard.shard),
+            ),
+            retry=False,
+        )
+        return v2.ForwardMessageToDeadLetterQueueResponse(status=_outcome_status(res.outcome))
+
+    @answered(v2.QueryAssignmentResponse)
+    async def QueryAssignment(self, request: v2.QueryAssignmentRequest, context) -> v2.QueryAssignmentResponse:
+        self._client(context)
+        group, topic = request.group.name, request.topic.name
+        _check_group(group)
+        self._allow(context, (Action.SUB, GROUP, group), (Action.SUB, TOPIC, topic))
+        info = await self._topic(topic)
+        if not info.perm & PERM_READ:
+            raise ProtocolError(Code.FORBIDDEN, f"topic {topic!r} has no readable queue (perm {info.perm})")
+        endpoints = self._endpoints(request.endpoints)
+        ids = range(info.read_queues) if info.fifo else (-1,)
+        return v2.QueryAssignmentResponse(
+            status=status(),
+            assignments=[
+                v2.Assignment(message_queue=self._queue(topic, q, v2.READ_WRITE, info, endpoints)) for q in ids
+            ],
+        )
+
+    # ------------------------------------------------------------------ not served yet
+
+    @answered(v2.EndTransactionResponse)
+    async def EndTransaction(self, request, context) -> v2.EndTransactionResponse:
+        self._client(context)
+        raise ProtocolError(Code.UNSUPPORTED, "transactions are not served yet")
+
+    @answered(v2.RecallMessageResponse)
+    async def RecallMessage(self, request, context) -> v2.RecallMessageResponse:
+        self._client(context)
+        raise ProtocolError(Code.UNSUPPORTED, "recalling delay messages is not served yet")
+
+
+def _check_group(group: str) -> None:
+    try:
+        check_group(group)
+    except InvalidMessageError as e:
+        raise ProtocolError(Code.ILLEGAL_CONSUMER_GROUP, str(e)) from None
+    if group.startswith("CID_RMQ_SYS_"):
+        raise ProtocolError(Code.ILLEGAL_CONSUMER_GROUP, f"group {group!r} is a system group")
+
+
+def _outcome_status(outcome: int) -> v2.Status:
+    if outcome == cq.POP_OK:
+        return status()
+    why = {
+        cq.POP_STALE: "the receipt handle is not the message's current one (changed, acked or redelivered since)",
+        cq.POP_EXPIRED: "the receipt handle expired (the message's invisible time passed)",
+        cq.POP_MALFORMED: "the receipt handle is not one of this store's",
+    }
+    return status(Code.INVALID_RECEIPT_HANDLE, why.get(outcome, "invalid receipt handle"))
+
+
+def _messages(res: cq.PopResponse, invisible_ms: int) -> list[v2.Message]:
+    out, at = [], 0
+    data = res.records
+    for p in res.messages:
+        rec = decode_records(data[at : at + p.size], _FIRST, check_crc=False)[0]
+        at += p.size
+        out.append(
+            convert.to_message(rec, receipt_handle=p.receipt_handle, attempt=p.attempt, invisible_ms=invisible_ms)
+        )
+    return out
+
+
+def _now() -> Timestamp:
+    t = Timestamp()
+    t.GetCurrentTime()
+    return t
+
+
+def _scheme(host: str) -> int:
+    try:
+        return v2.IPv6 if ipaddress.ip_address(host).version == 6 else v2.IPv4
+    except ValueError:
+        return v2.DOMAIN_NAME
+
+
+_UNARY = {
+    "QueryRoute": v2.QueryRouteRequest,
+    "Heartbeat": v2.HeartbeatRequest,
+    "SendMessage": v2.SendMessageRequest,
+    "QueryAssignment": v2.QueryAssignmentRequest,
+    "AckMessage": v2.AckMessageRequest,
+    "ForwardMessageToDeadLetterQueue": v2.ForwardMessageToDeadLetterQueueRequest,
+    "EndTransaction": v2.EndTransactionRequest,
+    "NotifyClientTermination": v2.NotifyClientTerminationRequest,
+    "ChangeInvisibleDuration": v2.ChangeInvisibleDurationRequest,
+    "RecallMessage": v2.RecallMessageRequest,
+}
+
+
+def _add_messaging(servicer: MessagingServicer, server: grpc.aio.Server) -> None:
+    """Register the served methods under apache.rocketmq.v2.MessagingService (the
+    others are UNIMPLEMENTED, as on RocketMQ's proxy)."""
+    handlers: dict[str, Any] = {
+        name: grpc.unary_unary_rpc_method_handler(
+            getattr(servicer, name), request_deserializer=req.FromString, response_serializer=_serialize
+        )
+        for name, req in _UNARY.items()
+    }
+    handlers["ReceiveMessage"] = grpc.unary_stream_rpc_method_handler(
+        servicer.ReceiveMessage,
+        request_deserializer=v2.ReceiveMessageRequest.FromString,
+        response_serializer=_serialize,
+    )
+    handlers["Telemetry"] = grpc.stream_stream_rpc_method_handler(
+        servicer.Telemetry, request_deserializer=v2.TelemetryCommand.FromString, response_serializer=_serialize
+    )
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, handlers),))
+    server.add_registered_method_handlers(SERVICE, handlers)
+
+
+def _serialize(message) -> bytes:
+    return message.SerializeToString()
+
+
+__all__ = ["DEFAULT_MAX_ATTEMPTS", "SERVICE", "MessagingServicer"]
