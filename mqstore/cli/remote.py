@@ -37,6 +37,24 @@ def register(app: typer.Typer) -> None:
         port: Annotated[
             int, typer.Option("--port", min=0, max=65535, help="Port of the public API (the front).")
         ] = 8080,
+        rocketmq_port: Annotated[
+            int,
+            typer.Option(
+                "--rocketmq-port",
+                min=0,
+                max=65535,
+                help="Port of RocketMQ 5's gRPC protocol (apache.rocketmq.v2) for the official RocketMQ clients; 0: not served.",
+            ),
+        ] = 8081,
+        max_delivery_attempts: Annotated[
+            int,
+            typer.Option(
+                "--max-delivery-attempts",
+                min=1,
+                max=1000,
+                help="RocketMQ consumers: deliveries of a message before it goes to %DLQ%<group> (RocketMQ's 16 retries + 1).",
+            ),
+        ] = 17,
         shards: Annotated[
             int, typer.Option("--shards", min=1, max=64, help="Store shards (pinned in DIR/mqstore-layout.json).")
         ] = 1,
@@ -103,8 +121,9 @@ def register(app: typer.Typer) -> None:
         ] = False,
     ) -> None:
         """Serve the store over gRPC on Ray until Ctrl-C/SIGTERM: per shard a commitlog,
-        a consume-queue builder, an index builder and a dispatcher actor, and one front;
-        prints one JSON line with the front's address once every shard has recovered,
+        a consume-queue builder, an index builder and a dispatcher actor, and one front
+        (mqstore's API on --port, RocketMQ 5's protocol on --rocketmq-port); prints one
+        JSON line with the front's addresses once every shard has recovered,
         and closes every store cleanly on the way out."""
         from mqstore.services.startup.serve import serve as run
         from mqstore.store.config import FlushMode, StoreConfig
@@ -119,6 +138,8 @@ def register(app: typer.Typer) -> None:
             store,
             host=host,
             port=port,
+            rocketmq_port=rocketmq_port or None,
+            max_delivery_attempts=max_delivery_attempts,
             shards=shards,
             address=address,
             config=cfg,

@@ -34,6 +34,8 @@ class FrontActor(Hosted):
         tls: TlsFiles | None = None,
         index_enabled: bool = True,
         acl: str | None = None,
+        rocketmq_port: int | None = None,
+        max_delivery_attempts: int = 17,
     ) -> None:
         # Every actor of the deployment exists before the front: one that does not, or is
         # dead for good, fails its calls at once; a resolution gives up after RESOLVE_S
@@ -55,11 +57,16 @@ class FrontActor(Hosted):
             tls=tls,
             auth=auth,
             acl=acl,
+            rocketmq_port=rocketmq_port,
+            max_delivery_attempts=max_delivery_attempts,
             locators=[shard_locator(i, namespace, index_enabled) for i in range(shards)],
         )
 
     def metrics_endpoint(self) -> str:
         return self.host.metrics_endpoint
+
+    def rocketmq_endpoint(self) -> str:
+        return self.host.rocketmq_endpoint
 
 
 __all__ = ["FrontActor"]

@@ -76,6 +76,7 @@ class Deployment:
     front: object = None
     front_endpoint: str = ""
     metrics_endpoint: str = ""
+    rocketmq_endpoint: str = ""  # RocketMQ 5 protocol on the front ("" when not served)
 
     _asks: dict = field(default_factory=dict, repr=False)  # poll_ready's wait_ready calls in flight
 
@@ -215,6 +216,8 @@ def start_deployment(
     auth: InternalAuth | None = None,
     acl: str | Path | None = None,
     internal_host: str | None = None,
+    rocketmq_port: int | None = None,
+    max_delivery_attempts: int = 17,
 ) -> Deployment:
     """Create the actors of a deployment in the connected Ray cluster and return
     once the front listens (shards may still be recovering: ``wait_ready``).
@@ -227,7 +230,8 @@ def start_deployment(
     speaks TLS); the front is ``host``:``port``, every internal server binds to its
     node's address as Ray knows it (``internal_host`` instead when given: 127.0.0.1
     for a local instance, whose node Ray knows by the machine's address). ``acl``: the front's users-and-permissions file
-    (on the front's node: the driver's)."""
+    (on the front's node: the driver's). ``rocketmq_port``, ``max_delivery_attempts``:
+    RocketMQ 5's protocol on the front (query/host.py FrontHost)."""
     auth = auth or InternalAuth.new(tls=tls is not None)
     if placement not in PLACEMENTS:
         raise ValueError(f"placement must be one of {PLACEMENTS}, got {placement!r}")
@@ -283,8 +287,11 @@ def start_deployment(
         tls,
         cfg.message_index_enable,
         None if acl is None else str(Path(acl).resolve()),
+        rocketmq_port,
+        max_delivery_attempts,
     )
     dep.front_endpoint = ray.get(dep.front.endpoint.remote(), timeout=120)
+    dep.rocketmq_endpoint = ray.get(dep.front.rocketmq_endpoint.remote(), timeout=30)
     dep.metrics_endpoint = ray.get(dep.front.metrics_endpoint.remote(), timeout=30)
     return dep
 

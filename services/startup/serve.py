@@ -67,6 +67,8 @@ def serve(
     *,
     host: str = "127.0.0.1",
     port: int = 8080,
+    rocketmq_port: int | None = None,
+    max_delivery_attempts: int = 17,
     shards: int = 1,
     address: str | None = None,
     config: StoreConfig | None = None,
@@ -87,6 +89,8 @@ def serve(
     module docstring). ``placement``: "node" (every shard on this machine) or
     "resource" (shard i on the node offering the Ray resource mqstore_shard_i).
     ``metrics_port``: the front's Prometheus endpoint on ``host`` (0: none).
+    ``rocketmq_port``: RocketMQ 5's protocol on ``host`` (None: not served), whose
+    consumers get a message ``max_delivery_attempts`` times before its DLQ.
     ``tls_cert``/``tls_key``: PEM files; the front (public API) then speaks TLS only,
     and internal services speak TLS with a certificate made for this deployment.
     ``acl``: the front's users and permissions (a JSON file, see query/acl.py); a
@@ -118,6 +122,10 @@ def serve(
         if metrics_port == port:
             raise ValueError(f"the metrics port {metrics_port} is the front's port")
         check_port_free(host, metrics_port)
+    if rocketmq_port:
+        if rocketmq_port in (port, metrics_port):
+            raise ValueError(f"the RocketMQ port {rocketmq_port} is also the front's or the metrics port")
+        check_port_free(host, rocketmq_port)
     local = address in (None, "", "local")
     env = {"MQSTORE_LOG_LEVEL": log_level, "MQSTORE_LOG_FORMAT": log_format}
     start_ray(ray, address if not local else None, namespace, env, insecure_ray)
@@ -138,6 +146,8 @@ def serve(
             namespace=namespace,
             placement=placement,
             metrics_port=metrics_port,
+            rocketmq_port=rocketmq_port,
+            max_delivery_attempts=max_delivery_attempts,
             tls=tls,
             acl=acl,
             auth=InternalAuth.new(tls=tls is not None),
@@ -159,6 +169,7 @@ def serve(
         if not stop.is_set():
             ready = {
                 "front": dep.front_endpoint,
+                "rocketmq": dep.rocketmq_endpoint or None,
                 "tls": tls is not None,
                 "metrics": dep.metrics_endpoint or None,
                 "shards": shards,
