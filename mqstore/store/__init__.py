@@ -16,7 +16,7 @@ from mqstore.store.messages import (
     Texts,
 )
 from mqstore.store.recovery import RecoveryReport
-from mqstore.store.topic_configs import TopicConfig, TopicConfigs
+from mqstore.store.topic_configs import MessageType, TopicConfig, TopicConfigs
 
 __all__ = [
     "AUTO_QUEUE",
@@ -32,6 +32,7 @@ __all__ = [
     "FlushMode",
     "Message",
     "MessageBatch",
+    "MessageType",
     "PutStatus",
     "ReadBatch",
     "RecoveryReport",

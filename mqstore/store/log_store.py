@@ -51,7 +51,7 @@ from mqstore.store.messages import (
 from mqstore.store.recovery import RecoveryProgress
 from mqstore.store.retention import Retention, RetentionConfig, RetentionReport
 from mqstore.store.schedule import SCHEDULE_TOPIC, DelayScheduler, QueuePicker, rewrite_delayed
-from mqstore.store.topic_configs import TOPICS_FILE, TopicConfigs
+from mqstore.store.topic_configs import TOPICS_FILE, MessageType, TopicConfigs
 
 log = structlog.get_logger(__name__)
 
@@ -258,9 +258,23 @@ class LogStore:
         """Bytes the dispatcher may hand out but has not yet reported dispatched."""
         return max(0, self.confirm_offset - self.dispatched_offset)
 
-    def update_topic(self, topic: str, *, read_queue_nums: int = 4, write_queue_nums: int = 4, perm: int = 6):
+    def update_topic(
+        self,
+        topic: str,
+        *,
+        read_queue_nums: int = 4,
+        write_queue_nums: int = 4,
+        perm: int = 6,
+        message_type: MessageType | str | None = None,
+    ):
+        """Create or change a topic's config; ``message_type`` None keeps the topic's
+        type (NORMAL for a new topic), as TopicConfigs.create_or_update."""
         tc = self.topics.create_or_update(
-            topic, read_queue_nums=read_queue_nums, write_queue_nums=write_queue_nums, perm=perm
+            topic,
+            read_queue_nums=read_queue_nums,
+            write_queue_nums=write_queue_nums,
+            perm=perm,
+            message_type=message_type,
         )
         self.commitlog.set_queue_nums(topic, write_queue_nums)
         return tc

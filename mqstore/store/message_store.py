@@ -35,6 +35,7 @@ from mqstore.store.messages import AppendResult, MessageBatch
 from mqstore.store.reads import QueueStatus
 from mqstore.store.recovery import RecoveryProgress
 from mqstore.store.retention import RetentionConfig
+from mqstore.store.topic_configs import MessageType
 
 log = structlog.get_logger(__name__)
 
@@ -153,11 +154,26 @@ class MessageStore(LocalReads):
         anything is written."""
         return self.log.append(batch)
 
-    def update_topic(self, topic: str, *, read_queue_nums: int = 4, write_queue_nums: int = 4, perm: int = 6):
+    def update_topic(
+        self,
+        topic: str,
+        *,
+        read_queue_nums: int = 4,
+        write_queue_nums: int = 4,
+        perm: int = 6,
+        message_type: MessageType | str | None = None,
+    ):
         """Create or change a topic's config (persisted in config/topics.json); automatic
-        queue ids then spread over ``write_queue_nums`` queues."""
+        queue ids then spread over ``write_queue_nums`` queues. ``message_type`` (a
+        MessageType or its name: NORMAL, FIFO, DELAY, TRANSACTION, MIXED) is stored as
+        the attribute ``message.type``; None keeps the topic's type (NORMAL for a new
+        topic). Other attributes are kept."""
         return self.log.update_topic(
-            topic, read_queue_nums=read_queue_nums, write_queue_nums=write_queue_nums, perm=perm
+            topic,
+            read_queue_nums=read_queue_nums,
+            write_queue_nums=write_queue_nums,
+            perm=perm,
+            message_type=message_type,
         )
 
     def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:

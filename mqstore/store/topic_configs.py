@@ -11,6 +11,13 @@ The file, as this module writes it (json_files.py: pretty-printed, crash-safe, .
 
 Entry fields in the order of RocketMQ's TopicConfig (``TopicConfig.to_json``); entries
 this module cannot represent are written back verbatim, before the others.
+
+A topic's message type (RocketMQ 5's TopicAttributes.TOPIC_MESSAGE_TYPE_ATTRIBUTE) is
+the attribute ``"message.type"``: ``"attributes": {"message.type": "FIFO"}``. The key
+is stored without a sign: ``+message.type=FIFO`` is mqadmin's syntax for adding it
+(RocketMQ's AttributeUtil strips the ``+`` before storing). No attribute: NORMAL.
+An entry whose type is none of MessageType's (RocketMQ's UNSPECIFIED, or PRIORITY of
+later releases) is kept verbatim, like the other entries this module can not represent.
 """
 
 from __future__ import annotations
@@ -18,6 +25,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from enum import StrEnum
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -38,6 +46,41 @@ PERM_READ = 4
 PERM_WRITE = 2
 PERM_INHERIT = 1
 _PERM_NAMES = {PERM_READ: ("readable", "read"), PERM_WRITE: ("writable", "write")}
+# The attribute holding a topic's message type (RocketMQ TopicAttributes.TOPIC_MESSAGE_TYPE_ATTRIBUTE).
+MESSAGE_TYPE_ATTRIBUTE = "message.type"
+
+
+class MessageType(StrEnum):
+    """A topic's message type (RocketMQ 5 TopicMessageType): the kind of message
+    RocketMQ 5 clients may send to it. MIXED accepts every kind."""
+
+    NORMAL = "NORMAL"
+    FIFO = "FIFO"
+    DELAY = "DELAY"
+    TRANSACTION = "TRANSACTION"
+    MIXED = "MIXED"
+
+
+MESSAGE_TYPES = tuple(t.value for t in MessageType)
+
+
+def parse_message_type(value: object, topic: str | None = None) -> MessageType:
+    """``value`` (a MessageType or its name, exactly: ``"FIFO"``) as a MessageType;
+    ConfigError naming the topic (if given), the value and the allowed names otherwise."""
+    try:
+        return MessageType(value)
+    except ValueError:
+        where = f"topic {topic!r}: " if topic is not None else ""
+        raise ConfigError(f"{where}message type must be one of {', '.join(MESSAGE_TYPES)}, got {value!r}") from None
+
+
+def accepted_types(config: TopicConfig | None) -> tuple[MessageType, ...]:
+    """The message types a topic accepts: its own type, or all four concrete ones if
+    it is MIXED; a topic without a config accepts NORMAL messages."""
+    kind = MessageType.NORMAL if config is None else config.message_type
+    if kind is MessageType.MIXED:
+        return (MessageType.NORMAL, MessageType.FIFO, MessageType.DELAY, MessageType.TRANSACTION)
+    return (kind,)
 
 
 def check_perm(topic: str, perm: int | None, needed: int) -> None:
@@ -61,7 +104,9 @@ def check_perm(topic: str, perm: int | None, needed: int) -> None:
 @dataclass(frozen=True, kw_only=True)
 class TopicConfig:
     """One entry of ``topicConfigTable`` (RocketMQ TopicConfig). ``perm`` is a bit mask:
-    2 = write, 4 = read, 1 = inherit, 8 = priority (default 6 = read + write)."""
+    2 = write, 4 = read, 1 = inherit, 8 = priority (default 6 = read + write).
+    ``attributes["message.type"]``, if present, must name a MessageType
+    (``message_type``: NORMAL without it)."""
 
     topic_name: str
     read_queue_nums: int = 4
@@ -89,7 +134,14 @@ class TopicConfig:
         attrs = dict(self.attributes)
         if not all(isinstance(k, str) and isinstance(v, str) for k, v in attrs.items()):
             raise ConfigError(f"attributes must map str to str, got {attrs!r}")
+        if MESSAGE_TYPE_ATTRIBUTE in attrs:
+            parse_message_type(attrs[MESSAGE_TYPE_ATTRIBUTE], self.topic_name)
         object.__setattr__(self, "attributes", MappingProxyType(attrs))
+
+    @property
+    def message_type(self) -> MessageType:
+        """The topic's message type: ``attributes["message.type"]``, NORMAL without it."""
+        return parse_message_type(self.attributes.get(MESSAGE_TYPE_ATTRIBUTE, MessageType.NORMAL), self.topic_name)
 
     def to_json(self) -> dict[str, Any]:
         """The fastjson field names and order of RocketMQ's TopicConfig."""
@@ -206,19 +258,31 @@ class TopicConfigs:
         topic_sys_flag: int = 0,
         order: bool = False,
         attributes: Mapping[str, str] | None = None,
+        message_type: MessageType | str | None = None,
     ) -> TopicConfig:
-        """Put a topic's config (replacing any previous one), persist, return it."""
-        cfg = TopicConfig(
-            topic_name=topic,
-            read_queue_nums=read_queue_nums,
-            write_queue_nums=write_queue_nums,
-            perm=perm,
-            topic_filter_type=topic_filter_type,
-            topic_sys_flag=topic_sys_flag,
-            order=order,
-            attributes=attributes or {},
-        )
+        """Put a topic's config (replacing any previous one), persist, return it.
+
+        Attributes, as RocketMQ's updateTopic keeps them: ``attributes`` None keeps the
+        topic's current ones (none for a new topic), given they replace them.
+        ``message_type`` given sets ``attributes["message.type"]`` (other attributes
+        kept); None leaves it as it is, so a topic keeps its type (a new one: NORMAL).
+        A name that is not a MessageType is a ConfigError, and nothing changes."""
+        kind = None if message_type is None else parse_message_type(message_type, topic)
         with self._lock:
+            old = self._topics.get(topic)
+            attrs = dict(attributes if attributes is not None else old.attributes if old is not None else {})
+            if kind is not None:
+                attrs[MESSAGE_TYPE_ATTRIBUTE] = kind.value
+            cfg = TopicConfig(
+                topic_name=topic,
+                read_queue_nums=read_queue_nums,
+                write_queue_nums=write_queue_nums,
+                perm=perm,
+                topic_filter_type=topic_filter_type,
+                topic_sys_flag=topic_sys_flag,
+                order=order,
+                attributes=attrs,
+            )
             topics = {**self._topics, topic: cfg}
             kept = {k: v for k, v in self._kept.items() if k != topic}
             self._persist_new(topics, kept)
@@ -245,6 +309,8 @@ class TopicConfigs:
 
 __all__ = [
     "MAX_QUEUE_NUMS",
+    "MESSAGE_TYPES",
+    "MESSAGE_TYPE_ATTRIBUTE",
     "PERM_INHERIT",
     "PERM_PRIORITY",
     "PERM_READ",
@@ -252,8 +318,11 @@ __all__ = [
     "TOPICS_FILE",
     "TOPIC_FILTER_TYPES",
     "DataVersion",
+    "MessageType",
     "TopicConfig",
     "TopicConfigs",
+    "accepted_types",
     "check_perm",
+    "parse_message_type",
     "parse_topics_file",
 ]

@@ -18,7 +18,14 @@ from mqstore.errors import ConfigError, InvalidMessageError, InvalidTopicError, 
 from mqstore.store.consumer_offsets import ConsumerOffsets
 from mqstore.store.delay_offsets import DelayOffsets, parse_delay_levels
 from mqstore.store.json_files import quote_int_keys, read_config_json, write_config_json
-from mqstore.store.topic_configs import DataVersion, TopicConfig, TopicConfigs
+from mqstore.store.topic_configs import (
+    DataVersion,
+    MessageType,
+    TopicConfig,
+    TopicConfigs,
+    accepted_types,
+    parse_message_type,
+)
 
 OLD = {"offsetTable": {"t@g": {"0": 1}}, "name": "old"}
 NEW = {"offsetTable": {"t@g": {"0": 2, "1": 3}}, "name": "nouveau é ✓"}
@@ -427,6 +434,70 @@ def test_topic_config_validation(tmp_path: Path) -> None:
     assert set(tc.all()) == {"edge"} and tc.data_version.counter == 1
     with pytest.raises(TypeError):
         tc.get("edge").attributes["x"] = "y"  # frozen all the way down
+
+
+def test_topic_message_type_round_trip(tmp_path: Path) -> None:
+    """RocketMQ 5's message.type attribute: no attribute is NORMAL; set, it is written
+    to topics.json (key without mqadmin's '+') and read back; an update without a
+    type keeps it and the other attributes; MIXED accepts every concrete type."""
+    tc = TopicConfigs(tmp_path, clock=FakeClock())
+    plain = tc.create_or_update("plain")
+    assert plain.message_type is MessageType.NORMAL and plain.attributes == {}
+    assert plain.to_json() == TopicConfig(topic_name="plain").to_json()  # nothing written for the default
+    fifo = tc.create_or_update("fifo", 2, 2, message_type="FIFO")
+    assert fifo.message_type is MessageType.FIFO and fifo.attributes == {"message.type": "FIFO"}
+    tc.create_or_update("mixed", message_type=MessageType.MIXED, attributes={"queue.type": "BatchCQ"})
+    raw = read_config_json(tc.path)["topicConfigTable"]
+    assert raw["fifo"]["attributes"] == {"message.type": "FIFO"}
+    assert raw["mixed"]["attributes"] == {"queue.type": "BatchCQ", "message.type": "MIXED"}
+    assert "message.type" not in raw["plain"]["attributes"]
+    again = TopicConfigs(tmp_path)
+    assert {name: cfg.message_type for name, cfg in again.all().items()} == {
+        "plain": MessageType.NORMAL,
+        "fifo": MessageType.FIFO,
+        "mixed": MessageType.MIXED,
+    }
+    # An update without a type keeps the topic's type and its other attributes.
+    kept = again.create_or_update("mixed", 8, 8, perm=4)
+    assert kept.attributes == {"queue.type": "BatchCQ", "message.type": "MIXED"} and kept.perm == 4
+    changed = again.create_or_update("mixed", message_type="DELAY")
+    assert changed.attributes == {"queue.type": "BatchCQ", "message.type": "DELAY"}
+    assert again.create_or_update("mixed", attributes={}).message_type is MessageType.NORMAL  # given: replaced
+    assert MessageType.FIFO == "FIFO" and str(MessageType.TRANSACTION) == "TRANSACTION"
+    # What each type accepts.
+    assert accepted_types(None) == (MessageType.NORMAL,)
+    assert accepted_types(again.get("plain")) == (MessageType.NORMAL,)
+    assert accepted_types(again.get("fifo")) == (MessageType.FIFO,)
+    mixed = TopicConfig(topic_name="m", attributes={"message.type": "MIXED"})
+    assert accepted_types(mixed) == (MessageType.NORMAL, MessageType.FIFO, MessageType.DELAY, MessageType.TRANSACTION)
+
+
+def test_topic_message_type_refused(tmp_path: Path) -> None:
+    """A name that is not a type is a ConfigError naming the topic and the value, and
+    changes nothing; in a file written elsewhere (RocketMQ's UNSPECIFIED, PRIORITY)
+    the entry is kept verbatim, with a warning, like any entry we can not represent."""
+    tc = TopicConfigs(tmp_path)
+    tc.create_or_update("t", message_type="FIFO")
+    for bad in ("fifo", "UNSPECIFIED", "", 1):
+        with pytest.raises(ConfigError, match=r"topic 't'.*NORMAL, FIFO, DELAY, TRANSACTION, MIXED, got"):
+            tc.create_or_update("t", message_type=bad)
+    with pytest.raises(ConfigError, match="'PRIORITY'"):
+        tc.create_or_update("t", attributes={"message.type": "PRIORITY"})
+    with pytest.raises(ConfigError, match=r"topic 'x'.*got 'LITE'"):
+        TopicConfig(topic_name="x", attributes={"message.type": "LITE"})
+    with pytest.raises(ConfigError, match="got 'nope'"):
+        parse_message_type("nope")
+    assert tc.get("t").message_type is MessageType.FIFO and tc.data_version.counter == 1
+    raw = read_config_json(tc.path)
+    raw["topicConfigTable"]["odd"] = {"topicName": "odd", "perm": 6, "attributes": {"message.type": "PRIORITY"}}
+    write_config_json(tc.path, raw)
+    with capture_logs() as logs:
+        again = TopicConfigs(tmp_path)
+    assert set(again.all()) == {"t"}
+    (warning,) = [e for e in logs if e["event"] == "topic_config_kept_verbatim"]
+    assert warning["topic"] == "odd" and "topic 'odd'" in warning["reason"] and "'PRIORITY'" in warning["reason"]
+    again.create_or_update("u")
+    assert read_config_json(tc.path)["topicConfigTable"]["odd"]["attributes"] == {"message.type": "PRIORITY"}
 
 
 def test_topic_configs_unchanged_when_the_write_fails(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
