@@ -275,6 +275,7 @@ class CommitLogServicer(commitlog_pb2_grpc.CommitLogServiceServicer):
             read_queue_nums=c.read_queue_nums or 4,
             write_queue_nums=c.write_queue_nums or 4,
             perm=perm,
+            message_type=c.message_type or None,  # empty: the topic keeps its type (a new one: NORMAL)
         )
         return pb.UpdateTopicResponse(config=topic_config_to_pb(tc))
 

@@ -255,8 +255,13 @@ def record_from_pb(r: pb.Record) -> MessageRecord:
 
 
 def topic_config_to_pb(tc) -> pb.TopicConfig:
+    """A TopicConfig as the answer of UpdateTopic / ListTopics: the message type always set."""
     return pb.TopicConfig(
-        topic=tc.topic_name, read_queue_nums=tc.read_queue_nums, write_queue_nums=tc.write_queue_nums, perm=tc.perm
+        topic=tc.topic_name,
+        read_queue_nums=tc.read_queue_nums,
+        write_queue_nums=tc.write_queue_nums,
+        perm=tc.perm,
+        message_type=tc.message_type.value,
     )
 
 

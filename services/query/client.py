@@ -183,10 +183,24 @@ class FrontClient:
         )
 
     def update_topic(
-        self, topic: str, *, read_queue_nums: int = 4, write_queue_nums: int = 4, perm: int = 6
+        self,
+        topic: str,
+        *,
+        read_queue_nums: int = 4,
+        write_queue_nums: int = 4,
+        perm: int = 6,
+        message_type: str | None = None,
     ) -> common_pb2.TopicConfig:
+        """Create or change a topic's config on every shard; the answer's
+        ``message_type`` is the topic's. ``message_type`` (NORMAL, FIFO, DELAY,
+        TRANSACTION, MIXED) None keeps the topic's type (NORMAL for a new topic);
+        another name is INVALID_ARGUMENT."""
         cfg = common_pb2.TopicConfig(
-            topic=topic, read_queue_nums=read_queue_nums, write_queue_nums=write_queue_nums, perm=perm
+            topic=topic,
+            read_queue_nums=read_queue_nums,
+            write_queue_nums=write_queue_nums,
+            perm=perm,
+            message_type=message_type or "",
         )
         return self.stub.CreateOrUpdateTopic(
             front_pb2.CreateOrUpdateTopicRequest(config=cfg), timeout=self.timeout

@@ -64,7 +64,7 @@ from mqstore.services.query.routing import Router
 from mqstore.store import reads
 from mqstore.store.messages import AUTO_QUEUE, check_no_transaction, check_send_topics
 from mqstore.store.reads import drive_async
-from mqstore.store.topic_configs import PERM_READ, check_perm
+from mqstore.store.topic_configs import PERM_READ, check_perm, parse_message_type
 
 log = structlog.get_logger(__name__)
 SERVICE = "mqstore.v1.FrontService"
@@ -633,6 +633,8 @@ class FrontServicer(front_pb2_grpc.FrontServiceServicer):
     ) -> pb.CreateOrUpdateTopicResponse:
         self._admin(context, "changing a topic")
         validate.topic(request.config.topic)
+        if request.config.message_type:  # refused here once, not by every shard
+            parse_message_type(request.config.message_type, request.config.topic)
         parts = await self._fan_out(
             lambda s: s.call("cl", "UpdateTopic", commitlog_pb2.UpdateTopicRequest(config=request.config))
         )

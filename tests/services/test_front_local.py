@@ -5,6 +5,9 @@ this process, every hop a gRPC call. The Ray actors wrap exactly these hosts
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import time
 
 import grpc
@@ -13,10 +16,12 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 from mqstore.formats.message import decode_record
-from mqstore.rpc.v1 import common_pb2, front_pb2
+from mqstore.rpc.v1 import commitlog_pb2, commitlog_pb2_grpc, common_pb2, front_pb2
 from mqstore.services.common.server import sync_channel
 from mqstore.services.query.client import FrontClient, columns, decode_pulled, raw_records
+from mqstore.services.query.routing import shard_dir
 from mqstore.services.startup.local import LocalStack
+from mqstore.store.topic_configs import TopicConfigs
 from tests.services.helpers import code_of, small_config, wait_dispatched
 
 C = grpc.StatusCode
@@ -273,3 +278,41 @@ def test_delayed_messages_are_delivered_through_the_builder(client):
         time.sleep(0.1)
     assert [r.body for r in p.records] == [b"soon"] and time.monotonic() - sent >= 0.9
     assert p.records[0].properties.get("SCHEDULE_SOURCE") == "1:0" and "DELAY" not in p.records[0].properties
+
+
+def test_a_topics_message_type_is_answered_and_persisted(tmp_path):
+    """update_topic(..., message_type=...) goes to every shard: answered, written to
+    each shard's topics.json as the attribute message.type, and still there after a
+    reopen (ListTopics on each shard). Not given, the topic keeps its type (a new
+    one: NORMAL); a name that is not a type is INVALID_ARGUMENT naming it."""
+    cfg = small_config()
+    with LocalStack(tmp_path, cfg, shards=2) as st, FrontClient(st.front_endpoint) as c:
+        assert st.wait_ready(60)
+        assert c.update_topic("Fifo", message_type="FIFO").message_type == "FIFO"
+        assert c.update_topic("Plain").message_type == "NORMAL"
+        assert c.update_topic("Any", message_type="MIXED").message_type == "MIXED"
+        kept = c.update_topic("Fifo", write_queue_nums=8, read_queue_nums=8)
+        assert (kept.message_type, kept.write_queue_nums) == ("FIFO", 8)
+        with pytest.raises(grpc.RpcError) as e:
+            c.update_topic("Fifo", message_type="fifo")
+        assert e.value.code() is C.INVALID_ARGUMENT
+        assert "'fifo'" in e.value.details() and "NORMAL, FIFO, DELAY, TRANSACTION, MIXED" in e.value.details()
+        cli = [sys.executable, "-m", "mqstore.cli.main", "update-topic", "--server", st.front_endpoint]
+        p = subprocess.run([*cli, "--topic", "Delay", "--message-type", "DELAY"], capture_output=True, text=True)
+        assert p.returncode == 0 and json.loads(p.stdout)["attributes"] == {"message.type": "DELAY"}, p.stderr
+    for i in range(2):
+        tc = TopicConfigs(shard_dir(tmp_path, i, 2))
+        assert tc.get("Fifo").attributes == {"message.type": "FIFO"} and tc.get("Plain").attributes == {}
+    with LocalStack(tmp_path, cfg, shards=2) as st, FrontClient(st.front_endpoint) as c:
+        assert st.wait_ready(60)
+        for shard in st.shards:
+            with sync_channel(shard.endpoint, auth=st.auth) as ch:
+                listed = commitlog_pb2_grpc.CommitLogServiceStub(ch).ListTopics(commitlog_pb2.ListTopicsRequest())
+            assert {t.topic: t.message_type for t in listed.configs} == {
+                "Any": "MIXED",
+                "Delay": "DELAY",
+                "Fifo": "FIFO",
+                "Plain": "NORMAL",
+            }
+        assert c.update_topic("Fifo", write_queue_nums=8, read_queue_nums=8).message_type == "FIFO"
+        assert c.update_topic("Fifo", message_type="NORMAL").message_type == "NORMAL"

@@ -113,6 +113,27 @@ def test_every_command_has_help(cmd: list[str]) -> None:
 
 
 @pytest.mark.slow  # over 2 s: not in the fast tier (tests/README.md)
+def test_update_topic_message_type(tmp_path: Path) -> None:
+    """--message-type sets RocketMQ 5's message.type attribute (in topics.json, and in
+    the printed config); left out, the topic keeps its type (a new one: NORMAL); a
+    name that is not a type exits 1 with one line naming it, changing nothing."""
+    store = tmp_path / "s"
+    p = mq("update-topic", "--store", str(store), "--create", "--topic", "Fifo", "--message-type", "FIFO")
+    assert p.returncode == 0, p.stderr
+    assert json.loads(p.stdout)["attributes"] == {"message.type": "FIFO"}
+    p = mq("update-topic", "--store", str(store), "--topic", "Fifo", "--write-queue-nums", "8")
+    out = json.loads(p.stdout)
+    assert (out["writeQueueNums"], out["attributes"]) == (8, {"message.type": "FIFO"})
+    bad = mq("update-topic", "--store", str(store), "--topic", "Fifo", "--message-type", "fifo")
+    assert bad.returncode == 1 and bad.stderr.startswith("mqstore: error:") and "Traceback" not in bad.stderr
+    assert "'fifo'" in bad.stderr and "NORMAL, FIFO, DELAY, TRANSACTION, MIXED" in bad.stderr
+    table = json.loads((store / "config" / "topics.json").read_text())["topicConfigTable"]
+    assert table["Fifo"]["attributes"] == {"message.type": "FIFO"} and table["Fifo"]["writeQueueNums"] == 8
+    usage = mq("update-topic", "--help")
+    assert usage.returncode == 0 and "--message-type" in usage.stdout and "MIXED" in usage.stdout
+
+
+@pytest.mark.slow  # over 2 s: not in the fast tier (tests/README.md)
 def test_store_query_commands(tmp_path: Path) -> None:
     store = tmp_path / "s"
     p = mq(
