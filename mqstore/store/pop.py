@@ -459,10 +459,14 @@ class PopState:
     fate unknown) raises it too and makes every later mutating call fail with it until
     the state is opened again (reads keep answering from memory).
 
-    Costs: memory ~250 bytes per entry in flight; :meth:`due` and
-    :meth:`next_deadline_ms` are O(log n) per entry looked at (a heap per key);
-    :meth:`blocked` and :meth:`in_flight` are O(entries of the key); a snapshot
-    (every ~4 MiB of journal) holds the lock while it writes 44 bytes per entry.
+    Costs (measured on the 2-core development machine): memory ~320 bytes per entry in
+    flight; a pop or ack of 32 messages ~0.5 ms with its fdatasync, concurrent calls
+    sharing fdatasyncs; :meth:`due` and :meth:`next_deadline_ms` are O(log n) per
+    entry looked at (a heap per key); :meth:`entry` is O(1), :meth:`blocked` and
+    :meth:`in_flight` O(entries of the key); a snapshot (every ~4 MiB of journal, at
+    least the snapshot's own size) holds the lock while it writes 44 bytes per entry
+    (100k entries: 4.4 MB, 0.12 s); reopening replays ~4 MiB of journal at most
+    (100k entries: ~0.4 s).
     """
 
     def __init__(
@@ -769,6 +773,16 @@ class PopState:
         def read() -> int | None:
             qs = self._keys.get((group, topic), {}).get(queue_id)
             return None if qs is None else qs.cursor
+
+        return self._read(read)
+
+    def entry(self, group: str, topic: str, queue_id: int, offset: int) -> InFlight | None:
+        """The entry in flight at ``offset`` of the key, or None (acked, skipped, never
+        handed out): O(1), where :meth:`in_flight` lists the whole key."""
+
+        def read() -> InFlight | None:
+            qs = self._keys.get((group, topic), {}).get(queue_id)
+            return None if qs is None else qs.entries.get(offset)
 
         return self._read(read)
 

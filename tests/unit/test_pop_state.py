@@ -205,6 +205,8 @@ def test_change_invisible_voids_the_old_handle(state: PopState) -> None:
     h2 = state.change_invisible(G, T, h, 1050, 5000)
     assert h2 == ReceiptHandle(3, 2, 4, 2, 1050, 5000, h.commitlog_offset)
     assert state.in_flight(G, T, 2) == [InFlight(4, h.commitlog_offset, 10, 6050, 1, 2)]  # attempt unchanged
+    assert state.entry(G, T, 2, 4) == InFlight(4, h.commitlog_offset, 10, 6050, 1, 2)
+    assert state.entry(G, T, 2, 3) is None and state.entry(G, T, 9, 4) is None and state.entry("x", T, 2, 4) is None
     assert state.due(G, T, [2], 1200, 5) == []
     with pytest.raises(InvalidReceiptHandle, match="stale") as e:
         state.change_invisible(G, T, h, 1060, 10)
