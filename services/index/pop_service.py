@@ -204,10 +204,8 @@ class Popper:
 
     @staticmethod
     def _attempt_of(pops: PopState, group: str, topic: str, d: Delivery) -> int:
-        for e in pops.in_flight(group, topic, d.queue_id):
-            if e.offset == d.offset:
-                return e.attempt
-        return 1
+        e = pops.entry(group, topic, d.queue_id, d.offset)
+        return e.attempt if e is not None else 1
 
     def _take_new(
         self, builder: QueueBuilder, group: str, topic: str, q: int, room: int, tags: set[str] | None, now: int
@@ -360,9 +358,7 @@ class Popper:
             return pb.PopToDeadLetterResponse(outcome=pb.POP_MALFORMED)
         pops = self._popstate()
         with self._lock(request.group, request.topic):
-            entry = next(
-                (e for e in pops.in_flight(request.group, request.topic, h.queue_id) if e.offset == h.offset), None
-            )
+            entry = pops.entry(request.group, request.topic, h.queue_id, h.offset)
             if entry is None or entry.generation != h.generation:
                 return pb.PopToDeadLetterResponse(outcome=pb.POP_STALE)
             self._dead_letter(pops, request.group, request.topic, [(h.queue_id, entry)], request.dead_letter_queue_id)

@@ -414,6 +414,7 @@ class FrontServicer(front_pb2_grpc.FrontServiceServicer):
     # ------------------------------------------------------------------ topic configs (perm checks)
 
     _topic_perms: dict[str, int] | None = None  # topic -> perm, from ListTopics (no entry: no config)
+    topics_changed = 0  # CreateOrUpdateTopic calls served: caches of topic configs start again
     _topic_perms_at = 0.0  # loop time of the last refresh; CreateOrUpdateTopic drops the table
 
     async def _perms(self, shard: ShardClient) -> dict[str, int]:
@@ -640,6 +641,7 @@ class FrontServicer(front_pb2_grpc.FrontServiceServicer):
         )
         cfg = parts[0].config
         self._topic_perms = None  # perms as of this change from the next send or pull on
+        self.topics_changed += 1  # the RocketMQ port's route table too (services/rocketmq)
         if self._write_queues is not None:
             self._write_queues[cfg.topic] = cfg.write_queue_nums
         return pb.CreateOrUpdateTopicResponse(config=cfg)

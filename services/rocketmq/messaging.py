@@ -112,6 +112,7 @@ class MessagingServicer:
         self.sessions = settings.Sessions()
         self._topics: dict[str, TopicInfo] | None = None
         self._topics_at = 0.0
+        self._topics_version = 0
         self._rr: dict[str, itertools.count] = {}
         self._receive_rr: dict[tuple[str, str], int] = {}
 
@@ -164,7 +165,8 @@ class MessagingServicer:
         if name in NOT_ALLOWED_SEND_TOPICS or name.startswith("rmq_sys_"):
             raise ProtocolError(Code.ILLEGAL_TOPIC, f"topic {name!r} is a system topic")
         now = asyncio.get_running_loop().time()
-        if self._topics is None or now - self._topics_at > 1.0:
+        changed = self.front.topics_changed
+        if self._topics is None or now - self._topics_at > 1.0 or changed != self._topics_version:
 
             async def list_topics(s: ShardClient):
                 return await s.call("cl", "ListTopics", commitlog_pb2.ListTopicsRequest(), retry=False)
@@ -174,7 +176,7 @@ class MessagingServicer:
                 c.topic: TopicInfo(c.read_queue_nums, c.write_queue_nums, c.perm, getattr(c, "message_type", ""))
                 for c in res.configs
             }
-            self._topics_at = now
+            self._topics_at, self._topics_version = now, changed
         info = self._topics.get(name)
         if info is None:
             n = self.front.default_queue_nums
