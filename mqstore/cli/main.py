@@ -393,6 +393,7 @@ def print_records(
 
 
 from mqstore.cli import acl as _acl  # noqa: E402  (registers the acl group)
+from mqstore.cli import bench_rocketmq as _bench_rocketmq  # noqa: E402  (registers bench rocketmq)
 from mqstore.cli import maintenance as _maintenance  # noqa: E402  (registers verify and repair)
 from mqstore.cli import queries as _queries  # noqa: E402  (registers the query commands)
 from mqstore.cli import reconcile as _reconcile  # noqa: E402  (registers reconcile)
@@ -405,6 +406,7 @@ _remote.register(app)
 _reconcile.register(app)
 _acl.register(app)
 _soak.register(bench_app)
+_bench_rocketmq.register(bench_app)
 
 
 def main() -> None:
