@@ -33,6 +33,7 @@ from mqstore.formats.properties import split_keys
 from mqstore.rpc.rocketmq_v2 import messaging_pb2 as v2
 from mqstore.rpc.v1 import common_pb2
 from mqstore.services.rocketmq.status import Code, ProtocolError
+from mqstore.store.messages import STORE_ONLY_PROPERTIES
 
 SHARDING_KEY = "__SHARDINGKEY"
 TIMER_DELIVER_MS = "TIMER_DELIVER_MS"
@@ -71,8 +72,11 @@ def _control(text: str) -> bool:
 def check_message(m: v2.Message, topic_types: tuple[int, ...], now_ms: int, max_body: int) -> None:
     """ProtocolError with RocketMQ's code for what the proxy refuses in a message."""
     sp = m.system_properties
-    if not sp.message_id.strip():
-        raise ProtocolError(Code.ILLEGAL_MESSAGE_ID, "message_id is blank")
+    if not sp.message_id.strip() or _control(sp.message_id):
+        # stored as UNIQ_KEY: \x01 / \x02 would split the properties string
+        raise ProtocolError(
+            Code.ILLEGAL_MESSAGE_ID, f"message_id {sp.message_id[:80]!r} is blank or has control characters"
+        )
     if not m.body:
         raise ProtocolError(Code.MESSAGE_BODY_EMPTY, "message body is empty")
     if len(m.body) > max_body:
@@ -98,11 +102,13 @@ def check_message(m: v2.Message, topic_types: tuple[int, ...], now_ms: int, max_
         )
     size = len(sp.tag.encode()) + sum(len(k.encode()) for k in sp.keys)
     for name, value in m.user_properties.items():
-        if name in RESERVED_PROPERTIES or name in (SHARDING_KEY, TRACE_CONTEXT):
+        if name in RESERVED_PROPERTIES or name in (SHARDING_KEY, TRACE_CONTEXT) or name in STORE_ONLY_PROPERTIES:
             raise ProtocolError(Code.ILLEGAL_MESSAGE_PROPERTY_KEY, f"property {name!r} is reserved for the broker")
-        if not name or _control(name) or _control(value):
+        if not name or not value or _control(name) or _control(value):
+            # an empty name or value: the properties string can not carry it (the store refuses it)
             raise ProtocolError(
-                Code.ILLEGAL_MESSAGE_PROPERTY_KEY, f"property {name!r} is empty or has control characters"
+                Code.ILLEGAL_MESSAGE_PROPERTY_KEY,
+                f"property {name!r} has an empty name or value, or control characters",
             )
         size += len(name.encode()) + len(value.encode())
     if size > MAX_PROPERTIES_BYTES:
@@ -146,17 +152,22 @@ def _body(m: v2.Message, max_body: int) -> bytes:
 
 
 def _born_host(text: str) -> str:
-    """The v2 born host (an address, sometimes with a port, or a host name) as the
-    store's "address:port" (port 0 when not given; 127.0.0.1 for a host name)."""
-    text = text.strip()
-    for candidate, port in ((text, "0"), tuple(text.rsplit(":", 1)) if text.count(":") == 1 else ("", "")):
-        try:
-            ip = ipaddress.ip_address(candidate.strip("[]"))
-        except ValueError:
-            continue
-        port = port if port.isdigit() and int(port) <= 65535 else "0"
-        return f"[{ip}]:{port}" if ip.version == 6 else f"{ip}:{port}"
-    return "127.0.0.1:0"
+    """The v2 born host (an address, sometimes with a port: ``a.b.c.d:port`` or
+    ``[v6]:port``, or a host name) as the store's "address:port" (port 0 when not
+    given or not a port; 127.0.0.1 for a host name)."""
+    host, port = text.strip(), "0"
+    if host.startswith("[") and "]" in host:  # [v6] or [v6]:port
+        host, _, rest = host[1:].partition("]")
+        port = rest[1:] if rest.startswith(":") else "0"
+    elif host.count(":") == 1:  # v4:port (or name:port)
+        host, port = host.split(":")
+    try:
+        ip = ipaddress.ip_address(host)
+    except ValueError:
+        return "127.0.0.1:0"
+    # ASCII digits only: str.isdigit() also takes "²", which int() refuses
+    port = port if port.isascii() and port.isdigit() and int(port) <= 65535 else "0"
+    return f"[{ip}]:{port}" if ip.version == 6 else f"{ip}:{port}"
 
 
 def to_columns(messages: list[v2.Message], queue_ids: list[int], max_body: int) -> common_pb2.MessageColumns:
