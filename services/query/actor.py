@@ -36,6 +36,7 @@ class FrontActor(Hosted):
         acl: str | None = None,
         rocketmq_port: int | None = None,
         max_delivery_attempts: int = 17,
+        max_body: int = 4 << 20,
     ) -> None:
         # Every actor of the deployment exists before the front: one that does not, or is
         # dead for good, fails its calls at once; a resolution gives up after RESOLVE_S
@@ -59,6 +60,7 @@ class FrontActor(Hosted):
             acl=acl,
             rocketmq_port=rocketmq_port,
             max_delivery_attempts=max_delivery_attempts,
+            max_body=max_body,
             locators=[shard_locator(i, namespace, index_enabled) for i in range(shards)],
         )
 

@@ -37,6 +37,7 @@ class FrontHost:
         locators: Sequence[Locator] | None = None,
         rocketmq_port: int | None = None,
         max_delivery_attempts: int = DEFAULT_MAX_ATTEMPTS,
+        max_body: int = 4 << 20,
     ) -> None:
         """``auth``: the deployment's secret, carried by every call to the shards.
         ``metrics_port``: serve Prometheus metrics on ``host:metrics_port`` (0: none).
@@ -47,7 +48,9 @@ class FrontHost:
         ``rocketmq_port``: also serve RocketMQ 5's protocol (services/rocketmq) on
         ``host:rocketmq_port`` (0: a free port; None: not served), over the same
         shards, ACL and TLS; ``max_delivery_attempts``: its consumers' deliveries of a
-        message before it goes to ``%DLQ%<group>``."""
+        message before it goes to ``%DLQ%<group>``; ``max_body``: the largest body its
+        producers may send (the shards' ``StoreConfig.max_message_bytes``: a bigger one
+        is refused as MESSAGE_BODY_TOO_LARGE, and clients are told the limit)."""
         access = None if acl is None else Acl.load(acl)
         self.thread = ServerThread("mqstore-front")
         clients = [
@@ -66,6 +69,7 @@ class FrontHost:
                 self.servicer,
                 endpoint=(advertised(host), rocketmq_port),
                 max_attempts=max_delivery_attempts,
+                max_body=max_body,
                 metrics=self.metrics,
             )
             try:

@@ -100,7 +100,10 @@ def check_message(m: v2.Message, topic_types: tuple[int, ...], now_ms: int, max_
             Code.MESSAGE_PROPERTIES_TOO_LARGE,
             f"{len(m.user_properties)} user properties; the limit is {MAX_USER_PROPERTIES}",
         )
+    # tag, keys and user properties, as RocketMQ's proxy counts; and the message id and trace
+    # context, stored as properties too (within this budget the store's 32767 bytes always hold)
     size = len(sp.tag.encode()) + sum(len(k.encode()) for k in sp.keys)
+    size += len(sp.message_id.encode()) + len(sp.trace_context.encode())
     for name, value in m.user_properties.items():
         if name in RESERVED_PROPERTIES or name in (SHARDING_KEY, TRACE_CONTEXT) or name in STORE_ONLY_PROPERTIES:
             raise ProtocolError(Code.ILLEGAL_MESSAGE_PROPERTY_KEY, f"property {name!r} is reserved for the broker")
@@ -124,9 +127,9 @@ def check_message(m: v2.Message, topic_types: tuple[int, ...], now_ms: int, max_
         )
     if kind == v2.FIFO and not sp.HasField("message_group"):
         raise ProtocolError(Code.ILLEGAL_MESSAGE_GROUP, "a FIFO message needs a message group")
-    if kind == v2.DELAY:
-        if not sp.HasField("delivery_timestamp"):
-            raise ProtocolError(Code.ILLEGAL_DELIVERY_TIME, "a DELAY message needs a delivery timestamp")
+    if kind == v2.DELAY and not sp.HasField("delivery_timestamp"):
+        raise ProtocolError(Code.ILLEGAL_DELIVERY_TIME, "a DELAY message needs a delivery timestamp")
+    if sp.HasField("delivery_timestamp"):  # whatever the type says: the time is stored and honoured
         at = sp.delivery_timestamp.ToMilliseconds()
         if at - now_ms > MAX_DELAY_MS:
             raise ProtocolError(

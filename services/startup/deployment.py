@@ -289,6 +289,7 @@ def start_deployment(
         None if acl is None else str(Path(acl).resolve()),
         rocketmq_port,
         max_delivery_attempts,
+        cfg.max_message_bytes,
     )
     dep.front_endpoint = ray.get(dep.front.endpoint.remote(), timeout=120)
     dep.rocketmq_endpoint = ray.get(dep.front.rocketmq_endpoint.remote(), timeout=30)

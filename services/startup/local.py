@@ -89,6 +89,7 @@ class LocalStack:
             acl=acl,
             auth=auth,
             rocketmq_port=rocketmq_port,
+            max_body=cfg.max_message_bytes,
             **({} if max_delivery_attempts is None else {"max_delivery_attempts": max_delivery_attempts}),
         )
         self.front_endpoint = self.front.endpoint

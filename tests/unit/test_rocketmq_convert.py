@@ -242,6 +242,16 @@ REFUSED = {
         DELAY,
         Code.ILLEGAL_DELIVERY_TIME,
     ),
+    "NORMAL with a delivery time over 24 h ahead": (
+        message(delivery_ms=NOW_MS + convert.MAX_DELAY_MS + 1),
+        ALL_TYPES,
+        Code.ILLEGAL_DELIVERY_TIME,
+    ),
+    "message id over the properties budget": (
+        message(message_id="A" * (16 * 1024 + 1)),
+        ALL_TYPES,
+        Code.MESSAGE_PROPERTIES_TOO_LARGE,
+    ),
     "DELAY without a time": (message(message_type=v2.DELAY), DELAY, Code.ILLEGAL_DELIVERY_TIME),
     "FIFO message, NORMAL topic": (
         message(message_group="g", message_type=v2.FIFO),
