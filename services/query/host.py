@@ -81,6 +81,7 @@ class FrontHost:
                 raise
             self.messaging.endpoint = (advertised(host), self.rocketmq_server.port)
             self.rocketmq_endpoint = f"{advertised(host)}:{self.rocketmq_server.port}"
+            self.thread.run(self.messaging.transactions.start())  # recovery and check-backs, on this loop
         self.metrics_endpoint = ""
         if metrics_port:
             try:
@@ -105,6 +106,7 @@ class FrontHost:
         try:
             self.metrics.close()
             if self.rocketmq_server is not None:
+                self.thread.run(self.messaging.transactions.stop(), timeout=30)
                 self.thread.run(self.rocketmq_server.stop(1.0), timeout=30)
             self.thread.run(self.server.stop(1.0), timeout=30)
             self.thread.run(self.servicer.close(), timeout=30)

@@ -42,6 +42,7 @@ MAX_USER_PROPERTIES = 128
 MAX_PROPERTIES_BYTES = 16 * 1024  # user properties + tag + keys (RocketMQ's proxy)
 MAX_GROUP_BYTES = 64
 MAX_DELAY_MS = 24 * 3600 * 1000
+MAX_TRANSACTION_RECOVERY_S = 3600  # the proxy's maxTransactionRecoverySecond
 
 # RocketMQ's MessageConst.STRING_HASH_SET: property names the broker owns, refused as
 # user property names (ILLEGAL_MESSAGE_PROPERTY_KEY); and the ones it reads back into
@@ -135,8 +136,21 @@ def check_message(m: v2.Message, topic_types: tuple[int, ...], now_ms: int, max_
             raise ProtocolError(
                 Code.ILLEGAL_DELIVERY_TIME, f"delivery time {at} ms is more than 24 h ahead (now {now_ms} ms)"
             )
-    if kind == v2.TRANSACTION:
-        raise ProtocolError(Code.UNSUPPORTED, "transaction messages are not served yet")
+    if kind == v2.TRANSACTION:  # a half message (transactions.py)
+        if sp.HasField("message_group") or sp.HasField("delivery_timestamp"):
+            raise ProtocolError(
+                Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
+                "a TRANSACTION message can have neither a message group nor a delivery timestamp",
+            )
+        recovery = sp.orphaned_transaction_recovery_duration
+        if sp.HasField("orphaned_transaction_recovery_duration") and not (
+            0 <= recovery.ToSeconds() <= MAX_TRANSACTION_RECOVERY_S
+        ):
+            raise ProtocolError(
+                Code.BAD_REQUEST,
+                f"orphaned_transaction_recovery_duration must be in 0..{MAX_TRANSACTION_RECOVERY_S} s, "
+                f"got {recovery.ToSeconds()} s",
+            )
     if sp.body_encoding not in (v2.ENCODING_UNSPECIFIED, v2.IDENTITY, v2.GZIP):
         raise ProtocolError(Code.BAD_REQUEST, f"unknown body encoding {sp.body_encoding}")
 

@@ -7,16 +7,19 @@ Calls and what they do here (protocol notes: ../shared/notes/rocketmq-v2-protoco
     QueryRoute               the topic's queues, READ_WRITE (as its perm allows), on one
                              broker "mqstore" whose endpoints are the access point the client used
     Telemetry                the client's settings answered merged with the server's (settings.py),
-                             the stream held open until the client closes it
+                             the stream held open until the client closes it; transaction
+                             check-backs sent on it (transactions.py)
     Heartbeat, NotifyClientTermination   OK (the client's session noted, dropped)
     SendMessage              checked as RocketMQ's proxy checks (convert.check_message), queue
                              picked here (round robin; FIFO: the message group's hash), appended
+                             (TRANSACTION: a half message, transactions.py)
     ReceiveMessage           pop from the topic's queues on every shard (ConsumeQueueService.Pop,
                              services/index/pop_service.py), long polling within the deadline
     AckMessage, ChangeInvisibleDuration, ForwardMessageToDeadLetterQueue
                              by receipt handle, on the shard the handle names
     QueryAssignment          one assignment per broker (FIFO: per queue)
-    EndTransaction, RecallMessage        UNSUPPORTED (not served yet)
+    EndTransaction           commit or roll back a half message (transactions.py)
+    RecallMessage            UNSUPPORTED (not served yet)
     PullMessage, offsets, lite           not registered: gRPC UNIMPLEMENTED, as RocketMQ's proxy
 
 Every answer carries a protocol status (status.py); nothing a client sends ends a
@@ -52,6 +55,7 @@ from mqstore.services.query.acl import GROUP, TOPIC, Action, User
 from mqstore.services.query.front import FrontServicer, ShardClient
 from mqstore.services.rocketmq import convert, settings
 from mqstore.services.rocketmq.status import Code, ProtocolError, answered, code_of, status
+from mqstore.services.rocketmq.transactions import TransactionService
 from mqstore.store import reads
 from mqstore.store.consumer_offsets import check_group
 from mqstore.store.messages import NOT_ALLOWED_SEND_TOPICS
@@ -115,6 +119,7 @@ class MessagingServicer:
         self._topics_version = 0
         self._rr: dict[str, itertools.count] = {}
         self._receive_rr: dict[tuple[str, str], int] = {}
+        self.transactions = TransactionService(self)  # started and stopped by the host
 
     def registration(self) -> Registration:
         return Registration(_add_messaging, self, SERVICE)
@@ -223,7 +228,9 @@ class MessagingServicer:
 
     async def Telemetry(self, requests: AsyncIterator[v2.TelemetryCommand], context) -> AsyncIterator:
         """Answer every settings command with merged settings; ignore the rest (thread
-        dumps, verify results); end when the client half-closes."""
+        dumps, verify results); end when the client half-closes. Commands the server
+        sends on its own (transaction check-backs, transactions.py) go through the
+        client session's outbox, merged into the stream with the answers."""
         try:
             client_id = self._client(context)
             self._user(context)
@@ -232,16 +239,36 @@ class MessagingServicer:
             self.observe("Telemetry", code)
             yield v2.TelemetryCommand(status=status(code, message))
             return
-        async for command in requests:
-            if command.WhichOneof("command") != "settings":
-                continue
+        outbox: asyncio.Queue = asyncio.Queue()
+        self.sessions.seen(client_id).outbox = outbox
+
+        async def read() -> None:
             try:
-                answer = await self._settings(client_id, command.settings, context)
-            except Exception as e:  # noqa: BLE001 - an answer, never a broken stream
-                code, message = code_of(e)
-                answer = v2.TelemetryCommand(status=status(code, message))
-            self.observe("Telemetry", answer.status.code)
-            yield answer
+                async for command in requests:
+                    if command.WhichOneof("command") != "settings":
+                        continue
+                    try:
+                        answer = await self._settings(client_id, command.settings, context)
+                    except Exception as e:  # noqa: BLE001 - an answer, never a broken stream
+                        code, message = code_of(e)
+                        answer = v2.TelemetryCommand(status=status(code, message))
+                    self.observe("Telemetry", answer.status.code)
+                    self.sessions.seen(client_id).outbox = outbox  # this stream, also after a forget
+                    outbox.put_nowait(answer)
+            except Exception as e:  # noqa: BLE001 - the client went away mid-stream
+                log.debug("rocketmq_telemetry_ended", client_id=client_id, error=str(e))
+            finally:
+                outbox.put_nowait(None)
+
+        reader = asyncio.ensure_future(read())
+        try:
+            while (command := await outbox.get()) is not None:
+                yield command
+        finally:
+            reader.cancel()
+            session = self.sessions.get(client_id)
+            if session is not None and session.outbox is outbox:
+                session.outbox = None
 
     async def _settings(self, client_id: str, s: v2.Settings, context) -> v2.TelemetryCommand:
         session = self.sessions.seen(client_id)
@@ -308,6 +335,15 @@ class MessagingServicer:
         entries: list[v2.SendResultEntry | None] = [None] * len(request.messages)
 
         async def send(shard: int, rows: list[int]) -> None:
+            halves = [i for i in rows if request.messages[i].system_properties.message_type == v2.TRANSACTION]
+            if halves:  # half messages, not in their topic until committed (transactions.py)
+                msgs = [request.messages[i] for i in halves]
+                done = await self.transactions.prepare(shard, msgs, [queue_ids[i] for i in halves])
+                for i, entry in zip(halves, done):
+                    entries[i] = entry
+                rows = [i for i in rows if i not in set(halves)]
+                if not rows:
+                    return
             msgs = [request.messages[i] for i in rows]
             cols = convert.to_columns(msgs, [queue_ids[i] for i in rows], self.max_body)
             res = await self.front.shards[shard].call(
@@ -562,12 +598,22 @@ class MessagingServicer:
             ],
         )
 
-    # ------------------------------------------------------------------ not served yet
+    # ------------------------------------------------------------------ transactions
 
     @answered(v2.EndTransactionResponse)
-    async def EndTransaction(self, request, context) -> v2.EndTransactionResponse:
+    async def EndTransaction(self, request: v2.EndTransactionRequest, context) -> v2.EndTransactionResponse:
+        """Commit or roll back a half message (transactions.py): Pub on the topic."""
         self._client(context)
-        raise ProtocolError(Code.UNSUPPORTED, "transactions are not served yet")
+        topic = request.topic.name
+        self._allow(context, (Action.PUB, TOPIC, topic))
+        await self._topic(topic)  # a bad or system name: ILLEGAL_TOPIC
+        left = context.time_remaining()
+        ended = await self.transactions.end(request, wait_s=None if left is None else max(0.0, left - ANSWER_MARGIN_S))
+        return v2.EndTransactionResponse(
+            status=status() if ended else status(Code.OK, "the transaction was already ended")
+        )
+
+    # ------------------------------------------------------------------ not served yet
 
     @answered(v2.RecallMessageResponse)
     async def RecallMessage(self, request, context) -> v2.RecallMessageResponse:

@@ -10,6 +10,7 @@ a backoff strategy, a push consumer without ``long_polling_timeout`` polls with 
 
 from __future__ import annotations
 
+import asyncio
 import time
 from dataclasses import dataclass, field
 
@@ -64,6 +65,9 @@ class ClientSession:
     settings: v2.Settings | None = None
     group: str = ""
     last_seen: float = field(default_factory=time.monotonic)
+    # Commands the server sends on the client's open Telemetry stream (transaction
+    # check-backs, transactions.py); None while no stream is open.
+    outbox: asyncio.Queue | None = None
 
 
 class Sessions:
@@ -79,8 +83,22 @@ class Sessions:
         s.last_seen = time.monotonic()
         return s
 
+    def get(self, client_id: str) -> ClientSession | None:
+        return self._by_id.get(client_id)
+
     def forget(self, client_id: str) -> None:
         self._by_id.pop(client_id, None)
+
+    def producers(self, topic: str) -> list[ClientSession]:
+        """Clients with an open Telemetry stream whose publishing settings name ``topic``."""
+        return [
+            s
+            for s in self._by_id.values()
+            if s.outbox is not None
+            and s.settings is not None
+            and s.settings.HasField("publishing")
+            and any(t.name == topic for t in s.settings.publishing.topics)
+        ]
 
     def __len__(self) -> int:
         return len(self._by_id)

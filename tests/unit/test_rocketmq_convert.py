@@ -197,6 +197,11 @@ def message(topic: str = "T", body: bytes = b"x", **system) -> v2.Message:
     return m
 
 
+def with_recovery(m: v2.Message, seconds: int) -> v2.Message:
+    m.system_properties.orphaned_transaction_recovery_duration.seconds = seconds
+    return m
+
+
 NORMAL, FIFO, DELAY = (v2.NORMAL,), (v2.FIFO,), (v2.DELAY,)
 REFUSED = {
     "blank message id": (message(message_id="  "), ALL_TYPES, Code.ILLEGAL_MESSAGE_ID),
@@ -265,7 +270,31 @@ REFUSED = {
         NORMAL,
         Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
     ),
-    "transaction": (message(message_type=v2.TRANSACTION), ALL_TYPES, Code.UNSUPPORTED),
+    "TRANSACTION message, NORMAL topic": (
+        message(message_type=v2.TRANSACTION),
+        NORMAL,
+        Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
+    ),
+    "TRANSACTION with a message group": (
+        message(message_type=v2.TRANSACTION, message_group="g"),
+        ALL_TYPES,
+        Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
+    ),
+    "TRANSACTION with a delivery time": (
+        message(message_type=v2.TRANSACTION, delivery_ms=NOW_MS + 1000),
+        ALL_TYPES,
+        Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
+    ),
+    "TRANSACTION recovery over 1 h": (
+        with_recovery(message(message_type=v2.TRANSACTION), convert.MAX_TRANSACTION_RECOVERY_S + 1),
+        ALL_TYPES,
+        Code.BAD_REQUEST,
+    ),
+    "TRANSACTION recovery negative": (
+        with_recovery(message(message_type=v2.TRANSACTION), -1),
+        ALL_TYPES,
+        Code.BAD_REQUEST,
+    ),
     "unknown encoding": (message(body_encoding=7), ALL_TYPES, Code.BAD_REQUEST),
 }
 
@@ -288,6 +317,11 @@ ACCEPTED = {
     "DELAY in the past": (message(message_type=v2.DELAY, delivery_ms=NOW_MS - 10_000), DELAY),
     "any type on a MIXED topic": (message(message_group="g", message_type=v2.FIFO), ALL_TYPES),
     "key with a space (RocketMQ splits it, does not refuse it)": (message(keys=["a b"]), NORMAL),
+    "TRANSACTION on a TRANSACTION topic": (message(message_type=v2.TRANSACTION), (v2.TRANSACTION,)),
+    "TRANSACTION recovery of 1 h": (
+        with_recovery(message(message_type=v2.TRANSACTION), convert.MAX_TRANSACTION_RECOVERY_S),
+        ALL_TYPES,
+    ),
 }
 
 
