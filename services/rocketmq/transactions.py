@@ -649,6 +649,9 @@ class TransactionService:
     # ------------------------------------------------------------------ recovery
 
     async def _recover_until_done(self, st: ShardHalves) -> None:
+        """``recover`` until it succeeds (a shard still opening answers UNAVAILABLE for
+        a while: logged as a warning only once that lasts, then every 30 s)."""
+        since = warned = None
         while True:
             try:
                 await self.recover(st)
@@ -656,7 +659,13 @@ class TransactionService:
             except asyncio.CancelledError:
                 raise
             except Exception as e:  # noqa: BLE001 - a shard down or recovering: again later
-                log.warning("transaction_recovery_failed", shard=st.shard, error=str(e))
+                now = asyncio.get_running_loop().time()
+                since = now if since is None else since
+                if now - since >= WARN_EVERY_MS / 1000 and (warned is None or now - warned >= WARN_EVERY_MS / 1000):
+                    warned = now
+                    log.warning("transaction_recovery_failed", shard=st.shard, error=str(e), for_s=round(now - since))
+                else:
+                    log.debug("transaction_recovery_failed", shard=st.shard, error=str(e))
                 await asyncio.sleep(RETRY_S)
 
     async def recover(self, st: ShardHalves) -> None:
