@@ -136,12 +136,16 @@ def check_message(m: v2.Message, topic_types: tuple[int, ...], now_ms: int, max_
             raise ProtocolError(
                 Code.ILLEGAL_DELIVERY_TIME, f"delivery time {at} ms is more than 24 h ahead (now {now_ms} ms)"
             )
-    if kind == v2.TRANSACTION:  # a half message (transactions.py)
-        if sp.HasField("message_group") or sp.HasField("delivery_timestamp"):
+    for field, what, owner in (
+        ("message_group", "a message group", v2.FIFO),
+        ("delivery_timestamp", "a delivery timestamp", v2.DELAY),
+    ):  # RocketMQ's proxy takes the type from these fields: a message carrying one is of that type
+        if sp.HasField(field) and kind != owner:
             raise ProtocolError(
                 Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
-                "a TRANSACTION message can have neither a message group nor a delivery timestamp",
+                f"a {v2.MessageType.Name(kind)} message can not carry {what} (only {v2.MessageType.Name(owner)} ones do)",
             )
+    if kind == v2.TRANSACTION:  # a half message (transactions.py)
         recovery = sp.orphaned_transaction_recovery_duration
         if sp.HasField("orphaned_transaction_recovery_duration") and not (
             0 <= recovery.ToSeconds() <= MAX_TRANSACTION_RECOVERY_S

@@ -86,7 +86,10 @@ def messages(draw) -> tuple[v2.Message, bytes]:
     group = draw(st.none() | groups)
     if group is not None:
         sp.message_group = group
-    deliver_ms = draw(st.none() | st.integers(NOW_MS - 3_600_000, NOW_MS + convert.MAX_DELAY_MS))
+    # a message is FIFO (a group) or DELAY (a time), never both: the proxy takes its type from them
+    deliver_ms = (
+        None if group is not None else draw(st.none() | st.integers(NOW_MS - 3_600_000, NOW_MS + convert.MAX_DELAY_MS))
+    )
     if deliver_ms is not None:
         sp.delivery_timestamp.FromNanoseconds(deliver_ms * 1_000_000 + draw(st.integers(0, 999_999)))
     sp.message_type = v2.FIFO if group is not None else v2.DELAY if deliver_ms is not None else v2.NORMAL
@@ -223,6 +226,16 @@ REFUSED = {
         Code.ILLEGAL_MESSAGE_GROUP,
     ),
     "FIFO without a group": (message(message_type=v2.FIFO), FIFO, Code.ILLEGAL_MESSAGE_GROUP),
+    "NORMAL with a message group": (
+        message(message_type=v2.NORMAL, message_group="g"),
+        ALL_TYPES,
+        Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
+    ),
+    "DELAY with a message group": (
+        message(message_type=v2.DELAY, message_group="g", delivery_ms=NOW_MS + 1000),
+        ALL_TYPES,
+        Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
+    ),
     "property UNIQ_KEY": (message(user={"UNIQ_KEY": "x"}), ALL_TYPES, Code.ILLEGAL_MESSAGE_PROPERTY_KEY),
     "property DELAY": (message(user={"DELAY": "3"}), ALL_TYPES, Code.ILLEGAL_MESSAGE_PROPERTY_KEY),
     "property __SHARDINGKEY": (message(user={"__SHARDINGKEY": "g"}), ALL_TYPES, Code.ILLEGAL_MESSAGE_PROPERTY_KEY),
