@@ -107,6 +107,7 @@ class FrontHost:
             self.metrics.close()
             if self.rocketmq_server is not None:
                 self.thread.run(self.messaging.transactions.stop(), timeout=30)
+                self.thread.run(self.messaging.renewals.stop(), timeout=30)
                 self.thread.run(self.rocketmq_server.stop(1.0), timeout=30)
             self.thread.run(self.server.stop(1.0), timeout=30)
             self.thread.run(self.servicer.close(), timeout=30)

@@ -54,6 +54,7 @@ from mqstore.services.index.pop_service import MAX_POP, dead_letter_topic
 from mqstore.services.query.acl import GROUP, TOPIC, Action, User
 from mqstore.services.query.front import FrontServicer, ShardClient
 from mqstore.services.rocketmq import convert, settings
+from mqstore.services.rocketmq.renewal import Renewals
 from mqstore.services.rocketmq.status import Code, ProtocolError, answered, code_of, status
 from mqstore.services.rocketmq.transactions import TransactionService
 from mqstore.store import reads
@@ -67,7 +68,6 @@ SERVICE = "apache.rocketmq.v2.MessagingService"
 CLIENT_ID = "x-mq-client-id"
 BROKER_NAME = "mqstore"
 DEFAULT_MAX_ATTEMPTS = 17  # RocketMQ: a group's retryMaxTimes 16, plus the first delivery
-AUTO_RENEW_INVISIBLE_MS = 60_000  # push consumers send no invisible time (RocketMQ's proxy uses 60 s too)
 MIN_INVISIBLE_MS = 1_000  # RocketMQ's proxy asks 10 s; shorter ones serve tests and fast retries
 MAX_INVISIBLE_MS = 12 * 3600 * 1000
 ANSWER_MARGIN_S = 0.5  # a long poll ends this long before the client's deadline
@@ -120,6 +120,14 @@ class MessagingServicer:
         self._rr: dict[str, itertools.count] = {}
         self._receive_rr: dict[tuple[str, str], int] = {}
         self.transactions = TransactionService(self)  # started and stopped by the host
+        self.renewals = Renewals(self._call_queue_builder, self._last_seen)  # push consumers' messages
+
+    async def _call_queue_builder(self, shard: int, method: str, request):
+        return await self.front.shards[shard].call("cq", method, request, retry=False)
+
+    def _last_seen(self, client_id: str) -> float | None:
+        session = self.sessions.get(client_id)
+        return None if session is None else session.last_seen
 
     def registration(self) -> Registration:
         return Registration(_add_messaging, self, SERVICE)
@@ -306,6 +314,7 @@ class MessagingServicer:
         client_id = self._client(context)
         self._user(context)
         self.sessions.forget(client_id)
+        await self.renewals.release(client_id)  # its push consumer's messages: visible again at once
         return v2.NotifyClientTerminationResponse(status=status())
 
     # ------------------------------------------------------------------ send
@@ -408,7 +417,7 @@ class MessagingServicer:
         yield v2.ReceiveMessageResponse(delivery_timestamp=_now())
 
     async def _receive(self, request: v2.ReceiveMessageRequest, context) -> list[v2.Message]:
-        self._client(context)
+        client_id = self._client(context)
         group, topic = request.group.name, request.message_queue.topic.name
         _check_group(group)
         self._allow(context, (Action.SUB, GROUP, group), (Action.SUB, TOPIC, topic))
@@ -427,8 +436,8 @@ class MessagingServicer:
             raise ProtocolError(Code.BAD_REQUEST, f"batch_size must be in 1..{MAX_POP}, got {request.batch_size}")
         if request.HasField("invisible_duration"):
             invisible_ms = request.invisible_duration.ToMilliseconds()
-        elif request.auto_renew:
-            invisible_ms = AUTO_RENEW_INVISIBLE_MS
+        elif request.auto_renew:  # the front keeps them invisible while the client lives (renewal.py)
+            invisible_ms = self.renewals.invisible_ms
         else:
             raise ProtocolError(Code.ILLEGAL_INVISIBLE_TIME, "invisible_duration is required without auto_renew")
         if not MIN_INVISIBLE_MS <= invisible_ms <= MAX_INVISIBLE_MS:
@@ -468,6 +477,9 @@ class MessagingServicer:
             res = await self.front.shards[shard].call(
                 "cq", "Pop", pop_request(shard, wait_ms), timeout=wait_ms / 1000 + 10, retry=False
             )
+            if request.auto_renew and not request.HasField("invisible_duration"):
+                for p in res.messages:
+                    self.renewals.hold(client_id, group, topic, shard, p.receipt_handle)
             return _messages(res, invisible_ms)
 
         shards = sorted(by_shard)
@@ -510,9 +522,10 @@ class MessagingServicer:
             v2.AckMessageResultEntry(message_id=e.message_id, receipt_handle=e.receipt_handle) for e in request.entries
         ]
         by_shard: dict[int, list[int]] = {}
+        handles = [await self.renewals.take(e.receipt_handle) for e in request.entries]
         for i, e in enumerate(request.entries):
             try:
-                shard, _ = self._shard_of_handle(e.receipt_handle)
+                shard, _ = self._shard_of_handle(handles[i])
             except ProtocolError as pe:
                 results[i].status.CopyFrom(status(pe.code, str(pe)))
                 continue
@@ -522,9 +535,7 @@ class MessagingServicer:
             res = await self.front.shards[s].call(
                 "cq",
                 "AckPop",
-                cq.AckPopRequest(
-                    group=group, topic=topic, receipt_handles=[request.entries[i].receipt_handle for i in rows]
-                ),
+                cq.AckPopRequest(group=group, topic=topic, receipt_handles=[handles[i] for i in rows]),
                 retry=False,
             )
             for i, outcome in zip(rows, res.outcomes):
@@ -550,11 +561,12 @@ class MessagingServicer:
         ms = request.invisible_duration.ToMilliseconds()
         if not 0 <= ms <= MAX_INVISIBLE_MS:
             raise ProtocolError(Code.ILLEGAL_INVISIBLE_TIME, f"invisible_duration must be in 0..12 h, got {ms} ms")
-        shard, _ = self._shard_of_handle(request.receipt_handle)
+        handle = await self.renewals.take(request.receipt_handle)  # a push consumer's nack: no more renewals
+        shard, _ = self._shard_of_handle(handle)
         res = await shard.call(
             "cq",
             "ChangeInvisible",
-            cq.ChangeInvisibleRequest(group=group, topic=topic, receipt_handle=request.receipt_handle, invisible_ms=ms),
+            cq.ChangeInvisibleRequest(group=group, topic=topic, receipt_handle=handle, invisible_ms=ms),
             retry=False,
         )
         st = _outcome_status(res.outcome)
@@ -566,14 +578,15 @@ class MessagingServicer:
         group, topic = request.group.name, request.topic.name
         _check_group(group)
         self._allow(context, (Action.SUB, GROUP, group), (Action.SUB, TOPIC, topic))
-        shard, _ = self._shard_of_handle(request.receipt_handle)
+        handle = await self.renewals.take(request.receipt_handle)
+        shard, _ = self._shard_of_handle(handle)
         res = await shard.call(
             "cq",
             "PopToDeadLetter",
             cq.PopToDeadLetterRequest(
                 group=group,
                 topic=topic,
-                receipt_handle=request.receipt_handle,
+                receipt_handle=handle,
                 dead_letter_queue_id=self._queue_on(dead_letter_topic(group), shard.shard),
             ),
             retry=False,

@@ -47,6 +47,40 @@ def test_push_consumer_consumes_a_topic(clients, names, rmq):
         consumer.shutdown()
 
 
+def test_push_consumer_messages_stay_invisible_while_the_listener_works(clients, names, rmq, stack):
+    """A listener slower than the invisible time: the front renews the message while
+    the client lives, the ack with the handle it received finishes it, and nothing is
+    delivered twice."""
+    renewals = stack.front.messaging.renewals
+    saved = renewals.invisible_ms, renewals.renew_ahead_ms
+    renewals.invisible_ms, renewals.renew_ahead_ms = 2000, 1200  # renewed about every second
+    topic, group = names
+    producer = clients.producer(topic)
+    sent = {producer.send(clients.message(topic, f"slow{i}".encode())).message_id for i in range(3)}
+    calls: list[str] = []
+    lock = threading.Lock()
+
+    class Slow(rmq.MessageListener):
+        def consume(self, message):
+            with lock:
+                calls.append(message.message_id)
+            time.sleep(5)  # 2.5 invisible times
+            return rmq.ConsumeResult.SUCCESS
+
+    consumer = rmq.PushConsumer(clients.config(), group, Slow(), {topic: rmq.FilterExpression("*")})
+    try:
+        consumer.startup()
+        end = time.monotonic() + 60
+        while len(set(calls)) < 3 and time.monotonic() < end:
+            time.sleep(0.2)
+        time.sleep(6)  # the last one finishes, and a duplicate would have time to show
+        assert sorted(calls) == sorted(sent), "each message once, none redelivered while its listener ran"
+        assert len(renewals) == 0  # every one acked through its renewed handle
+    finally:
+        consumer.shutdown()
+        renewals.invisible_ms, renewals.renew_ahead_ms = saved
+
+
 def reconnected(call, timeout_s: float = 30.0):
     """``call()`` once the client's channel connects again (gRPC backs off after the
     server went away; a client retries what failed UNAVAILABLE)."""
