@@ -222,6 +222,19 @@ class Popper:
             page = units_page(builder.consume_queues, topic, q, cursor if cursor is not None else 0, _SCAN_UNITS)
             if not page.exists:
                 break
+            if cursor is not None and page.first_offset < cursor:
+                # the queue ends below the group's cursor: cut back by a crash under async
+                # flush. The cursor stays (it never moves back); new messages below it are
+                # not popped for this group, logged once per look.
+                log.warning(
+                    "pop_cursor_past_queue_end",
+                    group=group,
+                    topic=topic,
+                    queue=q,
+                    cursor=cursor,
+                    queue_end=page.first_offset,
+                )
+                break
             if cursor is None or page.first_offset != cursor:  # a new group, or retention moved the min past it
                 moved = page.first_offset
             cursor = page.first_offset
