@@ -21,6 +21,7 @@
 #                                                       MQSTORE_ACL or MQSTORE_ALLOW_ANONYMOUS=1)
 #   MQSTORE_PORT          8080                           the front (public API)
 #   MQSTORE_METRICS_PORT  9464                           the front's Prometheus metrics (0: none)
+#   MQSTORE_ROCKETMQ_PORT 8081                           the front's RocketMQ 5 protocol for the official clients (0: none)
 #   MQSTORE_FLUSH         sync
 #   MQSTORE_TLS_DIR       (none)                         a directory with tls.crt and tls.key (a Kubernetes TLS
 #                                                       secret's layout): the front speaks TLS only
@@ -40,6 +41,7 @@ args=(
   --host "${MQSTORE_HOST:-0.0.0.0}"
   --port "${MQSTORE_PORT:-8080}"
   --metrics-port "${MQSTORE_METRICS_PORT:-9464}"
+  --rocketmq-port "${MQSTORE_ROCKETMQ_PORT:-8081}"
   --flush "${MQSTORE_FLUSH:-sync}"
 )
 if [[ -n "${MQSTORE_TLS_DIR:-}" && -f "$MQSTORE_TLS_DIR/tls.crt" && -f "$MQSTORE_TLS_DIR/tls.key" ]]; then

@@ -86,7 +86,7 @@ def test_kuberay_manifest_places_each_shard_on_its_claim():
     assert env["MQSTORE_SHARDS"] == str(len(groups))
     (svc,) = by_kind["Service"]
     ports = {p["name"]: p["port"] for p in svc["spec"]["ports"]}
-    assert ports["grpc"] == 8080
+    assert ports["grpc"] == 8080 and ports["rocketmq"] == 8081
     every_port = list(ports.values()) + [p["containerPort"] for p in head["ports"]]
     assert not [p for p in every_port if p in RAY_WORKER_PORTS]
     assert "MQSTORE_PYTHON=" in (DEPLOY / "Dockerfile").read_text()
@@ -99,6 +99,7 @@ def test_job_entrypoint_is_a_command_serve_accepts():
     assert params["address"] == "auto" and params["placement"].value == "resource"
     assert params["host"] == "0.0.0.0" and params["port"] == 8080 and params["store"] == Path("/var/lib/mqstore")
     assert params["metrics_port"] == 9464 and params["metrics_port"] not in RAY_WORKER_PORTS
+    assert params["rocketmq_port"] == 8081 and params["rocketmq_port"] not in RAY_WORKER_PORTS
     # settings through the environment, options appended
     argv = job_command(
         MQSTORE_SHARDS="3", MQSTORE_PLACEMENT="node", MQSTORE_PYTHON="/x/python", _extra="--segment-bytes 65536"
