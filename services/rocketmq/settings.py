@@ -70,18 +70,32 @@ class ClientSession:
     outbox: asyncio.Queue | None = None
 
 
+SESSION_IDLE_S = 300.0  # a client without a stream, silent this long (it heartbeats every 10 s), is forgotten
+
+
 class Sessions:
-    """Clients by id: their latest settings and when they were last heard of."""
+    """Clients by id: their latest settings and when they were last heard of. Clients
+    that vanish without saying so (killed) are forgotten once idle for
+    ``SESSION_IDLE_S`` with no Telemetry stream open."""
 
     def __init__(self) -> None:
         self._by_id: dict[str, ClientSession] = {}
+        self._swept = time.monotonic()
 
     def seen(self, client_id: str) -> ClientSession:
+        now = time.monotonic()
         s = self._by_id.get(client_id)
         if s is None:
+            if now - self._swept > SESSION_IDLE_S / 10:
+                self._sweep(now)
             s = self._by_id[client_id] = ClientSession(client_id)
-        s.last_seen = time.monotonic()
+        s.last_seen = now
         return s
+
+    def _sweep(self, now: float) -> None:
+        self._swept = now
+        for cid in [c for c, s in self._by_id.items() if s.outbox is None and now - s.last_seen > SESSION_IDLE_S]:
+            del self._by_id[cid]
 
     def get(self, client_id: str) -> ClientSession | None:
         return self._by_id.get(client_id)
