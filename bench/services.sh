@@ -13,6 +13,10 @@
 #   - pull: `bench consume --server` of everything sent (raw records, 1000 per pull), by 1
 #     consumer, then by 4 sharing the queues (--consumers 4), once
 #     the dispatcher has caught up (its wait is reported as dispatch_wait_s);
+#   - RocketMQ 5 clients (issue 17): `bench rocketmq` on serve's
+#     --rocketmq-port, the official Python client's producers (Producer.send, one message
+#     per call) then SimpleConsumers (receive 32 + ack), 1p/1c then 4p/4c, each client
+#     in its own process; every process's CPU per message and front_below_client;
 #   - stop serve with SIGTERM (its own process group: SIGKILL after 120 s) and remove the store.
 # Then bench/redis.sh (XADD, AOF everysec and always), and a summary table: every
 # figure against its goal, and our best send rate over Redis's at equal durability
@@ -24,6 +28,7 @@
 # Env: MQSTORE (default `mqstore` on PATH, e.g. MQSTORE=/work/venv/bin/mqstore),
 #      ASYNC_MESSAGES (2,000,000: 5 s at the 400 k msgs/s goal), SYNC_MESSAGES (1,000,000:
 #      ~7 s at the 150 k goal), LATENCY_MESSAGES (5,000), SETTLE_SECONDS (5),
+#      RMQ_MESSAGES (5,000: the RocketMQ clients send one message per call, ~150-250 a second),
 #      OUT (also write the JSON lines to this file), REDIS_* (see bench/redis.sh), TMPDIR.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -31,6 +36,7 @@ MQ=${MQSTORE:-mqstore}
 ASYNC_MESSAGES=${ASYNC_MESSAGES:-2000000}
 SYNC_MESSAGES=${SYNC_MESSAGES:-1000000}
 LATENCY_MESSAGES=${LATENCY_MESSAGES:-5000}
+RMQ_MESSAGES=${RMQ_MESSAGES:-5000}
 SETTLE_SECONDS=${SETTLE_SECONDS:-5}
 
 command -v "$MQ" >/dev/null 2>&1 || { echo "bench/services.sh: $MQ not found (set MQSTORE=/path/to/mqstore)" >&2; exit 2; }
@@ -62,10 +68,12 @@ trap 'exit 130' INT TERM
 
 emit() { tee -a "$results"; }
 
-start_serve() {  # $1 = flush mode; sets serve_pid and front
-  local flush=$1 ready="$work/ready-$1" log="$work/serve-$1.log"
+start_serve() {  # $1 = flush mode; sets serve_pid, front and rocketmq
+  local flush=$1 ready="$work/ready-$1" log="$work/serve-$1.log" rmq_port
+  # serve's --rocketmq-port 0 means "not served": take a free port
+  rmq_port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
   # setsid: serve and Ray's processes in their own group, away from a Ctrl-C of this script
-  setsid "$MQ" serve --store "$work/store-$flush" --port 0 --flush "$flush" --metrics-port 0 >"$ready" 2>"$log" &
+  setsid "$MQ" serve --store "$work/store-$flush" --port 0 --rocketmq-port "$rmq_port" --flush "$flush" --metrics-port 0 >"$ready" 2>"$log" &
   serve_pid=$!
   for _ in $(seq 1800); do
     [[ -s $ready ]] && break
@@ -77,6 +85,7 @@ start_serve() {  # $1 = flush mode; sets serve_pid and front
     sleep 0.1
   done
   front=$(sed -n 's/.*"front": *"\([^"]*\)".*/\1/p' "$ready" | head -n 1)
+  rocketmq=$(sed -n 's/.*"rocketmq": *"\([^"]*\)".*/\1/p' "$ready" | head -n 1)
   [[ -n $front ]] || { echo "bench/services.sh: no ready line from serve --flush $flush within 180 s" >&2; tail -n 30 "$log" >&2; exit 1; }
   sleep "$SETTLE_SECONDS"
 }
@@ -99,6 +108,8 @@ for flush in async sync; do
   run send_4p_columns "$flush" bench append --server "$front" --messages "$n" --batch 1000 --producers 4 --body-size 128 --wire columns "${cpu[@]}"
   run pull         "$flush" bench consume --server "$front" --batch 1000
   run pull_4c      "$flush" bench consume --server "$front" --batch 1000 --consumers 4 "${cpu[@]}"
+  run rocketmq_1p1c "$flush" bench rocketmq --server "$rocketmq" --producers 1 --consumers 1 --messages "$RMQ_MESSAGES" --body-size 128 "${cpu[@]}"
+  run rocketmq_4p4c "$flush" bench rocketmq --server "$rocketmq" --producers 4 --consumers 4 --messages "$RMQ_MESSAGES" --body-size 128 "${cpu[@]}"
   stop_serve
   rm -rf "$work/store-$flush"
 done
@@ -157,6 +168,20 @@ for flush in ("async", "sync"):
     if r is not None:
         out.append(f"| single-message send round trip, flush {flush}, idle ({r['messages']:,} calls) | p99 < 2 ms | "
                    f"p99 {r['p99_ms']:.2f} ms (p50 {r['p50_ms']:.2f} ms) | {verdict(r['p99_ms'] < 2)} |")
+for flush, bench, who in ((f, b, w) for f in ("async", "sync") for b, w in (("rocketmq_1p1c", "1 producer / 1 consumer"), ("rocketmq_4p4c", "4 producers / 4 consumers"))):
+    r = res.get((bench, flush))
+    if r is None:
+        continue
+    s = r["server_cpu_us_per_msg"]
+    out.append(f"| RocketMQ 5 Python client, flush {flush}, {who} ({r['messages']:,} msgs, 128 B, send then receive 32 + ack) | - | "
+               f"send {r['send_msgs_per_s']:,.0f} msgs/s, receive {r['receive_msgs_per_s']:,.0f} msgs/s "
+               f"({r['duplicates']} duplicates, {r['missing']} missing) | - |")
+    for phase in ("send", "receive"):
+        g = r["goal"][phase]
+        rest = ", ".join(f"{p} {s[phase][p]:.0f}" for p in ("commitlog-0", "consumequeue-0", "dispatcher-0", "index-0") if p in s[phase])
+        out.append(f"| CPU per message, RocketMQ {phase}, flush {flush}, {who}: front vs clients | front < client | "
+                   f"front {g['front_us_per_msg']:.0f} us, client {g['client_us_per_msg']:.0f} us ({rest}) | "
+                   f"{verdict(bool(g['front_below_client']))} |")
 for flush, fsync in (("async", "everysec"), ("sync", "always")):
     r = res.get((f"redis_xadd_{fsync}", None))
     if r is None or flush not in best:

@@ -23,6 +23,7 @@ clients' (all client processes' CPU of the phase over its messages).
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import json
 import os
 import queue
@@ -183,6 +184,11 @@ def _split(total: int, parts: int) -> list[int]:
 def run_rocketmq_bench(b: RocketMQBench, progress: Callable[[str], None] | None = None) -> dict:
     """Run the bench (module docstring); the result as one dict (see the CLI's help)."""
     say = progress or (lambda _msg: None)
+    if importlib.util.find_spec("rocketmq") is None:
+        raise RocketMQBenchError(
+            "bench rocketmq drives the official client: pip install rocketmq-python-client==5.1.2 "
+            "(in mqstore's test extra)"
+        )
     check_reachable(b.server)
     server_cpu = _ServerCpu(b.serve_pids, b.shard_dirs) if b.serve_pids else None
     if server_cpu is not None:
