@@ -54,6 +54,7 @@ from mqstore.services.index.pop_service import MAX_POP, dead_letter_topic
 from mqstore.services.query.acl import GROUP, TOPIC, Action, User
 from mqstore.services.query.front import FrontServicer, ShardClient
 from mqstore.services.rocketmq import convert, settings
+from mqstore.services.rocketmq.coalesce import Coalescer
 from mqstore.services.rocketmq.renewal import Renewals
 from mqstore.services.rocketmq.status import Code, ProtocolError, answered, code_of, status
 from mqstore.services.rocketmq.transactions import TransactionService
@@ -121,6 +122,33 @@ class MessagingServicer:
         self._receive_rr: dict[tuple[str, str], int] = {}
         self.transactions = TransactionService(self)  # started and stopped by the host
         self.renewals = Renewals(self._call_queue_builder, self._last_seen)  # push consumers' messages
+        # one-message sends and acks of concurrent clients share calls to a shard (coalesce.py)
+        self._appends: Coalescer[common_pb2.MessageColumns] = Coalescer(self._append)
+        self._acks: Coalescer[str] = Coalescer(self._ack_pop)
+
+    async def _append(self, shard: int, parts: list[common_pb2.MessageColumns]) -> list[tuple[list, list]]:
+        """One AppendBatch of every part's messages; per part (statuses, queue offsets)."""
+        cols = parts[0]
+        if len(parts) > 1:
+            cols = common_pb2.MessageColumns()
+            for p in parts:
+                cols.MergeFrom(p)  # repeated fields append: the parts' rows one after another
+        res = await self.front.shards[shard].call(
+            "cl", "AppendBatch", commitlog_pb2.AppendBatchRequest(messages=cols), timeout=60, retry=False
+        )
+        r, out, at = res.result, [], 0
+        for p in parts:
+            n = len(p.topics)
+            out.append((r.statuses[at : at + n], r.queue_offsets[at : at + n]))
+            at += n
+        return out
+
+    async def _ack_pop(self, key: tuple[int, str, str], handles: list[str]) -> list[int]:
+        shard, group, topic = key
+        res = await self.front.shards[shard].call(
+            "cq", "AckPop", cq.AckPopRequest(group=group, topic=topic, receipt_handles=handles), retry=False
+        )
+        return list(res.outcomes)
 
     async def _call_queue_builder(self, shard: int, method: str, request):
         return await self.front.shards[shard].call("cq", method, request, retry=False)
@@ -134,7 +162,7 @@ class MessagingServicer:
 
     def observe(self, method: str, code: int) -> None:
         if self.metrics is not None:
-            self.metrics.observe_rocketmq(method, v2.Code.Name(code) if code in v2.Code.values() else str(code))
+            self.metrics.observe_rocketmq(method, _CODE_NAMES.get(code) or str(code))
 
     # ------------------------------------------------------------------ callers
 
@@ -355,16 +383,13 @@ class MessagingServicer:
                     return
             msgs = [request.messages[i] for i in rows]
             cols = convert.to_columns(msgs, [queue_ids[i] for i in rows], self.max_body)
-            res = await self.front.shards[shard].call(
-                "cl", "AppendBatch", commitlog_pb2.AppendBatchRequest(messages=cols), timeout=60, retry=False
-            )
-            r = res.result
+            ((statuses, offsets),) = await self._appends.submit(shard, [cols])  # shared with concurrent sends
             for k, i in enumerate(rows):
-                code = Code.OK if r.statuses[k] == common_pb2.PUT_OK else Code.MASTER_PERSISTENCE_TIMEOUT
+                code = Code.OK if statuses[k] == common_pb2.PUT_OK else Code.MASTER_PERSISTENCE_TIMEOUT
                 entries[i] = v2.SendResultEntry(
                     status=status(code, "OK" if code == Code.OK else "flush timed out; the message is written"),
                     message_id=request.messages[i].system_properties.message_id,
-                    offset=r.queue_offsets[k],
+                    offset=offsets[k],
                 )
 
         parts: dict[int, list[int]] = {}
@@ -532,13 +557,8 @@ class MessagingServicer:
             by_shard.setdefault(shard.shard, []).append(i)
 
         async def ack(s: int, rows: list[int]) -> None:
-            res = await self.front.shards[s].call(
-                "cq",
-                "AckPop",
-                cq.AckPopRequest(group=group, topic=topic, receipt_handles=[handles[i] for i in rows]),
-                retry=False,
-            )
-            for i, outcome in zip(rows, res.outcomes):
+            outcomes = await self._acks.submit((s, group, topic), [handles[i] for i in rows])
+            for i, outcome in zip(rows, outcomes):
                 results[i].status.CopyFrom(_outcome_status(outcome))
 
         await asyncio.gather(*(ack(s, rows) for s, rows in by_shard.items()))
@@ -632,6 +652,9 @@ class MessagingServicer:
     async def RecallMessage(self, request, context) -> v2.RecallMessageResponse:
         self._client(context)
         raise ProtocolError(Code.UNSUPPORTED, "recalling delay messages is not served yet")
+
+
+_CODE_NAMES = {c: v2.Code.Name(c) for c in v2.Code.values()}
 
 
 def _check_group(group: str) -> None:
