@@ -100,15 +100,20 @@ async def start_grpc_server(
     serving: bool = True,
     tls: TlsFiles | None = None,
     auth: InternalAuth | None = None,
+    strict_decode: bool = True,
 ) -> GrpcServer:
     """Start a server on ``host:port`` (port 0: the system picks one, see ``.port``);
     with ``tls`` it speaks TLS only (a plaintext client can not connect). With
     ``auth`` it is an internal server: every call but health checks must carry the
     deployment's secret, and it speaks TLS with the deployment's internal
-    certificate when ``auth.tls``. Malformed request bytes are INVALID_ARGUMENT."""
+    certificate when ``auth.tls``. Malformed request bytes are INVALID_ARGUMENT
+    (``strict_decode``: an interceptor decodes them; False for services whose
+    handlers take bytes and answer malformed ones themselves, which spares every call
+    the interceptor's cost)."""
     regs = list(registrations)
     tune_allocator()  # requests and answers of a few hundred KiB: kept off fresh mmap()s
-    server = grpc.aio.server(options=SERVER_OPTIONS, interceptors=[StrictDecode(auth)])
+    interceptors = [StrictDecode(auth)] if strict_decode or auth is not None else []
+    server = grpc.aio.server(options=SERVER_OPTIONS, interceptors=interceptors)
     for r in regs:
         r.add(r.servicer, server)
     health_servicer = health.aio.HealthServicer()

@@ -74,7 +74,9 @@ class FrontHost:
             )
             try:
                 self.rocketmq_server = self.thread.run(
-                    start_grpc_server(host, rocketmq_port, [self.messaging.registration()], tls=tls)
+                    start_grpc_server(
+                        host, rocketmq_port, [self.messaging.registration()], tls=tls, strict_decode=False
+                    )
                 )
             except OSError:
                 self.close()

@@ -39,6 +39,7 @@ from typing import Any
 import grpc
 import numpy as np
 import structlog
+from google.protobuf.message import DecodeError
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from mqstore.errors import InvalidMessageError
@@ -702,34 +703,61 @@ def _scheme(host: str) -> int:
         return v2.DOMAIN_NAME
 
 
-_UNARY = {
-    "QueryRoute": v2.QueryRouteRequest,
-    "Heartbeat": v2.HeartbeatRequest,
-    "SendMessage": v2.SendMessageRequest,
-    "QueryAssignment": v2.QueryAssignmentRequest,
-    "AckMessage": v2.AckMessageRequest,
-    "ForwardMessageToDeadLetterQueue": v2.ForwardMessageToDeadLetterQueueRequest,
-    "EndTransaction": v2.EndTransactionRequest,
-    "NotifyClientTermination": v2.NotifyClientTerminationRequest,
-    "ChangeInvisibleDuration": v2.ChangeInvisibleDurationRequest,
-    "RecallMessage": v2.RecallMessageRequest,
+_UNARY = {  # method: (request, response)
+    "QueryRoute": (v2.QueryRouteRequest, v2.QueryRouteResponse),
+    "Heartbeat": (v2.HeartbeatRequest, v2.HeartbeatResponse),
+    "SendMessage": (v2.SendMessageRequest, v2.SendMessageResponse),
+    "QueryAssignment": (v2.QueryAssignmentRequest, v2.QueryAssignmentResponse),
+    "AckMessage": (v2.AckMessageRequest, v2.AckMessageResponse),
+    "ForwardMessageToDeadLetterQueue": (
+        v2.ForwardMessageToDeadLetterQueueRequest,
+        v2.ForwardMessageToDeadLetterQueueResponse,
+    ),
+    "EndTransaction": (v2.EndTransactionRequest, v2.EndTransactionResponse),
+    "NotifyClientTermination": (v2.NotifyClientTerminationRequest, v2.NotifyClientTerminationResponse),
+    "ChangeInvisibleDuration": (v2.ChangeInvisibleDurationRequest, v2.ChangeInvisibleDurationResponse),
+    "RecallMessage": (v2.RecallMessageRequest, v2.RecallMessageResponse),
 }
+
+
+def _malformed(request_type, e: Exception) -> v2.Status:
+    return status(Code.BAD_REQUEST, f"the request is not a {request_type.DESCRIPTOR.name}: {e}")
+
+
+def _unary(method, request_type, response_type):
+    """A handler taking the request's bytes: malformed ones are answered BAD_REQUEST
+    in the response's status, like every other refusal (no interceptor per call)."""
+
+    async def handle(raw: bytes, context):
+        try:
+            request = request_type.FromString(raw)
+        except DecodeError as e:
+            return response_type(status=_malformed(request_type, e))
+        return await method(request, context)
+
+    return grpc.unary_unary_rpc_method_handler(handle, response_serializer=_serialize)
 
 
 def _add_messaging(servicer: MessagingServicer, server: grpc.aio.Server) -> None:
     """Register the served methods under apache.rocketmq.v2.MessagingService (the
     others are UNIMPLEMENTED, as on RocketMQ's proxy)."""
     handlers: dict[str, Any] = {
-        name: grpc.unary_unary_rpc_method_handler(
-            getattr(servicer, name), request_deserializer=req.FromString, response_serializer=_serialize
-        )
-        for name, req in _UNARY.items()
+        name: _unary(getattr(servicer, name), req, resp) for name, (req, resp) in _UNARY.items()
     }
-    handlers["ReceiveMessage"] = grpc.unary_stream_rpc_method_handler(
-        servicer.ReceiveMessage,
-        request_deserializer=v2.ReceiveMessageRequest.FromString,
-        response_serializer=_serialize,
-    )
+
+    async def receive(raw: bytes, context):
+        try:
+            request = v2.ReceiveMessageRequest.FromString(raw)
+        except DecodeError as e:
+            yield v2.ReceiveMessageResponse(status=_malformed(v2.ReceiveMessageRequest, e))
+            yield v2.ReceiveMessageResponse(delivery_timestamp=_now())
+            return
+        async for answer in servicer.ReceiveMessage(request, context):
+            yield answer
+
+    handlers["ReceiveMessage"] = grpc.unary_stream_rpc_method_handler(receive, response_serializer=_serialize)
+    # Telemetry's commands are decoded by gRPC: one it can not decode ends the stream
+    # with INVALID_ARGUMENT (the one place RocketMQ's proxy answers with a gRPC error).
     handlers["Telemetry"] = grpc.stream_stream_rpc_method_handler(
         servicer.Telemetry, request_deserializer=v2.TelemetryCommand.FromString, response_serializer=_serialize
     )
