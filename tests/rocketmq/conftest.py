@@ -106,9 +106,10 @@ def clients(rmq, stack):
 
 
 def receive_until(consumer, count: int, *, invisible_s: int = 30, timeout_s: float = 30.0, batch: int = 32) -> list:
-    """Receive until ``count`` messages came (or the time is up): every message received."""
+    """Receive until ``count`` messages came (or the time is up), never asking for more
+    than are still wanted: every message received."""
     got: list = []
     end = time.monotonic() + timeout_s
     while len(got) < count and time.monotonic() < end:
-        got.extend(consumer.receive(batch, invisible_s))
+        got.extend(consumer.receive(min(batch, count - len(got)), invisible_s))
     return got

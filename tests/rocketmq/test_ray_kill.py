@@ -1,6 +1,7 @@
 """Consumer state of the RocketMQ port on real Ray: with messages received and not yet
-acked, the consume-queue builder (which keeps the pop state), the commitlog or the
-front is killed with SIGKILL and restarted by Ray; afterwards the handles from before
+acked, each actor (the consume-queue builder, which keeps the pop state, the
+commitlog, the front, the dispatcher, the index builder) is killed with SIGKILL and
+restarted by Ray; afterwards the handles from before
 the kill still ack, nothing acked is delivered again, nothing unacked is lost (it
 comes back with the next attempt)."""
 
@@ -79,10 +80,16 @@ def eventually(call, timeout_s: float = 60.0):
             time.sleep(0.5)
 
 
-@pytest.mark.parametrize("victim", ["consumequeue", "commitlog", "front"])
+@pytest.mark.parametrize("victim", ["consumequeue", "commitlog", "front", "dispatcher", "index"])
 def test_kill_9_between_receive_and_ack(deployment, rmq, victim):
     dep = deployment
-    actor = {"consumequeue": dep.queue_builders[0], "commitlog": dep.shards[0], "front": dep.front}[victim]
+    actor = {
+        "consumequeue": dep.queue_builders[0],
+        "commitlog": dep.shards[0],
+        "front": dep.front,
+        "dispatcher": dep.dispatchers[0],
+        "index": dep.index_builders[0],
+    }[victim]
     topic, group = f"Killed_{victim}", f"g_{victim}"
     clients = Clients(rmq, dep.rocketmq_endpoint)
     try:
