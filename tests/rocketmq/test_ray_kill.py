@@ -14,7 +14,7 @@ import time
 import pytest
 
 from tests.rocketmq.conftest import Clients, receive_until
-from tests.services.helpers import free_port, small_config
+from tests.services.helpers import free_port, local_ray, small_config
 
 ray = pytest.importorskip("ray")
 pytestmark = [pytest.mark.slow, pytest.mark.crash, pytest.mark.timeout(300)]
@@ -25,31 +25,22 @@ NS = "mqstore-rmq-kill"
 def deployment(tmp_path_factory):
     from mqstore.services.startup.deployment import start_deployment
 
-    ray.init(
-        address="local",
-        num_cpus=2,
-        include_dashboard=False,
-        object_store_memory=256 << 20,
-        _node_ip_address="127.0.0.1",
-        namespace=NS,
-        log_to_driver=False,
-    )
-    root = tmp_path_factory.mktemp("ray")
-    port = free_port()
-    dep = start_deployment(
-        root,
-        small_config(),
-        port=port,
-        rocketmq_port=free_port(skip=(port,)),
-        namespace=NS,
-        internal_host="127.0.0.1",
-    )
-    try:
-        assert dep.wait_ready(120)
-        yield dep
-    finally:
-        dep.close()
-        ray.shutdown()
+    with local_ray(NS):
+        root = tmp_path_factory.mktemp("ray")
+        port = free_port()
+        dep = start_deployment(
+            root,
+            small_config(),
+            port=port,
+            rocketmq_port=free_port(skip=(port,)),
+            namespace=NS,
+            internal_host="127.0.0.1",
+        )
+        try:
+            assert dep.wait_ready(120)
+            yield dep
+        finally:
+            dep.close()
 
 
 def kill_9(actor) -> None:

@@ -3,9 +3,11 @@ producer threads under load."""
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import threading
 import time
+from collections.abc import Iterator
 
 import grpc
 
@@ -105,3 +107,29 @@ class Load:
         self._stop.set()
         for t in self._threads:
             t.join(30)
+
+
+@contextlib.contextmanager
+def local_ray(namespace: str | None = None, **init) -> Iterator:
+    """A Ray instance of the test's own on loopback, sized for this 2-core machine
+    (no dashboard, a small object store, workers' output kept off the driver); extra
+    ``ray.init`` arguments (resources, runtime_env, object_store_memory) win. Shut down
+    on the way out."""
+    import ray
+
+    ray.init(
+        **{
+            "address": "local",
+            "num_cpus": 2,
+            "include_dashboard": False,
+            "object_store_memory": 256 << 20,
+            "_node_ip_address": "127.0.0.1",
+            "namespace": namespace,
+            "log_to_driver": False,
+            **init,
+        }
+    )
+    try:
+        yield ray
+    finally:
+        ray.shutdown()

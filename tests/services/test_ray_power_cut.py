@@ -22,7 +22,7 @@ from mqstore.store.message_store import MessageStore
 from mqstore.store.power_loss import PowerImage
 from mqstore.store.reads import PullStatus
 from tests.integration.crash_workload import verify_errors
-from tests.services.helpers import Load, free_port, small_config
+from tests.services.helpers import Load, free_port, local_ray, small_config
 
 ray = pytest.importorskip("ray")
 pytestmark = [pytest.mark.slow, pytest.mark.crash, pytest.mark.timeout(300)]
@@ -54,17 +54,7 @@ def test_a_power_cut_of_the_served_shard_loses_nothing_acknowledged(tmp_path: Pa
     root.mkdir()
     PowerImage(root, image)  # the image starts as the (empty) store, before any actor writes
     env = {faults.POWER_STORE_ENV: str(root), faults.POWER_IMAGE_ENV: str(image)}
-    ray.init(
-        address="local",
-        num_cpus=2,
-        include_dashboard=False,
-        object_store_memory=256 << 20,
-        _node_ip_address="127.0.0.1",
-        namespace=NS,
-        log_to_driver=False,
-        runtime_env={"env_vars": env},
-    )
-    try:
+    with local_ray(NS, runtime_env={"env_vars": env}):
         dep = start_deployment(root, small_config(), port=free_port(), namespace=NS, internal_host="127.0.0.1")
         assert dep.wait_ready(120)
         load = Load(dep.front_endpoint, TOPIC, threads=2, batch=40)
@@ -79,8 +69,6 @@ def test_a_power_cut_of_the_served_shard_loses_nothing_acknowledged(tmp_path: Pa
             ray.kill(a, no_restart=True)
         load.stop()
         acked = list(load.acked)
-    finally:
-        ray.shutdown()
     assert len(acked) >= 1000, "too few acknowledgements: the cut proves little"
     faults.power_cut(root, image)
     with MessageStore(root, small_config()) as s:

@@ -17,7 +17,7 @@ import pytest
 from mqstore.rpc.v1 import front_pb2
 from mqstore.services.query.client import FrontClient
 from mqstore.store.reader import CommitLogReader
-from tests.services.helpers import Load, code_of, free_port, small_config, wait_dispatched
+from tests.services.helpers import Load, code_of, free_port, local_ray, small_config, wait_dispatched
 
 ray = pytest.importorskip("ray")
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
@@ -28,23 +28,14 @@ NS = "mqstore-test"
 def deployment(tmp_path_factory):
     from mqstore.services.startup.deployment import start_deployment
 
-    ray.init(
-        address="local",
-        num_cpus=2,
-        include_dashboard=False,
-        object_store_memory=256 << 20,
-        _node_ip_address="127.0.0.1",
-        namespace=NS,
-        log_to_driver=False,
-    )
     root = tmp_path_factory.mktemp("ray")
-    dep = start_deployment(root, small_config(), port=free_port(), namespace=NS, internal_host="127.0.0.1")
-    try:
-        assert dep.wait_ready(120)
-        yield dep, root
-    finally:
-        dep.close()
-        ray.shutdown()
+    with local_ray(NS):
+        dep = start_deployment(root, small_config(), port=free_port(), namespace=NS, internal_host="127.0.0.1")
+        try:
+            assert dep.wait_ready(120)
+            yield dep, root
+        finally:
+            dep.close()
     assert not [f for f in ("abort", "abort.consumequeue", "abort.index") if (root / f).exists()], "close must be clean"
 
 

@@ -20,7 +20,7 @@ import pytest
 from mqstore.rpc.v1 import common_pb2
 from mqstore.services.query.client import FrontClient, columns
 from mqstore.services.query.routing import Router
-from tests.services.helpers import free_port, small_config, wait_dispatched
+from tests.services.helpers import free_port, local_ray, small_config, wait_dispatched
 
 ray = pytest.importorskip("ray")
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
@@ -30,19 +30,9 @@ ABORT_FILES = ("abort", "abort.consumequeue", "abort.index")
 
 @pytest.fixture(scope="module")
 def node():
-    ray.init(
-        address="local",
-        num_cpus=2,
-        resources={"mqstore_shard_0": 1},  # no node offers mqstore_shard_1
-        include_dashboard=False,
-        object_store_memory=128 << 20,
-        _node_ip_address="127.0.0.1",
-        log_to_driver=False,
-    )
-    try:
+    # no node offers mqstore_shard_1
+    with local_ray(resources={"mqstore_shard_0": 1}, object_store_memory=128 << 20):
         yield ray.get_runtime_context().get_node_id()
-    finally:
-        ray.shutdown()
 
 
 def status_within(c: FrontClient, limit: float = 2.0):
