@@ -38,7 +38,7 @@ from mqstore.formats.message import decode_records
 from mqstore.formats.names import check_topic
 from mqstore.rpc.v1 import consume_queue_pb2 as pb
 from mqstore.services.common.errors import BadRequest
-from mqstore.services.index.delay import delivery_columns
+from mqstore.services.index.delay import RemoteLog
 from mqstore.services.index.local_pull import LocalPulls
 from mqstore.services.index.state import BuilderState
 from mqstore.store import reads
@@ -308,7 +308,7 @@ class Popper:
             view = self._state.view
             if view is None:
                 raise BadRequest("the builder is not open")
-            view.call("DeliverDelayed", _append_request(batch), timeout=30)
+            RemoteLog(view).append(batch)  # the delay scheduler's internal append (DeliverDelayed)
         by_queue: dict[int, list[int]] = {}
         for q, e, _ in rows:
             by_queue.setdefault(q, []).append(e.offset)
@@ -409,12 +409,6 @@ def _dead_letter_properties(rec, topic: str) -> dict[str, str]:
     props[RETRY_TOPIC] = topic
     props[DLQ_ORIGIN_MESSAGE_ID] = rec.unique_key or rec.msg_id
     return props
-
-
-def _append_request(batch: MessageBatch):
-    from mqstore.rpc.v1 import commitlog_pb2
-
-    return commitlog_pb2.AppendBatchRequest(messages=delivery_columns(batch))
 
 
 __all__ = ["MAX_POP", "Popper", "dead_letter_topic"]
