@@ -9,7 +9,14 @@ result; it never does I/O itself. :func:`drive` answers the calls synchronously
 (the front over gRPC, one set of ports per shard). So ``--store`` and ``--server``
 run the same lines and give the same answers. Reads that span shards (keys, topic
 status, consumer progress) run one generator per shard and merge with the
-functions at the end.
+functions at the end. A port call that fails is raised inside the generator, so a read
+can turn an error into its answer.
+
+What lies in the store never shapes an answer the caller may not read (README,
+"Security"): a read at a commitlog offset the caller chose (a msgId) answers
+``no_message()`` alike for no record there, bytes that are no record, another store
+host's record and a record of a topic the caller may not read; records reached through
+a topic's own units or keys are checked to be of that topic.
 
 Pull semantics (RocketMQ's GetMessageStatus): below the queue's min offset
 OFFSET_TOO_SMALL, at its max NO_NEW_MESSAGE, past it OFFSET_OVERFLOW, an unknown
@@ -23,13 +30,20 @@ fewer: the caller pulls again from ``next_offset``).
 from __future__ import annotations
 
 import enum
-from collections.abc import Generator, Iterable, Sequence
+from collections.abc import Callable, Generator, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 
-from mqstore.errors import InvalidArgumentError, LimitExceededError, NotFoundError
+from mqstore.errors import (
+    CorruptFileError,
+    DecodeError,
+    InvalidArgumentError,
+    LimitExceededError,
+    NotFoundError,
+    OffsetError,
+)
 from mqstore.formats.consume_queue import is_pre_blank_unit
 from mqstore.formats.javahash import tags_code
 from mqstore.formats.names import check_topic
@@ -132,21 +146,33 @@ Read = Generator[tuple, Any, Any]
 
 
 def drive(read: Read, ports: Any) -> Any:
-    """Run ``read`` against synchronous ports; its result."""
+    """Run ``read`` against synchronous ports; its result. A port's error is raised
+    inside ``read`` (which may answer it)."""
     try:
         call = next(read)
         while True:
-            call = read.send(getattr(ports, call[0])(*call[1:]))
+            try:
+                answer = getattr(ports, call[0])(*call[1:])
+            except Exception as e:  # noqa: BLE001 - the read decides what it means
+                call = read.throw(e)
+            else:
+                call = read.send(answer)
     except StopIteration as done:
         return done.value
 
 
 async def drive_async(read: Read, ports: Any) -> Any:
-    """Run ``read`` against ports whose methods are coroutines; its result."""
+    """Run ``read`` against ports whose methods are coroutines; its result (port
+    errors as in :func:`drive`)."""
     try:
         call = next(read)
         while True:
-            call = read.send(await getattr(ports, call[0])(*call[1:]))
+            try:
+                answer = await getattr(ports, call[0])(*call[1:])
+            except Exception as e:  # noqa: BLE001 - the read decides what it means
+                call = read.throw(e)
+            else:
+                call = read.send(answer)
     except StopIteration as done:
         return done.value
 
@@ -283,23 +309,39 @@ def by_queue_offset(topic: str, queue_id: int, offset: int) -> Read:
     if not real_units(page)[0]:
         raise NotFoundError(f"{where} (a pre-blank unit)")
     _, records = yield ("read", page.physical_offsets[:1], None, False)
-    if not records:
+    if not records or records[0].topic != topic:  # (a unit never points into another topic's record)
         raise NotFoundError(f"{where} (its record was deleted by retention)")
     return records[0]
 
 
-def by_msg_id(msg_id: str, offset: int) -> Read:
-    """The record of this shard that ``msg_id`` (store host + ``offset``) names. The
-    record at that offset must carry the same msgId: a msgId of another store host
-    finds nothing, rather than whatever record sits at its offset here."""
-    _, records = yield ("read", np.array([offset], np.int64), None, False)
+# What a read at an offset no record starts at raises (commitlog, or its port over gRPC).
+NO_RECORD_THERE = (OffsetError, DecodeError, CorruptFileError, InvalidArgumentError)
+NO_MESSAGE = (
+    "no message with this msgId here (another store host's, deleted, never written, or of a topic you may not read)"
+)
+
+
+def by_msg_id(msg_id: str, offset: int, may_read: Callable[[str], bool] | None = None) -> Read:
+    """The record of this shard that ``msg_id`` (store host + ``offset``) names, if
+    ``may_read`` (None: anyone) allows its topic. The record at that offset must carry
+    the same msgId: a msgId of another store host finds nothing, rather than whatever
+    record sits at its offset here. Every miss is the same ``no_message()``: the
+    offset is the caller's choice, and what lies there is not the caller's to learn."""
+    try:
+        _, records = yield ("read", np.array([offset], np.int64), None, False)
+    except NO_RECORD_THERE:
+        raise no_message() from None
     if not records or records[0].msg_id.upper() != msg_id.upper():
-        raise no_message(msg_id)
+        raise no_message()
+    if may_read is not None and not may_read(records[0].topic):
+        raise no_message()
     return records[0]
 
 
-def no_message(msg_id: str) -> NotFoundError:
-    return NotFoundError(f"no message has msgId {msg_id} here (another store host's, deleted, or never written)")
+def no_message() -> NotFoundError:
+    """The one answer to a msgId that finds nothing the caller may read: the same text
+    whatever the msgId."""
+    return NotFoundError(NO_MESSAGE)
 
 
 # ---------------------------------------------------------------------- keys
@@ -362,7 +404,9 @@ def topic_status(topic: str, shard: int = 0) -> Read:
     times: dict[int, int] = {}
     if last:
         found_at, records = yield ("read", np.array(last, np.int64), None, False)
-        times = {int(at): r.store_timestamp for at, r in zip(np.asarray(found_at).tolist(), records)}
+        times = {
+            int(at): r.store_timestamp for at, r in zip(np.asarray(found_at).tolist(), records) if r.topic == topic
+        }
     return [
         QueueStatus(q.topic, q.queue_id, q.min_offset, q.max_offset, times.get(q.last_physical_offset, 0), shard)
         for q in ranges
@@ -400,6 +444,8 @@ __all__ = [
     "LONG_MAX",
     "MAX_KEY_QUERY",
     "MAX_PULL",
+    "NO_MESSAGE",
+    "NO_RECORD_THERE",
     "PullAnswer",
     "PullStatus",
     "QueueRange",

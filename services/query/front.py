@@ -503,33 +503,35 @@ class FrontServicer(front_pb2_grpc.FrontServiceServicer):
 
     @rpc
     async def QueryByMsgId(self, request: pb.QueryByMsgIdRequest, context) -> pb.QueryResponse:
+        """Sub on the record's topic decides before anything of the record (or of its
+        absence) shapes the answer: every miss is the same NOT_FOUND (reads.by_msg_id)."""
         user = self._caller(context)
         if not request.msg_id:
             raise BadRequest("msg_id is empty")
         host, offset = parse_offset_msg_id(request.msg_id)
         shard = await self._shard_by_prefix(offset_msg_id_prefix(host))
-        rec = await self._by_msg_id(request.msg_id, offset, shard)
-        if user is not None and not self.acl.decide(user, Action.SUB, TOPIC, rec.topic)[0]:
-            log.info(
-                "acl_refused",
-                peer=context.peer(),
-                code="PERMISSION_DENIED",
-                user=user.access_key,
-                msg_id=request.msg_id,
-            )
-            raise PermissionDenied(f"user {user.access_key!r} may not Sub on the topic of message {request.msg_id}")
+
+        def may_read(topic: str) -> bool:
+            if user is None or self.acl.decide(user, Action.SUB, TOPIC, topic)[0]:
+                return True
+            log.info("acl_refused", peer=context.peer(), code="NOT_FOUND", user=user.access_key, msg_id=request.msg_id)
+            return False
+
+        rec = await self._by_msg_id(request.msg_id, offset, shard, may_read)
         return pb.QueryResponse(records=[rec])
 
-    async def _by_msg_id(self, msg_id: str, offset: int, shard: ShardClient | None) -> common_pb2.Record:
+    async def _by_msg_id(
+        self, msg_id: str, offset: int, shard: ShardClient | None, may_read: Callable[[str], bool]
+    ) -> common_pb2.Record:
         """The shard whose store host the msgId names is asked; a host that is none of
         ours (records written under another host name: a store taken over from a
         broker) is looked for on every shard, and must match the record's own msgId."""
         for s in [shard] if shard is not None else self.shards:
             try:
-                return await drive_async(reads.by_msg_id(msg_id, offset), self._ports(s))
+                return await drive_async(reads.by_msg_id(msg_id, offset, may_read), self._ports(s))
             except NotFoundError:
                 continue
-        raise reads.no_message(msg_id)
+        raise reads.no_message()
 
     async def _shard_by_prefix(self, prefix: str) -> ShardClient | None:
         for refresh in (False, True):

@@ -2,14 +2,18 @@
 the same questions ``LocalPorts`` answers from files, asked of the shard's
 consume-queue builder (units, ranges, offset by time, consumer progress), commitlog
 (records, perms) and index builder (keys). Records stay ``Record`` messages; the
-front hands them on as they came."""
+front hands them on as they came. A Read the commitlog refuses for what lies at an
+offset becomes the store's own error with a text that quotes none of it
+(``unreadable``): a read's caller may have chosen the offset (reads.by_msg_id)."""
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
 
+import grpc
 import numpy as np
 
+from mqstore.errors import CorruptFileError, DecodeError, NotFoundError
 from mqstore.formats.packed import RawRecords
 from mqstore.rpc.v1 import commitlog_pb2, consume_queue_pb2, index_pb2
 from mqstore.store.reads import QueueRange, UnitsPage
@@ -47,13 +51,16 @@ class GrpcPorts:
         return [QueueRange(q.topic, q.queue_id, q.min_offset, q.max_offset, q.last_physical_offset) for q in mm.queues]
 
     async def read(self, offsets: np.ndarray, sizes: np.ndarray | None, raw: bool) -> tuple[np.ndarray, Sequence]:
-        rd = await self.shard.call(
-            "cl",
-            "Read",
-            commitlog_pb2.ReadRequest(
-                offsets=offsets.tolist(), raw=raw, skip_missing=True, sizes=[] if sizes is None else sizes.tolist()
-            ),
-        )
+        try:
+            rd = await self.shard.call(
+                "cl",
+                "Read",
+                commitlog_pb2.ReadRequest(
+                    offsets=offsets.tolist(), raw=raw, skip_missing=True, sizes=[] if sizes is None else sizes.tolist()
+                ),
+            )
+        except grpc.aio.AioRpcError as e:
+            raise unreadable(e, self.shard.shard) from None
         return np.asarray(rd.offsets, np.int64), RawRecords.from_wire(rd.raw_data, rd.raw_sizes) if raw else list(
             rd.records
         )
@@ -79,4 +86,20 @@ class GrpcPorts:
         return list(r.offsets)
 
 
-__all__ = ["GrpcPorts"]
+_UNREADABLE = {
+    grpc.StatusCode.INVALID_ARGUMENT: DecodeError,
+    grpc.StatusCode.NOT_FOUND: NotFoundError,
+    grpc.StatusCode.DATA_LOSS: CorruptFileError,
+}
+
+
+def unreadable(e: grpc.aio.AioRpcError, shard: int) -> Exception:
+    """A refused Read as the store's error, without the commitlog's words (which may
+    quote the bytes or the record found at an offset); other failures as they are."""
+    kind = _UNREADABLE.get(e.code())
+    if kind is None:
+        return e
+    return kind(f"shard {shard}: no record could be read at a commitlog offset asked")
+
+
+__all__ = ["GrpcPorts", "unreadable"]

@@ -30,8 +30,14 @@ append: "as given", no producer checks, which refuse these system topics):
              op record, and logged (``transaction_discarded``): it is rolled back.
 
 The transaction id a SendResultEntry carries is the half record's offset msgId (store
-host + commitlog offset): it names the shard and the record, which EndTransaction reads
-(``CommitLogService.Read``) and checks against the request's topic and message id.
+host + commitlog offset): it names the shard and the half. EndTransaction never reads the
+commitlog at an offset a caller chose: after Pub on the request's own topic, the id must
+name a half this front knows (pending, or ended and still remembered: ``ENDED_KEPT`` per
+shard), of that topic, with that message id; only then is the half's record read. Every
+miss (a blank or malformed id, no such shard, no half at that offset, another topic's or
+another message's half, a half forgotten since) answers one INVALID_TRANSACTION_ID with
+one text (``NO_TRANSACTION``), so no answer tells what lies at an offset (README,
+"Security").
 
 State (``TransactionService``, on the front's event loop, per shard): the halves still
 pending (half queue offset -> commitlog offset, real topic, message id, when to check
@@ -64,9 +70,11 @@ client answers with EndTransaction(source = SOURCE_SERVER_CHECK). After ``check_
 
 Ending a transaction that already has an op record (twice, or after a check's answer,
 or after its discard) answers OK ("already ended") and writes nothing: whatever came
-first stands. A resolution other than COMMIT / ROLLBACK answers OK and leaves the half
-to the checks (RocketMQ's "unknown"). A blank, malformed or unknown transaction id, one
-naming no half, or a half of another topic or message: INVALID_TRANSACTION_ID.
+first stands. The front remembers the last ``ENDED_KEPT`` ended halves of each shard
+(after a restart: those from the last ``ENDED_KEPT`` units of the half queue, their
+records read when asked); one ended longer ago is INVALID_TRANSACTION_ID. A resolution
+other than COMMIT / ROLLBACK answers OK and leaves the half to the checks (RocketMQ's
+"unknown").
 """
 
 from __future__ import annotations
@@ -119,6 +127,7 @@ TICK_S = 1.0
 DISPATCH_WAIT_S = 60.0  # recovery waits this long for the consume queues to catch up, then retries
 RETRY_S = 2.0  # a shard whose recovery failed is tried again after this
 WARN_EVERY_MS = 30_000  # a shard's check failures are logged at most this often
+ENDED_KEPT = 10_000  # ended halves remembered per shard, for "already ended" answers
 _READ_CHUNK = 10_000  # CommitLogService.Read takes at most this many offsets
 _UNITS_PAGE = 10_000
 # Properties of a half that the committed message does not carry (EndTransactionProcessor
@@ -284,17 +293,25 @@ def check_back_message(half: MessageRecord) -> v2.Message:
     return m
 
 
+# The one answer to every transaction id that names no transaction of the caller's topic
+# and message: the same text whatever the id and whatever lies at its offset.
+NO_TRANSACTION = (
+    "no transaction of this topic and message id has this transaction id (not one this store's "
+    "store hosts gave out, not open, or ended too long ago)"
+)
+
+
+def no_transaction() -> ProtocolError:
+    return ProtocolError(Code.INVALID_TRANSACTION_ID, NO_TRANSACTION)
+
+
 def parse_transaction_id(text: str) -> tuple[Host, int]:
-    """(store host, commitlog offset) of a transaction id; INVALID_TRANSACTION_ID if it is
-    blank or not one of this store's."""
-    if not text.strip():
-        raise ProtocolError(Code.INVALID_TRANSACTION_ID, "transaction id cannot be empty")
+    """(store host, commitlog offset) of a transaction id; INVALID_TRANSACTION_ID
+    (``NO_TRANSACTION``) if it is blank or malformed."""
     try:
         return parse_offset_msg_id(text.strip())
-    except (DecodeError, ValueError) as e:
-        raise ProtocolError(
-            Code.INVALID_TRANSACTION_ID, f"transaction id {text!r} is not one this store gave out: {e}"
-        ) from None
+    except (DecodeError, ValueError):
+        raise no_transaction() from None
 
 
 # ---------------------------------------------------------------------- state
@@ -311,6 +328,7 @@ class Half:
     due_ms: int  # when it is checked next
     checks: int = 0
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    transaction_id: str = ""  # the half's offset msgId, upper case ("": not checked)
 
 
 @dataclass
@@ -330,13 +348,39 @@ class ShardHalves:
     saved: tuple[int, int] = (-1, -1)
     ready: asyncio.Event = field(default_factory=asyncio.Event)
     warned_ms: int = 0  # when the checker last logged a failure of the shard
+    # commitlog offset -> pending half queue offset; and the last ENDED_KEPT ended halves
+    # (None: ended, known only as a half's offset; its record tells the rest)
+    _pending_at: dict[int, int] = field(default_factory=dict)
+    ended_at: dict[int, Half | None] = field(default_factory=dict)
 
     def add(self, half: Half) -> Half:
         self.half_end = max(self.half_end, half.queue_offset + 1)
-        return self.pending.setdefault(half.queue_offset, half)
+        kept = self.pending.setdefault(half.queue_offset, half)
+        self._pending_at[kept.physical_offset] = kept.queue_offset
+        return kept
+
+    def forget(self, queue_offset: int) -> Half | None:
+        """Take a half out of the pending ones (resolved, or its record gone)."""
+        h = self.pending.pop(queue_offset, None)
+        if h is not None:
+            self._pending_at.pop(h.physical_offset, None)
+        return h
+
+    def pending_at(self, physical_offset: int) -> Half | None:
+        """The pending half whose record starts at ``physical_offset``, if any."""
+        q = self._pending_at.get(physical_offset)
+        return None if q is None else self.pending.get(q)
+
+    def note_ended(self, physical_offset: int, half: Half | None) -> None:
+        self.ended_at.pop(physical_offset, None)
+        self.ended_at[physical_offset] = half
+        while len(self.ended_at) > ENDED_KEPT:
+            del self.ended_at[next(iter(self.ended_at))]
 
     def resolve(self, queue_offset: int, op_offset: int) -> None:
-        self.pending.pop(queue_offset, None)
+        h = self.forget(queue_offset)
+        if h is not None:
+            self.note_ended(h.physical_offset, h)
         self.resolved.setdefault(queue_offset, op_offset)
         self.op_end = max(self.op_end, op_offset + 1)
 
@@ -431,6 +475,7 @@ class TransactionService:
                         m.topic.name,
                         sp.message_id,
                         first_check_ms(r.store_timestamps[k] or now, props, self.timeout_ms),
+                        transaction_id=r.msg_ids[k].upper(),
                     )
                 )
                 ok = r.statuses[k] == common_pb2.PUT_OK
@@ -451,56 +496,40 @@ class TransactionService:
 
     async def end(self, request: v2.EndTransactionRequest, *, wait_s: float | None) -> bool:
         """Commit or roll back the half ``request`` names; False if it had already been
-        ended (nothing written). ``wait_s``: how long to wait for the shard's recovery."""
+        ended (nothing written). ``wait_s``: how long to wait for the shard's recovery.
+        The caller's Pub on ``request.topic`` is checked before (messaging.py); every id
+        that names no half of that topic and message is ``no_transaction()``."""
         host, offset = parse_transaction_id(request.transaction_id)
+        transaction_id = request.transaction_id.strip().upper()
+        topic, message_id = request.topic.name, request.message_id
         shard = host.port - STORE_PORT_BASE  # shard i records store port 10911 + i (query/routing.py)
         if not 0 <= shard < len(self.front.shards):
-            raise ProtocolError(
-                Code.INVALID_TRANSACTION_ID,
-                f"transaction id {request.transaction_id!r} names store host {host}, none of this store's shards",
-            )
-        client = self.front.shards[shard]
-        half = await self._read_half(client, offset, request.transaction_id)
-        if half.msg_id != request.transaction_id.strip().upper():
-            raise ProtocolError(
-                Code.INVALID_TRANSACTION_ID,
-                f"transaction id {request.transaction_id!r} names store host {host}; shard {shard} is "
-                f"{half.store_host}",
-            )
-        st = self.shard(client.shard)
-        topic, message_id = request.topic.name, request.message_id
-        if half.unique_key != message_id or half.properties.get(REAL_TOPIC) != topic:
-            raise ProtocolError(
-                Code.INVALID_TRANSACTION_ID,
-                f"transaction {request.transaction_id} is message {half.unique_key!r} of topic "
-                f"{half.properties.get(REAL_TOPIC)!r}, not {message_id!r} of {topic!r}",
-            )
-        if half.queue_id != st.half_queue:
-            raise ProtocolError(
-                Code.INVALID_TRANSACTION_ID, f"transaction {request.transaction_id} is not in this shard's half queue"
-            )
-        if request.resolution not in (v2.COMMIT, v2.ROLLBACK):
-            log.info("transaction_left_open", transaction_id=request.transaction_id, resolution=request.resolution)
-            return True
+            raise no_transaction()
+        st = self.shard(shard)
         try:
-            await asyncio.wait_for(st.ready.wait(), wait_s)
+            await asyncio.wait_for(st.ready.wait(), wait_s)  # the pending halves are all known once ready
         except TimeoutError:
             raise ProtocolError(
                 Code.PROXY_TIMEOUT, f"the transactions of shard {st.shard} are still being recovered; try again"
             ) from None
-        entry = st.pending.get(half.queue_offset)
-        if entry is None:
-            if st.ended(half.queue_offset):
+
+        def names(h: Half) -> bool:
+            return h.topic == topic and h.message_id == message_id and h.transaction_id in ("", transaction_id)
+
+        entry = st.pending_at(offset)
+        if entry is None or not names(entry):
+            if offset in st.ended_at and await self._ended_names(st, offset, transaction_id, topic, message_id):
                 log.info(
                     "transaction_already_ended",
                     transaction_id=request.transaction_id,
                     source=v2.TransactionSource.Name(request.source),
                 )
                 return False
-            # a half no recovery or send told this front of, without an op record: pending
-            entry = st.add(
-                Half(half.queue_offset, half.physical_offset, topic, message_id, _now_ms() + self.check_interval_ms)
-            )
+            raise no_transaction()
+        if request.resolution not in (v2.COMMIT, v2.ROLLBACK):
+            log.info("transaction_left_open", transaction_id=request.transaction_id, resolution=request.resolution)
+            return True
+        half = await self._read_half(self.front.shards[shard], entry.physical_offset, transaction_id)
         commit = request.resolution == v2.COMMIT
         # the writes outlive a client that gives up: a half half-ended is what the op prevents
         done = asyncio.get_running_loop().create_task(
@@ -569,7 +598,7 @@ class TransactionService:
         for h in due:
             rec = records.get(h.physical_offset)
             if rec is None:  # deleted by retention: nothing left to commit
-                st.pending.pop(h.queue_offset, None)
+                st.forget(h.queue_offset)
                 log.warning("transaction_half_gone", shard=st.shard, queue_offset=h.queue_offset, topic=h.topic)
                 continue
             if h.checks >= self.check_max:
@@ -577,7 +606,8 @@ class TransactionService:
                 continue
             h.checks += 1
             h.due_ms = now + self.check_interval_ms
-            producers = self.messaging.sessions.producers(h.topic)
+            # only sessions whose user may Pub on the topic (and so end the transaction)
+            producers = self.messaging.sessions.producers(h.topic, self.messaging.may_publish(h.topic))
             transaction_id = rec.msg_id
             if not producers:
                 log.info(
@@ -686,9 +716,13 @@ class TransactionService:
                     resolved.setdefault(q, op_offset)
         open_halves: dict[int, int] = {}
         half_end = h0
-        async for q, phys, _ in self._units(client, HALF_TOPIC, st.half_queue, h0):
-            half_end = q + 1
-            if q not in resolved:
+        # the last ENDED_KEPT halves below h0 are ended: known by their offsets, for "already ended"
+        async for q, phys, _ in self._units(client, HALF_TOPIC, st.half_queue, max(0, h0 - ENDED_KEPT)):
+            if q >= h0:
+                half_end = q + 1
+            if q < h0 or q in resolved:
+                st.note_ended(phys, None)
+            else:
                 open_halves[q] = phys
         records = await self._read(client, list(open_halves.values()))
         now = _now_ms()
@@ -702,9 +736,11 @@ class TransactionService:
                 log.warning("transaction_half_skipped", shard=st.shard, queue_offset=q, msg_id=rec.msg_id)
                 continue
             due = max(now, first_check_ms(rec.store_timestamp, rec.properties, self.timeout_ms))
-            st.add(Half(q, phys, topic, rec.unique_key or "", due))
+            st.add(Half(q, phys, topic, rec.unique_key or "", due, transaction_id=rec.msg_id.upper()))
         for q, op in resolved.items():
-            st.pending.pop(q, None)
+            gone = st.forget(q)
+            if gone is not None:
+                st.note_ended(gone.physical_offset, gone)
             st.resolved.setdefault(q, op)
         st.floor = max(st.floor, h0)
         st.half_end = max(st.half_end, half_end)
@@ -753,23 +789,33 @@ class TransactionService:
         return out
 
     async def _read_half(self, client: ShardClient, offset: int, transaction_id: str) -> MessageRecord:
+        """The half record at ``offset``, an offset this front knows for a half's (never
+        one a caller chose); ``no_transaction()`` if it is not that half (any more)."""
         try:
             found = await self._read(client, [offset])
-        except Exception as e:  # noqa: BLE001 - an offset that is no record's start: not a transaction
-            code, message = status_of(e)
+        except Exception as e:  # noqa: BLE001 - not readable as a record: no transaction
+            code, _ = status_of(e)
             if code not in (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.NOT_FOUND, grpc.StatusCode.DATA_LOSS):
                 raise
-            raise ProtocolError(
-                Code.INVALID_TRANSACTION_ID, f"transaction id {transaction_id!r} names no record: {message}"
-            ) from None
+            raise no_transaction() from None
         half = found.get(offset)
-        if half is None or half.topic != HALF_TOPIC:
-            raise ProtocolError(
-                Code.INVALID_TRANSACTION_ID,
-                f"transaction id {transaction_id!r} names no half message"
-                + ("" if half is None else f" (a message of {half.topic!r})"),
-            )
+        if half is None or half.topic != HALF_TOPIC or half.msg_id != transaction_id:
+            raise no_transaction()
         return half
+
+    async def _ended_names(
+        self, st: ShardHalves, offset: int, transaction_id: str, topic: str, message_id: str
+    ) -> bool:
+        """Whether the ended half at ``offset`` is ``transaction_id`` of ``topic`` and
+        ``message_id`` (one known only by its offset: its record, read, tells)."""
+        h = st.ended_at.get(offset)
+        if h is not None:
+            return h.topic == topic and h.message_id == message_id and h.transaction_id in ("", transaction_id)
+        try:
+            rec = await self._read_half(self.front.shards[st.shard], offset, transaction_id)
+        except ProtocolError:
+            return False
+        return rec.properties.get(REAL_TOPIC) == topic and rec.unique_key == message_id
 
     async def _units(self, client: ShardClient, topic: str, queue: int, offset: int) -> AsyncIterator:
         """(queue offset, commitlog offset, size) of the queue's units from ``offset``."""

@@ -148,9 +148,9 @@ def test_sub_needs_sub_on_every_read(stack, root):
             lambda: cons.topic_status("Payments"),
         ):
             assert fails(call)[0] is C.PERMISSION_DENIED
-        # by msgId: the record's topic decides, and the record is not returned
+        # by msgId: the record's topic decides, and nothing of it is told: the answer to no record
         code, msg = fails(lambda: cons.query_by_msg_id(pay.msg_ids[0]))
-        assert code is C.PERMISSION_DENIED and "p1" not in msg
+        assert code is C.NOT_FOUND and "p1" not in msg and "Payments" not in msg
         assert len(prod.store_status()) == 1  # any signed user
 
 
