@@ -27,6 +27,7 @@ from mqstore.errors import MqStoreError
 acl_app = typer.Typer(
     help="Users and permissions of a front (serve --acl FILE): list, add and remove users and rules.",
     no_args_is_help=True,
+    rich_markup_mode=None,  # plain help, as the root's (main.py)
 )
 
 FileOpt = Annotated[

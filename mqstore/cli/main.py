@@ -25,8 +25,13 @@ app = typer.Typer(
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     add_completion=False,
+    # Plain help and usage errors: one line per error, and flags (--create) shown as flags,
+    # where the boxed help labels every flag <bool> as if it took a value.
+    rich_markup_mode=None,
 )
-bench_app = typer.Typer(help="Benchmarks that print one JSON line of figures.", no_args_is_help=True)
+bench_app = typer.Typer(
+    help="Benchmarks that print one JSON line of figures.", no_args_is_help=True, rich_markup_mode=None
+)
 app.add_typer(bench_app, name="bench")
 
 

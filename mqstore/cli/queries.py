@@ -222,9 +222,18 @@ def register(app: typer.Typer) -> None:
     @app.command("update-topic")
     def update_topic(
         topic: TopicArg,
-        read_queue_nums: Annotated[int, typer.Option("--read-queue-nums", min=1, max=65536)] = 4,
-        write_queue_nums: Annotated[int, typer.Option("--write-queue-nums", min=1, max=65536)] = 4,
-        perm: Annotated[int, typer.Option("--perm", min=0, max=15, help="2 write, 4 read, 6 both.")] = 6,
+        read_queue_nums: Annotated[
+            int | None,
+            typer.Option("--read-queue-nums", min=1, max=65536, help="Not given: kept (4 for a new topic)."),
+        ] = None,
+        write_queue_nums: Annotated[
+            int | None,
+            typer.Option("--write-queue-nums", min=1, max=65536, help="Not given: kept (4 for a new topic)."),
+        ] = None,
+        perm: Annotated[
+            int | None,
+            typer.Option("--perm", min=0, max=15, help="2 write, 4 read, 6 both. Not given: kept (6 for a new topic)."),
+        ] = None,
         message_type: Annotated[
             str | None,
             typer.Option(
@@ -244,10 +253,11 @@ def register(app: typer.Typer) -> None:
         access_key: AccessKeyOpt = None,
         secret_key: SecretKeyOpt = None,
     ) -> None:
-        """Create or change a topic's config (config/topics.json; every shard's with --server).
-        Prints the config as one JSON object: the file's fields with --store; topicName,
-        readQueueNums, writeQueueNums and perm with --server. Its attributes always carry
-        the topic's message.type (NORMAL where the file has none)."""
+        """Create a topic's config or change what is given of it (config/topics.json; every
+        shard's with --server): as RocketMQ's updateTopic, an option left out keeps the
+        topic's value. Prints the config as one JSON object: the file's fields with
+        --store; topicName, readQueueNums, writeQueueNums and perm with --server. Its
+        attributes always carry the topic's message.type (NORMAL where the file has none)."""
         check_target(store, server)
         if message_type is not None:
             parse_message_type(message_type, topic)  # a bad name: exit 1 before anything is opened

@@ -193,6 +193,7 @@ def entry_app() -> typer.Typer:
         help="mqstore reconcile under spark-submit.",
         pretty_exceptions_enable=False,
         add_completion=False,
+        rich_markup_mode=None,  # plain help, as the root's (main.py)
     )
     register(app, spark_submit=True)
     return app

@@ -22,6 +22,7 @@ lags more than ``max_dispatch_lag_bytes`` (and the dispatcher reported recently)
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -30,6 +31,7 @@ import structlog
 
 from mqstore.errors import StoreClosedError, StoreNotWritableError
 from mqstore.formats.names import file_name_to_offset
+from mqstore.store import message_rules
 from mqstore.store.builders import redispatch_from
 from mqstore.store.clock import Clock, SystemClock
 from mqstore.store.commitlog import CommitLog
@@ -209,20 +211,34 @@ class LogStore:
     def append(self, batch: MessageBatch) -> AppendResult:
         """A producer's append (delayed messages go to the delay topic first); what a
         producer may not send raises first (``messages.check_client_batch``: reserved
-        topics, transaction bits, the topic's write perm, ...); see CommitLog.append."""
+        topics, transaction bits, the topic's write perm, ...), then the message rules
+        every door applies (``message_rules.check_batch``); see CommitLog.append."""
         self._check_accepting()
         check_client_batch(batch, max_queue_id=self.config.max_queue_id, perm_of=self.topics.perm_of)
+        message_rules.check_batch(batch, self.topics.get, self._clock.now_ms())
         self._hold_back_for_dispatch()
         return self.commitlog.append(rewrite_delayed(batch, len(self._delays_ms), self._pick_queue))
 
     def append_encoded(self, batch: EncodedBatch) -> AppendResult:
         """A producer's batch as records it encoded itself (encoded_batch.parse_encoded
         checked their layout, properties and sizes); the producer rules of ``append``
-        apply to its columns: topics, transaction bits, queue ids."""
+        apply to its columns: topics, transaction bits, queue ids, and the message rules
+        to its records (``message_rules.check_encoded``)."""
         self._check_accepting()
         check_send_topics(set(batch.topics), self.topics.perm_of)
         check_no_transaction(batch.sysflags)
         check_queue_ids(batch.queue_ids, self.config.max_queue_id)
+        message_rules.check_encoded(
+            batch.data,
+            batch.props_at,
+            batch.props_len,
+            batch.born_timestamps,
+            batch.topics,
+            batch.topic_codes,
+            batch.queue_ids,
+            self.topics.get,
+            self._clock.now_ms(),
+        )
         self._hold_back_for_dispatch()
         return self.commitlog.append_encoded(batch)
 
@@ -262,13 +278,14 @@ class LogStore:
         self,
         topic: str,
         *,
-        read_queue_nums: int = 4,
-        write_queue_nums: int = 4,
-        perm: int = 6,
+        read_queue_nums: int | None = None,
+        write_queue_nums: int | None = None,
+        perm: int | None = None,
         message_type: MessageType | str | None = None,
     ):
-        """Create or change a topic's config; ``message_type`` None keeps the topic's
-        type (NORMAL for a new topic), as TopicConfigs.create_or_update."""
+        """Create a topic's config or change what is given of it; every argument left
+        None keeps the topic's value (a new topic: the defaults), as
+        TopicConfigs.create_or_update."""
         tc = self.topics.create_or_update(
             topic,
             read_queue_nums=read_queue_nums,
@@ -276,7 +293,7 @@ class LogStore:
             perm=perm,
             message_type=message_type,
         )
-        self.commitlog.set_queue_nums(topic, write_queue_nums)
+        self.commitlog.set_queue_nums(topic, tc.write_queue_nums)
         return tc
 
     # ------------------------------------------------------------------ progress of the builders
@@ -380,6 +397,7 @@ class LogStore:
             },
             "loops": self.loop_stats(),
             "stopped_loops": self.stopped_loops(),
+            "write_refusals": dataclasses.asdict(cl.write_refusals()),
         }
 
     @property

@@ -158,16 +158,17 @@ class MessageStore(LocalReads):
         self,
         topic: str,
         *,
-        read_queue_nums: int = 4,
-        write_queue_nums: int = 4,
-        perm: int = 6,
+        read_queue_nums: int | None = None,
+        write_queue_nums: int | None = None,
+        perm: int | None = None,
         message_type: MessageType | str | None = None,
     ):
-        """Create or change a topic's config (persisted in config/topics.json); automatic
-        queue ids then spread over ``write_queue_nums`` queues. ``message_type`` (a
+        """Create a topic's config or change what is given of it (persisted in
+        config/topics.json): as RocketMQ's updateTopic, an argument left None keeps the
+        topic's value (a new topic: 4 read and 4 write queues, perm 6, NORMAL).
+        Automatic queue ids spread over the write queues. ``message_type`` (a
         MessageType or its name: NORMAL, FIFO, DELAY, TRANSACTION, MIXED) is stored as
-        the attribute ``message.type``; None keeps the topic's type (NORMAL for a new
-        topic). Other attributes are kept."""
+        the attribute ``message.type``. Other attributes are kept."""
         return self.log.update_topic(
             topic,
             read_queue_nums=read_queue_nums,
@@ -272,6 +273,7 @@ class MessageStore(LocalReads):
                 },
             },
             "stopped_loops": self.stopped_loops(),
+            "write_refusals": st["write_refusals"],  # appends refused: how many, since when, why
         }
 
     def close(self) -> None:

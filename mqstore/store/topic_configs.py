@@ -22,6 +22,7 @@ later releases) is kept verbatim, like the other entries this module can not rep
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -250,39 +251,39 @@ class TopicConfigs:
     def create_or_update(
         self,
         topic: str,
-        read_queue_nums: int = 4,
-        write_queue_nums: int = 4,
-        perm: int = 6,
+        read_queue_nums: int | None = None,
+        write_queue_nums: int | None = None,
+        perm: int | None = None,
         *,
-        topic_filter_type: str = "SINGLE_TAG",
-        topic_sys_flag: int = 0,
-        order: bool = False,
+        topic_filter_type: str | None = None,
+        topic_sys_flag: int | None = None,
+        order: bool | None = None,
         attributes: Mapping[str, str] | None = None,
         message_type: MessageType | str | None = None,
     ) -> TopicConfig:
-        """Put a topic's config (replacing any previous one), persist, return it.
+        """Create a topic's config or change what is given of it, persist, return it.
 
-        Attributes, as RocketMQ's updateTopic keeps them: ``attributes`` None keeps the
-        topic's current ones (none for a new topic), given they replace them.
-        ``message_type`` given sets ``attributes["message.type"]`` (other attributes
-        kept); None leaves it as it is, so a topic keeps its type (a new one: NORMAL).
-        A name that is not a MessageType is a ConfigError, and nothing changes."""
+        As RocketMQ's updateTopic: every argument left None keeps the topic's current
+        value (a new topic gets TopicConfig's defaults: 4 read and 4 write queues, perm
+        6), so closing a topic with ``perm=0`` and later setting its type leaves it
+        closed. ``attributes`` given replace the topic's; ``message_type`` given sets
+        ``attributes["message.type"]`` (other attributes kept). A name that is not a
+        MessageType is a ConfigError, and nothing changes."""
         kind = None if message_type is None else parse_message_type(message_type, topic)
         with self._lock:
-            old = self._topics.get(topic)
-            attrs = dict(attributes if attributes is not None else old.attributes if old is not None else {})
+            old = self._topics.get(topic) or TopicConfig(topic_name=topic)
+            attrs = dict(attributes if attributes is not None else old.attributes)
             if kind is not None:
                 attrs[MESSAGE_TYPE_ATTRIBUTE] = kind.value
-            cfg = TopicConfig(
-                topic_name=topic,
-                read_queue_nums=read_queue_nums,
-                write_queue_nums=write_queue_nums,
-                perm=perm,
-                topic_filter_type=topic_filter_type,
-                topic_sys_flag=topic_sys_flag,
-                order=order,
-                attributes=attrs,
-            )
+            given = {
+                "read_queue_nums": read_queue_nums,
+                "write_queue_nums": write_queue_nums,
+                "perm": perm,
+                "topic_filter_type": topic_filter_type,
+                "topic_sys_flag": topic_sys_flag,
+                "order": order,
+            }
+            cfg = dataclasses.replace(old, attributes=attrs, **{k: v for k, v in given.items() if v is not None})
             topics = {**self._topics, topic: cfg}
             kept = {k: v for k, v in self._kept.items() if k != topic}
             self._persist_new(topics, kept)

@@ -268,13 +268,12 @@ class CommitLogServicer(commitlog_pb2_grpc.CommitLogServiceServicer):
         log_store = self.state.ready()
         c = request.config
         validate.topic(c.topic)
-        perm = c.perm if c.HasField("perm") else 6  # optional: 0 is a perm (neither read nor write)
+        # A field not set keeps the topic's value (a new topic: the defaults); perm 0 is a perm.
+        given = {f: getattr(c, f) for f in ("read_queue_nums", "write_queue_nums", "perm") if c.HasField(f)}
         tc = await self.state.call(
             log_store.update_topic,
             c.topic,
-            read_queue_nums=c.read_queue_nums or 4,
-            write_queue_nums=c.write_queue_nums or 4,
-            perm=perm,
+            **given,
             message_type=c.message_type or None,  # empty: the topic keeps its type (a new one: NORMAL)
         )
         return pb.UpdateTopicResponse(config=topic_config_to_pb(tc))

@@ -186,21 +186,19 @@ class FrontClient:
         self,
         topic: str,
         *,
-        read_queue_nums: int = 4,
-        write_queue_nums: int = 4,
-        perm: int = 6,
+        read_queue_nums: int | None = None,
+        write_queue_nums: int | None = None,
+        perm: int | None = None,
         message_type: str | None = None,
     ) -> common_pb2.TopicConfig:
-        """Create or change a topic's config on every shard; the answer's
-        ``message_type`` is the topic's. ``message_type`` (NORMAL, FIFO, DELAY,
-        TRANSACTION, MIXED) None keeps the topic's type (NORMAL for a new topic);
-        another name is INVALID_ARGUMENT."""
+        """Create a topic's config or change what is given of it, on every shard; the
+        answer is the topic's whole config. As RocketMQ's updateTopic, an argument left
+        None keeps the topic's value (a new topic: 4 and 4 queues, perm 6, NORMAL).
+        ``message_type``: NORMAL, FIFO, DELAY, TRANSACTION or MIXED; another name is
+        INVALID_ARGUMENT."""
+        given = {"read_queue_nums": read_queue_nums, "write_queue_nums": write_queue_nums, "perm": perm}
         cfg = common_pb2.TopicConfig(
-            topic=topic,
-            read_queue_nums=read_queue_nums,
-            write_queue_nums=write_queue_nums,
-            perm=perm,
-            message_type=message_type or "",
+            topic=topic, message_type=message_type or "", **{k: v for k, v in given.items() if v is not None}
         )
         return self.stub.CreateOrUpdateTopic(
             front_pb2.CreateOrUpdateTopicRequest(config=cfg), timeout=self.timeout

@@ -1,0 +1,46 @@
+"""What a newcomer met (issue 25, item 8), over gRPC through a LocalStack (no Ray):
+UpdateTopic keeps what the request does not set, an unknown topic or queue is an
+error of the CLI's --server pull, sends past a topic's write queues are refused,
+and pop groups show in consumer-progress."""
+
+from __future__ import annotations
+
+import pytest
+from typer.testing import CliRunner
+
+from mqstore.cli.main import app
+from mqstore.services.query.client import FrontClient
+from mqstore.services.startup.local import LocalStack
+from tests.services.helpers import small_config
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory):
+    st = LocalStack(tmp_path_factory.mktemp("newcomer"), small_config(), rocketmq_port=0)
+    assert st.wait_ready(60)
+    yield st
+    st.close()
+
+
+@pytest.fixture(scope="module")
+def client(stack):
+    with FrontClient(stack.front_endpoint) as c:
+        yield c
+
+
+def cli(*args: str):
+    return CliRunner().invoke(app, list(args), catch_exceptions=False)
+
+
+def test_update_topic_keeps_what_the_request_does_not_set(stack, client) -> None:
+    client.update_topic("Closed", write_queue_nums=8, read_queue_nums=8)
+    assert client.update_topic("Closed", perm=0).write_queue_nums == 8
+    cfg = client.update_topic("Closed", message_type="FIFO")
+    assert (cfg.perm, cfg.write_queue_nums, cfg.read_queue_nums, cfg.message_type) == (0, 8, 8, "FIFO")
+    kept = stack.shards[0].state.log_store.topics.get("Closed")  # config/topics.json
+    assert (kept.perm, kept.write_queue_nums) == (0, 8)
+    fresh = client.update_topic("Fresh")
+    assert (fresh.perm, fresh.write_queue_nums, fresh.message_type) == (6, 4, "NORMAL")
+    r = cli("update-topic", "--server", stack.front_endpoint, "--topic", "Closed", "--message-type", "MIXED")
+    assert r.exit_code == 0, r.output
+    assert '"perm": 0' in r.stdout and '"writeQueueNums": 8' in r.stdout

