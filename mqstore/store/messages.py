@@ -24,6 +24,7 @@ from mqstore.formats.names import check_topic
 from mqstore.formats.packed import Packed
 from mqstore.formats.properties import SCHEDULE_SOURCE, unstorable_property
 from mqstore.kernels import _encode
+from mqstore.store.system_topics import check_client_topics
 from mqstore.store.topic_configs import PERM_WRITE, check_perm
 
 AUTO_QUEUE = -1  # queue id meaning "pick one for me" (round robin per topic)
@@ -288,6 +289,7 @@ def check_send_topics(topics: set[str], perm_of: Callable[[str], int | None] | N
             f"sending to topic {reserved[0]!r} is forbidden: only the store writes it "
             f"(RocketMQ's not-allowed-send topics)"
         )
+    check_client_topics(topics)  # the other system topics (TBW102, RMQ_SYS_TRACE_TOPIC, rmq_sys_*), as the proxy
     if perm_of is not None:
         for t in sorted(topics):
             check_perm(t, perm_of(t), PERM_WRITE)

@@ -61,8 +61,8 @@ from mqstore.services.rocketmq.status import Code, ProtocolError, answered, code
 from mqstore.services.rocketmq.transactions import TransactionService
 from mqstore.store import reads
 from mqstore.store.consumer_offsets import check_group
-from mqstore.store.messages import NOT_ALLOWED_SEND_TOPICS
 from mqstore.store.pop import ReceiptHandle
+from mqstore.store.system_topics import is_system_topic
 from mqstore.store.topic_configs import PERM_READ, PERM_WRITE
 
 log = structlog.get_logger(__name__)
@@ -109,13 +109,19 @@ class MessagingServicer:
         max_attempts: int = DEFAULT_MAX_ATTEMPTS,
         max_body: int = 4 << 20,
         metrics=None,
+        max_sessions: int = settings.MAX_SESSIONS,
+        max_sessions_per_user: int = settings.MAX_SESSIONS_PER_USER,
     ) -> None:
+        """``max_sessions``, ``max_sessions_per_user``: client sessions kept in all and
+        per user (settings.Sessions; a new client past a bound is TOO_MANY_REQUESTS)."""
         self.front = front
         self.endpoint = endpoint  # (host, port) routes name when the client gave no access point
         self.max_attempts = max_attempts
         self.max_body = max_body
         self.metrics = metrics
-        self.sessions = settings.Sessions()
+        self.sessions = settings.Sessions(
+            max_total=max_sessions, max_per_user=max_sessions_per_user, anonymous=front.acl is None
+        )
         self._topics: dict[str, TopicInfo] | None = None
         self._topics_at = 0.0
         self._topics_version = 0
@@ -154,8 +160,8 @@ class MessagingServicer:
     async def _call_queue_builder(self, shard: int, method: str, request):
         return await self.front.shards[shard].call("cq", method, request, retry=False)
 
-    def _last_seen(self, client_id: str) -> float | None:
-        session = self.sessions.get(client_id)
+    def _last_seen(self, client: settings.SessionKey) -> float | None:
+        session = self.sessions.get(client)
         return None if session is None else session.last_seen
 
     def registration(self) -> Registration:
@@ -168,21 +174,43 @@ class MessagingServicer:
     # ------------------------------------------------------------------ callers
 
     def _client(self, context) -> str:
-        for k, v in context.invocation_metadata() or ():
-            if k == CLIENT_ID and v:
-                self.sessions.seen(v)
-                return v
-        raise ProtocolError(Code.CLIENT_ID_REQUIRED, f"the {CLIENT_ID} header is missing")
+        """The caller's client id. Nothing is noted here: a session is noted only once
+        the call is authenticated (``_user``), so refused calls keep nothing."""
+        client_id = _client_id(context)
+        if client_id is None:
+            raise ProtocolError(Code.CLIENT_ID_REQUIRED, f"the {CLIENT_ID} header is missing")
+        settings.check_client_id(client_id)
+        return client_id
 
-    def _user(self, context) -> User | None:
+    def _user(self, context, *, note: bool = True) -> User | None:
+        """The authenticated caller (None: the front has no ACL), whose session
+        (user, client id) is then noted as heard from (``note``; TOO_MANY_REQUESTS
+        past the bounds of settings.Sessions)."""
+        acl = self.front.acl
+        user = None
+        if acl is not None:
+            try:
+                user = acl.authenticate(context.invocation_metadata())
+            except Unauthenticated as e:
+                log.info("acl_refused", port="rocketmq", peer=context.peer(), code="UNAUTHORIZED", reason=str(e))
+                raise
+        client_id = _client_id(context) if note else None
+        if client_id is not None and len(client_id) <= settings.MAX_CLIENT_ID_CHARS:
+            self.sessions.seen(_key(client_id, user))
+        return user
+
+    def may_publish(self, topic: str):
+        """Who may get ``topic``'s transaction check-backs: a test of a session's user
+        (Pub on the topic now; None without ACL: everyone)."""
         acl = self.front.acl
         if acl is None:
             return None
-        try:
-            return acl.authenticate(context.invocation_metadata())
-        except Unauthenticated as e:
-            log.info("acl_refused", port="rocketmq", peer=context.peer(), code="UNAUTHORIZED", reason=str(e))
-            raise
+
+        def allowed(access_key: str) -> bool:
+            user = next((u for u in acl.users if u.access_key == access_key), None)
+            return user is not None and acl.decide(user, Action.PUB, TOPIC, topic)[0]
+
+        return allowed
 
     def _allow(self, context, *needs: tuple[Action, str, str]) -> User | None:
         user = self._user(context)
@@ -204,8 +232,7 @@ class MessagingServicer:
             check_topic(name)
         except InvalidMessageError as e:
             raise ProtocolError(Code.ILLEGAL_TOPIC, str(e)) from None
-        if name in NOT_ALLOWED_SEND_TOPICS or name.startswith("rmq_sys_"):
-            raise ProtocolError(Code.ILLEGAL_TOPIC, f"topic {name!r} is a system topic")
+        _check_not_system(name)
         now = asyncio.get_running_loop().time()
         changed = self.front.topics_changed
         if self._topics is None or now - self._topics_at > 1.0 or changed != self._topics_version:
@@ -270,14 +297,13 @@ class MessagingServicer:
         client session's outbox, merged into the stream with the answers."""
         try:
             client_id = self._client(context)
-            self._user(context)
+            key = _key(client_id, self._user(context))  # the caller's own session, never another user's
+            self.sessions.seen(key).outbox = outbox = asyncio.Queue()
         except Exception as e:  # noqa: BLE001 - refused in the stream's first answer
             code, message = code_of(e)
             self.observe("Telemetry", code)
             yield v2.TelemetryCommand(status=status(code, message))
             return
-        outbox: asyncio.Queue = asyncio.Queue()
-        self.sessions.seen(client_id).outbox = outbox
 
         async def read() -> None:
             try:
@@ -285,15 +311,15 @@ class MessagingServicer:
                     if command.WhichOneof("command") != "settings":
                         continue
                     try:
-                        answer = await self._settings(client_id, command.settings, context)
+                        self.sessions.seen(key).outbox = outbox  # this stream, also after a forget
+                        answer = await self._settings(key, command.settings, context)
                     except Exception as e:  # noqa: BLE001 - an answer, never a broken stream
                         code, message = code_of(e)
                         answer = v2.TelemetryCommand(status=status(code, message))
                     self.observe("Telemetry", answer.status.code)
-                    self.sessions.seen(client_id).outbox = outbox  # this stream, also after a forget
                     outbox.put_nowait(answer)
             except Exception as e:  # noqa: BLE001 - the client went away mid-stream
-                log.debug("rocketmq_telemetry_ended", client_id=client_id, error=str(e))
+                log.debug("rocketmq_telemetry_ended", client_id=client_id, user=key.user, error=str(e))
             finally:
                 outbox.put_nowait(None)
 
@@ -303,24 +329,27 @@ class MessagingServicer:
                 yield command
         finally:
             reader.cancel()
-            session = self.sessions.get(client_id)
+            session = self.sessions.get(key)
             if session is not None and session.outbox is outbox:
                 session.outbox = None
 
-    async def _settings(self, client_id: str, s: v2.Settings, context) -> v2.TelemetryCommand:
-        session = self.sessions.seen(client_id)
+    async def _settings(self, key: settings.SessionKey, s: v2.Settings, context) -> v2.TelemetryCommand:
+        self.sessions.check_settings(s)  # bounded before anything of them is kept
+        session = self.sessions.seen(key)
         fifo = False
         if s.HasField("publishing"):
             self._allow(context, *((Action.PUB, TOPIC, t.name) for t in s.publishing.topics))
+            for t in s.publishing.topics:
+                _check_not_system(t.name)
         elif s.HasField("subscription"):
             sub = s.subscription
-            session.group = sub.group.name
             needs = [(Action.SUB, GROUP, sub.group.name)] + [
                 (Action.SUB, TOPIC, e.topic.name) for e in sub.subscriptions
             ]
             self._allow(context, *needs)
             for e in sub.subscriptions:
                 fifo = fifo or (await self._topic(e.topic.name)).fifo
+            session.group = sub.group.name
         else:
             raise ProtocolError(Code.BAD_REQUEST, "settings carry neither publishing nor subscription")
         session.settings = s
@@ -340,10 +369,9 @@ class MessagingServicer:
 
     @answered(v2.NotifyClientTerminationResponse)
     async def NotifyClientTermination(self, request, context) -> v2.NotifyClientTerminationResponse:
-        client_id = self._client(context)
-        self._user(context)
-        self.sessions.forget(client_id)
-        await self.renewals.release(client_id)  # its push consumer's messages: visible again at once
+        key = _key(self._client(context), self._user(context, note=False))  # the caller's own session only
+        self.sessions.forget(key)
+        await self.renewals.release(key)  # its push consumer's messages: visible again at once
         return v2.NotifyClientTerminationResponse(status=status())
 
     # ------------------------------------------------------------------ send
@@ -446,7 +474,7 @@ class MessagingServicer:
         client_id = self._client(context)
         group, topic = request.group.name, request.message_queue.topic.name
         _check_group(group)
-        self._allow(context, (Action.SUB, GROUP, group), (Action.SUB, TOPIC, topic))
+        client = _key(client_id, self._allow(context, (Action.SUB, GROUP, group), (Action.SUB, TOPIC, topic)))
         info = await self._topic(topic)
         if not info.perm & PERM_READ:
             raise ProtocolError(Code.FORBIDDEN, f"topic {topic!r} is not readable (perm {info.perm})")
@@ -505,7 +533,7 @@ class MessagingServicer:
             )
             if request.auto_renew and not request.HasField("invisible_duration"):
                 for p in res.messages:
-                    self.renewals.hold(client_id, group, topic, shard, p.receipt_handle)
+                    self.renewals.hold(client, group, topic, shard, p.receipt_handle)
             return _messages(res, invisible_ms)
 
         shards = sorted(by_shard)
@@ -544,6 +572,7 @@ class MessagingServicer:
         group, topic = request.group.name, request.topic.name
         _check_group(group)
         self._allow(context, (Action.SUB, GROUP, group), (Action.SUB, TOPIC, topic))
+        _check_not_system(topic)
         results = [
             v2.AckMessageResultEntry(message_id=e.message_id, receipt_handle=e.receipt_handle) for e in request.entries
         ]
@@ -578,7 +607,8 @@ class MessagingServicer:
         self._client(context)
         group, topic = request.group.name, request.topic.name
         _check_group(group)
-        self._allow(context, (Action.SUB, GROUP, group))
+        self._allow(context, (Action.SUB, GROUP, group), (Action.SUB, TOPIC, topic))  # as AckMessage
+        _check_not_system(topic)
         ms = request.invisible_duration.ToMilliseconds()
         if not 0 <= ms <= MAX_INVISIBLE_MS:
             raise ProtocolError(Code.ILLEGAL_INVISIBLE_TIME, f"invisible_duration must be in 0..12 h, got {ms} ms")
@@ -599,6 +629,7 @@ class MessagingServicer:
         group, topic = request.group.name, request.topic.name
         _check_group(group)
         self._allow(context, (Action.SUB, GROUP, group), (Action.SUB, TOPIC, topic))
+        _check_not_system(topic)
         handle = await self.renewals.take(request.receipt_handle)
         shard, _ = self._shard_of_handle(handle)
         res = await shard.call(
@@ -656,6 +687,24 @@ class MessagingServicer:
 
 
 _CODE_NAMES = {c: v2.Code.Name(c) for c in v2.Code.values()}
+
+
+def _client_id(context) -> str | None:
+    for k, v in context.invocation_metadata() or ():
+        if k == CLIENT_ID and v:
+            return v
+    return None
+
+
+def _key(client_id: str, user: User | None) -> settings.SessionKey:
+    """The session of ``client_id`` for ``user`` (None: the anonymous user "")."""
+    return settings.SessionKey("" if user is None else user.access_key, client_id)
+
+
+def _check_not_system(topic: str) -> None:
+    """ILLEGAL_TOPIC for a system topic, as RocketMQ's proxy answers every call naming one."""
+    if is_system_topic(topic):
+        raise ProtocolError(Code.ILLEGAL_TOPIC, f"topic {topic!r} is a system topic: clients can not access it")
 
 
 def _check_group(group: str) -> None:

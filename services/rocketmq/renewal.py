@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 
 import structlog
@@ -40,7 +40,7 @@ TICK_S = 1.0
 class Held:
     """One auto-renewed message: who holds it, its current handle and deadline."""
 
-    client_id: str
+    client: Hashable  # the session holding it (settings.SessionKey: user and client id)
     group: str
     topic: str
     shard: int
@@ -56,10 +56,10 @@ def _now_ms() -> int:
 
 class Renewals:
     """See the module docstring. ``call(shard, method, request)``: a call to a shard's
-    consume-queue builder; ``last_seen(client_id)``: monotonic time the client was last
-    heard from (None: unknown)."""
+    consume-queue builder; ``last_seen(client)``: monotonic time the client's session
+    (a ``settings.SessionKey``) was last heard from (None: unknown)."""
 
-    def __init__(self, call: Callable, last_seen: Callable[[str], float | None]) -> None:
+    def __init__(self, call: Callable, last_seen: Callable[[Hashable], float | None]) -> None:
         self._call = call
         self._last_seen = last_seen
         self.invisible_ms = INVISIBLE_MS
@@ -72,11 +72,9 @@ class Renewals:
     def __len__(self) -> int:
         return len(self._held)
 
-    def hold(self, client_id: str, group: str, topic: str, shard: int, handle: str) -> None:
-        """Keep a just-received message invisible while ``client_id`` lives."""
-        self._held[handle] = Held(
-            client_id, group, topic, shard, handle, _now_ms() + self.invisible_ms, time.monotonic()
-        )
+    def hold(self, client: Hashable, group: str, topic: str, shard: int, handle: str) -> None:
+        """Keep a just-received message invisible while ``client`` (its session) lives."""
+        self._held[handle] = Held(client, group, topic, shard, handle, _now_ms() + self.invisible_ms, time.monotonic())
         if self._task is None or self._task.done():
             self._task = asyncio.get_running_loop().create_task(self._run())
 
@@ -91,9 +89,10 @@ class Renewals:
             await asyncio.gather(asyncio.shield(held.renewing), return_exceptions=True)
         return held.current
 
-    async def release(self, client_id: str) -> None:
-        """A client terminates: its messages become visible again at once."""
-        mine = [(h, held) for h, held in self._held.items() if held.client_id == client_id]
+    async def release(self, client: Hashable) -> None:
+        """A client terminates: its messages (those ``client``, one user's session,
+        holds; never another user's) become visible again at once."""
+        mine = [(h, held) for h, held in self._held.items() if held.client == client]
         for h, _ in mine:
             del self._held[h]
         await asyncio.gather(*(self._change(held, 0) for _, held in mine), return_exceptions=True)
@@ -114,7 +113,7 @@ class Renewals:
         now_ms, now = _now_ms(), time.monotonic()
         due = []
         for h, held in list(self._held.items()):
-            seen = self._last_seen(held.client_id)
+            seen = self._last_seen(held.client)
             if seen is None or now - seen > self.alive_s or now - held.since > self.max_hold_s:
                 del self._held[h]  # its client is gone or it was held long enough: it comes back by itself
                 continue
