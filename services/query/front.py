@@ -64,6 +64,7 @@ from mqstore.services.query.routing import Router
 from mqstore.store import reads
 from mqstore.store.messages import AUTO_QUEUE, check_no_transaction, check_send_topics
 from mqstore.store.reads import drive_async
+from mqstore.store.system_topics import check_client_topics
 from mqstore.store.topic_configs import PERM_READ, check_perm, parse_message_type
 
 log = structlog.get_logger(__name__)
@@ -481,7 +482,9 @@ class FrontServicer(front_pb2_grpc.FrontServiceServicer):
             request = pb.PullRequest.FromString(raw)
         except DecodeError as e:
             raise BadRequest(f"the request is not a PullRequest: {e}") from None
-        self._allow(context, (Action.SUB, TOPIC, request.topic))
+        user = self._allow(context, (Action.SUB, TOPIC, request.topic))
+        if user is not None and not user.admin:  # system topics hold every user's messages: admins only
+            check_client_topics([request.topic], "pulling from")
         reads.check_queue(request.topic, request.queue_id)
         shard = self._shard(request.topic, request.queue_id)
         if request.raw:
