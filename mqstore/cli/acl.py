@@ -21,7 +21,7 @@ from typing import Annotated
 import typer
 
 from mqstore.cli.render import print_table
-from mqstore.cli.target import AccessKeyOpt, SecretKeyOpt, TlsCaOpt, remote
+from mqstore.cli.target import AccessKeyOpt, SecretKeyOpt, TlsCaOpt, remote, server_address
 from mqstore.errors import MqStoreError
 
 acl_app = typer.Typer(
@@ -36,7 +36,11 @@ FileOpt = Annotated[
 ]
 ServerOpt = Annotated[
     str | None,
-    typer.Option("--server", help="HOST:PORT of a running front (instead of --file); sign as an admin user."),
+    typer.Option(
+        "--server",
+        callback=server_address,
+        help="HOST:PORT of a running front (instead of --file; no port: 8080); sign as an admin user.",
+    ),
 ]
 UserArg = Annotated[str, typer.Argument(help="The user's access key.")]
 ResourceArg = Annotated[

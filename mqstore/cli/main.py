@@ -15,7 +15,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from mqstore.cli.target import AccessKeyOpt, SecretKeyOpt
+from mqstore.cli.target import AccessKeyOpt, SecretKeyOpt, server_address
 from mqstore.errors import MqStoreError
 from mqstore.logging import configure_logging
 
@@ -115,7 +115,10 @@ def bench_append(
         Optional[Path], typer.Option("--store", help="Store directory (created if missing); or --server.")
     ] = None,
     server: Annotated[
-        Optional[str], typer.Option("--server", help="HOST:PORT of a running `mqstore serve`: send through it instead.")
+        Optional[str],
+        typer.Option(
+            "--server", callback=server_address, help="HOST:PORT of a running `mqstore serve`: send through it instead."
+        ),
     ] = None,
     access_key: AccessKeyOpt = None,
     secret_key: SecretKeyOpt = None,
@@ -220,7 +223,10 @@ def bench_consume(
     store: Annotated[Optional[Path], typer.Option("--store", help="Store directory; or --server.")] = None,
     batch: Annotated[int, typer.Option("--batch", min=1, help="Messages per pull.")] = 1000,
     server: Annotated[
-        Optional[str], typer.Option("--server", help="HOST:PORT of a running `mqstore serve`: pull through it.")
+        Optional[str],
+        typer.Option(
+            "--server", callback=server_address, help="HOST:PORT of a running `mqstore serve`: pull through it."
+        ),
     ] = None,
     access_key: AccessKeyOpt = None,
     secret_key: SecretKeyOpt = None,

@@ -9,7 +9,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from mqstore.cli.target import AccessKeyOpt, SecretKeyOpt
+from mqstore.cli.target import AccessKeyOpt, SecretKeyOpt, server_address
 
 
 def register(bench_app: typer.Typer) -> None:
@@ -19,6 +19,7 @@ def register(bench_app: typer.Typer) -> None:
             str,
             typer.Option(
                 "--server",
+                callback=server_address,
                 help="HOST:PORT of the running `mqstore serve`'s front (serve it on a fixed --port, not 0: a killed "
                 "front comes back on it).",
             ),

@@ -18,8 +18,43 @@ from typing import Annotated
 
 import typer
 
+DEFAULT_FRONT_PORT = 8080  # `mqstore serve --port`'s default: what a --server without a port means
+
+
+def server_address(value: str | None) -> str | None:
+    """``--server`` as ``host:port``, checked: no port means the front's default 8080
+    (gRPC would try 443), a port must be a number in 1..65535 (gRPC would wrap
+    99999 to 34463), an IPv6 address goes in brackets (``[::1]:8080``).
+    typer.BadParameter otherwise: a usage error, exit 2."""
+    if value is None:
+        return None
+    text = value.strip()
+    if text.startswith("["):
+        host, sep, rest = text[1:].partition("]")
+        if not sep or (rest and not rest.startswith(":")):
+            raise typer.BadParameter(f"{value!r} is not HOST:PORT (an IPv6 address: [::1]:8080)")
+        host, port = f"[{host}]", rest[1:] if rest else None
+    elif text.count(":") > 1:
+        raise typer.BadParameter(f"{value!r}: write an IPv6 address in brackets, e.g. [{text}]:8080")
+    else:
+        host, sep, port = text.partition(":")
+        port = port if sep else None
+    if not host or host == "[]":
+        raise typer.BadParameter(f"{value!r} names no host (HOST:PORT, e.g. 127.0.0.1:8080)")
+    if port is None:
+        return f"{host}:{DEFAULT_FRONT_PORT}"
+    if not port.isdigit() or not 1 <= int(port) <= 65535:
+        raise typer.BadParameter(f"port {port!r} of {value!r} is not a port number (1..65535)")
+    return f"{host}:{int(port)}"
+
+
 ServerOpt = Annotated[
-    str | None, typer.Option("--server", help="HOST:PORT of a running `mqstore serve` (instead of --store).")
+    str | None,
+    typer.Option(
+        "--server",
+        callback=server_address,
+        help="HOST:PORT of a running `mqstore serve` (instead of --store; no port: 8080).",
+    ),
 ]
 TlsCaOpt = Annotated[
     Path | None,
@@ -106,6 +141,7 @@ def check_store(store: Path, *, create: bool = False) -> None:
 
 
 __all__ = [
+    "DEFAULT_FRONT_PORT",
     "AccessKeyOpt",
     "SecretKeyOpt",
     "ServerOpt",
@@ -115,4 +151,5 @@ __all__ = [
     "open_store",
     "open_view",
     "remote",
+    "server_address",
 ]

@@ -10,9 +10,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from mqstore.cli.main import app
+from mqstore.cli.target import server_address
 from mqstore.store.topic_configs import TopicConfigs
 
 
@@ -56,3 +58,28 @@ def test_flags_show_as_flags_in_the_help() -> None:
         r = cli(*cmd, "--help")
         assert r.exit_code == 0 and "<bool>" not in r.stdout, (cmd, r.stdout)
     assert "  --create " in cli("send", "--help").stdout
+
+
+@pytest.mark.parametrize(
+    ("given", "expected"),
+    [("localhost", "localhost:8080"), ("127.0.0.1:9000", "127.0.0.1:9000"), ("[::1]", "[::1]:8080")],
+)
+def test_a_server_without_port_means_8080(given: str, expected: str) -> None:
+    assert server_address(given) == expected
+
+
+@pytest.mark.parametrize(
+    ("given", "why"),
+    [
+        ("127.0.0.1:99999", "not a port number (1..65535)"),
+        ("127.0.0.1:0", "not a port number"),
+        ("127.0.0.1:http", "not a port number"),
+        ("::1", "in brackets"),
+        (":8080", "names no host"),
+    ],
+)
+def test_bad_server_addresses_are_usage_errors(given: str, why: str) -> None:
+    """Refused before anything connects (gRPC would try port 443, or wrap 99999 to 34463)."""
+    for cmd in (["status"], ["pull", "--topic", "T", "--queue", "0", "--offset", "0"], ["acl", "list-users"]):
+        r = cli(*cmd, "--server", given)
+        assert r.exit_code == 2 and why in r.stderr and "--server" in r.stderr, (cmd, r.stderr)
