@@ -84,7 +84,7 @@ from mqstore.store.record_batch import BatchEncoder, PreparedBatch
 from mqstore.store.recovery import QueueKey, RecoveryProgress, RecoveryReport, merge_queue_offsets, recover
 from mqstore.store.segments import SegmentQueue
 from mqstore.store.tuning import tune_allocator
-from mqstore.store.writability import Writability, cause_of, errno_name
+from mqstore.store.writability import Writability, WriteRefusals, cause_of, errno_name
 
 log = structlog.get_logger(__name__)
 
@@ -227,7 +227,14 @@ class CommitLog:
         self._round_robin: dict[str, int] = {}
         self._topic_queue_nums: dict[str, int] = {}
         self._put_lock = threading.Lock()
-        self._writability = Writability(self.store_dir, self._segments.directory, self._put_lock, self.mark_unclean)
+        self._writability = Writability(
+            self.store_dir,
+            self._segments.directory,
+            self._put_lock,
+            self.mark_unclean,
+            warning_ratio=cfg.disk_warning_ratio,
+            resume_ratio=cfg.disk_resume_ratio,
+        )
         self._checkpoint_lock = threading.Lock()
         self._wrote = self.recovery.wrote_offset
         self._last_store_ts = self.recovery.last_store_timestamp
@@ -451,13 +458,18 @@ class CommitLog:
     def unwritable_cause(self) -> str | None:
         """None when writable; else "flush_failed", "read_only" or "io_error" (until a
         restart) or "disk_full" (until space is back: once a second this checks the
-        free space, and the next append retries the allocation)."""
+        free space, and the next append retries the allocation; or while the disk is
+        used over StoreConfig.disk_warning_ratio, until it is below disk_resume_ratio)."""
         return self._writability.cause
 
     @property
     def unwritable_error(self) -> StoreNotWritableError | None:
         """The error appends get now (message and cause), or None."""
         return self._writability.error
+
+    def write_refusals(self) -> WriteRefusals:
+        """Appends refused since the process started, and since when and why now."""
+        return self._writability.refusals()
 
     def mark_unclean(self, reason: str) -> None:
         """Make ``close`` leave the abort marker, so the next open runs the recovery

@@ -51,6 +51,15 @@ class StoreConfig:
     message_delay_level: str = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
     preallocate_segments: bool = True
     store_host: Host = Host("127.0.0.1", 10911)
+    # A disk used to disk_warning_ratio (df's Use%, whoever filled it) refuses appends
+    # until it is below disk_resume_ratio (RocketMQ diskSpaceWarningLevelRatio, and
+    # diskSpaceCleanForciblyRatio where its broker becomes writable again).
+    disk_warning_ratio: float = 0.90
+    disk_resume_ratio: float = 0.85
+    # Retention may delete unexpired segments (unread messages) when the disk is over
+    # RetentionConfig.clean_forcibly_ratio (RocketMQ cleanFileForciblyEnable, true
+    # there): off here, a full disk refuses writes instead (serve --clean-forcibly).
+    clean_forcibly_enable: bool = False
 
     def __post_init__(self) -> None:
         if self.segment_bytes < PAGE_BYTES or self.segment_bytes % PAGE_BYTES:
@@ -76,6 +85,11 @@ class StoreConfig:
             raise ConfigError("index_max_entries must be >= 2 (entry 0 is never used)")
         if not 0 < self.default_queue_nums <= self.max_queue_id + 1:
             raise ConfigError(f"default_queue_nums must be in 1..{self.max_queue_id + 1}")
+        if not 0 < self.disk_resume_ratio < self.disk_warning_ratio <= 1:
+            raise ConfigError(
+                "disk ratios must be 0 < disk_resume_ratio < disk_warning_ratio <= 1, got "
+                f"{self.disk_resume_ratio} and {self.disk_warning_ratio}"
+            )
 
     @property
     def max_record_bytes(self) -> int:

@@ -3,13 +3,14 @@
 
 One ``run_once(now_ms)`` does, in this order:
 
-    1. disk usage u = disk_usage() (default: used/total of the commitlog's filesystem,
-       which is RocketMQ's (total - free)/total);
+    1. disk usage u = disk_usage() (default: df's Use% of the commitlog's file system,
+       RocketMQ's getDiskPartitionSpaceUsedPercent: writability.disk_used_ratio);
     2. expired deletion, when the local hour of ``now_ms`` is listed in ``delete_when``
        or u >= disk_max_used_ratio or u >= clean_forcibly_ratio: segments whose file
        mtime is at least ``file_reserved_hours`` old, oldest first;
-    3. forced deletion, when u >= clean_forcibly_ratio (and clean_forcibly_enable): the
-       oldest remaining segments although not expired, one at a time, disk usage asked
+    3. forced deletion, only when opted in (clean_forcibly_enable here or in the
+       StoreConfig: off by default, where RocketMQ has it on) and u >= clean_forcibly_ratio:
+       the oldest remaining segments although not expired, one at a time, disk usage asked
        again after each, until it is below clean_forcibly_ratio or nothing is eligible;
        at most ``max_deletes_per_run`` deletions per run for steps 2 and 3 together
        (RocketMQ DELETE_FILES_BATCH_MAX = 10; RocketMQ does not ask again and deletes
@@ -26,8 +27,15 @@ Never deleted: the last commitlog segment (it holds the write position) and any 
 not entirely below the dispatched offset (so the consume queues and the index
 never lose a record they have not been built from).
 
-u >= warning_ratio sets ``disk_full`` in the report and logs an error; RocketMQ then
-refuses writes (runningFlags.makeDiskFull). Refusing writes is the caller's decision.
+u >= warning_ratio sets ``disk_full`` in the report and logs an error. Refusing writes
+is the commitlog's own (writability.py: from StoreConfig.disk_warning_ratio until the
+disk is below disk_resume_ratio), so without the opt-in a disk filled by anything
+refuses new messages and never costs the acknowledged ones their place.
+
+When forced deletion runs, every consumer group that had not read what went is
+reported per queue (``consumer_losses``: a log line per group; the services keep
+them for ``mqstore status``); ``forced_segments``/``forced_bytes`` count what it
+deleted since the process started (``stats``, a metric).
 
 Who calls what: one thread (``start`` runs one, or the caller's scheduler) calls
 ``run_once``; it may run while other threads append, dispatch and read. Stop it before
@@ -36,7 +44,6 @@ the store closes.
 
 from __future__ import annotations
 
-import shutil
 import threading
 import time
 from collections.abc import Callable
@@ -47,7 +54,7 @@ import structlog
 
 from mqstore.errors import ConfigError
 from mqstore.formats.names import offset_to_file_name
-from mqstore.store import faults
+from mqstore.store import faults, writability
 from mqstore.store.clock import Clock, SystemClock
 from mqstore.store.commitlog import COMMITLOG_DIR, CommitLog, DeletedSegment
 from mqstore.store.consume_queues import ConsumeQueues
@@ -66,7 +73,7 @@ class RetentionConfig:
     disk_max_used_ratio: float = 0.75  # diskMaxUsedSpaceRatio: expired files go at any hour
     clean_forcibly_ratio: float = 0.85  # diskSpaceCleanForciblyRatio: unexpired files go too
     warning_ratio: float = 0.90  # diskSpaceWarningLevelRatio: the disk counts as full
-    clean_forcibly_enable: bool = True  # cleanFileForciblyEnable
+    clean_forcibly_enable: bool = False  # cleanFileForciblyEnable (on in RocketMQ; opt-in here)
     max_deletes_per_run: int = 10  # DELETE_FILES_BATCH_MAX (5.x deleteFileBatchMax)
     check_interval_ms: int = 10_000  # cleanResourceInterval
 
@@ -196,12 +203,7 @@ def consumer_losses(
 
 def _default_disk_usage(commitlog: CommitLog) -> Callable[[], float]:
     path = commitlog.store_dir / COMMITLOG_DIR
-
-    def usage() -> float:
-        u = shutil.disk_usage(path)
-        return u.used / u.total if u.total else 1.0
-
-    return usage
+    return lambda: writability.disk_used_ratio(path)
 
 
 def _local_hour(now_ms: int) -> int:
@@ -242,6 +244,8 @@ class Retention:
         self._thread: threading.Thread | None = None
         self.error: BaseException | None = None  # the last failed run, if the loop hit one
         self.failures = 0  # passes that raised (each retried at the next interval)
+        self.forced_segments = 0  # unexpired segments deleted since the process started (opt-in)
+        self.forced_bytes = 0
 
     # ------------------------------------------------------------------ one pass
 
@@ -252,7 +256,7 @@ class Retention:
         usage = self._disk_usage()
         time_up = self._local_hour(now_ms) in cfg.delete_hours
         space = usage >= cfg.disk_max_used_ratio
-        forced = cfg.clean_forcibly_enable and usage >= cfg.clean_forcibly_ratio
+        forced = self.forced_enabled and usage >= cfg.clean_forcibly_ratio
         disk_full = usage >= cfg.warning_ratio
         self._note_disk_state(usage, disk_full)
         reput = self._dispatched_offset()
@@ -278,6 +282,8 @@ class Retention:
             deleted += got
         forced_range = (forced_deleted[0].base_offset, forced_deleted[-1].end_offset) if forced_deleted else None
         if forced_range is not None:
+            self.forced_segments += len(forced_deleted)
+            self.forced_bytes += sum(d.end_offset - d.base_offset for d in forced_deleted)
             log.error(
                 "commitlog_forced_deletion",
                 disk_usage=round(usage, 4),
@@ -323,6 +329,11 @@ class Retention:
             index_files_deleted=index_files,
             consumer_losses=losses,
         )
+
+    @property
+    def forced_enabled(self) -> bool:
+        """Whether unexpired segments may go (RetentionConfig's or StoreConfig's opt-in)."""
+        return self.config.clean_forcibly_enable or getattr(self._commitlog.config, "clean_forcibly_enable", False)
 
     def _consumer_losses(
         self, cq_mins: dict[tuple[str, int], tuple[int, int]], *, forced: bool
@@ -398,6 +409,8 @@ class Retention:
         return {
             "running": self.running,
             "failures": self.failures,
+            "forced_segments": self.forced_segments,
+            "forced_bytes": self.forced_bytes,
             "error": None if self.error is None else repr(self.error),
         }
 

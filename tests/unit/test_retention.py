@@ -62,6 +62,9 @@ def age(store_dir: Path, names: list[str], hours: float, now: int) -> None:
 
 
 def retention(store: MessageStore, *, usage=0.1, index=None, **config) -> Retention:
+    """Forced deletion is opted in here (the tests of what it does); off is the default
+    (test_disk_pressure.py)."""
+    config.setdefault("clean_forcibly_enable", True)
     return Retention(
         store.commitlog,
         store.consume_queues,
