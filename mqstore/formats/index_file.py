@@ -141,6 +141,31 @@ def index_key_hashes(keys: Sequence[str]) -> np.ndarray:
     return hashes
 
 
+def _reset_slots(table: np.ndarray, dropped: np.ndarray, first: int) -> None:
+    """Point every slot that names an entry numbered >= ``first`` at its newest entry
+    below ``first`` (0 if none), when ``dropped`` holds entries ``first``, ``first`` + 1, ...
+    (as many as are dropped) and the rest of the file is unchanged.
+
+    Entries are appended in order and each one's prev is the entry before it in its
+    slot, so a slot's newest entry left is the prev of its *oldest* dropped entry: one
+    pass over the dropped entries, not a walk down each chain (which cost the longest
+    chain times the slots changed: minutes for 300,000 entries of one key). A slot
+    whose dropped entries are not there (uncounted ones a crash left unwritten, a
+    corrupt chain) gets 0, as does a prev that is not an earlier entry."""
+    stale = table >= first
+    if not stale.any():
+        return
+    n_slots = len(table)
+    slots = dropped["key_hash"].astype(np.int64) % n_slots
+    used, oldest = np.unique(slots, return_index=True)  # first occurrence: the oldest dropped entry of each slot
+    prev = dropped["prev"][oldest].astype(np.int64)
+    prev[(prev <= 0) | (prev >= first)] = 0
+    named = stale[used]  # only slots that point past the cut (the others never saw these entries)
+    heads = np.zeros(n_slots, np.int32)
+    heads[used[named]] = prev[named]
+    table[stale] = heads[stale]
+
+
 class IndexFileView:
     """One index file's bytes in a buffer the caller owns (bytearray or mmap).
 
@@ -467,32 +492,23 @@ class IndexFileView:
         the last two leaves slots pointing at entries the header does not count
         (numbers >= index_count). putKey would then read such a slot as a chain head
         (one equal to index_count even as the new entry's own previous: a loop), and
-        the next put's chains would not be the ones putKey builds. Each such slot is
-        walked down its chain (the uncounted entries were written before the slots,
-        each pointing at a smaller number) to the newest counted entry, or 0. Not a
-        RocketMQ operation (RocketMQ never repairs an index file)."""
+        the next put's chains would not be the ones putKey builds. Each such slot gets
+        its newest counted entry, or 0 (the uncounted entries were written before the
+        slots, each pointing at the one before it in its slot: ``_reset_slots``), in
+        time proportional to the uncounted entries. Not a RocketMQ operation (RocketMQ
+        never repairs an index file)."""
         buf, n_slots, max_entries = self._buf, self._hash_slots, self._max_entries
         count = min(self._index_count(), max_entries)
         table = np.frombuffer(buf, ">i4", n_slots, INDEX_HEADER_BYTES)
-        stale = np.flatnonzero(table >= count)
-        if not stale.size:
-            del table
-            return 0
-        heads = table[stale].astype(np.int64)
-        entries = np.frombuffer(buf, INDEX_ENTRY_DTYPE, max_entries, self._entries_at)
-        for _ in range(max_entries):  # each step moves every stale head one entry down its chain
-            walking = np.flatnonzero(heads >= count)
-            if not walking.size:
-                break
-            at = heads[walking]
-            inside = at < max_entries
-            prev = np.zeros(len(at), np.int64)
-            prev[inside] = entries["prev"][at[inside]]
-            prev[(prev <= 0) | (prev >= at)] = 0  # a chain only ever points back; anything else ends it
-            heads[walking] = prev
-        table[stale] = heads
-        del table, entries  # release the buffer exports
-        return int(stale.size)
+        stale = int(np.count_nonzero(table >= count))
+        if stale:
+            top = min(int(table.max()), max_entries - 1)  # the newest uncounted entry a slot names
+            at = self._entries_at + count * INDEX_ENTRY_BYTES
+            entries = np.frombuffer(buf, INDEX_ENTRY_DTYPE, max(0, top + 1 - count), at)
+            _reset_slots(table, entries, count)
+            del entries
+        del table  # release the buffer export
+        return stale
 
     def hashes_at_end(self, phy_offset: int) -> list[int]:
         """Key hashes of the newest entries that point at ``phy_offset``, newest first
@@ -525,8 +541,9 @@ class IndexFileView:
         Not a RocketMQ operation (RocketMQ never cuts an index file); used when the
         commitlog was cut. The header gets index_count ``keep + 1``, end_phy_offset of
         entry ``keep`` and hash_slot_count = kept entries with prev 0 (putKey counted
-        exactly those). Each slot that points at a dropped entry is walked down its
-        chain to the newest kept entry (0 if none). Dropped entries are zeroed. The
+        exactly those). Each slot that points at a dropped entry gets its newest kept
+        entry (0 if none), in time proportional to the entries dropped
+        (``_reset_slots``). Dropped entries are zeroed. The
         exact store time of entry ``keep`` is not in the file: end_timestamp becomes
         its reconstructed time, begin_timestamp + time_diff * 1000 (seconds
         resolution), or begin_timestamp when ``keep`` is 1 (whose time_diff may carry
@@ -544,22 +561,13 @@ class IndexFileView:
             return
         begin_ts, _, begin_phy, _, _, _ = _HEADER.unpack_from(buf, 0)
         entries = np.frombuffer(buf, INDEX_ENTRY_DTYPE, count, self._entries_at)
-        prev = entries["prev"].astype(np.int64)
+        prev = entries["prev"][: keep + 1]
         last_phy = int(entries["phy_offset"][keep])
         end_ts = begin_ts if keep == 1 else _wrap64(begin_ts + int(entries["time_diff"][keep]) * 1000)
         slot_count = int(np.count_nonzero(prev[1 : keep + 1] == 0))
         _HEADER.pack_into(buf, 0, begin_ts, end_ts, begin_phy, last_phy, slot_count, keep + 1)
         table = np.frombuffer(buf, ">i4", self._hash_slots, INDEX_HEADER_BYTES)
-        stale = np.flatnonzero(table > keep)
-        heads = table[stale].astype(np.int64)
-        for _ in range(count):  # each step moves every stale head one entry down its chain
-            heads[(heads <= 0) | (heads >= count)] = 0  # putKey reads these as "none"
-            walking = heads > keep
-            if not walking.any():
-                break
-            heads[walking] = prev[heads[walking]]
-        heads[heads > keep] = 0  # a corrupt chain with a cycle: give up on it
-        table[stale] = heads
+        _reset_slots(table, entries[keep + 1 :], keep + 1)
         entries[keep + 1 :] = 0
         del entries, table  # release the buffer exports
 
