@@ -30,6 +30,7 @@ from mqstore.errors import MqStoreError
 from mqstore.services.common.internal_auth import InternalAuth, gcs_requires_token
 from mqstore.services.common.server import TlsFiles
 from mqstore.services.query.routing import pin_layout, shard_dir
+from mqstore.services.startup.ray_token import make_token_private
 from mqstore.store.config import StoreConfig
 
 log = structlog.get_logger(__name__)
@@ -239,6 +240,7 @@ def start_ray(ray, address: str | None, namespace: str, env: dict, insecure_ray:
             )
 
             _enable_token_auth()  # token mode for this process and Ray's, also over an environment that turned it off
+            make_token_private()  # Ray would write a missing token file under the umask (0644)
             ray.init(
                 address="local",
                 num_cpus=os.cpu_count() or 2,
@@ -256,6 +258,8 @@ def start_ray(ray, address: str | None, namespace: str, env: dict, insecure_ray:
         raise ServeError(TOKEN_HINT.format(address=address)) from None
     finally:
         os.chdir(here)
+    if address is None:
+        make_token_private()  # also if Ray (re)wrote it
     if insecure_ray or address is None:
         return
     gcs = ray.get_runtime_context().gcs_address

@@ -6,6 +6,8 @@ consumer-progress, the README's examples paste and print only their results."""
 from __future__ import annotations
 
 import json
+import os
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -83,3 +85,39 @@ def test_bad_server_addresses_are_usage_errors(given: str, why: str) -> None:
     for cmd in (["status"], ["pull", "--topic", "T", "--queue", "0", "--offset", "0"], ["acl", "list-users"]):
         r = cli(*cmd, "--server", given)
         assert r.exit_code == 2 and why in r.stderr and "--server" in r.stderr, (cmd, r.stderr)
+
+
+class _FakeRay:
+    """ray as start_ray uses it for a local instance; init writes a missing token
+    file as Ray's generate_and_save_token does (open(), under the umask)."""
+
+    class exceptions:
+        AuthenticationError = RuntimeError
+
+    def init(self, **kw) -> None:
+        path = Path.home() / ".ray" / "auth_token"
+        if not path.exists():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text("f" * 64)
+
+
+def test_ray_token_file_is_0600_whatever_the_umask(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """serve's local Ray instance: the token file is made 0600 under umask 022 (Ray
+    alone made it 0644), and one an earlier run left 0644 is narrowed."""
+    from mqstore.services.startup.serve import start_ray
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("RAY_AUTH_MODE", "token")  # (start_ray sets it; restored after the test)
+    monkeypatch.delenv("RAY_AUTH_TOKEN", raising=False)
+    monkeypatch.delenv("RAY_AUTH_TOKEN_PATH", raising=False)
+    token = tmp_path / ".ray" / "auth_token"
+    old = os.umask(0o022)
+    try:
+        start_ray(_FakeRay(), None, "ns", {})
+        assert stat.S_IMODE(token.stat().st_mode) == 0o600
+        assert len(token.read_text()) == 64  # Ray's format: 256 bits in hex
+        token.chmod(0o644)
+        start_ray(_FakeRay(), None, "ns", {})
+        assert stat.S_IMODE(token.stat().st_mode) == 0o600
+    finally:
+        os.umask(old)
