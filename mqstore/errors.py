@@ -44,6 +44,20 @@ class TransactionNotSupportedError(InvalidMessageError):
     send without those bits."""
 
 
+class DeliveryTimeError(InvalidMessageError):
+    """A message's delivery time (TIMER_DELIVER_MS, or the RocketMQ port's
+    delivery_timestamp) is not an integer of epoch ms from 0001-01-01 to at most 24 h
+    ahead, or comes with a DELAY level too (message_rules.py). Raised by every producer
+    door before anything is written; send a time in range."""
+
+
+class MessageTypeError(InvalidMessageError):
+    """A message's shape (a message group, a delivery time, a DELAY level) does not
+    match its topic's message type (topics.json ``message.type``), as RocketMQ's proxy
+    refuses it (message_rules.py). Send to a topic of the right type, or change the
+    message."""
+
+
 class InvalidArgumentError(MqStoreError, ValueError):
     """An argument of a read or admin call is out of its range or of the wrong type:
     a queue id that is not an integer in 0..max_queue_id, a negative queue offset, a
@@ -162,6 +176,7 @@ __all__ = [
     "ConfigError",
     "CorruptFileError",
     "DecodeError",
+    "DeliveryTimeError",
     "IndexDisabledError",
     "InvalidArgumentError",
     "InvalidMessageError",
@@ -169,6 +184,7 @@ __all__ = [
     "InvalidTopicError",
     "LimitExceededError",
     "MessageTooLargeError",
+    "MessageTypeError",
     "MqStoreError",
     "NoPermissionError",
     "NotFoundError",

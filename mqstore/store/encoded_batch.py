@@ -14,16 +14,18 @@ buffer, so a bad record refuses the whole batch before anything is written:
                  kernel), the records filling the buffer exactly;
     properties   well-formed UTF-8 ``name\\x01value\\x02`` pairs, names and values
                  non-empty (_scan.check_properties); none the store reserves
-                 (SCHEDULE_SOURCE), and no DELAY: a delayed message is rewritten to
-                 SCHEDULE_TOPIC_XXXX, which only the columnar path does;
+                 (SCHEDULE_SOURCE), no DELAY (a delayed message is rewritten to
+                 SCHEDULE_TOPIC_XXXX, which only the columnar path does) and no
+                 TIMER_DELAY_SEC / TIMER_DELAY_MS (message_rules.py);
     topics       their bytes UTF-8 (names are checked by the caller's policy);
     sizes        body, properties and record within the store's limits;
     hosts        born host ports in 0..65535; the store host of the store's kind
                  (sysflag bit 0x20: IPv6), since the store writes its own there.
 
-What a producer may send (topic names and permissions, transaction bits, queue ids)
-is the caller's policy: ``LogStore.append_encoded`` applies messages.check_client_batch's
-rules to the parsed columns.
+What a producer may send (topic names and permissions, transaction bits, queue ids,
+and message_rules.py's delivery times, groups, born times and message types) is the
+caller's policy: ``LogStore.append_encoded`` applies the columnar path's rules to the
+parsed columns and to the properties in place (``props_at``, ``props_len``).
 """
 
 from __future__ import annotations
@@ -38,12 +40,16 @@ from mqstore.kernels import _scan
 from mqstore.store.config import StoreConfig
 
 MAX_ENCODED_RECORDS = 10_000  # as many as a columnar batch (services/common/convert.py)
-_RESERVED = (DELAY.encode(), SCHEDULE_SOURCE.encode())
+_RESERVED = (DELAY.encode(), SCHEDULE_SOURCE.encode(), b"TIMER_DELAY_SEC", b"TIMER_DELAY_MS")
+_WHY_TIMER = "is not taken: give the delivery time as TIMER_DELIVER_MS (epoch ms)"
 _WHY_RESERVED = (
     "DELAY is not taken in an encoded batch: send delayed messages as columns (SendBatch), "
     "which the store rewrites to its delay topic",
     "SCHEDULE_SOURCE is set by the store's delay scheduler only",
+    f"TIMER_DELAY_SEC {_WHY_TIMER}",
+    f"TIMER_DELAY_MS {_WHY_TIMER}",
 )
+_BORN_AT = 40  # BORNTIMESTAMP's offset in a record (formats/message.py)
 _WHY_PROPS = {
     _scan.PROPS_NOT_UTF8: "its properties are not well-formed UTF-8",
     _scan.PROPS_MALFORMED: "its properties are not name\\x01value\\x02 pairs with non-empty names and values",
@@ -54,9 +60,22 @@ class EncodedBatch:
     """Records a client encoded, parsed and checked (``parse_encoded``): ``data`` as
     sent and one column per record. Nothing is written yet."""
 
-    __slots__ = ("data", "n", "positions", "sizes", "queue_ids", "sysflags", "topics", "topic_codes")
+    __slots__ = (
+        "data",
+        "n",
+        "positions",
+        "sizes",
+        "queue_ids",
+        "sysflags",
+        "topics",
+        "topic_codes",
+        "props_at",
+        "props_len",
+    )
 
-    def __init__(self, data, positions, sizes, queue_ids, sysflags, topics, topic_codes) -> None:  # noqa: PLR0913
+    def __init__(  # noqa: PLR0913
+        self, data, positions, sizes, queue_ids, sysflags, topics, topic_codes, props_at=None, props_len=None
+    ) -> None:
         self.data = data
         self.n = len(positions)
         self.positions: np.ndarray = positions
@@ -65,6 +84,15 @@ class EncodedBatch:
         self.sysflags: np.ndarray = sysflags
         self.topics: list[str] = topics  # distinct, in order of first appearance
         self.topic_codes: np.ndarray = topic_codes  # index into topics, per record
+        self.props_at: np.ndarray | None = props_at  # where each record's properties string lies
+        self.props_len: np.ndarray | None = props_len
+
+    @property
+    def born_timestamps(self) -> np.ndarray:
+        """Each record's BORNTIMESTAMP (big-endian int64 at byte 40), gathered in one numpy pass."""
+        buf = np.frombuffer(self.data, np.uint8)
+        raw = buf[self.positions[:, None] + _BORN_AT + np.arange(8)]
+        return np.ascontiguousarray(raw).view(">i8").reshape(self.n).astype(np.int64)
 
 
 def parse_encoded(data: bytes | bytearray | memoryview, config: StoreConfig) -> EncodedBatch:
@@ -88,7 +116,8 @@ def parse_encoded(data: bytes | bytearray | memoryview, config: StoreConfig) -> 
     positions, sizes, cols = positions[:n], sizes[:n], cols[:, :n]
     sysflags = cols[_scan.COL_SYSFLAG]
     topic_at, topic_len, props_len = cols[_scan.COL_TOPIC_AT], cols[_scan.COL_TOPIC_LEN], cols[_scan.COL_PROPS_LEN]
-    bad, why, which = _scan.check_properties(data, topic_at + topic_len + 2, props_len, _RESERVED)
+    props_at = topic_at + topic_len + 2
+    bad, why, which = _scan.check_properties(data, props_at, props_len, _RESERVED)
     if bad >= 0:
         text = _WHY_RESERVED[which] if why == _scan.PROPS_RESERVED else _WHY_PROPS[why]
         raise InvalidMessageError(f"encoded record {bad}: {text}; nothing was written")
@@ -102,7 +131,7 @@ def parse_encoded(data: bytes | bytearray | memoryview, config: StoreConfig) -> 
         except UnicodeDecodeError:
             raise InvalidTopicError(f"encoded record {i}: its topic is not UTF-8; nothing was written") from None
     _check_heads(data, positions, sizes, sysflags, config)
-    return EncodedBatch(data, positions, sizes, cols[_scan.COL_QUEUE_ID], sysflags, topics, codes)
+    return EncodedBatch(data, positions, sizes, cols[_scan.COL_QUEUE_ID], sysflags, topics, codes, props_at, props_len)
 
 
 def _check_heads(data, positions: np.ndarray, sizes: np.ndarray, sysflags: np.ndarray, config: StoreConfig) -> None:

@@ -24,6 +24,7 @@ from mqstore.formats.msgid import Host
 from mqstore.store.config import StoreConfig
 from mqstore.store.encoded_batch import parse_encoded
 from mqstore.store.log_store import LogStore
+from mqstore.store.message_rules import MAX_TIME_MS
 from mqstore.store.messages import AUTO_QUEUE, MessageBatch
 from mqstore.store.record_batch import BatchEncoder, encode_for_send
 from mqstore.store.topic_configs import PERM_READ
@@ -74,7 +75,7 @@ def batches(draw: st.DrawFn) -> MessageBatch:
         properties=pick(st.none() | st.dictionaries(names, texts, max_size=3)),
         flags=pick(st.integers(-(2**31), 2**31 - 1)),
         sysflags=pick(st.sampled_from([0, 0x1, 0x10])),
-        born_timestamps=pick(st.integers(0, 2**62)),
+        born_timestamps=pick(st.integers(0, MAX_TIME_MS)),  # the rules' range (message_rules.py)
         born_hosts=pick(st.sampled_from([Host("10.0.0.7", 5000), Host("::1", 40000)])),
         reconsume_times=pick(st.integers(0, 16)),
     )
