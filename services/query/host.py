@@ -3,20 +3,27 @@ event-loop thread, without Ray (the actor wraps it)."""
 
 from __future__ import annotations
 
+import asyncio
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 
 import structlog
 
+from mqstore.rpc.v1 import commitlog_pb2, consume_queue_pb2
 from mqstore.services.common.internal_auth import InternalAuth
 from mqstore.services.common.metrics import FrontMetrics
 from mqstore.services.common.peers import Locator, Resolver, ShardResolvers, advertised
-from mqstore.services.common.server import ServerThread, TlsFiles, start_grpc_server
+from mqstore.services.common.server import GrpcServer, ServerThread, TlsFiles, start_grpc_server
 from mqstore.services.query.acl import Acl
 from mqstore.services.query.front import FrontServicer, ShardClient
+from mqstore.services.rocketmq import settings
 from mqstore.services.rocketmq.messaging import DEFAULT_MAX_ATTEMPTS, MessagingServicer
 
 log = structlog.get_logger(__name__)
+READY_POLL_S = 0.2  # how often the front asks its shards whether they serve, until all do
+_STATS = commitlog_pb2.GetStatsRequest()
+_PROGRESS = consume_queue_pb2.GetProgressRequest()
 
 
 class FrontHost:
@@ -38,6 +45,8 @@ class FrontHost:
         rocketmq_port: int | None = None,
         max_delivery_attempts: int = DEFAULT_MAX_ATTEMPTS,
         max_body: int = 4 << 20,
+        max_sessions: int = settings.MAX_SESSIONS,
+        max_sessions_per_user: int = settings.MAX_SESSIONS_PER_USER,
     ) -> None:
         """``auth``: the deployment's secret, carried by every call to the shards.
         ``metrics_port``: serve Prometheus metrics on ``host:metrics_port`` (0: none).
@@ -50,7 +59,16 @@ class FrontHost:
         shards, ACL and TLS; ``max_delivery_attempts``: its consumers' deliveries of a
         message before it goes to ``%DLQ%<group>``; ``max_body``: the largest body its
         producers may send (the shards' ``StoreConfig.max_message_bytes``: a bigger one
-        is refused as MESSAGE_BODY_TOO_LARGE, and clients are told the limit)."""
+        is refused as MESSAGE_BODY_TOO_LARGE, and clients are told the limit);
+        ``max_sessions``, ``max_sessions_per_user``: its client sessions kept in all
+        and per user (a new client past a bound: TOO_MANY_REQUESTS).
+
+        Health (``grpc.health.v1``, overall and per service, on both ports) answers
+        NOT_SERVING until every shard serves (its commitlog and consume-queue
+        builder), then SERVING: a readiness probe that waits for SERVING may send at
+        once. After that a shard's outage shows in its calls (UNAVAILABLE) and in
+        ``mqstore status``, not in the front's health (one shard down must not take
+        the whole front out of a load balancer)."""
         access = None if acl is None else Acl.load(acl)
         self.thread = ServerThread("mqstore-front")
         clients = [
@@ -59,7 +77,10 @@ class FrontHost:
         ]
         self.metrics = FrontMetrics(self._shard_stats)
         self.servicer = FrontServicer(clients, default_queue_nums=default_queue_nums, metrics=self.metrics, acl=access)
-        self.server = self.thread.run(start_grpc_server(host, port, [self.servicer.registration()], tls=tls))
+        self.server = self.thread.run(
+            start_grpc_server(host, port, [self.servicer.registration()], tls=tls, serving=False)
+        )
+        self._serving = threading.Event()
         self.endpoint = f"{advertised(host)}:{self.server.port}"
         self.tls = tls is not None
         self.rocketmq_server = None
@@ -71,11 +92,19 @@ class FrontHost:
                 max_attempts=max_delivery_attempts,
                 max_body=max_body,
                 metrics=self.metrics,
+                max_sessions=max_sessions,
+                max_sessions_per_user=max_sessions_per_user,
             )
+            self.metrics.registry.register(_SessionCollector(self.messaging.sessions))
             try:
                 self.rocketmq_server = self.thread.run(
                     start_grpc_server(
-                        host, rocketmq_port, [self.messaging.registration()], tls=tls, strict_decode=False
+                        host,
+                        rocketmq_port,
+                        [self.messaging.registration()],
+                        tls=tls,
+                        strict_decode=False,
+                        serving=False,
                     )
                 )
             except OSError:
@@ -92,6 +121,7 @@ class FrontHost:
                 self.close()
                 raise OSError(f"can not serve metrics on {host}:{metrics_port}: {e.strerror or e}") from None
             self.metrics_endpoint = f"{advertised(host)}:{bound}"
+        self._watch = self.thread.submit(self._serve_once_shards_serve())
         log.info(
             "front_listening",
             endpoint=self.endpoint,
@@ -101,11 +131,32 @@ class FrontHost:
             shards=len(clients),
         )
 
+    async def _serve_once_shards_serve(self) -> None:
+        """Health NOT_SERVING until every shard's commitlog and consume-queue builder
+        serve, then SERVING (see ``__init__``)."""
+        waiting: list[str] = []
+        while True:
+            waiting = await _not_serving(self.servicer.shards)
+            if not waiting:
+                break
+            await asyncio.sleep(READY_POLL_S)
+        servers: list[GrpcServer] = [self.server] + ([self.rocketmq_server] if self.rocketmq_server else [])
+        for server in servers:
+            await server.set_serving(True)
+        self._serving.set()
+        log.info("front_serving", shards=len(self.servicer.shards))
+
+    def wait_serving(self, timeout: float | None = None) -> bool:
+        """True once the front's health says SERVING (every shard serves)."""
+        return self._serving.wait(timeout)
+
     def _shard_stats(self) -> list:
         return self.thread.run(self.servicer.shard_stats(), timeout=10)
 
     def close(self) -> None:
         try:
+            if getattr(self, "_watch", None) is not None:
+                self._watch.cancel()
             self.metrics.close()
             if self.rocketmq_server is not None:
                 self.thread.run(self.messaging.transactions.stop(), timeout=30)
@@ -115,6 +166,53 @@ class FrontHost:
             self.thread.run(self.servicer.close(), timeout=30)
         finally:
             self.thread.stop()
+
+
+async def _not_serving(shards: Sequence[ShardClient]) -> list[str]:
+    """The parts of ``shards`` that do not serve yet ("shard 0 commitlog: RECOVERING")."""
+
+    async def one(s: ShardClient) -> list[str]:
+        out = []
+        try:
+            st = await s.call("cl", "GetStats", _STATS, timeout=2.0, retry=False, resolve_cap=2.0)
+            if st.state != "SERVING":
+                out.append(f"shard {s.shard} commitlog: {st.state}")
+        except Exception as e:  # noqa: BLE001 - not reachable yet: not serving
+            out.append(f"shard {s.shard} commitlog: {type(e).__name__}")
+        try:
+            p = await s.call("cq", "GetProgress", _PROGRESS, timeout=2.0, retry=False, resolve_cap=2.0)
+            if p.state != "SERVING":
+                out.append(f"shard {s.shard} consume-queue builder: {p.state}")
+        except Exception as e:  # noqa: BLE001 - as above
+            out.append(f"shard {s.shard} consume-queue builder: {type(e).__name__}")
+        return out
+
+    return [w for part in await asyncio.gather(*(one(s) for s in shards)) for w in part]
+
+
+class _SessionCollector:
+    """The RocketMQ port's client sessions, for Prometheus (read on each scrape)."""
+
+    def __init__(self, sessions: settings.Sessions) -> None:
+        self._sessions = sessions
+
+    def describe(self):
+        return []
+
+    def collect(self):
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+        g = GaugeMetricFamily("mqstore_rocketmq_sessions", "Client sessions the RocketMQ port keeps")
+        g.add_metric([], float(len(self._sessions)))
+        yield g
+        c = CounterMetricFamily(
+            "mqstore_rocketmq_sessions_refused",
+            "Clients refused by a bound: total, per_user (sessions) or settings (a Telemetry stream's)",
+            labels=["bound"],
+        )
+        for bound, n in list(self._sessions.refused.items()):
+            c.add_metric([bound], float(n))
+        yield c
 
 
 __all__ = ["FrontHost"]

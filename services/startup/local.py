@@ -96,8 +96,10 @@ class LocalStack:
         self.rocketmq_endpoint = self.front.rocketmq_endpoint
 
     def wait_ready(self, timeout: float = 60.0) -> bool:
-        """True once every commitlog serves and every builder is open."""
-        return all(h.wait_ready(timeout) for h in self.shards + self.queue_builders + self.index_builders)
+        """True once every commitlog serves, every builder is open and the front's
+        health says SERVING."""
+        hosts = self.shards + self.queue_builders + self.index_builders
+        return all(h.wait_ready(timeout) for h in hosts) and self.front.wait_serving(timeout)
 
     def close(self) -> None:
         """Front first (no new work), then dispatchers (after dispatching what is
