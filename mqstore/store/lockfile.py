@@ -45,15 +45,16 @@ class StoreLock:
             self._fd = -1
 
 
-def lock_holder(store_dir: Path) -> int | None:
-    """The pid of a process that holds ``<store>/lock`` (0 if it is held from another
-    pid namespace), or None if nobody does, or it cannot be told.
+def lock_holder(store_dir: Path, name: str = LOCK_FILE) -> int | None:
+    """The pid of a process that holds ``<store>/lock`` (``name``: another lock file of
+    the directory; 0 if it is held from another pid namespace), or None if nobody
+    does, or it cannot be told.
 
     Reads Linux's ``/proc/locks`` instead of trying the lock: a tool that only reads
     (verify) must never take it, not even for an instant, or a store starting at
     that moment would fail to open."""
     try:
-        st = os.stat(store_dir / LOCK_FILE)
+        st = os.stat(store_dir / name)
         with open("/proc/locks") as f:
             lines = f.read().splitlines()
     except OSError:
@@ -69,6 +70,25 @@ def lock_holder(store_dir: Path) -> int | None:
                 return int(fields[4])
         except ValueError:
             continue
+    return None
+
+
+def describe_holder(store_dir: Path) -> str | None:
+    """Who holds the store's lock or a builder's (``builder_files``), for a message:
+    ``"pid 4242 (ray::CommitLogActor)"``, ``"a process of another pid namespace"``;
+    None if nobody holds any. Read-only, as ``lock_holder``."""
+    for name in (LOCK_FILE, *(builder_files(kind)[0] for kind in BUILDER_KINDS)):
+        pid = lock_holder(store_dir, name)
+        if pid is None:
+            continue
+        if pid == 0:
+            return f"a process of another pid namespace (lock file {store_dir / name})"
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmd = f.read().replace(b"\0", b" ").decode(errors="replace").strip()
+        except OSError:
+            cmd = ""
+        return f"pid {pid}" + (f" ({cmd[:120]})" if cmd else "") + f", lock file {store_dir / name}"
     return None
 
 
@@ -106,6 +126,7 @@ __all__ = [
     "LOCK_FILE",
     "StoreLock",
     "create_abort_marker",
+    "describe_holder",
     "last_exit_was_clean",
     "lock_holder",
     "remove_abort_marker",

@@ -32,6 +32,7 @@ from mqstore.services.common.server import TlsFiles
 from mqstore.services.query.routing import pin_layout, shard_dir
 from mqstore.services.startup.ray_token import make_token_private
 from mqstore.store.config import StoreConfig
+from mqstore.store.lockfile import describe_holder
 
 log = structlog.get_logger(__name__)
 
@@ -51,6 +52,17 @@ def check_port_free(host: str, port: int) -> None:
             s.bind((host, port))
         except OSError as e:
             raise OSError(f"can not listen on {host}:{port}: {e.strerror or e}") from None
+
+
+def check_stores_free(root: Path, shards: int) -> None:
+    """ServeError naming the holder if another process has a shard's store open
+    (another serve, a `send --store`, an application): at once, before Ray starts,
+    where the shard's actors would otherwise retry their open for a minute."""
+    for i in range(shards):
+        d = shard_dir(root, i, shards)
+        holder = describe_holder(d)
+        if holder is not None:
+            raise ServeError(f"the store {d} is open in another process: {holder}; stop it first")
 
 
 def is_loopback(host: str) -> bool:
@@ -118,6 +130,7 @@ def serve(
     tls = None if tls_cert is None else TlsFiles.load(tls_cert, tls_key)
     if placement == "node":  # with placement "resource" each shard's node pins its own disk (a driver may have none)
         pin_layout(root, shards)
+        check_stores_free(root, shards)
     check_port_free(host, port)
     if metrics_port:
         if metrics_port == port:
@@ -277,4 +290,4 @@ def start_ray(ray, address: str | None, namespace: str, env: dict, insecure_ray:
         )
 
 
-__all__ = ["ServeError", "check_port_free", "is_loopback", "serve", "start_ray"]
+__all__ = ["ServeError", "check_port_free", "check_stores_free", "is_loopback", "serve", "start_ray"]

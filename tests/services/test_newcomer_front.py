@@ -5,6 +5,10 @@ and pop groups show in consumer-progress."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import time
+
 import pytest
 from typer.testing import CliRunner
 
@@ -44,3 +48,28 @@ def test_update_topic_keeps_what_the_request_does_not_set(stack, client) -> None
     r = cli("update-topic", "--server", stack.front_endpoint, "--topic", "Closed", "--message-type", "MIXED")
     assert r.exit_code == 0, r.output
     assert '"perm": 0' in r.stdout and '"writeQueueNums": 8' in r.stdout
+
+
+@pytest.mark.slow  # runs `mqstore serve` (it stops before Ray starts)
+def test_a_second_serve_on_a_held_store_fails_at_once(tmp_path) -> None:
+    """One line naming the holder, exit 1, in seconds (it took 55 s and ~30 log lines)."""
+    from tests.unit.test_newcomer import HOLD
+
+    root = tmp_path / "store"
+    root.mkdir()
+    holder = subprocess.Popen([sys.executable, "-c", HOLD, str(root)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        t0 = time.monotonic()
+        p = subprocess.run(
+            [sys.executable, "-m", "mqstore.cli.main", "serve", "--store", str(root), "--port", "0"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert p.returncode == 1 and time.monotonic() - t0 < 30, p.stderr
+        lines = p.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("mqstore: error:") and f"pid {holder.pid}" in lines[0], lines
+    finally:
+        holder.kill()
+        holder.wait()

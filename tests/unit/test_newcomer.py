@@ -121,3 +121,28 @@ def test_ray_token_file_is_0600_whatever_the_umask(tmp_path: Path, monkeypatch: 
         assert stat.S_IMODE(token.stat().st_mode) == 0o600
     finally:
         os.umask(old)
+
+
+HOLD = (
+    "import sys, time; from pathlib import Path; from mqstore.store.lockfile import StoreLock; "
+    "StoreLock(Path(sys.argv[1])); print('held', flush=True); time.sleep(120)"
+)
+
+
+def test_serve_on_a_held_store_fails_at_once_naming_the_holder(tmp_path: Path) -> None:
+    """Before Ray starts (here Ray can not start at all: tests/unit forbids it), in
+    one line with the holder's pid; it used to fail after 55 s and ~30 log lines."""
+    from mqstore.services.startup.serve import ServeError, serve
+
+    root = tmp_path / "store"
+    root.mkdir()
+    holder = subprocess.Popen([sys.executable, "-c", HOLD, str(root)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(ServeError) as e:
+            serve(root, port=0, rocketmq_port=None, metrics_port=0)
+        msg = str(e.value)
+        assert f"pid {holder.pid}" in msg and str(root) in msg and "\n" not in msg
+    finally:
+        holder.kill()
+        holder.wait()
