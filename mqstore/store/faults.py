@@ -33,6 +33,8 @@ directory as ``path``; what the store does when it fails is in README "Faults"):
                        commitlog segment (segments.create_next)
     index.sync         mapped_file.Segment.sync of an index file      msync of the whole file
     index.create       mapped_file.create_sized_file, new index file  posix_fallocate / ftruncate, rename
+    index.reserve      mapped_file.Segment.reserve: blocks of an      posix_fallocate of the range
+                       index file, before a put writes into them
     cq.sync            file_pool.PooledFile.sync                      fdatasync of a consume-queue file
     cq.create          file_pool.PooledFile.create                    create + size a consume-queue file
     syncfs             mapped_file.sync_file_system                   syncfs(2) (consume queues, >64 dirty)

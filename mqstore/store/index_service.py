@@ -5,8 +5,13 @@ Files (format in mqstore.formats.index_file):
     <store>/index/<yyyyMMddHHmmssSSS>   creation time in the local time zone, 17 digits
 
 Every file has exactly ``index_file_size(hash_slots, max_entries)`` bytes (420,000,040 by
-default), pre-allocated, zero-filled and mapped read/write (mapped_file.Segment: created
-under ``.tmp`` and renamed). Files are ordered by name; the last one takes new entries
+default), as RocketMQ reads it, zero-filled and mapped read/write (mapped_file.Segment:
+created under ``.tmp`` and renamed). A new file is sparse: its blocks are allocated as
+entries come (the header and slot table at once, 20 MB by default, the entries
+``RESERVE_STEP_BYTES`` at a time, each step before a put writes into it), so a store
+with less than 420 MB free still indexes, and a full disk is a StoreNotWritableError
+(cause "disk_full") from ``put`` with nothing half-written, never a SIGBUS from a
+write into a hole. ``du`` shows what is used, ``ls -l`` the full size. Files are ordered by name; the last one takes new entries
 until it holds ``max_entries - 1``, then the next is created with the previous file's
 end offset and end time (the first-entry quirk, spec 7.3). Entries are in commitlog
 order across all files.
@@ -71,7 +76,15 @@ import numpy as np
 import structlog
 
 from mqstore.errors import ConfigError, CorruptFileError, StoreClosedError
-from mqstore.formats.index_file import DEFAULT_HASH_SLOTS, DEFAULT_MAX_ENTRIES, IndexFileView, index_file_size
+from mqstore.formats.index_file import (
+    DEFAULT_HASH_SLOTS,
+    DEFAULT_MAX_ENTRIES,
+    INDEX_ENTRY_BYTES,
+    INDEX_HEADER_BYTES,
+    INDEX_SLOT_BYTES,
+    IndexFileView,
+    index_file_size,
+)
 from mqstore.kernels import _dispatch
 from mqstore.store import faults
 from mqstore.store.clock import Clock, SystemClock
@@ -85,6 +98,7 @@ log = structlog.get_logger(__name__)
 INDEX_DIR = "index"
 MAX_QUERY_RESULTS = 64  # RocketMQ maxMsgsNumBatch: the cap on one query's offsets
 INDEX_NAME_DIGITS = 17
+RESERVE_STEP_BYTES = 4 << 20  # blocks allocated ahead of the entries a put writes (209,715 entries)
 _NAME_RE = re.compile(r"[0-9]{17}")
 _LONG_MAX = (1 << 63) - 1
 _INT_MAX = (1 << 31) - 1
@@ -164,6 +178,7 @@ class _File:
     seg: Segment
     view: IndexFileView
     dirty: bool = False  # written since its last msync
+    reserved: int = 0  # bytes [0, reserved) have their blocks (0 after an open: asked again, cheap if so)
 
 
 @dataclass(frozen=True)
@@ -231,13 +246,17 @@ class IndexService:
 
         ``hash_slots`` and ``max_entries`` are not stored in the files: open a store
         with the values it was created with (a wrong size is refused at load). A file
-        must hold an entry, so ``max_entries`` >= 2 (ConfigError otherwise)."""
+        must hold an entry, so ``max_entries`` >= 2 (ConfigError otherwise).
+        ``preallocate``: allocate each file's blocks before a put writes into them (see
+        the module docstring); False leaves files sparse (a rebuild into a fresh
+        directory, where a full disk may be a SIGBUS)."""
         if hash_slots <= 0 or max_entries < 2:
             raise ConfigError(f"index files need hash_slots >= 1 and max_entries >= 2, got {hash_slots}, {max_entries}")
         self.directory = Path(store_dir) / INDEX_DIR
         self.hash_slots = hash_slots
         self.max_entries = max_entries
         self.file_bytes = index_file_size(hash_slots, max_entries)
+        self._entries_at = INDEX_HEADER_BYTES + hash_slots * INDEX_SLOT_BYTES
         self._clock = clock or SystemClock()
         self._preallocate = preallocate
         self._log = log.bind(directory=str(self.directory))
@@ -443,6 +462,7 @@ class IndexService:
             done = 0
             while done < len(phys):
                 f = self._writable_file(created)
+                self._reserve(f, len(phys) - done)
                 with self._lock:
                     k = f.view.put_hashes(hashes[done:], phys[done:], times[done:], before_header=_put_point)
                 f.dirty = True
@@ -482,20 +502,36 @@ class IndexService:
         name = index_file_name(self._clock.now_ms())
         if last is not None and name <= last.name:
             name = _name_after(last.name)
-        seg = Segment.create(self.directory / name, 0, self.file_bytes, preallocate=self._preallocate)
+        seg = Segment.create(self.directory / name, 0, self.file_bytes, preallocate=False)  # sparse: grows as used
+        reserved = min(self.file_bytes, self._entries_at + RESERVE_STEP_BYTES) if self._preallocate else 0
         try:
+            seg.reserve(0, reserved)  # the header and slot table, which the first puts write anywhere
             view = IndexFileView.create(
                 seg.mm, self.hash_slots, self.max_entries, end_phy_offset=end_phy, end_timestamp=end_ts
             )
         except BaseException:
             seg.delete()
             raise
-        f = _File(name, seg, view, dirty=True)
+        f = _File(name, seg, view, dirty=True, reserved=reserved)
         with self._lock:
             self._files = [*files, f]
         created.append(name)
         self._log.info("index_file_created", file=name, begin_phy_offset=end_phy, begin_timestamp=end_ts)
         return f
+
+    def _reserve(self, f: _File, entries: int) -> None:
+        """Allocate the blocks the next ``entries`` entries of ``f`` are written into
+        (and RESERVE_STEP_BYTES more), unless they are already: StoreNotWritableError
+        on a full disk, before anything is written."""
+        if not self._preallocate:
+            return
+        count = max(f.view.header.index_count, 1)
+        need = min(self.file_bytes, self._entries_at + (count + entries) * INDEX_ENTRY_BYTES)
+        if need <= f.reserved:
+            return
+        upto = min(self.file_bytes, need + RESERVE_STEP_BYTES)
+        f.seg.reserve(f.reserved, upto - f.reserved)
+        f.reserved = upto
 
     def _file_full(self, f: _File) -> None:
         """A file became full: make it durable, then let the checkpoint move past it."""
@@ -697,6 +733,7 @@ class IndexService:
 __all__ = [
     "INDEX_DIR",
     "MAX_QUERY_RESULTS",
+    "RESERVE_STEP_BYTES",
     "IndexLoadReport",
     "IndexPutResult",
     "IndexService",

@@ -158,6 +158,7 @@ def create_sized_file(
 # Fault points (faults.py) of mapped files, by the name of the directory they live in.
 _SYNC_POINTS = {"commitlog": "commitlog.sync", "index": "index.sync"}
 _CREATE_POINTS = {"commitlog": "segment.create", "index": "index.create"}
+_RESERVE_POINTS = {"index": "index.reserve"}
 
 
 class Segment:
@@ -217,6 +218,26 @@ class Segment:
 
     def read(self, pos: int, n: int) -> bytes:
         return self.mm[pos : pos + n]
+
+    def reserve(self, pos: int, n: int) -> None:
+        """Allocate the blocks of bytes [pos, pos+n) of a file created sparse
+        (``preallocate=False``) before they are written through the map: a write into
+        a hole on a full disk is a SIGBUS, this is an error the caller can handle.
+        Blocks already allocated cost nothing. A full disk raises
+        StoreNotWritableError (cause "disk_full"), any other failure OSError; the
+        fault point ``index.reserve`` (for an index file) is hit first."""
+        n = min(n, self.size - pos)
+        if n <= 0:
+            return
+        try:
+            faults.hit(_RESERVE_POINTS.get(self.path.parent.name, "segment.reserve"), self.path)
+            os.posix_fallocate(self._fd, pos, n)
+        except OSError as e:
+            if e.errno in (errno.ENOSPC, errno.EDQUOT):
+                raise StoreNotWritableError(
+                    f"disk full: cannot allocate {n} bytes of {self.path.name}", cause="disk_full"
+                ) from e
+            raise
 
     def populate(self, pos: int, n: int) -> bool:
         """Map pages [pos, pos+n) in one call before a scan (MADV_POPULATE_READ:
