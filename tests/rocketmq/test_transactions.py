@@ -206,7 +206,7 @@ def test_bad_transaction_ids_are_invalid(clients, tx_topic, front, make_checker,
     producer = clients.producer(topic, checker=make_checker(rmq.TransactionResolution.COMMIT))
     t = producer.begin_transaction()
     receipt = producer.send(clients.message(topic, b"real"), t)
-    normal = front.send(topic, [b"normal"]).msg_ids[0]  # a record, but no half
+    normal = front.send(topic + "Plain", [b"normal"]).msg_ids[0]  # a record, but no half (own sends: NORMAL topics)
     endpoints = receipt.message_queue.endpoints
 
     def end(transaction_id: str, message_id: str = receipt.message_id, topic: str = topic):
