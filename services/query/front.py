@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import time
 from collections.abc import Awaitable, Callable
 
 import grpc
@@ -39,6 +40,7 @@ from mqstore.rpc.v1 import front_pb2 as pb
 from mqstore.services.common import deadline, validate
 from mqstore.services.common.convert import (
     check_batch_limits,
+    columns_to_batch,
     pull_answer_to_pb,
     queue_id_column,
     topic_column,
@@ -61,11 +63,11 @@ from mqstore.services.common.server import Registration, channel
 from mqstore.services.query.acl import GROUP, TOPIC, Acl, Action, Rule, User
 from mqstore.services.query.ports import GrpcPorts
 from mqstore.services.query.routing import Router
-from mqstore.store import reads
+from mqstore.store import message_rules, reads
 from mqstore.store.messages import AUTO_QUEUE, check_no_transaction, check_send_topics
 from mqstore.store.reads import drive_async
 from mqstore.store.system_topics import check_client_topics
-from mqstore.store.topic_configs import PERM_READ, check_perm, parse_message_type
+from mqstore.store.topic_configs import MESSAGE_TYPE_ATTRIBUTE, PERM_READ, TopicConfig, check_perm, parse_message_type
 
 log = structlog.get_logger(__name__)
 SERVICE = "mqstore.v1.FrontService"
@@ -415,6 +417,7 @@ class FrontServicer(front_pb2_grpc.FrontServiceServicer):
     # ------------------------------------------------------------------ topic configs (perm checks)
 
     _topic_perms: dict[str, int] | None = None  # topic -> perm, from ListTopics (no entry: no config)
+    _topic_configs: dict[str, TopicConfig] = {}  # topic -> config, refreshed with _topic_perms
     topics_changed = 0  # CreateOrUpdateTopic calls served: caches of topic configs start again
     _topic_perms_at = 0.0  # loop time of the last refresh; CreateOrUpdateTopic drops the table
 
@@ -428,14 +431,17 @@ class FrontServicer(front_pb2_grpc.FrontServiceServicer):
                 "cl", "ListTopics", commitlog_pb2.ListTopicsRequest(), resolve_cap=SEND_RESOLVE_CAP_S
             )
             self._topic_perms, self._topic_perms_at = {c.topic: c.perm for c in res.configs}, now
+            self._topic_configs = {c.topic: _topic_config(c) for c in res.configs}
         return self._topic_perms
 
     async def _check_sendable(self, cols, topics: list[str]) -> None:
         """What every shard would refuse of a split batch, checked once before any
         part is written, with the store's own checks (messages.check_client_batch):
-        reserved topics, the topics' write perm, transaction bits."""
+        reserved topics, the topics' write perm, transaction bits, and the message rules
+        (message_rules.check_batch: delivery and born times, groups, types, queue ids)."""
         check_send_topics(set(topics), (await self._any_shard(self._perms)).get)
         check_no_transaction(np.asarray(cols.sysflags, np.int64))
+        message_rules.check_batch(columns_to_batch(cols), self._topic_configs.get, time.time_ns() // 1_000_000)
 
     async def _write_queue_nums(self) -> dict[str, int]:
         if self._write_queues is None:
@@ -912,6 +918,18 @@ def _empty_result(n: int) -> common_pb2.AppendResult:
         unique_keys=[""] * n,
         store_timestamps=[0] * n,
         shards=[0] * n,
+    )
+
+
+def _topic_config(c: common_pb2.TopicConfig) -> TopicConfig:
+    """A ListTopics entry as the store's TopicConfig (what message_rules reads of it)."""
+    attributes = {MESSAGE_TYPE_ATTRIBUTE: c.message_type} if c.message_type else {}
+    return TopicConfig(
+        topic_name=c.topic,
+        read_queue_nums=c.read_queue_nums,
+        write_queue_nums=c.write_queue_nums,
+        perm=c.perm,
+        attributes=attributes,
     )
 
 

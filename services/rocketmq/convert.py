@@ -33,6 +33,7 @@ from mqstore.formats.properties import split_keys
 from mqstore.rpc.rocketmq_v2 import messaging_pb2 as v2
 from mqstore.rpc.v1 import common_pb2
 from mqstore.services.rocketmq.status import Code, ProtocolError
+from mqstore.store import message_rules
 from mqstore.store.messages import STORE_ONLY_PROPERTIES
 
 SHARDING_KEY = "__SHARDINGKEY"
@@ -40,8 +41,8 @@ TIMER_DELIVER_MS = "TIMER_DELIVER_MS"
 TRACE_CONTEXT = "TRACE_CONTEXT"
 MAX_USER_PROPERTIES = 128
 MAX_PROPERTIES_BYTES = 16 * 1024  # user properties + tag + keys (RocketMQ's proxy)
-MAX_GROUP_BYTES = 64
-MAX_DELAY_MS = 24 * 3600 * 1000
+MAX_GROUP_BYTES = message_rules.MAX_GROUP_BYTES
+MAX_DELAY_MS = message_rules.MAX_DELIVERY_AHEAD_MS
 MAX_TRANSACTION_RECOVERY_S = 3600  # the proxy's maxTransactionRecoverySecond
 
 # RocketMQ's MessageConst.STRING_HASH_SET: property names the broker owns, refused as
@@ -89,13 +90,16 @@ def check_message(m: v2.Message, topic_types: tuple[int, ...], now_ms: int, max_
     for k in sp.keys:
         if not k.strip() or _control(k):
             raise ProtocolError(Code.ILLEGAL_MESSAGE_KEY, f"key {k!r} is blank or has control characters")
-    if sp.HasField("message_group") and (
-        not sp.message_group.strip() or _control(sp.message_group) or len(sp.message_group.encode()) >= MAX_GROUP_BYTES
-    ):
-        raise ProtocolError(
-            Code.ILLEGAL_MESSAGE_GROUP,
-            f"message group {sp.message_group!r} is blank, too long or has control characters",
+    if sp.HasField("message_group"):  # the store's rule for __SHARDINGKEY, every door's
+        why = message_rules.group_problem(sp.message_group)
+        if why is not None:
+            raise ProtocolError(Code.ILLEGAL_MESSAGE_GROUP, why)
+    if sp.HasField("born_timestamp"):
+        why = _timestamp_problem(sp.born_timestamp) or message_rules.born_time_problem(
+            sp.born_timestamp.ToMilliseconds()
         )
+        if why is not None:
+            raise ProtocolError(Code.BAD_REQUEST, f"born_timestamp: {why}")
     if len(m.user_properties) > MAX_USER_PROPERTIES:
         raise ProtocolError(
             Code.MESSAGE_PROPERTIES_TOO_LARGE,
@@ -131,11 +135,11 @@ def check_message(m: v2.Message, topic_types: tuple[int, ...], now_ms: int, max_
     if kind == v2.DELAY and not sp.HasField("delivery_timestamp"):
         raise ProtocolError(Code.ILLEGAL_DELIVERY_TIME, "a DELAY message needs a delivery timestamp")
     if sp.HasField("delivery_timestamp"):  # whatever the type says: the time is stored and honoured
-        at = sp.delivery_timestamp.ToMilliseconds()
-        if at - now_ms > MAX_DELAY_MS:
-            raise ProtocolError(
-                Code.ILLEGAL_DELIVERY_TIME, f"delivery time {at} ms is more than 24 h ahead (now {now_ms} ms)"
-            )
+        why = _timestamp_problem(sp.delivery_timestamp) or message_rules.delivery_time_problem(
+            sp.delivery_timestamp.ToMilliseconds(), now_ms
+        )
+        if why is not None:
+            raise ProtocolError(Code.ILLEGAL_DELIVERY_TIME, why)
     for field, what, owner in (
         ("message_group", "a message group", v2.FIFO),
         ("delivery_timestamp", "a delivery timestamp", v2.DELAY),
@@ -157,6 +161,13 @@ def check_message(m: v2.Message, topic_types: tuple[int, ...], now_ms: int, max_
             )
     if sp.body_encoding not in (v2.ENCODING_UNSPECIFIED, v2.IDENTITY, v2.GZIP):
         raise ProtocolError(Code.BAD_REQUEST, f"unknown body encoding {sp.body_encoding}")
+
+
+def _timestamp_problem(t: Timestamp) -> str | None:
+    """Why a Timestamp is not a valid one (nanos outside 0..999,999,999), or None."""
+    if not 0 <= t.nanos < 1_000_000_000:
+        return f"nanos {t.nanos} is outside 0..999999999"
+    return None
 
 
 def _body(m: v2.Message, max_body: int) -> bytes:

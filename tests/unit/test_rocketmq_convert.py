@@ -41,6 +41,8 @@ def stored(store: MessageStore, m: v2.Message):
     import numpy as np
 
     convert.check_message(m, ALL_TYPES, NOW_MS, MAX_BODY)
+    if store.topics.get(m.topic.name) is None:  # the store checks the type too (message_rules.py)
+        store.update_topic(m.topic.name, message_type="MIXED")
     cols = convert.to_columns([m], [0], MAX_BODY)
     res = store.append(columns_to_batch(cols))
     raw = store.commitlog.read_raw(res.physical_offsets, res.sizes)
