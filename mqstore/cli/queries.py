@@ -10,6 +10,7 @@ for writing); with ``--server`` each is one or two gRPC calls to the front. Reco
 from __future__ import annotations
 
 import json
+import time
 from enum import Enum
 from pathlib import Path
 from typing import Annotated
@@ -315,6 +316,13 @@ def register(app: typer.Typer) -> None:
                 shards = c.store_status()
             if fmt is Format.table:
                 print_table([shard_status_row(st) for st in shards])
+                for st in shards:  # why writes are refused, in full
+                    if st.write_refusals.reason:
+                        typer.echo(f"shard {st.shard}: writes refused: {st.write_refusals.reason}")
+                losses = [loss_row(st.shard, x) for st in shards for x in st.consumer_losses]
+                if losses:
+                    typer.echo("unread messages deleted by retention (per group and queue):")
+                    print_table(losses)
             else:
                 for st in shards:  # every field, numbers as numbers
                     typer.echo(json.dumps(_fields(st)))
@@ -329,6 +337,7 @@ def register(app: typer.Typer) -> None:
                         {
                             "store": str(store),
                             "writable": "yes" if st["writable"] else f"NO ({st['unwritable_cause']})",
+                            "refused": refused_text(**st["write_refusals"]),
                             "recovery": "clean" if rec["clean_shutdown"] else f"after a crash ({rec['seconds']} s)",
                             "wrote": st["wrote"],
                             "flushed": st["flushed"],
@@ -417,11 +426,14 @@ def shard_status_row(st) -> dict:
     else:
         recovery = "-"
     writable = ("yes" if st.writable else f"NO ({st.unwritable_cause or 'unknown'})") if serving else "-"
+    w = st.write_refusals
     num = (lambda v: v) if serving else (lambda v: "-")  # noqa: E731
     return {
         "shard": st.shard,
         "state": st.state,
         "writable": writable,
+        "refused": refused_text(w.count, w.since_ms, w.cause, w.reason) if serving else "-",
+        "lost": _lost(st),
         "recovery": recovery,
         "wrote": num(st.wrote_offset),
         "flushed": num(st.flushed_offset),
@@ -434,6 +446,37 @@ def shard_status_row(st) -> dict:
         "node": st.node_id or "-",
         "endpoint": st.endpoint or "-",
         "error": st.error or "",
+    }
+
+
+def refused_text(count: int, since_ms: int, cause: str, reason: str) -> str:
+    """Appends refused: how many since the process started, and since when if now."""
+    if not since_ms:
+        return str(count)
+    since = time.strftime("%Y-%m-%d %H:%M:%SZ", time.gmtime(since_ms / 1000))
+    return f"{count} (refusing since {since}: {cause})"
+
+
+def _lost(st) -> str:
+    """Unread messages retention deleted, over every group and queue ("-": none)."""
+    n = sum(x.messages for x in st.consumer_losses)
+    if not n:
+        return "-"
+    groups = len({x.group for x in st.consumer_losses})
+    return f"{n} msgs, {groups} group{'s' if groups > 1 else ''}"
+
+
+def loss_row(shard: int, x) -> dict:
+    """One ConsumerLoss as a table row."""
+    return {
+        "shard": shard,
+        "group": x.group,
+        "topic": x.topic,
+        "queue": x.queue_id,
+        "offsets": f"[{x.from_offset}, {x.to_offset})",
+        "messages": x.messages,
+        "forced": "yes" if x.forced else "no (expired)",
+        "at": time.strftime("%Y-%m-%d %H:%M:%SZ", time.gmtime(x.at_ms / 1000)),
     }
 
 

@@ -112,6 +112,15 @@ def register(app: typer.Typer) -> None:
                 help="Serve a --host that is not loopback without --acl: anyone who reaches it may send, read and change topics.",
             ),
         ] = False,
+        clean_forcibly: Annotated[
+            bool,
+            typer.Option(
+                "--clean-forcibly",
+                help="With the disk over 85% used, delete the oldest commitlog segments although unexpired, unread messages"
+                " included (RocketMQ cleanFileForciblyEnable); each group's losses are logged and shown by status."
+                " Without it a disk over 90% refuses sends until it is below 85%.",
+            ),
+        ] = False,
         insecure_ray: Annotated[
             bool,
             typer.Option(
@@ -128,7 +137,9 @@ def register(app: typer.Typer) -> None:
         from mqstore.services.startup.serve import serve as run
         from mqstore.store.config import FlushMode, StoreConfig
 
-        cfg = StoreConfig(flush_mode=FlushMode(flush.value), segment_bytes=segment_bytes)
+        cfg = StoreConfig(
+            flush_mode=FlushMode(flush.value), segment_bytes=segment_bytes, clean_forcibly_enable=clean_forcibly
+        )
         # stdout carries the ready line only: what Ray forwards from the workers' stdout
         # (and anything else printed) goes to stderr.
         sys.stdout.flush()

@@ -27,6 +27,10 @@ scrape shows every shard without a metrics port per actor. Names (all ``mqstore_
     shard_delay_skipped_total{shard}           counter    delay-topic records skipped (logged delay_record_skipped)
     shard_background_failures_total{shard}     counter    failed passes of the delay scheduler and retention (retried)
     shard_loop_stopped{shard,loop}             gauge      1 per background loop that stopped (health NOT_SERVING)
+    shard_writes_refused_total{shard}          counter    appends refused (a full disk, a failed flush)
+    shard_refusing_writes{shard,cause}         gauge      1 while appends are refused, by cause
+    shard_forced_deleted_segments_total{shard} counter    segments deleted unexpired (--clean-forcibly)
+    shard_forced_deleted_bytes_total{shard}    counter    their bytes (unread messages of groups: status)
 
 Shard counters start at 0 when its process starts (a restart is a counter reset,
 which Prometheus' rate() handles).
@@ -195,10 +199,18 @@ class _ShardCollector:
             "delay_delivered": "Delayed messages delivered to their real topics since the shard's process started",
             "delay_skipped": "Delay-topic records the scheduler could not deliver and skipped (logged)",
             "background_failures": "Failed passes of the delay scheduler and retention (each retried)",
+            "forced_deleted_segments": "Commitlog segments deleted before they expired (--clean-forcibly)",
+            "forced_deleted_bytes": "Commitlog bytes deleted before they expired (--clean-forcibly)",
         }
         c = {k: CounterMetricFamily(f"mqstore_shard_{k}", doc, labels=["shard"]) for k, doc in counters.items()}
         stopped = GaugeMetricFamily(
             "mqstore_shard_loop_stopped", "1 per background loop that stopped", labels=["shard", "loop"]
+        )
+        refused = CounterMetricFamily(
+            "mqstore_shard_writes_refused", "Appends refused (a full disk, a failed flush)", labels=["shard"]
+        )
+        refusing = GaugeMetricFamily(
+            "mqstore_shard_refusing_writes", "1 while appends are refused, by cause", labels=["shard", "cause"]
         )
         append_rows, flush_rows = [], []
         for index, st in shards:
@@ -226,6 +238,9 @@ class _ShardCollector:
                 c[k].add_metric(label, float(getattr(st, k)))
             for entry in st.stopped_loops:
                 stopped.add_metric([*label, entry.split(":", 1)[0]], 1.0)
+            refused.add_metric(label, float(st.write_refusals.count))
+            if st.write_refusals.cause:
+                refusing.add_metric([*label, st.write_refusals.cause], 1.0)
             append_rows.append((label, st.append_seconds))
             flush_rows.append((label, st.flush_seconds))
         yield up
@@ -233,6 +248,8 @@ class _ShardCollector:
         yield from g.values()
         yield from c.values()
         yield stopped
+        yield refused
+        yield refusing
         yield _histogram_family(
             "mqstore_shard_append_seconds", "AppendBatch in the shard, seconds", ["shard"], append_rows
         )

@@ -45,6 +45,7 @@ from mqstore.store import reads
 from mqstore.store.builders import QueueBuilder
 from mqstore.store.consumer_offsets import check_group
 from mqstore.store.local_ports import units_page
+from mqstore.store.loss_ledger import pop_gap
 from mqstore.store.messages import MessageBatch
 from mqstore.store.pop import AckOutcome, Delivery, InFlight, PopState, ReceiptHandle
 
@@ -237,6 +238,10 @@ class Popper:
                 break
             if cursor is None or page.first_offset != cursor:  # a new group, or retention moved the min past it
                 moved = page.first_offset
+                if cursor is not None:  # the group never read [cursor, min): counted and logged, never silent
+                    self._state.losses.note(
+                        [pop_gap(group, topic, q, cursor, page.first_offset, forced=self._state.cleaned_forced)]
+                    )
             cursor = page.first_offset
             n = len(page.physical_offsets)
             if n == 0:

@@ -20,6 +20,7 @@ call goes builder -> commitlog; the commitlog never calls a builder to open.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import enum
 import functools
 import threading
@@ -42,6 +43,7 @@ from mqstore.store import open_protocol
 from mqstore.store.builders import IndexBuilder, QueueBuilder
 from mqstore.store.config import StoreConfig
 from mqstore.store.delay_offsets import parse_delay_levels
+from mqstore.store.loss_ledger import LossLedger
 from mqstore.store.schedule import DelayScheduler
 
 log = structlog.get_logger(__name__)
@@ -89,6 +91,8 @@ class BuilderState:
         self._swap = threading.Lock()  # a reopen waits for puts in progress, puts wait for a reopen
         self._clean_lock = threading.Lock()
         self._cleaned = 0  # the commitlog min offset the files were last cleaned below
+        self.losses = LossLedger()  # unread messages retention deleted, per group and queue (status)
+        self.cleaned_forced = False  # the last clean went below a forced deletion (pop gaps are forced)
         self._ends_attached = True  # the queue ends reached this builder's commitlog open (consume queues only)
         self.scheduler: DelayScheduler | None = None  # the consume-queue builder's delay deliveries (index/delay.py)
         self._thread = threading.Thread(target=self._run, name=f"mqstore-{kind}{shard}-open", daemon=True)
@@ -240,8 +244,11 @@ class BuilderState:
                 b = self.builder
                 if b is None or commitlog_min <= self._cleaned:
                     return
-                b.clean_below(commitlog_min, forced=commitlog_min <= forced_deleted_to)
-                self._cleaned = commitlog_min
+                forced = commitlog_min <= forced_deleted_to
+                gone = b.clean_below(commitlog_min, forced=forced)
+                if isinstance(b, QueueBuilder):  # the consume queues' losses (the index's: file names)
+                    self.losses.note(gone)
+                self._cleaned, self.cleaned_forced = commitlog_min, forced
 
         try:
             await self.call(clean)
@@ -322,6 +329,7 @@ class BuilderState:
             state=self.phase.value,
             error=self.error or "",
             stopped_loops=[f"{name}: {why}" for name, why in self.stopped_loops().items()],
+            consumer_losses=[common_pb2.ConsumerLoss(**dataclasses.asdict(r)) for r in self.losses.records()],
         )
 
     def status(self) -> dict:

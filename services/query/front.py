@@ -758,6 +758,8 @@ class FrontServicer(front_pb2_grpc.FrontServiceServicer):
             st.clean_shutdown, st.recovery_seconds = o.clean_shutdown, o.recovery_seconds
             st.appended_messages = o.appended_messages
             st.stopped_loops.extend(o.stopped_loops)
+            st.write_refusals.CopyFrom(o.write_refusals)
+            st.forced_deleted_segments, st.forced_deleted_bytes = o.forced_deleted_segments, o.forced_deleted_bytes
         st.endpoint = s.endpoint
         cl_place = where.get("cl")
         st.node_id = cl_place.node_id if cl_place is not None and cl_place.node_id else s.node_id
@@ -768,6 +770,7 @@ class FrontServicer(front_pb2_grpc.FrontServiceServicer):
             if isinstance(p, BaseException):
                 p = common_pb2.BuilderProgress(state="UNAVAILABLE", error=why(service, p))
             getattr(st, field).CopyFrom(p)
+            st.consumer_losses.extend(p.consumer_losses)  # the consume-queue builder keeps them
             if p.stopped_loops:  # the consume-queue builder's delay scheduler
                 st.stopped_loops.extend(p.stopped_loops)
                 st.error = "; ".join([st.error, *p.stopped_loops] if st.error else p.stopped_loops)

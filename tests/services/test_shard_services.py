@@ -477,8 +477,11 @@ def test_forced_retention_reports_unread_losses_as_forced(tmp_path):
     loss with exact queue-offset ranges."""
     from structlog.testing import capture_logs
 
-    # Any disk is past 1% used: every pass forces (never past what the builders acknowledged).
-    retention = RetentionConfig(disk_max_used_ratio=0.01, clean_forcibly_ratio=0.01, check_interval_ms=200)
+    # Any disk is past 1% used: every pass forces (never past what the builders acknowledged),
+    # forced deletion opted in (off by default: tests/unit/test_disk_pressure.py).
+    retention = RetentionConfig(
+        disk_max_used_ratio=0.01, clean_forcibly_ratio=0.01, check_interval_ms=200, clean_forcibly_enable=True
+    )
     with (
         capture_logs() as logs,
         LocalStack(tmp_path, small_config(), retention=retention) as st,

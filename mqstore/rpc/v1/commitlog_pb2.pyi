@@ -154,7 +154,7 @@ class Histogram(_message.Message):
     def __init__(self, bounds: _Optional[_Iterable[float]] = ..., counts: _Optional[_Iterable[int]] = ..., sum: _Optional[float] = ...) -> None: ...
 
 class GetStatsResponse(_message.Message):
-    __slots__ = ("state", "error", "incarnation", "recovery_phase", "recovery_percent", "recovery_bytes_done", "recovery_bytes_total", "clean_shutdown", "recovery_seconds", "min_offset", "wrote_offset", "flushed_offset", "confirm_offset", "dispatched_offset", "writable", "unwritable_cause", "queue_count", "commitlog_bytes", "disk_free_bytes", "appended_messages", "appended_bytes", "append_failures", "append_seconds", "flush_seconds", "stopped_loops", "delay_delivered", "delay_skipped", "background_failures")
+    __slots__ = ("state", "error", "incarnation", "recovery_phase", "recovery_percent", "recovery_bytes_done", "recovery_bytes_total", "clean_shutdown", "recovery_seconds", "min_offset", "wrote_offset", "flushed_offset", "confirm_offset", "dispatched_offset", "writable", "unwritable_cause", "queue_count", "commitlog_bytes", "disk_free_bytes", "appended_messages", "appended_bytes", "append_failures", "append_seconds", "flush_seconds", "stopped_loops", "delay_delivered", "delay_skipped", "background_failures", "write_refusals", "forced_deleted_segments", "forced_deleted_bytes")
     STATE_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
     INCARNATION_FIELD_NUMBER: _ClassVar[int]
@@ -183,6 +183,9 @@ class GetStatsResponse(_message.Message):
     DELAY_DELIVERED_FIELD_NUMBER: _ClassVar[int]
     DELAY_SKIPPED_FIELD_NUMBER: _ClassVar[int]
     BACKGROUND_FAILURES_FIELD_NUMBER: _ClassVar[int]
+    WRITE_REFUSALS_FIELD_NUMBER: _ClassVar[int]
+    FORCED_DELETED_SEGMENTS_FIELD_NUMBER: _ClassVar[int]
+    FORCED_DELETED_BYTES_FIELD_NUMBER: _ClassVar[int]
     state: str
     error: str
     incarnation: int
@@ -211,7 +214,10 @@ class GetStatsResponse(_message.Message):
     delay_delivered: int
     delay_skipped: int
     background_failures: int
-    def __init__(self, state: _Optional[str] = ..., error: _Optional[str] = ..., incarnation: _Optional[int] = ..., recovery_phase: _Optional[str] = ..., recovery_percent: _Optional[float] = ..., recovery_bytes_done: _Optional[int] = ..., recovery_bytes_total: _Optional[int] = ..., clean_shutdown: _Optional[bool] = ..., recovery_seconds: _Optional[float] = ..., min_offset: _Optional[int] = ..., wrote_offset: _Optional[int] = ..., flushed_offset: _Optional[int] = ..., confirm_offset: _Optional[int] = ..., dispatched_offset: _Optional[int] = ..., writable: _Optional[bool] = ..., unwritable_cause: _Optional[str] = ..., queue_count: _Optional[int] = ..., commitlog_bytes: _Optional[int] = ..., disk_free_bytes: _Optional[int] = ..., appended_messages: _Optional[int] = ..., appended_bytes: _Optional[int] = ..., append_failures: _Optional[int] = ..., append_seconds: _Optional[_Union[Histogram, _Mapping]] = ..., flush_seconds: _Optional[_Union[Histogram, _Mapping]] = ..., stopped_loops: _Optional[_Iterable[str]] = ..., delay_delivered: _Optional[int] = ..., delay_skipped: _Optional[int] = ..., background_failures: _Optional[int] = ...) -> None: ...
+    write_refusals: _common_pb2.WriteRefusals
+    forced_deleted_segments: int
+    forced_deleted_bytes: int
+    def __init__(self, state: _Optional[str] = ..., error: _Optional[str] = ..., incarnation: _Optional[int] = ..., recovery_phase: _Optional[str] = ..., recovery_percent: _Optional[float] = ..., recovery_bytes_done: _Optional[int] = ..., recovery_bytes_total: _Optional[int] = ..., clean_shutdown: _Optional[bool] = ..., recovery_seconds: _Optional[float] = ..., min_offset: _Optional[int] = ..., wrote_offset: _Optional[int] = ..., flushed_offset: _Optional[int] = ..., confirm_offset: _Optional[int] = ..., dispatched_offset: _Optional[int] = ..., writable: _Optional[bool] = ..., unwritable_cause: _Optional[str] = ..., queue_count: _Optional[int] = ..., commitlog_bytes: _Optional[int] = ..., disk_free_bytes: _Optional[int] = ..., appended_messages: _Optional[int] = ..., appended_bytes: _Optional[int] = ..., append_failures: _Optional[int] = ..., append_seconds: _Optional[_Union[Histogram, _Mapping]] = ..., flush_seconds: _Optional[_Union[Histogram, _Mapping]] = ..., stopped_loops: _Optional[_Iterable[str]] = ..., delay_delivered: _Optional[int] = ..., delay_skipped: _Optional[int] = ..., background_failures: _Optional[int] = ..., write_refusals: _Optional[_Union[_common_pb2.WriteRefusals, _Mapping]] = ..., forced_deleted_segments: _Optional[int] = ..., forced_deleted_bytes: _Optional[int] = ...) -> None: ...
 
 class GetRecoveryRequest(_message.Message):
     __slots__ = ()

@@ -184,21 +184,55 @@ class GroupOffset(_message.Message):
     shard: int
     def __init__(self, topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., broker_offset: _Optional[int] = ..., consumer_offset: _Optional[int] = ..., lag: _Optional[int] = ..., shard: _Optional[int] = ...) -> None: ...
 
+class ConsumerLoss(_message.Message):
+    __slots__ = ("group", "topic", "queue_id", "from_offset", "to_offset", "messages", "forced", "at_ms")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    FROM_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    TO_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    FORCED_FIELD_NUMBER: _ClassVar[int]
+    AT_MS_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    topic: str
+    queue_id: int
+    from_offset: int
+    to_offset: int
+    messages: int
+    forced: bool
+    at_ms: int
+    def __init__(self, group: _Optional[str] = ..., topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., from_offset: _Optional[int] = ..., to_offset: _Optional[int] = ..., messages: _Optional[int] = ..., forced: _Optional[bool] = ..., at_ms: _Optional[int] = ...) -> None: ...
+
+class WriteRefusals(_message.Message):
+    __slots__ = ("count", "since_ms", "cause", "reason")
+    COUNT_FIELD_NUMBER: _ClassVar[int]
+    SINCE_MS_FIELD_NUMBER: _ClassVar[int]
+    CAUSE_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    count: int
+    since_ms: int
+    cause: str
+    reason: str
+    def __init__(self, count: _Optional[int] = ..., since_ms: _Optional[int] = ..., cause: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
+
 class BuilderProgress(_message.Message):
-    __slots__ = ("commitlog_incarnation", "progress_offset", "durable_offset", "state", "error", "stopped_loops")
+    __slots__ = ("commitlog_incarnation", "progress_offset", "durable_offset", "state", "error", "stopped_loops", "consumer_losses")
     COMMITLOG_INCARNATION_FIELD_NUMBER: _ClassVar[int]
     PROGRESS_OFFSET_FIELD_NUMBER: _ClassVar[int]
     DURABLE_OFFSET_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
     STOPPED_LOOPS_FIELD_NUMBER: _ClassVar[int]
+    CONSUMER_LOSSES_FIELD_NUMBER: _ClassVar[int]
     commitlog_incarnation: int
     progress_offset: int
     durable_offset: int
     state: str
     error: str
     stopped_loops: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, commitlog_incarnation: _Optional[int] = ..., progress_offset: _Optional[int] = ..., durable_offset: _Optional[int] = ..., state: _Optional[str] = ..., error: _Optional[str] = ..., stopped_loops: _Optional[_Iterable[str]] = ...) -> None: ...
+    consumer_losses: _containers.RepeatedCompositeFieldContainer[ConsumerLoss]
+    def __init__(self, commitlog_incarnation: _Optional[int] = ..., progress_offset: _Optional[int] = ..., durable_offset: _Optional[int] = ..., state: _Optional[str] = ..., error: _Optional[str] = ..., stopped_loops: _Optional[_Iterable[str]] = ..., consumer_losses: _Optional[_Iterable[_Union[ConsumerLoss, _Mapping]]] = ...) -> None: ...
 
 class EncodedBatch(_message.Message):
     __slots__ = ("records", "topics", "shard", "shards")

@@ -241,7 +241,7 @@ class StoreStatusRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class ShardStatus(_message.Message):
-    __slots__ = ("shard", "endpoint", "state", "min_offset", "wrote_offset", "flushed_offset", "confirm_offset", "dispatched_offset", "writable", "unwritable_cause", "reput_offset", "dispatch_lag_bytes", "error", "recovery_phase", "recovery_percent", "queue_count", "commitlog_bytes", "disk_free_bytes", "clean_shutdown", "recovery_seconds", "incarnation", "appended_messages", "queue_builder", "index_builder", "stopped_loops", "node_id")
+    __slots__ = ("shard", "endpoint", "state", "min_offset", "wrote_offset", "flushed_offset", "confirm_offset", "dispatched_offset", "writable", "unwritable_cause", "reput_offset", "dispatch_lag_bytes", "error", "recovery_phase", "recovery_percent", "queue_count", "commitlog_bytes", "disk_free_bytes", "clean_shutdown", "recovery_seconds", "incarnation", "appended_messages", "queue_builder", "index_builder", "stopped_loops", "node_id", "write_refusals", "consumer_losses", "forced_deleted_segments", "forced_deleted_bytes")
     SHARD_FIELD_NUMBER: _ClassVar[int]
     ENDPOINT_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
@@ -268,6 +268,10 @@ class ShardStatus(_message.Message):
     INDEX_BUILDER_FIELD_NUMBER: _ClassVar[int]
     STOPPED_LOOPS_FIELD_NUMBER: _ClassVar[int]
     NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    WRITE_REFUSALS_FIELD_NUMBER: _ClassVar[int]
+    CONSUMER_LOSSES_FIELD_NUMBER: _ClassVar[int]
+    FORCED_DELETED_SEGMENTS_FIELD_NUMBER: _ClassVar[int]
+    FORCED_DELETED_BYTES_FIELD_NUMBER: _ClassVar[int]
     shard: int
     endpoint: str
     state: str
@@ -294,7 +298,11 @@ class ShardStatus(_message.Message):
     index_builder: _common_pb2.BuilderProgress
     stopped_loops: _containers.RepeatedScalarFieldContainer[str]
     node_id: str
-    def __init__(self, shard: _Optional[int] = ..., endpoint: _Optional[str] = ..., state: _Optional[str] = ..., min_offset: _Optional[int] = ..., wrote_offset: _Optional[int] = ..., flushed_offset: _Optional[int] = ..., confirm_offset: _Optional[int] = ..., dispatched_offset: _Optional[int] = ..., writable: _Optional[bool] = ..., unwritable_cause: _Optional[str] = ..., reput_offset: _Optional[int] = ..., dispatch_lag_bytes: _Optional[int] = ..., error: _Optional[str] = ..., recovery_phase: _Optional[str] = ..., recovery_percent: _Optional[float] = ..., queue_count: _Optional[int] = ..., commitlog_bytes: _Optional[int] = ..., disk_free_bytes: _Optional[int] = ..., clean_shutdown: _Optional[bool] = ..., recovery_seconds: _Optional[float] = ..., incarnation: _Optional[int] = ..., appended_messages: _Optional[int] = ..., queue_builder: _Optional[_Union[_common_pb2.BuilderProgress, _Mapping]] = ..., index_builder: _Optional[_Union[_common_pb2.BuilderProgress, _Mapping]] = ..., stopped_loops: _Optional[_Iterable[str]] = ..., node_id: _Optional[str] = ...) -> None: ...
+    write_refusals: _common_pb2.WriteRefusals
+    consumer_losses: _containers.RepeatedCompositeFieldContainer[_common_pb2.ConsumerLoss]
+    forced_deleted_segments: int
+    forced_deleted_bytes: int
+    def __init__(self, shard: _Optional[int] = ..., endpoint: _Optional[str] = ..., state: _Optional[str] = ..., min_offset: _Optional[int] = ..., wrote_offset: _Optional[int] = ..., flushed_offset: _Optional[int] = ..., confirm_offset: _Optional[int] = ..., dispatched_offset: _Optional[int] = ..., writable: _Optional[bool] = ..., unwritable_cause: _Optional[str] = ..., reput_offset: _Optional[int] = ..., dispatch_lag_bytes: _Optional[int] = ..., error: _Optional[str] = ..., recovery_phase: _Optional[str] = ..., recovery_percent: _Optional[float] = ..., queue_count: _Optional[int] = ..., commitlog_bytes: _Optional[int] = ..., disk_free_bytes: _Optional[int] = ..., clean_shutdown: _Optional[bool] = ..., recovery_seconds: _Optional[float] = ..., incarnation: _Optional[int] = ..., appended_messages: _Optional[int] = ..., queue_builder: _Optional[_Union[_common_pb2.BuilderProgress, _Mapping]] = ..., index_builder: _Optional[_Union[_common_pb2.BuilderProgress, _Mapping]] = ..., stopped_loops: _Optional[_Iterable[str]] = ..., node_id: _Optional[str] = ..., write_refusals: _Optional[_Union[_common_pb2.WriteRefusals, _Mapping]] = ..., consumer_losses: _Optional[_Iterable[_Union[_common_pb2.ConsumerLoss, _Mapping]]] = ..., forced_deleted_segments: _Optional[int] = ..., forced_deleted_bytes: _Optional[int] = ...) -> None: ...
 
 class StoreStatusResponse(_message.Message):
     __slots__ = ("shards",)
