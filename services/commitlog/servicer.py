@@ -258,7 +258,8 @@ class CommitLogServicer(commitlog_pb2_grpc.CommitLogServiceServicer):
         out.background_failures = sum(v.get("failures", 0) for v in loops.values())
         out.write_refusals.CopyFrom(common_pb2.WriteRefusals(**s["write_refusals"]))
         kept = loops.get("retention", {})
-        out.forced_deleted_segments, out.forced_deleted_bytes = kept.get("forced_segments", 0), kept.get("forced_bytes", 0)
+        out.forced_deleted_segments = kept.get("forced_segments", 0)
+        out.forced_deleted_bytes = kept.get("forced_bytes", 0)
         try:
             fs = os.statvfs(sh.store_dir)
             out.disk_free_bytes = fs.f_bavail * fs.f_frsize
