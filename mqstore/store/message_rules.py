@@ -214,7 +214,7 @@ def check_topic_columns(
     takes = np.array([_TAKES[MessageType.NORMAL if c is None else c.message_type] for c in configs], np.int64)
     per_msg = np.atleast_1d(takes[0] if codes is None else takes[codes])
     kinds = np.atleast_1d(np.asarray(kinds, np.int64))
-    refused = (kinds & ~per_msg) != 0
+    refused = ((kinds & ~per_msg) != 0) | (kinds == FIFO | DELAYED)
     if refused.any():
         i = int(np.argmax(refused))
         _refuse_kind(i, int(kinds[i if kinds.size > 1 else 0]), topics, codes, configs)

@@ -95,9 +95,7 @@ def check_message(m: v2.Message, topic_types: tuple[int, ...], now_ms: int, max_
         if why is not None:
             raise ProtocolError(Code.ILLEGAL_MESSAGE_GROUP, why)
     if sp.HasField("born_timestamp"):
-        why = _timestamp_problem(sp.born_timestamp) or message_rules.born_time_problem(
-            sp.born_timestamp.ToMilliseconds()
-        )
+        why = _timestamp_problem(sp.born_timestamp) or message_rules.born_time_problem(_raw_ms(sp.born_timestamp))
         if why is not None:
             raise ProtocolError(Code.BAD_REQUEST, f"born_timestamp: {why}")
     if len(m.user_properties) > MAX_USER_PROPERTIES:
@@ -136,7 +134,7 @@ def check_message(m: v2.Message, topic_types: tuple[int, ...], now_ms: int, max_
         raise ProtocolError(Code.ILLEGAL_DELIVERY_TIME, "a DELAY message needs a delivery timestamp")
     if sp.HasField("delivery_timestamp"):  # whatever the type says: the time is stored and honoured
         why = _timestamp_problem(sp.delivery_timestamp) or message_rules.delivery_time_problem(
-            sp.delivery_timestamp.ToMilliseconds(), now_ms
+            _raw_ms(sp.delivery_timestamp), now_ms
         )
         if why is not None:
             raise ProtocolError(Code.ILLEGAL_DELIVERY_TIME, why)
@@ -168,6 +166,12 @@ def _timestamp_problem(t: Timestamp) -> str | None:
     if not 0 <= t.nanos < 1_000_000_000:
         return f"nanos {t.nanos} is outside 0..999999999"
     return None
+
+
+def _raw_ms(t: Timestamp) -> int:
+    """A Timestamp's epoch ms as sent, unchecked (ToMilliseconds raises ValueError past
+    Timestamp's range; the message rules say why instead)."""
+    return t.seconds * 1000 + t.nanos // 1_000_000
 
 
 def _body(m: v2.Message, max_body: int) -> bytes:
