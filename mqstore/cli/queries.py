@@ -28,6 +28,7 @@ from mqstore.cli.target import (
     open_view,
     remote,
 )
+from mqstore.errors import NotFoundError
 from mqstore.store.reads import parse_tag_expression
 from mqstore.store.topic_configs import MESSAGE_TYPE_ATTRIBUTE, MESSAGE_TYPES, parse_message_type
 
@@ -161,6 +162,8 @@ def register(app: typer.Typer) -> None:
 
             with remote(server, tls_ca, access_key, secret_key) as c:
                 res = c.pull(topic, queue, offset, max_messages=max_count, tags=tags or "")
+                if res.status == front_pb2.NO_MESSAGE_IN_QUEUE:  # no such queue: is it one the topic has?
+                    check_queue_known(topic, queue, *_server_queues(c, topic), server)
             print_records(_records(res.records), fmt.value)
             typer.echo(
                 json.dumps(
@@ -176,6 +179,9 @@ def register(app: typer.Typer) -> None:
             return
         with open_view(store) as s:
             res = s.pull(topic, queue, offset, max_count=max_count, tags=wanted)
+            if res.status.name == "NO_MESSAGE_IN_QUEUE":  # no such queue: is it one the topic has?
+                tc = s.topics.get(topic)
+                check_queue_known(topic, queue, tc and tc.read_queue_nums, _view_queues(s, topic), store)
             print_records(res.records, fmt.value)
             typer.echo(
                 json.dumps(
@@ -309,7 +315,8 @@ def register(app: typer.Typer) -> None:
         queues, store size and free disk, and with --server the Ray node each shard
         runs on. A shard that is down is a row saying UNAVAILABLE and what did not
         answer (the front answers within 2 s). With --store: that store's own status.
-        Exits 1 if a shard is not serving, not writable or has a background loop stopped."""
+        Exits 1 if a shard is not serving, not writable, has a background loop stopped or
+        a builder stuck (its writes fail, as on a full disk, or it is behind)."""
         check_target(store, server)
         if server is not None:
             with remote(server, tls_ca, access_key, secret_key) as c:
@@ -326,7 +333,14 @@ def register(app: typer.Typer) -> None:
             else:
                 for st in shards:  # every field, numbers as numbers
                     typer.echo(json.dumps(_fields(st)))
-            healthy = all(st.state == "SERVING" and st.writable and not st.stopped_loops for st in shards)
+            healthy = all(
+                st.state == "SERVING"
+                and st.writable
+                and not st.stopped_loops
+                and not st.queue_builder.stuck
+                and not st.index_builder.stuck
+                for st in shards
+            )
         else:
             with open_store(store) as s:
                 st = s.status()
@@ -391,6 +405,39 @@ def register(app: typer.Typer) -> None:
         if not rows:
             raise ValueError(f"topic {topic!r} has no queues in {store}")
         _print_rows(rows, fmt)
+
+
+def check_queue_known(topic: str, queue: int, configured: int | None, holding: list[int], where) -> None:
+    """NotFoundError unless ``topic`` has queue ``queue``: one of its configured queues
+    (``configured``: how many; None without a config) or one that holds messages
+    (``holding``). A queue it has but that is empty is no error (NO_MESSAGE_IN_QUEUE)."""
+    if queue in holding or (configured is not None and queue < configured):
+        return
+    if configured is None and not holding:
+        raise NotFoundError(f"topic {topic!r} does not exist in {where} (no config, no messages)")
+    has = f"queues 0..{configured - 1}" if configured is not None else f"messages in queues {sorted(holding)}"
+    raise NotFoundError(f"topic {topic!r} has no queue {queue} in {where} (it has {has})")
+
+
+def _view_queues(view, topic: str) -> list[int]:
+    try:
+        return [q.queue_id for q in view.topic_status(topic)]
+    except NotFoundError:
+        return []
+
+
+def _server_queues(c, topic: str) -> tuple[int | None, list[int]]:
+    """(configured write queues or None, queues holding messages) over gRPC."""
+    import grpc
+
+    configured = c.route(refresh=True).write_queue_nums.get(topic)
+    try:
+        holding = [q.queue_id for q in c.topic_status(topic)]
+    except grpc.RpcError as e:
+        if e.code() is not grpc.StatusCode.NOT_FOUND:
+            raise
+        holding = []
+    return configured, holding
 
 
 def _fields(msg) -> dict:
@@ -481,8 +528,15 @@ def loss_row(shard: int, x) -> dict:
 
 
 def _builder(b) -> str:
-    """A builder's state, its error when it has one (the consume-queue builder first)."""
-    return b.state + (f" ({b.error[:60]})" if b.error and b.state != "SERVING" else "")
+    """A builder's state, its error when it has one (the consume-queue builder first),
+    why it is stuck (its writes fail, or it is behind) and what its recovery does."""
+    out = b.state + (f" ({b.error[:60]})" if b.error and b.state != "SERVING" else "")
+    if b.stuck:
+        out += f" STUCK ({b.stuck[:80]})"
+    if b.recovery_step and b.state != "SERVING":
+        done = f" {b.recovery_done}/{b.recovery_total}" if b.recovery_total else ""
+        out += f" [{b.recovery_step}{done}]"
+    return out
 
 
 def _print_rows(rows: list[dict], fmt: Format) -> None:

@@ -9,13 +9,14 @@ import subprocess
 import sys
 import time
 
+import grpc
 import pytest
-from typer.testing import CliRunner
 
-from mqstore.cli.main import app
+from mqstore import Bodies, MessageBatch
 from mqstore.services.query.client import FrontClient
 from mqstore.services.startup.local import LocalStack
-from tests.services.helpers import small_config
+from tests.services.helpers import code_of, small_config, wait_dispatched
+from tests.unit.test_newcomer import cli
 
 
 @pytest.fixture(scope="module")
@@ -30,10 +31,6 @@ def stack(tmp_path_factory):
 def client(stack):
     with FrontClient(stack.front_endpoint) as c:
         yield c
-
-
-def cli(*args: str):
-    return CliRunner().invoke(app, list(args), catch_exceptions=False)
 
 
 def test_update_topic_keeps_what_the_request_does_not_set(stack, client) -> None:
@@ -73,3 +70,31 @@ def test_a_second_serve_on_a_held_store_fails_at_once(tmp_path) -> None:
     finally:
         holder.kill()
         holder.wait()
+
+
+def test_pull_of_an_unknown_topic_or_queue_is_an_error(stack, client) -> None:
+    """mqstore pull --server: an unknown topic or a queue the topic does not have exits
+    1 naming it (it said NO_MESSAGE_IN_QUEUE and exited 0); an empty queue the topic
+    has is no error."""
+    ep = stack.front_endpoint
+    client.update_topic("Empty", write_queue_nums=2, read_queue_nums=2)
+    client.send("Held", [b"x"], queue_ids=1)
+    r = cli("pull", "--server", ep, "--topic", "NoSuchTopic", "--queue", "0", "--offset", "0")
+    assert r.exit_code == 1 and "topic 'NoSuchTopic' does not exist" in r.stderr, r.output
+    r = cli("pull", "--server", ep, "--topic", "Empty", "--queue", "5", "--offset", "0")
+    assert r.exit_code == 1 and "topic 'Empty' has no queue 5" in r.stderr and "queues 0..1" in r.stderr, r.output
+    r = cli("pull", "--server", ep, "--topic", "Empty", "--queue", "1", "--offset", "0")
+    assert r.exit_code == 0 and "NO_MESSAGE_IN_QUEUE" in r.stderr, r.output
+    wait_dispatched(client)
+    r = cli("pull", "--server", ep, "--topic", "Held", "--queue", "3", "--offset", "0")
+    assert r.exit_code == 1 and "topic 'Held' has no queue 3" in r.stderr, r.output
+
+
+def test_a_send_past_the_write_queues_is_refused_over_grpc(stack, client) -> None:
+    """SendBatch (mqstore send --server) and SendEncoded alike: INVALID_ARGUMENT, exit 1."""
+    client.update_topic("TwoQueues", write_queue_nums=2, read_queue_nums=2)
+    r = cli("send", "--server", stack.front_endpoint, "--topic", "TwoQueues", "--queue", "5", "hello")
+    assert r.exit_code == 1 and "INVALID_ARGUMENT" in r.stderr and "2 write queue" in r.stderr, r.output
+    bad = MessageBatch("TwoQueues", Bodies.of([b"a"]), queue_ids=2)
+    assert code_of(lambda: client.send_encoded(bad)) is grpc.StatusCode.INVALID_ARGUMENT
+    assert client.send("TwoQueues", [b"ok"], queue_ids=1).queue_offsets[0] == 0

@@ -5,17 +5,20 @@ consumer-progress, the README's examples paste and print only their results."""
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import stat
 import subprocess
 import sys
+from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
+from typing import NamedTuple
+from unittest import mock
 
 import pytest
-from typer.testing import CliRunner
 
-from mqstore.cli.main import app
+from mqstore.cli.main import main
 from mqstore.cli.target import server_address
 from mqstore.store.topic_configs import TopicConfigs
 
@@ -26,9 +29,27 @@ def mq(*args: str, **kw) -> subprocess.CompletedProcess:
     )
 
 
-def cli(*args: str):
-    """The command in this process (fast: no interpreter start); exit_code, stdout, stderr."""
-    return CliRunner().invoke(app, list(args), catch_exceptions=False)
+class Ran(NamedTuple):
+    exit_code: int
+    stdout: str
+    stderr: str
+
+    @property
+    def output(self) -> str:
+        return self.stdout + self.stderr
+
+
+def cli(*args: str) -> Ran:
+    """``mqstore ARGS`` in this process (fast: no interpreter start), through the
+    console entry point, so errors end as they do for a user: one line, exit 1."""
+    out, err = io.StringIO(), io.StringIO()
+    code = 0
+    with mock.patch.object(sys, "argv", ["mqstore", *args]), redirect_stdout(out), redirect_stderr(err):
+        try:
+            main()
+        except SystemExit as e:
+            code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+    return Ran(code, out.getvalue(), err.getvalue())
 
 
 def test_update_keeps_what_it_is_not_given(tmp_path: Path) -> None:
@@ -146,3 +167,36 @@ def test_serve_on_a_held_store_fails_at_once_naming_the_holder(tmp_path: Path) -
     finally:
         holder.kill()
         holder.wait()
+
+
+def test_a_send_past_the_write_queues_is_refused(tmp_path: Path) -> None:
+    """As RocketMQ's broker ("queueId[5] is illegal"): a topic with 2 write queues takes
+    queues 0 and 1 only, whichever column names it; nothing of the batch is written."""
+    from mqstore.errors import InvalidMessageError
+    from mqstore.store import MessageBatch
+    from mqstore.store.config import StoreConfig
+    from mqstore.store.message_store import MessageStore
+
+    with MessageStore(tmp_path / "s", StoreConfig(segment_bytes=1 << 20), background_dispatch=False) as s:
+        s.update_topic("Two", write_queue_nums=2, read_queue_nums=2)
+        assert s.append(MessageBatch(topics="Two", bodies=[b"a"], queue_ids=1)).queue_offsets.tolist() == [0]
+        wrote = s.log.commitlog.wrote_offset
+        for batch in (
+            MessageBatch(topics="Two", bodies=[b"a"], queue_ids=5),
+            MessageBatch(topics=["Any", "Two"], bodies=[b"a", b"b"], queue_ids=[7, 2]),
+        ):
+            with pytest.raises(InvalidMessageError, match="topic 'Two' has 2 write queue"):
+                s.append(batch)
+        assert s.log.commitlog.wrote_offset == wrote
+        s.append(MessageBatch(topics="NoConfig", bodies=[b"a"], queue_ids=7))  # no config: any queue
+
+
+def test_pull_of_an_unknown_topic_or_queue_is_an_error_with_store(tmp_path: Path) -> None:
+    store = str(tmp_path / "s")
+    assert cli("update-topic", "--store", store, "--create", "--topic", "Two", "--write-queue-nums", "2").exit_code == 0
+    r = cli("pull", "--store", store, "--topic", "NoSuchTopic", "--queue", "0", "--offset", "0")
+    assert r.exit_code == 1 and r.stderr.startswith("mqstore: error: topic 'NoSuchTopic' does not exist"), r.stderr
+    r = cli("pull", "--store", store, "--topic", "Two", "--queue", "5", "--offset", "0")
+    assert r.exit_code == 1 and "topic 'Two' has no queue 5" in r.stderr, r.stderr
+    r = cli("pull", "--store", store, "--topic", "Two", "--queue", "1", "--offset", "0")
+    assert r.exit_code == 0 and '"status": "NO_MESSAGE_IN_QUEUE"' in r.stderr, r.stderr
