@@ -63,6 +63,11 @@ _BY_GRPC = {
 }
 
 
+# The shard's refusal of a full disk (services/common/errors.py status_of).
+_DISK_FULL = "store not writable (disk_full)"
+DISK_FULL_ANSWER = "service not available now, the store's disk is full"
+
+
 def code_of(exc: BaseException) -> tuple[int, str]:
     """The protocol code and message an answer that failed with ``exc`` carries."""
     if isinstance(exc, ProtocolError):
@@ -71,6 +76,10 @@ def code_of(exc: BaseException) -> tuple[int, str]:
         if isinstance(exc, cls):
             return code, str(exc)
     grpc_code, message = status_of(exc)
+    if grpc_code == grpc.StatusCode.RESOURCE_EXHAUSTED and message.startswith(_DISK_FULL):
+        # RocketMQ's broker refuses a put on a full disk with SERVICE_NOT_AVAILABLE, which
+        # its proxy answers INTERNAL_SERVER_ERROR (it maps no other code): so here, with why.
+        return Code.INTERNAL_SERVER_ERROR, f"{DISK_FULL_ANSWER}: {message}"
     return _BY_GRPC.get(grpc_code, Code.INTERNAL_SERVER_ERROR), message
 
 
@@ -97,7 +106,9 @@ def answered(response_type: type[R]) -> Callable[[Callable[..., Awaitable[R]]], 
                 raise
             except Exception as e:  # noqa: BLE001 - every failure is an answer, never a traceback
                 code, message = code_of(e)
-                if code in (Code.INTERNAL_SERVER_ERROR, Code.INTERNAL_ERROR):
+                if code in (Code.INTERNAL_SERVER_ERROR, Code.INTERNAL_ERROR) and not message.startswith(
+                    DISK_FULL_ANSWER
+                ):  # a full disk is the store's refusal, logged by the store once
                     log.error("rocketmq_rpc_failed", method=name, error=message, exc_info=e)
                 else:
                     log.info("rocketmq_rpc_refused", method=name, code=Code.Name(code), reason=message)
@@ -110,4 +121,4 @@ def answered(response_type: type[R]) -> Callable[[Callable[..., Awaitable[R]]], 
     return wrap
 
 
-__all__ = ["Code", "ProtocolError", "answered", "code_of", "status"]
+__all__ = ["DISK_FULL_ANSWER", "Code", "ProtocolError", "answered", "code_of", "status"]
