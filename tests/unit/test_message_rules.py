@@ -20,7 +20,7 @@ from mqstore.rpc.rocketmq_v2 import messaging_pb2 as v2
 from mqstore.rpc.v1 import common_pb2
 from mqstore.services.common.convert import columns_to_batch
 from mqstore.services.rocketmq import convert
-from mqstore.services.rocketmq.status import ProtocolError
+from mqstore.services.rocketmq.status import Code, ProtocolError
 from mqstore.store import message_rules
 from mqstore.store.encoded_batch import parse_encoded
 from mqstore.store.message_rules import MAX_TIME_MS, MIN_TIME_MS
@@ -301,3 +301,26 @@ def common_columns(m: v2.Message):
         properties=[common_pb2.Properties(entries=props)],
         born_timestamps=[born] if born else [],  # 0: the store's clock
     )
+
+
+PORT_REFUSED = {
+    "a delivery time before year 1": ("delivery", MIN_TIME_MS - 1000, Code.ILLEGAL_DELIVERY_TIME),
+    "a delivery time past Timestamp's seconds": ("delivery", (1 << 62) * 1000, Code.ILLEGAL_DELIVERY_TIME),
+    "a born time before year 1": ("born", MIN_TIME_MS - 1000, Code.BAD_REQUEST),
+    "a born time past 9999": ("born", MAX_TIME_MS + 1, Code.BAD_REQUEST),
+}
+
+
+@pytest.mark.parametrize("name", list(PORT_REFUSED))
+def test_the_port_refuses_the_same_times_with_its_codes(name):
+    """The times the store refuses, sent to the RocketMQ port: its code, not a ValueError."""
+    field, ms, code = PORT_REFUSED[name]
+    m = v2.Message(topic=v2.Resource(name="T"), body=b"x")
+    sp = m.system_properties
+    sp.message_id = "01AABBCCDDEEFF00112233445566778899"
+    sp.message_type = v2.DELAY if field == "delivery" else v2.NORMAL
+    t = sp.delivery_timestamp if field == "delivery" else sp.born_timestamp
+    t.seconds, t.nanos = ms // 1000, (ms % 1000) * 1_000_000
+    with pytest.raises(ProtocolError) as e:
+        convert.check_message(m, convert.accepted_types("MIXED"), NOW, 1 << 20)
+    assert e.value.code == code
