@@ -195,3 +195,25 @@ def test_progress_point_is_never_ahead(steps):
             assert all(q in done for q in range(h))
             assert all(ops[o] < h for o in range(p))
             assert all(q in sh.pending or sh.ended(q) for q in range(halves))
+
+
+def test_halves_are_found_by_their_offset_and_ended_ones_are_bounded(monkeypatch):
+    """EndTransaction looks a transaction id's offset up in memory (never reads the
+    commitlog at it): pending halves by their commitlog offset, ended ones among the
+    last ENDED_KEPT of the shard; every miss is one INVALID_TRANSACTION_ID text."""
+    monkeypatch.setattr(tx, "ENDED_KEPT", 3)
+    sh = tx.ShardHalves(0, 0, 0)
+    for q in range(5):
+        sh.add(half(q))
+    assert sh.pending_at(1002).queue_offset == 2 and sh.pending_at(1005) is None
+    for q in range(5):
+        sh.resolve(q, q)
+    assert all(sh.pending_at(1000 + q) is None for q in range(5))
+    assert list(sh.ended_at) == [1002, 1003, 1004]  # the oldest forgotten first
+    assert sh.ended_at[1004].message_id == "id4"
+    answers = set()
+    for bad in ["", "   ", "garbage", "7F00000100002A9F", "Z" * 32]:
+        with pytest.raises(ProtocolError) as e:
+            tx.parse_transaction_id(bad)
+        answers.add((e.value.code, str(e.value)))
+    assert answers == {(Code.INVALID_TRANSACTION_ID, tx.NO_TRANSACTION)}
