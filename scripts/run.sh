@@ -7,7 +7,8 @@
 #
 #   MQSTORE_RUN=bench bash scripts/run.sh   the embedded store instead: append 1M messages
 #                                           under ./data/store, print the figures and a record
-#   MQSTORE_SKIP_SETUP=1                    do not create/refresh ./.venv (MQSTORE_PYTHON: the interpreter)
+#   MQSTORE_SKIP_SETUP=1                    do not check ./.venv at all (MQSTORE_PYTHON: the interpreter);
+#                                           without it setup.sh installs only when something changed
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [[ "${MQSTORE_SKIP_SETUP:-0}" != 1 ]]; then

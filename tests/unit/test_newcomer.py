@@ -200,3 +200,44 @@ def test_pull_of_an_unknown_topic_or_queue_is_an_error_with_store(tmp_path: Path
     assert r.exit_code == 1 and "topic 'Two' has no queue 5" in r.stderr, r.stderr
     r = cli("pull", "--store", store, "--topic", "Two", "--queue", "1", "--offset", "0")
     assert r.exit_code == 0 and '"status": "NO_MESSAGE_IN_QUEUE"' in r.stderr, r.stderr
+
+
+FAKE_PYTHON = """#!/usr/bin/env bash
+if [ "$1" = -c ]; then echo 3.11.fake; exit 0; fi
+echo "$*" >> "$(dirname "$0")/../pip.log"
+"""
+
+
+def test_setup_installs_only_when_something_changed(tmp_path: Path) -> None:
+    """scripts/setup.sh on a complete venv whose stamp matches runs no pip (run.sh and
+    test.sh took 69-100 s each time); a changed kernel source or pyproject.toml, or a
+    kernel not built, installs again. (A copy of the script over a fake venv.)"""
+    root = tmp_path / "repo"
+    (root / "scripts").mkdir(parents=True)
+    (root / "scripts" / "setup.sh").write_text((Path(__file__).parents[2] / "scripts" / "setup.sh").read_text())
+    (root / "pyproject.toml").write_text("[project]\n")
+    (root / "setup.py").write_text("")
+    (root / "mqstore" / "kernels").mkdir(parents=True)
+    (root / "mqstore" / "kernels" / "_scan.pyx").write_text("# v1\n")
+    (root / "mqstore" / "kernels" / "_scan.cpython-311-x86_64-linux-gnu.so").write_text("")
+    (root / "proto").mkdir()
+    (root / "proto" / "a.proto").write_text("syntax = 'proto3';\n")
+    venv_bin = root / ".venv" / "bin"
+    venv_bin.mkdir(parents=True)
+    for name, text in (("python", FAKE_PYTHON), ("mqstore", ""), ("pytest", ""), ("ruff", "")):
+        (venv_bin / name).write_text(text)
+        (venv_bin / name).chmod(0o755)
+    log = root / ".venv" / "pip.log"
+
+    def installs() -> int:
+        before = len(log.read_text().splitlines()) if log.exists() else 0
+        subprocess.run(["bash", str(root / "scripts" / "setup.sh")], check=True, timeout=60)
+        return len(log.read_text().splitlines()) - before
+
+    assert installs() == 2  # no stamp yet: pip upgrades itself, then installs the project
+    assert installs() == 0  # nothing changed
+    (root / "mqstore" / "kernels" / "_scan.pyx").write_text("# v2\n")
+    assert installs() == 2
+    assert installs() == 0
+    (root / "mqstore" / "kernels" / "_scan.cpython-311-x86_64-linux-gnu.so").unlink()  # not built
+    assert installs() == 2
