@@ -55,6 +55,22 @@ def register(app: typer.Typer) -> None:
                 help="RocketMQ consumers: deliveries of a message before it goes to %DLQ%<group> (RocketMQ's 16 retries + 1).",
             ),
         ] = 17,
+        max_client_sessions: Annotated[
+            int | None,
+            typer.Option(
+                "--max-client-sessions",
+                min=1,
+                help="RocketMQ port: client sessions kept in all (default 20000); a new client past it is refused (42900).",
+            ),
+        ] = None,
+        max_client_sessions_per_user: Annotated[
+            int | None,
+            typer.Option(
+                "--max-client-sessions-per-user",
+                min=1,
+                help="RocketMQ port with --acl: client sessions one user may have (default 2000; past it: 42900).",
+            ),
+        ] = None,
         shards: Annotated[
             int, typer.Option("--shards", min=1, max=64, help="Store shards (pinned in DIR/mqstore-layout.json).")
         ] = 1,
@@ -151,6 +167,14 @@ def register(app: typer.Typer) -> None:
             port=port,
             rocketmq_port=rocketmq_port or None,
             max_delivery_attempts=max_delivery_attempts,
+            **{
+                k: v
+                for k, v in (
+                    ("max_sessions", max_client_sessions),
+                    ("max_sessions_per_user", max_client_sessions_per_user),
+                )
+                if v is not None
+            },
             shards=shards,
             address=address,
             config=cfg,

@@ -18,6 +18,7 @@ from mqstore.services.common.internal_auth import InternalAuth
 from mqstore.services.common.peers import RESOLVE_S
 from mqstore.services.common.server import TlsFiles
 from mqstore.services.query.host import FrontHost
+from mqstore.services.rocketmq.settings import MAX_SESSIONS, MAX_SESSIONS_PER_USER
 
 
 @ray.remote(num_cpus=0, max_restarts=MAX_RESTARTS, max_task_retries=0, max_concurrency=CONCURRENCY)
@@ -37,6 +38,8 @@ class FrontActor(Hosted):
         rocketmq_port: int | None = None,
         max_delivery_attempts: int = 17,
         max_body: int = 4 << 20,
+        max_sessions: int = MAX_SESSIONS,
+        max_sessions_per_user: int = MAX_SESSIONS_PER_USER,
     ) -> None:
         # Every actor of the deployment exists before the front: one that does not, or is
         # dead for good, fails its calls at once; a resolution gives up after RESOLVE_S
@@ -61,6 +64,8 @@ class FrontActor(Hosted):
             rocketmq_port=rocketmq_port,
             max_delivery_attempts=max_delivery_attempts,
             max_body=max_body,
+            max_sessions=max_sessions,
+            max_sessions_per_user=max_sessions_per_user,
             locators=[shard_locator(i, namespace, index_enabled) for i in range(shards)],
         )
 

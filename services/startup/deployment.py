@@ -54,6 +54,7 @@ from mqstore.services.dispatcher.actor import DispatcherActor
 from mqstore.services.index.actor import BuilderActor
 from mqstore.services.query.actor import FrontActor
 from mqstore.services.query.routing import shard_dir
+from mqstore.services.rocketmq.settings import MAX_SESSIONS, MAX_SESSIONS_PER_USER
 from mqstore.services.startup.local import shard_config
 from mqstore.store.config import StoreConfig
 from mqstore.store.retention import RetentionConfig
@@ -218,6 +219,8 @@ def start_deployment(
     internal_host: str | None = None,
     rocketmq_port: int | None = None,
     max_delivery_attempts: int = 17,
+    max_sessions: int = MAX_SESSIONS,
+    max_sessions_per_user: int = MAX_SESSIONS_PER_USER,
 ) -> Deployment:
     """Create the actors of a deployment in the connected Ray cluster and return
     once the front listens (shards may still be recovering: ``wait_ready``).
@@ -230,8 +233,9 @@ def start_deployment(
     speaks TLS); the front is ``host``:``port``, every internal server binds to its
     node's address as Ray knows it (``internal_host`` instead when given: 127.0.0.1
     for a local instance, whose node Ray knows by the machine's address). ``acl``: the front's users-and-permissions file
-    (on the front's node: the driver's). ``rocketmq_port``, ``max_delivery_attempts``:
-    RocketMQ 5's protocol on the front (query/host.py FrontHost)."""
+    (on the front's node: the driver's). ``rocketmq_port``, ``max_delivery_attempts``,
+    ``max_sessions``, ``max_sessions_per_user``: RocketMQ 5's protocol on the front
+    (query/host.py FrontHost)."""
     auth = auth or InternalAuth.new(tls=tls is not None)
     if placement not in PLACEMENTS:
         raise ValueError(f"placement must be one of {PLACEMENTS}, got {placement!r}")
@@ -290,6 +294,8 @@ def start_deployment(
         rocketmq_port,
         max_delivery_attempts,
         cfg.max_message_bytes,
+        max_sessions,
+        max_sessions_per_user,
     )
     dep.front_endpoint = ray.get(dep.front.endpoint.remote(), timeout=120)
     dep.rocketmq_endpoint = ray.get(dep.front.rocketmq_endpoint.remote(), timeout=30)

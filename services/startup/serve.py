@@ -30,6 +30,7 @@ from mqstore.errors import MqStoreError
 from mqstore.services.common.internal_auth import InternalAuth, gcs_requires_token
 from mqstore.services.common.server import TlsFiles
 from mqstore.services.query.routing import pin_layout, shard_dir
+from mqstore.services.rocketmq.settings import MAX_SESSIONS, MAX_SESSIONS_PER_USER
 from mqstore.services.startup.ray_token import make_token_private
 from mqstore.store.config import StoreConfig
 from mqstore.store.lockfile import describe_holder
@@ -82,6 +83,8 @@ def serve(
     port: int = 8080,
     rocketmq_port: int | None = None,
     max_delivery_attempts: int = 17,
+    max_sessions: int = MAX_SESSIONS,
+    max_sessions_per_user: int = MAX_SESSIONS_PER_USER,
     shards: int = 1,
     address: str | None = None,
     config: StoreConfig | None = None,
@@ -103,7 +106,8 @@ def serve(
     "resource" (shard i on the node offering the Ray resource mqstore_shard_i).
     ``metrics_port``: the front's Prometheus endpoint on ``host`` (0: none).
     ``rocketmq_port``: RocketMQ 5's protocol on ``host`` (None: not served), whose
-    consumers get a message ``max_delivery_attempts`` times before its DLQ.
+    consumers get a message ``max_delivery_attempts`` times before its DLQ, and which
+    keeps at most ``max_sessions`` client sessions (``max_sessions_per_user`` per user).
     ``tls_cert``/``tls_key``: PEM files; the front (public API) then speaks TLS only,
     and internal services speak TLS with a certificate made for this deployment.
     ``acl``: the front's users and permissions (a JSON file, see query/acl.py); a
@@ -162,6 +166,8 @@ def serve(
             metrics_port=metrics_port,
             rocketmq_port=rocketmq_port,
             max_delivery_attempts=max_delivery_attempts,
+            max_sessions=max_sessions,
+            max_sessions_per_user=max_sessions_per_user,
             tls=tls,
             acl=acl,
             auth=InternalAuth.new(tls=tls is not None),
