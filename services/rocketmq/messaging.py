@@ -310,6 +310,8 @@ class MessagingServicer:
                 async for command in requests:
                     if command.WhichOneof("command") != "settings":
                         continue
+                    while outbox.qsize() >= settings.MAX_STREAM_PENDING:  # a client that reads no answers
+                        await asyncio.sleep(0.05)  # is read no further: its commands wait in gRPC's window
                     try:
                         self.sessions.seen(key).outbox = outbox  # this stream, also after a forget
                         answer = await self._settings(key, command.settings, context)
@@ -352,7 +354,7 @@ class MessagingServicer:
             session.group = sub.group.name
         else:
             raise ProtocolError(Code.BAD_REQUEST, "settings carry neither publishing nor subscription")
-        session.settings = s
+        self.sessions.keep_settings(session, s)
         return v2.TelemetryCommand(
             status=status(),
             settings=settings.reply(s, max_body=self.max_body, max_attempts=self.max_attempts, fifo=fifo),
