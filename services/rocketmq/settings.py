@@ -80,6 +80,7 @@ class ClientSession:
     # Commands the server sends on the client's open Telemetry stream (transaction
     # check-backs, transactions.py); None while no stream is open.
     outbox: asyncio.Queue | None = None
+    settings_bytes: int = 0  # the size of ``settings``, counted in the Sessions' budgets
 
     @property
     def client_id(self) -> str:
@@ -92,6 +93,9 @@ MAX_SESSIONS_PER_USER = 2_000  # per user under ACL (without ACL every client is
 MAX_CLIENT_ID_CHARS = 512  # RocketMQ client ids are "<host>@<pid>@<n>@<time>", well below this
 MAX_SETTINGS_TOPICS = 1_000  # topics a producer's settings, or subscriptions a consumer's, may name
 MAX_SETTINGS_BYTES = 256 << 10  # the settings a stream keeps, serialized
+MAX_SETTINGS_BYTES_PER_USER = 16 << 20  # settings kept for one user's sessions, serialized
+MAX_SETTINGS_BYTES_TOTAL = 128 << 20  # settings kept for every session
+MAX_STREAM_PENDING = 16  # answers a Telemetry stream holds for a client that does not read them
 _FULL_SWEEP_EVERY_S = 1.0  # at the bound, idle sessions are looked for at most this often
 
 
@@ -101,7 +105,9 @@ class Sessions:
     user). Clients that vanish without saying so (killed) are forgotten once idle for
     ``SESSION_IDLE_S`` with no Telemetry stream open. At most ``max_total`` sessions,
     ``max_per_user`` per user: a new one past a bound is refused (TOO_MANY_REQUESTS)
-    and counted in ``refused`` by reason. Used on the front's event loop only."""
+    and counted in ``refused`` by reason; the settings kept are bounded per stream
+    (``check_settings``), per user and in all (``keep_settings``). Used on the front's
+    event loop only."""
 
     def __init__(
         self, *, max_total: int = MAX_SESSIONS, max_per_user: int = MAX_SESSIONS_PER_USER, anonymous: bool = False
@@ -110,6 +116,10 @@ class Sessions:
         ``max_total`` applies)."""
         self.max_total = max_total
         self.max_per_user = max_total if anonymous else max_per_user
+        self.max_settings_total = MAX_SETTINGS_BYTES_TOTAL
+        self.max_settings_per_user = MAX_SETTINGS_BYTES_TOTAL if anonymous else MAX_SETTINGS_BYTES_PER_USER
+        self._settings_total = 0
+        self._settings_by_user: dict[str, int] = {}
         self._by_key: dict[SessionKey, ClientSession] = {}
         self._per_user: dict[str, int] = {}
         self._swept = time.monotonic()
@@ -161,6 +171,29 @@ class Sessions:
             self.refused["settings"] += 1
             raise
 
+    def keep_settings(self, session: ClientSession, s: v2.Settings) -> None:
+        """Keep ``s`` as ``session``'s settings (replacing its last ones) if the bytes
+        of settings kept for its user and in all stay within the budgets;
+        ProtocolError TOO_MANY_REQUESTS otherwise (its last settings stay)."""
+        size = s.ByteSize()
+        user = session.key.user
+        if self._by_key.get(session.key) is not session:  # forgotten meanwhile: nothing to count
+            session.settings, session.settings_bytes = s, 0
+            return
+        delta = size - session.settings_bytes
+        mine = self._settings_by_user.get(user, 0)
+        if self._settings_total + delta > self.max_settings_total or mine + delta > self.max_settings_per_user:
+            self.refused["settings"] += 1
+            raise ProtocolError(
+                Code.TOO_MANY_REQUESTS,
+                f"the front keeps at most {self.max_settings_per_user} bytes of client settings per user and "
+                f"{self.max_settings_total} in all, and has no room for these {size}: shut down clients "
+                "that are not needed",
+            )
+        session.settings, session.settings_bytes = s, size
+        self._settings_total += delta
+        self._settings_by_user[user] = mine + delta
+
     def _sweep(self, now: float) -> None:
         self._swept = now
         for key in [k for k, s in self._by_key.items() if s.outbox is None and now - s.last_seen > SESSION_IDLE_S]:
@@ -173,7 +206,16 @@ class Sessions:
         self._drop(key)
 
     def _drop(self, key: SessionKey) -> None:
-        if self._by_key.pop(key, None) is not None:
+        session = self._by_key.pop(key, None)
+        if session is not None:
+            if session.settings_bytes:
+                self._settings_total -= session.settings_bytes
+                kept = self._settings_by_user[key.user] - session.settings_bytes
+                if kept:
+                    self._settings_by_user[key.user] = kept
+                else:
+                    del self._settings_by_user[key.user]
+                session.settings_bytes = 0
             left = self._per_user[key.user] - 1
             if left:
                 self._per_user[key.user] = left

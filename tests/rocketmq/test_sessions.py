@@ -253,6 +253,23 @@ def test_a_streams_settings_are_bounded(stack, stub):
     stream.close()
 
 
+def test_the_settings_one_user_keeps_are_bounded(stack, stub):
+    """Finding 6: 300 streams naming 8,000 topics each grew the front by 859 MiB."""
+    sessions = stack.front.messaging.sessions
+    saved = sessions.max_settings_per_user
+    big = publishing(*(f"MallT{i}" for i in range(900)))
+    sessions.max_settings_per_user = sessions._settings_by_user.get("mall", 0) + 3 * big.ByteSize() + 100
+    streams = [Stream(stub, meta(stack, MALL, new_id())) for _ in range(4)]
+    try:
+        answers = [st.ask(big).status for st in streams]
+        assert [a.code for a in answers] == [20000, 20000, 20000, TOO_MANY]
+        assert "bytes of client settings per user" in answers[-1].message
+    finally:
+        sessions.max_settings_per_user = saved
+        for st in streams:
+            st.close()
+
+
 def test_change_invisible_duration_needs_sub_on_the_topic(stack, stub):
     res = stub.ChangeInvisibleDuration(
         s.ChangeInvisibleDurationRequest(

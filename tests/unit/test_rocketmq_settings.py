@@ -119,3 +119,27 @@ def test_client_ids_and_settings_are_bounded():
     with pytest.raises(ProtocolError, match="bytes, more than"):
         settings.check_settings(big)
     settings.check_settings(v2.Settings(publishing=v2.Publishing(topics=[v2.Resource(name="T")] * 900)))
+
+
+def test_settings_kept_are_bounded_per_user_and_in_all():
+    sessions = settings.Sessions()
+    sessions.max_settings_per_user, sessions.max_settings_total = 3000, 5000
+    s = v2.Settings(publishing=v2.Publishing(topics=[v2.Resource(name="T" * 100)] * 9))
+    size = s.ByteSize()
+    assert 900 < size < 1000
+    kept = [sessions.seen(K(f"a{i}", "alice")) for i in range(3)]
+    for one in kept:
+        sessions.keep_settings(one, s)
+    fourth = sessions.seen(K("a3", "alice"))
+    with pytest.raises(ProtocolError, match="bytes of client settings per user") as e:
+        sessions.keep_settings(fourth, s)
+    assert e.value.code == v2.Code.TOO_MANY_REQUESTS and fourth.settings is None
+    sessions.keep_settings(kept[0], s)  # the same size again replaces, and fits
+    for i in range(2):
+        sessions.keep_settings(sessions.seen(K(f"b{i}", "bob")), s)
+    with pytest.raises(ProtocolError, match="in all"):
+        sessions.keep_settings(sessions.seen(K("c", "carol")), s)
+    assert sessions.refused["settings"] == 2
+    sessions.forget(K("a0", "alice"))  # a forgotten session's settings free their bytes
+    sessions.keep_settings(fourth, s)
+    assert fourth.settings is s
