@@ -24,6 +24,9 @@ Files, all under ``<directory>/pop/`` (nothing is created elsewhere):
     journal        one record per mutating call, appended, then fdatasynced (group commit)
     snapshot       the whole state as of journal record ``seq``
     snapshot.tmp   a snapshot being written; removed at open
+    handle_secret  32 random bytes, mode 0600, made once (written as handle_secret.tmp,
+                   fsynced, renamed): the key of the receipt handles' tags, so a handle
+                   stays valid across restarts and only this shard can make one
 
 Journal: a sequence of records, nothing else. One record (big-endian):
 
@@ -96,9 +99,12 @@ snapshot's fsync), ``pop.snapshot.rename`` (before its rename).
 
 from __future__ import annotations
 
+import base64
 import errno
 import fcntl
+import hashlib
 import heapq
+import hmac
 import operator
 import os
 import re
@@ -106,7 +112,7 @@ import struct
 import threading
 import zlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
 from typing import NamedTuple, TypeVar
@@ -130,8 +136,11 @@ POP_DIR = "pop"
 JOURNAL_FILE = "journal"
 SNAPSHOT_FILE = "snapshot"
 SNAPSHOT_TMP = "snapshot.tmp"
+SECRET_FILE = "handle_secret"
+SECRET_TMP = "handle_secret.tmp"
+SECRET_BYTES = 32
 COMPACT_BYTES = 4 << 20  # default journal size that triggers a snapshot
-HANDLE_VERSION = "m1"
+HANDLE_VERSION = "m2"  # m1 had no tag: refused (malformed) since
 
 _I32_MAX = (1 << 31) - 1
 _I64_MAX = (1 << 63) - 1
@@ -149,8 +158,12 @@ assert _CURSOR.size == 12 and _ENTRY.size == 44 and _REMOVAL.size == 12 and _SNA
 _SNAP_HEAD_SIZE = _SNAP_HEAD.size + 4  # + crc32
 
 _HANDLE_FIELDS = 7
-_HANDLE_RE = re.compile(r"m1((?: (?:0|[1-9][0-9]{0,18})){7})")  # canonical decimals only
-_HANDLE_MAX_CHARS = 2 + _HANDLE_FIELDS * 20
+_TAG_BYTES = 16  # HMAC-SHA256 cut to 128 bits: no guessing, 22 characters on the wire
+_TAG_CHARS = 22
+_TAG_RE = re.compile(r"[A-Za-z0-9_-]{22}")
+# canonical decimals only, then the tag
+_HANDLE_RE = re.compile(r"m2((?: (?:0|[1-9][0-9]{0,18})){7}) ([A-Za-z0-9_-]{22})")
+_HANDLE_MAX_CHARS = 2 + _HANDLE_FIELDS * 20 + 1 + _TAG_CHARS
 
 _R = TypeVar("_R")
 
@@ -163,11 +176,18 @@ class ReceiptHandle:
     """What a client gets with a popped message and sends back to ack it or change its
     invisible time; on the wire an opaque string (:meth:`encode`), RocketMQ-like:
 
-        m1 <shard> <queue_id> <offset> <generation> <pop_ms> <invisible_ms> <commitlog_offset>
+        m2 <shard> <queue_id> <offset> <generation> <pop_ms> <invisible_ms> <commitlog_offset> <tag>
 
-    space-separated canonical decimals (no sign, no leading zeros). Every field is
-    >= 0; shard and queue_id fit in 31 bits, the others in 63. The handle does not
-    name the group or topic: the ack request does (as in RocketMQ)."""
+    space-separated canonical decimals (no sign, no leading zeros), then the tag. Every
+    field is >= 0; shard and queue_id fit in 31 bits, the others in 63. The handle does
+    not name the group or topic: the ack request does (as in RocketMQ).
+
+    ``tag``: 22 url-safe base64 characters, HMAC-SHA256 (cut to 128 bits) of the seven
+    fields, the group and the topic under the shard's secret (:class:`PopState`
+    signs and checks it). RocketMQ's handles carry no secret, so anyone who guesses
+    the fields acks another consumer's message; here a guessed, altered or
+    other-group handle is refused. ``tag`` does not take part in ``==``; "" is an
+    unsigned handle (never handed out, refused by every check)."""
 
     shard: int
     queue_id: int
@@ -176,8 +196,11 @@ class ReceiptHandle:
     pop_ms: int
     invisible_ms: int
     commitlog_offset: int
+    tag: str = field(default="", compare=False)
 
     def __post_init__(self) -> None:
+        if not isinstance(self.tag, str) or (self.tag and _TAG_RE.fullmatch(self.tag) is None):
+            raise InvalidReceiptHandle(f"receipt handle tag must be {_TAG_CHARS} url-safe base64 characters")
         for name in ("shard", "queue_id", "offset", "generation", "pop_ms", "invisible_ms", "commitlog_offset"):
             value = getattr(self, name)
             high = _I32_MAX if name in ("shard", "queue_id") else _I64_MAX
@@ -191,12 +214,16 @@ class ReceiptHandle:
         """When the message becomes visible again: ``pop_ms + invisible_ms``."""
         return self.pop_ms + self.invisible_ms
 
-    def encode(self) -> str:
-        """The handle as the client sees it (see the class docstring)."""
+    def fields(self) -> str:
+        """The seven numbers as :meth:`encode` writes them (what the tag covers)."""
         return (
-            f"{HANDLE_VERSION} {self.shard} {self.queue_id} {self.offset} {self.generation} "
+            f"{self.shard} {self.queue_id} {self.offset} {self.generation} "
             f"{self.pop_ms} {self.invisible_ms} {self.commitlog_offset}"
         )
+
+    def encode(self) -> str:
+        """The handle as the client sees it (see the class docstring)."""
+        return f"{HANDLE_VERSION} {self.fields()} {self.tag}"
 
     @classmethod
     def parse(cls, text: str) -> ReceiptHandle:
@@ -209,9 +236,9 @@ class ReceiptHandle:
         m = _HANDLE_RE.fullmatch(text)
         if m is None:
             raise InvalidReceiptHandle(
-                f"malformed receipt handle {text[:80]!r}: expected {HANDLE_VERSION!r} and 7 decimal fields"
+                f"malformed receipt handle {text[:80]!r}: expected {HANDLE_VERSION!r}, 7 decimal fields and a tag"
             )
-        return cls(*(int(v) for v in m.group(1).split()))
+        return cls(*(int(v) for v in m.group(1).split()), tag=m.group(2))
 
 
 class InFlight(NamedTuple):
@@ -243,6 +270,7 @@ class AckOutcome(Enum):
     OK = "ok"  # the handle was current: the message is finished for the group
     STALE = "stale"  # not current: acked, redelivered or changed since, unknown, or another shard
     EXPIRED = "expired"  # now_ms > handle.deadline_ms: refused (RocketMQ's proxy does the same)
+    FORGED = "forged"  # its tag is not this shard's for the group and topic: not a handle it made
 
 
 @dataclass(frozen=True, slots=True)
@@ -495,6 +523,7 @@ class PopState:
         self._snapshots_written = 0
         self._compact_at = self._compact_bytes  # journal size of the next snapshot
         self._fd = -1
+        self._secret = b""
         self._open()
 
     # ------------------------------------------------------------------ open and recovery
@@ -512,6 +541,7 @@ class PopState:
             self._fd = -1
             raise StoreLockedError(f"{self._dir} is already open (its journal is locked)") from None
         try:
+            self._secret = self._load_secret()
             self.recovery = self._recover()
         except BaseException:
             os.close(self._fd)
@@ -524,6 +554,46 @@ class PopState:
             truncated_bytes=self.recovery.truncated_bytes,
             keys=sum(len(qs) for qs in self._keys.values()),
         )
+
+    def _load_secret(self) -> bytes:
+        """The handles' key: read, or made once (0600 whatever the umask; renamed into
+        place whole, so a crash leaves no half key). CorruptFileError if it is not
+        :data:`SECRET_BYTES` long (someone else wrote it)."""
+        path = self._dir / SECRET_FILE
+        try:
+            key = path.read_bytes()
+        except FileNotFoundError:
+            tmp = self._dir / SECRET_TMP
+            key = os.urandom(SECRET_BYTES)
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            try:
+                os.fchmod(fd, 0o600)  # a tmp left by a crash may have been made wider by hand
+                _write_all(fd, key, 0)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.replace(tmp, path)
+            fsync_dir(self._dir)  # the key must outlive a crash before any handle is signed with it
+            self._log.info("pop_handle_secret_created")
+        if len(key) != SECRET_BYTES:
+            raise CorruptFileError(f"{path}: {len(key)} bytes, a handle secret has {SECRET_BYTES}")
+        return key
+
+    def _tag(self, group: str, topic: str, h: ReceiptHandle) -> str:
+        g, t = group.encode(), topic.encode()
+        msg = b"%d:%s%d:%s%s" % (len(g), g, len(t), t, h.fields().encode())
+        mac = hmac.new(self._secret, msg, hashlib.sha256).digest()[:_TAG_BYTES]
+        return base64.urlsafe_b64encode(mac).rstrip(b"=").decode()
+
+    def _signed(self, group: str, topic: str, h: ReceiptHandle) -> ReceiptHandle:
+        return ReceiptHandle(
+            h.shard, h.queue_id, h.offset, h.generation, h.pop_ms, h.invisible_ms, h.commitlog_offset,
+            tag=self._tag(group, topic, h),
+        )  # fmt: skip
+
+    def _authentic(self, group: str, topic: str, h: ReceiptHandle) -> bool:
+        """True iff this shard made ``h`` for (group, topic): its tag is ours (constant time)."""
+        return bool(h.tag) and h.shard == self.shard and hmac.compare_digest(h.tag, self._tag(group, topic, h))
 
     def _recover(self) -> PopRecovery:
         tmp = self._dir / SNAPSHOT_TMP
@@ -825,6 +895,19 @@ class PopState:
 
         return self._read(read)
 
+    def delivered_in_flight(self, group: str, topic: str, queue_id: int) -> bool:
+        """FIFO: True if a delivered entry (attempt >= 1) of the key is in flight, due or
+        not: nothing new may be handed out from the queue until it is finished. A held
+        entry (attempt 0, a delay message waiting for its time) does not count: it
+        takes its place in the order when it is delivered, as RocketMQ's timer puts a
+        delay message into its queue only at its delivery time. O(entries of the key)."""
+
+        def read() -> bool:
+            qs = self._keys.get((group, topic), {}).get(queue_id)
+            return qs is not None and any(e.attempt > 0 for e in qs.entries.values())
+
+        return self._read(read)
+
     def next_deadline_ms(self, group: str, topic: str, queue_ids: Sequence[int]) -> int | None:
         """The earliest deadline among the entries in flight in these queues (it may be
         past), or None: when a long poll should look again."""
@@ -939,8 +1022,12 @@ class PopState:
                         d.offset, d.commitlog_offset, d.size, now_ms + invisible_ms, attempt + 1, generation + 1
                     )
                     handles.append(
-                        ReceiptHandle(
-                            self.shard, q, d.offset, entry.generation, now_ms, invisible_ms, d.commitlog_offset
+                        self._signed(
+                            group,
+                            topic,
+                            ReceiptHandle(
+                                self.shard, q, d.offset, entry.generation, now_ms, invisible_ms, d.commitlog_offset
+                            ),
                         )
                     )
                 puts.append((q, entry))
@@ -952,9 +1039,11 @@ class PopState:
 
     def ack(self, group: str, topic: str, handles: Sequence[ReceiptHandle], now_ms: int) -> list[AckOutcome]:
         """Finish the messages whose handles are current, as one durable step; an
-        outcome per handle, in order: OK (removed), EXPIRED (``now_ms`` is past the
-        handle's deadline: refused, the entry stays and comes back when due) or STALE
-        (anything else: acked already, redelivered or changed since, unknown)."""
+        outcome per handle, in order: FORGED (its tag is not this shard's for the group
+        and topic: checked first, so nothing about the entry shows), OK (removed),
+        EXPIRED (``now_ms`` is past the handle's deadline: refused, the entry stays and
+        comes back when due) or STALE (anything else: acked already, redelivered or
+        changed since, unknown)."""
         _check_name("group", group)
         _check_name("topic", topic)
         now_ms = _check_int("now_ms", now_ms)
@@ -967,6 +1056,9 @@ class PopState:
             queues = self._keys.get((group, topic), {})
             outcomes, removals, gone = [], [], set()
             for h in handles:
+                if not self._authentic(group, topic, h):
+                    outcomes.append(AckOutcome.FORGED)
+                    continue
                 if now_ms > h.deadline_ms:
                     outcomes.append(AckOutcome.EXPIRED)
                     continue
@@ -988,7 +1080,8 @@ class PopState:
         """Give a current handle's message a new deadline ``now_ms + invisible_ms``, as
         one durable step; returns the new handle (generation + 1, ``pop_ms = now_ms``,
         attempt unchanged), the old one is void. InvalidReceiptHandle (reason
-        ``expired`` or ``stale``) if the handle is not usable, with nothing changed."""
+        ``forged``, ``expired`` or ``stale``) if the handle is not usable, with nothing
+        changed."""
         _check_name("group", group)
         _check_name("topic", topic)
         if not isinstance(handle, ReceiptHandle):
@@ -998,6 +1091,10 @@ class PopState:
         h = handle
 
         def plan() -> tuple[ReceiptHandle, _Delta]:
+            if not self._authentic(group, topic, h):
+                raise InvalidReceiptHandle(
+                    f"receipt handle of {group}/{topic} was not made by shard {self.shard} for them", reason="forged"
+                )
             if now_ms > h.deadline_ms:
                 raise InvalidReceiptHandle(
                     f"receipt handle expired at {h.deadline_ms} (now {now_ms})", reason="expired"
@@ -1012,12 +1109,37 @@ class PopState:
                 )
             assert e is not None
             new = e._replace(deadline_ms=now_ms + invisible_ms, generation=e.generation + 1)
-            out = ReceiptHandle(
-                self.shard, h.queue_id, h.offset, new.generation, now_ms, invisible_ms, e.commitlog_offset
+            out = self._signed(
+                group,
+                topic,
+                ReceiptHandle(
+                    self.shard, h.queue_id, h.offset, new.generation, now_ms, invisible_ms, e.commitlog_offset
+                ),
             )
             return out, _Delta(group, topic, [], [(h.queue_id, new)], [])
 
         return self._mutate(plan)
+
+    def check(self, group: str, topic: str, handle: ReceiptHandle, now_ms: int) -> AckOutcome:
+        """What :meth:`ack` would answer for ``handle`` alone, changing nothing: for a
+        caller that finishes the message another way (to the DLQ, then :meth:`drop`)
+        under the key's lock, so the answer still holds when it acts."""
+        _check_name("group", group)
+        _check_name("topic", topic)
+        if not isinstance(handle, ReceiptHandle):
+            raise InvalidArgumentError(f"handle must be a ReceiptHandle, got {type(handle).__name__}")
+        now_ms = _check_int("now_ms", now_ms)
+
+        def read() -> AckOutcome:
+            if not self._authentic(group, topic, handle):
+                return AckOutcome.FORGED
+            if now_ms > handle.deadline_ms:
+                return AckOutcome.EXPIRED
+            qs = self._keys.get((group, topic), {}).get(handle.queue_id)
+            e = qs.entries.get(handle.offset) if qs is not None else None
+            return AckOutcome.OK if _current(e, handle) else AckOutcome.STALE
+
+        return self._read(read)
 
     def drop(self, group: str, topic: str, queue_id: int, offsets: Iterable[int]) -> int:
         """Remove entries in flight without a handle check (after a message went to
@@ -1067,6 +1189,7 @@ __all__ = [
     "HANDLE_VERSION",
     "JOURNAL_FILE",
     "POP_DIR",
+    "SECRET_FILE",
     "SNAPSHOT_FILE",
     "AckOutcome",
     "Delivery",

@@ -27,6 +27,9 @@ scrape shows every shard without a metrics port per actor. Names (all ``mqstore_
     shard_delay_skipped_total{shard}           counter    delay-topic records skipped (logged delay_record_skipped)
     shard_background_failures_total{shard}     counter    failed passes of the delay scheduler and retention (retried)
     shard_loop_stopped{shard,loop}             gauge      1 per background loop that stopped (health NOT_SERVING)
+    rocketmq_set_aside_total{reason}           counter    records no RocketMQ 5 consumer could take, sent to
+                                                          %DLQ%<group> alone (born_time, store_time,
+                                                          delivery_time: consumer_rules; conversion: the front's guard)
     shard_writes_refused_total{shard}          counter    appends refused (a full disk, a failed flush)
     shard_refusing_writes{shard,cause}         gauge      1 while appends are refused, by cause
     shard_forced_deleted_segments_total{shard} counter    segments deleted unexpired (--clean-forcibly)
@@ -138,6 +141,12 @@ class FrontMetrics:
             ["method", "code"],
             registry=self.registry,
         )
+        self.rocketmq_set_aside = Counter(
+            "mqstore_rocketmq_set_aside",
+            "Records no RocketMQ 5 consumer could take, dead-lettered alone with their reason",
+            ["reason"],
+            registry=self.registry,
+        )
         self._fetch = fetch_shards
         self.registry.register(_ShardCollector(self))
         self._server = None
@@ -148,6 +157,9 @@ class FrontMetrics:
 
     def observe_rocketmq(self, method: str, code: str) -> None:
         self.rocketmq_requests.labels(method, code).inc()
+
+    def set_aside(self, reason: str) -> None:
+        self.rocketmq_set_aside.labels(reason).inc()
 
     def serve(self, host: str, port: int) -> int:
         """Start the HTTP endpoint (``/metrics``) on ``host:port``; returns the port."""

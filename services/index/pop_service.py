@@ -44,6 +44,14 @@ from mqstore.services.index.state import BuilderState
 from mqstore.store import reads
 from mqstore.store.builders import QueueBuilder
 from mqstore.store.consumer_offsets import check_group
+from mqstore.store.consumer_rules import (
+    MAX_TIME_MS,
+    MIN_TIME_MS,
+    TIMER_DELIVER_MS,
+    Unconvertible,
+    delivery_ms,
+    unconvertible,
+)
 from mqstore.store.local_ports import units_page
 from mqstore.store.loss_ledger import pop_gap
 from mqstore.store.messages import MessageBatch
@@ -51,9 +59,9 @@ from mqstore.store.pop import AckOutcome, Delivery, InFlight, PopState, ReceiptH
 
 log = structlog.get_logger(__name__)
 
-TIMER_DELIVER_MS = "TIMER_DELIVER_MS"  # RocketMQ MessageConst.PROPERTY_TIMER_DELIVER_MS
 DLQ_ORIGIN_TOPIC = "DLQ_ORIGIN_TOPIC"
 DLQ_ORIGIN_MESSAGE_ID = "DLQ_ORIGIN_MESSAGE_ID"
+DLQ_REASON = "DLQ_REASON"  # mqstore's: why a record was set aside (RocketMQ's DLQ records carry no reason)
 RETRY_TOPIC = "RETRY_TOPIC"
 DLQ_PREFIX = "%DLQ%"
 MAX_POP = 32  # the broker refuses bigger pop batches
@@ -61,7 +69,12 @@ MAX_INVISIBLE_MS = 12 * 3600 * 1000
 MAX_WAIT_MS = 60_000
 _SCAN_UNITS = 256  # units looked at per read when a filter skips messages
 _FIRST = np.zeros(1, np.int64)  # decode_records' positions of a lone record
-_OUTCOMES = {AckOutcome.OK: pb.POP_OK, AckOutcome.STALE: pb.POP_STALE, AckOutcome.EXPIRED: pb.POP_EXPIRED}
+_OUTCOMES = {
+    AckOutcome.OK: pb.POP_OK,
+    AckOutcome.STALE: pb.POP_STALE,
+    AckOutcome.EXPIRED: pb.POP_EXPIRED,
+    AckOutcome.FORGED: pb.POP_MALFORMED,  # a tag this shard did not make: not one of its handles
+}
 
 
 def dead_letter_topic(group: str) -> str:
@@ -134,11 +147,14 @@ class Popper:
         tags = reads.parse_tag_expression(request.tag_expression)
         loop = asyncio.get_running_loop()
         give_up = loop.time() + request.wait_ms / 1000
+        aside: list[str] = []  # set aside while waiting: no reason to stop waiting, reported at the end
         while True:
             arrival = self._arrival()  # before looking, so an arrival meanwhile is not missed
             answer, next_due = await self._state.call(self._pop_once, builder, request, tags)
+            aside += answer.set_aside
             left = give_up - loop.time()
             if answer.messages or answer.dead_lettered or left <= 0:
+                answer.set_aside[:] = aside
                 return answer
             if next_due is not None:
                 left = min(left, max(0.0, (next_due - _now_ms()) / 1000))
@@ -157,35 +173,56 @@ class Popper:
             now = _now_ms()
             deliveries: list[Delivery] = []
             dead: list[tuple[int, InFlight]] = []
+            aside: list[tuple[int, InFlight]] = []  # unconvertible: to the DLQ alone, never handed out
+            reasons: dict[tuple[int, int], Unconvertible] = {}
+            raws: dict[int, bytes] = {}  # commitlog offset -> record, read once per look
             for q, e in pops.due(group, topic, qids, now, req.max_messages + 64):
                 if len(deliveries) >= req.max_messages:
                     break
                 if e.attempt >= req.max_attempts:
                     dead.append((q, e))
+                elif (
+                    req.fifo
+                    and e.attempt == 0
+                    and (pops.delivered_in_flight(group, topic, q) or any(d.queue_id == q for d in deliveries))
+                ):
+                    continue  # a delay message whose time came joins the queue's order behind what is out
                 else:
                     deliveries.append(Delivery(q, e.offset, e.commitlog_offset, e.size))
+            deliveries = self._set_aside_due(pops, group, topic, deliveries, raws, aside, reasons)
             cursors: dict[int, int] = {}
             start = self._rotation.get((group, topic), 0)
             order = qids[start % len(qids) :] + qids[: start % len(qids)]
             self._rotation[(group, topic)] = start + 1
             for q in order:
-                room = req.max_messages - len(deliveries)
+                room = req.max_messages - sum(1 for d in deliveries if d.hold_until_ms is None)
                 if room <= 0:
                     break
-                if req.fifo and (pops.in_flight(group, topic, q) or any(d.queue_id == q for d in deliveries)):
-                    continue  # in order: nothing new while one is out
-                taken, cursor = self._take_new(builder, group, topic, q, room, tags, now)
+                if req.fifo and (
+                    pops.delivered_in_flight(group, topic, q)
+                    or any(d.queue_id == q and d.hold_until_ms is None for d in deliveries)
+                ):
+                    continue  # in order: nothing new while one is out (a held delay message is not out)
+                taken, cursor = self._take_new(builder, group, topic, q, room, tags, now, raws, reasons)
                 deliveries.extend(taken)
                 if cursor is not None:
                     cursors[q] = cursor
             answer = pb.PopResponse()
             if deliveries or cursors:
                 handles = pops.pop(group, topic, deliveries, cursors=cursors, now_ms=now, invisible_ms=req.invisible_ms)
+                for d in deliveries:  # new unconvertible records, now in flight (held): set aside
+                    if (d.queue_id, d.offset) in reasons and d.hold_until_ms is not None:
+                        e = pops.entry(group, topic, d.queue_id, d.offset)
+                        if e is not None:
+                            aside.append((d.queue_id, e))
                 shown = [(d, h) for d, h in zip(deliveries, handles) if h is not None]
                 if shown:
-                    raws = self._records([d.commitlog_offset for d, _ in shown], [d.size for d, _ in shown])
+                    missing = [d for d, _ in shown if d.commitlog_offset not in raws]
+                    got = self._records([d.commitlog_offset for d in missing], [d.size for d in missing])
+                    raws.update((d.commitlog_offset, raw) for d, raw in zip(missing, got) if raw is not None)
                     parts = []
-                    for (d, h), raw in zip(shown, raws):
+                    for d, h in shown:
+                        raw = raws.get(d.commitlog_offset)
                         if raw is None:  # retention removed it: nothing to deliver, finished for the group
                             pops.drop(group, topic, d.queue_id, [d.offset])
                             continue
@@ -199,20 +236,64 @@ class Popper:
                         )
                         parts.append(raw)
                     answer.records = b"".join(parts)
+            if aside:
+                self._dead_letter(pops, group, topic, aside, req.dead_letter_queue_id, reasons)
+                answer.set_aside.extend(reasons[(q, e.offset)].code for q, e in aside)
             if dead:
                 answer.dead_lettered = self._dead_letter(pops, group, topic, dead, req.dead_letter_queue_id)
             return answer, pops.next_deadline_ms(group, topic, qids)
+
+    def _set_aside_due(
+        self,
+        pops: PopState,
+        group: str,
+        topic: str,
+        deliveries: list[Delivery],
+        raws: dict[int, bytes],
+        aside: list[tuple[int, InFlight]],
+        reasons: dict[tuple[int, int], Unconvertible],
+    ) -> list[Delivery]:
+        """The due deliveries whose records a consumer can take; the others (a record
+        a crash left held before it was set aside, or one that was handed out before
+        this check) go to ``aside``. Fills ``raws``."""
+        if not deliveries:
+            return deliveries
+        got = self._records([d.commitlog_offset for d in deliveries], [d.size for d in deliveries])
+        keep = []
+        for d, raw in zip(deliveries, got):
+            if raw is not None:
+                raws[d.commitlog_offset] = raw
+                why = unconvertible(decode_records(raw, _FIRST, check_crc=False)[0])
+                if why is not None:
+                    e = pops.entry(group, topic, d.queue_id, d.offset)
+                    if e is not None:
+                        reasons[(d.queue_id, d.offset)] = why
+                        aside.append((d.queue_id, e))
+                    continue
+            keep.append(d)
+        return keep
 
     @staticmethod
     def _attempt_of(pops: PopState, group: str, topic: str, d: Delivery) -> int:
         e = pops.entry(group, topic, d.queue_id, d.offset)
         return e.attempt if e is not None else 1
 
-    def _take_new(
-        self, builder: QueueBuilder, group: str, topic: str, q: int, room: int, tags: set[str] | None, now: int
+    def _take_new(  # noqa: PLR0913
+        self,
+        builder: QueueBuilder,
+        group: str,
+        topic: str,
+        q: int,
+        room: int,
+        tags: set[str] | None,
+        now: int,
+        raws: dict[int, bytes],
+        reasons: dict[tuple[int, int], Unconvertible],
     ) -> tuple[list[Delivery], int | None]:
         """Up to ``room`` new deliveries of queue ``q`` from the group's cursor, and the
-        cursor after them (None: nothing looked at)."""
+        cursor after them (None: nothing looked at). An unconvertible record is taken
+        held until ``now`` (in flight, so a crash before its dead letter redoes it),
+        with its reason in ``reasons``; a record to hand out goes into ``raws``."""
         pops = self._popstate()
         cursor = pops.cursor(group, topic, q)
         taken: list[Delivery] = []
@@ -259,10 +340,16 @@ class Popper:
                 rec = decode_records(raw, _FIRST, check_crc=False)[0]
                 if tags is not None and rec.tags not in tags:
                     continue  # a hash collision: not this filter's tag
-                hold = _deliver_at(rec.properties)
-                held = hold if hold > now else None
+                why = unconvertible(rec)
+                if why is not None:
+                    reasons[(q, cursor + i)] = why
+                    taken.append(Delivery(q, cursor + i, int(offsets[i]), int(sizes[i]), hold_until_ms=now))
+                    continue
+                hold = delivery_ms(rec.properties)
+                held = hold if hold is not None and hold > now else None
                 taken.append(Delivery(q, cursor + i, int(offsets[i]), int(sizes[i]), hold_until_ms=held))
                 if held is None:
+                    raws[int(offsets[i])] = raw
                     shown += 1
                     if shown >= room:
                         last = i + 1
@@ -286,15 +373,38 @@ class Popper:
         }
         return [by_offset.get(int(o)) for o in offsets]
 
-    def _dead_letter(
-        self, pops: PopState, group: str, topic: str, dead: list[tuple[int, InFlight]], dlq_queue: int
+    def _dead_letter(  # noqa: PLR0913
+        self,
+        pops: PopState,
+        group: str,
+        topic: str,
+        dead: list[tuple[int, InFlight]],
+        dlq_queue: int,
+        reasons: dict[tuple[int, int], Unconvertible] | None = None,
     ) -> int:
         """Append each message to %DLQ%<group> (through the commitlog, as the delay
         scheduler delivers), then finish it for the group. A crash between the two
-        writes it again next time: at least once, never lost."""
+        writes it again next time: at least once, never lost. A message with a reason
+        (``reasons[(queue, offset)]``, an unconvertible record set aside) carries it
+        in DLQ_REASON, its unconvertible time left out, so the dead letter is one a
+        consumer can receive."""
+        reasons = reasons or {}
         raws = self._records([e.commitlog_offset for _, e in dead], [e.size for _, e in dead])
         rows = [(q, e, raw) for (q, e), raw in zip(dead, raws)]
         records = [(q, e, decode_records(raw, _FIRST, check_crc=False)[0]) for q, e, raw in rows if raw]
+        for q, e, rec in records:
+            why = reasons.get((q, e.offset))
+            if why is not None:
+                log.warning(
+                    "pop_record_set_aside",
+                    group=group,
+                    topic=topic,
+                    queue=q,
+                    offset=e.offset,
+                    commitlog_offset=e.commitlog_offset,
+                    code=why.code,
+                    reason=why.reason,
+                )
         if records:
             batch = MessageBatch(
                 topics=[dead_letter_topic(group)] * len(records),
@@ -303,10 +413,10 @@ class Popper:
                 tags=[r.tags for _, _, r in records],
                 keys=[r.keys for _, _, r in records],
                 unique_keys=[r.unique_key for _, _, r in records],
-                properties=[_dead_letter_properties(r, topic) for _, _, r in records],
+                properties=[_dead_letter_properties(r, topic, reasons.get((q, e.offset))) for q, e, r in records],
                 flags=[r.flag for _, _, r in records],
                 sysflags=[0] * len(records),
-                born_timestamps=[r.born_timestamp for _, _, r in records],
+                born_timestamps=[_born_ms(r) for _, _, r in records],
                 born_hosts=[r.born_host for _, _, r in records],
                 reconsume_times=[e.attempt for _, e, _ in records],
             )
@@ -361,8 +471,8 @@ class Popper:
         try:
             with self._lock(request.group, request.topic):
                 new = self._popstate().change_invisible(request.group, request.topic, h, now, request.invisible_ms)
-        except InvalidReceiptHandle:
-            return pb.ChangeInvisibleResponse(outcome=pb.POP_STALE)
+        except InvalidReceiptHandle as e:
+            return pb.ChangeInvisibleResponse(outcome=pb.POP_MALFORMED if e.reason == "forged" else pb.POP_STALE)
         return pb.ChangeInvisibleResponse(outcome=pb.POP_OK, receipt_handle=new.encode())
 
     async def to_dead_letter(self, request: pb.PopToDeadLetterRequest) -> pb.PopToDeadLetterResponse:
@@ -375,11 +485,20 @@ class Popper:
         if h is None:
             return pb.PopToDeadLetterResponse(outcome=pb.POP_MALFORMED)
         pops = self._popstate()
-        with self._lock(request.group, request.topic):
-            entry = pops.entry(request.group, request.topic, h.queue_id, h.offset)
-            if entry is None or entry.generation != h.generation:
+        group, topic = request.group, request.topic
+        with self._lock(group, topic):
+            outcome = pops.check(group, topic, h, _now_ms())  # forged, expired, stale: refused as ack refuses
+            entry = pops.entry(group, topic, h.queue_id, h.offset)
+            if outcome is not AckOutcome.OK:
+                return pb.PopToDeadLetterResponse(outcome=_OUTCOMES[outcome])
+            if entry is None:  # not after a current check under the lock; kept for the type
                 return pb.PopToDeadLetterResponse(outcome=pb.POP_STALE)
-            self._dead_letter(pops, request.group, request.topic, [(h.queue_id, entry)], request.dead_letter_queue_id)
+            reasons = {}
+            if request.reason:  # the front could not convert it: the core's reason if it has one
+                raw = self._records([entry.commitlog_offset], [entry.size])[0]
+                why = unconvertible(decode_records(raw, _FIRST, check_crc=False)[0]) if raw else None
+                reasons[(h.queue_id, h.offset)] = why or Unconvertible("conversion", request.reason[:200])
+            self._dead_letter(pops, group, topic, [(h.queue_id, entry)], request.dead_letter_queue_id, reasons)
         return pb.PopToDeadLetterResponse(outcome=pb.POP_OK)
 
     def _handle(self, text: str) -> ReceiptHandle | None:
@@ -398,21 +517,24 @@ def _check_names(group: str, topic: str) -> None:
         raise BadRequest(str(e)) from None
 
 
-def _deliver_at(properties: dict[str, str]) -> int:
-    value = properties.get(TIMER_DELIVER_MS)
-    if not value:
-        return 0
-    try:
-        return int(value)
-    except ValueError:
-        return 0  # not a time: delivered at once
+def _born_ms(rec) -> int:
+    """The born time a dead letter keeps: the record's, or its store time (then 0)
+    when a consumer could not take it (consumer_rules)."""
+    for ms in (rec.born_timestamp, rec.store_timestamp):
+        if MIN_TIME_MS <= ms <= MAX_TIME_MS:
+            return ms
+    return 0
 
 
-def _dead_letter_properties(rec, topic: str) -> dict[str, str]:
+def _dead_letter_properties(rec, topic: str, why: Unconvertible | None = None) -> dict[str, str]:
     props = {k: v for k, v in rec.properties.items() if k not in ("TAGS", "KEYS", "UNIQ_KEY", "__CRC32#")}
     props[DLQ_ORIGIN_TOPIC] = topic
     props[RETRY_TOPIC] = topic
     props[DLQ_ORIGIN_MESSAGE_ID] = rec.unique_key or rec.msg_id
+    if why is not None:
+        props[DLQ_REASON] = why.reason
+        if why.code == "delivery_time":
+            props.pop(TIMER_DELIVER_MS, None)  # else the dead letter would be just as unreceivable
     return props
 
 

@@ -33,6 +33,7 @@ from mqstore.formats.properties import split_keys
 from mqstore.rpc.rocketmq_v2 import messaging_pb2 as v2
 from mqstore.rpc.v1 import common_pb2
 from mqstore.services.rocketmq.status import Code, ProtocolError
+from mqstore.store.consumer_rules import delivery_ms
 from mqstore.store import message_rules
 from mqstore.store.messages import STORE_ONLY_PROPERTIES
 
@@ -241,10 +242,13 @@ def _timestamp(ms: int) -> Timestamp:
 
 def to_message(rec: MessageRecord, *, receipt_handle: str, attempt: int, invisible_ms: int) -> v2.Message:
     """A stored record as a received v2 message (every field the clients need, §6 of
-    the protocol notes: handle, IDENTITY encoding, MD5 digest, attempt >= 1)."""
+    the protocol notes: handle, IDENTITY encoding, MD5 digest, attempt >= 1). The
+    record must pass consumer_rules.unconvertible (the shard's pop service sets the
+    others aside); ValueError otherwise (a time outside Timestamp's range)."""
     props = rec.properties
     group = props.get(SHARDING_KEY)
     deliver = props.get(TIMER_DELIVER_MS)
+    deliver_ms = delivery_ms(props)  # the shard set aside a record with one out of range (consumer_rules)
     kind = v2.FIFO if group else v2.DELAY if deliver else v2.NORMAL
     sp = v2.SystemProperties(
         keys=split_keys(rec.keys),
@@ -266,8 +270,8 @@ def to_message(rec: MessageRecord, *, receipt_handle: str, attempt: int, invisib
         sp.tag = rec.tags
     if group:
         sp.message_group = group
-    if deliver and deliver.isdigit():
-        sp.delivery_timestamp.CopyFrom(_timestamp(int(deliver)))
+    if deliver_ms is not None:
+        sp.delivery_timestamp.CopyFrom(_timestamp(deliver_ms))
     if props.get(TRACE_CONTEXT):
         sp.trace_context = props[TRACE_CONTEXT]
     user = {k: v for k, v in props.items() if k not in _SYSTEM_READ_BACK}

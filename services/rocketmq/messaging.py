@@ -533,10 +533,15 @@ class MessagingServicer:
             res = await self.front.shards[shard].call(
                 "cq", "Pop", pop_request(shard, wait_ms), timeout=wait_ms / 1000 + 10, retry=False
             )
+            for code in res.set_aside:
+                self.count_set_aside(code)
+            messages, failed = _messages(res, invisible_ms)
+            if failed:
+                await self._set_aside(shard, group, topic, failed)
             if request.auto_renew and not request.HasField("invisible_duration"):
-                for p in res.messages:
-                    self.renewals.hold(client, group, topic, shard, p.receipt_handle)
-            return _messages(res, invisible_ms)
+                for m in messages:
+                    self.renewals.hold(client, group, topic, shard, m.system_properties.receipt_handle)
+            return messages
 
         shards = sorted(by_shard)
         if len(shards) == 1:
@@ -551,6 +556,29 @@ class MessagingServicer:
         # then every shard waits at once; whatever any of them hands out is answered
         found_all = await asyncio.gather(*(pop(s, poll_ms) for s in order))
         return [m for part in found_all for m in part]
+
+    async def _set_aside(self, shard: int, group: str, topic: str, failed: list[tuple[str, str]]) -> None:
+        """Messages the front could not convert (the shard's check let them through: a
+        guard, not the rule): each to %DLQ%<group> alone with the reason, so the receive
+        answers the others and the failed one never comes back."""
+        dlq = self._queue_on(dead_letter_topic(group), shard)
+        for handle, reason in failed:
+            self.count_set_aside("conversion")
+            try:
+                await self.front.shards[shard].call(
+                    "cq",
+                    "PopToDeadLetter",
+                    cq.PopToDeadLetterRequest(
+                        group=group, topic=topic, receipt_handle=handle, dead_letter_queue_id=dlq, reason=reason
+                    ),
+                    retry=False,
+                )
+            except Exception as e:  # noqa: BLE001 - it comes back when due and is tried again
+                log.warning("rocketmq_set_aside_failed", group=group, topic=topic, error=str(e))
+
+    def count_set_aside(self, code: str) -> None:
+        if self.metrics is not None:
+            self.metrics.set_aside(code)
 
     def _queue_on(self, topic: str, shard: int) -> int:
         """The smallest queue id of ``topic`` that lives on ``shard``."""
@@ -729,16 +757,23 @@ def _outcome_status(outcome: int) -> v2.Status:
     return status(Code.INVALID_RECEIPT_HANDLE, why.get(outcome, "invalid receipt handle"))
 
 
-def _messages(res: cq.PopResponse, invisible_ms: int) -> list[v2.Message]:
-    out, at = [], 0
+def _messages(res: cq.PopResponse, invisible_ms: int) -> tuple[list[v2.Message], list[tuple[str, str]]]:
+    """The popped records as v2 messages, and (handle, reason) of each that would not
+    convert: one bad record never fails the others."""
+    out, failed, at = [], [], 0
     data = res.records
     for p in res.messages:
-        rec = decode_records(data[at : at + p.size], _FIRST, check_crc=False)[0]
+        raw = data[at : at + p.size]
         at += p.size
-        out.append(
-            convert.to_message(rec, receipt_handle=p.receipt_handle, attempt=p.attempt, invisible_ms=invisible_ms)
-        )
-    return out
+        try:
+            rec = decode_records(raw, _FIRST, check_crc=False)[0]
+            out.append(
+                convert.to_message(rec, receipt_handle=p.receipt_handle, attempt=p.attempt, invisible_ms=invisible_ms)
+            )
+        except Exception as e:  # noqa: BLE001 - set aside alone, whatever went wrong
+            log.warning("rocketmq_message_unconvertible", queue=p.queue_id, offset=p.queue_offset, error=str(e))
+            failed.append((p.receipt_handle, f"the RocketMQ port could not convert it: {type(e).__name__}: {e}"))
+    return out, failed
 
 
 def _now() -> Timestamp:

@@ -355,7 +355,14 @@ def test_received_message_then_bad_and_good_handles(stub, meta):
 # ------------------------------------------------------------------ handles
 
 SHARD_7 = ReceiptHandle(
-    shard=7, queue_id=0, offset=0, generation=1, pop_ms=int(time.time() * 1000), invisible_ms=60_000, commitlog_offset=0
+    shard=7,
+    queue_id=0,
+    offset=0,
+    generation=1,
+    pop_ms=int(time.time() * 1000),
+    invisible_ms=60_000,
+    commitlog_offset=0,
+    tag="A" * 22,  # well formed: the front refuses it for its shard
 ).encode()
 
 

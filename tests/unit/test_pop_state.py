@@ -3,10 +3,13 @@ test with reopens, torn and garbage journal tails, snapshots, and a real kill -9
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import random
+import shutil
 import signal
+import stat
 import subprocess
 import sys
 import threading
@@ -29,6 +32,7 @@ from mqstore.store import faults
 from mqstore.store.pop import (
     JOURNAL_FILE,
     POP_DIR,
+    SECRET_FILE,
     SNAPSHOT_FILE,
     SNAPSHOT_TMP,
     AckOutcome,
@@ -80,13 +84,15 @@ handles = st.builds(
     pop_ms=st.integers(0, I64),
     invisible_ms=st.integers(0, I64),
     commitlog_offset=st.integers(0, I64),
+    tag=st.from_regex(r"[A-Za-z0-9_-]{22}", fullmatch=True),
 )
+TAG = "A" * 22
 
 
 @given(handles)
 def test_handle_round_trip(h: ReceiptHandle) -> None:
     text = h.encode()
-    assert text.startswith("m1 ") and len(text.split(" ")) == 8
+    assert text.startswith("m2 ") and len(text.split(" ")) == 9
     assert ReceiptHandle.parse(text) == h
     assert ReceiptHandle.parse(text).encode() == text
 
@@ -106,25 +112,31 @@ def test_handle_parse_refuses_or_round_trips(text: str) -> None:
     "text",
     [
         "",
-        "m1",
-        "m1 1 2 3 4 5 6",  # a field short
-        "m1 1 2 3 4 5 6 7 8",  # a field too many
-        "m2 1 2 3 4 5 6 7",  # unknown version
-        "M1 1 2 3 4 5 6 7",
-        " m1 1 2 3 4 5 6 7",
-        "m1 1 2 3 4 5 6 7 ",
-        "m1  1 2 3 4 5 6 7",
-        "m1 1 2 3 4 5 6 -7",
-        "m1 1 2 3 4 5 6 +7",
-        "m1 01 2 3 4 5 6 7",  # not canonical
-        "m1 1 2 3 4 5 6 7x",
-        "m1\t1 2 3 4 5 6 7",
-        "m1 1 2 3 4 5 6 ٣",  # a non-ASCII digit
-        f"m1 {I32 + 1} 2 3 4 5 6 7",  # shard over 31 bits
-        f"m1 1 {I32 + 1} 3 4 5 6 7",
-        f"m1 1 2 {I64 + 1} 4 5 6 7",  # over 63 bits
-        "m1 1 2 3 4 5 6 " + "9" * 25,
-        "m1 " + " ".join(["1"] * 7) * 100,
+        "m2",
+        "m1 1 2 3 4 5 6 7",  # m1 had no tag: refused since m2
+        f"m1 1 2 3 4 5 6 7 {TAG}",
+        "m2 1 2 3 4 5 6 7",  # no tag
+        f"m2 1 2 3 4 5 6 {TAG}",  # a field short
+        f"m2 1 2 3 4 5 6 7 8 {TAG}",  # a field too many
+        f"m3 1 2 3 4 5 6 7 {TAG}",  # unknown version
+        f"M2 1 2 3 4 5 6 7 {TAG}",
+        f" m2 1 2 3 4 5 6 7 {TAG}",
+        f"m2 1 2 3 4 5 6 7 {TAG} ",
+        f"m2  1 2 3 4 5 6 7 {TAG}",
+        f"m2 1 2 3 4 5 6 -7 {TAG}",
+        f"m2 1 2 3 4 5 6 +7 {TAG}",
+        f"m2 01 2 3 4 5 6 7 {TAG}",  # not canonical
+        f"m2 1 2 3 4 5 6 7x {TAG}",
+        f"m2\t1 2 3 4 5 6 7 {TAG}",
+        f"m2 1 2 3 4 5 6 ٣ {TAG}",  # a non-ASCII digit
+        f"m2 1 2 3 4 5 6 7 {TAG[:-1]}",  # a tag short
+        f"m2 1 2 3 4 5 6 7 {TAG}A",  # a tag too long
+        f"m2 1 2 3 4 5 6 7 {TAG[:-1]}=",  # not url-safe base64
+        f"m2 {I32 + 1} 2 3 4 5 6 7 {TAG}",  # shard over 31 bits
+        f"m2 1 {I32 + 1} 3 4 5 6 7 {TAG}",
+        f"m2 1 2 {I64 + 1} 4 5 6 7 {TAG}",  # over 63 bits
+        "m2 1 2 3 4 5 6 " + "9" * 25 + f" {TAG}",
+        "m2 " + " ".join(["1"] * 7) * 100 + f" {TAG}",
     ],
 )
 def test_malformed_handles_refused(text: str) -> None:
@@ -186,7 +198,7 @@ def test_ack_removes_once(state: PopState) -> None:
     assert state.ack(G, T, [hs[1], hs[1]], 10) == [AckOutcome.OK, AckOutcome.STALE]
     assert [e.offset for e in state.in_flight(G, T, 1)] == [0, 2]
     assert state.ack(G, T, [hs[1]], 20) == [AckOutcome.STALE]
-    assert state.ack("other", T, [hs[0]], 20) == [AckOutcome.STALE]  # the handle is this group's
+    assert state.ack("other", T, [hs[0]], 20) == [AckOutcome.FORGED]  # the handle is this group's
     assert state.ack(G, T, [hs[0], hs[2]], 1000) == [AckOutcome.OK, AckOutcome.OK]
     assert state.groups()[0].in_flight == 0 and state.cursor(G, T, 1) == 3
 
@@ -219,13 +231,62 @@ def test_change_invisible_voids_the_old_handle(state: PopState) -> None:
         state.change_invisible(G, T, h3, 1070, 10)  # acked
 
 
-def test_handles_of_another_shard_are_stale(state: PopState) -> None:
+def test_handles_of_another_shard_are_refused(state: PopState) -> None:
     (h,) = state.pop(G, T, [new(0, 0)], cursors={0: 1}, now_ms=0, invisible_ms=100)
-    other = ReceiptHandle(4, h.queue_id, h.offset, h.generation, h.pop_ms, h.invisible_ms, h.commitlog_offset)
-    assert state.ack(G, T, [other], 10) == [AckOutcome.STALE]
+    other = dataclasses.replace(h, shard=4)
+    assert state.ack(G, T, [other], 10) == [AckOutcome.FORGED]
     with pytest.raises(InvalidReceiptHandle):
         state.change_invisible(G, T, other, 10, 10)
     assert state.ack(G, T, [h], 10) == [AckOutcome.OK]
+
+
+def test_guessed_altered_and_other_group_handles_are_forged(state: PopState) -> None:
+    """Finding 8: one ack with guessed handles acked another consumer's message.
+    A handle is good only with the tag this shard made for its fields, group and topic."""
+    hs = state.pop(G, T, [new(0, 0), new(0, 1)], cursors={0: 2}, now_ms=0, invisible_ms=100)
+    h0, h1 = hs
+    assert h0 is not None and h1 is not None and h0.tag and h0.tag != h1.tag
+    guessed = [ReceiptHandle(h0.shard, 0, 0, g, 0, 100, 0) for g in range(1, 4)]  # the right fields, no tag
+    assert state.ack(G, T, guessed, 10) == [AckOutcome.FORGED] * 3
+    with pytest.raises(InvalidReceiptHandle):
+        ReceiptHandle.parse(guessed[0].encode())  # nor does it parse without one
+    wrong_tag = ReceiptHandle.parse(h0.encode().rsplit(" ", 1)[0] + " " + h1.tag)
+    assert state.ack(G, T, [wrong_tag], 10) == [AckOutcome.FORGED]
+    altered = dataclasses.replace(h0, invisible_ms=5000)  # a longer deadline, the same tag
+    assert state.ack(G, T, [altered], 10) == [AckOutcome.FORGED]
+    with pytest.raises(InvalidReceiptHandle) as e:
+        state.change_invisible(G, T, altered, 10, 10)
+    assert e.value.reason == "forged"
+    # the same offsets popped by another group: its handles do not ack this group's
+    (other,) = state.pop("other", T, [new(0, 0)], cursors={0: 1}, now_ms=0, invisible_ms=100)
+    assert other is not None and other.fields() == h0.fields() and other.tag != h0.tag
+    assert state.ack(G, T, [other], 10) == [AckOutcome.FORGED]
+    assert state.ack(G, "other-topic", [h0], 10) == [AckOutcome.FORGED]
+    assert state.check(G, T, h0, 10) == AckOutcome.OK and state.check(G, T, altered, 10) == AckOutcome.FORGED
+    assert state.check(G, T, h0, 101) == AckOutcome.EXPIRED
+    assert [e.offset for e in state.in_flight(G, T, 0)] == [0, 1]  # nothing was acked
+    assert state.ack(G, T, [h0, h1], 10) == [AckOutcome.OK, AckOutcome.OK]
+    assert state.check(G, T, h0, 10) == AckOutcome.STALE
+
+
+def test_handle_secret_is_private_and_survives_reopen(tmp_path: Path) -> None:
+    old = os.umask(0)
+    try:
+        with PopState(tmp_path, shard=1) as s:
+            (h,) = s.pop(G, T, [new(0, 0)], cursors={0: 1}, now_ms=0, invisible_ms=10_000)
+    finally:
+        os.umask(old)
+    secret = tmp_path / POP_DIR / SECRET_FILE
+    assert stat.S_IMODE(secret.stat().st_mode) == 0o600 and len(secret.read_bytes()) == 32
+    with PopState(tmp_path, shard=1) as s:  # a restart: the handle still acks
+        assert h is not None and s.ack(G, T, [ReceiptHandle.parse(h.encode())], 10) == [AckOutcome.OK]
+    other = tmp_path / "other"
+    with PopState(other, shard=1) as s:  # another shard's store: another secret
+        s.pop(G, T, [new(0, 0)], cursors={0: 1}, now_ms=0, invisible_ms=10_000)
+        assert s.ack(G, T, [h], 10) == [AckOutcome.FORGED]
+    secret.write_bytes(b"short")
+    with pytest.raises(CorruptFileError, match="handle secret"):
+        PopState(tmp_path, shard=1)
 
 
 def test_held_entries(state: PopState) -> None:
@@ -251,6 +312,18 @@ def test_blocked_and_next_deadline(state: PopState) -> None:
     assert state.next_deadline_ms(G, T, [0, 1]) == 500
     assert state.next_deadline_ms(G, T, [1, 7]) == 700
     assert state.next_deadline_ms("other", T, [0, 1]) is None
+
+
+def test_held_entries_do_not_hold_a_fifo_queue(state: PopState) -> None:
+    """A held delay message is not delivered yet: it does not keep a FIFO queue from
+    handing out what follows it (RocketMQ's timer puts it in the queue at its time)."""
+    assert not state.delivered_in_flight(G, T, 0)
+    state.pop(G, T, [new(0, 0, hold=10**12)], cursors={0: 1}, now_ms=100, invisible_ms=400)
+    assert not state.delivered_in_flight(G, T, 0)
+    state.pop(G, T, [new(0, 1)], cursors={0: 2}, now_ms=100, invisible_ms=400)
+    assert state.delivered_in_flight(G, T, 0)
+    assert state.delivered_in_flight(G, T, 0)  # due or not: a delivered one holds the queue until finished
+    assert not state.delivered_in_flight(G, T, 1) and not state.delivered_in_flight("other", T, 0)
 
 
 def test_due_order_and_limit_across_queues(state: PopState) -> None:
@@ -348,6 +421,7 @@ def test_files_only_under_pop(tmp_path: Path) -> None:
     assert sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*")) == [
         "shard",
         "shard/pop",
+        "shard/pop/handle_secret",
         "shard/pop/journal",
         "shard/pop/snapshot",
     ]
@@ -753,8 +827,9 @@ class ModelRun:
             assert e.value.reason == expected
             self.done.append(f"change {expected}")
         else:
-            assert self.state.change_invisible(g, T, h, self.now, inv) == expected
-            self.handles.append((g, expected))
+            got = self.state.change_invisible(g, T, h, self.now, inv)
+            assert got == expected
+            self.handles.append((g, got))  # the model's has no tag
             self.done.append("change ok")
 
     def _drop(self, rng: random.Random, g: str) -> None:
@@ -907,7 +982,9 @@ def test_kill_9_keeps_every_reported_step_and_no_partial_one(
     lines = _run_child(tmp_path / "child", seed, env, None if plan else rng.randint(300, 1500))
     done = len(lines)
     assert done > 50
-    # the same steps again, in this process, on a state of our own
+    # the same steps again, in this process, on a state of our own (with the child's handle secret)
+    (tmp_path / "replay" / POP_DIR).mkdir(parents=True)
+    shutil.copy(tmp_path / "child" / POP_DIR / SECRET_FILE, tmp_path / "replay" / POP_DIR / SECRET_FILE)
     with PopState(tmp_path / "replay", fsync=False, compact_bytes=4000) as ref:
         steps = crash_workload(ref, seed)
         for k in range(done):
@@ -922,4 +999,8 @@ def test_kill_9_keeps_every_reported_step_and_no_partial_one(
             got == {"prefix": prefix, "one_more": one_more}[expect] if expect != "either" else got in (prefix, one_more)
         )
         assert (s.recovery.truncated_bytes > 0) == (expect == "prefix")
-    assert sorted(p.name for p in (tmp_path / "child" / POP_DIR).iterdir()) == [JOURNAL_FILE, SNAPSHOT_FILE]
+    assert sorted(p.name for p in (tmp_path / "child" / POP_DIR).iterdir()) == [
+        SECRET_FILE,
+        JOURNAL_FILE,
+        SNAPSHOT_FILE,
+    ]

@@ -59,14 +59,16 @@ class PoppedMessage(_message.Message):
     def __init__(self, queue_id: _Optional[int] = ..., queue_offset: _Optional[int] = ..., attempt: _Optional[int] = ..., receipt_handle: _Optional[str] = ..., size: _Optional[int] = ...) -> None: ...
 
 class PopResponse(_message.Message):
-    __slots__ = ("messages", "records", "dead_lettered")
+    __slots__ = ("messages", "records", "dead_lettered", "set_aside")
     MESSAGES_FIELD_NUMBER: _ClassVar[int]
     RECORDS_FIELD_NUMBER: _ClassVar[int]
     DEAD_LETTERED_FIELD_NUMBER: _ClassVar[int]
+    SET_ASIDE_FIELD_NUMBER: _ClassVar[int]
     messages: _containers.RepeatedCompositeFieldContainer[PoppedMessage]
     records: bytes
     dead_lettered: int
-    def __init__(self, messages: _Optional[_Iterable[_Union[PoppedMessage, _Mapping]]] = ..., records: _Optional[bytes] = ..., dead_lettered: _Optional[int] = ...) -> None: ...
+    set_aside: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, messages: _Optional[_Iterable[_Union[PoppedMessage, _Mapping]]] = ..., records: _Optional[bytes] = ..., dead_lettered: _Optional[int] = ..., set_aside: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class AckPopRequest(_message.Message):
     __slots__ = ("group", "topic", "receipt_handles")
@@ -105,16 +107,18 @@ class ChangeInvisibleResponse(_message.Message):
     def __init__(self, outcome: _Optional[_Union[PopOutcome, str]] = ..., receipt_handle: _Optional[str] = ...) -> None: ...
 
 class PopToDeadLetterRequest(_message.Message):
-    __slots__ = ("group", "topic", "receipt_handle", "dead_letter_queue_id")
+    __slots__ = ("group", "topic", "receipt_handle", "dead_letter_queue_id", "reason")
     GROUP_FIELD_NUMBER: _ClassVar[int]
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     RECEIPT_HANDLE_FIELD_NUMBER: _ClassVar[int]
     DEAD_LETTER_QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
     group: str
     topic: str
     receipt_handle: str
     dead_letter_queue_id: int
-    def __init__(self, group: _Optional[str] = ..., topic: _Optional[str] = ..., receipt_handle: _Optional[str] = ..., dead_letter_queue_id: _Optional[int] = ...) -> None: ...
+    reason: str
+    def __init__(self, group: _Optional[str] = ..., topic: _Optional[str] = ..., receipt_handle: _Optional[str] = ..., dead_letter_queue_id: _Optional[int] = ..., reason: _Optional[str] = ...) -> None: ...
 
 class PopToDeadLetterResponse(_message.Message):
     __slots__ = ("outcome",)
