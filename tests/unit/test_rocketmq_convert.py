@@ -19,7 +19,7 @@ from mqstore.rpc.rocketmq_v2 import messaging_pb2 as v2
 from mqstore.services.common.convert import columns_to_batch
 from mqstore.services.rocketmq import convert
 from mqstore.services.rocketmq.status import Code, ProtocolError
-from mqstore.store.messages import NOT_ALLOWED_SEND_TOPICS
+from mqstore.store.system_topics import is_system_topic
 
 MAX_BODY = 4 << 20
 NOW_MS = 1_790_000_000_000  # a fixed "now" for check_message
@@ -56,7 +56,7 @@ def stored(store: MessageStore, m: v2.Message):
 _CONTROL = "".join(map(chr, [*range(32), 127]))  # what check_message calls control characters
 _NO_CONTROL = st.characters(codec="utf-8", exclude_characters=_CONTROL)
 topics = st.text("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-%", min_size=1, max_size=40).filter(
-    lambda t: t not in NOT_ALLOWED_SEND_TOPICS and not t.startswith("rmq_sys_")  # the port's _topic refuses those
+    lambda t: not is_system_topic(t)  # the port's _topic refuses those
 )
 tags = st.text(st.characters(codec="utf-8", exclude_characters=_CONTROL + "|"), max_size=20).filter(str.strip)
 keys = st.text(st.characters(codec="utf-8", exclude_characters=_CONTROL + " "), min_size=1, max_size=16).filter(
