@@ -201,7 +201,11 @@ class _Builder:
         *,
         on_durable: Callable[[int, int], None] | None = None,
         clock: Clock | None = None,
+        on_step: Callable[[str, int, int], None] | None = None,
     ) -> None:
+        """``on_step(what, done, total)``: told what recovery does as it goes (a
+        status shows it; total 0 when unknown)."""
+        self._step = on_step or (lambda what, done, total: None)
         self.store_dir = Path(store_dir)
         self.config = resolve_layout(self.store_dir, config or StoreConfig())
         self.view_incarnation = view.incarnation
@@ -326,8 +330,9 @@ class QueueBuilder(_Builder):
         *,
         on_durable: Callable[[int, int], None] | None = None,
         clock: Clock | None = None,
+        on_step: Callable[[str, int, int], None] | None = None,
     ) -> None:
-        super().__init__(store_dir, config, view, on_durable=on_durable, clock=clock)
+        super().__init__(store_dir, config, view, on_durable=on_durable, clock=clock, on_step=on_step)
         cfg = self.config
         self.consume_queues = None
         try:
@@ -338,7 +343,9 @@ class QueueBuilder(_Builder):
             self.consume_queues = ConsumeQueues(
                 self.store_dir, file_bytes=cfg.consume_queue_file_bytes, max_open_files=cfg.max_open_queue_files
             )
+            self._step("loading consume queues", 0, 0)
             self.consume_queues.load(repair=True, ends=self._usable_ends(view), trusted=self.clean)
+            self._step("checking consume-queue tails against the commitlog", 0, 0)
             deep = view.redispatch_from if not self.clean else view.wrote_offset
             self.consume_queues.recover(
                 view, verify_tail=not self.clean, check_from=max(view.start_offset, 0), deep_from=deep
@@ -504,19 +511,24 @@ class IndexBuilder(_Builder):
         *,
         on_durable: Callable[[int, int], None] | None = None,
         clock: Clock | None = None,
+        on_step: Callable[[str, int, int], None] | None = None,
     ) -> None:
-        super().__init__(store_dir, config, view, on_durable=on_durable, clock=clock)
+        super().__init__(store_dir, config, view, on_durable=on_durable, clock=clock, on_step=on_step)
         cfg = self.config
         self.index = IndexService(
             self.store_dir, hash_slots=cfg.index_hash_slots, max_entries=cfg.index_max_entries, clock=self._clock
         )
         try:
+            self._step("loading index files", 0, 0)
             self.index.load(self.clean, view.index_msg_timestamp, repair=True)
             candidates = []
             # Entries past the log's end point at nothing (a log cut by recovery or repair);
             # after a crash, entries past the last thorough flush may be torn: cut them,
-            # they are put again.
-            self.index.truncate(view.wrote_offset if self.clean else min(view.redispatch_from, view.wrote_offset))
+            # they are put again (in time proportional to the entries cut).
+            cut = view.wrote_offset if self.clean else min(view.redispatch_from, view.wrote_offset)
+            self._step(f"cutting index entries past commitlog offset {cut}", 0, 0)
+            report = self.index.truncate(cut)
+            self._step(f"cut index entries past commitlog offset {cut}", report.dropped_entries, report.dropped_entries)
             if not self.clean:
                 candidates.append(view.redispatch_from)
             # Just past the last indexed record (puts skip what the files hold, so a

@@ -85,13 +85,17 @@ def recover_builder(
     *,
     on_durable: Callable[[str, int, int], None],
     clock: Clock | None = None,
+    on_step: Callable[[str, int, int], None] | None = None,
 ) -> QueueBuilder | IndexBuilder:
     """Step 2 for one builder (``kind``: a key of BUILDERS). ``on_durable(name,
-    offset, store_time)`` is told each thorough flush's durable offset."""
+    offset, store_time)`` is told each thorough flush's durable offset, ``on_step(what,
+    done, total)`` what recovery does as it goes."""
     if kind not in BUILDERS:
         raise ValueError(f"builder kind must be one of {sorted(BUILDERS)}, got {kind!r}")
     cls, name = BUILDERS[kind]
-    return cls(store_dir, config, view, clock=clock, on_durable=lambda off, ts: on_durable(name, off, ts))
+    return cls(
+        store_dir, config, view, clock=clock, on_durable=lambda off, ts: on_durable(name, off, ts), on_step=on_step
+    )
 
 
 def queue_ends(builder: QueueBuilder) -> dict[tuple[str, int], int]:

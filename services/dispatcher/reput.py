@@ -11,22 +11,34 @@ answer brings the bytes. It decodes them in bulk
 and sends the consume-queue columns to the consume-queue builder
 (ConsumeQueueService.PutUnits) and the index keys to the index builder
 (IndexService.PutKeys), both at once, while the next ReadRange is already in
-flight. Only when both answered does its dispatched offset move; the next ReadRange
-tells the commitlog (``dispatched_offset``: retention and back-pressure use it).
+flight. When the consume-queue builder answered, its dispatched offset moves; the
+next ReadRange tells the commitlog (``dispatched_offset``: retention and
+back-pressure use it).
 
-Where it resumes: step 4 of the open (mqstore/store/open_protocol.py), over both
-builders' GetProgress, once both recovered against the commitlog's current open
-(its incarnation). So a restart of
-the dispatcher resends nothing both builders have and skips nothing either lacks;
-a builder that restarts refuses the next batch as a gap (FAILED_PRECONDITION), a
-commitlog that reopens refuses nothing but has a new incarnation, which the builders
-refuse (ABORTED): either makes the dispatcher resync. Units or keys sent twice are
-skipped by the consume queues and the index.
+The index never holds the consume queues back. An index builder that fails a batch
+(a full disk: RESOURCE_EXHAUSTED; a restart; anything) or is not ready when dispatch
+resumes (still recovering) falls *behind*: the batches go on to the consume queues
+alone, and a second task (``_catch_up_index``) asks the index builder for its
+progress and feeds it from there, reading the commitlog again, retrying with a
+backoff up to 2 s while it fails; once it reaches the batches the consume queues
+are given, the index takes them again. Status says it is behind, where it stands,
+why and since when (``index_behind``).
+
+Where it resumes: step 4 of the open (mqstore/store/open_protocol.py): at the
+consume-queue builder's GetProgress, once it recovered against the commitlog's
+current open (its incarnation); the index builder joins from its own progress as
+above. So a restart of the dispatcher resends nothing the builders have and skips
+nothing either lacks; a builder that restarts refuses the next batch as a gap
+(FAILED_PRECONDITION), a commitlog that reopens refuses nothing but has a new
+incarnation, which the builders refuse (ABORTED): either makes the dispatcher (or,
+for the index, its catch-up) resync. Units or keys sent twice are skipped by the
+consume queues and the index.
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
@@ -65,6 +77,12 @@ _RESYNC_CODES = {
 
 class _Resync(Exception):
     """The shard reopened (or refused a batch): read the resume offset again."""
+
+
+def _why(e: BaseException) -> str:
+    if isinstance(e, grpc.aio.AioRpcError):
+        return f"{e.code().name}: {e.details()}"
+    return f"{type(e).__name__}: {e}"
 
 
 class RemoteDispatcher:
@@ -112,6 +130,13 @@ class RemoteDispatcher:
         self.resyncs = 0
         self.last_error = ""
         self.running = False
+        # The index lane (module docstring): behind or in step with the consume queues.
+        self.index_behind = False
+        self.index_offset = -1  # the index builder's progress, as last seen while behind
+        self.index_error = ""
+        self.index_behind_since_ms = 0
+        self._frontier = -1  # to_offset of the last batch the consume queues were sent
+        self._catch_up: asyncio.Task | None = None
         self._channels: list[grpc.aio.Channel] | None = None
         self._task: asyncio.Task | None = None
 
@@ -193,19 +218,20 @@ class RemoteDispatcher:
         """Resync, then tail until something fails (raises)."""
         cl, cq, ix = await self._stubs()
         offsets = await cl.GetOffsets(commitlog_pb2.GetOffsetsRequest(), timeout=10)
-        progress = [await cq.GetProgress(consume_queue_pb2.GetProgressRequest(), timeout=10)]
-        if ix is not None:
-            progress.append(await ix.GetProgress(index_pb2.IndexProgressRequest(), timeout=10))
-        for p in progress:
-            if p.state != "SERVING" or p.commitlog_incarnation != offsets.incarnation:
-                raise _Resync(
-                    f"a builder is not ready for commitlog incarnation {offsets.incarnation} "
-                    f"(state {p.state}, recovered against {p.commitlog_incarnation})"
-                )
+        p = await cq.GetProgress(consume_queue_pb2.GetProgressRequest(), timeout=10)
+        if p.state != "SERVING" or p.commitlog_incarnation != offsets.incarnation:
+            raise _Resync(
+                f"the consume-queue builder is not ready for commitlog incarnation {offsets.incarnation} "
+                f"(state {p.state}, recovered against {p.commitlog_incarnation})"
+            )
         self.incarnation, self.dispatched_offset = (
             offsets.incarnation,
-            open_protocol.resume_offset(p.progress_offset for p in progress),
+            open_protocol.resume_offset([p.progress_offset]),
         )
+        self._frontier = self.dispatched_offset
+        self.index_behind = False
+        if ix is not None and (why := (await self._index_standing(ix))[0]) is not None:
+            self._index_fell_behind(cl, why)  # it joins from its own progress when it can
         self.confirm_offset = offsets.confirm_offset
         self.resyncs += 1
         if self._maps is not None:
@@ -227,9 +253,15 @@ class RemoteDispatcher:
                 read = asyncio.ensure_future(self._read(cl, r.next_offset))  # the next chunk (or wait), meanwhile
                 if idle and r.min_offset <= told_min:
                     continue  # nothing new
-                units, keys = self._requests(r)  # (idle: retention moved the start, the builders clean below it)
-                puts = [cq.PutUnits(units, timeout=60)] + ([ix.PutKeys(keys, timeout=60)] if ix is not None else [])
-                await asyncio.gather(*puts)
+                units, keys = self._requests(r, self.dispatched_offset)  # (idle: retention moved the start)
+                with_keys = ix is not None and not self.index_behind
+                self._frontier = r.next_offset
+                puts = [cq.PutUnits(units, timeout=60)] + ([self._ix.PutKeys(keys, timeout=60)] if with_keys else [])
+                done = await asyncio.gather(*puts, return_exceptions=True)
+                if isinstance(done[0], BaseException):
+                    raise done[0]
+                if with_keys and isinstance(done[1], BaseException):
+                    self._index_fell_behind(cl, _why(done[1]))  # the consume queues go on without it
                 told_min = max(told_min, r.min_offset)
                 if self._maps is not None:
                     self._maps.release(told_min)
@@ -241,21 +273,111 @@ class RemoteDispatcher:
                 read.cancel()
             else:
                 read.exception() if not read.cancelled() else None  # consume it: no "never retrieved" warnings
+            await self._stop_catch_up()
 
-    async def _read(self, cl, offset: int) -> commitlog_pb2.ReadRangeResponse:
+    # ------------------------------------------------------------------ the index lane
+
+    def _index_fell_behind(self, cl, why: str) -> None:
+        """Feed the consume queues alone from now on and catch the index up behind them."""
+        if not self.index_behind:
+            self.index_behind, self.index_behind_since_ms = True, int(time.time() * 1000)
+            log.warning("index_behind", shard=self.shard, error=why, action="consume queues fed on; index catches up")
+        self.index_error = why
+        if self._catch_up is None or self._catch_up.done():
+            self._catch_up = asyncio.get_running_loop().create_task(
+                self._catch_up_index(cl), name=f"index-catch-up-{self.shard}"
+            )
+
+    async def _stop_catch_up(self) -> None:
+        task, self._catch_up = self._catch_up, None
+        if task is not None and not task.done():
+            task.cancel()
+            try:
+                await task
+            except asyncio.CancelledError:
+                pass
+
+    async def _index_standing(self, ix) -> tuple[str | None, bool]:
+        """(why the index builder can not take the next batch, None if it can; whether
+        it is ready to be fed from its own progress): it may not be ready for this
+        commitlog open, or lack records below the consume queues' batches."""
+        try:
+            p = await ix.GetProgress(index_pb2.IndexProgressRequest(), timeout=10)
+        except grpc.aio.AioRpcError as e:
+            return _why(e), False
+        self.index_offset = p.progress_offset
+        if p.state != "SERVING" or p.commitlog_incarnation != self.incarnation:
+            why = (
+                f"the index builder is {p.state.lower() or 'not ready'} (recovered against commitlog "
+                f"incarnation {p.commitlog_incarnation}, dispatch follows {self.incarnation})"
+            )
+            return why + (f": {p.error}" if p.error else "") + (
+                f"; {p.recovery_step}" if p.recovery_step else ""
+            ), False
+        if p.progress_offset < self._frontier:
+            why = p.stuck or f"at commitlog offset {p.progress_offset}, the consume queues at {self._frontier}"
+            return f"the index builder is behind: {why}", True
+        return None, True
+
+    async def _reconnect_index(self) -> None:
+        """A new channel to the index builder, resolved again (it may have restarted elsewhere)."""
+        chs = self._channels
+        if chs is None or len(chs) < 3:
+            return
+        old, chs[2] = chs[2], channel(await self._resolvers[2](), self._auth)
+        self._ix = index_pb2_grpc.IndexServiceStub(chs[2])
+        await old.close()
+
+    async def _catch_up_index(self, cl) -> None:
+        """Feed the index builder from its own progress until it reaches the batches
+        the consume queues were sent (``_frontier``), then hand it back to the main
+        loop; every failure is retried after a backoff (0.05 s doubling to 2 s)."""
+        backoff = 0.05
+        while True:
+            try:
+                why, ready = await self._index_standing(self._ix)
+                if why is None:  # in step: the next batch takes its keys again
+                    self.index_behind, self.index_error, self.index_behind_since_ms = False, "", 0
+                    log.info("index_caught_up", shard=self.shard, progress_offset=self.index_offset)
+                    return
+                if not ready:
+                    raise _Resync(why)  # recovering, restarting: ask again after the backoff
+                at = max(self.index_offset, 0)
+                r = await self._read(cl, at, wait=False)
+                if r.incarnation != self.incarnation:
+                    raise _Resync(f"shard reopened (incarnation {r.incarnation}, was {self.incarnation})")
+                res = await self._ix.PutKeys(self._requests(r, at)[1], timeout=60)
+                self.index_offset = res.progress_offset
+                backoff = 0.05
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:  # noqa: BLE001 - a full disk, a restart: reported in status, tried again
+                why = _why(e)
+                if why != self.index_error:
+                    log.warning("index_catch_up_failed", shard=self.shard, error=why, retry_s=backoff)
+                self.index_error = why
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, 2.0)
+                if "UNAVAILABLE" in why:
+                    try:
+                        await self._reconnect_index()
+                    except Exception as e:  # noqa: BLE001 - not placed yet: tried again after the next backoff
+                        self.index_error = _why(e)
+
+    async def _read(self, cl, offset: int, *, wait: bool = True) -> commitlog_pb2.ReadRangeResponse:
         req = commitlog_pb2.ReadRangeRequest(
             offset=offset,
             max_bytes=self._chunk,
-            wait_ms=self._wait_ms,
+            wait_ms=self._wait_ms if wait else 0,
             dispatched_offset=max(self.dispatched_offset, 0),
             bounds_only=self._maps is not None,
-            min_bytes=self._min_bytes,
-            linger_ms=self._linger_ms,
+            min_bytes=self._min_bytes if wait else 0,
+            linger_ms=self._linger_ms if wait else 0,
         )
         return await cl.ReadRange(req, timeout=self._wait_ms / 1000 + 30)
 
-    def _requests(self, r: commitlog_pb2.ReadRangeResponse):
-        frm, to, inc = self.dispatched_offset, r.next_offset, self.incarnation
+    def _requests(self, r: commitlog_pb2.ReadRangeResponse, frm: int):
+        to, inc = r.next_offset, self.incarnation
         low, forced = r.min_offset, r.forced_deleted_to  # retention, told to the builders
         if not r.record_count:  # a BLANK (end of a segment) or retention moved the start: progress only
             return (
@@ -310,6 +432,10 @@ class RemoteDispatcher:
             last_error=self.last_error,
             incarnation=self.incarnation,
             resyncs=self.resyncs,
+            index_behind=self.index_behind,
+            index_offset=self.index_offset if self.index_behind else 0,
+            index_error=self.index_error,
+            index_behind_since_ms=self.index_behind_since_ms,
         )
 
 

@@ -55,19 +55,21 @@ class BuilderHost:
 
     def _serving_when_open(self) -> None:
         """Health: SERVING once the builder is open, NOT_SERVING while one of its
-        background loops (the delay scheduler) stopped, until close."""
+        background loops (the delay scheduler) stopped or its writes fail (stuck: a
+        full disk), until close."""
         self.state.opened.wait()
         serving = False
         while not self._closing.is_set():
-            ok = self.state.phase is BuilderPhase.SERVING and not self.state.stopped_loops()
+            ok = self.state.phase is BuilderPhase.SERVING and not self.state.stopped_loops() and not self.state.stuck
             if ok != serving:
                 serving = ok
                 if not ok and self.state.phase is BuilderPhase.SERVING:
                     log.error(
-                        "background_loop_stopped",
+                        "builder_not_serving",
                         kind=self.state.kind,
                         shard=self.state.shard,
                         loops=self.state.stopped_loops(),
+                        stuck=self.state.stuck and self.state.stuck[0],
                         health="NOT_SERVING",
                     )
                 self.thread.run(self.server.set_serving(ok))

@@ -24,6 +24,7 @@ import dataclasses
 import enum
 import functools
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -32,7 +33,7 @@ from typing import Any, TypeVar
 import grpc
 import structlog
 
-from mqstore.errors import MqStoreError, StoreLockedError
+from mqstore.errors import MqStoreError, StoreLockedError, StoreNotWritableError
 from mqstore.rpc.v1 import common_pb2
 from mqstore.services.common.errors import Aborted, BadRequest, Unavailable
 from mqstore.services.common.internal_auth import InternalAuth
@@ -95,6 +96,8 @@ class BuilderState:
         self.cleaned_forced = False  # the last clean went below a forced deletion (pop gaps are forced)
         self._ends_attached = True  # the queue ends reached this builder's commitlog open (consume queues only)
         self.scheduler: DelayScheduler | None = None  # the consume-queue builder's delay deliveries (index/delay.py)
+        self.stuck: tuple[str, int] | None = None  # (why puts fail, since epoch ms); None while they succeed
+        self.recovery_step: tuple[str, int, int] = ("", 0, 0)  # (what recovery does, done, total)
         self._thread = threading.Thread(target=self._run, name=f"mqstore-{kind}{shard}-open", daemon=True)
 
     def start(self) -> None:
@@ -139,7 +142,7 @@ class BuilderState:
         view = RemoteCommitLog(self._resolve, self._auth)
         try:
             builder = open_protocol.recover_builder(
-                self.kind, self.store_dir, self.config, view, on_durable=view.note_derived
+                self.kind, self.store_dir, self.config, view, on_durable=view.note_derived, on_step=self._note_step
             )
         except BaseException:
             view.close()  # its channel: this is retried every 0.2 s while a lock is held
@@ -159,6 +162,10 @@ class BuilderState:
             commitlog_incarnation=view.incarnation,
             progress_offset=builder.progress_offset,
         )
+
+    def _note_step(self, what: str, done: int, total: int) -> None:
+        self.recovery_step = (what, done, total)
+        log.info("builder_recovery_step", kind=self.kind, shard=self.shard, step=what, done=done, total=total)
 
     def _attach_ends(self) -> None:
         """Hand the queue ends to the commitlog (it awaits them to accept appends);
@@ -305,7 +312,19 @@ class BuilderState:
         with self._swap:
             b = self.ready()
             self.check_incarnation(incarnation)
-            return b.put(*args)
+            try:
+                out = b.put(*args)
+            except (StoreNotWritableError, OSError) as e:  # a full or failing disk: stuck until a put succeeds
+                if self.stuck is None:
+                    self.stuck = (str(e), int(time.time() * 1000))
+                    log.error("builder_stuck", kind=self.kind, shard=self.shard, error=str(e), health="NOT_SERVING")
+                elif self.stuck[0] != str(e):
+                    self.stuck = (str(e), self.stuck[1])
+                raise
+            if self.stuck is not None:
+                log.info("builder_unstuck", kind=self.kind, shard=self.shard, was=self.stuck[0])
+                self.stuck = None
+            return out
 
     async def check_to_offset(self, to_offset: int) -> None:
         """BadRequest if a batch claims records past the commitlog's write position."""
@@ -329,6 +348,11 @@ class BuilderState:
             state=self.phase.value,
             error=self.error or "",
             stopped_loops=[f"{name}: {why}" for name, why in self.stopped_loops().items()],
+            stuck=self.stuck[0] if self.stuck else "",
+            stuck_since_ms=self.stuck[1] if self.stuck else 0,
+            recovery_step=self.recovery_step[0] if self.phase is not BuilderPhase.SERVING else "",
+            recovery_done=self.recovery_step[1] if self.phase is not BuilderPhase.SERVING else 0,
+            recovery_total=self.recovery_step[2] if self.phase is not BuilderPhase.SERVING else 0,
             consumer_losses=[common_pb2.ConsumerLoss(**dataclasses.asdict(r)) for r in self.losses.records()],
         )
 
@@ -342,6 +366,7 @@ class BuilderState:
             "commitlog_incarnation": p.commitlog_incarnation,
             "progress_offset": p.progress_offset,
             "durable_offset": p.durable_offset,
+            "stuck": p.stuck,
         }
 
     def wait_open(self, timeout: float | None = None) -> bool:

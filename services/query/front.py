@@ -779,6 +779,12 @@ class FrontServicer(front_pb2_grpc.FrontServiceServicer):
             why("dp", d)
         elif d is not None:
             st.reput_offset, st.dispatch_lag_bytes = d.dispatched_offset, d.lag_bytes
+            ix = st.index_builder
+            if d.index_behind and ix.state and not ix.stuck:  # behind without failing writes: the dispatcher says why
+                ix.stuck, ix.stuck_since_ms = d.index_error or "behind the consume queues", d.index_behind_since_ms
+        for name, b in (("consume-queue builder", st.queue_builder), ("index builder", st.index_builder)):
+            if b.stuck:  # its writes fail (a full disk): named in the row, the shard is not healthy
+                st.error = "; ".join(filter(None, [st.error, f"{name} stuck: {b.stuck}"]))
         if isinstance(o, BaseException):  # the row names the shard and every part that is missing
             st.error = f"{code.name}: shard {s.shard} did not answer: " + "; ".join(missing)
         elif missing:

@@ -217,13 +217,18 @@ class WriteRefusals(_message.Message):
     def __init__(self, count: _Optional[int] = ..., since_ms: _Optional[int] = ..., cause: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
 
 class BuilderProgress(_message.Message):
-    __slots__ = ("commitlog_incarnation", "progress_offset", "durable_offset", "state", "error", "stopped_loops", "consumer_losses")
+    __slots__ = ("commitlog_incarnation", "progress_offset", "durable_offset", "state", "error", "stopped_loops", "stuck", "stuck_since_ms", "recovery_step", "recovery_done", "recovery_total", "consumer_losses")
     COMMITLOG_INCARNATION_FIELD_NUMBER: _ClassVar[int]
     PROGRESS_OFFSET_FIELD_NUMBER: _ClassVar[int]
     DURABLE_OFFSET_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
     STOPPED_LOOPS_FIELD_NUMBER: _ClassVar[int]
+    STUCK_FIELD_NUMBER: _ClassVar[int]
+    STUCK_SINCE_MS_FIELD_NUMBER: _ClassVar[int]
+    RECOVERY_STEP_FIELD_NUMBER: _ClassVar[int]
+    RECOVERY_DONE_FIELD_NUMBER: _ClassVar[int]
+    RECOVERY_TOTAL_FIELD_NUMBER: _ClassVar[int]
     CONSUMER_LOSSES_FIELD_NUMBER: _ClassVar[int]
     commitlog_incarnation: int
     progress_offset: int
@@ -231,8 +236,13 @@ class BuilderProgress(_message.Message):
     state: str
     error: str
     stopped_loops: _containers.RepeatedScalarFieldContainer[str]
+    stuck: str
+    stuck_since_ms: int
+    recovery_step: str
+    recovery_done: int
+    recovery_total: int
     consumer_losses: _containers.RepeatedCompositeFieldContainer[ConsumerLoss]
-    def __init__(self, commitlog_incarnation: _Optional[int] = ..., progress_offset: _Optional[int] = ..., durable_offset: _Optional[int] = ..., state: _Optional[str] = ..., error: _Optional[str] = ..., stopped_loops: _Optional[_Iterable[str]] = ..., consumer_losses: _Optional[_Iterable[_Union[ConsumerLoss, _Mapping]]] = ...) -> None: ...
+    def __init__(self, commitlog_incarnation: _Optional[int] = ..., progress_offset: _Optional[int] = ..., durable_offset: _Optional[int] = ..., state: _Optional[str] = ..., error: _Optional[str] = ..., stopped_loops: _Optional[_Iterable[str]] = ..., stuck: _Optional[str] = ..., stuck_since_ms: _Optional[int] = ..., recovery_step: _Optional[str] = ..., recovery_done: _Optional[int] = ..., recovery_total: _Optional[int] = ..., consumer_losses: _Optional[_Iterable[_Union[ConsumerLoss, _Mapping]]] = ...) -> None: ...
 
 class EncodedBatch(_message.Message):
     __slots__ = ("records", "topics", "shard", "shards")
