@@ -51,7 +51,11 @@ def _structlog_unconfigured():
     """A test that configures logging in this process (the CLI run in-process, the
     logging test) leaves structlog as it found it: with ``cache_logger_on_first_use``
     every logger used later would keep that configuration, and ``capture_logs`` in
-    later tests would see nothing."""
+    later tests would see nothing. Reset before each test too: ``import mqstore``
+    configures a library default (warnings only, mqstore/logging.py) that would hide
+    the info events a test captures."""
+    if structlog.is_configured():
+        structlog.reset_defaults()
     yield
     if structlog.is_configured():
         structlog.reset_defaults()

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import io
 import json
+import logging
 import os
 import stat
 import subprocess
@@ -241,3 +242,26 @@ def test_setup_installs_only_when_something_changed(tmp_path: Path) -> None:
     assert installs() == 0
     (root / "mqstore" / "kernels" / "_scan.cpython-311-x86_64-linux-gnu.so").unlink()  # not built
     assert installs() == 2
+
+
+def test_as_a_library_mqstore_logs_warnings_on_stderr_only(capsys, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What ``import mqstore`` sets up when the program has not configured structlog."""
+    import structlog
+
+    from mqstore.logging import configure_library_default
+
+    monkeypatch.delenv("MQSTORE_LOG_LEVEL", raising=False)
+    structlog.reset_defaults()
+    configure_library_default()
+    log = structlog.get_logger("t")
+    log.info("store_opened", n=1)
+    log.warning("disk_nearly_full", n=2)
+    out, err = capsys.readouterr()
+    assert out == "" and [json.loads(x)["event"] for x in err.splitlines()] == ["disk_nearly_full"]
+    structlog.configure(  # the program's own, later: it wins
+        processors=[structlog.processors.KeyValueRenderer()],
+        wrapper_class=structlog.make_filtering_bound_logger(logging.INFO),
+        logger_factory=structlog.PrintLoggerFactory(),
+    )
+    structlog.get_logger("t").info("store_opened")
+    assert "event='store_opened'" in capsys.readouterr().out
