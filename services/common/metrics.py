@@ -33,7 +33,8 @@ scrape shows every shard without a metrics port per actor. Names (all ``mqstore_
     shard_writes_refused_total{shard}          counter    appends refused (a full disk, a failed flush)
     shard_refusing_writes{shard,cause}         gauge      1 while appends are refused, by cause
     shard_forced_deleted_segments_total{shard} counter    segments deleted unexpired (--clean-forcibly)
-    shard_forced_deleted_bytes_total{shard}    counter    their bytes (unread messages of groups: status)
+    shard_forced_deleted_bytes_total{shard}    counter    their bytes
+    consumer_lost_messages_total{shard,group,topic}  counter  unread messages retention deleted (per queue: status)
 
 Shard counters start at 0 when its process starts (a restart is a counter reset,
 which Prometheus' rate() handles).
@@ -116,9 +117,10 @@ def _histogram_family(
 class FrontMetrics:
     """The front's Prometheus registry: its request metrics, plus the shards' figures
     from ``fetch_shards()`` (a list of (shard index, GetStatsResponse or None when
-    the shard did not answer)) on every scrape."""
+    the shard did not answer)) on every scrape, and the groups' losses from
+    ``fetch_losses()`` (a list of (shard index, [ConsumerLoss])) when given."""
 
-    def __init__(self, fetch_shards: Callable[[], list]) -> None:
+    def __init__(self, fetch_shards: Callable[[], list], fetch_losses: Callable[[], list] | None = None) -> None:
         from prometheus_client import CollectorRegistry, Counter, Histogram
 
         self.registry = CollectorRegistry(auto_describe=True)
@@ -148,6 +150,7 @@ class FrontMetrics:
             registry=self.registry,
         )
         self._fetch = fetch_shards
+        self._fetch_losses = fetch_losses
         self.registry.register(_ShardCollector(self))
         self._server = None
 
@@ -262,10 +265,35 @@ class _ShardCollector:
         yield stopped
         yield refused
         yield refusing
+        yield from self._losses()
         yield _histogram_family(
             "mqstore_shard_append_seconds", "AppendBatch in the shard, seconds", ["shard"], append_rows
         )
         yield _histogram_family("mqstore_shard_flush_seconds", "Commitlog fsyncs, seconds", ["shard"], flush_rows)
+
+    def _losses(self):
+        from prometheus_client.core import CounterMetricFamily
+
+        fetch = self._metrics._fetch_losses
+        if fetch is None:
+            return
+        try:
+            shards = fetch()
+        except Exception:  # noqa: BLE001 - a scrape must answer
+            shards = []
+        lost = CounterMetricFamily(
+            "mqstore_consumer_lost_messages",
+            "Unread messages retention deleted, per consumer group (mqstore status: per queue)",
+            labels=["shard", "group", "topic"],
+        )
+        totals: dict[tuple[str, str, str], int] = {}
+        for index, losses in shards:
+            for x in losses:
+                key = (str(index), x.group, x.topic)
+                totals[key] = totals.get(key, 0) + x.messages
+        for key, n in sorted(totals.items()):
+            lost.add_metric(list(key), float(n))
+        yield lost
 
 
 __all__ = ["DEFAULT_METRICS_PORT", "LATENCY_BOUNDS", "FrontMetrics", "LatencyHistogram", "ShardStats"]

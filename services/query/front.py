@@ -688,6 +688,20 @@ class FrontServicer(front_pb2_grpc.FrontServiceServicer):
 
         return list(await asyncio.gather(*(one(s) for s in self.shards)))
 
+    async def consumer_losses(self, timeout: float = 2.0) -> list[tuple[int, list[common_pb2.ConsumerLoss]]]:
+        """Every shard's record of unread messages retention deleted (its consume-queue
+        builder's GetProgress; none where it did not answer), in parallel."""
+
+        async def one(s: ShardClient):
+            try:
+                ask = consume_queue_pb2.GetProgressRequest()
+                p = await s.call("cq", "GetProgress", ask, timeout=timeout, retry=False)
+                return s.shard, list(p.consumer_losses)
+            except Exception:  # noqa: BLE001 - shard_up says what is missing
+                return s.shard, []
+
+        return list(await asyncio.gather(*(one(s) for s in self.shards)))
+
     def observe_rpc(self, method: str, seconds: float, code: str, response) -> None:
         """Called by ``@rpc`` after every call (see errors.rpc)."""
         m = self.metrics

@@ -75,7 +75,7 @@ class FrontHost:
             ShardClient(i, r, d, auth=auth, locate=None if locators is None else locators[i])
             for i, (r, d) in enumerate(shards)
         ]
-        self.metrics = FrontMetrics(self._shard_stats)
+        self.metrics = FrontMetrics(self._shard_stats, self._consumer_losses)
         self.servicer = FrontServicer(clients, default_queue_nums=default_queue_nums, metrics=self.metrics, acl=access)
         self.server = self.thread.run(
             start_grpc_server(host, port, [self.servicer.registration()], tls=tls, serving=False)
@@ -152,6 +152,9 @@ class FrontHost:
 
     def _shard_stats(self) -> list:
         return self.thread.run(self.servicer.shard_stats(), timeout=10)
+
+    def _consumer_losses(self) -> list:
+        return self.thread.run(self.servicer.consumer_losses(), timeout=10)
 
     def close(self) -> None:
         try:

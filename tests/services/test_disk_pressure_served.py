@@ -9,6 +9,7 @@ import time
 
 import grpc
 import pytest
+from prometheus_client import generate_latest
 
 from mqstore.cli.queries import shard_status_row
 from mqstore.rpc.v1 import consume_queue_pb2, consume_queue_pb2_grpc, front_pb2
@@ -59,6 +60,9 @@ def test_a_full_disk_refuses_sends_keeps_what_was_acknowledged_and_says_why(smal
         assert "below 85%" in s.write_refusals.reason
         assert s.min_offset == 0 and s.forced_deleted_segments == 0 and not s.consumer_losses
         assert "refusing since" in shard_status_row(s)["refused"]
+        scraped = generate_latest(st.front.metrics.registry).decode()
+        assert 'mqstore_shard_writes_refused_total{shard="0"} 1.0' in scraped
+        assert 'mqstore_shard_refusing_writes{cause="disk_full",shard="0"} 1.0' in scraped
         assert _pulled(c, "Kept", 0) == acked  # every acknowledged message, in order
 
         small_disk.free()
@@ -110,3 +114,7 @@ def test_clean_forcibly_reports_each_groups_lost_ranges_in_status(small_disk) ->
         assert all(x.forced and x.topic == "Gone" and x.queue_id == 0 and x.at_ms > 0 for x in losses.values())
         assert s.forced_deleted_segments > 0 and s.forced_deleted_bytes >= SEGMENT
         assert "2 groups" in shard_status_row(s)["lost"]
+        scraped = generate_latest(st.front.metrics.registry).decode()
+        lost = queue_min - 10
+        assert f'mqstore_consumer_lost_messages_total{{group="slow",shard="0",topic="Gone"}} {lost}.0' in scraped
+        assert 'mqstore_shard_forced_deleted_bytes_total{shard="0"}' in scraped
