@@ -16,8 +16,23 @@ Per (group, topic, queue) the shard keeps a cursor and the messages in flight, d
    RocketMQ 5's delay messages) are held in flight until that time without being
    delivered.
 
-FIFO groups take nothing new from a queue while one of its messages is in flight,
-so a queue's messages are delivered in order, a redelivery before anything after it.
+FIFO groups take nothing new from a queue while one of its delivered messages is in
+flight, so a queue's messages are delivered in order, a redelivery before anything
+after it. A held delay message does not hold a FIFO queue: RocketMQ 5 refuses delay
+messages on FIFO topics (the producer doors do too), and its timer puts a delay
+message into its queue only at its delivery time, so one already stored (by an older
+writer) is delivered when its time comes, in the queue's order from then on, and
+what was sent after it is delivered meanwhile.
+
+A record no RocketMQ 5 consumer can take (mqstore/store/consumer_rules.py: a born,
+store or delivery time outside protobuf Timestamp's range) is never handed out: it
+goes to ``%DLQ%<group>`` at once with ``DLQ_REASON``, alone (logged
+``pop_record_set_aside``, reported in ``PopResponse.set_aside`` for the front's
+metric), and the pop answers the other messages. Receipt handles carry an HMAC tag
+under the shard's secret (mqstore/store/pop.py): a handle the shard did not make for
+the group and topic is POP_MALFORMED; PopToDeadLetter refuses forged, expired and
+stale handles as AckPop does.
+
 An empty pop waits (long polling) for units to arrive, for a message in flight to
 come due, or for ``wait_ms``.
 """
@@ -53,7 +68,7 @@ from mqstore.store.consumer_rules import (
     unconvertible,
 )
 from mqstore.store.local_ports import units_page
-from mqstore.store.loss_ledger import pop_gap
+from mqstore.store.loss_ledger import pop_gap, runs
 from mqstore.store.messages import MessageBatch
 from mqstore.store.pop import AckOutcome, Delivery, InFlight, PopState, ReceiptHandle
 
@@ -334,9 +349,11 @@ class Popper:
             offsets, sizes = page.physical_offsets, page.sizes
             records = self._records(offsets[candidates].tolist(), sizes[candidates].tolist())
             last = n  # units of this page consumed (the filtered ones included)
+            gone: list[int] = []
             for i, raw in zip(candidates.tolist(), records):
-                if raw is None:
-                    continue  # its segment is gone
+                if raw is None:  # its segment is gone: the group never gets it
+                    gone.append(cursor + i)
+                    continue
                 rec = decode_records(raw, _FIRST, check_crc=False)[0]
                 if tags is not None and rec.tags not in tags:
                     continue  # a hash collision: not this filter's tag
@@ -354,11 +371,18 @@ class Popper:
                     if shown >= room:
                         last = i + 1
                         break
+            self._note_gone(group, topic, q, [o for o in gone if o < cursor + last])
             cursor += last
             moved = cursor
             if last < n or n < _SCAN_UNITS:
                 break
         return taken, moved
+
+    def _note_gone(self, group: str, topic: str, q: int, offsets: list[int]) -> None:
+        """Queue offsets whose records retention deleted before the group got them
+        (the consume queue not cleaned yet): counted and logged, one range per run."""
+        forced = self._state.cleaned_forced
+        self._state.losses.note([pop_gap(group, topic, q, a, b, forced=forced) for a, b in runs(offsets)])
 
     def _records(self, offsets: Sequence[int], sizes: Sequence[int]) -> list[bytes | None]:
         """The stored records at ``offsets`` (None where retention removed one), in the given order."""
