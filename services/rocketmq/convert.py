@@ -33,8 +33,8 @@ from mqstore.formats.properties import split_keys
 from mqstore.rpc.rocketmq_v2 import messaging_pb2 as v2
 from mqstore.rpc.v1 import common_pb2
 from mqstore.services.rocketmq.status import Code, ProtocolError
-from mqstore.store.consumer_rules import delivery_ms
 from mqstore.store import message_rules
+from mqstore.store.consumer_rules import delivery_ms
 from mqstore.store.messages import STORE_ONLY_PROPERTIES
 
 SHARDING_KEY = "__SHARDINGKEY"
