@@ -108,7 +108,7 @@ def _write(store_dir: Path) -> Workload:
             s.consume_queues,
             dispatched_offset=lambda: s.dispatcher.dispatched_offset,
             index=s.index,
-            config=RetentionConfig(max_deletes_per_run=1),
+            config=RetentionConfig(max_deletes_per_run=1, clean_forcibly_enable=True),  # opt-in since issue 25
             disk_usage=lambda: 0.9,
             consumer_offsets=s.consumer_offsets,
         ).run_once(int(time.time() * 1000))
