@@ -88,6 +88,17 @@ class LossLedger:
             return sorted(self._records.values(), key=lambda r: (r.group, r.topic, r.queue_id))
 
 
+def runs(offsets: list[int]) -> list[tuple[int, int]]:
+    """Sorted offsets as [from, to) runs of consecutive ones: [3, 4, 5, 9] -> [(3, 6), (9, 10)]."""
+    out: list[tuple[int, int]] = []
+    for o in offsets:
+        if out and out[-1][1] == o:
+            out[-1] = (out[-1][0], o + 1)
+        else:
+            out.append((o, o + 1))
+    return out
+
+
 def pop_gap(group: str, topic: str, queue_id: int, cursor: int, queue_min: int, *, forced: bool) -> ConsumerLoss:
     """A pop group's cursor was below its queue's min offset: [cursor, queue_min) went
     unread. Logged (an error when forced, as retention's own report)."""
@@ -102,4 +113,4 @@ def pop_gap(group: str, topic: str, queue_id: int, cursor: int, queue_min: int, 
     return ConsumerLoss(group, topic, queue_id, cursor, queue_min, forced)
 
 
-__all__ = ["MAX_KEYS", "LossLedger", "LossRecord", "pop_gap"]
+__all__ = ["MAX_KEYS", "LossLedger", "LossRecord", "pop_gap", "runs"]

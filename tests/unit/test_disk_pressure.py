@@ -145,3 +145,16 @@ def test_the_probe_is_dfs_use_percent(tmp_path: Path) -> None:
     st = os.statvfs(tmp_path)
     used = st.f_blocks - st.f_bfree
     assert disk_used_ratio(tmp_path) == pytest.approx(used / (used + st.f_bavail))
+
+
+def test_the_loss_ledger_merges_per_group_and_queue_and_stays_bounded() -> None:
+    from mqstore.store.loss_ledger import LossLedger, LossRecord, runs
+
+    ledger = LossLedger(max_keys=2)
+    ledger.note([ConsumerLoss("g", "T", 0, 0, 10, False)], now_ms=1)
+    ledger.note([ConsumerLoss("g", "T", 0, 10, 25, True), ConsumerLoss("h", "T", 1, 5, 5, True)], now_ms=2)
+    assert ledger.records() == [LossRecord("g", "T", 0, 0, 25, 25, True, 2)]  # an empty range is no loss
+    ledger.note([ConsumerLoss("h", "T", 1, 0, 3, True), ConsumerLoss("i", "T", 2, 0, 1, True)], now_ms=3)
+    assert [r.group for r in ledger.records()] == ["h", "i"] and ledger.dropped_keys == 1  # g updated longest ago
+    assert ledger.messages == 29
+    assert runs([3, 4, 5, 9]) == [(3, 6), (9, 10)] and runs([]) == []
