@@ -412,13 +412,14 @@ class Popper:
         (``reasons[(queue, offset)]``, an unconvertible record set aside) carries it
         in DLQ_REASON, its unconvertible time left out, so the dead letter is one a
         consumer can receive."""
-        reasons = reasons or {}
+        reasons = dict(reasons or {})
         raws = self._records([e.commitlog_offset for _, e in dead], [e.size for _, e in dead])
         rows = [(q, e, raw) for (q, e), raw in zip(dead, raws)]
         records = [(q, e, decode_records(raw, _FIRST, check_crc=False)[0]) for q, e, raw in rows if raw]
         for q, e, rec in records:
-            why = reasons.get((q, e.offset))
+            why = reasons.get((q, e.offset)) or unconvertible(rec)  # one out of attempts may be one too
             if why is not None:
+                reasons[(q, e.offset)] = why
                 log.warning(
                     "pop_record_set_aside",
                     group=group,
@@ -489,14 +490,14 @@ class Popper:
         h = self._handle(request.receipt_handle)
         if h is None:
             return pb.ChangeInvisibleResponse(outcome=pb.POP_MALFORMED)
-        now = _now_ms()
-        if now > h.deadline_ms:
-            return pb.ChangeInvisibleResponse(outcome=pb.POP_EXPIRED)
-        try:
+        try:  # the tag first, then expiry, then whether it is current (PopState.change_invisible)
             with self._lock(request.group, request.topic):
-                new = self._popstate().change_invisible(request.group, request.topic, h, now, request.invisible_ms)
+                new = self._popstate().change_invisible(
+                    request.group, request.topic, h, _now_ms(), request.invisible_ms
+                )
         except InvalidReceiptHandle as e:
-            return pb.ChangeInvisibleResponse(outcome=pb.POP_MALFORMED if e.reason == "forged" else pb.POP_STALE)
+            outcome = {"forged": pb.POP_MALFORMED, "expired": pb.POP_EXPIRED}.get(e.reason, pb.POP_STALE)
+            return pb.ChangeInvisibleResponse(outcome=outcome)
         return pb.ChangeInvisibleResponse(outcome=pb.POP_OK, receipt_handle=new.encode())
 
     async def to_dead_letter(self, request: pb.PopToDeadLetterRequest) -> pb.PopToDeadLetterResponse:
