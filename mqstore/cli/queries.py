@@ -352,6 +352,7 @@ def register(app: typer.Typer) -> None:
                             "store": str(store),
                             "writable": "yes" if st["writable"] else f"NO ({st['unwritable_cause']})",
                             "refused": refused_text(**st["write_refusals"]),
+                            "lost": sum(x["messages"] for x in st["consumer_losses"]) or "-",
                             "recovery": "clean" if rec["clean_shutdown"] else f"after a crash ({rec['seconds']} s)",
                             "wrote": st["wrote"],
                             "flushed": st["flushed"],

@@ -43,6 +43,7 @@ from mqstore.store.delay_offsets import DELAY_OFFSET_FILE, parse_delay_levels
 from mqstore.store.derived_offset import read_durable_offset, write_durable_offset
 from mqstore.store.encoded_batch import EncodedBatch
 from mqstore.store.layout import resolve_layout
+from mqstore.store.loss_ledger import LossLedger
 from mqstore.store.messages import (
     AppendResult,
     MessageBatch,
@@ -124,6 +125,7 @@ class LogStore:
         # newest range forced deletion removed), set together once a pass is done, so a
         # builder told the min offset is told whether its losses below it were forced.
         self.retention_told = (self.commitlog.min_offset, 0)
+        self.losses = LossLedger()  # groups' unread messages retention deleted (one process: it computes them)
         self._reported_at = -1e18
         # Whether appends should wait for a lagging dispatcher: one that reported lately
         # (a dispatcher in another process); MessageStore: its reput thread runs.
@@ -196,6 +198,7 @@ class LogStore:
             self.retention.start()
 
     def _note_retention(self, report: RetentionReport) -> None:
+        self.losses.note(report.consumer_losses)
         forced_to = self.retention_told[1]
         if report.forced_range is not None:
             forced_to = max(forced_to, report.forced_range[1])
@@ -401,6 +404,7 @@ class LogStore:
             "loops": self.loop_stats(),
             "stopped_loops": self.stopped_loops(),
             "write_refusals": dataclasses.asdict(cl.write_refusals()),
+            "consumer_losses": [dataclasses.asdict(r) for r in self.losses.records()],
         }
 
     @property

@@ -274,6 +274,7 @@ class MessageStore(LocalReads):
             },
             "stopped_loops": self.stopped_loops(),
             "write_refusals": st["write_refusals"],  # appends refused: how many, since when, why
+            "consumer_losses": st["consumer_losses"],  # groups' unread messages retention deleted
         }
 
     def close(self) -> None:

@@ -158,3 +158,25 @@ def test_the_loss_ledger_merges_per_group_and_queue_and_stays_bounded() -> None:
     assert [r.group for r in ledger.records()] == ["h", "i"] and ledger.dropped_keys == 1  # g updated longest ago
     assert ledger.messages == 29
     assert runs([3, 4, 5, 9]) == [(3, 6), (9, 10)] and runs([]) == []
+
+
+def test_the_stores_own_retention_keeps_the_losses_for_status(small_disk) -> None:  # noqa: F811
+    cfg = StoreConfig(**{**CFG.__dict__, "clean_forcibly_enable": True})
+    other = f"{(time.localtime().tm_hour + 12) % 24:02d}"
+    with MessageStore(
+        small_disk.path / "store", cfg, retention=RetentionConfig(check_interval_ms=50, delete_when=other)
+    ) as s:
+        for _ in range(3):
+            send(s, 200)
+        assert s.wait_dispatched()
+        s.commit_offset("idle", "T", 1, 0)
+        small_disk.fill_to(0.95)
+        deadline = time.monotonic() + 10
+        while not s.status()["consumer_losses"]:
+            assert time.monotonic() < deadline, "no loss recorded"
+            time.sleep(0.05)
+        (loss,) = s.status()["consumer_losses"]
+        queue_min = s.consume_queues.find("T", 1).min_offset
+        assert (loss["group"], loss["queue_id"], loss["from_offset"], loss["to_offset"]) == ("idle", 1, 0, queue_min)
+        assert loss["forced"] and loss["messages"] == queue_min > 0
+        assert s.status()["loops"]["retention"]["forced_segments"] > 0
