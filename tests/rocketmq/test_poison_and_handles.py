@@ -152,6 +152,31 @@ def test_a_held_message_far_ahead_does_not_block_its_fifo_queue(clients, names, 
     assert consumer.receive(4, 30) == []
 
 
+def test_a_held_message_on_a_fifo_queue_is_delivered_when_its_time_comes(clients, names, front, stack):
+    """The documented choice: the held message takes its place in the queue's order at
+    its delivery time, behind what is out then (as RocketMQ's timer re-puts it)."""
+    topic, group = names
+    front.update_topic(topic, read_queue_nums=1, write_queue_nums=1, message_type="FIFO")
+    now = int(time.time() * 1000)
+    write_raw(stack, topic, [(b"soon", {"__SHARDINGKEY": "one", "TIMER_DELIVER_MS": str(now + 3000)}, now)])
+    producer = clients.producer(topic)
+    for i in range(2):
+        producer.send(clients.message(topic, f"m{i}".encode(), group="one"))
+    end = time.monotonic() + 10
+    while len(front.pull(topic, 0, 0).records) < 3 and time.monotonic() < end:  # all three dispatched
+        time.sleep(0.05)
+    consumer = clients.simple(group, {topic: "*"})
+    first = receive_until(consumer, 2, timeout_s=2.5)
+    assert [m.body for m in first] == [b"m0", b"m1"]  # before its time: what follows it comes
+    time.sleep(max(0.0, now + 3200 - time.time() * 1000) / 1000)
+    assert consumer.receive(4, 30) == []  # due now, but m0 and m1 are out: it waits behind them
+    for m in first:
+        consumer.ack(m)
+    (held,) = receive_until(consumer, 1)
+    assert held.body == b"soon" and held.delivery_attempt == 1
+    assert held.delivery_timestamp == now + 3000
+
+
 # ------------------------------------------------------------------ receipt handles
 
 

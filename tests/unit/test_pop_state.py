@@ -852,6 +852,8 @@ class ModelRun:
         for q in QUEUES:
             blocked = any(e.deadline_ms > self.now for e in self.model._key(g, T, q)[1].values())
             assert self.state.blocked(g, T, q, self.now) == blocked
+            delivered = any(e.attempt > 0 for e in self.model._key(g, T, q)[1].values())
+            assert self.state.delivered_in_flight(g, T, q) == delivered
             assert self.state.cursor(g, T, q) == self.model._key(g, T, q)[0]
 
     def close(self) -> None:
