@@ -205,25 +205,39 @@ def register(app: typer.Typer) -> None:
         secret_key: SecretKeyOpt = None,
         fmt: FormatArg = Format.table,
     ) -> None:
-        """Per queue of a consumer group: broker offset, consumer offset and lag."""
+        """Per queue of a consumer group: broker offset, consumer offset and lag. A group
+        that commits offsets shows them (kind "offset"); a RocketMQ 5 group, which
+        receives and acks (pop), shows its pop cursor as the consumer offset and the
+        messages it holds unacked (in_flight; kind "pop")."""
         check_target(store, server)
         if server is not None:
             with remote(server, tls_ca, access_key, secret_key) as c:
                 rows = [
-                    {
-                        "topic": r.topic,
-                        "queue_id": r.queue_id,
-                        "broker_offset": r.broker_offset,
-                        "consumer_offset": r.consumer_offset,
-                        "lag": r.lag,
-                    }
+                    progress_row(r.topic, r.queue_id, r.broker_offset, r.consumer_offset, r.lag, r.in_flight, pop=r.pop)
                     for r in c.consumer_progress(group)
                 ]
         else:
+            from mqstore.store.pop_progress import read_pop_progress
+
             with open_view(store) as s:
-                rows = [r.__dict__ for r in s.consumer_progress(group)]
+
+                def max_offset(topic: str, queue_id: int) -> int:
+                    cq = s.consume_queues.find(topic, queue_id)
+                    return cq.max_offset if cq is not None else 0
+
+                rows = [
+                    progress_row(r.topic, r.queue_id, r.broker_offset, r.consumer_offset, r.lag, 0, pop=False)
+                    for r in s.consumer_progress(group)
+                ]
+                rows += [
+                    progress_row(r.topic, r.queue_id, r.broker_offset, r.consumer_offset, r.lag, r.in_flight, pop=True)
+                    for r in read_pop_progress(store, group, max_offset)
+                ]
+                rows.sort(key=lambda r: (r["topic"], r["queue_id"], r["kind"]))
         if not rows:
-            raise ValueError(f"consumer group {group!r} has no committed offsets in {store or server}")
+            raise ValueError(
+                f"consumer group {group!r} has no committed offsets and has received nothing (pop) in {store or server}"
+            )
         _print_rows(rows, fmt)
 
     @app.command("update-topic")
@@ -406,6 +420,19 @@ def register(app: typer.Typer) -> None:
         if not rows:
             raise ValueError(f"topic {topic!r} has no queues in {store}")
         _print_rows(rows, fmt)
+
+
+def progress_row(topic: str, queue_id: int, broker: int, consumer: int, lag: int, in_flight: int, *, pop: bool) -> dict:
+    """One row of consumer-progress (the same for --store and --server)."""
+    return {
+        "topic": topic,
+        "queue_id": queue_id,
+        "broker_offset": broker,
+        "consumer_offset": consumer,
+        "lag": lag,
+        "in_flight": in_flight,
+        "kind": "pop" if pop else "offset",
+    }
 
 
 def check_queue_known(topic: str, queue: int, configured: int | None, holding: list[int], where) -> None:

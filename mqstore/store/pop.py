@@ -1184,6 +1184,49 @@ class PopState:
         self.close()
 
 
+class _KeysView:
+    """The keys of a state being read, not opened: PopState's replay (snapshot, then
+    deltas) into memory, without its files, locks or journal end."""
+
+    _apply = PopState._apply
+    _load_snapshot = PopState._load_snapshot
+
+    def __init__(self, directory: Path) -> None:
+        self._keys: dict[tuple[str, str], dict[int, _Queue]] = {}
+        self._snapshot_path = directory / SNAPSHOT_FILE
+
+
+def read_keys(directory: str | os.PathLike[str]) -> list[PopKeyStatus]:
+    """Every key of ``<directory>/pop/`` as its files hold them, read-only: no lock,
+    nothing written, cut or created (``mqstore consumer-progress --store`` next to a
+    running shard). Replays as opening does; the first record that is short, fails its
+    CRC or breaks the seq order ends the journal (one being written at that moment).
+    No state there: []. CorruptFileError for a damaged snapshot or record body."""
+    where = Path(directory) / POP_DIR
+    view = _KeysView(where)
+    snap_seq = view._load_snapshot()
+    try:
+        data = (where / JOURNAL_FILE).read_bytes()
+    except FileNotFoundError:
+        data = b""
+    pos, last = 0, None
+    while len(data) - pos >= _FRAME.size:
+        body_len, crc, seq = _FRAME.unpack_from(data, pos)
+        end = pos + _FRAME.size + body_len
+        if body_len < _BODY.size or end > len(data) or zlib.crc32(data[pos + 8 : end]) != crc:
+            break
+        if (last is not None and seq <= last) or seq > max(last or 0, snap_seq) + 1:
+            break  # an older journal's bytes, or a compaction between the two reads: as of the snapshot
+        if seq > snap_seq:
+            view._apply(_decode_body(data, pos + _FRAME.size, end, str(where / JOURNAL_FILE)))
+        last, pos = seq, end
+    return [
+        PopKeyStatus(g, t, q, qs.cursor, len(qs.entries), qs.first_deadline())
+        for (g, t), queues in sorted(view._keys.items())
+        for q, qs in sorted(queues.items())
+    ]
+
+
 __all__ = [
     "COMPACT_BYTES",
     "HANDLE_VERSION",
@@ -1199,4 +1242,5 @@ __all__ = [
     "PopState",
     "PopStats",
     "ReceiptHandle",
+    "read_keys",
 ]

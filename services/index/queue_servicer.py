@@ -21,6 +21,7 @@ from mqstore.services.index.state import BuilderState
 from mqstore.store.builders import QueueBuilder
 from mqstore.store.dispatch import DispatchBatch
 from mqstore.store.local_ports import queue_ranges, units_page
+from mqstore.store.pop_progress import read_pop_progress
 
 SERVICE = "mqstore.v1.ConsumeQueueService"
 MAX_UNITS = 100_000
@@ -150,6 +151,13 @@ class ConsumeQueueServicer(consume_queue_pb2_grpc.ConsumeQueueServiceServicer):
         builder: QueueBuilder = self.state.ready()
         validate.group(request.group)
         rows = await self.state.call(builder.consumer_progress, request.group)
+
+        def max_offset(topic: str, queue_id: int) -> int:
+            cq = builder.consume_queues.find(topic, queue_id)
+            return cq.max_offset if cq is not None else 0
+
+        # A RocketMQ 5 group's progress is its pop cursors (read from the files, as --store reads them).
+        pops = await self.state.call(read_pop_progress, self.state.store_dir, request.group, max_offset)
         return pb.GroupOffsetsResponse(
             offsets=[
                 common_pb2.GroupOffset(
@@ -161,6 +169,19 @@ class ConsumeQueueServicer(consume_queue_pb2_grpc.ConsumeQueueServiceServicer):
                     shard=self.state.shard,
                 )
                 for r in rows
+            ]
+            + [
+                common_pb2.GroupOffset(
+                    topic=r.topic,
+                    queue_id=r.queue_id,
+                    broker_offset=r.broker_offset,
+                    consumer_offset=r.consumer_offset,
+                    lag=r.lag,
+                    shard=self.state.shard,
+                    pop=True,
+                    in_flight=r.in_flight,
+                )
+                for r in pops
             ]
         )
 

@@ -169,20 +169,24 @@ class QueueRange(_message.Message):
     def __init__(self, topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., min_offset: _Optional[int] = ..., max_offset: _Optional[int] = ..., last_physical_offset: _Optional[int] = ..., last_store_timestamp: _Optional[int] = ..., shard: _Optional[int] = ...) -> None: ...
 
 class GroupOffset(_message.Message):
-    __slots__ = ("topic", "queue_id", "broker_offset", "consumer_offset", "lag", "shard")
+    __slots__ = ("topic", "queue_id", "broker_offset", "consumer_offset", "lag", "shard", "pop", "in_flight")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
     BROKER_OFFSET_FIELD_NUMBER: _ClassVar[int]
     CONSUMER_OFFSET_FIELD_NUMBER: _ClassVar[int]
     LAG_FIELD_NUMBER: _ClassVar[int]
     SHARD_FIELD_NUMBER: _ClassVar[int]
+    POP_FIELD_NUMBER: _ClassVar[int]
+    IN_FLIGHT_FIELD_NUMBER: _ClassVar[int]
     topic: str
     queue_id: int
     broker_offset: int
     consumer_offset: int
     lag: int
     shard: int
-    def __init__(self, topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., broker_offset: _Optional[int] = ..., consumer_offset: _Optional[int] = ..., lag: _Optional[int] = ..., shard: _Optional[int] = ...) -> None: ...
+    pop: bool
+    in_flight: int
+    def __init__(self, topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., broker_offset: _Optional[int] = ..., consumer_offset: _Optional[int] = ..., lag: _Optional[int] = ..., shard: _Optional[int] = ..., pop: _Optional[bool] = ..., in_flight: _Optional[int] = ...) -> None: ...
 
 class ConsumerLoss(_message.Message):
     __slots__ = ("group", "topic", "queue_id", "from_offset", "to_offset", "messages", "forced", "at_ms")
