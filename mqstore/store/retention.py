@@ -72,7 +72,7 @@ class RetentionConfig:
     delete_when: str = "04"  # deleteWhen: hours of the day, local time, ';'-separated
     disk_max_used_ratio: float = 0.75  # diskMaxUsedSpaceRatio: expired files go at any hour
     clean_forcibly_ratio: float = 0.85  # diskSpaceCleanForciblyRatio: unexpired files go too
-    warning_ratio: float = 0.90  # diskSpaceWarningLevelRatio: the disk counts as full
+    warning_ratio: float = 0.90  # the report's disk_full and its log line (refusing: StoreConfig.disk_warning_ratio)
     clean_forcibly_enable: bool = False  # cleanFileForciblyEnable (on in RocketMQ; opt-in here)
     max_deletes_per_run: int = 10  # DELETE_FILES_BATCH_MAX (5.x deleteFileBatchMax)
     check_interval_ms: int = 10_000  # cleanResourceInterval
