@@ -372,12 +372,13 @@ def register(app: typer.Typer) -> None:
                             "flushed": st["flushed"],
                             "queues": st["queues"],
                             "commitlog": human_bytes(st["wrote"] - st["min_offset"]),
+                            "stuck": "; ".join(f"{k}: {b['error']}" for k, b in st.get("stuck", {}).items()) or "-",
                         }
                     ]
                 )
             else:
                 typer.echo(json.dumps(st))
-            healthy = bool(st["writable"]) and not st.get("stopped_loops")
+            healthy = bool(st["writable"]) and not st.get("stopped_loops") and not st.get("stuck")
         if not healthy:
             raise typer.Exit(1)
 

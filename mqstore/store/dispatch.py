@@ -6,15 +6,21 @@ the columns of RocketMQ's DispatchRequest for many records. Sinks (consume queue
 index) decide what they take: consume queues skip prepared and rollback
 transaction records, the index skips rollback ones.
 
+A *trailing* sink (the index) never holds the others back: when it fails a chunk
+(a full disk) it falls behind, the others are fed on, and each later round (at most
+once a second while it fails) feeds it from its own ``progress_offset``, reading the
+commitlog again, until it is in step (``behind`` says where it stands and why).
+
 Who calls what: one thread (the dispatcher's) calls ``run_once``/``catch_up`` or
-runs the loop with ``start``; ``dispatched_offset`` and ``lag`` may be read from any
-thread.
+runs the loop with ``start``; ``dispatched_offset``, ``lag`` and ``behind`` may be
+read from any thread.
 """
 
 from __future__ import annotations
 
 import mmap
 import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple, Protocol
@@ -244,12 +250,24 @@ def _int_or_zero(raw: bytes) -> int:
         return 0
 
 
+@dataclass
+class SinkBehind:
+    """A trailing sink that fell behind: where it stands, why, since when (epoch ms)."""
+
+    progress_offset: int
+    error: str
+    since_ms: int
+    retry_at: float = 0.0  # monotonic time of the next catch-up attempt
+
+
 class ReputLoop:
-    """Feeds ``sinks`` from ``commitlog``, starting at ``dispatched_offset``.
+    """Feeds ``sinks`` (and ``trailing`` sinks, see the module docstring) from
+    ``commitlog``, starting at ``dispatched_offset``.
 
     ``limit`` says how far records may be dispatched (default: the write position;
     under sync flush the store passes the flushed offset, so no consumer sees a
-    record a crash could take back).
+    record a crash could take back). A trailing sink has a ``progress_offset``
+    (everything below it is in the sink) and a ``kind`` naming it.
     """
 
     def __init__(
@@ -263,12 +281,15 @@ class ReputLoop:
         idle_sleep_s: float = 0.001,
         delays_ms: list[int] | None = None,
         on_progress: Callable[[int], None] | None = None,
+        trailing: Sequence[DispatchSink] = (),
     ) -> None:
         """``on_progress(dispatched_offset)``: told after every chunk the sinks took."""
         self._delays = delays_ms
         self._on_progress = on_progress
         self._log = commitlog
         self._sinks = list(sinks)
+        self._trailing = list(trailing)
+        self.behind: dict[str, SinkBehind] = {}  # trailing sinks behind, by kind
         self.dispatched_offset = max(dispatched_offset, commitlog.min_offset)
         self._limit = limit or (lambda: commitlog.wrote_offset)
         self._chunk_bytes = chunk_bytes
@@ -298,11 +319,50 @@ class ReputLoop:
             batch = build_dispatch_batch(chunk, self._delays) if len(chunk.sizes) else DispatchBatch.empty()
             for sink in self._sinks:
                 sink.dispatch(batch, start, chunk.next_offset)
+            for sink in self._trailing:
+                if sink.kind not in self.behind:
+                    try:
+                        sink.dispatch(batch, start, chunk.next_offset)
+                    except (OSError, StoreNotWritableError) as e:  # the others go on; it catches up later
+                        self._fell_behind(sink, e)
             self.dispatched_records += len(batch)
             self.dispatched_offset = chunk.next_offset
             if self._on_progress is not None:
                 self._on_progress(self.dispatched_offset)
+        if self.behind:
+            self._catch_up_trailing()
         return len(chunk.sizes)
+
+    def _fell_behind(self, sink, e: BaseException) -> None:
+        was = self.behind.get(sink.kind)
+        self.behind[sink.kind] = SinkBehind(
+            sink.progress_offset,
+            f"{type(e).__name__}: {e}",
+            was.since_ms if was else int(time.time() * 1000),
+            time.monotonic() + _RETRY_S,
+        )
+        if was is None:
+            log.error("dispatch_sink_behind", sink=sink.kind, error=str(e), action="others fed on; it catches up")
+
+    def _catch_up_trailing(self) -> None:
+        """One chunk for each trailing sink that is behind and due, from its own progress."""
+        for sink in self._trailing:
+            b = self.behind.get(sink.kind)
+            if b is None or time.monotonic() < b.retry_at:
+                continue
+            start = max(sink.progress_offset, self._log.min_offset)
+            try:
+                if start < self.dispatched_offset:
+                    chunk = self._log.scan(start, limit=self.dispatched_offset, max_bytes=self._chunk_bytes)
+                    batch = build_dispatch_batch(chunk, self._delays) if len(chunk.sizes) else DispatchBatch.empty()
+                    sink.dispatch(batch, start, chunk.next_offset)
+            except (OSError, StoreNotWritableError) as e:
+                self._fell_behind(sink, e)
+                continue
+            b.progress_offset, b.retry_at = sink.progress_offset, 0.0  # progress: the next chunk at once
+            if sink.progress_offset >= self.dispatched_offset:
+                del self.behind[sink.kind]
+                log.info("dispatch_sink_caught_up", sink=sink.kind, progress_offset=sink.progress_offset)
 
     def catch_up(self) -> int:
         """Dispatch until nothing is left below the limit; returns records dispatched."""
@@ -346,4 +406,4 @@ class ReputLoop:
 
 _RETRY_S = 1.0
 
-__all__ = ["DispatchBatch", "DispatchSink", "IndexEntries", "ReputLoop", "build_dispatch_batch"]
+__all__ = ["DispatchBatch", "DispatchSink", "IndexEntries", "ReputLoop", "SinkBehind", "build_dispatch_batch"]

@@ -18,6 +18,7 @@ Who calls what: any thread may append and read; ``close`` once, last.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from pathlib import Path
@@ -80,7 +81,8 @@ class MessageStore(LocalReads):
             reput_from = open_protocol.resume_offset(b.progress_offset for b in builders)
             self.dispatcher = ReputLoop(
                 self.commitlog,
-                builders,
+                [self.queue_builder],
+                trailing=[self.index_builder] if self.index_builder is not None else [],  # never holds the queues back
                 dispatched_offset=reput_from,
                 limit=lambda: self.log.confirm_offset,
                 delays_ms=self.log.delays_ms,
@@ -194,7 +196,7 @@ class MessageStore(LocalReads):
         )
         clock = self.log._clock
         deadline = clock.monotonic() + timeout_s
-        while self.dispatcher.dispatched_offset < target:
+        while self.dispatcher.dispatched_offset < target or self.dispatcher.behind:  # (the index catching up too)
             if self.dispatcher.error is not None and not self.dispatcher.running:
                 raise self.dispatcher.error  # stopped for good; a running one retries (a full disk)
             if clock.monotonic() > deadline:
@@ -273,6 +275,8 @@ class MessageStore(LocalReads):
                 },
             },
             "stopped_loops": self.stopped_loops(),
+            # builders whose writes fail (the index on a full disk): fed again from their progress
+            "stuck": {kind: dataclasses.asdict(b) for kind, b in d.behind.items()},
             "write_refusals": st["write_refusals"],  # appends refused: how many, since when, why
             "consumer_losses": st["consumer_losses"],  # groups' unread messages retention deleted
         }

@@ -4,6 +4,7 @@ nothing half-written, after which the index resumes where it stopped."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import numpy as np
@@ -11,9 +12,10 @@ import pytest
 
 from mqstore.errors import StoreNotWritableError
 from mqstore.formats import index_file_size, index_key_hashes
-from mqstore.store import faults
+from mqstore.store import MessageBatch, StoreConfig, faults
 from mqstore.store.dispatch import IndexEntries
 from mqstore.store.index_service import RESERVE_STEP_BYTES, IndexService
+from mqstore.store.message_store import MessageStore
 
 T0 = 1_700_000_000_000
 
@@ -71,3 +73,28 @@ def test_a_full_disk_refuses_the_put_and_the_index_resumes_when_space_is_back(tm
     assert svc.stats().entries == per_step + 20
     assert svc.query("T", "k1", 3) == [i * 100 for i in range(per_step + 19, -1, -1) if i % 7 == 1][:3]
     svc.close()
+
+
+def test_an_embedded_store_feeds_its_consume_queues_while_the_index_has_no_space(tmp_path: Path) -> None:
+    """MessageStore (the embedded store, ``--store``): the consume queues take every
+    message while no index file can be made, status names the index as stuck, and
+    the index catches up from its own progress once space is back."""
+    cfg = StoreConfig(
+        segment_bytes=1 << 20, consume_queue_file_bytes=20 * 100, index_hash_slots=64, index_max_entries=256
+    )
+    faults.install("index.create=ENOSPCx0,index.reserve=ENOSPCx0")
+    with MessageStore(tmp_path, cfg) as s:
+        res = s.append(MessageBatch(topics="T", bodies=[b"m%d" % i for i in range(50)], queue_ids=0, keys="k"))
+        deadline = time.monotonic() + 10
+        while s.consume_queues.find("T", 0) is None or s.consume_queues.find("T", 0).max_offset < 50:
+            assert time.monotonic() < deadline, "the consume queues were held back by the index"
+            time.sleep(0.01)
+        stuck = s.status()["stuck"]
+        assert "disk full" in stuck["index"]["error"] and stuck["index"]["since_ms"] > 0
+        assert not s.wait_dispatched(timeout_s=0.2)  # the index is not there yet
+        faults.install(None)
+        assert s.wait_dispatched(timeout_s=15)
+        assert s.status()["stuck"] == {}
+        assert [r.physical_offset for r in s.query_by_key("T", "k", max_num=64)] == sorted(
+            res.physical_offsets.tolist(), reverse=True
+        )
