@@ -27,7 +27,6 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
-import numpy as np
 import structlog
 
 from mqstore.errors import StoreClosedError, StoreNotWritableError
@@ -55,7 +54,7 @@ from mqstore.store.messages import (
 from mqstore.store.recovery import RecoveryProgress
 from mqstore.store.retention import Retention, RetentionConfig, RetentionReport
 from mqstore.store.schedule import SCHEDULE_TOPIC, DelayScheduler, QueuePicker, rewrite_delayed
-from mqstore.store.topic_configs import TOPICS_FILE, MessageType, TopicConfigs, check_write_queues
+from mqstore.store.topic_configs import TOPICS_FILE, MessageType, TopicConfigs
 
 log = structlog.get_logger(__name__)
 
@@ -219,7 +218,6 @@ class LogStore:
         every door applies (``message_rules.check_batch``); see CommitLog.append."""
         self._check_accepting()
         check_client_batch(batch, max_queue_id=self.config.max_queue_id, perm_of=self.topics.perm_of)
-        check_write_queues(batch.topics, batch.queue_ids, self.topics.get)  # a queue past the topic's: refused
         message_rules.check_batch(batch, self.topics.get, self._clock.now_ms())
         self._hold_back_for_dispatch()
         return self.commitlog.append(rewrite_delayed(batch, len(self._delays_ms), self._pick_queue))
@@ -233,7 +231,6 @@ class LogStore:
         check_send_topics(set(batch.topics), self.topics.perm_of)
         check_no_transaction(batch.sysflags)
         check_queue_ids(batch.queue_ids, self.config.max_queue_id)
-        check_write_queues(np.asarray(batch.topics, dtype=object)[batch.topic_codes], batch.queue_ids, self.topics.get)
         message_rules.check_encoded(
             batch.data,
             batch.props_at,

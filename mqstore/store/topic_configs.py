@@ -24,14 +24,13 @@ from __future__ import annotations
 
 import dataclasses
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-import numpy as np
 import structlog
 
 from mqstore.errors import ConfigError, InvalidMessageError, TopicPermissionError
@@ -101,29 +100,6 @@ def check_perm(topic: str, perm: int | None, needed: int) -> None:
         perm=perm,
         needed=needed,
     )
-
-
-def check_write_queues(
-    topics: str | Sequence[str], queue_ids: object, config_of: Callable[[str], TopicConfig | None]
-) -> None:
-    """InvalidMessageError if a message names a queue at or past its topic's write
-    queues, as RocketMQ's broker refuses it ("queueId[5] is illegal"); automatic
-    queue ids (negative) and topics without a config pass. ``topics``: one topic for
-    every message or one per message; ``queue_ids``: a checked integer scalar or
-    column (messages.check_client_batch), None for automatic."""
-    if queue_ids is None:
-        return
-    q = np.asarray(queue_ids, np.int64)
-    if not (q >= 0).any():
-        return
-    names = np.asarray([topics] if isinstance(topics, str) else list(topics), dtype=object)
-    limits = {t: c.write_queue_nums for t in set(names.tolist()) if (c := config_of(t)) is not None}
-    for t, n in sorted(limits.items()):
-        bad = (q >= n) & (names == t)  # 1-d: names is
-        if bad.any():
-            i = int(np.argmax(bad))
-            qid = int(np.broadcast_to(q, bad.shape)[i])
-            raise InvalidMessageError(f"message {i}: topic {t!r} has {n} write queue(s) (0..{n - 1}), not queue {qid}")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -348,7 +324,6 @@ __all__ = [
     "TopicConfigs",
     "accepted_types",
     "check_perm",
-    "check_write_queues",
     "parse_message_type",
     "parse_topics_file",
 ]

@@ -186,7 +186,7 @@ def test_a_send_past_the_write_queues_is_refused(tmp_path: Path) -> None:
             MessageBatch(topics="Two", bodies=[b"a"], queue_ids=5),
             MessageBatch(topics=["Any", "Two"], bodies=[b"a", b"b"], queue_ids=[7, 2]),
         ):
-            with pytest.raises(InvalidMessageError, match="topic 'Two' has 2 write queue"):
+            with pytest.raises(InvalidMessageError, match="topic 'Two'.s 2 write queue"):
                 s.append(batch)
         assert s.log.commitlog.wrote_offset == wrote
         s.append(MessageBatch(topics="NoConfig", bodies=[b"a"], queue_ids=7))  # no config: any queue
