@@ -309,9 +309,11 @@ cdef enum:
 
 
 cdef inline int _pairs(
-    const unsigned char *p, int64_t n, const unsigned char **names, int64_t *lens, int nres, int *which
+    const unsigned char *p, int64_t n, const unsigned char **names, int64_t *lens, int nres, int *which,
+    int nmark, int64_t *mark
 ) noexcept nogil:
-    """One properties string: PROPS_OK or why not (``which``: the reserved name met)."""
+    """One properties string: PROPS_OK or why not (``which``: the reserved name met).
+    Names ``nres .. nres + nmark - 1`` are markers: each one met sets its bit in ``mark``."""
     cdef int64_t pos = 0, sep, end, k
     cdef int r
     if not mq_utf8_ok(p, n):
@@ -334,6 +336,10 @@ cdef inline int _pairs(
             if k == sep - pos and memcmp(p + pos, names[r], k) == 0:
                 which[0] = r
                 return PROPS_RESERVED
+        for r in range(nres, nres + nmark):
+            k = lens[r]
+            if k == sep - pos and memcmp(p + pos, names[r], k) == 0:
+                mark[0] |= 1 << (r - nres)
         pos = end + 1  # past the \x02 (the last pair may end the string without one)
     return PROPS_OK
 
@@ -343,34 +349,46 @@ def check_properties(
     const int64_t[::1] at not None,
     const int64_t[::1] length not None,
     tuple reserved,
+    tuple markers=(),
+    int64_t[::1] marks=None,
 ):
     """Check each record's properties string ``buf[at[i] : at[i] + length[i]]`` as
     the store writes them: well-formed UTF-8, ``name\\x01value\\x02`` pairs (the last
     ``\\x02`` may be missing) with non-empty names and values and no separator inside
     either, no name in ``reserved`` (a tuple of bytes). One pass without the GIL.
     Returns ``(i, why, r)`` for the first record that fails (``why`` a PROPS_*, ``r``
-    the index of the reserved name met, else -1), or ``(-1, PROPS_OK, -1)``."""
+    the index of the reserved name met, else -1), or ``(-1, PROPS_OK, -1)``.
+    ``markers`` (names, at most 16 with ``reserved``) and ``marks`` (n values): record
+    i's pairs named ``markers[m]`` set bit m of ``marks[i]`` (complete when the call
+    answers PROPS_OK), so the caller locates values only in batches that have them."""
     cdef int64_t n = at.shape[0]
     if length.shape[0] != n:
         raise ValueError("column lengths differ")
-    if len(reserved) > MAX_RESERVED:
-        raise ValueError(f"at most {MAX_RESERVED} reserved names")
+    if len(reserved) + len(markers) > MAX_RESERVED:
+        raise ValueError(f"at most {MAX_RESERVED} reserved and marker names")
+    if markers and (marks is None or marks.shape[0] != n):
+        raise ValueError("marks must hold one value per record")
+    cdef tuple all_names = reserved + markers
     cdef const unsigned char *names[MAX_RESERVED]
     cdef int64_t lens[MAX_RESERVED]
-    cdef int nres = len(reserved), r, why = PROPS_OK, which = -1
-    for r in range(nres):
-        names[r] = <const unsigned char *>(<bytes>reserved[r])
-        lens[r] = len(<bytes>reserved[r])
+    cdef int nres = len(reserved), nmark = len(markers), r, why = PROPS_OK, which = -1
+    cdef int64_t dummy = 0
+    cdef int64_t *mp = &marks[0] if nmark and n else &dummy
+    for r in range(nres + nmark):
+        names[r] = <const unsigned char *>(<bytes>all_names[r])
+        lens[r] = len(<bytes>all_names[r])
     cdef int64_t i, bad = -1, n_buf = buf.shape[0]
     for i in range(n):
         if at[i] < 0 or length[i] < 0 or at[i] + length[i] > n_buf:
             raise ValueError(f"properties of record {i} lie outside the buffer")
+        if nmark:
+            marks[i] = 0
     if n == 0 or n_buf == 0:
         return -1, PROPS_OK, -1
     cdef const unsigned char *b = &buf[0]
     with nogil:
         for i in range(n):
-            why = _pairs(b + at[i], length[i], names, lens, nres, &which)
+            why = _pairs(b + at[i], length[i], names, lens, nres, &which, nmark, mp + i if nmark else mp)
             if why != PROPS_OK:
                 bad = i
                 break
@@ -384,6 +402,7 @@ cpdef enum:
     HEAD_PORT = 2  # its born host port is outside 0..65535
     HEAD_BODY = 3  # its body is longer than max_body
     HEAD_SIZE = 4  # the record is longer than max_size
+    HEAD_BORN = 5  # its born timestamp is outside min_born..max_born
 
 
 def check_heads(
@@ -394,11 +413,14 @@ def check_heads(
     bint store_v6,
     int64_t max_body,
     int64_t max_size,
+    int64_t min_born,
+    int64_t max_born,
 ):
     """Check the head fields of records a client encoded (already walked by ``scan``,
-    so every field lies inside its record): store host kind, born host port, body
-    and record sizes. Returns ``(i, why, value)`` for the first record that fails
-    (``why`` a HEAD_*, ``value`` the port or size found), or ``(-1, HEAD_OK, 0)``."""
+    so every field lies inside its record): store host kind, born host port, born
+    timestamp, body and record sizes. Returns ``(i, why, value)`` for the first record
+    that fails (``why`` a HEAD_*, ``value`` the port, time or size found), or
+    ``(-1, HEAD_OK, 0)``."""
     cdef int64_t n = positions.shape[0], i, at, born, store, value = 0
     cdef int why = HEAD_OK
     if sizes.shape[0] != n or sysflags.shape[0] != n:
@@ -420,6 +442,9 @@ def check_heads(
                 value = mq_be32(b + at + 48 + born - 4)
                 if value < 0 or value > 65535:
                     why = HEAD_PORT
+                elif mq_be64(b + at + 40) < min_born or mq_be64(b + at + 40) > max_born:
+                    value = mq_be64(b + at + 40)
+                    why = HEAD_BORN
                 else:
                     value = mq_be32(b + at + 68 + born + store)
                     if value > max_body:

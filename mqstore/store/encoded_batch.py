@@ -19,7 +19,8 @@ buffer, so a bad record refuses the whole batch before anything is written:
                  TIMER_DELAY_SEC / TIMER_DELAY_MS (message_rules.py);
     topics       their bytes UTF-8 (names are checked by the caller's policy);
     sizes        body, properties and record within the store's limits;
-    hosts        born host ports in 0..65535; the store host of the store's kind
+    hosts        born host ports in 0..65535; born times in protobuf Timestamp's
+                 range (message_rules.py); the store host of the store's kind
                  (sysflag bit 0x20: IPv6), since the store writes its own there.
 
 What a producer may send (topic names and permissions, transaction bits, queue ids,
@@ -38,6 +39,7 @@ from mqstore.formats.msgid import encode_host
 from mqstore.formats.properties import DELAY, SCHEDULE_SOURCE
 from mqstore.kernels import _scan
 from mqstore.store.config import StoreConfig
+from mqstore.store.message_rules import MARKERS, MAX_TIME_MS, MIN_TIME_MS, born_time_problem
 
 MAX_ENCODED_RECORDS = 10_000  # as many as a columnar batch (services/common/convert.py)
 _RESERVED = (DELAY.encode(), SCHEDULE_SOURCE.encode(), b"TIMER_DELAY_SEC", b"TIMER_DELAY_MS")
@@ -49,7 +51,6 @@ _WHY_RESERVED = (
     f"TIMER_DELAY_SEC {_WHY_TIMER}",
     f"TIMER_DELAY_MS {_WHY_TIMER}",
 )
-_BORN_AT = 40  # BORNTIMESTAMP's offset in a record (formats/message.py)
 _WHY_PROPS = {
     _scan.PROPS_NOT_UTF8: "its properties are not well-formed UTF-8",
     _scan.PROPS_MALFORMED: "its properties are not name\\x01value\\x02 pairs with non-empty names and values",
@@ -71,10 +72,21 @@ class EncodedBatch:
         "topic_codes",
         "props_at",
         "props_len",
+        "marks",
     )
 
     def __init__(  # noqa: PLR0913
-        self, data, positions, sizes, queue_ids, sysflags, topics, topic_codes, props_at=None, props_len=None
+        self,
+        data,
+        positions,
+        sizes,
+        queue_ids,
+        sysflags,
+        topics,
+        topic_codes,
+        props_at=None,
+        props_len=None,
+        marks=None,
     ) -> None:
         self.data = data
         self.n = len(positions)
@@ -86,13 +98,7 @@ class EncodedBatch:
         self.topic_codes: np.ndarray = topic_codes  # index into topics, per record
         self.props_at: np.ndarray | None = props_at  # where each record's properties string lies
         self.props_len: np.ndarray | None = props_len
-
-    @property
-    def born_timestamps(self) -> np.ndarray:
-        """Each record's BORNTIMESTAMP (big-endian int64 at byte 40), gathered in one numpy pass."""
-        buf = np.frombuffer(self.data, np.uint8)
-        raw = buf[self.positions[:, None] + _BORN_AT + np.arange(8)]
-        return np.ascontiguousarray(raw).view(">i8").reshape(self.n).astype(np.int64)
+        self.marks: np.ndarray | None = marks  # bit m: the record has a property named MARKERS[m]
 
 
 def parse_encoded(data: bytes | bytearray | memoryview, config: StoreConfig) -> EncodedBatch:
@@ -117,7 +123,8 @@ def parse_encoded(data: bytes | bytearray | memoryview, config: StoreConfig) -> 
     sysflags = cols[_scan.COL_SYSFLAG]
     topic_at, topic_len, props_len = cols[_scan.COL_TOPIC_AT], cols[_scan.COL_TOPIC_LEN], cols[_scan.COL_PROPS_LEN]
     props_at = topic_at + topic_len + 2
-    bad, why, which = _scan.check_properties(data, props_at, props_len, _RESERVED)
+    marks = np.empty(n, np.int64)  # which records carry a name the message rules read (MARKERS)
+    bad, why, which = _scan.check_properties(data, props_at, props_len, _RESERVED, MARKERS, marks)
     if bad >= 0:
         text = _WHY_RESERVED[which] if why == _scan.PROPS_RESERVED else _WHY_PROPS[why]
         raise InvalidMessageError(f"encoded record {bad}: {text}; nothing was written")
@@ -131,13 +138,17 @@ def parse_encoded(data: bytes | bytearray | memoryview, config: StoreConfig) -> 
         except UnicodeDecodeError:
             raise InvalidTopicError(f"encoded record {i}: its topic is not UTF-8; nothing was written") from None
     _check_heads(data, positions, sizes, sysflags, config)
-    return EncodedBatch(data, positions, sizes, cols[_scan.COL_QUEUE_ID], sysflags, topics, codes, props_at, props_len)
+    return EncodedBatch(
+        data, positions, sizes, cols[_scan.COL_QUEUE_ID], sysflags, topics, codes, props_at, props_len, marks
+    )
 
 
 def _check_heads(data, positions: np.ndarray, sizes: np.ndarray, sysflags: np.ndarray, config: StoreConfig) -> None:
     v6_store = len(encode_host(config.store_host)) == 20
     limit = min(config.max_record_bytes, config.segment_bytes - BLANK_RECORD_BYTES)
-    i, why, value = _scan.check_heads(data, positions, sizes, sysflags, v6_store, config.max_message_bytes, limit)
+    i, why, value = _scan.check_heads(
+        data, positions, sizes, sysflags, v6_store, config.max_message_bytes, limit, MIN_TIME_MS, MAX_TIME_MS
+    )
     if why == _scan.HEAD_OK:
         return
     if why == _scan.HEAD_STORE_HOST:
@@ -147,6 +158,8 @@ def _check_heads(data, positions: np.ndarray, sizes: np.ndarray, sysflags: np.nd
         )
     if why == _scan.HEAD_PORT:
         raise InvalidMessageError(f"encoded record {i}: born host port {value} is outside 0..65535")
+    if why == _scan.HEAD_BORN:  # the message rules' range (message_rules.born_time_problem)
+        raise InvalidMessageError(f"encoded record {i}: {born_time_problem(value)}; nothing was written")
     if why == _scan.HEAD_BODY:
         raise MessageTooLargeError(
             f"encoded record {i}: body of {value} bytes exceeds max_message_bytes {config.max_message_bytes}"

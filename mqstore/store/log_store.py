@@ -235,7 +235,7 @@ class LogStore:
             batch.data,
             batch.props_at,
             batch.props_len,
-            batch.born_timestamps,
+            batch.marks,
             batch.topics,
             batch.topic_codes,
             batch.queue_ids,

@@ -56,6 +56,7 @@ MAX_DELAY_LEVEL = (1 << 31) - 1
 
 _DECIMAL = re.compile(r"0|-?[1-9][0-9]{0,15}")  # str(int); 16 digits hold every time in range
 _MAX_DIGITS = 16
+MARKERS = (b"TIMER_DELIVER_MS", b"__SHARDINGKEY")  # names the compiled property scan marks per record
 _LEVEL = re.compile(r"0|[1-9][0-9]{0,9}")
 
 # Message kinds, as bits: what a message is and what a topic type takes.
@@ -211,14 +212,18 @@ def check_topic_columns(
     """Each message's kind against its topic's type, its queue id below the topic's
     write queues (``codes[i]`` indexes ``topics``; None: one topic for all)."""
     configs = [topic_of(t) for t in topics]
-    takes = np.array([_TAKES[MessageType.NORMAL if c is None else c.message_type] for c in configs], np.int64)
-    per_msg = np.atleast_1d(takes[0] if codes is None else takes[codes])
+    configured = any(c is not None for c in configs)
     kinds = np.atleast_1d(np.asarray(kinds, np.int64))
+    if configured:
+        takes = np.array([_TAKES[MessageType.NORMAL if c is None else c.message_type] for c in configs], np.int64)
+        per_msg = np.atleast_1d(takes[0] if codes is None else takes[codes])
+    else:  # no config: NORMAL, and any queue the store takes
+        per_msg = _TAKES[MessageType.NORMAL]
     refused = ((kinds & ~per_msg) != 0) | (kinds == FIFO | DELAYED)
     if refused.any():
         i = int(np.argmax(refused))
         _refuse_kind(i, int(kinds[i if kinds.size > 1 else 0]), topics, codes, configs)
-    if queue_ids is None:
+    if queue_ids is None or not configured or not (queue_ids > AUTO_QUEUE).any():
         return
     limits = np.array([1 << 62 if c is None else c.write_queue_nums for c in configs], np.int64)
     over = queue_ids >= (limits[0] if codes is None else limits[codes])
@@ -260,9 +265,14 @@ def check_batch(batch: MessageBatch, topic_of: Callable[[str], TopicConfig | Non
     """The rules on a columnar batch (SendBatch, ``MessageStore.append``, the
     RocketMQ port's sends); messages.check_client_batch has checked its columns' types."""
     n = len(batch)
-    if n == 0:
-        return
     props = batch.properties
+    if n == 0 or (  # the usual producer batch: nothing to check per message
+        props is None
+        and batch.born_timestamps is None
+        and isinstance(batch.topics, str)
+        and topic_of(batch.topics) is None
+    ):
+        return
     if props is None:
         kinds: np.ndarray | int = NORMAL
     elif isinstance(props, Mapping):
@@ -290,16 +300,20 @@ def check_encoded(  # noqa: PLR0913
     data,
     props_at: np.ndarray,
     props_len: np.ndarray,
-    born: np.ndarray,
+    marks: np.ndarray,
     topics: list[str],
     codes: np.ndarray,
     queue_ids: np.ndarray,
     topic_of: Callable[[str], TopicConfig | None],
     now_ms: int,
 ) -> None:
-    """The rules on a batch a producer encoded (encoded_batch.py; DELAY and the other
-    timer properties are refused there, as reserved): delivery times and groups read in
-    place from the records, born times and kinds as columns."""
+    """The rules on a batch a producer encoded (encoded_batch.py checked born times
+    in its compiled head check, and refused DELAY and the other timer properties as
+    reserved): delivery times and groups read in place from the records, kinds as a
+    column. ``marks``: the scan's bits per record (MARKERS) say which records carry them."""
+    if not marks.any():  # the usual batch: no delivery time, no group
+        check_topic_columns(topics, codes if len(topics) > 1 else None, queue_ids, NORMAL, topic_of)
+        return
     ((ds, de), (gs, ge)) = locate_properties(data, props_at, props_len, [TIMER_DELIVER_MS.encode(), b"__SHARDINGKEY"])
     buf = np.frombuffer(data, np.uint8)
     kinds = np.full(len(props_at), NORMAL, np.int64)
@@ -321,9 +335,7 @@ def check_encoded(  # noqa: PLR0913
     if grouped.size:
         _check_groups(buf, gs[grouped], ge[grouped], grouped)
         kinds[grouped] = np.where(kinds[grouped] == DELAYED, FIFO | DELAYED, FIFO)
-    check_born_times(born)
-    qids = queue_ids if (queue_ids > AUTO_QUEUE).any() else None
-    check_topic_columns(topics, codes if len(topics) > 1 else None, qids, kinds, topic_of)
+    check_topic_columns(topics, codes if len(topics) > 1 else None, queue_ids, kinds, topic_of)
 
 
 def _check_groups(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray, rows: np.ndarray) -> None:
@@ -344,6 +356,7 @@ def _check_groups(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray, rows: n
 
 
 __all__ = [
+    "MARKERS",
     "MAX_DELIVERY_AHEAD_MS",
     "MAX_TIME_MS",
     "MIN_TIME_MS",

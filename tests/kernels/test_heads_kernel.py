@@ -25,6 +25,7 @@ class _Clock:
 
 
 STORES = (Host("10.0.0.1", 10911), Host("::1", 10911))
+BORN = (-(2**63), -1, 0, 1, 1 << 40, 2**63 - 1)  # bounds and times at and around them
 ENCODERS = {h: BatchEncoder(StoreConfig(store_host=h), _Clock()) for h in STORES}  # made outside the strategy
 
 
@@ -44,13 +45,22 @@ def cases(draw: st.DrawFn):
     for i in draw(st.lists(st.integers(0, n - 1), max_size=2)):  # some born ports patched out of range
         b = 20 if sysflags[i] & 0x10 else 8
         struct.pack_into(">i", data, int(positions[i]) + 48 + b - 4, draw(st.sampled_from([-1, 65536, 2**31 - 1])))
-    limits = (draw(st.booleans()), draw(st.integers(0, 250)), draw(st.integers(90, 600)))
+    for i in draw(st.lists(st.integers(0, n - 1), max_size=2)):  # some born times patched anywhere
+        struct.pack_into(
+            ">q", data, int(positions[i]) + 40, draw(st.integers(-(2**63), 2**63 - 1) | st.sampled_from(BORN))
+        )
+    limits = (
+        draw(st.booleans()),
+        draw(st.integers(0, 250)),
+        draw(st.integers(90, 600)),
+        *sorted(draw(st.lists(st.sampled_from(BORN), min_size=2, max_size=2))),
+    )
     return bytes(data), positions, np.asarray(enc.sizes, np.int64), sysflags.astype(np.int64), limits
 
 
 @settings(max_examples=200, deadline=None)
 @given(cases())
 def test_kernel_equals_model(case) -> None:
-    data, positions, sizes, sysflags, (v6, max_body, max_size) = case
-    got = _scan.check_heads(data, positions, sizes, sysflags, v6, max_body, max_size)
-    assert got == model_check_heads(data, positions, sizes, sysflags, v6, max_body, max_size)
+    data, positions, sizes, sysflags, (v6, max_body, max_size, min_born, max_born) = case
+    got = _scan.check_heads(data, positions, sizes, sysflags, v6, max_body, max_size, min_born, max_born)
+    assert got == model_check_heads(data, positions, sizes, sysflags, v6, max_body, max_size, min_born, max_born)

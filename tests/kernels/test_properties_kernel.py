@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from mqstore.kernels import _scan
-from tests.kernels.model_properties import model_check_properties, properties_problem
+from tests.kernels.model_properties import model_check_properties, model_check_properties_marks, properties_problem
 
 RESERVED = (b"DELAY", b"SCHEDULE_SOURCE")
 # Bytes that make every case: letters, both separators, a reserved name's pieces, UTF-8 and not.
@@ -27,6 +27,24 @@ def check(strings: list[bytes]) -> tuple[int, int, int]:
 @given(st.lists(st.lists(st.sampled_from(_PIECES), max_size=12).map(b"".join), max_size=6))
 def test_kernel_equals_model(strings: list[bytes]) -> None:
     check(strings)
+
+
+MARKERS = (b"K", b"Ka", b"TIMER_DELIVER_MS")  # names the rules look for (message_rules.check_encoded)
+_MARKED = [*_PIECES, b"Ka", b"TIMER_DELIVER_MS", b"TIMER_DELIVER_MSX"]
+
+
+@given(st.lists(st.lists(st.sampled_from(_MARKED), max_size=12).map(b"".join), max_size=6))
+def test_marks_equal_model(strings: list[bytes]) -> None:
+    """Markers set their bits per record where the answer is OK; the answer is unchanged."""
+    buf = b"".join(strings)
+    at = np.cumsum([0] + [len(s) for s in strings[:-1]], dtype=np.int64) if strings else np.zeros(0, np.int64)
+    length = np.array([len(s) for s in strings], np.int64)
+    marks = np.full(len(strings), -1, np.int64)
+    got = _scan.check_properties(buf, at, length, RESERVED, MARKERS, marks)
+    want, want_marks = model_check_properties_marks(buf, at.tolist(), length.tolist(), RESERVED, MARKERS)
+    assert got == want
+    if got[0] == -1:
+        assert marks.tolist() == want_marks
 
 
 @pytest.mark.parametrize(
