@@ -31,7 +31,8 @@ goes to ``%DLQ%<group>`` at once with ``DLQ_REASON``, alone (logged
 metric), and the pop answers the other messages. Receipt handles carry an HMAC tag
 under the shard's secret (mqstore/store/pop.py): a handle the shard did not make for
 the group and topic is POP_MALFORMED; PopToDeadLetter refuses forged, expired and
-stale handles as AckPop does.
+stale handles as AckPop does. A dead letter the commitlog refuses (a full disk) is
+held and tried again a second later; the pop answers what it handed out meanwhile.
 
 An empty pop waits (long polling) for units to arrive, for a message in flight to
 come due, or for ``wait_ms``.
@@ -82,6 +83,7 @@ DLQ_PREFIX = "%DLQ%"
 MAX_POP = 32  # the broker refuses bigger pop batches
 MAX_INVISIBLE_MS = 12 * 3600 * 1000
 MAX_WAIT_MS = 60_000
+DEAD_LETTER_RETRY_MS = 1_000  # a dead letter the commitlog refused (a full disk) is tried again after this
 _SCAN_UNITS = 256  # units looked at per read when a filter skips messages
 _FIRST = np.zeros(1, np.int64)  # decode_records' positions of a lone record
 _OUTCOMES = {
@@ -251,12 +253,40 @@ class Popper:
                         )
                         parts.append(raw)
                     answer.records = b"".join(parts)
-            if aside:
-                self._dead_letter(pops, group, topic, aside, req.dead_letter_queue_id, reasons)
+            if aside and self._dead_letter_or_later(pops, group, topic, aside, req.dead_letter_queue_id, reasons, now):
                 answer.set_aside.extend(reasons[(q, e.offset)].code for q, e in aside)
-            if dead:
-                answer.dead_lettered = self._dead_letter(pops, group, topic, dead, req.dead_letter_queue_id)
+            if dead and self._dead_letter_or_later(pops, group, topic, dead, req.dead_letter_queue_id, None, now):
+                answer.dead_lettered = len(dead)
             return answer, pops.next_deadline_ms(group, topic, qids)
+
+    def _dead_letter_or_later(  # noqa: PLR0913
+        self,
+        pops: PopState,
+        group: str,
+        topic: str,
+        entries: list[tuple[int, InFlight]],
+        dlq_queue: int,
+        reasons: dict[tuple[int, int], Unconvertible] | None,
+        now: int,
+    ) -> bool:
+        """Dead-letter ``entries`` (True), or, when the DLQ write fails (a full disk
+        refuses it), hold them ``DEAD_LETTER_RETRY_MS`` and try again then (False):
+        the pop still answers what it handed out, and does not spin on the failure."""
+        try:
+            self._dead_letter(pops, group, topic, entries, dlq_queue, reasons)
+        except Exception as err:  # noqa: BLE001 - any failure of the DLQ write: retried later
+            log.warning("pop_dead_letter_deferred", group=group, topic=topic, messages=len(entries), error=str(err))
+            later = now + DEAD_LETTER_RETRY_MS
+            pops.pop(
+                group,
+                topic,
+                [Delivery(q, e.offset, e.commitlog_offset, e.size, hold_until_ms=later) for q, e in entries],
+                cursors={},
+                now_ms=now,
+                invisible_ms=0,
+            )
+            return False
+        return True
 
     def _set_aside_due(
         self,
