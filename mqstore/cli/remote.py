@@ -209,6 +209,16 @@ def register(app: typer.Typer) -> None:
         queue: Annotated[int, typer.Option("--queue", min=-1, max=65535, help="Queue id; -1: round robin.")] = -1,
         tags: Annotated[str | None, typer.Option("--tags", help="TAGS of every message.")] = None,
         keys: Annotated[str | None, typer.Option("--keys", help="KEYS of every message (space separated).")] = None,
+        message_group: Annotated[
+            str | None,
+            typer.Option("--message-group", help="FIFO message group of every message (a FIFO topic needs one)."),
+        ] = None,
+        deliver_at_ms: Annotated[
+            int | None,
+            typer.Option(
+                "--deliver-at-ms", help="Delivery time, epoch ms, at most 24 h ahead (a DELAY topic needs one)."
+            ),
+        ] = None,
         batch: Annotated[int, typer.Option("--batch", min=1, max=10_000, help="Messages per append call.")] = 1000,
     ) -> None:
         """Append messages; prints one JSON line per message (msg_id, queue, offsets, status).
@@ -221,6 +231,9 @@ def register(app: typer.Typer) -> None:
         if not texts:
             raise ValueError("nothing to send: give bodies as arguments or lines on stdin")
         out = sys.stdout
+        props = {"__SHARDINGKEY": message_group} if message_group is not None else {}
+        if deliver_at_ms is not None:
+            props["TIMER_DELIVER_MS"] = str(deliver_at_ms)  # the store's rules check both (message_rules.py)
         unstored = 0  # messages whose shard failed (a batch spanning shards, stored in part)
         with contextlib.ExitStack() as stack:
             if server is not None:
@@ -237,7 +250,9 @@ def register(app: typer.Typer) -> None:
                 errors: dict[int, str] = {}
                 shard_of: list[int] = []
                 if server is not None:
-                    resp = c.send_columns(columns(topic, chunk, queue_ids=queue, tags=tags, keys=keys))
+                    resp = c.send_columns(
+                        columns(topic, chunk, queue_ids=queue, tags=tags, keys=keys, properties=props or None)
+                    )
                     r = resp.result
                     errors = {e.shard: f"{e.code}: {e.message}" for e in resp.shard_errors}
                     shard_of = list(r.shards)
@@ -254,7 +269,11 @@ def register(app: typer.Typer) -> None:
                         r.unique_keys,
                     )
                 else:
-                    res = s.append(MessageBatch(topics=topic, bodies=chunk, queue_ids=queue, tags=tags, keys=keys))
+                    res = s.append(
+                        MessageBatch(
+                            topics=topic, bodies=chunk, queue_ids=queue, tags=tags, keys=keys, properties=props or None
+                        )
+                    )
                     rows = (
                         (m.msg_id, m.queue_id, m.queue_offset, m.physical_offset, m.status.value, m.unique_key)
                         for m in res

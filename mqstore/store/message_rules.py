@@ -57,6 +57,7 @@ MAX_DELAY_LEVEL = (1 << 31) - 1
 _DECIMAL = re.compile(r"0|-?[1-9][0-9]{0,15}")  # str(int); 16 digits hold every time in range
 _MAX_DIGITS = 16
 MARKERS = (b"TIMER_DELIVER_MS", b"__SHARDINGKEY")  # names the compiled property scan marks per record
+_INTEGER = re.compile(r"-?[0-9]+")
 _LEVEL = re.compile(r"0|[1-9][0-9]{0,9}")
 
 # Message kinds, as bits: what a message is and what a topic type takes.
@@ -87,6 +88,16 @@ def parse_delivery_ms(text: str) -> int | None:
     """A TIMER_DELIVER_MS value as an integer, or None if it is not one written as
     ``str(int)`` writes it (at most 16 digits: every time in range fits)."""
     return int(text) if isinstance(text, str) and _DECIMAL.fullmatch(text) else None
+
+
+def delivery_text_problem(text: str, now_ms: int) -> str | None:
+    """Why a TIMER_DELIVER_MS value is refused, or None."""
+    at = parse_delivery_ms(text)
+    if at is not None:
+        return delivery_time_problem(at, now_ms)
+    if _INTEGER.fullmatch(text):  # digits, but too many (or leading zeros)
+        return f"{TIMER_DELIVER_MS} {text[:40]} is not a delivery time: epoch ms from 0001-01-01 to 24 h ahead"
+    return f"{TIMER_DELIVER_MS} {text[:40]!r} is not an integer of epoch ms"
 
 
 def born_time_problem(born_ms: int) -> str | None:
@@ -135,12 +146,7 @@ def check_properties(i: int, props: Mapping[str, str], now_ms: int) -> int:
         )
     deliver = props.get(TIMER_DELIVER_MS)
     if deliver is not None:
-        at = parse_delivery_ms(deliver)
-        why = (
-            f"{TIMER_DELIVER_MS} {deliver[:40]!r} is not an integer of epoch ms"
-            if at is None
-            else delivery_time_problem(at, now_ms)
-        )
+        why = delivery_text_problem(deliver, now_ms)
         if why is None and level not in (None, "0"):
             why = f"a message takes a DELAY level or a {TIMER_DELIVER_MS}, not both"
         if why is not None:
@@ -324,12 +330,8 @@ def check_encoded(  # noqa: PLR0913
         if not ok.all():
             k = int(np.argmax(~ok))
             i = int(has[k])
-            text = bytes(buf[ds[i] : de[i]]).decode()
-            at = parse_delivery_ms(text)
-            why = f"{TIMER_DELIVER_MS} {text[:40]!r} is not an integer of epoch ms" if at is None else None
-            raise DeliveryTimeError(
-                f"encoded record {i}: {why or delivery_time_problem(at, now_ms)}; nothing was written"
-            )
+            why = delivery_text_problem(bytes(buf[ds[i] : de[i]]).decode(), now_ms)
+            raise DeliveryTimeError(f"encoded record {i}: {why}; nothing was written")
         kinds[has] = DELAYED
     grouped = np.flatnonzero(gs >= 0)
     if grouped.size:
@@ -367,6 +369,7 @@ __all__ = [
     "check_batch",
     "check_encoded",
     "decimal_values",
+    "delivery_text_problem",
     "delivery_time_problem",
     "group_problem",
     "kind_of",

@@ -7,6 +7,9 @@ RocketMQ port's ``check_message`` and the store's rules agree on random messages
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import time
 
 import numpy as np
@@ -324,3 +327,26 @@ def test_the_port_refuses_the_same_times_with_its_codes(name):
     with pytest.raises(ProtocolError) as e:
         convert.check_message(m, convert.accepted_types("MIXED"), NOW, 1 << 20)
     assert e.value.code == code
+
+
+def mq(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "mqstore.cli.main", *args], capture_output=True, text=True, timeout=120
+    )
+
+
+@pytest.mark.slow  # five CLI processes
+def test_cli_sends_meet_the_same_rules(tmp_path):
+    """`send --store`: a queue past the write queues and a FIFO message without a group
+    exit 1 with one line naming the rule; --message-group and --deliver-at-ms send
+    what FIFO and DELAY topics take."""
+    store = str(tmp_path / "s")
+    assert mq("update-topic", "--store", store, "--create", "--topic", "Two", "--write-queue-nums", "2").returncode == 0
+    assert mq("update-topic", "--store", store, "--topic", "Fifo", "--message-type", "FIFO").returncode == 0
+    p = mq("send", "--store", store, "--topic", "Two", "--queue", "5", "hello")
+    assert p.returncode == 1 and "queue id 5" in p.stderr and "2 write queue" in p.stderr, p.stderr
+    assert "Traceback" not in p.stderr
+    p = mq("send", "--store", store, "--topic", "Fifo", "hello")
+    assert p.returncode == 1 and "message group" in p.stderr, p.stderr
+    p = mq("send", "--store", store, "--topic", "Fifo", "--message-group", "order-1", "hello")
+    assert p.returncode == 0 and json.loads(p.stdout.splitlines()[0])["status"] == "PUT_OK", p.stderr
