@@ -15,6 +15,7 @@ import uuid
 
 import pytest
 
+from mqstore.services.rocketmq import convert
 from mqstore.store.messages import MessageBatch
 from tests import rocketmq_client
 from tests.rocketmq.conftest import receive_until
@@ -127,6 +128,34 @@ def test_records_no_consumer_can_take_are_set_aside_alone(clients, names, front,
     got = receive_until(dlq_consumer, 3)
     assert sorted(m.body for m in got) == [b"poison-born", b"poison-deliver", b"poison-early"]
     assert all(m.properties.get("DLQ_REASON") for m in got)
+
+
+def test_the_fronts_guard_sets_aside_a_message_it_can_not_convert(clients, names, front, stack, monkeypatch):
+    """The shard's check is the rule; should the port still fail to convert one message
+    (a converter bug), only that one is dropped from the receive and dead-lettered with
+    the reason, and the others are delivered."""
+    topic, group = names
+    real = convert.to_message
+
+    def failing(rec, **kw):
+        if rec.body == b"bad":
+            raise ValueError("a converter bug")
+        return real(rec, **kw)
+
+    monkeypatch.setattr(convert, "to_message", failing)
+    before = set_aside_count(stack, "conversion")
+    producer = clients.producer(topic)
+    for body in (b"good-1", b"bad", b"good-2"):
+        producer.send(clients.message(topic, body))
+    consumer = clients.simple(group, {topic: "*"})
+    got = receive_until(consumer, 2, timeout_s=20)
+    assert sorted(m.body for m in got) == [b"good-1", b"good-2"]
+    for m in got:
+        consumer.ack(m)
+    (record,) = dead_letters(front, group, 1)
+    assert record.body == b"bad" and "a converter bug" in record.properties["DLQ_REASON"]
+    assert set_aside_count(stack, "conversion") - before == 1
+    assert consumer.receive(32, 30) == []  # it does not come back
 
 
 def test_a_held_message_far_ahead_does_not_block_its_fifo_queue(clients, names, front, stack):
