@@ -68,9 +68,11 @@ class InvalidReceiptHandle(InvalidArgumentError):
     """A pop receipt handle cannot be used (RocketMQ's INVALID_RECEIPT_HANDLE 40013).
 
     ``reason`` says why: ``malformed`` (``ReceiptHandle.parse`` refused the text, or a
-    field is out of range), ``stale`` (``PopState.change_invisible``: the message was
-    acked, redelivered or had its invisible time changed since this handle was issued,
-    or the handle names another shard) or ``expired`` (its invisible time has passed).
+    field is out of range), ``forged`` (its tag is not one this shard made for the
+    group and topic: guessed or altered fields, another group's, another shard's),
+    ``stale`` (``PopState.change_invisible``: the message was acked, redelivered or
+    had its invisible time changed since this handle was issued) or ``expired`` (its
+    invisible time has passed).
     Nothing was changed. Retrying with the same handle fails again: the client should
     receive the message anew (a stale or expired one comes back when it is due)."""
 
