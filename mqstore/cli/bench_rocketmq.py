@@ -11,7 +11,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from mqstore.cli.target import AccessKeyOpt, SecretKeyOpt
+from mqstore.cli.target import AccessKeyOpt, SecretKeyOpt, rocketmq_address
 
 
 def register(bench_app: typer.Typer) -> None:
@@ -21,6 +21,7 @@ def register(bench_app: typer.Typer) -> None:
             str,
             typer.Option(
                 "--server",
+                callback=rocketmq_address,
                 help="HOST:PORT of the RocketMQ 5 port (`mqstore serve --rocketmq-port`, the ready line's "
                 '"rocketmq"), not the front\'s own API port.',
             ),

@@ -19,6 +19,7 @@ from typing import Annotated
 import typer
 
 DEFAULT_FRONT_PORT = 8080  # `mqstore serve --port`'s default: what a --server without a port means
+DEFAULT_ROCKETMQ_PORT = 8081  # `mqstore serve --rocketmq-port`'s default
 
 
 def server_address(value: str | None) -> str | None:
@@ -26,6 +27,16 @@ def server_address(value: str | None) -> str | None:
     (gRPC would try 443), a port must be a number in 1..65535 (gRPC would wrap
     99999 to 34463), an IPv6 address goes in brackets (``[::1]:8080``).
     typer.BadParameter otherwise: a usage error, exit 2."""
+    return checked_address(value, DEFAULT_FRONT_PORT)
+
+
+def rocketmq_address(value: str | None) -> str | None:
+    """``server_address`` for RocketMQ 5's port: no port means 8081."""
+    return checked_address(value, DEFAULT_ROCKETMQ_PORT)
+
+
+def checked_address(value: str | None, default_port: int) -> str | None:
+    """``value`` as ``host:port`` (see ``server_address``), ``default_port`` if it has none."""
     if value is None:
         return None
     text = value.strip()
@@ -42,7 +53,7 @@ def server_address(value: str | None) -> str | None:
     if not host or host == "[]":
         raise typer.BadParameter(f"{value!r} names no host (HOST:PORT, e.g. 127.0.0.1:8080)")
     if port is None:
-        return f"{host}:{DEFAULT_FRONT_PORT}"
+        return f"{host}:{default_port}"
     if not port.isdigit() or not 1 <= int(port) <= 65535:
         raise typer.BadParameter(f"port {port!r} of {value!r} is not a port number (1..65535)")
     return f"{host}:{int(port)}"
@@ -142,14 +153,17 @@ def check_store(store: Path, *, create: bool = False) -> None:
 
 __all__ = [
     "DEFAULT_FRONT_PORT",
+    "DEFAULT_ROCKETMQ_PORT",
     "AccessKeyOpt",
     "SecretKeyOpt",
     "ServerOpt",
     "TlsCaOpt",
     "check_store",
+    "checked_address",
     "check_target",
     "open_store",
     "open_view",
     "remote",
+    "rocketmq_address",
     "server_address",
 ]

@@ -20,7 +20,7 @@ from unittest import mock
 import pytest
 
 from mqstore.cli.main import main
-from mqstore.cli.target import server_address
+from mqstore.cli.target import rocketmq_address, server_address
 from mqstore.store.topic_configs import TopicConfigs
 
 
@@ -90,6 +90,7 @@ def test_flags_show_as_flags_in_the_help() -> None:
 )
 def test_a_server_without_port_means_8080(given: str, expected: str) -> None:
     assert server_address(given) == expected
+    assert rocketmq_address(given) == expected.replace(":8080", ":8081")  # bench rocketmq: RocketMQ's port
 
 
 @pytest.mark.parametrize(
