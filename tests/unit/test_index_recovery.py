@@ -118,3 +118,53 @@ def test_drop_uncounted_leaves_what_the_counted_puts_wrote(hash_slots, max_entri
         assert cut.put_hashes(mh, mp, T0 + mp) == ref.put_hashes(mh, mp, T0 + mp)
         counted = slots_end + 20 * ref.header.index_count  # (uncounted bytes past it are never read)
         assert cut_buf[:counted] == ref_buf[:counted]
+
+
+def test_a_crashed_index_builder_says_what_its_recovery_does(tmp_path: Path) -> None:
+    """The recovery steps of an index builder that died after its last thorough flush
+    (what BuilderProgress.recovery_step shows while it recovers): loading the files,
+    then cutting the entries past the durable point, with how many went."""
+    from mqstore.bench.workload import Workload
+    from mqstore.store import StoreConfig
+    from mqstore.store.builders import IndexBuilder, LocalCommitLogView, QueueBuilder
+    from mqstore.store.dispatch import build_dispatch_batch
+    from mqstore.store.log_store import LogStore
+
+    cfg = StoreConfig(segment_bytes=1 << 20, index_hash_slots=64, index_max_entries=4000)
+    w = Workload(body_size=40, topics=2, queues=2)
+    log = LogStore(tmp_path, cfg)
+    view = LocalCommitLogView(log.commitlog)
+    cq = QueueBuilder(tmp_path, cfg, view, on_durable=lambda o, t: log.note_derived("consume_queue", o, t))
+    ix = IndexBuilder(tmp_path, cfg, view, on_durable=lambda o, t: log.note_derived("index", o, t))
+    log.attach_queue_ends({}, cq.progress_offset)
+
+    def dispatch(index: IndexBuilder) -> None:
+        pos = min(cq.progress_offset, index.progress_offset)
+        while pos < log.commitlog.wrote_offset:
+            chunk = log.commitlog.scan(pos)
+            b = build_dispatch_batch(chunk)
+            cq.put(b, pos, chunk.next_offset)
+            index.put(b.index_entries(), pos, chunk.next_offset)
+            pos = chunk.next_offset
+
+    log.append(w.batch(0, 300))
+    dispatch(ix)
+    cq.flush(thorough=True)
+    ix.flush(thorough=True)  # durable up to here (config/derivedOffset.json)
+    log.append(w.batch(300, 200))
+    dispatch(ix)
+    ix._stop.set()  # the index builder "dies": its marker and files stay
+    ix._lock_file.release()
+    steps: list[tuple[str, int, int]] = []
+    again = IndexBuilder(tmp_path, cfg, LocalCommitLogView(log.commitlog), on_step=lambda *s: steps.append(s))
+    assert again.crashed
+    assert steps[0] == ("loading index files", 0, 0)
+    assert steps[1][0].startswith("cutting index entries past commitlog offset")
+    what, done, total = steps[-1]
+    assert what.startswith("cut index entries past commitlog offset") and done == total >= 200  # (each has keys)
+    dispatch(again)
+    rec = log.commitlog.read(again.index.max_physical_offset)
+    assert again.index.query(rec.topic, rec.unique_key) == [again.index.max_physical_offset]
+    again.close()
+    cq.close()
+    log.close()
