@@ -85,6 +85,7 @@ MAX_INVISIBLE_MS = 12 * 3600 * 1000
 MAX_WAIT_MS = 60_000
 DEAD_LETTER_RETRY_MS = 1_000  # a dead letter the commitlog refused (a full disk) is tried again after this
 _SCAN_UNITS = 256  # units looked at per read when a filter skips messages
+_MAX_SET_ASIDE = 256  # unconvertible records set aside per look (one DLQ append)
 _FIRST = np.zeros(1, np.int64)  # decode_records' positions of a lone record
 _OUTCOMES = {
     AckOutcome.OK: pb.POP_OK,
@@ -391,6 +392,9 @@ class Popper:
                 if why is not None:
                     reasons[(q, cursor + i)] = why
                     taken.append(Delivery(q, cursor + i, int(offsets[i]), int(sizes[i]), hold_until_ms=now))
+                    if len(reasons) >= _MAX_SET_ASIDE:  # a queue full of them: the rest next time
+                        last = i + 1
+                        break
                     continue
                 hold = delivery_ms(rec.properties)
                 held = hold if hold is not None and hold > now else None
