@@ -31,11 +31,17 @@ def small_config(**kw) -> StoreConfig:
 
 
 def wait_dispatched(client, timeout: float = 30.0) -> None:
-    """Until every shard's dispatcher has everything flushed (consume queues and index follow)."""
+    """Until every shard's dispatcher has everything flushed, in the consume queues and
+    in the index (which may be fed behind them, e.g. while it still recovers)."""
     deadline = time.monotonic() + timeout
     while True:
         shards = client.store_status()
-        if all(s.state == "SERVING" and s.dispatched_offset >= s.confirm_offset for s in shards):
+        if all(
+            s.state == "SERVING"
+            and s.dispatched_offset >= s.confirm_offset
+            and (not s.index_builder.state or s.index_builder.progress_offset >= s.confirm_offset)
+            for s in shards
+        ):
             return
         if time.monotonic() > deadline:
             raise AssertionError(f"not dispatched after {timeout}s: {shards}")
