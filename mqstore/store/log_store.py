@@ -219,8 +219,13 @@ class LogStore:
         self._check_accepting()
         check_client_batch(batch, max_queue_id=self.config.max_queue_id, perm_of=self.topics.perm_of)
         message_rules.check_batch(batch, self.topics.get, self._clock.now_ms())
+        batch = message_rules.with_fifo_queues(batch, self._write_queues_of)  # one group, one queue
         self._hold_back_for_dispatch()
         return self.commitlog.append(rewrite_delayed(batch, len(self._delays_ms), self._pick_queue))
+
+    def _write_queues_of(self, topic: str) -> int:
+        config = self.topics.get(topic)
+        return self.config.default_queue_nums if config is None else config.write_queue_nums
 
     def append_encoded(self, batch: EncodedBatch) -> AppendResult:
         """A producer's batch as records it encoded itself (encoded_batch.parse_encoded

@@ -22,7 +22,9 @@ one API writes can fail a consumer of the other.
                            its own type (topics.json ``message.type``; no config or no
                            type: NORMAL), MIXED every type; TRANSACTION messages come
                            only from the RocketMQ port's transactional producers
-    queue id               below the topic's write queue count (RocketMQ's send check)
+    queue id               below the topic's write queue count (RocketMQ's send check);
+                           a FIFO message sent to the automatic queue (-1) goes to its
+                           group's queue, crc32(group) % write queues, as on the port
 
 The columns are checked with numpy (born times, queue ids, kinds per topic); the
 property values are read from the dicts a columnar batch already holds, or located in
@@ -34,7 +36,9 @@ do not come here. Errors are InvalidMessageError subclasses naming the message i
 
 from __future__ import annotations
 
+import dataclasses
 import re
+import zlib
 from collections.abc import Callable, Mapping
 
 import numpy as np
@@ -264,6 +268,41 @@ def _refuse_kind(i: int, kind: int, topics, codes, configs) -> None:
     )
 
 
+# ------------------------------------------------------------------ FIFO queues
+
+
+def fifo_queue(group: str, write_queues: int) -> int:
+    """The queue of a FIFO message group: crc32 of its UTF-8 over the write queues, as
+    the RocketMQ port picks it (one group, one queue, so its order holds)."""
+    return zlib.crc32(group.encode()) % max(write_queues, 1)
+
+
+def pick_fifo_queues(queue_ids: np.ndarray, topics: list[str], props, write_queues_of: Callable[[str], int]) -> None:
+    """Set in place, for each message with a message group and an automatic queue id,
+    its group's queue (``fifo_queue``); ``topics`` and ``props`` per message (props a
+    list of mappings or None). Costs one look per message that has properties."""
+    for i, p in enumerate(props):
+        if p and queue_ids[i] == AUTO_QUEUE and SHARDING_KEY in p:
+            queue_ids[i] = fifo_queue(p[SHARDING_KEY], write_queues_of(topics[i]))
+
+
+def with_fifo_queues(batch: MessageBatch, write_queues_of: Callable[[str], int]) -> MessageBatch:
+    """``batch`` with its FIFO messages' automatic queue ids set to their group's queue
+    (the batch itself if none has a group and an automatic queue)."""
+    props = batch.properties
+    if props is None or (batch.queue_ids is not None and not (np.asarray(batch.queue_ids) == AUTO_QUEUE).any()):
+        return batch
+    n = len(batch)
+    rows = [props] * n if isinstance(props, Mapping) else props
+    if not any(p and SHARDING_KEY in p for p in rows):
+        return batch
+    qids = np.broadcast_to(np.asarray(AUTO_QUEUE if batch.queue_ids is None else batch.queue_ids, np.int64), (n,))
+    qids = qids.copy()
+    topics = [batch.topics] * n if isinstance(batch.topics, str) else list(batch.topics)
+    pick_fifo_queues(qids, topics, rows, write_queues_of)
+    return dataclasses.replace(batch, queue_ids=qids)
+
+
 # ------------------------------------------------------------------ the doors
 
 
@@ -316,7 +355,9 @@ def check_encoded(  # noqa: PLR0913
     """The rules on a batch a producer encoded (encoded_batch.py checked born times
     in its compiled head check, and refused DELAY and the other timer properties as
     reserved): delivery times and groups read in place from the records, kinds as a
-    column. ``marks``: the scan's bits per record (MARKERS) say which records carry them."""
+    column. ``marks``: the scan's bits per record (MARKERS) say which records carry them.
+    A FIFO record with an automatic queue id gets its group's queue in ``queue_ids``
+    (the sender normally picks it: this costs one crc32 per such record)."""
     if not marks.any():  # the usual batch: no delivery time, no group
         check_topic_columns(topics, codes if len(topics) > 1 else None, queue_ids, NORMAL, topic_of)
         return
@@ -338,6 +379,9 @@ def check_encoded(  # noqa: PLR0913
         _check_groups(buf, gs[grouped], ge[grouped], grouped)
         kinds[grouped] = np.where(kinds[grouped] == DELAYED, FIFO | DELAYED, FIFO)
     check_topic_columns(topics, codes if len(topics) > 1 else None, queue_ids, kinds, topic_of)
+    for i in grouped[queue_ids[grouped] == AUTO_QUEUE].tolist():
+        config = topic_of(topics[int(codes[i])])  # a FIFO record's topic has one (check_topic_columns)
+        queue_ids[i] = fifo_queue(bytes(buf[gs[i] : ge[i]]).decode(), config.write_queue_nums)
 
 
 def _check_groups(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray, rows: np.ndarray) -> None:
@@ -369,6 +413,9 @@ __all__ = [
     "check_batch",
     "check_encoded",
     "decimal_values",
+    "fifo_queue",
+    "pick_fifo_queues",
+    "with_fifo_queues",
     "delivery_text_problem",
     "delivery_time_problem",
     "group_problem",

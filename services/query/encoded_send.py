@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import zlib
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import grpc
@@ -32,6 +33,7 @@ from mqstore.kernels import _decode, _encode
 from mqstore.rpc.v1 import common_pb2, front_pb2
 from mqstore.services.common.errors import REFUSED_CODES
 from mqstore.services.common.headers import NOT_STORED_HEADER
+from mqstore.store import message_rules
 from mqstore.store.clock import SystemClock
 from mqstore.store.config import StoreConfig
 from mqstore.store.messages import AUTO_QUEUE, MessageBatch
@@ -129,6 +131,9 @@ class EncodedSender:
     def _send(self, route: front_pb2.GetRouteResponse, batch: MessageBatch) -> EncodedSendResult:
         shards = route.shards
         if shards == 1:
+            batch = message_rules.with_fifo_queues(
+                batch, lambda t: route.write_queue_nums.get(t, route.default_queue_nums)
+            )  # the store would pick them too; here costs less
             enc = encode_for_send(self._encoder(_prefix(route, 0)), batch)
             answer = self._stub.SendEncoded(_request(enc.data, _topics(batch), 0, 1), timeout=self._timeout)
             return _result(enc, [(0, np.arange(enc.n), answer)], list(route.msg_id_prefixes), {})
@@ -168,14 +173,21 @@ class EncodedSender:
         return res
 
     def _routed(self, route: front_pb2.GetRouteResponse, batch: MessageBatch) -> tuple[MessageBatch, np.ndarray]:
-        """The batch with every queue picked (round robin over each topic's write
-        queues where it said -1) and the shard of each message."""
+        """The batch with every queue picked (a FIFO message: its group's queue; others
+        round robin over each topic's write queues where it said -1) and the shard of
+        each message."""
         n = len(batch)
         topics = _topic_list(batch, n)
         names, codes = np.unique(np.asarray(topics, dtype=object), return_inverse=True)
         qids = np.broadcast_to(
             np.asarray(AUTO_QUEUE if batch.queue_ids is None else batch.queue_ids, np.int64), (n,)
         ).copy()
+        props = batch.properties
+        if props is not None:  # FIFO messages to their group's queue, as the store picks it
+            rows = [props] * n if isinstance(props, Mapping) else props
+            message_rules.pick_fifo_queues(
+                qids, topics, rows, lambda t: route.write_queue_nums.get(t, route.default_queue_nums)
+            )
         for c, t in enumerate(names.tolist()):
             auto = (codes == c) & (qids == AUTO_QUEUE)
             count = int(auto.sum())

@@ -352,6 +352,11 @@ class FrontServicer(front_pb2_grpc.FrontServiceServicer):
         topics = topic_column(cols, n)
         qids = queue_id_column(cols, n)
         await self._check_sendable(cols, sorted(set(topics)))  # before any shard writes a part of the batch
+        props = cols.properties
+        if any(message_rules.SHARDING_KEY in p.entries for p in props):  # FIFO: the group's queue
+            rows = [props[0].entries] * n if len(props) == 1 else [p.entries for p in props]
+            wq = await self._write_queue_nums()
+            message_rules.pick_fifo_queues(qids, topics, rows, lambda t: wq.get(t, self.default_queue_nums))
         auto = np.flatnonzero(qids == AUTO_QUEUE)
         if len(auto):
             wq = await self._write_queue_nums()

@@ -32,7 +32,6 @@ import asyncio
 import ipaddress
 import itertools
 import time
-import zlib
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -59,7 +58,7 @@ from mqstore.services.rocketmq.coalesce import Coalescer
 from mqstore.services.rocketmq.renewal import Renewals
 from mqstore.services.rocketmq.status import Code, ProtocolError, answered, code_of, status
 from mqstore.services.rocketmq.transactions import TransactionService
-from mqstore.store import reads
+from mqstore.store import message_rules, reads
 from mqstore.store.consumer_offsets import check_group
 from mqstore.store.pop import ReceiptHandle
 from mqstore.store.system_topics import is_system_topic
@@ -395,7 +394,7 @@ class MessagingServicer:
             info = infos[m.topic.name]
             convert.check_message(m, info.accepted, now, self.max_body)
             if m.system_properties.HasField("message_group"):  # FIFO: one group, one queue
-                q = zlib.crc32(m.system_properties.message_group.encode()) % info.write_queues
+                q = message_rules.fifo_queue(m.system_properties.message_group, info.write_queues)
             else:
                 q = next(self._rr.setdefault(m.topic.name, itertools.count())) % info.write_queues
             queue_ids.append(q)

@@ -7,6 +7,8 @@ split over two shards included: the front checks before any shard writes)."""
 
 from __future__ import annotations
 
+import zlib
+
 import grpc
 import pytest
 
@@ -102,3 +104,13 @@ def test_the_good_messages_are_taken(client):
         cols.born_timestamps.append(good["born_timestamps"])
         assert len(client.send_columns(cols).result.statuses) == 1
         assert client.send_encoded(MessageBatch(topics=topic, bodies=[b"fine"], **{k: [v] for k, v in good.items()})).ok
+
+
+def test_a_fifo_group_keeps_to_one_queue_through_either_send(client):
+    groups = [f"g{i}" for i in range(10)]
+    props = [{"__SHARDINGKEY": g} for g in groups]
+    want = [zlib.crc32(g.encode()) % 4 for g in groups]  # Fifo: 4 write queues
+    res = client.send("Fifo", [b"m"] * 10, properties=props)
+    assert list(res.queue_ids) == want
+    res = client.send_encoded(MessageBatch(topics="Fifo", bodies=[b"m"] * 10, properties=props))
+    assert res.ok and res.queue_ids.tolist() == want

@@ -11,6 +11,7 @@ import json
 import subprocess
 import sys
 import time
+import zlib
 
 import numpy as np
 import pytest
@@ -350,3 +351,24 @@ def test_cli_sends_meet_the_same_rules(tmp_path):
     assert p.returncode == 1 and "message group" in p.stderr, p.stderr
     p = mq("send", "--store", store, "--topic", "Fifo", "--message-group", "order-1", "hello")
     assert p.returncode == 0 and json.loads(p.stdout.splitlines()[0])["status"] == "PUT_OK", p.stderr
+
+
+def test_a_fifo_group_keeps_to_one_queue(store):
+    """Sent to the automatic queue, a group's messages go to crc32(group) % write
+    queues, the queue the RocketMQ port picks; a given queue id is kept."""
+    groups = [f"order-{i}" for i in range(12)]
+    res = store.append(
+        MessageBatch(
+            topics="Fifo", bodies=[b"m"] * 24, queue_ids=-1, properties=[{"__SHARDINGKEY": g} for g in groups * 2]
+        )
+    )
+    wq = store.topics.get("Fifo").write_queue_nums
+    want = [zlib.crc32(g.encode()) % wq for g in groups * 2]
+    assert res.queue_ids.tolist() == want
+    assert len(set(want)) > 1  # the groups spread over the queues
+    res = store.append(MessageBatch(topics="Fifo", bodies=[b"m"], queue_ids=[3], properties={"__SHARDINGKEY": "x"}))
+    assert res.queue_ids.tolist() == [3]
+    encoded = MessageBatch(  # records whose sender left the queue automatic: the store picks the group's
+        topics="Fifo", bodies=[b"m"] * 12, queue_ids=-1, properties=[{"__SHARDINGKEY": g} for g in groups]
+    )
+    assert store.log.append_encoded(client_encoded(store, encoded)).queue_ids.tolist() == want[:12]
