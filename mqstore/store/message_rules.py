@@ -125,12 +125,12 @@ def group_problem(group: str) -> str | None:
 
 def kind_of(props: Mapping[str, str] | None) -> int:
     """The kind of a message with these properties (NORMAL, FIFO, DELAYED, LEVEL; a
-    group and a delivery time together give FIFO | DELAYED, which no topic takes)."""
+    group with a delivery time or a DELAY level gives two bits, which no topic takes)."""
     if not props:
         return NORMAL
     kind = (FIFO if SHARDING_KEY in props else 0) | (DELAYED if TIMER_DELIVER_MS in props else 0)
-    if not kind and props.get(DELAY, "0") != "0":
-        kind = LEVEL
+    if not kind & DELAYED and props.get(DELAY, "0") != "0":
+        kind |= LEVEL
     return kind or NORMAL
 
 
@@ -229,7 +229,7 @@ def check_topic_columns(
         per_msg = np.atleast_1d(takes[0] if codes is None else takes[codes])
     else:  # no config: NORMAL, and any queue the store takes
         per_msg = _TAKES[MessageType.NORMAL]
-    refused = ((kinds & ~per_msg) != 0) | (kinds == FIFO | DELAYED)
+    refused = ((kinds & ~per_msg) != 0) | (((kinds & FIFO) != 0) & ((kinds & (DELAYED | LEVEL)) != 0))
     if refused.any():
         i = int(np.argmax(refused))
         _refuse_kind(i, int(kinds[i if kinds.size > 1 else 0]), topics, codes, configs)
@@ -250,8 +250,10 @@ def check_topic_columns(
 def _refuse_kind(i: int, kind: int, topics, codes, configs) -> None:
     c = 0 if codes is None else int(codes[i])
     t, config = topics[c], configs[c]
-    if kind == FIFO | DELAYED:
-        raise MessageTypeError(f"message {i}: a message carries a message group or a delivery time, not both")
+    if kind & FIFO and kind & (DELAYED | LEVEL):
+        raise MessageTypeError(
+            f"message {i}: a message carries a message group or a delivery time (or DELAY level), not both"
+        )
     ttype = MessageType.NORMAL if config is None else config.message_type
     if ttype is MessageType.FIFO and kind != FIFO:
         raise MessageTypeError(

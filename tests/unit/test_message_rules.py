@@ -126,6 +126,11 @@ COLUMNAR_ONLY = {  # DELAY levels: the encoded path refuses every DELAY (encoded
         "not both",
     ),
     "DELAY level to a FIFO topic": (lambda: one("Fifo", {"DELAY": "1"}), MessageTypeError, "message group"),
+    "DELAY level with a group": (
+        lambda: one("Mixed", {"DELAY": "1", "__SHARDINGKEY": "g"}),
+        MessageTypeError,
+        "not both",
+    ),
 }
 ACCEPTED = {
     "a delivery time 23 h ahead": lambda: one("Later", {"TIMER_DELIVER_MS": str(now_ms() + 23 * HOUR_MS)}),
