@@ -67,6 +67,7 @@ from mqstore.store.reader import SegmentMaps
 
 log = structlog.get_logger(__name__)
 SERVICE = "mqstore.v1.DispatcherService"
+INDEX_STUCK_S = 10.0  # an index behind that long without advancing is reported stuck
 _RESYNC_CODES = {
     grpc.StatusCode.ABORTED,
     grpc.StatusCode.FAILED_PRECONDITION,
@@ -135,6 +136,7 @@ class RemoteDispatcher:
         self.index_offset = -1  # the index builder's progress, as last seen while behind
         self.index_error = ""
         self.index_behind_since_ms = 0
+        self._index_moved_at = 0.0  # monotonic time the index last advanced (or fell behind)
         self._frontier = -1  # to_offset of the last batch the consume queues were sent
         self._catch_up: asyncio.Task | None = None
         self._channels: list[grpc.aio.Channel] | None = None
@@ -281,6 +283,7 @@ class RemoteDispatcher:
         """Feed the consume queues alone from now on and catch the index up behind them."""
         if not self.index_behind:
             self.index_behind, self.index_behind_since_ms = True, int(time.time() * 1000)
+            self._index_moved_at = time.monotonic()
             log.warning("index_behind", shard=self.shard, error=why, action="consume queues fed on; index catches up")
         self.index_error = why
         if self._catch_up is None or self._catch_up.done():
@@ -305,6 +308,8 @@ class RemoteDispatcher:
             p = await ix.GetProgress(index_pb2.IndexProgressRequest(), timeout=10)
         except grpc.aio.AioRpcError as e:
             return _why(e), False
+        if p.progress_offset > self.index_offset:
+            self._index_moved_at = time.monotonic()
         self.index_offset = p.progress_offset
         if p.state != "SERVING" or p.commitlog_incarnation != self.incarnation:
             why = (
@@ -421,6 +426,12 @@ class RemoteDispatcher:
         )
         return units, keys
 
+    @property
+    def index_stuck(self) -> bool:
+        """Behind and not advancing for INDEX_STUCK_S: the index builder is stuck
+        (catching up, however long, is not)."""
+        return self.index_behind and time.monotonic() - self._index_moved_at > INDEX_STUCK_S
+
     def status(self) -> pb.DispatcherStatusResponse:
         return pb.DispatcherStatusResponse(
             dispatched_offset=self.dispatched_offset,
@@ -436,6 +447,7 @@ class RemoteDispatcher:
             index_offset=self.index_offset if self.index_behind else 0,
             index_error=self.index_error,
             index_behind_since_ms=self.index_behind_since_ms,
+            index_stuck=self.index_stuck,
         )
 
 

@@ -82,7 +82,10 @@ class BuilderHost:
         return {**self.state.status(), "endpoint": self.endpoint}
 
     def close(self) -> None:
-        """Stop serving, then close the builder (flushed, durable offset reported)."""
+        """Stop serving, then close the builder (flushed, durable offset reported).
+        Closing twice is allowed."""
+        if self._closing.is_set():
+            return
         self._closing.set()
         self.state.opened.set()  # release the health watcher
         self._watcher.join(10)

@@ -799,7 +799,7 @@ class FrontServicer(front_pb2_grpc.FrontServiceServicer):
         elif d is not None:
             st.reput_offset, st.dispatch_lag_bytes = d.dispatched_offset, d.lag_bytes
             ix = st.index_builder
-            if d.index_behind and ix.state and not ix.stuck:  # behind without failing writes: the dispatcher says why
+            if d.index_stuck and ix.state and not ix.stuck:  # behind, not advancing: the dispatcher says why
                 ix.stuck, ix.stuck_since_ms = d.index_error or "behind the consume queues", d.index_behind_since_ms
         for name, b in (("consume-queue builder", st.queue_builder), ("index builder", st.index_builder)):
             if b.stuck:  # its writes fail (a full disk): named in the row, the shard is not healthy

@@ -13,6 +13,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from mqstore.cli.queries import shard_status_row
 from mqstore.services.common.server import sync_channel
+from mqstore.services.dispatcher import reput
 from mqstore.services.query.client import FrontClient
 from mqstore.services.startup.local import LocalStack
 from mqstore.store import faults
@@ -91,3 +92,19 @@ def test_consume_queues_are_served_while_the_index_has_no_space_and_it_catches_u
         # And it stays in step: later messages are indexed with the consume queues.
         c.send("T", [b"late"], keys=["k-late"])
         _until("late key indexed", lambda: _keyed(c, "k-late"))
+
+
+def test_an_index_builder_that_does_not_answer_is_reported_stuck_and_holds_nothing_back(tmp_path, monkeypatch):
+    """The index builder's process is gone: sends and pulls go on, and once the index
+    has not advanced for INDEX_STUCK_S the status row says the index builder is stuck
+    and why (catching up, however long, is not stuck)."""
+    monkeypatch.setattr(reput, "INDEX_STUCK_S", 0.5)
+    with LocalStack(tmp_path, small_config()) as st, FrontClient(st.front_endpoint) as c:
+        assert st.wait_ready(30)
+        st.index_builders[0].close()
+        c.send("T", [f"m{i}".encode() for i in range(8)], queue_ids=0, keys="k")
+        got = _until("pulled", lambda: len(r := c.pull("T", 0, 0, max_messages=100).records) == 8 and r)
+        assert [r.body for r in got] == [f"m{i}".encode() for i in range(8)]
+        row = _until("index builder stuck", lambda: (s := c.store_status()[0]).index_builder.stuck and s)
+        assert "UNAVAILABLE" in row.index_builder.stuck and "index builder stuck" in row.error
+        assert row.dispatched_offset >= row.confirm_offset

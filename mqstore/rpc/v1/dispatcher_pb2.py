@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1bmqstore/v1/dispatcher.proto\x12\nmqstore.v1\"\x19\n\x17\x44ispatcherStatusRequest\"\xb8\x02\n\x18\x44ispatcherStatusResponse\x12\x19\n\x11\x64ispatched_offset\x18\x01 \x01(\x03\x12\x16\n\x0e\x63onfirm_offset\x18\x02 \x01(\x03\x12\x11\n\tlag_bytes\x18\x03 \x01(\x03\x12\x1a\n\x12\x64ispatched_records\x18\x04 \x01(\x03\x12\x0f\n\x07\x62\x61tches\x18\x05 \x01(\x03\x12\x0f\n\x07running\x18\x06 \x01(\x08\x12\x12\n\nlast_error\x18\x07 \x01(\t\x12\x13\n\x0bincarnation\x18\x08 \x01(\x03\x12\x0f\n\x07resyncs\x18\t \x01(\x03\x12\x14\n\x0cindex_behind\x18\n \x01(\x08\x12\x14\n\x0cindex_offset\x18\x0b \x01(\x03\x12\x13\n\x0bindex_error\x18\x0c \x01(\t\x12\x1d\n\x15index_behind_since_ms\x18\r \x01(\x03\x32h\n\x11\x44ispatcherService\x12S\n\x06Status\x12#.mqstore.v1.DispatcherStatusRequest\x1a$.mqstore.v1.DispatcherStatusResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1bmqstore/v1/dispatcher.proto\x12\nmqstore.v1\"\x19\n\x17\x44ispatcherStatusRequest\"\xcd\x02\n\x18\x44ispatcherStatusResponse\x12\x19\n\x11\x64ispatched_offset\x18\x01 \x01(\x03\x12\x16\n\x0e\x63onfirm_offset\x18\x02 \x01(\x03\x12\x11\n\tlag_bytes\x18\x03 \x01(\x03\x12\x1a\n\x12\x64ispatched_records\x18\x04 \x01(\x03\x12\x0f\n\x07\x62\x61tches\x18\x05 \x01(\x03\x12\x0f\n\x07running\x18\x06 \x01(\x08\x12\x12\n\nlast_error\x18\x07 \x01(\t\x12\x13\n\x0bincarnation\x18\x08 \x01(\x03\x12\x0f\n\x07resyncs\x18\t \x01(\x03\x12\x14\n\x0cindex_behind\x18\n \x01(\x08\x12\x14\n\x0cindex_offset\x18\x0b \x01(\x03\x12\x13\n\x0bindex_error\x18\x0c \x01(\t\x12\x1d\n\x15index_behind_since_ms\x18\r \x01(\x03\x12\x13\n\x0bindex_stuck\x18\x0e \x01(\x08\x32h\n\x11\x44ispatcherService\x12S\n\x06Status\x12#.mqstore.v1.DispatcherStatusRequest\x1a$.mqstore.v1.DispatcherStatusResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -34,7 +34,7 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_DISPATCHERSTATUSREQUEST']._serialized_start=43
   _globals['_DISPATCHERSTATUSREQUEST']._serialized_end=68
   _globals['_DISPATCHERSTATUSRESPONSE']._serialized_start=71
-  _globals['_DISPATCHERSTATUSRESPONSE']._serialized_end=383
-  _globals['_DISPATCHERSERVICE']._serialized_start=385
-  _globals['_DISPATCHERSERVICE']._serialized_end=489
+  _globals['_DISPATCHERSTATUSRESPONSE']._serialized_end=404
+  _globals['_DISPATCHERSERVICE']._serialized_start=406
+  _globals['_DISPATCHERSERVICE']._serialized_end=510
 # @@protoc_insertion_point(module_scope)
