@@ -233,7 +233,7 @@ class RemoteDispatcher:
         self._frontier = self.dispatched_offset
         self.index_behind = False
         if ix is not None and (why := (await self._index_standing(ix))[0]) is not None:
-            self._index_fell_behind(cl, why)  # it joins from its own progress when it can
+            self._index_fell_behind(cl, why, resuming=True)  # it joins from its own progress when it can
         self.confirm_offset = offsets.confirm_offset
         self.resyncs += 1
         if self._maps is not None:
@@ -279,12 +279,15 @@ class RemoteDispatcher:
 
     # ------------------------------------------------------------------ the index lane
 
-    def _index_fell_behind(self, cl, why: str) -> None:
-        """Feed the consume queues alone from now on and catch the index up behind them."""
+    def _index_fell_behind(self, cl, why: str, *, resuming: bool = False) -> None:
+        """Feed the consume queues alone from now on and catch the index up behind them
+        (``resuming``: at a resync, where an index builder still recovering is normal)."""
         if not self.index_behind:
             self.index_behind, self.index_behind_since_ms = True, int(time.time() * 1000)
             self._index_moved_at = time.monotonic()
-            log.warning("index_behind", shard=self.shard, error=why, action="consume queues fed on; index catches up")
+            (log.info if resuming else log.warning)(
+                "index_behind", shard=self.shard, error=why, action="consume queues fed on; index catches up"
+            )
         self.index_error = why
         if self._catch_up is None or self._catch_up.done():
             self._catch_up = asyncio.get_running_loop().create_task(
@@ -358,8 +361,10 @@ class RemoteDispatcher:
                 raise
             except Exception as e:  # noqa: BLE001 - a full disk, a restart: reported in status, tried again
                 why = _why(e)
-                if why != self.index_error:
-                    log.warning("index_catch_up_failed", shard=self.shard, error=why, retry_s=backoff)
+                if why != self.index_error:  # (not ready yet, as while it recovers: info)
+                    (log.info if isinstance(e, _Resync) else log.warning)(
+                        "index_catch_up_failed", shard=self.shard, error=why, retry_s=backoff
+                    )
                 self.index_error = why
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, 2.0)
