@@ -22,8 +22,10 @@ RocketMQ's defaults are 5,000,000 slots and 20,000,000 entries (420,000,040 byte
 
 Invariants: slot = key_hash % hash_slots; a bucket is a singly linked chain, newest first.
 A file is full when index_count >= max_entries, so it holds max_entries - 1 entries.
-A slot or prev value <= 0 or > index_count means "none". Files are pre-allocated and
-zero-filled; bytes past entry index_count - 1 are never read.
+A slot or prev value <= 0 or > index_count means "none". Files have their full size
+and read as zeros where nothing was written (RocketMQ pre-allocates them; mqstore
+makes them sparse and allocates blocks as entries come, store/index_service.py);
+bytes past entry index_count - 1 are never read.
 
 Quirk kept for byte compatibility (spec 7.3): a file made after a full one starts with
 begin = end = the previous file's (end_phy_offset, end_timestamp); the first entry's
