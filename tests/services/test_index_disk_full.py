@@ -5,6 +5,7 @@ exits 1), and once space is back the index catches up from its own progress."""
 
 from __future__ import annotations
 
+import threading
 import time
 
 import grpc
@@ -17,6 +18,7 @@ from mqstore.services.dispatcher import reput
 from mqstore.services.query.client import FrontClient
 from mqstore.services.startup.local import LocalStack
 from mqstore.store import faults
+from mqstore.store.index_service import IndexService
 from tests.services.helpers import small_config
 
 H = health_pb2.HealthCheckResponse
@@ -108,3 +110,31 @@ def test_an_index_builder_that_does_not_answer_is_reported_stuck_and_holds_nothi
         row = _until("index builder stuck", lambda: (s := c.store_status()[0]).index_builder.stuck and s)
         assert "UNAVAILABLE" in row.index_builder.stuck and "index builder stuck" in row.error
         assert row.dispatched_offset >= row.confirm_offset
+
+
+def test_consume_queues_are_served_while_the_index_builder_recovers(tmp_path, monkeypatch):
+    """Dispatch does not wait for the index's recovery: while the index builder is held
+    in its recovery (cutting entries), sends are pulled, and the status row shows the
+    index builder RECOVERING with its step; once it serves, it catches up."""
+    gate = threading.Event()
+    truncate = IndexService.truncate
+
+    def held(self, *a, **kw):
+        gate.wait(30)
+        return truncate(self, *a, **kw)
+
+    monkeypatch.setattr(IndexService, "truncate", held)
+    with LocalStack(tmp_path, small_config()) as st, FrontClient(st.front_endpoint) as c:
+        try:
+            assert st.shards[0].wait_ready(30) and st.queue_builders[0].wait_ready(30)
+            assert st.front.wait_serving(30)
+            c.send("T", [f"m{i}".encode() for i in range(8)], queue_ids=0, keys="k")
+            got = _until("pulled", lambda: len(r := c.pull("T", 0, 0, max_messages=100).records) == 8 and r)
+            assert [r.body for r in got] == [f"m{i}".encode() for i in range(8)]
+            ix = c.store_status()[0].index_builder
+            assert ix.state == "RECOVERING" and ix.recovery_step.startswith("cutting index entries past")
+            assert "[cutting index entries past" in shard_status_row(c.store_status()[0])["builders"]
+        finally:
+            gate.set()
+        found = _until("index caught up", lambda: len(r := _keyed(c, "k")) == 8 and r)
+        assert sorted(r.body for r in found) == [f"m{i}".encode() for i in range(8)]
