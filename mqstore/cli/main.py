@@ -84,7 +84,8 @@ def _root(
     log_format: Annotated[str, typer.Option("--log-format", help="json or console.")] = "json",
 ) -> None:
     """mqstore: a RocketMQ byte-compatible message store."""
-    configure_logging(level=log_level, json=log_format == "json")
+    # cache=False: a command run in-process (tests, embedding) leaves no logger pinned to its level
+    configure_logging(level=log_level, json=log_format == "json", cache=False)
 
 
 ServePidOpt = Annotated[
