@@ -8,10 +8,35 @@ import shlex
 import subprocess
 from pathlib import Path
 
+import hypothesis
 import pytest
 import structlog
 
+from tests import tiers
+
 GOLDEN_DIR = Path(__file__).parent / "golden"
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_cmdline_main(config: pytest.Config) -> None:
+    """The fast tier runs in two worker processes unless ``-n`` says otherwise
+    (tests/tiers.py); ``-p no:xdist`` runs it in one."""
+    worker = hasattr(config, "workerinput")  # xdist's workers run this hook too
+    if tiers.is_fast_tier(config.option.markexpr) and config.pluginmanager.hasplugin("xdist") and not worker:
+        if getattr(config.option, "numprocesses", None) is None and not config.option.collectonly:
+            # what ``-n 2`` sets (xdist's own pytest_cmdline_main may have run already)
+            config.option.numprocesses = 2
+            # by file: a module's fixtures (a store, a served stack) are made once
+            config.option.dist = "loadfile" if config.option.dist == "no" else config.option.dist
+            config.option.tx = ["popen"] * 2
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    tiers.FAST = tiers.is_fast_tier(config.option.markexpr)
+    if tiers.FAST:  # property tests that set no max_examples of their own
+        hypothesis.settings.register_profile("fast-tier", max_examples=tiers.examples(100))
+        hypothesis.settings.load_profile("fast-tier")
+
 
 # Ray keeps its token authentication in tests too (ray.init makes ~/.ray/auth_token
 # on first use), whatever a developer's environment says.

@@ -349,6 +349,7 @@ def test_real_full_disk_commitlog_alone(tmp_path: Path, preallocate: bool) -> No
 
 
 @pytest.mark.parametrize("point", ["cq.sync", "syncfs", "checkpoint.write", "config.write", "index.sync", "dir.fsync"])
+@pytest.mark.slow  # over ~2 s (tests/README.md)
 def test_eio_outside_the_commitlog_never_crashes_or_blocks_a_restart(tmp_path: Path, plan, point: str) -> None:
     store_dir = tmp_path / "store"
     queues = 70 if point == "syncfs" else 2  # more than 64 dirty queues are flushed with one syncfs

@@ -18,9 +18,10 @@ from mqstore.formats.message import decode_records
 from mqstore.jobs.columns import records_batch
 from tests.kernels.model_decode import model_decode_records, model_records_batch
 from tests.kernels.test_scan_kernel import layout, mixed_batch, mutated
+from tests.tiers import examples
 from tests.unit.test_formats_properties import Batch, batches
 
-CASES = settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+CASES = settings(max_examples=examples(400), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 def outcome(fn, *args, **kw):
@@ -90,7 +91,7 @@ def not_utf8(b: Batch, seed: int) -> bytes:
     return bytes(buf)
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(200), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(batches(), st.sampled_from(["map", "string"]), st.integers(0, 2**32 - 1), st.booleans())
 def test_records_batch_equals_model(b: Batch, properties: str, seed: int, spoil: bool) -> None:
     data = not_utf8(b, seed) if spoil else b.data

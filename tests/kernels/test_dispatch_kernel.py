@@ -21,8 +21,9 @@ from mqstore.store.commitlog import ScanChunk
 from mqstore.store.dispatch import DispatchBatch, build_dispatch_batch
 from mqstore.store.schedule import SCHEDULE_TOPIC
 from tests.kernels.model_dispatch import model_build_dispatch_batch, model_index_entries, model_locate_properties
+from tests.tiers import examples
 
-CASES = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+CASES = settings(max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 # Pieces values are made of: ASCII, spaces, separators, well-formed multi-byte UTF-8
 # (2, 3 and 4 bytes: a surrogate pair in UTF-16), and byte sequences Python's strict

@@ -30,9 +30,10 @@ from mqstore.store.record_batch import BatchEncoder
 from tests.kernels.model_encode import BatchEncoder as ModelBatchEncoder
 from tests.kernels.model_encode import PreparedRecords as ModelPreparedRecords
 from tests.kernels.model_encode import model_records
+from tests.tiers import examples
 from tests.unit.test_formats_properties import INT32, INT64, any_topics, hosts, sysflags
 
-CASES = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+CASES = settings(max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 class FixedClock:
@@ -206,7 +207,7 @@ def test_prepare_equals_the_model(batch: MessageBatch, store_host: Host, now_ms:
     check(batch, store_host, now_ms, counter, seed)
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(batches(), hosts, st.integers(0, 1 << 32))
 def test_limits_are_refused_as_the_model_refuses_them(batch: MessageBatch, store_host: Host, seed: int) -> None:
     check(batch, store_host, 1_700_000_000_000, 0, seed, max_message_bytes=200)
@@ -220,7 +221,7 @@ def test_columnar_bodies_give_the_records_of_the_list(
     check(data.draw(columnar(batch)), store_host, now_ms, counter, seed, model_batch=batch)
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.data(), batches(), hosts, st.integers(0, 1 << 32))
 def test_columnar_bodies_over_the_limits_are_refused_as_the_list(
     data: st.DataObject, batch: MessageBatch, store_host: Host, seed: int
@@ -360,7 +361,7 @@ def test_crc_equals_zlib(size: int) -> None:
         assert _encode.crc32(memoryview(data)[off:]) == zlib.crc32(data[off:])
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(st.binary(max_size=5000))
 def test_crc_equals_zlib_on_any_bytes(data: bytes) -> None:
     assert _encode.crc32(data) == zlib.crc32(data)
@@ -403,14 +404,14 @@ def test_bodies_that_are_not_bytes_are_refused_as_the_list_refuses_them() -> Non
     assert str(got.value).split(":")[0] == str(want.value).split(":")[0]
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(hosts, st.lists(INT64, max_size=50))
 def test_offset_msg_ids_equal_the_formula(host: Host, offsets: list[int]) -> None:
     got = _encode.offset_msg_ids(offset_msg_id_prefix(host), np.array(offsets, np.int64))
     assert got == [build_offset_msg_id(host, o) for o in offsets]
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(st.lists(st.sampled_from(["T0", "T1", "%RETRY%g", "é", ""]) | st.text(max_size=5), max_size=200))
 def test_distinct_topics_equal_a_dict(values: list[str]) -> None:
     """The batch's topics as a list of names: distinct ones in order of first

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from mqstore.formats.message import MAGIC_V1, MAGIC_V2
 from mqstore.formats.packed import RawRecords
 from mqstore.kernels import _decode
+from tests.tiers import examples
 
 
 def model_gather(src: bytes, starts: list[int], sizes: list[int]) -> list[bytes]:
@@ -26,7 +27,7 @@ def model_gather(src: bytes, starts: list[int], sizes: list[int]) -> list[bytes]
     return out
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(st.binary(max_size=300), st.lists(st.tuples(st.integers(-5, 320), st.integers(-3, 80)), max_size=40))
 def test_gather_equals_model(src: bytes, pieces: list[tuple[int, int]]) -> None:
     starts = [a for a, _ in pieces]
@@ -43,7 +44,7 @@ def test_gather_refuses_mismatched_columns() -> None:
         _decode.gather(b"abc", np.zeros(2, np.int64), np.zeros(1, np.int64), np.zeros(3, np.int64))
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(st.lists(st.lists(st.binary(max_size=20), max_size=6), max_size=5))
 def test_concat_is_the_parts_in_order(parts: list[list[bytes]]) -> None:
     packed = [RawRecords.of(p)[1:] if p else RawRecords.of(p) for p in parts]  # parts not starting at 0
@@ -70,7 +71,7 @@ def test_a_sequence_of_bytes() -> None:
         r[3]
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(st.lists(st.binary(max_size=30), max_size=20), st.binary(max_size=4))
 def test_the_wire_pair_gives_the_same_records(items: list[bytes], lead: bytes) -> None:
     packed = RawRecords(lead + b"".join(items), np.cumsum([len(lead), *map(len, items)]))

@@ -14,6 +14,7 @@ from mqstore.store.config import StoreConfig
 from mqstore.store.messages import MessageBatch
 from mqstore.store.record_batch import BatchEncoder, encode_for_send
 from tests.kernels.model_heads import model_check_heads
+from tests.tiers import examples
 
 
 class _Clock:
@@ -58,7 +59,7 @@ def cases(draw: st.DrawFn):
     return bytes(data), positions, np.asarray(enc.sizes, np.int64), sysflags.astype(np.int64), limits
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(cases())
 def test_kernel_equals_model(case) -> None:
     data, positions, sizes, sysflags, (v6, max_body, max_size, min_born, max_born) = case

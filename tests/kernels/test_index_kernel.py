@@ -12,8 +12,9 @@ from hypothesis import strategies as st
 
 from mqstore.formats.index_file import IndexFileView, index_file_size
 from tests.kernels.model_index import model_put_hashes
+from tests.tiers import examples
 
-CASES = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+CASES = settings(max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 _I64 = st.integers(-(1 << 63), (1 << 63) - 1)
 

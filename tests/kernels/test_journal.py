@@ -13,14 +13,16 @@ import os
 from pathlib import Path
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from mqstore.store.consume_queues import ConsumeQueues
 from mqstore.store.dispatch import DispatchBatch
 from tests.kernels.model_consume_queues import ModelConsumeQueues
+from tests.tiers import examples
 
-CASES = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+CASES = settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 _TOPICS = ["A", "B", "Cc"]
 _FILE_BYTES = 20 * 8
 
@@ -142,6 +144,7 @@ def test_journal_equals_the_model(tmp_path_factory, plan) -> None:
         want.close()
 
 
+@pytest.mark.slow  # over ~2 s (tests/README.md)
 def test_many_queues_one_chunk_equals_the_model(tmp_path) -> None:
     """40,000 queues met in two chunks: units given grouped by queue."""
     rng = np.random.default_rng(11)

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from mqstore.kernels._queues import QueueOffsets
 from tests.kernels.model_queues import ModelQueueOffsets
+from tests.tiers import examples
 
 TOPICS = ["T0", "T1", "%RETRY%g", "a" * 200, ""]
 batch = st.lists(st.tuples(st.integers(0, 4), st.integers(0, 7) | st.just(65_535), st.booleans()), max_size=60)
@@ -20,7 +21,7 @@ op = st.one_of(
 )
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(
     start=st.dictionaries(st.tuples(st.sampled_from(TOPICS), st.integers(0, 7)), st.integers(0, 99)),
     ops=st.lists(op, max_size=12),

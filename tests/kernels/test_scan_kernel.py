@@ -18,9 +18,10 @@ from hypothesis import strategies as st
 from mqstore.formats import Host, PreparedRecords, ScanResult, scan_records
 from mqstore.formats.message import BLANK_MAGIC, MAGIC_V1, MAGIC_V2, topic_field
 from tests.kernels.model_scan import model_scan_records
+from tests.tiers import examples
 from tests.unit.test_formats_properties import Batch, Msg, batches, render_batch
 
-CASES = settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+CASES = settings(max_examples=examples(400), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 def assert_same(got: ScanResult, want: ScanResult) -> None:
@@ -155,7 +156,7 @@ def test_kernel_equals_model(case: tuple[bytes, int, Batch], data: st.DataObject
     both(view(buf), start, end, **kw)
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(batches())
 def test_valid_batches_scan_whole_with_every_option(b: Batch) -> None:
     """Unmutated records (V1 and V2, IPv4 and IPv6) with every combination of options,
@@ -277,7 +278,7 @@ def test_bodies_blanks_and_zeros_in_place_of_each_record() -> None:
                 both(bytes(buf), 0, len(buf), **kw)
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(st.lists(st.binary(max_size=40) | st.sampled_from([b"", b"a", b"T0", b"T" * 17, b"T" * 16]), max_size=3000))
 def test_topic_codes_number_topics_in_order_of_first_appearance(topics: list[bytes]) -> None:
     """The kernel's table (grown past half full, topics sharing prefixes and lengths)

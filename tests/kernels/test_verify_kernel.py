@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from mqstore.formats.index_file import INDEX_ENTRY_BYTES, INDEX_HEADER_BYTES
 from mqstore.kernels import _verify
 from tests.kernels import model_verify
+from tests.tiers import examples
 
 
 def index_bytes(hashes: list[int], phys: list[int], hash_slots: int) -> bytearray:
@@ -38,7 +39,7 @@ damage = st.tuples(
 )
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(
     hashes=st.lists(st.integers(0, 2**31 - 1) | st.integers(0, 40), max_size=60),
     hash_slots=st.integers(1, 17),
@@ -77,7 +78,7 @@ def test_chains_refuse_a_buffer_too_short():
 pairs = st.lists(st.tuples(st.integers(0, 30), st.integers(-5, 5)), max_size=50)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(have=pairs, want=pairs)
 def test_keys_present_equals_the_model(have, want):
     have, want = sorted(have, key=lambda p: p[0]), sorted(want, key=lambda p: p[0])
@@ -89,7 +90,7 @@ def test_keys_present_equals_the_model(have, want):
     assert present.view(bool).tolist() == expected.tolist() and found == int(expected.sum())
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(entries=st.lists(st.tuples(st.integers(0, 12), st.integers(-3, 3)), max_size=80))
 def test_repeated_pairs_equal_the_model(entries):
     entries.sort(key=lambda e: e[0])  # commitlog order; hashes in any order within a record
@@ -99,7 +100,7 @@ def test_repeated_pairs_equal_the_model(entries):
     assert got.tolist() == model_verify.repeated_pairs(phys, hashes).tolist()
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(starts=st.sets(st.integers(0, 60)), phys=st.lists(st.integers(-2, 64), max_size=60))
 def test_starts_found_equals_the_model(starts, phys):
     s, p = np.array(sorted(starts), np.int64), np.array(sorted(phys), np.int64)

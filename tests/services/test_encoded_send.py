@@ -195,6 +195,7 @@ def test_remote_append_bench_sends_either_way(client, stack, wire):
         run_remote_append(stack.front_endpoint, messages=1, wire="json")
 
 
+@pytest.mark.slow  # over ~2 s (tests/README.md)
 def test_a_batch_over_two_shards_with_one_down_says_what_each_message_became(tmp_path):
     """One shard's commitlog is gone: its part is NOT_STORED (the front could not
     reach it, nothing was written: safe to send again), the other part is stored, and

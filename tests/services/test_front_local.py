@@ -280,6 +280,7 @@ def test_delayed_messages_are_delivered_through_the_builder(client):
     assert p.records[0].properties.get("SCHEDULE_SOURCE") == "1:0" and "DELAY" not in p.records[0].properties
 
 
+@pytest.mark.slow  # over ~2 s (tests/README.md)
 def test_a_topics_message_type_is_answered_and_persisted(tmp_path):
     """update_topic(..., message_type=...) goes to every shard: answered, written to
     each shard's topics.json as the attribute message.type, and still there after a

@@ -95,6 +95,7 @@ def test_metrics_endpoint_moves_with_sends_and_queries(stack):
         assert total(after, "mqstore_shard_recovery_percent", shard=shard, phase="ready") == 100
 
 
+@pytest.mark.slow  # over ~2 s (tests/README.md)
 def test_status_command_reads_the_front(stack):
     st, _ = stack
     p = mq("status", "--server", st.front_endpoint)
@@ -158,6 +159,7 @@ def test_status_of_a_recovering_shard_and_an_unreachable_one(tmp_path):
         t.stop()
 
 
+@pytest.mark.slow  # over ~2 s (tests/README.md)
 def test_local_status_command(tmp_path):
     store = tmp_path / "local"
     assert mq("send", "--store", str(store), "--create", "--topic", "L", "a", "b").returncode == 0

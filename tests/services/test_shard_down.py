@@ -70,6 +70,7 @@ def pulled(c: FrontClient, q: int) -> list[bytes]:
     return [r.body for r in c.pull(TOPIC, q, 0, max_messages=100).records]
 
 
+@pytest.mark.slow  # over ~2 s (tests/README.md)
 def test_a_shard_whose_processes_stopped(tmp_path):
     st = LocalStack(tmp_path, small_config(), shards=2)
     try:
@@ -262,6 +263,7 @@ def test_merging_parts_never_reports_a_message_stored_that_was_not():
     assert e.value.code is grpc.StatusCode.UNAVAILABLE and "shard 0: a; shard 1: b; shard 2: c" in str(e.value)
 
 
+@pytest.mark.slow  # over ~2 s (tests/README.md)
 def test_a_shard_never_found_answers_within_the_budget(tmp_path):
     """Shard 1's processes are never found (as an actor Ray can not place: the
     resolver waits forever) and its locator says so: status answers within 2 s

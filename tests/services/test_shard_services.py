@@ -307,6 +307,7 @@ def test_a_recovering_shard_answers_unavailable(tmp_path):
 
 
 @pytest.mark.parametrize("part", ["disp", "cq", "ix", pytest.param("cl", marks=pytest.mark.slow)])  # cl: over 5 s
+@pytest.mark.slow  # over ~2 s (tests/README.md)
 def test_restarts_mid_stream_lose_and_duplicate_nothing(tmp_path, part):
     """Each component of a shard closed and started again while messages flow: the
     dispatcher resumes at the builders' progress, a builder recovers against the

@@ -171,6 +171,7 @@ def test_plaintext_and_untrusting_clients_are_refused(tls_stack, tmp_path):
         assert c.pull("Tls", 0, 0).max_offset == 2
 
 
+@pytest.mark.slow  # over ~2 s (tests/README.md)
 def test_cli_with_tls_ca(tls_stack):
     st, ca, _ = tls_stack
     p = mq("send", "--server", st.front_endpoint, "--tls-ca", str(ca), "--topic", "TlsCli", "--queue", "1", "one")
@@ -182,6 +183,7 @@ def test_cli_with_tls_ca(tls_stack):
     assert p.returncode == 1 and p.stderr.startswith("mqstore: error: UNAVAILABLE"), p.stderr
 
 
+@pytest.mark.slow  # over ~2 s (tests/README.md)
 def test_serve_refuses_a_bad_pair(tmp_path):
     _, cert, key = make_ca_and_server(tmp_path / "a")
     _, _, other_key = make_ca_and_server(tmp_path / "b")

@@ -29,6 +29,7 @@ from mqstore.services.query.acl import (
     parse_authorization,
     sign,
 )
+from tests.tiers import examples
 
 NOW = 1_735_787_045.0  # 2025-01-02T03:04:05Z
 PUB, SUB = Action.PUB, Action.SUB
@@ -60,7 +61,7 @@ keys = st.from_regex(r"[A-Za-z0-9_.@%|-]{1,40}", fullmatch=True)
 secrets_ = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), min_size=8, max_size=64)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(ak=keys, sk=secrets_, t=st.integers(0, 4_000_000_000), upper=st.booleans())
 def test_signed_requests_authenticate(ak, sk, t, upper):
     acl = Acl([User(ak, sk)], clock=lambda: t)
@@ -73,7 +74,7 @@ def test_signed_requests_authenticate(ak, sk, t, upper):
     assert acl.authenticate([(k, v.encode()) for k, v in md]).access_key == ak  # values as bytes
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(sk=secrets_, other=secrets_)
 def test_another_secret_never_authenticates(sk, other):
     if other == sk:
@@ -182,7 +183,7 @@ def test_deny_beats_allow_on_a_tie():
 names = st.from_regex(r"[a-zA-Z0-9_-]{1,12}", fullmatch=True)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(
     rules=st.lists(
         st.tuples(st.sampled_from(["Topic", "Group", "*"]), names, st.booleans(), st.sampled_from(["Allow", "Deny"])),

@@ -7,11 +7,12 @@ from hypothesis import strategies as st
 
 from mqstore.formats.javahash import java_string_hash, java_string_hashes, tags_code, tags_codes
 from mqstore.formats.properties import find_property, parse_properties, serialize_properties
+from tests.tiers import examples
 
 texts = st.text(st.characters(codec="utf-8"), max_size=40) | st.text(max_size=12)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(st.lists(texts, max_size=30))
 def test_vectorised_hash_equals_scalar(strings: list[str]) -> None:
     assert java_string_hashes(strings).tolist() == [java_string_hash(s) for s in strings]
@@ -28,7 +29,7 @@ names = st.text(st.characters(exclude_characters="\x00\x01\x02", codec="utf-8"),
 values = st.text(st.characters(exclude_characters="\x00\x02", codec="utf-8"), min_size=0, max_size=12)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(st.lists(st.tuples(names, values), max_size=8), names)
 def test_find_property_agrees_with_the_full_parse(pairs: list[tuple[str, str]], probe: str) -> None:
     raw = serialize_properties(pairs)
@@ -40,7 +41,7 @@ def test_find_property_agrees_with_the_full_parse(pairs: list[tuple[str, str]], 
         assert (got.decode() if got is not None else None) == want, (raw, name)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(
     st.lists(
         st.tuples(
@@ -72,7 +73,7 @@ def test_locate_properties_agrees_with_the_full_parse(records) -> None:
             assert value == parsed.get(name.decode()), (pairs, name)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(st.lists(st.tuples(texts, texts), max_size=20))
 def test_hash_of_byte_ranges_with_prefix(pairs: list[tuple[str, str]]) -> None:
     import numpy as np

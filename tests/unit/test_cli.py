@@ -87,6 +87,7 @@ def test_bench_disk_reports_throughput(tmp_path: Path) -> None:
         (["print", "--store", "{tmp}", "--offset", "7"], "offset"),
     ],
 )
+@pytest.mark.slow  # over ~2 s (tests/README.md)
 def test_errors_are_one_line_and_exit_1(tmp_path: Path, args: list[str], message: str) -> None:
     store = tmp_path / "s"
     mq("bench", "append", "--store", str(store), "--messages", "3", "--segment-bytes", str(1 << 20))

@@ -28,6 +28,7 @@ from mqstore.formats.consume_queue import (
 )
 from mqstore.store import file_pool
 from mqstore.store.consume_queue import ConsumeQueue, queue_dir
+from tests.tiers import examples
 
 FILE = 7 * UNIT_SIZE  # 140 bytes: 7 units a file
 MSG = 100  # every test message is 100 bytes long; message i sits at commitlog offset i * MSG
@@ -57,7 +58,7 @@ def offsets(units: np.ndarray) -> list[int]:
 # ---------------------------------------------------------------------- format
 
 
-@settings(max_examples=200)
+@settings(max_examples=examples(200))
 @given(st.lists(st.tuples(st.integers(0, (1 << 63) - 1), st.integers(1, (1 << 31) - 1), INT64), max_size=50))
 def test_encode_decode_round_trip(units: list[tuple[int, int, int]]) -> None:
     o, s, t = (list(c) for c in zip(*units, strict=True)) if units else ([], [], [])
@@ -248,7 +249,7 @@ def test_put_rejects_bad_values(tmp_path: Path) -> None:
         assert cq.files == []
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=examples(25), deadline=None)
 @given(st.lists(st.integers(1, 12), min_size=1, max_size=6), st.integers(0, 20))
 def test_batches_match_a_model(tmp_path_factory: pytest.TempPathFactory, batches: list[int], first: int) -> None:
     tmp = tmp_path_factory.mktemp("cq")
@@ -467,7 +468,7 @@ def test_offset_at_time_unreadable_and_empty(tmp_path: Path) -> None:
         assert cq.offset_at_time(115, lambda p: p) == 0
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(st.lists(st.integers(0, 6), min_size=1, max_size=30), st.integers(0, 9), st.integers(-5, 60))
 def test_offset_at_time_is_a_lower_bound(tmp_path_factory, steps: list[int], first: int, ts: int) -> None:
     times = np.cumsum(steps).tolist()

@@ -5,12 +5,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from mqstore.store import MessageBatch, StoreConfig, faults
 from mqstore.store.message_store import MessageStore
 
 CFG = StoreConfig(segment_bytes=1 << 20, consume_queue_file_bytes=20 * 100, index_hash_slots=64, index_max_entries=256)
 
 
+@pytest.mark.slow  # over ~2 s (tests/README.md)
 def test_dispatch_retries_after_an_index_file_cannot_be_created(tmp_path: Path) -> None:
     faults.install("index.create=ENOSPC@1x2")  # the first two tries to make an index file fail
     try:

@@ -28,6 +28,7 @@ from mqstore.store.message_rules import MAX_TIME_MS
 from mqstore.store.messages import AUTO_QUEUE, MessageBatch
 from mqstore.store.record_batch import BatchEncoder, encode_for_send
 from mqstore.store.topic_configs import PERM_READ
+from tests.tiers import examples
 
 
 class FixedClock:
@@ -81,7 +82,7 @@ def batches(draw: st.DrawFn) -> MessageBatch:
     )
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(25), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(batch=batches())
 def test_encoded_append_stores_what_the_columnar_append_stores(tmp_path_factory, batch: MessageBatch) -> None:
     root = tmp_path_factory.mktemp("stores")

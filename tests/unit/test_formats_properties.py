@@ -42,6 +42,7 @@ from mqstore.formats import (
     tags_code,
 )
 from mqstore.formats.message import MAGIC_V1, MAGIC_V2, record_fields, topic_field
+from tests.tiers import examples
 
 # ---------------------------------------------------------------------------
 # strategies
@@ -93,8 +94,8 @@ prop_text = st.text(st.characters(codec="utf-8", exclude_characters="\x00\x01\x0
 record_props = st.dictionaries(prop_text, prop_text, max_size=5)
 sysflags = st.integers(0, 0x7FF).map(lambda v: v & ALLOWED_SYSFLAG_BITS)
 
-RECORDS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-FAST = settings(max_examples=100, deadline=None)
+RECORDS = settings(max_examples=examples(40), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+FAST = settings(max_examples=examples(100), deadline=None)
 
 
 @dataclass(frozen=True)
@@ -463,7 +464,7 @@ def test_truncated_last_record_is_not_scanned(b: Batch, data: st.DataObject) -> 
         decode_record(buf, last)
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(400), deadline=None)
 @given(st.binary(max_size=400))
 def test_decode_garbage_raises_only_decode_error(raw: bytes) -> None:
     """Random bytes never decode into anything but a DecodeError."""
@@ -471,7 +472,7 @@ def test_decode_garbage_raises_only_decode_error(raw: bytes) -> None:
         decode_record(raw)
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(400), deadline=None)
 @given(st.sampled_from([MAGIC_V1, MAGIC_V2]), st.binary(max_size=300), st.integers(-8, 8), st.booleans())
 def test_decode_garbage_with_plausible_head(magic: int, rest: bytes, size_delta: int, crc: bool) -> None:
     """Garbage behind a valid magic and a matching size: DecodeError or a record."""
@@ -483,7 +484,7 @@ def test_decode_garbage_with_plausible_head(magic: int, rest: bytes, size_delta:
     assert rec.total_size == len(raw)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(
     batches(),
     st.lists(st.tuples(st.integers(0, 10_000), st.integers(0, 255)), min_size=1, max_size=4),
@@ -536,7 +537,7 @@ def test_properties_none_values_are_skipped(d: dict[str, str], none_keys: list[s
     assert serialize_properties(items) == serialize_properties(d)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(st.text(st.sampled_from("ab\x01\x02") | st.characters(), max_size=60))
 def test_parse_properties_never_raises(s: str) -> None:
     """Arbitrary text parses; every entry it yields is well formed."""
@@ -594,7 +595,7 @@ def _month_ms(now_ms: int) -> int:
 NOW_MS = st.integers(946_684_800_000, 4_102_444_800_000)  # 2000 .. 2100
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(
     ipv4,
     wide_ints(0, 0xFFFF),
@@ -787,7 +788,7 @@ any_text = st.text(
 )
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(any_text)
 def test_java_string_hash_matches_reference(s: str) -> None:
     h = java_string_hash(s)

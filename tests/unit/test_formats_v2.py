@@ -25,6 +25,7 @@ from mqstore.formats.message import (
     topic_field,
     topic_field_lengths,
 )
+from tests.tiers import examples
 
 BORN = Host("10.1.2.3", 54321)
 STORE = Host("192.168.0.7", 10911)
@@ -192,7 +193,7 @@ long_or_short = st.one_of(
 )
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(
     st.lists(
         st.tuples(long_or_short, st.binary(max_size=64), st.integers(0, 65535), st.integers(0, 1 << 40)),

@@ -14,6 +14,7 @@ from mqstore.errors import DecodeError
 from mqstore.formats import IndexFileView, IndexHeader, index_file_size, index_key_hash, index_key_hashes
 from mqstore.formats.index_file import INDEX_HEADER_BYTES
 from tests.conftest import GOLDEN_DIR
+from tests.tiers import examples
 
 LONG_MAX = (1 << 63) - 1
 INT_MAX = (1 << 31) - 1
@@ -248,7 +249,7 @@ headers = st.builds(
 )
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(headers)
 def test_header_round_trip(h: IndexHeader) -> None:
     raw = h.encode()
@@ -264,7 +265,7 @@ keys_st = st.lists(
 )
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(
     keys=keys_st,
     hash_slots=st.integers(1, 8),
@@ -331,7 +332,7 @@ phy_st = st.integers(0, 1 << 40) | st.sampled_from([-1, LONG_MAX])
 entry_st = st.tuples(hash_st, phy_st, ts_st)
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(400), deadline=None)
 @given(
     hash_slots=st.integers(1, 8),
     max_entries=st.integers(1, 24),
@@ -365,7 +366,7 @@ def test_put_hashes_equals_scalar_puts(hash_slots, max_entries, start, batches, 
     assert vec.is_full() == loop.is_full()
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(
     hash_slots=st.integers(1, 6),
     max_entries=st.integers(2, 20),
@@ -430,7 +431,7 @@ any_text = st.text(
 )
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(st.lists(any_text, max_size=30))
 def test_vectorised_hash_equals_scalar(keys: list[str]) -> None:
     got = index_key_hashes(keys)

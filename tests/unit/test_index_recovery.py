@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from mqstore.formats import IndexFileView, index_file_size, index_key_hashes
 from mqstore.store.dispatch import IndexEntries
 from mqstore.store.index_service import IndexService
+from tests.tiers import examples
 
 T0 = 1_700_000_000_000
 SLOTS = 100_000  # about one slot per UNIQ_KEY cut, as in a default-sized file
@@ -79,7 +80,7 @@ def test_truncating_300k_entries_of_one_key_takes_seconds(tmp_path: Path) -> Non
 hash_st = st.integers(0, (1 << 31) - 1)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(hash_slots=st.integers(1, 6), max_entries=st.integers(3, 24), data=st.data())
 def test_drop_uncounted_leaves_what_the_counted_puts_wrote(hash_slots, max_entries, data) -> None:
     """A put cut short between its slots and its header (a crash at ``index.put``):

@@ -31,6 +31,7 @@ from mqstore.store.message_rules import MAX_TIME_MS, MIN_TIME_MS
 from mqstore.store.messages import MessageBatch
 from mqstore.store.record_batch import BatchEncoder, encode_for_send
 from mqstore.store.topic_configs import TopicConfig
+from tests.tiers import examples
 
 HOUR_MS = 3_600_000
 DAY_MS = 24 * HOUR_MS
@@ -215,7 +216,7 @@ delivery_texts = st.one_of(
 )
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(st.lists(delivery_texts, min_size=1, max_size=8), st.binary(max_size=5))
 def test_numpy_delivery_times_agree_with_the_python_rule(texts, filler):
     """``decimal_values`` (the encoded path, one numpy pass) takes exactly the texts
@@ -268,7 +269,7 @@ def port_messages(draw):
     return m, draw(st.sampled_from(TOPIC_TYPES))
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(400), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(port_messages())
 def test_the_port_and_the_store_rules_agree(sent):
     """A message the RocketMQ port takes, the store's rules take as the port writes it
@@ -390,7 +391,7 @@ property_values = st.one_of(
 )
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(400), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.dictionaries(property_names, property_values, max_size=4), st.sampled_from(TOPIC_TYPES))
 def test_random_property_maps_meet_the_same_verdict_on_both_ports(props, topic_type):
     """An own-API property map and the v2 message a RocketMQ client would send for it

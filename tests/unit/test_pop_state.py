@@ -41,6 +41,7 @@ from mqstore.store.pop import (
     PopState,
     ReceiptHandle,
 )
+from tests.tiers import examples
 
 ROOT = Path(__file__).resolve().parents[2]
 G, T = "GID_pop", "TopicA"
@@ -865,7 +866,7 @@ class ModelRun:
 model_ops = st.lists(st.tuples(st.sampled_from(OPS), st.integers(0, 2**32 - 1)), min_size=1, max_size=60)
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(ops=model_ops, compact=st.sampled_from([150, 600, 10**9]))
 def test_pop_state_against_a_model(tmp_path_factory: pytest.TempPathFactory, ops, compact: int) -> None:
     run = ModelRun(tmp_path_factory.mktemp("model"), compact)

@@ -87,6 +87,7 @@ def test_a_view_reads_next_to_a_running_store(tmp_path: Path) -> None:
             assert v.topic_status("T")[1].max_offset >= 50
 
 
+@pytest.mark.slow  # over ~2 s (tests/README.md)
 def test_a_view_of_a_crashed_store_reads_what_the_files_hold(tmp_path: Path) -> None:
     """A store killed before its close: the view recovers nothing and writes nothing;
     it reads the valid records (a torn tail is passed over)."""

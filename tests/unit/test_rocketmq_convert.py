@@ -20,6 +20,7 @@ from mqstore.services.common.convert import columns_to_batch
 from mqstore.services.rocketmq import convert
 from mqstore.services.rocketmq.status import Code, ProtocolError
 from mqstore.store.system_topics import is_system_topic
+from tests.tiers import examples
 
 MAX_BODY = 4 << 20
 NOW_MS = 1_790_000_000_000  # a fixed "now" for check_message
@@ -107,7 +108,7 @@ def messages(draw) -> tuple[v2.Message, bytes]:
     return m, body
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(messages(), st.integers(0, 20), st.integers(1_000, 43_200_000))
 def test_a_message_comes_back_as_it_was_sent(store, sent, attempt, invisible_ms):
     m, body = sent
@@ -164,7 +165,7 @@ def loose_messages(draw) -> v2.Message:
     return m
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(200), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(loose_messages())
 def test_what_check_message_passes_the_store_keeps(store, m):
     """check_message is the port's only gate before the store: what it passes the store

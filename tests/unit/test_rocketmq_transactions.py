@@ -19,6 +19,7 @@ from mqstore.services.common.convert import columns_to_batch
 from mqstore.services.rocketmq import convert
 from mqstore.services.rocketmq import transactions as tx
 from mqstore.services.rocketmq.status import Code, ProtocolError
+from tests.tiers import examples
 
 MAX_BODY = 4 << 20
 NOW_MS = 1_790_000_000_000
@@ -172,7 +173,7 @@ def test_progress_point_by_hand():
     assert sh.resolved == {} and all(sh.ended(q) for q in range(5))
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(st.lists(st.tuples(st.sampled_from(["add", "resolve", "save"]), st.integers(0, 30)), max_size=80))
 def test_progress_point_is_never_ahead(steps):
     """Whatever the order of halves and their ends, a stored (H, P) says no more than

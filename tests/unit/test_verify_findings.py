@@ -7,6 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mqstore.store.verify.report import LISTED_PER_KIND, Findings, Severity
+from tests.tiers import examples
 
 ADDS = st.lists(
     st.tuples(st.sampled_from(["a", "b", "c"]), st.sampled_from(list(Severity)), st.integers(0, 99)),
@@ -21,7 +22,7 @@ def collected(adds) -> Findings:
     return f
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(ADDS, ADDS)
 def test_merge_equals_adding_in_sequence(first, second) -> None:
     merged = collected(first)

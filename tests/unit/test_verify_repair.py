@@ -202,6 +202,7 @@ DAMAGE: list[tuple[Callable[[Path], set[int]], str]] = [
 # ---------------------------------------------------------------- tests
 
 
+@pytest.mark.slow  # over ~2 s (tests/README.md)
 def test_clean_store_verifies_clean(pristine: tuple[Path, Pulled]) -> None:
     path, pulled = pristine
     before = file_hashes(path)
@@ -269,6 +270,7 @@ def test_dry_run_changes_no_byte(store: Path) -> None:
     assert not any(p.name.startswith("repair-") for p in store.iterdir())
 
 
+@pytest.mark.slow  # over ~2 s (tests/README.md)
 def test_corrupt_record_mid_log_is_cut_only_when_asked(store: Path, pristine: tuple[Path, Pulled]) -> None:
     victim = records(store)[MESSAGES // 3]
     offsets = ConsumerOffsets(store)

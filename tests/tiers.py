@@ -1,0 +1,22 @@
+"""Which tier runs, and how many hypothesis examples a property test takes in it.
+
+The fast tier (``-m "not slow and not crash"``, tests/README.md) runs in two worker
+processes (pytest-xdist, one per core) and gives each property test a fifth of its
+examples: a quick check of what a change most often breaks. The full suite (CI) runs
+one process and every example. ``tests/conftest.py`` sets ``FAST``.
+"""
+
+from __future__ import annotations
+
+FAST_TIER_EXPRESSION = "not slow and not crash"
+FAST = False
+
+
+def is_fast_tier(markexpr: str) -> bool:
+    return " ".join(markexpr.split()) == FAST_TIER_EXPRESSION
+
+
+def examples(n: int) -> int:
+    """``max_examples`` for a property test: ``n`` in the full suite, ``n // 5`` (at
+    least 20) in the fast tier."""
+    return max(20, n // 5) if FAST else n
