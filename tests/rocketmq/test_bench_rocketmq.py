@@ -108,7 +108,7 @@ def test_bench_rocketmq_sends_and_consumes_every_message_once(served):
 @pytest.mark.parametrize(
     "args, message",
     [
-        (["--server", "nohost"], "--server must be HOST:PORT"),
+        (["--server", "nohost"], "can not reach the RocketMQ port nohost:8081"),  # no port: 8081
         (["--server", "127.0.0.1:1"], "can not reach the RocketMQ port"),
         (["--server", "127.0.0.1:1", "--serve-pid", "1"], "--serve-pid needs --shard-dir"),
         (["--server", "127.0.0.1:1", "--topic", "a.b"], "--topic must match"),
