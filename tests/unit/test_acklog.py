@@ -69,6 +69,7 @@ def test_a_line_that_is_not_one_line_is_refused(tmp_path: Path) -> None:
     log.close()
 
 
+@pytest.mark.slow  # over ~2 s (tests/README.md)
 def test_bench_append_ack_log_lines_all_parse(tmp_path: Path) -> None:
     """The command as the user ran it: small batches from two producers, so most
     writes start inside a page begun by another write."""

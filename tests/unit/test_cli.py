@@ -16,6 +16,7 @@ def mq(*args: str) -> subprocess.CompletedProcess:
     )
 
 
+@pytest.mark.slow  # over ~2 s (tests/README.md)
 def test_bench_append_prints_the_contracted_fields(tmp_path: Path) -> None:
     ack = tmp_path / "acks"
     p = mq(

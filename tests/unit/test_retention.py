@@ -344,6 +344,7 @@ def test_a_reader_holding_a_deleted_segment_keeps_valid_bytes(tmp_path: Path) ->
         assert path not in Path("/proc/self/maps").read_text()
 
 
+@pytest.mark.slow  # over ~2 s (tests/README.md)
 def test_concurrent_reads_appends_and_deletes(tmp_path: Path) -> None:
     now = now_ms()
     with MessageStore(tmp_path, CFG) as s:

@@ -232,6 +232,7 @@ def test_not_a_store_is_a_one_line_error(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(("damage", "kind"), DAMAGE, ids=[d.__name__ for d, _ in DAMAGE])
+@pytest.mark.slow  # over ~2 s (tests/README.md)
 def test_damage_is_found_and_repaired(store: Path, pristine: tuple[Path, Pulled], damage, kind: str) -> None:
     lost = damage(store)
     report = verify_store(store)
