@@ -94,7 +94,7 @@ class NoPermissionError(MqStoreError):
 class ReservedTopicError(NoPermissionError, InvalidTopicError):
     """A client sent to a topic only the store writes: RocketMQ's TopicValidator
     not-allowed-send set (``SCHEDULE_TOPIC_XXXX``, ``RMQ_SYS_TRANS_HALF_TOPIC``, ...;
-    ``messages.NOT_ALLOWED_SEND_TOPICS``). Raised by the client-facing append path;
+    ``system_topics.NOT_ALLOWED_SEND_TOPICS``). Raised by the client-facing append path;
     the store's own writes (delayed messages into the schedule topic and back out)
     do not go through it."""
 

@@ -24,32 +24,12 @@ from mqstore.formats.names import check_topic
 from mqstore.formats.packed import Packed
 from mqstore.formats.properties import SCHEDULE_SOURCE, unstorable_property
 from mqstore.kernels import _encode
-from mqstore.store.system_topics import check_client_topics
+from mqstore.store.system_topics import NOT_ALLOWED_SEND_TOPICS, check_client_topics
 from mqstore.store.topic_configs import PERM_WRITE, check_perm
 
 AUTO_QUEUE = -1  # queue id meaning "pick one for me" (round robin per topic)
 MAX_PORT = 65_535
 
-# RocketMQ TopicValidator.NOT_ALLOWED_SEND_TOPIC_SET (common/.../topic/TopicValidator.java,
-# with the broker-sync topics newer releases add): the broker refuses producers' sends
-# to these. Only the store writes them (SCHEDULE_TOPIC_XXXX: the delay scheduler).
-# RMQ_SYS_TRACE_TOPIC is a system topic but not in the set: clients send traces there.
-NOT_ALLOWED_SEND_TOPICS = frozenset(
-    {
-        "SCHEDULE_TOPIC_XXXX",
-        "RMQ_SYS_TRANS_HALF_TOPIC",
-        "RMQ_SYS_TRANS_OP_HALF_TOPIC",
-        "TRANS_CHECK_MAX_TIME_TOPIC",
-        "SELF_TEST_TOPIC",
-        "OFFSET_MOVED_EVENT",
-        "RMQ_SYS_TOPIC_CONFIG_SYNC",
-        "RMQ_SYS_CONSUMER_OFFSET_SYNC",
-        "RMQ_SYS_DELAY_OFFSET_SYNC",
-        "RMQ_SYS_SUBSCRIPTION_GROUP_SYNC",
-        "RMQ_SYS_MESSAGE_MODE_SYNC",
-        "RMQ_SYS_TIMER_METRICS_SYNC",
-    }
-)
 # Properties only the store sets (a forged one would move the delay scheduler's progress).
 STORE_ONLY_PROPERTIES = frozenset({SCHEDULE_SOURCE})
 

@@ -17,20 +17,18 @@ from collections.abc import Iterable
 
 from mqstore.errors import ReservedTopicError
 
-# TopicValidator.SYSTEM_TOPIC_SET (common/.../topic/TopicValidator.java).
-SYSTEM_TOPICS = frozenset(
+# RocketMQ TopicValidator.NOT_ALLOWED_SEND_TOPIC_SET (common/.../topic/TopicValidator.java,
+# with the broker-sync topics newer releases add): the broker refuses producers' sends
+# to these. Only the store writes them (SCHEDULE_TOPIC_XXXX: the delay scheduler).
+# RMQ_SYS_TRACE_TOPIC is a system topic but not in the set: clients send traces there.
+NOT_ALLOWED_SEND_TOPICS = frozenset(
     {
-        "TBW102",  # AUTO_CREATE_TOPIC_KEY_TOPIC
         "SCHEDULE_TOPIC_XXXX",
-        "BenchmarkTest",
         "RMQ_SYS_TRANS_HALF_TOPIC",
-        "RMQ_SYS_TRACE_TOPIC",
         "RMQ_SYS_TRANS_OP_HALF_TOPIC",
         "TRANS_CHECK_MAX_TIME_TOPIC",
         "SELF_TEST_TOPIC",
         "OFFSET_MOVED_EVENT",
-        "CHECKPOINT_TOPIC",  # RMQ_SYS_ROCKSDB_OFFSET_TOPIC
-        # the broker-sync topics newer releases add (messages.NOT_ALLOWED_SEND_TOPICS)
         "RMQ_SYS_TOPIC_CONFIG_SYNC",
         "RMQ_SYS_CONSUMER_OFFSET_SYNC",
         "RMQ_SYS_DELAY_OFFSET_SYNC",
@@ -39,6 +37,15 @@ SYSTEM_TOPICS = frozenset(
         "RMQ_SYS_TIMER_METRICS_SYNC",
     }
 )
+
+# TopicValidator.SYSTEM_TOPIC_SET (common/.../topic/TopicValidator.java): the
+# not-allowed-send set and the topics clients may send to but not name here.
+SYSTEM_TOPICS = NOT_ALLOWED_SEND_TOPICS | {
+    "TBW102",  # AUTO_CREATE_TOPIC_KEY_TOPIC
+    "BenchmarkTest",
+    "RMQ_SYS_TRACE_TOPIC",
+    "CHECKPOINT_TOPIC",  # RMQ_SYS_ROCKSDB_OFFSET_TOPIC
+}
 SYSTEM_TOPIC_PREFIX = "rmq_sys_"  # TopicValidator.SYSTEM_TOPIC_PREFIX (rmq_sys_wheel_timer, ...)
 
 
@@ -58,4 +65,4 @@ def check_client_topics(topics: Iterable[str], what: str = "sending to") -> None
         )
 
 
-__all__ = ["SYSTEM_TOPICS", "SYSTEM_TOPIC_PREFIX", "check_client_topics", "is_system_topic"]
+__all__ = ["NOT_ALLOWED_SEND_TOPICS", "SYSTEM_TOPICS", "SYSTEM_TOPIC_PREFIX", "check_client_topics", "is_system_topic"]
