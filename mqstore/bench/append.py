@@ -4,6 +4,18 @@ Prints one JSON line. ``seconds`` runs from the first append to the last
 acknowledgement (the final close, which flushes the async tail, is reported apart as
 ``close_seconds``); latencies are per append call (a batch is acknowledged at once).
 ``bytes`` counts encoded records; MB is 10^6 bytes.
+
+``passes``: the workload is sent that many times to the same open store, each pass
+the same messages again (a fresh UNIQ_KEY each), after the dispatcher caught up with
+the one before. The first pass is cold (its queues are made as their first message
+comes), later ones warm (every queue they touch is there). The top-level figures are
+the first pass's; ``passes`` lists every pass's (``pass_fields``).
+
+Memory (from /proc/self/status, MB): ``rss_mb_before`` with the store open before the
+first append, ``rss_mb_after`` once a pass is dispatched; ``rss_anon_mb_*`` the
+anonymous part (Python and numpy state: what the queues cost; the rest is mapped file
+pages, page cache); ``queues_touched`` and ``rss_anon_kb_per_queue`` = (anon after -
+anon before) / queues touched.
 """
 
 from __future__ import annotations
@@ -18,7 +30,7 @@ import numpy as np
 import structlog
 
 from mqstore.bench.acklog import AckLog
-from mqstore.bench.workload import Workload
+from mqstore.bench.workload import SHAPES, Workload
 from mqstore.store.commitlog import CommitLog
 from mqstore.store.config import FlushMode, StoreConfig
 from mqstore.store.message_store import MessageStore
@@ -42,14 +54,39 @@ class AppendBench:
     dispatch: bool = True  # run the reput dispatcher in-process (consume queues, index)
     index_hash_slots: int = 5_000_000
     index_max_entries: int = 20_000_000
+    shape: str = "round-robin"  # or "per-topic" (workload.py)
+    passes: int = 1  # the same workload again on the same store: pass 1 cold, the next ones warm
 
     def __post_init__(self) -> None:
-        if self.messages < 0 or self.producers < 1 or self.batch < 1:
-            raise ValueError("messages must be >= 0, producers and batch >= 1")
+        if self.messages < 0 or self.producers < 1 or self.batch < 1 or self.passes < 1:
+            raise ValueError("messages must be >= 0, producers, batch and passes >= 1")
+        if self.shape not in SHAPES:
+            raise ValueError(f"shape must be one of {', '.join(SHAPES)}, got {self.shape!r}")
+
+
+# What each entry of the result's "passes" holds (the top level repeats pass 1's).
+pass_fields = (
+    "pass",
+    "seconds",
+    "msgs_per_s",
+    "mb_per_s",
+    "p50_ms",
+    "p99_ms",
+    "acked",
+    "flush_timeouts",
+    "dispatch_lag_bytes_at_end",
+    "dispatch_catch_up_seconds",
+    "queues_touched",
+    "rss_mb_before",
+    "rss_mb_after",
+    "rss_anon_mb_before",
+    "rss_anon_mb_after",
+    "rss_anon_kb_per_queue",
+)
 
 
 def run_append_bench(b: AppendBench) -> dict:
-    workload = Workload(body_size=b.body_size, topics=b.topics, queues=b.queues)
+    workload = Workload(body_size=b.body_size, topics=b.topics, queues=b.queues, shape=b.shape, run=b.batch)
     config = StoreConfig(
         segment_bytes=b.segment_bytes,
         flush_mode=b.flush,
@@ -59,6 +96,52 @@ def run_append_bench(b: AppendBench) -> dict:
     )
     ack = AckLog(b.ack_log) if b.ack_log else None
     cl = MessageStore(b.store, config) if b.dispatch else CommitLog(b.store, config)
+    mem0 = memory_mb()
+    passes = []
+    try:
+        for k in range(b.passes):
+            passes.append(_run_pass(b, workload, cl, ack) | {"pass": k + 1})
+            mem = memory_mb()
+            touched = workload.queues_touched(0, b.messages)
+            passes[-1] |= {
+                "queues_touched": touched,
+                "rss_mb_before": mem0["rss"],
+                "rss_mb_after": mem["rss"],
+                "rss_anon_mb_before": mem0["anon"],
+                "rss_anon_mb_after": mem["anon"],
+                "rss_anon_kb_per_queue": round((mem["anon"] - mem0["anon"]) * 1024 / max(touched, 1), 3),
+            }
+    finally:  # closed on an error too (the error then goes on up)
+        t1 = time.perf_counter()
+        cl.close()
+        close_seconds = time.perf_counter() - t1
+        if ack is not None:
+            ack.close()
+    first = passes[0]
+    resources = first.pop("resources")
+    return (
+        {k: first[k] for k in pass_fields if k != "pass"}
+        | {
+            "messages": b.messages,
+            "bytes": first["bytes"],
+            "close_seconds": round(close_seconds, 4),
+            "dispatch": b.dispatch,
+            "flush": b.flush.value,
+            "producers": b.producers,
+            "batch": b.batch,
+            "body_size": b.body_size,
+            "topics": b.topics,
+            "queues": b.queues,
+            "shape": b.shape,
+            "segment_bytes": b.segment_bytes,
+            **resources,
+        }
+        | ({"passes": [{k: p[k] for k in pass_fields} for p in passes]} if b.passes > 1 else {})
+    )
+
+
+def _run_pass(b: AppendBench, workload: Workload, cl, ack: AckLog | None) -> dict:
+    """Append messages 0 .. b.messages - 1 once and wait for the dispatcher: the pass's figures."""
     lock = threading.Lock()
     next_start = [0]
     latencies: list[float] = []
@@ -127,16 +210,11 @@ def run_append_bench(b: AppendBench) -> dict:
     if b.dispatch:
         cl.wait_dispatched(timeout_s=600)
     dispatch_seconds = time.perf_counter() - t1
-    cl.close()
-    close_seconds = time.perf_counter() - t1 - dispatch_seconds
-    if ack is not None:
-        ack.close()
     if errors:
         raise errors[0]
     lat_ms = np.array(latencies) * 1000 if latencies else np.zeros(1)
     n = b.messages
     return {
-        "messages": n,
         "bytes": totals["bytes"],
         "seconds": round(seconds, 4),
         "msgs_per_s": round(n / seconds, 1) if seconds else 0.0,
@@ -145,19 +223,24 @@ def run_append_bench(b: AppendBench) -> dict:
         "p99_ms": round(float(np.percentile(lat_ms, 99)), 3),
         "acked": totals["acked"],
         "flush_timeouts": totals["timeouts"],
-        "close_seconds": round(close_seconds, 4),
-        "dispatch": b.dispatch,
         "dispatch_lag_bytes_at_end": lag,
         "dispatch_catch_up_seconds": round(dispatch_seconds, 4),
-        "flush": b.flush.value,
-        "producers": b.producers,
-        "batch": b.batch,
-        "body_size": b.body_size,
-        "topics": b.topics,
-        "queues": b.queues,
-        "segment_bytes": b.segment_bytes,
-        **resources,
+        "resources": resources,
     }
+
+
+def memory_mb() -> dict[str, float]:
+    """This process's resident memory now, MB: all of it, and its anonymous part (Linux;
+    -1 where /proc is not there)."""
+    out = {"rss": -1.0, "anon": -1.0}
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith(("VmRSS:", "RssAnon:")):
+                    out["rss" if line.startswith("VmRSS") else "anon"] = round(int(line.split()[1]) / 1024, 1)
+    except OSError:
+        pass
+    return out
 
 
 def process_resources() -> dict:
@@ -177,4 +260,4 @@ def process_resources() -> dict:
     }
 
 
-__all__ = ["AppendBench", "process_resources", "run_append_bench"]
+__all__ = ["AppendBench", "memory_mb", "pass_fields", "process_resources", "run_append_bench"]

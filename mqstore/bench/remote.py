@@ -58,16 +58,49 @@ def run_remote_append(
     wire: str = "encoded",
     cpu_of: tuple[int, list[Path]] | None = None,
     probe_lag: bool = False,
+    shape: str = "round-robin",
+    passes: int = 1,
 ) -> dict:
     """``probe_lag``: measure the dispatch lag meanwhile (``LagProbe``).
     ``wire``: "encoded" (the client encodes each batch: SendEncoded) or "columns"
     (SendBatch, the front and the commitlog read protobuf columns). ``cpu_of``:
     (pid of ``mqstore serve``, its shard directories): the result's ``cpu_us_per_msg``
     gives each process's CPU per message over the sends and the dispatch that follows
-    them (bench/cpu.py)."""
+    them (bench/cpu.py). ``shape``: workload.py's. ``passes``: as the in-process bench's
+    (append.py): the same messages again, each pass after the server dispatched the
+    one before; the top level is pass 1's, ``passes`` lists each pass's."""
     if wire not in WIRES:
         raise ValueError(f"wire must be one of {', '.join(WIRES)}, got {wire!r}")
-    workload = Workload(body_size=body_size, topics=topics, queues=queues)
+    if passes < 1:
+        raise ValueError("passes must be >= 1")
+    workload = Workload(body_size=body_size, topics=topics, queues=queues, shape=shape, run=batch)
+    results = []
+    for k in range(passes):
+        if k:  # the next pass starts with the previous one dispatched
+            with remote_errors(), FrontClient(server, timeout=120, tls_ca=_tls_ca()) as c:
+                wait_dispatched(c, 600)
+        results.append(
+            {"pass": k + 1} | _send_pass(server, workload, messages, producers, batch, wire, cpu_of, probe_lag)
+        )
+    first = {k: v for k, v in results[0].items() if k != "pass"}
+    return (
+        first
+        | {"server": server, "batch": batch, "producers": producers, "wire": wire, "topics": topics, "shape": shape}
+        | ({"passes": results} if passes > 1 else {})
+    )
+
+
+def _send_pass(
+    server: str,
+    workload: Workload,
+    messages: int,
+    producers: int,
+    batch: int,
+    wire: str,
+    cpu_of: tuple[int, list[Path]] | None,
+    probe_lag: bool,
+) -> dict:
+    """Send messages 0 .. messages - 1 once: the pass's figures."""
     lock = threading.Lock()
     next_start = [0]
     latencies: list[float] = []
@@ -114,16 +147,15 @@ def run_remote_append(
     seconds, cpu = _run_timed(
         [threading.Thread(target=producer, name=f"remote-producer-{i}") for i in range(producers)]
     )
+    extra = probe.stop() if probe is not None else {}
     if errors:
         raise errors[0]
-    extra = probe.stop() if probe is not None else {}
     if window is not None:
         with remote_errors(), FrontClient(server, timeout=120, tls_ca=_tls_ca()) as c:
             extra["dispatch_caught_up"], extra["dispatch_wait_s"] = wait_dispatched(c, 120)
         extra["cpu_us_per_msg"] = window.per_message(messages)
     lat = np.array(latencies) * 1000 if latencies else np.zeros(1)
     return extra | {
-        "server": server,
         "messages": messages,
         "acked": totals["acked"],
         "flush_timeouts": totals["timeouts"],
@@ -133,9 +165,6 @@ def run_remote_append(
         "mb_per_s": round(totals["bytes"] / 1e6 / seconds, 2) if seconds else 0.0,
         "p50_ms": round(float(np.percentile(lat, 50)), 3),
         "p99_ms": round(float(np.percentile(lat, 99)), 3),
-        "batch": batch,
-        "producers": producers,
-        "wire": wire,
         "client_cpu_s": round(cpu, 3),
     }
 

@@ -1,6 +1,12 @@
 """The deterministic workload of ``mqstore bench append``.
 
-Message ``i`` goes to topic ``i % topics`` and queue ``(i // topics) % queues``; its
+Two shapes say where message ``i`` goes:
+    round-robin  topic ``i % topics``, queue ``(i // topics) % queues`` (every batch
+                 touches up to ``batch`` topics);
+    per-topic    topic ``(i // run) % topics``, queue ``i % queues``: each run of ``run``
+                 messages (the bench's batch) goes to one topic, as many producers
+                 each sending to their own topic do.
+At one topic both shapes give the same messages. Its
 body is a fixed pseudo-random pattern with ``i`` in its first 8 bytes; it carries
 TAGS ``Tag<i % 16>``, two KEYS (``ord<i>`` and ``usr<i % 9973>``, zero-padded) and a UNIQ_KEY
 the store generates. Batches are made on demand, so memory stays flat for any count.
@@ -59,15 +65,31 @@ class _Rows:
         self.keys_in_place = Texts(self.keys.view(np.uint8), self.key_offsets)
 
 
+SHAPES = ("round-robin", "per-topic")
+
+
 class Workload:
     """Makes batch ``[start, start + count)`` of the workload."""
 
-    def __init__(self, *, body_size: int, topics: int, queues: int, seed: int = 7) -> None:
-        if body_size < 0 or topics < 1 or queues < 1:
-            raise ValueError("body_size must be >= 0, topics and queues >= 1")
+    def __init__(
+        self,
+        *,
+        body_size: int,
+        topics: int,
+        queues: int,
+        seed: int = 7,
+        shape: str = "round-robin",
+        run: int = 1000,
+    ) -> None:
+        if body_size < 0 or topics < 1 or queues < 1 or run < 1:
+            raise ValueError("body_size must be >= 0, topics, queues and run >= 1")
+        if shape not in SHAPES:
+            raise ValueError(f"shape must be one of {', '.join(SHAPES)}, got {shape!r}")
         self.body_size = body_size
         self.topics = topics
         self.queues = queues
+        self.shape = shape
+        self.run = run
         self._names = np.array([topic_name(t) for t in range(topics)], dtype=object)
         self._pattern = np.random.default_rng(seed).integers(0, 256, max(body_size, 8), np.uint8)
         self._local = threading.local()
@@ -83,8 +105,14 @@ class Workload:
         the thread's reused rows, not a copy (valid until the thread's next batch)."""
         idx = np.arange(start, start + count, dtype=np.int64)
         t = self.topics
-        topics = self._names[0] if t == 1 else self._names[idx % t].tolist()
-        queues = (idx // t) % self.queues
+        if t == 1:
+            topics, queues = self._names[0], idx % self.queues
+        elif self.shape == "per-topic":
+            first, last = start // self.run, (start + count - 1) // self.run
+            topics = self._names[first % t] if first == last else self._names[idx // self.run % t].tolist()
+            queues = idx % self.queues
+        else:
+            topics, queues = self._names[idx % t].tolist(), (idx // t) % self.queues
         b = self.body_size
         rows = self._rows(count)
         rows.bodies[:, :8] = idx.astype(">u8").view(np.uint8).reshape(count, 8)
@@ -99,5 +127,20 @@ class Workload:
         tags = _TAGS[idx % 16].tolist()
         return MessageBatch(topics=topics, bodies=bodies, queue_ids=queues, tags=tags, keys=keys)
 
+    def queues_touched(self, start: int, count: int) -> int:
+        """How many distinct (topic, queue) messages ``start .. start + count - 1`` go to."""
+        t, q = self.topics, self.queues
+        if count <= 0:
+            return 0
+        if t == 1 or self.shape == "round-robin":  # i -> (i % t, i // t % q) is one-to-one over t * q messages
+            return min(count, t * q)
+        runs = (start + count - 1) // self.run - start // self.run + 1
+        if runs >= t:
+            return t * min(q, self.run)
+        return sum(  # at most t runs: cheap
+            min(q, min(start + count, (r + 1) * self.run) - max(start, r * self.run))
+            for r in range(start // self.run, start // self.run + runs)
+        )
 
-__all__ = ["Workload", "topic_name"]
+
+__all__ = ["SHAPES", "Workload", "topic_name"]

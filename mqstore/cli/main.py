@@ -164,11 +164,34 @@ def bench_append(
             "readable; dispatch_lag_p50_ms/p99_ms/max_ms).",
         ),
     ] = False,
+    shape: Annotated[
+        str,
+        typer.Option(
+            "--shape",
+            help="round-robin: message i to topic i % topics (a batch touches up to --batch topics); per-topic: "
+            "each batch to one topic (batch k to topic k % topics), as producers on their own topics send.",
+        ),
+    ] = "round-robin",
+    passes: Annotated[
+        int,
+        typer.Option(
+            "--passes",
+            min=1,
+            help="Send the same messages this many times to the same store, one pass after the other. Pass 1 is "
+            "cold (queues are made as their first message comes), the next ones warm (every queue is there). "
+            "The top-level fields are pass 1's; 'passes' lists each pass's.",
+        ),
+    ] = 1,
 ) -> None:
     """Append a deterministic workload (TAGS, two KEYS and a UNIQ_KEY per message) and
-    print one JSON line: messages, bytes, seconds, msgs_per_s, mb_per_s, p50_ms, p99_ms, ...
+    print one JSON line: messages, bytes, seconds, msgs_per_s, mb_per_s, p50_ms, p99_ms,
+    memory (rss_mb_before/after, rss_anon_kb_per_queue over queues_touched), ...
     With --server the batches go through the server's front (flush, segment and index
     options are the server's; --ack-log and --no-dispatch do not apply)."""
+    from mqstore.bench.workload import SHAPES
+
+    if shape not in SHAPES:
+        raise typer.BadParameter(f"--shape is {' or '.join(SHAPES)}, got {shape!r}")
     from mqstore.cli.target import check_target
 
     check_target(store, server)
@@ -191,6 +214,8 @@ def bench_append(
                     wire=wire,
                     cpu_of=_cpu_of(serve_pid, shard_dir),
                     probe_lag=probe_lag,
+                    shape=shape,
+                    passes=passes,
                 )
             ),
             flush=True,
@@ -214,6 +239,8 @@ def bench_append(
             dispatch=not no_dispatch,
             index_hash_slots=index_hash_slots,
             index_max_entries=index_max_entries,
+            shape=shape,
+            passes=passes,
         )
     )
     print(json.dumps(result), flush=True)

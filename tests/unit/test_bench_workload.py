@@ -42,3 +42,36 @@ def test_bodies_come_in_one_buffer_with_the_pattern_after_the_index() -> None:
     for size in (0, 3, 8):
         short = Workload(body_size=size, topics=1, queues=4).batch(258, 2).bodies
         assert list(short) == [i.to_bytes(8, "big")[:size] for i in (258, 259)]
+
+
+def test_per_topic_shape_sends_each_batch_to_one_topic() -> None:
+    """``per-topic``: run k of ``run`` messages goes to topic k % topics, message i to
+    queue i % queues; a batch that is one run names its topic once (a str)."""
+    w = Workload(body_size=16, topics=3, queues=4, shape="per-topic", run=10)
+    for k in range(7):
+        b = w.batch(k * 10, 10)
+        assert b.topics == f"BenchTopic{k % 3}"
+        assert b.queue_ids.tolist() == [i % 4 for i in range(k * 10, k * 10 + 10)]
+    across = w.batch(25, 10)  # half of run 2, half of run 3
+    assert across.topics == ["BenchTopic2"] * 5 + ["BenchTopic0"] * 5
+    one = Workload(body_size=16, topics=1, queues=4, shape="per-topic", run=10).batch(5, 20)
+    same = Workload(body_size=16, topics=1, queues=4).batch(5, 20)
+    assert one.topics == same.topics and one.queue_ids.tolist() == same.queue_ids.tolist()
+
+
+def test_queues_touched_counts_the_distinct_queues() -> None:
+    for shape in ("round-robin", "per-topic"):
+        for topics, queues, run, count in [
+            (3, 4, 10, 100),
+            (50, 4, 10, 120),
+            (7, 3, 2, 5),
+            (1, 4, 1000, 3),
+            (5, 4, 3, 0),
+        ]:
+            w = Workload(body_size=8, topics=topics, queues=queues, shape=shape, run=run)
+            b = w.batch(0, count) if count else None
+            pairs = set()
+            if b is not None:
+                names = [b.topics] * count if isinstance(b.topics, str) else b.topics
+                pairs = set(zip(names, b.queue_ids.tolist()))
+            assert w.queues_touched(0, count) == len(pairs), (shape, topics, queues, run, count)
