@@ -130,17 +130,31 @@ def parse_encoded(data: bytes | bytearray | memoryview, config: StoreConfig) -> 
         raise InvalidMessageError(f"encoded record {bad}: {text}; nothing was written")
     codes, first = np.empty(n, np.int64), np.empty(n, np.int64)
     distinct = _scan.topic_codes(data, topic_at, topic_len, codes, first)
-    topics = []
-    for c in range(distinct):
-        i = int(first[c])
-        try:
-            topics.append(bytes(data[topic_at[i] : topic_at[i] + topic_len[i]]).decode())
-        except UnicodeDecodeError:
-            raise InvalidTopicError(f"encoded record {i}: its topic is not UTF-8; nothing was written") from None
+    topics = _topic_names(data, topic_at, topic_len, first[:distinct])
     _check_heads(data, positions, sizes, sysflags, config)
     return EncodedBatch(
         data, positions, sizes, cols[_scan.COL_QUEUE_ID], sysflags, topics, codes, props_at, props_len, marks
     )
+
+
+def _topic_names(data, topic_at: np.ndarray, topic_len: np.ndarray, first: np.ndarray) -> list[str]:
+    """The distinct topics' names, ``first[c]`` the record where topic c first appears.
+    One slice and decode per distinct topic from plain ints (a batch may name a
+    thousand topics: numpy scalars per name cost three times as much)."""
+    ats, lens = topic_at[first].tolist(), topic_len[first].tolist()
+    if not isinstance(data, (bytes, bytearray)):
+        data = memoryview(data).cast("B")
+    try:
+        if isinstance(data, memoryview):
+            return [data[a : a + ln].tobytes().decode() for a, ln in zip(ats, lens)]
+        return [data[a : a + ln].decode() for a, ln in zip(ats, lens)]
+    except UnicodeDecodeError:
+        for i, a, ln in zip(first.tolist(), ats, lens):
+            try:
+                bytes(data[a : a + ln]).decode()
+            except UnicodeDecodeError:
+                raise InvalidTopicError(f"encoded record {i}: its topic is not UTF-8; nothing was written") from None
+        raise
 
 
 def _check_heads(data, positions: np.ndarray, sizes: np.ndarray, sysflags: np.ndarray, config: StoreConfig) -> None:

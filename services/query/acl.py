@@ -199,10 +199,18 @@ class Rule:
         }
 
 
+# Decisions kept per state (a send over thousands of topics looks each up, not the
+# rules); a state past this many starts its cache again.
+_MAX_DECISIONS = 200_000
+
+
 @dataclass(frozen=True)
 class _State:
     users: dict[str, User]
     rules: dict[tuple[str, Resource, Decision], Rule]  # in insertion order
+    # (access key, action, kind, name) -> decide()'s answer; dies with the state,
+    # so a change of users or rules is seen at once.
+    decisions: dict = field(default_factory=dict, compare=False, repr=False)
 
 
 def sign(secret_key: str, date_time: str) -> str:
@@ -347,9 +355,21 @@ class Acl:
         """(allowed, the rule that decided: None for an admin or when none matched)."""
         if user.admin:
             return True, None
+        state = self._state
+        key = (user.access_key, action, kind, name)
+        known = state.decisions.get(key)
+        if known is None:
+            known = self._decide(state, user, action, kind, name)
+            if len(state.decisions) >= _MAX_DECISIONS:
+                state.decisions.clear()
+            state.decisions[key] = known
+        return known
+
+    @staticmethod
+    def _decide(state: _State, user: User, action: Action, kind: str, name: str) -> tuple[bool, Rule | None]:
         best: Rule | None = None
         best_key = None
-        for rule in self._state.rules.values():
+        for rule in state.rules.values():
             if rule.user != user.access_key or action not in rule.actions or not rule.resource.matches(kind, name):
                 continue
             key = (rule.resource.rank, rule.decision is Decision.DENY)

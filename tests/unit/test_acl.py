@@ -180,6 +180,22 @@ def test_deny_beats_allow_on_a_tie():
     assert not allowed(acl, user, SUB, "Topic:Orders")
 
 
+def test_decisions_are_kept_until_users_or_rules_change():
+    """A send over thousands of topics asks once per topic: the answer is kept, and a
+    change (a rule added or removed, a user replaced) is seen by the next question."""
+    acl, user = acl_of(("Topic:Bench*", ["Pub"], "Allow"))
+    assert all(acl.decide(user, PUB, "Topic", f"BenchTopic{i}")[0] for i in range(3_000))
+    acl.add_rule(Rule.of("app", "Topic:BenchTopic7", ["Pub"], "Deny"))
+    assert not allowed(acl, user, PUB, "Topic:BenchTopic7") and allowed(acl, user, PUB, "Topic:BenchTopic8")
+    acl.remove_rule("app", "Topic:BenchTopic7")
+    assert allowed(acl, user, PUB, "Topic:BenchTopic7")
+    acl.remove_rule("app", "Topic:Bench*")
+    assert not allowed(acl, user, PUB, "Topic:BenchTopic8")
+    acl.add_user(User("app", "other-secret", admin=True), replace=True)
+    assert not allowed(acl, user, PUB, "Topic:BenchTopic8")  # the caller's own User (not an admin) decides
+    assert allowed(acl, User("app", "other-secret", admin=True), PUB, "Topic:BenchTopic8")
+
+
 names = st.from_regex(r"[a-zA-Z0-9_-]{1,12}", fullmatch=True)
 
 

@@ -175,3 +175,21 @@ def test_store_policy_applies_to_encoded_batches(tmp_path: Path) -> None:
         assert log.commitlog.wrote_offset > 0
     finally:
         log.close()
+
+
+def test_distinct_topics_in_order_of_first_appearance_from_any_buffer() -> None:
+    """A batch over many topics names each once, in the order records first carry it,
+    whether the records come as bytes, a bytearray or a memoryview; a topic that is
+    not UTF-8 is refused naming the record that first carries it."""
+    names = [f"T{i % 700}" for i in range(2_000)][::-1]
+    data = client_encode(MessageBatch(topics=names, bodies=[b"x"] * len(names)))
+    want = list(dict.fromkeys(names))
+    for buf in (data, bytearray(data), memoryview(data)):
+        assert parse_encoded(buf, cfg()).topics == want
+    starts = record_starts(data)
+    at = data.index(b"T5", starts[3])  # record 3 is the first with topic "T5..."
+    assert names[3].startswith("T5") and at < starts[4]
+    bad = data[:at] + b"\xff" + data[at + 1 :]
+    for buf in (bad, memoryview(bad)):
+        with pytest.raises(InvalidTopicError, match="encoded record 3: its topic is not UTF-8"):
+            parse_encoded(buf, cfg())
