@@ -199,6 +199,9 @@ class ConsumeQueue:
         self._flushed = 0
         self._max_phys = -1
         self._closed = False
+        # Files made ahead (``make_files``) and no unit yet: the queue is as good as new
+        # (its first unit may start anywhere; the file goes if that is in another file).
+        self._ahead = False
         self._last_file_blocks: tuple[str, int] | None = None  # (name, st_blocks) of the last file at open
         self._read_only = read_only
         # The dispatch journal of the ConsumeQueues that own this queue may hold units
@@ -401,7 +404,7 @@ class ConsumeQueue:
         queue offset, or -1 when any will do: the queue holds no unit yet; the
         commitlog end of the last unit, -1 if none). ``append_run``'s rules."""
         with self._lock:
-            fresh = not self._files and not self._pending
+            fresh = (not self._files or self._ahead) and not self._pending
             return (-1 if fresh else self._wrote // UNIT_SIZE), self._max_phys
 
     def put_units(self, queue_offsets, phys_offsets, sizes, tags_codes) -> PutResult:
@@ -436,7 +439,7 @@ class ConsumeQueue:
         with self._lock:
             self._drain()
             self._check_open()
-            fresh = not self._files
+            fresh = not self._files or self._ahead
             cur = qo[0] * UNIT_SIZE if fresh else self._wrote
             max_phys = self._max_phys
             already = repeated = gaps = 0
@@ -483,6 +486,8 @@ class ConsumeQueue:
                     )
             else:
                 start = self._wrote
+            if self._ahead:
+                self._leave_ahead(start)
             self._write(start, data)
             if fresh:
                 self._min = first
@@ -504,8 +509,10 @@ class ConsumeQueue:
             if self._closed or first_end <= self._max_phys:
                 return -1
             first = first_offset * UNIT_SIZE
-            if not self._files and not self._pending:  # a new queue: pre-blanks up to its first unit
+            if (not self._files or self._ahead) and not self._pending:  # a new queue: pre-blanks up to its first unit
                 start = first - first % self.file_bytes
+                if self._ahead:
+                    self._leave_ahead(start)
                 self._min, self._flushed, self._pending_at = first, start, start
                 if first > start:
                     self._pending += PRE_BLANK_UNIT * ((first - start) // UNIT_SIZE)
@@ -520,6 +527,51 @@ class ConsumeQueue:
             self._wrote = first + count * UNIT_SIZE
             self._max_phys = last_end
             return len(self._pending)
+
+    def _leave_ahead(self, start: int) -> None:
+        """The first units of a queue whose file was made ahead go from byte ``start``
+        (a file boundary): the made file goes unless it is that one (caller holds the lock)."""
+        self._ahead = False
+        if self._files and self._files[0].base_offset != start:
+            for seg in self._files:
+                seg.delete()
+            self._files = []
+            self._min = self._wrote = self._flushed = 0
+
+    def make_files(self, base: int) -> bool:
+        """Make the queue's directory and its file at byte ``base`` (a file boundary)
+        now, before the first write-out needs them, so that the write-out is a plain
+        pwrite: ConsumeQueues' creator thread calls this off the dispatch path (and
+        ``make_ahead`` at topic creation). ``base`` is where the queue's first unit
+        goes; units already buffered say it themselves. A queue with files (or closed,
+        or read-only) is left alone. Sparse, not synced (the next flush syncs the
+        names). Returns whether the file was made."""
+        with self._lock:
+            if self._closed or self._read_only or self._files:
+                return False
+            if self._pending:
+                base = self._pending_at
+            d = self._dir
+            try:
+                os.mkdir(d)
+            except FileNotFoundError:
+                os.makedirs(d, exist_ok=True)
+            except FileExistsError:
+                pass
+            seg = PooledFile.create(
+                self.directory / offset_to_file_name(base),
+                base,
+                self.file_bytes,
+                self._pool,
+                preallocate=self._preallocate,
+                sync_dir=False,
+            )
+            self._files = [seg]
+            self._dir_dirty = True
+            if not self._pending:  # no unit yet: empty at ``base`` until one comes
+                self._min = self._wrote = self._flushed = base
+                self._ahead = True
+            return True
 
     def write_behind(self) -> int:
         """Write out buffered units (creating the queue's directory and files as needed);

@@ -42,6 +42,7 @@ import shutil
 import stat
 import threading
 import time
+from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -49,7 +50,7 @@ from pathlib import Path
 import numpy as np
 import structlog
 
-from mqstore.errors import CorruptFileError, InvalidTopicError
+from mqstore.errors import CorruptFileError, InvalidTopicError, StoreClosedError, StoreNotWritableError
 from mqstore.formats.consume_queue import UNIT_DTYPE, UNIT_SIZE, encode_units, is_pre_blank
 from mqstore.formats.message import advances_queue_offset
 from mqstore.formats.names import check_topic
@@ -69,9 +70,10 @@ _FSYNC_EACH_UP_TO = 64  # more queues than this are flushed with one syncfs
 _WRITE_OUT_SERIAL_UP_TO = 64  # more queues than this are written out by _WRITER_THREADS threads
 _WRITER_THREADS = 4
 _WRITE_OUT_PAGE = 4096  # the every-second write-behind skips queues with less buffered...
-_BUFFER_BUDGET = 64 << 20  # ...unless all queues together buffer more than this
+_BUFFER_BUDGET = 64 << 20  # ...unless the journal holds more than this (then the dispatcher gives it all out)
+_PAGE_UNITS = -(-_WRITE_OUT_PAGE // UNIT_SIZE)  # a page of units, at least
 _RAW_UNIT = np.dtype(f"V{UNIT_SIZE}")  # an encoded unit, moved as bytes (numpy keeps them as they are)
-_JOURNAL_UNITS = 1 << 20  # past this many units the dispatcher gives the journal to the queues itself
+_RUN_BYTES = 6 * 8  # what the journal keeps per run besides its units (six int64 columns)
 _SPREAD_CHUNK = 64  # the open times its per-queue work this many items at a time (``_spread``)
 _RUSAGE_THREAD = getattr(resource, "RUSAGE_THREAD", None)
 _CHECK_BATCH_UNITS = 1 << 20  # recovery checks the queues' tails against the commitlog this many units at a time
@@ -81,15 +83,18 @@ _CHECK_BATCH_UNITS = 1 << 20  # recovery checks the queues' tails against the co
 class _Journal:
     """One chunk's units in the dispatch journal, encoded and grouped by dense queue id
     (commitlog order inside a group): group i is rows [run_lo[i], run_hi[i]) of queue
-    run_ids[i] (ascending); ``qo`` and ``ends`` are each row's queue offset and
-    commitlog end; ``taken`` marks groups already given to their queue."""
+    run_ids[i] (ascending); ``run_qo`` is its first unit's queue offset, ``run_first_end``
+    and ``run_last_end`` the commitlog ends of its first and last units (all a queue
+    needs to take the group: 20 bytes a unit and 48 a group); ``taken`` marks groups
+    already given to their queue."""
 
     units: np.ndarray  # _RAW_UNIT: the encoded units
-    qo: np.ndarray
-    ends: np.ndarray
     run_ids: np.ndarray
     run_lo: np.ndarray
     run_hi: np.ndarray
+    run_qo: np.ndarray
+    run_first_end: np.ndarray
+    run_last_end: np.ndarray
     taken: np.ndarray = field(init=False)
 
     def __post_init__(self) -> None:
@@ -131,7 +136,8 @@ class ConsumeQueues:
         # against, in arrays by dense queue id. Lock order: _jlock, then a queue's, then _lock.
         self._jlock = threading.RLock()
         self._journal: list[_Journal] = []
-        self._journal_units = 0
+        self._journal_units = 0  # units in the journal not given to their queue yet
+        self._journal_bytes = 0  # what the journal's chunks hold (taken groups too, until their chunk goes)
         self._topic_index: dict[str, int] = {}
         self._topic_names: list[str] = []
         self._keys = np.zeros(0, np.int64)  # (topic index << 16 | queue id), sorted
@@ -143,6 +149,14 @@ class ConsumeQueues:
         self._jfirst = np.zeros(0, np.int64)  # number of the first journal chunk holding them
         self._jseq = 0  # number of the journal's first chunk (counted since the start)
         self._writers: ThreadPoolExecutor | None = None
+        # The creator (``_make_loop``): queues whose directory and first file are to be
+        # made, as (queue, byte of its first file or -1: where its first journaled unit goes).
+        self._to_make: deque[tuple[ConsumeQueue, int]] = deque()
+        self._make_cv = threading.Condition()
+        self._maker: threading.Thread | None = None
+        self._making = 0  # items the creator took and has not finished
+        self._stopping = False
+        self.made_ahead = 0  # queues whose files the creator made
         self._loaded = False
         self._repair = False
         self.last_dispatched_timestamp = 0  # store time of the newest unit written
@@ -464,8 +478,9 @@ class ConsumeQueues:
         checked against the queue's state kept in arrays by dense id (the next queue
         offset, the commitlog end of the last unit) and appended to one journal, all
         with numpy. The journal is given to the queues, grouped by queue, by the
-        flusher (``write_behind``), past _JOURNAL_UNITS units, and for one queue
-        before any use of it (ConsumeQueue._sync). A group that does not simply
+        flusher (``write_behind``: queues with a page of units, counted in an array),
+        past _BUFFER_BUDGET bytes (all of it), and for one queue before any use of it
+        (ConsumeQueue._sync). A group that does not simply
         continue its queue goes through ``put_units``' full rules at once."""
         take = advances_queue_offset(batch.sysflags)
         idx = np.flatnonzero(take) if not take.all() else np.arange(len(batch))
@@ -518,8 +533,12 @@ class ConsumeQueues:
                 self._jcount[ids] += counts[good]
                 run_hi = np.cumsum(counts[good])
                 units = np.frombuffer(encode_units(phys[rows], sizes[rows], tags[rows]), _RAW_UNIT)
-                self._journal.append(_Journal(units, qo[rows], ends[rows], ids, run_hi - counts[good], run_hi))
+                first = starts[good]
+                self._journal.append(
+                    _Journal(units, ids, run_hi - counts[good], run_hi, qo[first], ends[first], ends[last])
+                )
                 self._journal_units += int(run_hi[-1])
+                self._journal_bytes += units.nbytes + len(ids) * _RUN_BYTES
             for r in np.flatnonzero(~ok).tolist():  # rare: repeats, gaps, re-dispatch after a restart
                 lo, hi, dd = int(starts[r]), int(stops[r]), int(run_d[r])
                 cq = self._by_id[dd]
@@ -528,7 +547,7 @@ class ConsumeQueues:
                 self._next[dd], self._max_end[dd] = cq.journal_state()
                 with self._lock:
                     self._dirty.add(cq)
-            if self._journal_units > _JOURNAL_UNITS:
+            if self._journal_bytes > _BUFFER_BUDGET:
                 self._move_all_in_locked()
         self.last_dispatched_timestamp = int(batch.store_timestamps[newest])
 
@@ -561,8 +580,13 @@ class ConsumeQueues:
                 self._max_end = np.concatenate([self._max_end, np.full(size - len(self._max_end), -1, np.int64)])
                 self._jcount = np.concatenate([self._jcount, np.zeros(size - len(self._jcount), np.int64)])
                 self._jfirst = np.concatenate([self._jfirst, np.zeros(size - len(self._jfirst), np.int64)])
+            unmade = []
             for dd in range(first, count):
-                self._next[dd], self._max_end[dd] = self._by_id[dd].journal_state()
+                cq = self._by_id[dd]
+                self._next[dd], self._max_end[dd] = cq.journal_state()
+                if not cq.has_files:
+                    unmade.append((cq, -1))
+            self._hand_to_maker(unmade)
             all_keys = np.concatenate([self._keys, new_keys])
             all_ids = np.concatenate([self._key_ids, np.arange(first, count, dtype=np.int64)])
             o = np.argsort(all_keys)
@@ -593,14 +617,25 @@ class ConsumeQueues:
             if i < len(j.run_ids) and j.run_ids[i] == d and not j.taken[i]:
                 j.taken[i] = True
                 lo, hi = int(j.run_lo[i]), int(j.run_hi[i])
-                parts.append((j.units[lo:hi], j.qo[lo], j.ends[lo], j.ends[hi - 1]))
+                parts.append((j.units[lo:hi], j.run_qo[i], j.run_first_end[i], j.run_last_end[i]))
         self._journal_units -= int(self._jcount[d])
         self._jcount[d] = 0
+        self._drop_taken_chunks()
         if parts:
             units = np.concatenate([p[0] for p in parts])
             self._give(cq, units, int(parts[0][1]), int(parts[0][2]), int(parts[-1][3]))
             with self._lock:
                 self._dirty.add(cq)
+
+    def _drop_taken_chunks(self) -> None:
+        """Let go of the journal's oldest chunks once every group in them was taken."""
+        journal, k = self._journal, 0
+        while k < len(journal) and journal[k].taken.all():
+            self._journal_bytes -= journal[k].units.nbytes + len(journal[k].run_ids) * _RUN_BYTES
+            k += 1
+        if k:
+            del journal[:k]
+            self._jseq += k
 
     def _give(self, cq: ConsumeQueue, units: np.ndarray, first: int, first_end: int, last_end: int) -> None:
         """Encoded units that continue ``cq`` exactly (the journal checked), as a run."""
@@ -615,17 +650,29 @@ class ConsumeQueues:
             self._move_all_in_locked()
 
     def _move_all_in_locked(self) -> None:
-        """Give every queue its units from the journal, grouped by queue: each group is
-        placed at its queue's place in one array (a counting sort: the journal's count
-        per queue is known), then one ``append_run`` per queue (per-queue Python only
-        here, a few times a second, not per chunk)."""
-        journal, self._journal, self._journal_units = self._journal, [], 0
-        if not journal:
-            return
+        """Give every queue its units from the journal (``_move_ids_in_locked``); the
+        journal is empty after."""
+        journal, self._journal = self._journal, []
+        self._journal_units = self._journal_bytes = 0
         self._jseq += len(journal)
-        ids = np.flatnonzero(self._jcount)  # queues with units in the journal, ascending
+        self._move_ids_in_locked(np.flatnonzero(self._jcount), journal, mark=False)
+
+    def _move_ids_in_locked(self, ids: np.ndarray, journal: list[_Journal] | None = None, *, mark: bool = True) -> None:
+        """Give the queues ``ids`` (ascending dense ids, each with units in the journal)
+        their units, grouped by queue: each group is placed at its queue's place in one
+        array (a counting sort: the journal's count per queue is known), then one
+        ``append_run`` per queue (per-queue Python only for the queues given units,
+        never per chunk). ``journal``: the chunks to look in (default: the journal's,
+        from the oldest any of ``ids`` has units in); ``mark``: the groups taken are
+        marked so (the chunks stay in the journal)."""
         if not len(ids):
             return
+        if journal is None:
+            journal = self._journal[max(int(self._jfirst[ids].min()) - self._jseq, 0) :]
+        wanted = None
+        if mark:
+            wanted = np.zeros(len(self._jcount), bool)
+            wanted[ids] = True
         counts = self._jcount[ids]
         base = np.zeros(len(self._jcount), np.int64)
         base[ids[1:]] = np.cumsum(counts)[:-1]
@@ -636,10 +683,21 @@ class ConsumeQueues:
         last_end = np.zeros(len(self._jcount), np.int64)  # and the last unit's
         for j in journal:
             live = ~j.taken
+            if wanted is not None:
+                live &= wanted[j.run_ids]
+                j.taken |= live
             if live.all():
-                run_ids, lo, hi = j.run_ids, j.run_lo, j.run_hi
+                run_ids, lo, hi, rqo, rfe, rle = (
+                    j.run_ids,
+                    j.run_lo,
+                    j.run_hi,
+                    j.run_qo,
+                    j.run_first_end,
+                    j.run_last_end,
+                )
             else:
                 run_ids, lo, hi = j.run_ids[live], j.run_lo[live], j.run_hi[live]
+                rqo, rfe, rle = j.run_qo[live], j.run_first_end[live], j.run_last_end[live]
             if not len(run_ids):
                 continue
             lens = hi - lo
@@ -649,8 +707,11 @@ class ConsumeQueues:
             base[run_ids] += lens  # a queue's groups go one after the other, in journal order
             units[np.repeat(dest, lens) + k] = j.units[np.repeat(lo, lens) + k]
             new = first_qo[run_ids] < 0
-            first_qo[run_ids[new]], first_end[run_ids[new]] = j.qo[lo[new]], j.ends[lo[new]]
-            last_end[run_ids] = j.ends[hi - 1]
+            first_qo[run_ids[new]], first_end[run_ids[new]] = rqo[new], rfe[new]
+            last_end[run_ids] = rle
+        if mark:
+            self._journal_units -= total
+            self._drop_taken_chunks()
         stops = np.cumsum(counts)
         starts = stops - counts
         self._jcount[ids] = 0
@@ -678,21 +739,30 @@ class ConsumeQueues:
     def write_behind(self, *, everything: bool = True) -> int:
         """Write out buffered units; returns how many queues wrote. The flusher's
         every-second step (``everything=False``) writes only what is worth a write
-        now: new queues (their directories and files are made off the dispatch
-        path), queues with a page or more buffered, and everything once the buffers
-        pass _BUFFER_BUDGET. The rest waits for the thorough flush (every 60 s) or a
+        now: queues with a page or more buffered (the dispatcher gives every queue
+        its units once the journal passes _BUFFER_BUDGET; they are written then). The rest waits for the thorough flush (every 60 s) or a
         read: with 200,000 queues one write per queue per second would never end.
+
+        The every-second step finds those queues in an array by dense id (units
+        journaled per queue): no Python per queue unless it writes, whatever the
+        number of queues. New queues' files are made by the creator thread
+        (``_make_loop``) as soon as the dispatcher meets them.
 
         Many queues are written by a few threads at once: creating a queue's directory
         and file is two or three metadata operations that wait on the disk (0.1-1 ms
         each on a busy VM disk), and waits overlap where Python work cannot."""
-        self._move_all_in()
+        if everything:
+            self._move_all_in()
+        else:
+            with self._jlock:
+                self._move_ids_in_locked(np.flatnonzero(self._jcount >= _PAGE_UNITS))
         with self._lock:
             dirty, self._dirty = self._dirty, set()
-        if not everything and sum(cq.buffered_bytes for cq in dirty) < _BUFFER_BUDGET:
+        if not everything:  # the few queues a read or a repeat gave units to wait for their page too
             now = [cq for cq in dirty if cq.buffered_bytes >= _WRITE_OUT_PAGE or not cq.has_files]
-            with self._lock:
-                self._dirty.update(dirty.difference(now))
+            if len(now) < len(dirty):
+                with self._lock:
+                    self._dirty.update(dirty.difference(now))
         else:
             now = list(dirty)
         self._on_writers(_write_behind_all, now)
@@ -937,7 +1007,92 @@ class ConsumeQueues:
             )
             self._rebuild_from(cq.max_physical_offset)
 
+    def make_ahead(self, topic: str, queue_nums: int, *, first_offset: int = 0) -> int:
+        """Have the directory and first file of each of ``topic``'s queues 0 ..
+        queue_nums - 1 made now, in the background (topic creation, ``update-topic``),
+        so that the first message to a new queue waits for no mkdir and its first
+        write-out is a plain pwrite. ``first_offset``: the queue offset the queues'
+        first units will have (0 for a new topic; a file made at the wrong place goes
+        when the first unit comes). Queues with files are left alone. Returns how
+        many queues were handed to the creator."""
+        if self._read_only_above is not None:
+            return 0
+        items = []
+        for qid in range(queue_nums):
+            cq = self._queues.get((topic, qid)) or self._new_queue(topic, qid)
+            if not cq.has_files:
+                items.append((cq, -1 if cq._dense >= 0 else first_offset * UNIT_SIZE))
+        self._hand_to_maker(items)
+        return len(items)
+
+    def _hand_to_maker(self, items: list[tuple[ConsumeQueue, int]]) -> None:
+        if not items or self._read_only_above is not None:
+            return
+        with self._make_cv:
+            if self._stopping:
+                return
+            self._to_make.extend(items)
+            if self._maker is None:
+                self._maker = threading.Thread(target=self._make_loop, name="mqstore-cq-create", daemon=True)
+                self._maker.start()
+            self._make_cv.notify()
+
+    def wait_made(self, timeout: float | None = None) -> bool:
+        """Wait until the creator has made every queue handed to it (tests, tools)."""
+        with self._make_cv:
+            return self._make_cv.wait_for(lambda: not self._to_make and not self._making, timeout)
+
+    def _make_loop(self) -> None:
+        """The creator: one thread, at a lower priority than appends and dispatch (a
+        directory and a file are two metadata operations, 0.3-0.5 ms of kernel time
+        each on this VM's disk), making queues' directories and first files in the
+        order they were handed over, a batch at a time."""
+        try:  # Linux: a thread's own nice value
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 10)
+        except (AttributeError, OSError):
+            pass
+        while True:
+            with self._make_cv:
+                while not self._to_make and not self._stopping:
+                    self._make_cv.wait()
+                if self._stopping:
+                    self._to_make.clear()  # the write-out makes what is left
+                    self._making = 0
+                    self._make_cv.notify_all()
+                    return
+                items, self._making = list(self._to_make), len(self._to_make)
+                self._to_make.clear()
+            made, error = 0, None
+            with self._jlock:  # where each queue's first journaled unit goes (units moved in say it themselves)
+                d = np.array([cq._dense if at < 0 else -1 for cq, at in items], np.int64)
+                first = np.zeros(len(items), np.int64)
+                has = d >= 0
+                if has.any():
+                    jc = self._jcount[d[has]]
+                    first[has] = np.where(jc > 0, self._next[d[has]] - jc, 0)
+            for (cq, at), f in zip(items, first.tolist()):
+                if self._stopping:
+                    break
+                byte = at if at >= 0 else f * UNIT_SIZE
+                try:
+                    made += cq.make_files(byte - byte % cq.file_bytes)
+                except (OSError, StoreNotWritableError, StoreClosedError) as e:  # the write-out tries again
+                    error = error or str(e)
+            self.made_ahead += made
+            with self._make_cv:
+                self._making = 0
+                self._make_cv.notify_all()
+            log.debug("consume_queues_made", queues=made, of=len(items))
+            if error is not None:
+                log.warning("consume_queue_make_failed", error=error, action="made at write-out")
+
     def close(self) -> None:
+        with self._make_cv:
+            self._stopping = True
+            self._make_cv.notify_all()
+        if self._maker is not None:
+            self._maker.join()
+            self._maker = None
         self._move_all_in()
         if self._writers is not None:
             self._writers.shutdown()

@@ -1,6 +1,7 @@
-"""ConsumeQueues as the dispatcher's sink: units are buffered per queue and written
-behind, new queues touch no file on the dispatch path, readers always see every unit,
-and flushing many queues makes all of them durable at once."""
+"""ConsumeQueues as the dispatcher's sink: units are journaled and written behind,
+new queues touch no file on the dispatch path (a creator thread makes them, and
+``make_ahead`` at topic creation), readers always see every unit, and flushing many
+queues makes all of them durable at once."""
 
 from __future__ import annotations
 
@@ -11,7 +12,9 @@ from pathlib import Path
 import numpy as np
 
 from mqstore.bench.workload import Workload
+from mqstore.formats.consume_queue import encode_units
 from mqstore.store import CommitLog, StoreConfig
+from mqstore.store.consume_queue import ConsumeQueue
 from mqstore.store.consume_queues import CONSUME_QUEUE_DIR, ConsumeQueues
 from mqstore.store.dispatch import ReputLoop
 from mqstore.store.file_pool import FilePool, PooledFile
@@ -35,16 +38,83 @@ def queue_dirs(tmp_path: Path) -> list[Path]:
     return [q for t in root.iterdir() for q in t.iterdir()] if root.is_dir() else []
 
 
-def test_new_queues_touch_no_file_until_written_behind(tmp_path: Path) -> None:
+def test_new_queues_are_made_by_the_creator_and_their_units_stay_buffered(tmp_path: Path) -> None:
+    """Dispatch only journals units; the creator thread makes each new queue's
+    directory and first file, so the first write-out of a queue is a plain pwrite."""
     cl, cqs = dispatched_store(tmp_path)
-    assert queue_dirs(tmp_path) == []  # dispatch only buffered
-    assert len(cqs.all()) == TOPICS * QUEUES
+    assert cqs.wait_made(60)
+    dirs = queue_dirs(tmp_path)
+    assert len(dirs) == TOPICS * QUEUES and cqs.made_ahead == TOPICS * QUEUES
+    assert all(os.listdir(d) == ["00000000000000000000"] for d in dirs)
+    assert all(cq.has_files for cq in cqs.all())
     assert sum(cq.max_offset for cq in cqs.all()) == 2000
-    assert cqs.write_behind(everything=False) == TOPICS * QUEUES  # every new queue gets its files
-    assert len(queue_dirs(tmp_path)) == TOPICS * QUEUES
-    assert all(cq.buffered_bytes == 0 for cq in cqs.all())
+    assert cqs.write_behind(everything=False) == 0  # 10 units a queue: not a page yet
+    assert all(cq.buffered_bytes == 200 for cq in cqs.all())
+    cqs.flush(thorough=True)
+    assert all(cq.buffered_bytes == 0 and cq.flushed_offset == cq.max_offset == 10 for cq in cqs.all())
     cqs.close()
     cl.close()
+
+
+def test_every_second_step_takes_only_page_full_queues_from_the_journal(tmp_path: Path) -> None:
+    """The every-second write-out finds the queues with a page of units in the
+    journal's counts and gives units to those only; the others stay journaled."""
+    cl, cqs = dispatched_store(tmp_path)  # 10 units in each of 200 queues
+    hot = Workload(body_size=32, topics=1, queues=1)  # BenchTopic0 queue 0: 500 more
+    loop = ReputLoop(cl, [cqs], dispatched_offset=cl.wrote_offset)
+    cl.append(hot.batch(0, 500))
+    loop.catch_up()
+    assert cqs.write_behind(everything=False) == 1
+    assert cqs._journal_units == 1990  # noqa: SLF001 - the other queues were given nothing
+    cq = cqs.find("BenchTopic0", 0)
+    assert cq.buffered_bytes == 0 and cq.max_offset == 510
+    units = cq.read_units(0, 1000)
+    assert [cl.read(int(u["commitlog_offset"])).queue_offset for u in units] == list(range(510))
+    assert sum(c.max_offset for c in cqs.all()) == 2500
+    cqs.close()
+    cl.close()
+
+
+def test_make_ahead_makes_a_topics_queues_before_its_first_message(tmp_path: Path) -> None:
+    cl = CommitLog(tmp_path, StoreConfig(segment_bytes=8 << 20))
+    cqs = ConsumeQueues(tmp_path, file_bytes=20 * 100, max_open_files=8)
+    cqs.load()
+    assert cqs.make_ahead("BenchTopic0", 4) == 4 and cqs.wait_made(60)
+    assert sorted(d.name for d in queue_dirs(tmp_path)) == ["0", "1", "2", "3"]
+    assert cqs.make_ahead("BenchTopic0", 4) == 0  # there already
+    w = Workload(body_size=32, topics=1, queues=4)
+    cl.append(w.batch(0, 1000))  # 250 a queue: files 0, 1 and 2 of 100 units
+    ReputLoop(cl, [cqs], dispatched_offset=0).catch_up()
+    cqs.flush(thorough=True)
+    for q in range(4):
+        cq = cqs.find("BenchTopic0", q)
+        assert cq.files == [f"{b:020d}" for b in (0, 2000, 4000)]
+        units = cq.read_units(0, 1000)
+        assert [cl.read(int(u["commitlog_offset"])).queue_offset for u in units] == list(range(250))
+    cqs.close()
+    again = ConsumeQueues(tmp_path, file_bytes=20 * 100, max_open_files=8)
+    again.load()
+    assert sorted((c.queue_id, c.min_offset, c.max_offset) for c in again.all()) == [(q, 0, 250) for q in range(4)]
+    again.close()
+    cl.close()
+
+
+def test_a_file_made_ahead_at_the_wrong_place_goes_with_the_first_unit(tmp_path: Path) -> None:
+    """A queue made ahead for offset 0 whose first unit has queue offset 250 (files of
+    100 units): that unit goes to the file at unit 200 and the empty file goes."""
+    for put in ("put_units", "append_run"):
+        store = tmp_path / put
+        cq = ConsumeQueue(store, "T", 0, file_bytes=20 * 100, preallocate=False, fresh=True)
+        assert cq.make_files(0) and cq.has_files and cq.journal_state() == (-1, -1)
+        if put == "put_units":
+            cq.put_units([250], [4000], [100], [7])
+        else:
+            assert cq.append_run(250, 1, 4100, 4100, encode_units([4000], [100], [7])) > 0
+            cq.write_behind()
+        assert cq.files == ["00000000000000004000"] and (cq.min_offset, cq.max_offset) == (250, 251)
+        assert os.listdir(cq.directory) == ["00000000000000004000"]
+        assert int(cq.read_units(250, 1)[0]["commitlog_offset"]) == 4000
+        cq.close()
 
 
 def test_readers_see_buffered_units(tmp_path: Path) -> None:
@@ -76,7 +146,7 @@ def test_thorough_flush_of_many_queues_makes_all_durable_and_reopens_equal(tmp_p
 
 def test_every_second_flush_leaves_small_queues_buffered(tmp_path: Path) -> None:
     cl, cqs = dispatched_store(tmp_path)
-    cqs.write_behind(everything=False)  # creates the files
+    cqs.flush(thorough=True)  # the first 2,000 units written out
     w = Workload(body_size=32, topics=TOPICS, queues=QUEUES)
     loop = ReputLoop(cl, [cqs], dispatched_offset=cl.wrote_offset)
     cl.append(w.batch(2000, 400))
