@@ -79,10 +79,11 @@ from mqstore.store.encoded_batch import EncodedBatch
 from mqstore.store.flush import FlushService
 from mqstore.store.lockfile import StoreLock, create_abort_marker, last_exit_was_clean, remove_abort_marker
 from mqstore.store.mapped_file import forget_sync_failures, sync_failures
-from mqstore.store.messages import AUTO_QUEUE, AppendResult, MessageBatch, PutStatus
+from mqstore.store.messages import AppendResult, MessageBatch, PutStatus
 from mqstore.store.record_batch import BatchEncoder, PreparedBatch
 from mqstore.store.recovery import QueueKey, RecoveryProgress, RecoveryReport, merge_queue_offsets, recover
 from mqstore.store.segments import SegmentQueue
+from mqstore.store.topic_table import TopicIdColumn, TopicTable
 from mqstore.store.tuning import tune_allocator
 from mqstore.store.writability import Writability, WriteRefusals, cause_of, errno_name
 
@@ -223,9 +224,10 @@ class CommitLog:
             self._segments.close()
             raise
         self._checkpoint = checkpoint
-        self._queue_offsets = QueueOffsets(self.recovery.queue_offsets)
-        self._round_robin: dict[str, int] = {}
-        self._topic_queue_nums: dict[str, int] = {}
+        # Every topic by dense id (topic_table.py); the queue-offset table and the
+        # automatic picks (kernels/_queues.pyx) share its ids.
+        self.topic_table = TopicTable()
+        self._queue_offsets = QueueOffsets(self.recovery.queue_offsets, ids=self.topic_table.ids)
         self._put_lock = threading.Lock()
         self._writability = Writability(
             self.store_dir,
@@ -239,7 +241,7 @@ class CommitLog:
         self._wrote = self.recovery.wrote_offset
         self._last_store_ts = self.recovery.last_store_timestamp
         self._wrote_state = (self._wrote, self._last_store_ts)
-        self._encoder = BatchEncoder(cfg, self._clock)
+        self._encoder = BatchEncoder(cfg, self._clock, self.topic_table)
         self._msg_id_prefix = offset_msg_id_prefix(cfg.store_host)
         self._last_checkpoint_write = -1e18
         self._flusher = FlushService(
@@ -303,22 +305,26 @@ class CommitLog:
         check_topic(topic)
         if not 0 < queue_nums <= self.config.max_queue_id + 1:
             raise InvalidMessageError(f"queue_nums must be in 1..{self.config.max_queue_id + 1}, got {queue_nums}")
-        self._topic_queue_nums[topic] = queue_nums
+        tid = self.topic_table.intern(topic)
+        with self._put_lock:
+            self._queue_offsets.set_queue_nums(tid, queue_nums)
 
-    def append(self, batch: MessageBatch) -> AppendResult:
+    def append(self, batch: MessageBatch, *, topic_ids: TopicIdColumn | None = None) -> AppendResult:
         """Append a batch; returns per-message offsets and ids once the flush policy
         is met. Raises InvalidMessageError (and subclasses) before writing anything
         for bad input, StoreNotWritableError when the disk is full or failed,
-        StoreClosedError after close."""
+        StoreClosedError after close. ``topic_ids``: the batch's topics as ids of
+        ``topic_table`` the caller checked (TopicTable.sendable_ids), else looked up."""
         self._check_open()
-        return self._append_prepared(self._encoder.prepare(batch))
+        return self._append_prepared(self._encoder.prepare(batch, topic_ids))
 
-    def append_encoded(self, batch: EncodedBatch) -> AppendResult:
+    def append_encoded(self, batch: EncodedBatch, *, topic_ids: TopicIdColumn | None = None) -> AppendResult:
         """Append records a client encoded (parsed and checked by
         encoded_batch.parse_encoded): copied once, their store host, queue ids and
-        offsets and store timestamp set under the put lock, then as ``append``."""
+        offsets and store timestamp set under the put lock, then as ``append``
+        (``topic_ids`` too, one per record)."""
         self._check_open()
-        return self._append_prepared(self._encoder.adopt(batch))
+        return self._append_prepared(self._encoder.adopt(batch, topic_ids))
 
     def _append_prepared(self, prep: PreparedBatch) -> AppendResult:
         if prep.n == 0:
@@ -361,28 +367,17 @@ class CommitLog:
         )
 
     def _pick_queues(self, prep: PreparedBatch) -> np.ndarray:
-        qids = prep.queue_ids
-        auto = qids == AUTO_QUEUE
-        if not auto.any():
-            return qids
-        qids = qids.copy()
-        default = self.config.default_queue_nums
-        for code in np.unique(prep.topic_codes[auto]).tolist():
-            topic = prep.topics[code]
-            sel = auto & (prep.topic_codes == code)
-            count = int(sel.sum())
-            start = self._round_robin.get(topic, 0)
-            qids[sel] = (start + np.arange(count)) % self._topic_queue_nums.get(topic, default)
-            self._round_robin[topic] = start + count
-        return qids
+        """Automatic queue ids, round robin per topic over its queue nums (one
+        compiled pass; the batch's own ids if it asked for none)."""
+        picked = self._queue_offsets.pick(prep.topic_ids, prep.topic_id, prep.queue_ids, self.config.default_queue_nums)
+        return prep.queue_ids if picked is None else picked
 
     def _assign_queue_offsets(self, prep: PreparedBatch, queue_ids: np.ndarray):
         """Queue offsets for the batch (each queue's next ones, in arrival order; 0 for
         records that take none), and a function that commits the table."""
         out = np.empty(prep.n, np.int64)
         advances = None if prep.advances is None else prep.advances.view(np.uint8)
-        codes = None if len(prep.topics) == 1 else prep.topic_codes
-        self._queue_offsets.assign(prep.topics, codes, queue_ids, advances, out)
+        self._queue_offsets.assign(prep.topic_ids, prep.topic_id, queue_ids, advances, out)
         return out, self._queue_offsets.commit
 
     def _write(

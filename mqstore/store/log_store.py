@@ -108,6 +108,8 @@ class LogStore:
             self.topics = TopicConfigs(self.store_dir, clock=self._clock)
             for name, tc in self.topics.all().items():
                 self.commitlog.set_queue_nums(name, tc.write_queue_nums)
+            self.topic_table = self.commitlog.topic_table
+            self.topic_table.attach_configs(self.topics)  # a config change reaches the next batch
         except BaseException:
             self.commitlog.close()
             raise
@@ -217,11 +219,15 @@ class LogStore:
         topics, transaction bits, the topic's write perm, ...), then the message rules
         every door applies (``message_rules.check_batch``); see CommitLog.append."""
         self._check_accepting()
-        check_client_batch(batch, max_queue_id=self.config.max_queue_id, perm_of=self.topics.perm_of)
-        message_rules.check_batch(batch, self.topics.get, self._clock.now_ms())
-        batch = message_rules.with_fifo_queues(batch, self._write_queues_of)  # one group, one queue
+        table = self.topic_table
+        ids = check_client_batch(batch, max_queue_id=self.config.max_queue_id, perm_of=self.topics.perm_of, table=table)
+        columns = None if ids is None else table.columns(ids)
+        message_rules.check_batch(batch, self.topics.get, self._clock.now_ms(), columns=columns)
+        out = message_rules.with_fifo_queues(batch, self._write_queues_of)  # one group, one queue
         self._hold_back_for_dispatch()
-        return self.commitlog.append(rewrite_delayed(batch, len(self._delays_ms), self._pick_queue))
+        out = rewrite_delayed(out, len(self._delays_ms), self._pick_queue)
+        # The ids still say the topics unless a DELAY level sent some to the delay topic.
+        return self.commitlog.append(out, topic_ids=ids if out.topics is batch.topics else None)
 
     def _write_queues_of(self, topic: str) -> int:
         config = self.topics.get(topic)
@@ -233,7 +239,9 @@ class LogStore:
         apply to its columns: topics, transaction bits, queue ids, and the message rules
         to its records (``message_rules.check_encoded``)."""
         self._check_accepting()
-        check_send_topics(set(batch.topics), self.topics.perm_of)
+        table = self.topic_table
+        tids, _ = table.sendable_ids(batch.topics, lambda names: check_send_topics(names, self.topics.perm_of))
+        ids = (None, int(tids[0])) if len(tids) == 1 else (tids[batch.topic_codes], -1)
         check_no_transaction(batch.sysflags)
         check_queue_ids(batch.queue_ids, self.config.max_queue_id)
         message_rules.check_encoded(
@@ -246,9 +254,10 @@ class LogStore:
             batch.queue_ids,
             self.topics.get,
             self._clock.now_ms(),
+            columns=table.columns(ids),
         )
         self._hold_back_for_dispatch()
-        return self.commitlog.append_encoded(batch)
+        return self.commitlog.append_encoded(batch, topic_ids=ids)
 
     def deliver(self, batch: MessageBatch) -> AppendResult:
         """A delay scheduler's delivery (DeliverDelayed): appended as given, no DELAY

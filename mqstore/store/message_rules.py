@@ -212,6 +212,24 @@ def check_born_times(born: np.ndarray | None) -> None:
         raise InvalidMessageError(f"message {i}: {born_time_problem(int(born[i]))}")
 
 
+def takes_of(config: TopicConfig | None) -> int:
+    """The message kinds a topic with this config takes (bits; no config: NORMAL)."""
+    return _TAKES[MessageType.NORMAL if config is None else config.message_type]
+
+
+def topic_ids_fine(
+    columns: tuple[np.ndarray | np.int64, np.ndarray | np.int64], queue_ids: np.ndarray | None, kinds
+) -> bool:
+    """``check_topic_columns`` over a topic table's columns (topic_table.TopicTable.columns:
+    each message's ``takes`` and ``write_limit``), vectorised: True if it would refuse
+    nothing. False: the caller runs ``check_topic_columns`` for the error it raises."""
+    takes, limits = columns
+    kinds = np.asarray(kinds, np.int64)
+    if ((kinds & ~takes) != 0).any() or (((kinds & FIFO) != 0) & ((kinds & (DELAYED | LEVEL)) != 0)).any():
+        return False
+    return queue_ids is None or not (queue_ids >= limits).any()
+
+
 def check_topic_columns(
     topics: list[str],
     codes: np.ndarray | None,
@@ -308,9 +326,17 @@ def with_fifo_queues(batch: MessageBatch, write_queues_of: Callable[[str], int])
 # ------------------------------------------------------------------ the doors
 
 
-def check_batch(batch: MessageBatch, topic_of: Callable[[str], TopicConfig | None], now_ms: int) -> None:
+def check_batch(
+    batch: MessageBatch,
+    topic_of: Callable[[str], TopicConfig | None],
+    now_ms: int,
+    *,
+    columns: tuple[np.ndarray | np.int64, np.ndarray | np.int64] | None = None,
+) -> None:
     """The rules on a columnar batch (SendBatch, ``MessageStore.append``, the
-    RocketMQ port's sends); messages.check_client_batch has checked its columns' types."""
+    RocketMQ port's sends); messages.check_client_batch has checked its columns' types.
+    ``columns``: each message's topic columns from the store's topic table
+    (TopicTable.columns), which spare a config lookup per topic when nothing is refused."""
     n = len(batch)
     props = batch.properties
     if n == 0 or (  # the usual producer batch: nothing to check per message
@@ -330,16 +356,18 @@ def check_batch(batch: MessageBatch, topic_of: Callable[[str], TopicConfig | Non
             if p:
                 kinds[i] = check_properties(i, p, now_ms)
     check_born_times(_born_column(batch.born_timestamps, n))
-    if isinstance(batch.topics, str):
-        topics, codes = [batch.topics], None
-    else:
-        codes = np.empty(n, np.int64)
-        topics = distinct(batch.topics if type(batch.topics) is list else list(batch.topics), codes)
     qids = None
     if batch.queue_ids is not None:
         qids = np.asarray(batch.queue_ids, np.int64)
         if not (qids > AUTO_QUEUE).any():
             qids = None
+    if columns is not None and topic_ids_fine(columns, qids, kinds):
+        return
+    if isinstance(batch.topics, str):
+        topics, codes = [batch.topics], None
+    else:
+        codes = np.empty(n, np.int64)
+        topics = distinct(batch.topics if type(batch.topics) is list else list(batch.topics), codes)
     check_topic_columns(topics, codes, qids, kinds, topic_of)
 
 
@@ -353,14 +381,19 @@ def check_encoded(  # noqa: PLR0913
     queue_ids: np.ndarray,
     topic_of: Callable[[str], TopicConfig | None],
     now_ms: int,
+    *,
+    columns: tuple[np.ndarray | np.int64, np.ndarray | np.int64] | None = None,
 ) -> None:
     """The rules on a batch a producer encoded (encoded_batch.py checked born times
     in its compiled head check, and refused DELAY and the other timer properties as
     reserved): delivery times and groups read in place from the records, kinds as a
     column. ``marks``: the scan's bits per record (MARKERS) say which records carry them.
     A FIFO record with an automatic queue id gets its group's queue in ``queue_ids``
-    (the sender normally picks it: this costs one crc32 per such record)."""
+    (the sender normally picks it: this costs one crc32 per such record). ``columns``:
+    as check_batch's."""
     if not marks.any():  # the usual batch: no delivery time, no group
+        if columns is not None and topic_ids_fine(columns, queue_ids, NORMAL):
+            return
         check_topic_columns(topics, codes if len(topics) > 1 else None, queue_ids, NORMAL, topic_of)
         return
     ((ds, de), (gs, ge)) = locate_properties(data, props_at, props_len, [TIMER_DELIVER_MS.encode(), b"__SHARDINGKEY"])
@@ -380,7 +413,8 @@ def check_encoded(  # noqa: PLR0913
     if grouped.size:
         _check_groups(buf, gs[grouped], ge[grouped], grouped)
         kinds[grouped] = np.where(kinds[grouped] == DELAYED, FIFO | DELAYED, FIFO)
-    check_topic_columns(topics, codes if len(topics) > 1 else None, queue_ids, kinds, topic_of)
+    if columns is None or not topic_ids_fine(columns, queue_ids, kinds):
+        check_topic_columns(topics, codes if len(topics) > 1 else None, queue_ids, kinds, topic_of)
     for i in grouped[queue_ids[grouped] == AUTO_QUEUE].tolist():
         config = topic_of(topics[int(codes[i])])  # a FIFO record's topic has one (check_topic_columns)
         queue_ids[i] = fifo_queue(bytes(buf[gs[i] : ge[i]]).decode(), config.write_queue_nums)
@@ -414,6 +448,9 @@ __all__ = [
     "born_time_problem",
     "check_batch",
     "check_encoded",
+    "check_topic_columns",
+    "takes_of",
+    "topic_ids_fine",
     "decimal_values",
     "fifo_queue",
     "pick_fifo_queues",

@@ -13,7 +13,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
@@ -26,6 +26,9 @@ from mqstore.formats.properties import SCHEDULE_SOURCE, unstorable_property
 from mqstore.kernels import _encode
 from mqstore.store.system_topics import NOT_ALLOWED_SEND_TOPICS, check_client_topics
 from mqstore.store.topic_configs import PERM_WRITE, check_perm
+
+if TYPE_CHECKING:
+    from mqstore.store.topic_table import TopicTable
 
 AUTO_QUEUE = -1  # queue id meaning "pick one for me" (round robin per topic)
 MAX_PORT = 65_535
@@ -233,8 +236,12 @@ class MessageBatch:
 
 
 def check_client_batch(
-    batch: MessageBatch, *, max_queue_id: int, perm_of: Callable[[str], int | None] | None = None
-) -> None:
+    batch: MessageBatch,
+    *,
+    max_queue_id: int,
+    perm_of: Callable[[str], int | None] | None = None,
+    table: TopicTable | None = None,
+) -> tuple[np.ndarray | None, int] | None:
     """What a producer may not send, checked before anything is written (the
     client-facing append of ``MessageStore`` and ``LogStore``; the store's own writes,
     delayed messages into SCHEDULE_TOPIC_XXXX and back out, do not come here):
@@ -249,13 +256,24 @@ def check_client_batch(
       store reserves (SCHEDULE_SOURCE);
     * born host ports in 0..65535.
 
-    Costs one pass over the columns that are given per message; scalars once."""
-    check_send_topics({batch.topics} if isinstance(batch.topics, str) else set(batch.topics), perm_of)
+    Costs one pass over the columns that are given per message; scalars once. With
+    ``table`` (the store's topic_table.TopicTable) the topic checks run only for a
+    topic new to it or changed since, and the batch's topic ids are returned
+    (TopicTable.sendable_ids: one per message, or one for all; None if the topics
+    column is not one per message, which the encoder refuses)."""
+    ids = None
+    if table is None:
+        check_send_topics({batch.topics} if isinstance(batch.topics, str) else set(batch.topics), perm_of)
+    else:
+        ids = table.sendable_ids(batch.topics, lambda names: check_send_topics(names, perm_of))
+        if ids[0] is not None and len(ids[0]) != len(batch):
+            ids = None
     check_no_transaction(_integers(batch.sysflags, "sysflags"))
     if batch.queue_ids is not None:
         check_queue_ids(_integers(batch.queue_ids, "queue_ids"), max_queue_id)
     _check_properties(batch.properties)
     _check_hosts(batch.born_hosts)
+    return ids
 
 
 def check_send_topics(topics: set[str], perm_of: Callable[[str], int | None] | None = None) -> None:

@@ -36,14 +36,14 @@ from typing import TYPE_CHECKING, NamedTuple
 import numpy as np
 
 from mqstore.errors import InvalidMessageError, MessageTooLargeError, PropertiesTooLongError
-from mqstore.formats.message import BLANK_RECORD_BYTES, advances_queue_offset, topic_field
+from mqstore.formats.message import BLANK_RECORD_BYTES, advances_queue_offset
 from mqstore.formats.msgid import Host, UniqKeyGenerator, encode_host
-from mqstore.formats.names import check_topic
 from mqstore.formats.properties import MAX_PROPERTIES_BYTES
 from mqstore.kernels._encode import RecordBuffer, distinct
 from mqstore.store.clock import Clock
 from mqstore.store.config import StoreConfig
 from mqstore.store.messages import AUTO_QUEUE, Bodies, MessageBatch, Texts
+from mqstore.store.topic_table import TopicIdColumn, TopicTable
 
 if TYPE_CHECKING:
     from mqstore.store.encoded_batch import EncodedBatch
@@ -57,19 +57,41 @@ _POOLED_BYTES = 64 << 20  # a buffer grown past this by a huge batch is not kept
 class PreparedBatch:
     """A batch validated and encoded outside the put lock: its records in ``records``
     (less the fields only the put lock knows) and the columns the lock needs to assign
-    them. ``BatchEncoder.recycle`` takes the buffer back once the records are written."""
+    them. Topics are dense ids of the store's topic table (topic_table.py):
+    ``topic_ids`` one per message, or None when every message is of ``topic_id``.
+    ``BatchEncoder.recycle`` takes the buffer back once the records are written."""
 
-    __slots__ = ("records", "n", "topics", "topic_codes", "queue_ids", "advances", "unique_keys", "sizes")
+    __slots__ = ("records", "n", "topic_ids", "topic_id", "names", "queue_ids", "advances", "unique_keys", "sizes")
 
-    def __init__(self, records, n, topics, topic_codes, queue_ids, advances, unique_keys, sizes):  # noqa: PLR0913
+    def __init__(self, records, n, topic_ids, topic_id, names, queue_ids, advances, unique_keys, sizes):  # noqa: PLR0913
         self.records: RecordBuffer | None = records
         self.n = n
-        self.topics: list[str] = topics  # distinct topics of the batch
-        self.topic_codes: np.ndarray = topic_codes  # index into topics, per message
+        self.topic_ids: np.ndarray | None = topic_ids  # dense topic id per message
+        self.topic_id: int = topic_id  # every message's, when topic_ids is None
+        self.names: list[str] = names  # the topic table's names by id
         self.queue_ids: np.ndarray = queue_ids  # AUTO_QUEUE where the store picks
         self.advances: np.ndarray | None = advances  # None: every message takes a queue offset
         self.unique_keys: tuple[str, list[str]] = unique_keys  # (head, tails)
         self.sizes: np.ndarray = sizes
+
+    @property
+    def topics(self) -> list[str]:
+        """The batch's distinct topics, in order of first appearance (made on demand)."""
+        return self._distinct()[0]
+
+    @property
+    def topic_codes(self) -> np.ndarray:
+        """Each message's index into ``topics`` (made on demand)."""
+        return self._distinct()[1]
+
+    def _distinct(self) -> tuple[list[str], np.ndarray]:
+        if self.n == 0:
+            return [], np.zeros(0, np.int64)
+        if self.topic_ids is None:
+            return [self.names[self.topic_id]], np.zeros(self.n, np.int64)
+        codes = np.empty(self.n, np.int64)
+        ids = distinct(self.topic_ids.tolist(), codes)
+        return [self.names[i] for i in ids], codes
 
 
 def _broadcast(value, n: int) -> list:
@@ -150,11 +172,11 @@ class BatchEncoder:
     cache of names already checked; record buffers come from a pool, one per
     append in flight, and go back with ``recycle``)."""
 
-    def __init__(self, config: StoreConfig, clock: Clock) -> None:
+    def __init__(self, config: StoreConfig, clock: Clock, table: TopicTable | None = None) -> None:
+        """``table``: the store's topic table (the CommitLog's); a new one if None."""
         self.config = config
         self._clock = clock
-        self._known_topics: set[str] = set()  # checked once per store, not once per batch
-        self._topic_fields: dict[str, bytes] = {}
+        self.table = table if table is not None else TopicTable()  # names checked once per store
         self._uniq = UniqKeyGenerator(config.store_host)
         self._store_host = encode_host(config.store_host)
         self._pool: list[RecordBuffer] = []
@@ -166,19 +188,19 @@ class BatchEncoder:
             buf.release(_POOLED_BYTES)
             self._pool.append(buf)
 
-    def prepare(self, batch: MessageBatch) -> PreparedBatch:
+    def prepare(self, batch: MessageBatch, topic_ids: TopicIdColumn | None = None) -> PreparedBatch:
         """Validate and encode a batch. Raises InvalidMessageError (or a subclass)
-        for bad input; nothing is written anywhere."""
+        for bad input; nothing is written anywhere. ``topic_ids``: the batch's topics
+        as ids of ``table`` a caller already checked (TopicTable.sendable_ids, one per
+        message or one for all); else the names are looked up here."""
         bodies = batch.bodies
         n = len(bodies)
         if n == 0:
-            return PreparedBatch(
-                None, 0, [], np.zeros(0, np.int64), np.zeros(0, np.int64), None, ("", []), np.zeros(0, np.int64)
-            )
+            z = np.zeros(0, np.int64)
+            return PreparedBatch(None, 0, z, -1, self.table.names, z, None, ("", []), z)
         if isinstance(bodies, (bytes, str)):
             raise InvalidMessageError("bodies must be a sequence of bytes, one per message")
-        topics, codes = self._topics(batch.topics, n)
-        fields = [self._topic_field(t) for t in topics]
+        ids, tid = topic_ids if topic_ids is not None else self.table.legal_ids(batch.topics, n)
         queue_ids = self._queue_ids(batch.queue_ids, n)
         uniq, uniq_first = self._unique_keys(batch.unique_keys, n)
         try:
@@ -186,18 +208,22 @@ class BatchEncoder:
         except IndexError:
             buf = RecordBuffer()
         buf.start(n)
-        prep = PreparedBatch(buf, n, topics, codes, queue_ids, None, uniq, None)
+        prep = PreparedBatch(buf, n, ids, tid, self.table.names, queue_ids, None, uniq, None)
         try:
-            self._encode(prep, batch, fields, bodies, uniq_first)
+            self._encode(prep, batch, bodies, uniq_first)
         except BaseException:
             self.recycle(prep)
             raise
         return prep
 
-    def adopt(self, batch: EncodedBatch) -> PreparedBatch:
+    def adopt(self, batch: EncodedBatch, topic_ids: TopicIdColumn | None = None) -> PreparedBatch:
         """A batch a client encoded (checked by encoded_batch.parse_encoded) as a
         prepared one: its records copied into a pooled buffer with this store's host
-        written in; queue ids, offsets and store timestamp are set under the put lock."""
+        written in; queue ids, offsets and store timestamp are set under the put lock.
+        ``topic_ids``: as ``prepare``'s (one per record)."""
+        if topic_ids is None:
+            tids, _ = self.table.legal_ids(batch.topics, len(batch.topics))
+            topic_ids = (None, int(tids[0])) if len(tids) == 1 else (tids[batch.topic_codes], -1)
         try:
             buf = self._pool.pop()
         except IndexError:
@@ -211,15 +237,15 @@ class BatchEncoder:
         return PreparedBatch(
             buf,
             batch.n,
-            batch.topics,
-            batch.topic_codes,
+            *topic_ids,
+            self.table.names,
             batch.queue_ids,
             None if takes_offset.all() else takes_offset,
             ("", []),
             batch.sizes,
         )
 
-    def _encode(self, prep: PreparedBatch, batch: MessageBatch, fields: list[bytes], bodies, uniq_first: int) -> None:
+    def _encode(self, prep: PreparedBatch, batch: MessageBatch, bodies, uniq_first: int) -> None:
         n, buf = prep.n, prep.records
         head, tails = prep.unique_keys
         try:
@@ -251,9 +277,11 @@ class BatchEncoder:
             except (TypeError, BufferError) as e:
                 raise InvalidMessageError(f"every body must be bytes: {e}") from e
         sizes, body_lens, props_lens = np.empty((3, n), np.int64)
-        codes = None if len(fields) == 1 else prep.topic_codes
+        fields = self.table.ids.fields  # by id: the ids index it directly
+        if prep.topic_ids is None:
+            fields = [fields[prep.topic_id]]
         _, max_body, max_props, max_size = buf.layout(
-            fields, codes, born, self._store_host, sizes, body_lens, props_lens
+            fields, prep.topic_ids, born, self._store_host, sizes, body_lens, props_lens
         )
         cfg = self.config
         if (
@@ -264,27 +292,6 @@ class BatchEncoder:
             self._refuse_sizes(sizes, body_lens, props_lens)
         buf.encode(cols, self._store_host)
         prep.sizes = sizes
-
-    def _topic_field(self, topic: str) -> bytes:
-        field = self._topic_fields.get(topic)
-        if field is None:
-            field = self._topic_fields[topic] = topic_field(topic)
-        return field
-
-    def _topics(self, value: str | list[str], n: int) -> tuple[list[str], np.ndarray]:
-        """Distinct topics (each validated once per store) and each message's index into them."""
-        if isinstance(value, str):
-            topics, codes = [value], np.zeros(n, np.int64)
-        else:
-            if len(value) != n:
-                raise InvalidMessageError(f"topics has {len(value)} values for {n} messages")
-            codes = np.empty(n, np.int64)
-            topics = distinct(value if type(value) is list else list(value), codes)
-        for t in topics:
-            if t not in self._known_topics:
-                check_topic(t)
-                self._known_topics.add(t)
-        return topics, codes
 
     def _queue_ids(self, value, n: int) -> np.ndarray:
         if value is None:

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
@@ -216,13 +216,16 @@ class TopicConfigs:
     filter type) are kept verbatim and written back; 5.x retry and dead-letter topics
     of up to 255 characters are ordinary entries.
 
-    Thread-safe: one lock guards the table and the file.
+    Thread-safe: one lock guards the table and the file. Listeners (``add_listener``)
+    hear the name of every topic created, changed or deleted, after the change and
+    outside that lock (the store's topic table forgets what it cached of it).
     """
 
     def __init__(self, store_dir: Path, *, clock: Clock | None = None) -> None:
         self.path = Path(store_dir) / CONFIG_DIR / TOPICS_FILE
         self._clock = clock or SystemClock()
         self._lock = threading.Lock()
+        self._listeners: list[Callable[[str], None]] = []
         loaded = read_config_json(self.path, parse=parse_topics_file)
         if loaded is None:
             self._version, self._topics, self._kept, self._extra = DataVersion(), {}, {}, {}
@@ -233,6 +236,14 @@ class TopicConfigs:
     def data_version(self) -> DataVersion:
         with self._lock:
             return self._version
+
+    def add_listener(self, listener: Callable[[str], None]) -> None:
+        """Call ``listener(topic)`` after each change of a topic's config."""
+        self._listeners.append(listener)
+
+    def _changed(self, topic: str) -> None:
+        for listener in self._listeners:
+            listener(topic)
 
     def get(self, topic: str) -> TopicConfig | None:
         with self._lock:
@@ -287,6 +298,7 @@ class TopicConfigs:
             topics = {**self._topics, topic: cfg}
             kept = {k: v for k, v in self._kept.items() if k != topic}
             self._persist_new(topics, kept)
+        self._changed(topic)
         return cfg
 
     def delete(self, topic: str) -> bool:
@@ -297,7 +309,8 @@ class TopicConfigs:
             topics = {k: v for k, v in self._topics.items() if k != topic}
             kept = {k: v for k, v in self._kept.items() if k != topic}
             self._persist_new(topics, kept)
-            return True
+        self._changed(topic)
+        return True
 
     def _persist_new(self, topics: dict[str, TopicConfig], kept: dict[str, Any]) -> None:
         """Bump the version and write the new table; memory changes only once the file did."""

@@ -28,7 +28,9 @@ from mqstore.formats.message import (
     topic_field_lengths,
 )
 from mqstore.formats.msgid import Host, encode_host
+from mqstore.formats.names import check_topic
 from mqstore.formats.properties import MAX_PROPERTIES_BYTES, serialize_properties
+from mqstore.kernels._encode import distinct
 from mqstore.store import record_batch
 from mqstore.store.messages import MessageBatch
 
@@ -188,8 +190,8 @@ def _check_no_separators(what: str, values) -> None:
 
 
 class BatchEncoder(record_batch.BatchEncoder):
-    """The numpy encoder the kernel replaced: production's validation (topics, queue
-    ids, born times: inherited), its own encoding. Caveat, kept as it was:
+    """The numpy encoder the kernel replaced: production's validation (queue ids,
+    born times: inherited; topics as they were checked), its own encoding. Caveat, kept as it was:
     ``_unique_keys`` calls UniqKeyGenerator.reserve without the caller's lock."""
 
     def prepare(self, batch: MessageBatch) -> PreparedBatch:
@@ -246,6 +248,23 @@ class BatchEncoder(record_batch.BatchEncoder):
         sizes = runs[0].sizes if len(runs) == 1 else np.concatenate([r.sizes for r in runs])
         self._check_sizes(runs, sizes)
         return PreparedBatch(runs, n, topics, codes, queue_ids, advances, uniq, sizes)
+
+    def _topics(self, value: str | list[str], n: int) -> tuple[list[str], np.ndarray]:
+        """Distinct topics (each validated once per encoder) and each message's index
+        into them: production's before the topic table (topic_table.py) took it over."""
+        if isinstance(value, str):
+            topics, codes = [value], np.zeros(n, np.int64)
+        else:
+            if len(value) != n:
+                raise InvalidMessageError(f"topics has {len(value)} values for {n} messages")
+            codes = np.empty(n, np.int64)
+            topics = distinct(value if type(value) is list else list(value), codes)
+        known = self.__dict__.setdefault("_known_topics", set())
+        for t in topics:
+            if t not in known:
+                check_topic(t)
+                known.add(t)
+        return topics, codes
 
     def _unique_keys(self, value, n: int) -> tuple[str, list[str]]:
         """UNIQ_KEYs as (head, tails): generated ones share a head; given ones have head ''."""

@@ -1,0 +1,120 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, initializedcheck=False, cdivision=True
+"""Dense topic ids: every topic name a store has seen gets the next small integer, and
+a batch's names are turned into ids in one compiled pass.
+
+Per id the table keeps the name, the encoded topic field (formats.message.topic_field,
+None until the name was checked) and a byte of flags the store sets once a check
+passed (store/topic_table.py: LEGAL, SENDABLE). ``lookup`` gives each name of a batch
+its id with one dict lookup in C per change of name (a run of the same str object
+costs a pointer compare), and counts the names that are unknown or lack a flag, so the
+caller runs its Python checks only for a batch with a new or changed topic. Ids are
+never reused nor removed: a forgotten topic only loses its flags.
+
+Thread-safety: methods hold the GIL and never call back into Python code for str names,
+so a lookup and an ``add`` do not interleave; flags are re-read through ``self`` after
+every dict operation (an odd name's ``__eq__`` could let another thread grow them).
+The reference model is tests/kernels/model_topics.py.
+"""
+
+from libc.stdint cimport int64_t
+from libc.stdlib cimport free, realloc
+from libc.string cimport memset
+
+
+cdef class TopicIds:
+    """Names <-> dense ids, with flags and topic fields per id; see the module docstring."""
+
+    cdef dict index
+    cdef readonly list names  # by id
+    cdef readonly list fields  # by id: the encoded topic field, None until set
+    cdef unsigned char *flags
+    cdef Py_ssize_t cap
+
+    def __cinit__(self):
+        self.index = {}
+        self.names = []
+        self.fields = []
+        self.cap = 0
+        self.flags = NULL
+
+    def __dealloc__(self):
+        free(self.flags)
+
+    def __len__(self):
+        return len(self.names)
+
+    def add(self, str name):
+        """The id of ``name``, given the next one if it has none (no flags, no field)."""
+        cdef Py_ssize_t n
+        cdef unsigned char *grown
+        tid = self.index.get(name)
+        if tid is not None:
+            return tid
+        n = len(self.names)
+        if n >= self.cap:
+            grown = <unsigned char *>realloc(self.flags, max(64, 2 * self.cap))
+            if grown == NULL:
+                raise MemoryError()
+            memset(grown + self.cap, 0, max(64, 2 * self.cap) - self.cap)
+            self.flags, self.cap = grown, max(64, 2 * self.cap)
+        self.names.append(name)
+        self.fields.append(None)
+        self.index[name] = n  # last: an id is looked up only once its row exists
+        return n
+
+    def get(self, name):
+        """The id of ``name``, or -1."""
+        tid = self.index.get(name)
+        return -1 if tid is None else tid
+
+    def flags_of(self, int64_t tid):
+        if not 0 <= tid < len(self.names):
+            raise IndexError(f"topic id {tid} unknown")
+        return self.flags[tid]
+
+    def set_flags(self, int64_t tid, unsigned char bits):
+        if not 0 <= tid < len(self.names):
+            raise IndexError(f"topic id {tid} unknown")
+        self.flags[tid] |= bits
+
+    def clear_flags(self, int64_t tid, unsigned char bits):
+        if not 0 <= tid < len(self.names):
+            raise IndexError(f"topic id {tid} unknown")
+        self.flags[tid] &= ~bits
+
+    def set_field(self, int64_t tid, bytes field):
+        if not 0 <= tid < len(self.names):
+            raise IndexError(f"topic id {tid} unknown")
+        self.fields[tid] = field
+
+    def find(self, name, unsigned char need):
+        """The id of ``name`` if it has every flag of ``need``, else -1."""
+        tid = self.index.get(name)
+        if tid is None:
+            return -1
+        return tid if (self.flags[<int64_t>tid] & need) == need else -1
+
+    def lookup(self, list values, int64_t[::1] out not None, unsigned char need):
+        """``out[i]``: the id of ``values[i]``, -1 where it has none or lacks a flag of
+        ``need``. Returns how many are -1."""
+        cdef Py_ssize_t n = len(values), i, misses = 0
+        cdef int64_t tid = -1
+        cdef object last = None
+        cdef object v
+        if out.shape[0] != n:
+            raise ValueError("out must have one entry per value")
+        for i in range(n):
+            v = values[i]
+            if v is not last or i == 0:
+                last = v
+                t = self.index.get(v)
+                if t is None:
+                    tid = -1
+                else:
+                    tid = <int64_t>t
+                    if (self.flags[tid] & need) != need:
+                        tid = -1
+            if tid < 0:
+                misses += 1
+            out[i] = tid
+        return misses

@@ -1,0 +1,173 @@
+"""The store's topics by dense id, so a batch's per-topic checks cost the same at one
+topic and at 100,000 (issue 26).
+
+Every topic name the store sees gets a dense id (kernels/_topics.pyx ``TopicIds``,
+one id space with the CommitLog's queue-offset table, kernels/_queues.pyx). Per id:
+
+    flag / column  meaning
+    LEGAL          the name passed formats.names.check_topic; its topic field
+                   (formats.message.topic_field) is encoded, ``ids.fields[id]``
+    SENDABLE       a producer may send to it: LEGAL, not a reserved or system topic,
+                   writable by its config; and the columns below hold its config
+    takes          message kinds its type takes (message_rules' bits; no config: NORMAL)
+    write_limit    its write queue count (no config: no limit)
+
+The CommitLog asks for LEGAL ids (``legal_ids``), a producer's append for SENDABLE
+ones (``sendable_ids``). A batch whose names all have the flag costs one compiled pass
+over the names. Otherwise (a topic's first batch, or its first since its config
+changed: TopicConfigs tells ``config_changed``, which clears the flag) the Python
+checks run as they always did, raising the same errors, and the flag is set only once
+they passed: a refused name is never cached. Ids are never reused; a deleted topic
+only loses its flags.
+
+Thread-safety: lookups take no lock (TopicIds holds the GIL); flags, fields and the
+columns are written under one lock, and a column grows before a flag says its row is set.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from mqstore.errors import InvalidMessageError
+from mqstore.formats.message import topic_field
+from mqstore.formats.names import check_topic
+from mqstore.kernels._encode import distinct
+from mqstore.kernels._topics import TopicIds
+from mqstore.store.message_rules import takes_of
+from mqstore.store.topic_configs import PERM_WRITE, TopicConfig
+
+LEGAL = 1
+SENDABLE = 2
+NO_LIMIT = 1 << 62
+
+TopicIdColumn = tuple[np.ndarray | None, int]  # (an id per message, or None: every message is of the int)
+
+
+class TopicTable:
+    """See the module docstring. One per store (the CommitLog's); a BatchEncoder of
+    its own makes one too."""
+
+    def __init__(self) -> None:
+        self.ids = TopicIds()
+        self._lock = threading.Lock()
+        self._topic_of: Callable[[str], TopicConfig | None] = lambda _: None
+        self._cols = np.zeros((2, 0), np.int64)  # rows: takes, write_limit (one object: grown as one)
+
+    def attach_configs(self, configs) -> None:
+        """Take the producer columns from ``configs`` (a TopicConfigs), and hear of
+        every change to them."""
+        with self._lock:
+            self._topic_of = configs.get
+            for tid in range(len(self.ids)):
+                self.ids.clear_flags(tid, SENDABLE)
+        configs.add_listener(self.config_changed)
+
+    def config_changed(self, topic: str) -> None:
+        """A topic's config was created, changed or deleted: its next batch checks again."""
+        tid = self.ids.get(topic)
+        if tid >= 0:
+            with self._lock:
+                self.ids.clear_flags(tid, SENDABLE)
+
+    def intern(self, topic: str) -> int:
+        """The id of ``topic`` (given one if new), no check made."""
+        return self.ids.add(topic)
+
+    @property
+    def names(self) -> list[str]:
+        """Names by id (the table's own list: do not change it)."""
+        return self.ids.names
+
+    # ------------------------------------------------------------------ the CommitLog's
+
+    def legal_ids(self, topics: str | Sequence[str], n: int) -> TopicIdColumn:
+        """The ids of a batch's topics (one name, or one per message), each name
+        checked by check_topic the first time (InvalidTopicError, in order of first
+        appearance, as before); InvalidMessageError if a list is not ``n`` long."""
+        if isinstance(topics, str):
+            tid = self.ids.find(topics, LEGAL)
+            if tid < 0:
+                check_topic(topics)
+                tid = self._legalise(topics)
+            return None, tid
+        if len(topics) != n:
+            raise InvalidMessageError(f"topics has {len(topics)} values for {n} messages")
+        values = topics if type(topics) is list else list(topics)
+        ids = np.empty(n, np.int64)
+        if self.ids.lookup(values, ids, LEGAL):
+            for t in distinct(values, np.empty(n, np.int64)):
+                if self.ids.find(t, LEGAL) < 0:
+                    check_topic(t)
+                    self._legalise(t)
+            self.ids.lookup(values, ids, 0)
+        return ids, -1
+
+    def _legalise(self, topic: str) -> int:
+        field = topic_field(topic)
+        with self._lock:
+            tid = self.ids.add(topic)
+            self.ids.set_field(tid, field)
+            self.ids.set_flags(tid, LEGAL)
+        return tid
+
+    # ------------------------------------------------------------------ a producer's
+
+    def sendable_ids(self, topics: str | Sequence[str], check: Callable[[set[str]], None]) -> TopicIdColumn:
+        """The ids of a producer's topics (one name, or a list: one per message, or
+        distinct ones), all SENDABLE. Where one is not (yet), ``check`` gets the
+        batch's set of names and raises what a producer may not send (as
+        messages.check_send_topics); once it passed, the names are admitted."""
+        if isinstance(topics, str):
+            tid = self.ids.find(topics, SENDABLE)
+            if tid < 0:
+                check({topics})
+                self._admit([topics])
+                tid = self.ids.get(topics)
+            return None, tid
+        values = topics if type(topics) is list else list(topics)
+        ids = np.empty(len(values), np.int64)
+        if self.ids.lookup(values, ids, SENDABLE):
+            names = set(values)
+            check(names)
+            self._admit(names)
+            self.ids.lookup(values, ids, 0)
+        return ids, -1
+
+    def _admit(self, names) -> None:
+        """Names a producer's check passed: LEGAL, and SENDABLE with their config's
+        columns (read under the lock, so a change heard meanwhile clears the flag
+        after, not before, it is set)."""
+        fields = {t: topic_field(t) for t in names if self.ids.find(t, LEGAL) < 0}
+        with self._lock:
+            for t in names:
+                tid = self.ids.add(t)
+                if t in fields:
+                    self.ids.set_field(tid, fields[t])
+                    self.ids.set_flags(tid, LEGAL)
+                config = self._topic_of(t)
+                if tid >= self._cols.shape[1]:
+                    self._grow(tid + 1)
+                self._cols[0, tid] = takes_of(config)
+                self._cols[1, tid] = NO_LIMIT if config is None else config.write_queue_nums
+                if config is None or config.perm & PERM_WRITE:
+                    self.ids.set_flags(tid, SENDABLE)
+
+    def _grow(self, need: int) -> None:
+        old = self._cols
+        cols = np.zeros((2, max(64, 2 * old.shape[1], need)), np.int64)
+        cols[:, : old.shape[1]] = old
+        self._cols = cols
+
+    def columns(self, ids: TopicIdColumn) -> tuple[np.ndarray, np.ndarray]:
+        """``takes`` and ``write_limit`` of SENDABLE ids (per message, or one value)."""
+        col, tid = ids
+        cols = self._cols
+        if col is None:
+            return cols[0, tid], cols[1, tid]
+        return cols[0][col], cols[1][col]
+
+
+__all__ = ["LEGAL", "NO_LIMIT", "SENDABLE", "TopicIdColumn", "TopicTable"]
