@@ -1,0 +1,71 @@
+"""mqstore.kernels._topics.TopicIds against its reference model (model_topics.py): any
+sequence of adds, flag changes and lookups (names repeated as the same object or as
+equal copies, unknown names, non-str values) gives the same ids, flags and misses."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from mqstore.kernels._topics import TopicIds
+from tests.kernels.model_topics import ModelTopicIds
+from tests.tiers import examples
+
+NAMES = ["A", "B", "%RETRY%g", "x" * 200, "", "T\u00e9"]
+name = st.sampled_from(NAMES)
+op = st.one_of(
+    st.tuples(st.just("add"), name),
+    st.tuples(st.just("set"), name, st.integers(0, 255)),
+    st.tuples(st.just("clear"), name, st.integers(0, 255)),
+    st.tuples(st.just("field"), name, st.binary(max_size=4)),
+    st.tuples(
+        st.just("lookup"),
+        st.lists(name | st.just("Unknown") | st.just(7) | st.just(None), max_size=40),
+        st.integers(0, 3),
+        st.booleans(),
+    ),
+)
+
+METHODS = {"set": "set_flags", "clear": "clear_flags", "field": "set_field"}
+
+
+@settings(max_examples=examples(300), deadline=None)
+@given(ops=st.lists(op, max_size=30))
+def test_topic_ids_equal_the_model(ops) -> None:
+    got, want = TopicIds(), ModelTopicIds()
+    for o in ops:
+        if o[0] == "add":
+            assert got.add(o[1]) == want.add(o[1])
+        elif o[0] == "lookup":
+            _, values, need, copies = o
+            if copies:  # equal names that are other objects: no shortcut by identity
+                values = ["".join(list(v)) if isinstance(v, str) else v for v in values]
+            a, b = np.empty(len(values), np.int64), np.empty(len(values), np.int64)
+            assert got.lookup(values, a, need) == want.lookup(values, b, need)
+            assert a.tolist() == b.tolist()
+            for v in set(x for x in values if isinstance(x, str)):
+                assert got.find(v, need) == want.find(v, need)
+        else:
+            tid = want.get(o[1])
+            if tid < 0:  # an id not given out
+                with pytest.raises(IndexError):
+                    getattr(got, METHODS[o[0]])(len(got), o[2])
+                continue
+            getattr(got, METHODS[o[0]])(tid, o[2])
+            getattr(want, METHODS[o[0]])(tid, o[2])
+        assert len(got) == len(want)
+        assert got.names == want.names and got.fields == want.fields
+        assert [got.flags_of(i) for i in range(len(got))] == want.flags
+
+
+def test_many_names_grow_the_flags() -> None:
+    ids = TopicIds()
+    names = [f"Topic{i}" for i in range(20_000)]
+    for i, n in enumerate(names):
+        assert ids.add(n) == i
+        ids.set_flags(i, 1 + (i % 2))
+    out = np.empty(len(names), np.int64)
+    assert ids.lookup(names, out, 2) == 10_000
+    assert out[1::2].tolist() == list(range(1, 20_000, 2)) and (out[::2] == -1).all()
