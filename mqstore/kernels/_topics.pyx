@@ -16,9 +16,24 @@ every dict operation (an odd name's ``__eq__`` could let another thread grow the
 The reference model is tests/kernels/model_topics.py.
 """
 
-from libc.stdint cimport int64_t
-from libc.stdlib cimport free, realloc
+from cpython.object cimport PyObject
+from cpython.ref cimport Py_INCREF, Py_XDECREF
+from libc.stdint cimport int64_t, uint64_t
+from libc.stdlib cimport calloc, free, realloc
 from libc.string cimport memset
+
+
+cdef struct Seen:
+    PyObject *name  # a str object (a reference held), or NULL
+    int64_t tid
+
+
+cdef enum:
+    MAX_SEEN = 1 << 18  # slots of the identity cache at most (4 MiB)
+
+
+cdef inline Py_ssize_t _seen_slot(PyObject *p, Py_ssize_t cap) noexcept nogil:
+    return <Py_ssize_t>(((<uint64_t>p >> 4) * <uint64_t>0x9E3779B97F4A7C15ULL) >> 40) & (cap - 1)
 
 
 cdef class TopicIds:
@@ -29,6 +44,12 @@ cdef class TopicIds:
     cdef readonly list fields  # by id: the encoded topic field, None until set
     cdef unsigned char *flags
     cdef Py_ssize_t cap
+    # Identity cache: str objects seen by lookup -> id, so a name object given again
+    # (a producer's own topic strings) costs one probe, not a dict lookup that reads the
+    # str, the dict entry and the id's int object. Each slot holds a reference to its
+    # str, so an address is never that of another object while cached.
+    cdef Seen *seen
+    cdef Py_ssize_t seen_cap
 
     def __cinit__(self):
         self.index = {}
@@ -36,9 +57,36 @@ cdef class TopicIds:
         self.fields = []
         self.cap = 0
         self.flags = NULL
+        self.seen = NULL
+        self.seen_cap = 0
 
     def __dealloc__(self):
         free(self.flags)
+        self._drop_seen()
+
+    cdef void _drop_seen(self):
+        cdef Py_ssize_t i
+        if self.seen != NULL:
+            for i in range(self.seen_cap):
+                Py_XDECREF(self.seen[i].name)
+            free(self.seen)
+        self.seen = NULL
+        self.seen_cap = 0
+
+    cdef int _size_seen(self) except -1:
+        """A cache of at least twice as many slots as names (up to MAX_SEEN); a new
+        one starts empty."""
+        cdef Py_ssize_t want = 1024
+        while want < 2 * len(self.names) and want < MAX_SEEN:
+            want *= 2
+        if want <= self.seen_cap:
+            return 0
+        self._drop_seen()
+        self.seen = <Seen *>calloc(want, sizeof(Seen))
+        if self.seen == NULL:
+            raise MemoryError()
+        self.seen_cap = want
+        return 0
 
     def __len__(self):
         return len(self.names)
@@ -97,23 +145,35 @@ cdef class TopicIds:
     def lookup(self, list values, int64_t[::1] out not None, unsigned char need):
         """``out[i]``: the id of ``values[i]``, -1 where it has none or lacks a flag of
         ``need``. Returns how many are -1."""
-        cdef Py_ssize_t n = len(values), i, misses = 0
+        cdef Py_ssize_t n = len(values), i, misses = 0, k
         cdef int64_t tid = -1
         cdef object last = None
         cdef object v
+        cdef PyObject *p
         if out.shape[0] != n:
             raise ValueError("out must have one entry per value")
+        self._size_seen()
         for i in range(n):
             v = values[i]
             if v is not last or i == 0:
                 last = v
-                t = self.index.get(v)
-                if t is None:
-                    tid = -1
+                p = <PyObject *>v
+                k = _seen_slot(p, self.seen_cap)
+                if self.seen[k].name == p:
+                    tid = self.seen[k].tid
                 else:
-                    tid = <int64_t>t
-                    if (self.flags[tid] & need) != need:
+                    t = self.index.get(v)
+                    if t is None:
                         tid = -1
+                    else:
+                        tid = <int64_t>t
+                        if type(v) is str:  # immutable: its id is for good
+                            Py_INCREF(v)
+                            Py_XDECREF(self.seen[k].name)
+                            self.seen[k].name = p
+                            self.seen[k].tid = tid
+                if tid >= 0 and (self.flags[tid] & need) != need:
+                    tid = -1
             if tid < 0:
                 misses += 1
             out[i] = tid
