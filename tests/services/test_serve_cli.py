@@ -155,6 +155,36 @@ def test_bench_append_and_consume_through_the_server(server):
         assert out["messages"] == 3000 and out["queues"] == 8 and out["consumers"] == int(consumers)
 
 
+def test_bench_append_per_topic_in_two_passes_through_the_server(server):
+    """--shape per-topic sends batch k to topic k % topics (60 batches: 60 of the 300
+    topics, auto-created on two shards); --passes 2 sends them again once the first
+    pass is dispatched: every topic touched holds both passes, 4 queues each."""
+    endpoint, _, _ = server
+    p = mq(
+        "bench",
+        "append",
+        "--server",
+        endpoint,
+        "--messages",
+        "6000",
+        "--batch",
+        "100",
+        "--topics",
+        "300",
+        "--shape",
+        "per-topic",
+        "--passes",
+        "2",
+    )
+    assert p.returncode == 0, p.stderr
+    out = json.loads(p.stdout.strip().splitlines()[-1])
+    assert out["shape"] == "per-topic" and [x["acked"] for x in out["passes"]] == [6000, 6000]
+    with FrontClient(endpoint) as c:
+        wait_dispatched(c)
+        for t in (2, 30, 59):  # (BenchTopic0 and 1 are the round-robin test's too)
+            assert [q.max_offset for q in c.topic_status(f"BenchTopic{t}")] == [50, 50, 50, 50]
+
+
 def test_metrics_status_and_actor_logs(server):
     endpoint, _, proc = server
     with FrontClient(endpoint) as c:
