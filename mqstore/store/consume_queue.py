@@ -545,27 +545,34 @@ class ConsumeQueue:
         ``make_ahead`` at topic creation). ``base`` is where the queue's first unit
         goes; units already buffered say it themselves. A queue with files (or closed,
         or read-only) is left alone. Sparse, not synced (the next flush syncs the
-        names). Returns whether the file was made."""
+        names). Returns whether the file was made.
+
+        The directory and file are made outside the queue's lock (a few hundred
+        microseconds of metadata work that a write-out or a read must not wait
+        for); a write-out that needs the file meanwhile makes it itself or takes
+        this one (``PooledFile.create(adopt=True)``), and a file nobody took is
+        removed."""
         with self._lock:
-            if self._closed or self._read_only or self._files:
+            if self._closed or self._read_only or self._files or self._preallocate:
                 return False
             if self._pending:
                 base = self._pending_at
-            d = self._dir
-            try:
-                os.mkdir(d)
-            except FileNotFoundError:
-                os.makedirs(d, exist_ok=True)
-            except FileExistsError:
-                pass
-            seg = PooledFile.create(
-                self.directory / offset_to_file_name(base),
-                base,
-                self.file_bytes,
-                self._pool,
-                preallocate=self._preallocate,
-                sync_dir=False,
-            )
+        d = self._dir
+        try:
+            os.mkdir(d)
+        except FileNotFoundError:
+            os.makedirs(d, exist_ok=True)
+        except FileExistsError:
+            pass
+        path = f"{d}/{base:020d}"
+        seg = PooledFile.create(
+            Path(path), base, self.file_bytes, self._pool, preallocate=False, sync_dir=False, adopt=True
+        )
+        with self._lock:
+            if self._closed or self._files or (self._pending and self._pending_at != base):
+                if not any(f.base_offset == base for f in self._files):  # not taken by a write-out: not left behind
+                    seg.delete()
+                return False
             self._files = [seg]
             self._dir_dirty = True
             if not self._pending:  # no unit yet: empty at ``base`` until one comes
@@ -631,6 +638,7 @@ class ConsumeQueue:
                         sync_dir=False,
                         data=data[lo - start : hi - start],
                         at=lo - next_base,
+                        adopt=True,  # the creator thread may have made it (``make_files``)
                     )
                 )
                 self._dir_dirty = True  # made durable by the next flush: one fsync, off the hot path

@@ -187,6 +187,7 @@ class PooledFile:
         sync_dir: bool = True,
         data: bytes = b"",
         at: int = 0,
+        adopt: bool = False,
     ) -> PooledFile:
         """Create a zero-filled file of ``size`` bytes, with ``data`` written at ``at``.
 
@@ -196,6 +197,10 @@ class PooledFile:
         queues): a crash before the ftruncate leaves an empty file, which a queue's
         load removes, and after it a zero file. With ``sync_dir=False`` the caller
         makes the directory entry durable later (one fsync for many files).
+
+        ``adopt`` (sparse files only): a file already there with no bytes or ``size``
+        zero bytes is taken instead (one a creator thread made ahead, zero-filled:
+        ConsumeQueue.make_files); anything else there is still an error.
 
         A full disk raises StoreNotWritableError (cause "disk_full") and leaves no file;
         the fault point is "cq.create"."""
@@ -207,7 +212,15 @@ class PooledFile:
             else:
                 try:
                     faults.hit("cq.create", path)
-                    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+                    try:
+                        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+                    except FileExistsError:
+                        if not adopt:
+                            raise
+                        fd = os.open(path, os.O_RDWR)
+                        if os.fstat(fd).st_size not in (0, size):
+                            os.close(fd)
+                            raise
                 except OSError as e:
                     if e.errno in (errno.ENOSPC, errno.EDQUOT):  # no inode left
                         raise StoreNotWritableError(f"disk full: cannot create {path}", cause="disk_full") from e
