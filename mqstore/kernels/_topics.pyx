@@ -142,10 +142,12 @@ cdef class TopicIds:
             return -1
         return tid if (self.flags[<int64_t>tid] & need) == need else -1
 
-    def lookup(self, list values, int64_t[::1] out not None, unsigned char need):
+    def lookup(self, list values, int64_t[::1] out not None, unsigned char need, unsigned char[::1] common=None):
         """``out[i]``: the id of ``values[i]``, -1 where it has none or lacks a flag of
-        ``need``. Returns how many are -1."""
+        ``need``. Returns how many are -1. ``common[0]``, if given: the flags every
+        value's id has (0 if one has no id)."""
         cdef Py_ssize_t n = len(values), i, misses = 0, k
+        cdef unsigned char every = 0xFF
         cdef int64_t tid = -1
         cdef object last = None
         cdef object v
@@ -172,9 +174,15 @@ cdef class TopicIds:
                             Py_XDECREF(self.seen[k].name)
                             self.seen[k].name = p
                             self.seen[k].tid = tid
-                if tid >= 0 and (self.flags[tid] & need) != need:
-                    tid = -1
+                if tid >= 0:
+                    every &= self.flags[tid]
+                    if (self.flags[tid] & need) != need:
+                        tid = -1
+                else:
+                    every = 0
             if tid < 0:
                 misses += 1
             out[i] = tid
+        if common is not None:
+            common[0] = every
         return misses

@@ -83,7 +83,7 @@ from mqstore.store.messages import AppendResult, MessageBatch, PutStatus
 from mqstore.store.record_batch import BatchEncoder, PreparedBatch
 from mqstore.store.recovery import QueueKey, RecoveryProgress, RecoveryReport, merge_queue_offsets, recover
 from mqstore.store.segments import SegmentQueue
-from mqstore.store.topic_table import TopicIdColumn, TopicTable
+from mqstore.store.topic_table import BatchTopics, TopicTable
 from mqstore.store.tuning import tune_allocator
 from mqstore.store.writability import Writability, WriteRefusals, cause_of, errno_name
 
@@ -309,7 +309,7 @@ class CommitLog:
         with self._put_lock:
             self._queue_offsets.set_queue_nums(tid, queue_nums)
 
-    def append(self, batch: MessageBatch, *, topic_ids: TopicIdColumn | None = None) -> AppendResult:
+    def append(self, batch: MessageBatch, *, topic_ids: BatchTopics | None = None) -> AppendResult:
         """Append a batch; returns per-message offsets and ids once the flush policy
         is met. Raises InvalidMessageError (and subclasses) before writing anything
         for bad input, StoreNotWritableError when the disk is full or failed,
@@ -318,7 +318,7 @@ class CommitLog:
         self._check_open()
         return self._append_prepared(self._encoder.prepare(batch, topic_ids))
 
-    def append_encoded(self, batch: EncodedBatch, *, topic_ids: TopicIdColumn | None = None) -> AppendResult:
+    def append_encoded(self, batch: EncodedBatch, *, topic_ids: BatchTopics | None = None) -> AppendResult:
         """Append records a client encoded (parsed and checked by
         encoded_batch.parse_encoded): copied once, their store host, queue ids and
         offsets and store timestamp set under the put lock, then as ``append``

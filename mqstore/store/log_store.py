@@ -55,6 +55,7 @@ from mqstore.store.recovery import RecoveryProgress
 from mqstore.store.retention import Retention, RetentionConfig, RetentionReport
 from mqstore.store.schedule import SCHEDULE_TOPIC, DelayScheduler, QueuePicker, rewrite_delayed
 from mqstore.store.topic_configs import TOPICS_FILE, MessageType, TopicConfigs
+from mqstore.store.topic_table import BatchTopics
 
 log = structlog.get_logger(__name__)
 
@@ -221,8 +222,9 @@ class LogStore:
         self._check_accepting()
         table = self.topic_table
         ids = check_client_batch(batch, max_queue_id=self.config.max_queue_id, perm_of=self.topics.perm_of, table=table)
-        columns = None if ids is None else table.columns(ids)
-        message_rules.check_batch(batch, self.topics.get, self._clock.now_ms(), columns=columns)
+        plain = ids is not None and ids.plain
+        columns = None if ids is None or plain else table.columns(ids)
+        message_rules.check_batch(batch, self.topics.get, self._clock.now_ms(), columns=columns, plain=plain)
         out = message_rules.with_fifo_queues(batch, self._write_queues_of)  # one group, one queue
         self._hold_back_for_dispatch()
         out = rewrite_delayed(out, len(self._delays_ms), self._pick_queue)
@@ -240,8 +242,9 @@ class LogStore:
         to its records (``message_rules.check_encoded``)."""
         self._check_accepting()
         table = self.topic_table
-        tids, _ = table.sendable_ids(batch.topics, lambda names: check_send_topics(names, self.topics.perm_of))
-        ids = (None, int(tids[0])) if len(tids) == 1 else (tids[batch.topic_codes], -1)
+        found = table.sendable_ids(batch.topics, lambda names: check_send_topics(names, self.topics.perm_of))
+        tids = found.ids
+        ids = BatchTopics(None, int(tids[0])) if len(tids) == 1 else BatchTopics(tids[batch.topic_codes], -1)
         check_no_transaction(batch.sysflags)
         check_queue_ids(batch.queue_ids, self.config.max_queue_id)
         message_rules.check_encoded(
@@ -254,7 +257,8 @@ class LogStore:
             batch.queue_ids,
             self.topics.get,
             self._clock.now_ms(),
-            columns=table.columns(ids),
+            columns=None if found.plain else table.columns(ids),
+            plain=found.plain,
         )
         self._hold_back_for_dispatch()
         return self.commitlog.append_encoded(batch, topic_ids=ids)

@@ -332,18 +332,19 @@ def check_batch(
     now_ms: int,
     *,
     columns: tuple[np.ndarray | np.int64, np.ndarray | np.int64] | None = None,
+    plain: bool = False,
 ) -> None:
     """The rules on a columnar batch (SendBatch, ``MessageStore.append``, the
     RocketMQ port's sends); messages.check_client_batch has checked its columns' types.
     ``columns``: each message's topic columns from the store's topic table
-    (TopicTable.columns), which spare a config lookup per topic when nothing is refused."""
+    (TopicTable.columns), which spare a config lookup per topic when nothing is refused;
+    ``plain``: the table says every topic takes NORMAL messages on any queue."""
     n = len(batch)
     props = batch.properties
     if n == 0 or (  # the usual producer batch: nothing to check per message
         props is None
         and batch.born_timestamps is None
-        and isinstance(batch.topics, str)
-        and topic_of(batch.topics) is None
+        and (plain or (isinstance(batch.topics, str) and topic_of(batch.topics) is None))
     ):
         return
     if props is None:
@@ -383,16 +384,17 @@ def check_encoded(  # noqa: PLR0913
     now_ms: int,
     *,
     columns: tuple[np.ndarray | np.int64, np.ndarray | np.int64] | None = None,
+    plain: bool = False,
 ) -> None:
     """The rules on a batch a producer encoded (encoded_batch.py checked born times
     in its compiled head check, and refused DELAY and the other timer properties as
     reserved): delivery times and groups read in place from the records, kinds as a
     column. ``marks``: the scan's bits per record (MARKERS) say which records carry them.
     A FIFO record with an automatic queue id gets its group's queue in ``queue_ids``
-    (the sender normally picks it: this costs one crc32 per such record). ``columns``:
-    as check_batch's."""
+    (the sender normally picks it: this costs one crc32 per such record). ``columns``
+    and ``plain``: as check_batch's."""
     if not marks.any():  # the usual batch: no delivery time, no group
-        if columns is not None and topic_ids_fine(columns, queue_ids, NORMAL):
+        if plain or (columns is not None and topic_ids_fine(columns, queue_ids, NORMAL)):
             return
         check_topic_columns(topics, codes if len(topics) > 1 else None, queue_ids, NORMAL, topic_of)
         return

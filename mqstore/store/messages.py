@@ -28,7 +28,7 @@ from mqstore.store.system_topics import NOT_ALLOWED_SEND_TOPICS, check_client_to
 from mqstore.store.topic_configs import PERM_WRITE, check_perm
 
 if TYPE_CHECKING:
-    from mqstore.store.topic_table import TopicTable
+    from mqstore.store.topic_table import BatchTopics, TopicTable
 
 AUTO_QUEUE = -1  # queue id meaning "pick one for me" (round robin per topic)
 MAX_PORT = 65_535
@@ -241,7 +241,7 @@ def check_client_batch(
     max_queue_id: int,
     perm_of: Callable[[str], int | None] | None = None,
     table: TopicTable | None = None,
-) -> tuple[np.ndarray | None, int] | None:
+) -> BatchTopics | None:
     """What a producer may not send, checked before anything is written (the
     client-facing append of ``MessageStore`` and ``LogStore``; the store's own writes,
     delayed messages into SCHEDULE_TOPIC_XXXX and back out, do not come here):
@@ -266,7 +266,7 @@ def check_client_batch(
         check_send_topics({batch.topics} if isinstance(batch.topics, str) else set(batch.topics), perm_of)
     else:
         ids = table.sendable_ids(batch.topics, lambda names: check_send_topics(names, perm_of))
-        if ids[0] is not None and len(ids[0]) != len(batch):
+        if ids.ids is not None and len(ids.ids) != len(batch):
             ids = None
     check_no_transaction(_integers(batch.sysflags, "sysflags"))
     if batch.queue_ids is not None:

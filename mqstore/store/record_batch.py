@@ -43,7 +43,7 @@ from mqstore.kernels._encode import RecordBuffer, distinct
 from mqstore.store.clock import Clock
 from mqstore.store.config import StoreConfig
 from mqstore.store.messages import AUTO_QUEUE, Bodies, MessageBatch, Texts
-from mqstore.store.topic_table import TopicIdColumn, TopicTable
+from mqstore.store.topic_table import BatchTopics, TopicTable
 
 if TYPE_CHECKING:
     from mqstore.store.encoded_batch import EncodedBatch
@@ -188,7 +188,7 @@ class BatchEncoder:
             buf.release(_POOLED_BYTES)
             self._pool.append(buf)
 
-    def prepare(self, batch: MessageBatch, topic_ids: TopicIdColumn | None = None) -> PreparedBatch:
+    def prepare(self, batch: MessageBatch, topic_ids: BatchTopics | None = None) -> PreparedBatch:
         """Validate and encode a batch. Raises InvalidMessageError (or a subclass)
         for bad input; nothing is written anywhere. ``topic_ids``: the batch's topics
         as ids of ``table`` a caller already checked (TopicTable.sendable_ids, one per
@@ -200,7 +200,7 @@ class BatchEncoder:
             return PreparedBatch(None, 0, z, -1, self.table.names, z, None, ("", []), z)
         if isinstance(bodies, (bytes, str)):
             raise InvalidMessageError("bodies must be a sequence of bytes, one per message")
-        ids, tid = topic_ids if topic_ids is not None else self.table.legal_ids(batch.topics, n)
+        ids, tid, _ = topic_ids if topic_ids is not None else self.table.legal_ids(batch.topics, n)
         queue_ids = self._queue_ids(batch.queue_ids, n)
         uniq, uniq_first = self._unique_keys(batch.unique_keys, n)
         try:
@@ -216,14 +216,14 @@ class BatchEncoder:
             raise
         return prep
 
-    def adopt(self, batch: EncodedBatch, topic_ids: TopicIdColumn | None = None) -> PreparedBatch:
+    def adopt(self, batch: EncodedBatch, topic_ids: BatchTopics | None = None) -> PreparedBatch:
         """A batch a client encoded (checked by encoded_batch.parse_encoded) as a
         prepared one: its records copied into a pooled buffer with this store's host
         written in; queue ids, offsets and store timestamp are set under the put lock.
         ``topic_ids``: as ``prepare``'s (one per record)."""
         if topic_ids is None:
-            tids, _ = self.table.legal_ids(batch.topics, len(batch.topics))
-            topic_ids = (None, int(tids[0])) if len(tids) == 1 else (tids[batch.topic_codes], -1)
+            tids = self.table.legal_ids(batch.topics, len(batch.topics)).ids
+            topic_ids = BatchTopics(None, int(tids[0])) if len(tids) == 1 else BatchTopics(tids[batch.topic_codes], -1)
         try:
             buf = self._pool.pop()
         except IndexError:
@@ -237,7 +237,8 @@ class BatchEncoder:
         return PreparedBatch(
             buf,
             batch.n,
-            *topic_ids,
+            topic_ids.ids,
+            topic_ids.tid,
             self.table.names,
             batch.queue_ids,
             None if takes_offset.all() else takes_offset,

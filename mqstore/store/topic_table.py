@@ -8,7 +8,9 @@ one id space with the CommitLog's queue-offset table, kernels/_queues.pyx). Per 
     LEGAL          the name passed formats.names.check_topic; its topic field
                    (formats.message.topic_field) is encoded, ``ids.fields[id]``
     SENDABLE       a producer may send to it: LEGAL, not a reserved or system topic,
-                   writable by its config; and the columns below hold its config
+                   writable by its config; and the columns and flags below hold its config
+    TAKES_NORMAL   its type takes NORMAL messages        } with both, a batch without
+    UNLIMITED      it has no write queue count (no config) } properties needs no rule
     takes          message kinds its type takes (message_rules' bits; no config: NORMAL)
     write_limit    its write queue count (no config: no limit)
 
@@ -28,6 +30,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Sequence
+from typing import NamedTuple
 
 import numpy as np
 
@@ -36,14 +39,29 @@ from mqstore.formats.message import topic_field
 from mqstore.formats.names import check_topic
 from mqstore.kernels._encode import distinct
 from mqstore.kernels._topics import TopicIds
-from mqstore.store.message_rules import takes_of
+from mqstore.store.message_rules import NORMAL, takes_of
 from mqstore.store.topic_configs import PERM_WRITE, TopicConfig
 
 LEGAL = 1
 SENDABLE = 2
+TAKES_NORMAL = 4
+UNLIMITED = 8
+PLAIN = TAKES_NORMAL | UNLIMITED
 NO_LIMIT = 1 << 62
 
-TopicIdColumn = tuple[np.ndarray | None, int]  # (an id per message, or None: every message is of the int)
+
+class BatchTopics(NamedTuple):
+    """A batch's topics as table ids: one per message, or None when all are ``tid``;
+    ``flags``: those every one of them has (PLAIN: no message rule to check for a batch
+    without properties)."""
+
+    ids: np.ndarray | None
+    tid: int
+    flags: int = 0
+
+    @property
+    def plain(self) -> bool:
+        return self.flags & PLAIN == PLAIN
 
 
 class TopicTable:
@@ -83,7 +101,7 @@ class TopicTable:
 
     # ------------------------------------------------------------------ the CommitLog's
 
-    def legal_ids(self, topics: str | Sequence[str], n: int) -> TopicIdColumn:
+    def legal_ids(self, topics: str | Sequence[str], n: int) -> BatchTopics:
         """The ids of a batch's topics (one name, or one per message), each name
         checked by check_topic the first time (InvalidTopicError, in order of first
         appearance, as before); InvalidMessageError if a list is not ``n`` long."""
@@ -92,7 +110,7 @@ class TopicTable:
             if tid < 0:
                 check_topic(topics)
                 tid = self._legalise(topics)
-            return None, tid
+            return BatchTopics(None, tid)
         if len(topics) != n:
             raise InvalidMessageError(f"topics has {len(topics)} values for {n} messages")
         values = topics if type(topics) is list else list(topics)
@@ -103,7 +121,7 @@ class TopicTable:
                     check_topic(t)
                     self._legalise(t)
             self.ids.lookup(values, ids, 0)
-        return ids, -1
+        return BatchTopics(ids, -1)
 
     def _legalise(self, topic: str) -> int:
         field = topic_field(topic)
@@ -115,7 +133,7 @@ class TopicTable:
 
     # ------------------------------------------------------------------ a producer's
 
-    def sendable_ids(self, topics: str | Sequence[str], check: Callable[[set[str]], None]) -> TopicIdColumn:
+    def sendable_ids(self, topics: str | Sequence[str], check: Callable[[set[str]], None]) -> BatchTopics:
         """The ids of a producer's topics (one name, or a list: one per message, or
         distinct ones), all SENDABLE. Where one is not (yet), ``check`` gets the
         batch's set of names and raises what a producer may not send (as
@@ -126,15 +144,16 @@ class TopicTable:
                 check({topics})
                 self._admit([topics])
                 tid = self.ids.get(topics)
-            return None, tid
+            return BatchTopics(None, tid, self.ids.flags_of(tid))
         values = topics if type(topics) is list else list(topics)
         ids = np.empty(len(values), np.int64)
-        if self.ids.lookup(values, ids, SENDABLE):
+        common = np.zeros(1, np.uint8)
+        if self.ids.lookup(values, ids, SENDABLE, common):
             names = set(values)
             check(names)
             self._admit(names)
-            self.ids.lookup(values, ids, 0)
-        return ids, -1
+            self.ids.lookup(values, ids, 0, common)
+        return BatchTopics(ids, -1, int(common[0]))
 
     def _admit(self, names) -> None:
         """Names a producer's check passed: LEGAL, and SENDABLE with their config's
@@ -150,8 +169,11 @@ class TopicTable:
                 config = self._topic_of(t)
                 if tid >= self._cols.shape[1]:
                     self._grow(tid + 1)
-                self._cols[0, tid] = takes_of(config)
+                takes = takes_of(config)
+                self._cols[0, tid] = takes
                 self._cols[1, tid] = NO_LIMIT if config is None else config.write_queue_nums
+                self.ids.clear_flags(tid, PLAIN)
+                self.ids.set_flags(tid, (TAKES_NORMAL if takes & NORMAL else 0) | (UNLIMITED if config is None else 0))
                 if config is None or config.perm & PERM_WRITE:
                     self.ids.set_flags(tid, SENDABLE)
 
@@ -161,13 +183,13 @@ class TopicTable:
         cols[:, : old.shape[1]] = old
         self._cols = cols
 
-    def columns(self, ids: TopicIdColumn) -> tuple[np.ndarray, np.ndarray]:
+    def columns(self, topics: BatchTopics) -> tuple[np.ndarray, np.ndarray]:
         """``takes`` and ``write_limit`` of SENDABLE ids (per message, or one value)."""
-        col, tid = ids
+        col, tid = topics.ids, topics.tid
         cols = self._cols
         if col is None:
             return cols[0, tid], cols[1, tid]
         return cols[0][col], cols[1][col]
 
 
-__all__ = ["LEGAL", "NO_LIMIT", "SENDABLE", "TopicIdColumn", "TopicTable"]
+__all__ = ["LEGAL", "NO_LIMIT", "PLAIN", "SENDABLE", "TAKES_NORMAL", "UNLIMITED", "BatchTopics", "TopicTable"]

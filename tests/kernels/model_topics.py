@@ -41,7 +41,12 @@ class ModelTopicIds:
         tid = self.get(name)
         return tid if tid >= 0 and self.flags[tid] & need == need else -1
 
-    def lookup(self, values: list, out, need: int) -> int:
+    def lookup(self, values: list, out, need: int, common=None) -> int:
+        every = 0xFF
         for i, v in enumerate(values):
             out[i] = self.find(v, need)
+            tid = self.get(v)
+            every &= self.flags[tid] if tid >= 0 else 0
+        if common is not None:
+            common[0] = every
         return sum(1 for i in range(len(values)) if out[i] < 0)

@@ -74,6 +74,10 @@ def test_write_queues_lowered_refuse_a_queue_id_past_them(store) -> None:
             store.log.append_encoded(encoded(store, batch))
     auto = store.append(MessageBatch(topics="Narrow", bodies=[b"a"] * 8))  # automatic ids: the 4 queues
     assert sorted(set(auto.queue_ids.tolist())) == [0, 1, 2, 3]
+    store.append(many("Unset", queue_ids=5))  # no config: any queue
+    store.update_topic("Unset", write_queue_nums=2)
+    with pytest.raises(InvalidMessageError, match="queue id 5 is past topic 'Unset''s 2 write queue"):
+        store.append(many("Unset", queue_ids=5))
 
 
 def test_a_changed_message_type_applies_to_the_next_batch(store) -> None:
@@ -191,13 +195,14 @@ def test_queue_offsets_across_many_topics_equal_a_counter_and_continue_after_reo
 
 def test_the_table_gives_dense_ids_and_flags_only_what_passed() -> None:
     table = TopicTable()
-    ids, tid = table.legal_ids(["A", "B", "A"], 3)
+    ids, tid, _ = table.legal_ids(["A", "B", "A"], 3)
     assert ids.tolist() == [0, 1, 0] and tid == -1
-    assert table.legal_ids("B", 7) == (None, 1)
+    assert table.legal_ids("B", 7) == (None, 1, 0)
     assert table.ids.fields[1] == b"\x01B"
     assert table.ids.flags_of(0) == LEGAL  # legal, not yet checked for a producer
     calls = []
-    assert table.sendable_ids(["B", "C"], calls.append)[0].tolist() == [1, 2]
+    found = table.sendable_ids(["B", "C"], calls.append)
+    assert found.ids.tolist() == [1, 2] and found.plain  # no configs: NORMAL messages, any queue
     assert table.sendable_ids(["C", "B"], calls.append)[0].tolist() == [2, 1]
     assert calls == [{"B", "C"}]  # checked once
     table.config_changed("C")
