@@ -59,6 +59,7 @@ from mqstore.store.commitlog import CommitLog
 from mqstore.store.consume_queue import ConsumeQueue
 from mqstore.store.dispatch import DispatchBatch
 from mqstore.store.file_pool import FilePool
+from mqstore.store.known_queues import KnownQueues, KnownRow
 from mqstore.store.mapped_file import fsync_dir, sync_file_system
 from mqstore.store.queue_ends import QueueEnds
 from mqstore.store.schedule import SCHEDULE_TOPIC
@@ -74,6 +75,7 @@ _BUFFER_BUDGET = 96 << 20  # ...unless the journal holds more than this (then th
 _PAGE_UNITS = -(-_WRITE_OUT_PAGE // UNIT_SIZE)  # a page of units, at least
 _RAW_UNIT = np.dtype(f"V{UNIT_SIZE}")  # an encoded unit, moved as bytes (numpy keeps them as they are)
 _RUN_BYTES = 3 * 4 + 3 * 8 + 1  # what the journal keeps per run besides its units (``_Journal``)
+_CHECK_AT_OPEN_UP_TO = 4096  # after a clean close, more queues listed than this are checked at first use
 _SPREAD_CHUNK = 64  # the open times its per-queue work this many items at a time (``_spread``)
 _RUSAGE_THREAD = getattr(resource, "RUSAGE_THREAD", None)
 _CHECK_BATCH_UNITS = 1 << 20  # recovery checks the queues' tails against the commitlog this many units at a time
@@ -130,7 +132,13 @@ class ConsumeQueues:
         # Queues the summary of queue ends lists and nothing has used yet: (first file,
         # files, min offset, max offset, max physical offset), made a ConsumeQueue by
         # ``get`` without any file access. Disjoint from _queues.
-        self._known: dict[tuple[str, int], tuple[int, int, int, int, int, int]] = {}  # (..., last file's st_blocks)
+        self._known = KnownQueues()
+        # After a clean close with more than _CHECK_AT_OPEN_UP_TO queues listed: the
+        # summary's mtime, against which ``get`` checks a known queue's files at its
+        # first use instead of the open checking all of them (``load``).
+        self._check_since: int | None = None
+        self._bounds: tuple[int, int] | None = None  # (commitlog end, min offset) recover cut against
+        self.changed_since_summary = 0  # queues ``get`` found not as the summary listed them
         self._lock = threading.Lock()
         self._dirty: set[ConsumeQueue] = set()  # queues with units buffered since the last write_behind
         # The dispatch journal (``dispatch``) and the per-queue state it is checked
@@ -202,23 +210,22 @@ class ConsumeQueues:
                 log.warning("consume_queue_dir_ignored", path=str(root / name))
                 continue
             topics.append(name)
-        listed: dict[str, dict[int, tuple[int, int, int, int, int]]] = {}
-        if ends is not None:
-            names, r = ends.topics, ends.rows
-            for t, q, *row in zip(
-                r["topic"].tolist(),
-                r["queue_id"].tolist(),
-                r["first_file"].tolist(),
-                r["files"].tolist(),
-                r["min_offset"].tolist(),
-                r["max_offset"].tolist(),
-                r["max_physical_offset"].tolist(),
-            ):
-                listed.setdefault(names[t], {})[q] = tuple(row)
+        known = self._known = KnownQueues(ends)
         since = ends.mtime_ns if ends is not None else None
         newest = since if trusted else None
-        read = self._spread(lambda ts: self._load_topics(ts, listed, since, newest), topics)
-        self.summary_queues = len(self._known)
+        if trusted and ends is not None and len(ends) > _CHECK_AT_OPEN_UP_TO:
+            # Each listed queue of a topic on disk is taken as listed; ``get`` checks its
+            # files at first use (a stat per queue at the open: 400,000 queues on a cold
+            # disk were 2 minutes of stats). Topics it does not list are read.
+            self._check_since = since
+            listed = set(known.topics)
+            known.keep_topics(listed.intersection(topics))
+            read = self._spread(
+                lambda ts: self._load_topics(ts, None, None, None), [t for t in topics if t not in listed]
+            )
+        else:
+            read = self._spread(lambda ts: self._load_topics(ts, known if ends else None, since, newest), topics)
+        self.summary_queues = len(known)
         if ends is not None:
             log.info(
                 "consume_queues_loaded",
@@ -230,7 +237,7 @@ class ConsumeQueues:
     def _load_topics(
         self,
         topics: list[str],
-        listed: dict[str, dict[int, tuple[int, int, int, int, int]]],
+        listed: KnownQueues | None,
         since: int | None,
         newest: int | None,
     ) -> int:
@@ -242,9 +249,9 @@ class ConsumeQueues:
         change in the tick the summary was written in may have come after it.)
         Returns how many queues were read."""
         root = self._store_dir / CONSUME_QUEUE_DIR
-        known, read = {}, 0
+        kept, blocks_of, read = [], [], 0
         for topic in topics:
-            rows = listed.get(topic)
+            rows = (listed.topic_rows(topic) or None) if listed is not None else None
             qids = None
             if rows is not None and since is not None:
                 try:
@@ -268,19 +275,21 @@ class ConsumeQueues:
                 qids.sort()
             rows = rows or {}
             for qid in qids:
-                row = rows.get(qid)
-                if row is not None:
-                    blocks = self._row_fits(f"{root}/{topic}/{qid}", row, since, newest)
+                i = rows.get(qid)
+                if i is not None:
+                    blocks = self._row_fits(f"{root}/{topic}/{qid}", listed.row(i), since, newest)
                     if blocks >= 0:
-                        known[(topic, qid)] = (*row, blocks)
+                        kept.append(i)
+                        blocks_of.append(blocks)
                         continue
                 read += 1
                 self._open_from_files(topic, qid)
-        with self._lock:
-            self._known.update(known)
+        if kept:
+            with self._lock:
+                self._known.keep(np.array(kept, np.int64), np.array(blocks_of, np.int64))
         return read
 
-    def _row_fits(self, directory: str, row: tuple[int, int, int, int, int], since: int, newest: int | None) -> int:
+    def _row_fits(self, directory: str, row: tuple[int, ...], since: int, newest: int | None) -> int:
         """A stat of a listed queue's directory and one of each of its files (one,
         mostly): the directory must not have changed since the summary was written
         (mtime before ``since``: no file made or removed since, such as a next file
@@ -397,24 +406,75 @@ class ConsumeQueues:
             with self._lock:
                 cq = self._queues.get(key)
                 if cq is None:
-                    row = self._known.pop(key, None)
+                    row = self._known.pop(key)
+                    changed = row is not None and self._check_since is not None
+                    if changed:
+                        row = self._checked_at_use(topic, queue_id, row)
+                        changed = row is None
                     # Sparse files, as RocketMQ's setLength makes them: 200,000 queues x 6 MB
                     # pre-allocated would be 1.2 TB of blocks for nothing.
-                    cq = ConsumeQueue(
-                        self._store_dir,
-                        topic,
-                        queue_id,
-                        file_bytes=self._file_bytes,
-                        pool=self.pool,
-                        preallocate=False,
-                        fresh=new and row is None,
-                        repair=repair,
-                        read_only=self._read_only_above is not None,
-                        known=row,
+                    cq = (
+                        self._reopen_changed(topic, queue_id)
+                        if changed
+                        else ConsumeQueue(
+                            self._store_dir,
+                            topic,
+                            queue_id,
+                            file_bytes=self._file_bytes,
+                            pool=self.pool,
+                            preallocate=False,
+                            fresh=new and row is None,
+                            repair=repair,
+                            read_only=self._read_only_above is not None,
+                            known=row,
+                        )
                     )
                     if self._read_only_above is not None:
                         cq.correct_min_offset(self._read_only_above)
                     self._queues[key] = cq
+        return cq
+
+    def _checked_at_use(self, topic: str, queue_id: int, row: KnownRow) -> KnownRow | None:
+        """After a clean close of a big store (``load``), the check the open spared a
+        listed queue, made at its first use: its files must fit its row and be older
+        than the summary (``_row_fits``). Returns the row with the last file's
+        st_blocks, or None when the files changed since (damage, a tool that did not
+        remove the summary): the queue is then read from them (``_reopen_changed``)."""
+        directory = f"{self._store_dir}/{CONSUME_QUEUE_DIR}/{topic}/{queue_id}"
+        blocks = self._row_fits(directory, row, self._check_since, self._check_since)
+        if blocks >= 0:
+            return (*row[:5], blocks)
+        self.changed_since_summary += 1
+        log.warning(
+            "consume_queue_changed_since_summary",
+            topic=topic,
+            queue_id=queue_id,
+            listed_max_offset=row[3],
+            action="read from its files",
+        )
+        return None
+
+    def _reopen_changed(self, topic: str, queue_id: int) -> ConsumeQueue:
+        """A listed queue whose files changed after a clean close, opened from them and
+        cut as the open's recovery cuts a queue it reads (torn tail, units past the
+        commitlog's end, min offset). Units it lost against its row are not rebuilt
+        here (the dispatcher is past them): logged, ``mqstore verify`` reports the
+        queue and ``mqstore repair`` rebuilds it. Files that cannot be opened at all
+        are deleted (the queue starts empty). Caller holds the lock."""
+        args = dict(file_bytes=self._file_bytes, pool=self.pool, preallocate=False)
+        try:
+            cq = ConsumeQueue(self._store_dir, topic, queue_id, repair=self._repair, **args)
+        except CorruptFileError as e:
+            if not self._repair:
+                raise
+            log.error("consume_queue_discarded", topic=topic, queue_id=queue_id, reason=str(e), action="deleted")
+            shutil.rmtree(self._store_dir / CONSUME_QUEUE_DIR / topic / str(queue_id), ignore_errors=True)
+            return ConsumeQueue(self._store_dir, topic, queue_id, fresh=True, **args)
+        cq.recover(zero_tail=False)
+        if self._bounds is not None:
+            cq.truncate_dirty(self._bounds[0])
+            cq.correct_min_offset(self._bounds[1])
+        cq.forget_scan()
         return cq
 
     def find(self, topic: str, queue_id: int) -> ConsumeQueue | None:
@@ -431,7 +491,7 @@ class ConsumeQueues:
         queue it found, or made since)."""
         if self._loaded:
             with self._lock:
-                return sorted(set(self._queues) | set(self._known))
+                return sorted(set(self._queues).union(self._known.keys()))
         on_disk = set()
         root = self._store_dir / CONSUME_QUEUE_DIR
         if root.is_dir():
@@ -445,7 +505,9 @@ class ConsumeQueues:
         """Every open queue, each holding every unit dispatched so far (the queues
         listed by the summary of queue ends and not used yet are made now)."""
         self._move_all_in()
-        for key in list(self._known):
+        with self._lock:
+            known = self._known.keys()
+        for key in known:
             self.get(*key)
         return list(self._queues.values())
 
@@ -458,8 +520,8 @@ class ConsumeQueues:
         """The next queue offset (max offset) of every queue (step 3 of the open)."""
         self._move_all_in()
         with self._lock:
-            known, live = list(self._known.items()), list(self._queues.items())
-        out = {key: row[3] for key, row in known}
+            known, live = self._known.max_offsets(), list(self._queues.items())
+            out = dict(known)
         for key, cq in live:
             out[key] = cq.max_offset
         return out
@@ -797,7 +859,7 @@ class ConsumeQueues:
             return
         self._move_all_in()
         with self._lock:
-            queues, known = list(self._queues.values()), list(self._known.items())
+            queues, (known_topics, known_rows) = list(self._queues.values()), self._known.summary_rows()
         taken = [(cq, *cq.prepare_flush_row()) for cq in queues]
         if len(queues) <= _FSYNC_EACH_UP_TO:
             for cq in queues:
@@ -808,12 +870,16 @@ class ConsumeQueues:
                 if offset is not None:
                     cq.mark_flushed(offset)
         if progress is not None:
-            rows = [(t, q, *row[:5]) for (t, q), row in known]
-            rows += [(cq.topic, cq.queue_id, *row) for cq, _, row in taken if row is not None]
+            rows = [(cq.topic, cq.queue_id, *row) for cq, _, row in taken if row is not None]
             queue_ends.write(
                 self._store_dir,
-                queue_ends.build(
-                    rows, file_bytes=self._file_bytes, progress_offset=progress, cleaned_min=self.cleaned_min
+                queue_ends.build_with(
+                    known_topics,
+                    known_rows,
+                    rows,
+                    file_bytes=self._file_bytes,
+                    progress_offset=progress,
+                    cleaned_min=self.cleaned_min,
                 ),
             )
 
@@ -821,8 +887,8 @@ class ConsumeQueues:
         """offset+size of the newest unit over all queues (-1 if there is none)."""
         self._move_all_in()
         with self._lock:
-            known, live = list(self._known.values()), list(self._queues.values())
-        return max(max((row[4] for row in known), default=-1), max((cq.max_physical_offset for cq in live), default=-1))
+            known, live = self._known.max_physical_offset(), list(self._queues.values())
+        return max(known, max((cq.max_physical_offset for cq in live), default=-1))
 
     def recover(self, commitlog: CommitLog, *, verify_tail: bool, check_from: int = 0, deep_from: int = 0) -> None:
         """Cut torn unit tails and every unit at or past the commitlog's valid end.
@@ -857,9 +923,12 @@ class ConsumeQueues:
         self._move_all_in()
         with self._lock:
             slow = list(self._queues.values())  # read from their files by load
-            known = list(self._known.items())
+            known = len(self._known)
+            self._bounds = (commitlog.wrote_offset, commitlog.min_offset)
         if verify_tail and known:
-            listed = [self.get(*key) for key, _ in known]
+            with self._lock:
+                keys = self._known.keys()
+            listed = [self.get(*key) for key in keys]
             unfit: list[ConsumeQueue] = []
             self._spread(lambda qs: self._recover_queues(qs, commitlog, True, tails, zeroed, unfit), listed)
             for cq in unfit:  # the row does not fit the files: open the queue from them
@@ -872,7 +941,8 @@ class ConsumeQueues:
             if unfit:
                 log.warning("queue_ends_row_mismatch", queues=len(unfit), action="read from their files")
         elif known:
-            past = [key for key, row in known if row[4] > commitlog.wrote_offset]
+            with self._lock:
+                past = self._known.past(commitlog.wrote_offset)
             slow += [self.get(*key) for key in past]
         self._spread(lambda queues: self._recover_queues(queues, commitlog, verify_tail, tails, zeroed), slow)
         if zeroed:  # cut tails, made durable at once
@@ -890,10 +960,23 @@ class ConsumeQueues:
                 batch, units = [], 0
         self._check_tails(commitlog, batch, check_from, deep_from)
         expected = commitlog.recovery.queue_offsets
+        ends = []  # (topic, queue id, max offset, max physical offset) of the queues with records recovered
+        absent = []  # keys of ``expected`` with no queue
         with self._lock:
-            live, known = list(self._queues.values()), list(self._known.items())
-        ends = [(cq.topic, cq.queue_id, cq.max_offset, cq.max_physical_offset) for cq in live]
-        ends += [(t, q, row[3], row[4]) for (t, q), row in known]
+            keys = list(expected)
+            rows = self._known.find_many(keys)  # at once: after a clean close it holds every queue
+            max_offsets = self._known.column(rows, "max_offset")
+            want = np.fromiter(expected.values(), np.int64, len(keys))
+            short = np.flatnonzero((rows >= 0) & (max_offsets < want))
+            phys = self._known.column(rows[short], "max_physical_offset")
+            for i, max_phys in zip(short.tolist(), phys.tolist()):
+                ends.append((*keys[i], int(max_offsets[i]), max_phys))
+            for i in np.flatnonzero(rows < 0).tolist():
+                cq = self._queues.get(keys[i])
+                if cq is not None:
+                    ends.append((*keys[i], cq.max_offset, cq.max_physical_offset))
+                else:
+                    absent.append(keys[i])
         for topic, qid, max_offset, max_phys in ends:
             if max_offset < expected.get((topic, qid), 0):
                 if not verify_tail:  # after a crash, units still buffered in memory are expected to be lost
@@ -907,8 +990,7 @@ class ConsumeQueues:
                     )
                 self._rebuild_from(max_phys)
         if not verify_tail:  # after a clean exit every queue with records was written: a missing one is damage
-            with self._lock:
-                missing = sorted(k for k in expected if k not in self._queues and k not in self._known)
+            missing = sorted(absent)
             if missing:
                 log.warning(
                     "consume_queue_missing",

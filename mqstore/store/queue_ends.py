@@ -278,12 +278,47 @@ def build(
     return QueueEnds(file_bytes, progress_offset, cleaned_min, topics, arr, int(time.time() * 1000))
 
 
+def build_with(
+    known_topics: list[str],
+    known_rows: np.ndarray,
+    rows: list[tuple[str, int, int, int, int, int, int]],
+    *,
+    file_bytes: int,
+    progress_offset: int,
+    cleaned_min: int,
+) -> QueueEnds:
+    """``build`` for rows already in ROW_DTYPE arrays (``known_rows``, numbering
+    ``known_topics``: the queues an open took from the last summary and nothing
+    used since) plus ``rows`` as tuples (the queues in use): per-queue Python only
+    for the tuples."""
+    used = np.unique(known_rows["topic"]) if len(known_rows) else np.zeros(0, np.int64)
+    used_names = [known_topics[t] for t in used.tolist()]
+    topics = sorted(set(used_names).union(r[0] for r in rows))
+    index = {t: i for i, t in enumerate(topics)}
+    remap = np.zeros(len(known_topics), np.int64)
+    remap[used] = [index[t] for t in used_names]
+    live = np.zeros(len(rows), ROW_DTYPE)
+    if rows:
+        cols = list(zip(*rows))
+        live["topic"] = [index[t] for t in cols[0]]
+        for name, col in zip(("queue_id", "first_file", "files", "min_offset", "max_offset"), cols[1:6]):
+            live[name] = col
+        live["max_physical_offset"] = cols[6]
+    moved = known_rows.copy()
+    if len(moved):
+        moved["topic"] = remap[moved["topic"]]
+    arr = np.concatenate([moved, live])
+    arr = arr[np.argsort(arr["topic"].astype(np.int64) << 16 | arr["queue_id"], kind="stable")]
+    return QueueEnds(file_bytes, progress_offset, cleaned_min, topics, arr, int(time.time() * 1000))
+
+
 __all__ = [
     "QUEUE_ENDS_FILE",
     "ROW_DTYPE",
     "QueueEnds",
     "QueueEndsError",
     "build",
+    "build_with",
     "decode",
     "encode",
     "path_of",
