@@ -23,6 +23,58 @@ from libc.stdlib cimport calloc, free, realloc
 from libc.string cimport memset
 
 
+cdef extern from "Python.h":
+    int PyUnicode_IS_ASCII(object s)
+    void *PyUnicode_DATA(object s)
+    object PyBytes_FromStringAndSize(const char *v, Py_ssize_t n)
+    char *PyBytes_AS_STRING(object o)
+
+
+cdef inline bint _name_char(unsigned char c) noexcept nogil:
+    """[%|a-zA-Z0-9_-]: RocketMQ's topic characters (formats/names.py)."""
+    return (
+        (c >= 97 and c <= 122) or (c >= 65 and c <= 90) or (c >= 48 and c <= 57)
+        or c == 37 or c == 124 or c == 95 or c == 45
+    )
+
+
+def legal_fields(list names):
+    """Each name's topic field (formats.message.topic_field) if it is a legal topic
+    name (formats.names.topic_error: 1 to 127 of ``[%|a-zA-Z0-9_-]``, 255 after
+    ``%RETRY%`` or ``%DLQ%``), else None: the caller's check_topic then says why. One
+    compiled pass for a batch's new topics."""
+    cdef Py_ssize_t i, j, n, limit
+    cdef const unsigned char *c
+    cdef unsigned char *o
+    out = [None] * len(names)
+    for i in range(len(names)):
+        v = names[i]
+        if type(v) is not str or not PyUnicode_IS_ASCII(v):
+            continue
+        n = len(<str>v)
+        c = <const unsigned char *>PyUnicode_DATA(v)
+        limit = 255 if (v.startswith("%RETRY%") or v.startswith("%DLQ%")) else 127
+        if n == 0 or n > limit:
+            continue
+        for j in range(n):
+            if not _name_char(c[j]):
+                break
+        else:
+            field = PyBytes_FromStringAndSize(NULL, n + (1 if n <= 127 else 2))
+            o = <unsigned char *>PyBytes_AS_STRING(field)
+            if n <= 127:
+                o[0] = <unsigned char>n
+                o += 1
+            else:
+                o[0] = <unsigned char>(n >> 8)
+                o[1] = <unsigned char>(n & 0xFF)
+                o += 2
+            for j in range(n):
+                o[j] = c[j]
+            out[i] = field
+    return out
+
+
 cdef struct Seen:
     PyObject *name  # a str object (a reference held), or NULL
     int64_t tid
@@ -109,6 +161,19 @@ cdef class TopicIds:
         self.fields.append(None)
         self.index[name] = n  # last: an id is looked up only once its row exists
         return n
+
+    def add_all(self, list names, list fields, unsigned char bits):
+        """``add`` each of ``names``, then set its field (``fields[i]``, None: left as
+        is) and the flags ``bits``: a batch's new topics in one call."""
+        cdef Py_ssize_t i
+        cdef int64_t tid
+        if len(fields) != len(names):
+            raise ValueError("one field per name")
+        for i in range(len(names)):
+            tid = self.add(names[i])
+            if fields[i] is not None:
+                self.fields[tid] = fields[i]
+            self.flags[tid] |= bits
 
     def get(self, name):
         """The id of ``name``, or -1."""

@@ -38,7 +38,7 @@ from mqstore.errors import InvalidMessageError
 from mqstore.formats.message import topic_field
 from mqstore.formats.names import check_topic
 from mqstore.kernels._encode import distinct
-from mqstore.kernels._topics import TopicIds
+from mqstore.kernels._topics import TopicIds, legal_fields
 from mqstore.store.message_rules import NORMAL, takes_of
 from mqstore.store.topic_configs import PERM_WRITE, TopicConfig
 
@@ -116,20 +116,21 @@ class TopicTable:
         values = topics if type(topics) is list else list(topics)
         ids = np.empty(n, np.int64)
         if self.ids.lookup(values, ids, LEGAL):
-            for t in distinct(values, np.empty(n, np.int64)):
-                if self.ids.find(t, LEGAL) < 0:
+            new = [t for t in distinct(values, np.empty(n, np.int64)) if self.ids.find(t, LEGAL) < 0]
+            fields = legal_fields(new)
+            for t, f in zip(new, fields):
+                if f is None:  # not legal: check_topic says why (in order of first appearance)
                     check_topic(t)
-                    self._legalise(t)
+            with self._lock:
+                self.ids.add_all(new, fields, LEGAL)
             self.ids.lookup(values, ids, 0)
         return BatchTopics(ids, -1)
 
     def _legalise(self, topic: str) -> int:
         field = topic_field(topic)
         with self._lock:
-            tid = self.ids.add(topic)
-            self.ids.set_field(tid, field)
-            self.ids.set_flags(tid, LEGAL)
-        return tid
+            self.ids.add_all([topic], [field], LEGAL)
+        return self.ids.get(topic)
 
     # ------------------------------------------------------------------ a producer's
 
@@ -159,12 +160,13 @@ class TopicTable:
         """Names a producer's check passed: LEGAL, and SENDABLE with their config's
         columns (read under the lock, so a change heard meanwhile clears the flag
         after, not before, it is set)."""
-        fields = {t: topic_field(t) for t in names if self.ids.find(t, LEGAL) < 0}
+        new = [t for t in names if self.ids.find(t, LEGAL) < 0]
+        fields = dict(zip(new, legal_fields(new)))  # check_topic passed them: each has its field
         with self._lock:
             for t in names:
                 tid = self.ids.add(t)
                 if t in fields:
-                    self.ids.set_field(tid, fields[t])
+                    self.ids.set_field(tid, fields[t] or topic_field(t))
                     self.ids.set_flags(tid, LEGAL)
                 config = self._topic_of(t)
                 if tid >= self._cols.shape[1]:

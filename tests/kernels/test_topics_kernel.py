@@ -9,7 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mqstore.kernels._topics import TopicIds
+from mqstore.formats.message import topic_field
+from mqstore.formats.names import topic_error
+from mqstore.kernels._topics import TopicIds, legal_fields
 from tests.kernels.model_topics import ModelTopicIds
 from tests.tiers import examples
 
@@ -70,3 +72,22 @@ def test_many_names_grow_the_flags() -> None:
     out = np.empty(len(names), np.int64)
     assert ids.lookup(names, out, 2) == 10_000
     assert out[1::2].tolist() == list(range(1, 20_000, 2)) and (out[::2] == -1).all()
+
+
+legal_chars = st.sampled_from("%|_-aZz09")
+any_name = st.one_of(
+    st.text(legal_chars, max_size=260),
+    st.builds(
+        lambda p, t: p + t, st.sampled_from(["%RETRY%", "%DLQ%", "%RETRY", "%dlq%"]), st.text(legal_chars, max_size=260)
+    ),
+    st.text(max_size=20),  # any character: non-ASCII, separators, NUL
+    st.just(""),
+)
+
+
+@settings(max_examples=examples(500), deadline=None)
+@given(names=st.lists(any_name | st.just(None) | st.just(b"T"), max_size=8))
+def test_legal_fields_equal_topic_error_and_topic_field(names) -> None:
+    """legal_fields gives a name's topic field exactly when formats.names finds it legal."""
+    want = [topic_field(t) if isinstance(t, str) and topic_error(t) is None else None for t in names]
+    assert legal_fields(names) == want
