@@ -151,7 +151,9 @@ class ConsumeQueues:
         self._topic_names: list[str] = []
         self._keys = np.zeros(0, np.int64)  # (topic index << 16 | queue id), sorted
         self._key_ids = np.zeros(0, np.int64)  # the dense id of each key
-        self._by_id: list[ConsumeQueue] = []
+        self._by_id: list[ConsumeQueue | None] = []  # None: listed by the summary, no object yet (``_dense_of``)
+        self._dense_of: dict[tuple[str, int], int] = {}  # dense ids of the queues without an object
+        self._id_key = np.zeros(0, np.int64)  # the key of each dense id
         self._next = np.zeros(0, np.int64)  # queue offset the next unit must have (-1: any, a queue without units)
         self._max_end = np.zeros(0, np.int64)  # commitlog end of the queue's last unit (-1: none)
         self._jcount = np.zeros(0, np.int64)  # units in the journal
@@ -431,6 +433,10 @@ class ConsumeQueues:
                     )
                     if self._read_only_above is not None:
                         cq.correct_min_offset(self._read_only_above)
+                    d = self._dense_of.pop(key, None)
+                    if d is not None:  # the dispatcher journaled units of it before it had an object
+                        cq._journal, cq._dense = self, d
+                        self._by_id[d] = cq
                     self._queues[key] = cq
         return cq
 
@@ -612,7 +618,7 @@ class ConsumeQueues:
                 self._journal_bytes += units.nbytes + len(ids) * _RUN_BYTES
             for r in np.flatnonzero(~ok).tolist():  # rare: repeats, gaps, re-dispatch after a restart
                 lo, hi, dd = int(starts[r]), int(stops[r]), int(run_d[r])
-                cq = self._by_id[dd]
+                cq = self._queue_at(dd)
                 self._move_in_locked(cq)
                 cq.put_units(qo[lo:hi], phys[lo:hi], sizes[lo:hi], tags[lo:hi])
                 self._next[dd], self._max_end[dd] = cq.journal_state()
@@ -624,7 +630,8 @@ class ConsumeQueues:
 
     def _dense_ids(self, topics: list[str], codes: np.ndarray, qids: np.ndarray) -> np.ndarray:
         """The dense id of each (topics[code], queue id); queues met for the first time
-        get one (and are opened: ``_new_queue``). Caller holds the journal lock."""
+        get one (and are opened: ``_new_queue``, unless the summary of queue ends lists
+        them). Caller holds the journal lock."""
         index = self._topic_index
         found = list(map(index.get, topics))  # one C-level pass per chunk's distinct topics
         if None in found:
@@ -639,21 +646,43 @@ class ConsumeQueues:
         if not hit.all():
             new_keys = np.unique(keys[~hit])
             first = len(self._by_id)
-            for key in new_keys.tolist():
-                topic, qid = self._topic_names[key >> 16], key & 0xFFFF
-                cq = self._queues.get((topic, qid)) or self._new_queue(topic, qid)
-                cq._journal, cq._dense = self, len(self._by_id)
-                self._by_id.append(cq)
-            count = len(self._by_id)
+            count = first + len(new_keys)
             if count > len(self._next):
                 size = max(count, 2 * len(self._next), 64)
                 self._next = np.concatenate([self._next, np.full(size - len(self._next), -1, np.int64)])
                 self._max_end = np.concatenate([self._max_end, np.full(size - len(self._max_end), -1, np.int64)])
                 self._jcount = np.concatenate([self._jcount, np.zeros(size - len(self._jcount), np.int64)])
                 self._jfirst = np.concatenate([self._jfirst, np.zeros(size - len(self._jfirst), np.int64)])
+                self._id_key = np.concatenate([self._id_key, np.zeros(size - len(self._id_key), np.int64)])
+            self._id_key[first:count] = new_keys
+            names = self._topic_names
+            pairs = [(names[k >> 16], k & 0xFFFF) for k in new_keys.tolist()]
+            # A queue the summary of queue ends lists gets no object until it is used
+            # (``_queue_at``, ``get``): its row says what its next unit must continue.
+            opened = []
+            with self._lock:
+                rows = self._known.find_many(pairs)
+                for i, key in enumerate(pairs):
+                    cq = self._queues.get(key)
+                    if cq is None and rows[i] >= 0:
+                        self._dense_of[key] = first + i
+                        self._by_id.append(None)
+                    else:
+                        self._by_id.append(cq)
+                        if cq is None:
+                            opened.append(i)
+            listed = np.flatnonzero(rows >= 0)
+            if len(listed):
+                self._next[first + listed] = self._known.column(rows[listed], "max_offset")
+                self._max_end[first + listed] = self._known.column(rows[listed], "max_physical_offset")
+            for i in opened:
+                self._by_id[first + i] = self._queues.get(pairs[i]) or self._new_queue(*pairs[i])
             unmade = []
             for dd in range(first, count):
                 cq = self._by_id[dd]
+                if cq is None:
+                    continue
+                cq._journal, cq._dense = self, dd
                 self._next[dd], self._max_end[dd] = cq.journal_state()
                 if not cq.has_files:
                     unmade.append((cq, -1))
@@ -664,6 +693,15 @@ class ConsumeQueues:
             self._keys, self._key_ids = all_keys[o], all_ids[o]
             pos = np.searchsorted(self._keys, keys)
         return self._key_ids[pos]
+
+    def _queue_at(self, dense: int) -> ConsumeQueue:
+        """The queue with this dense id, made now if it has no object yet (``get``
+        binds it to its id). Caller holds the journal lock."""
+        cq = self._by_id[dense]
+        if cq is None:
+            key = int(self._id_key[dense])
+            cq = self.get(self._topic_names[key >> 16], key & 0xFFFF)
+        return cq
 
     def journaled(self, dense: int) -> bool:
         """Whether the journal holds units of the queue with this dense id."""
@@ -786,7 +824,7 @@ class ConsumeQueues:
         stops = np.cumsum(counts)
         starts = stops - counts
         self._jcount[ids] = 0
-        by_id, touched = self._by_id, []
+        touched = []
         for lo, hi, dd, fq, fe, le in zip(
             starts.tolist(),
             stops.tolist(),
@@ -795,7 +833,7 @@ class ConsumeQueues:
             first_end[ids].tolist(),
             last_end[ids].tolist(),
         ):
-            cq = by_id[dd]
+            cq = self._queue_at(dd)
             self._give(cq, units[lo:hi], fq, fe, le)
             touched.append(cq)
         with self._lock:  # the flusher swaps the set: never add to one it has taken

@@ -228,3 +228,31 @@ def test_buffered_units_are_served_while_they_cannot_be_written(tmp_path: Path) 
     assert queue_dirs(tmp_path) and (tmp_path / "consumequeue" / "BenchTopic3" / "1").is_dir()
     cqs.close()
     cl.close()
+
+
+def test_listed_queues_take_units_without_an_object_until_used(tmp_path: Path) -> None:
+    """After a clean close, the queues the summary of queue ends lists get a dense id
+    and journaled units without a ConsumeQueue object (its row says what the next
+    unit must continue); the object is made at first use and holds every unit."""
+    from mqstore.store.message_store import MessageStore
+
+    cfg = StoreConfig(segment_bytes=1 << 20, consume_queue_file_bytes=20 * 50)
+    w = Workload(body_size=32, topics=TOPICS, queues=QUEUES)
+    store = tmp_path / "s"
+    with MessageStore(store, cfg) as s:
+        for i in range(0, 2000, 500):
+            s.append(w.batch(i, 500))
+    with MessageStore(store, cfg) as s:
+        cqs = s.consume_queues
+        assert cqs.summary_queues == TOPICS * QUEUES
+        for i in range(2000, 4000, 500):
+            s.append(w.batch(i, 500))
+        assert s.wait_dispatched(timeout_s=30)
+        assert not cqs._queues  # noqa: SLF001 - 200 queues dispatched to, none made
+        cq = cqs.find("BenchTopic7", 2)
+        units = cq.read_units(0, 100)
+        assert len(units) == cq.max_offset == 20
+        assert [s.log.commitlog.read(int(u["commitlog_offset"])).queue_offset for u in units] == list(range(20))
+        assert len(cqs._queues) == 1  # noqa: SLF001
+    with MessageStore(store, cfg) as s:
+        assert sorted(cq.max_offset for cq in s.consume_queues.all()) == [20] * (TOPICS * QUEUES)
