@@ -859,7 +859,8 @@ class CommitLog:
 
     def queue_offset(self, topic: str, queue_id: int) -> int:
         """The next queue offset ``(topic, queue_id)`` will get (0 if never used)."""
-        return self._queue_offsets.get(topic, queue_id)
+        with self._put_lock:  # an append may grow the table's arrays meanwhile
+            return self._queue_offsets.get(topic, queue_id)
 
     def stats(self) -> CommitLogStats:
         cause = self.unwritable_cause
