@@ -3,11 +3,11 @@
 # `mqstore serve` (one shard, --flush async, 256 MiB segments) on a fresh store per
 # topic count, waits for its ready line, then runs `bench append --server` of MESSAGES
 # messages (128 B, batches of 1,000, 4 producers) in each shape (round-robin, per-topic),
-# two passes each (pass 1 cold, pass 2 warm), with every server process's CPU per
+# PASSES passes each (default 2: pass 1 cold, the next warm), with every server process's CPU per
 # message (--serve-pid) and the dispatch lag probed meanwhile (--probe-lag).
 # One JSON line per run: {"bench":"served_send","topics":T,"shape":S,"result":{...}}.
 # Usage: bash bench/served-topics.sh [DIR] [TOPIC COUNTS...]   (default /tmp/served-topics; wiped)
-#   MESSAGES=1000000 PRODUCERS=4 SHAPES="round-robin per-topic" MQ=.venv/bin/mqstore SETTLE_SECONDS=5
+#   MESSAGES=1000000 PASSES=2 PRODUCERS=4 SHAPES="round-robin per-topic" MQ=.venv/bin/mqstore SETTLE_SECONDS=5
 set -euo pipefail
 cd "$(dirname "$0")/.."
 MQ=${MQ:-.venv/bin/mqstore}
@@ -16,6 +16,7 @@ shift || true
 COUNTS=${*:-1 10000}
 MESSAGES=${MESSAGES:-1000000}
 PRODUCERS=${PRODUCERS:-4}
+PASSES=${PASSES:-2}
 SHAPES=${SHAPES:-round-robin per-topic}
 SETTLE_SECONDS=${SETTLE_SECONDS:-5}
 ulimit -n 1024
@@ -52,7 +53,7 @@ for t in $COUNTS; do
   for shape in $SHAPES; do
     start_serve
     out=$("$MQ" bench append --server "$front" --messages "$MESSAGES" --batch 1000 --producers "$PRODUCERS" \
-      --body-size 128 --topics "$t" --shape "$shape" --passes 2 --probe-lag \
+      --body-size 128 --topics "$t" --shape "$shape" --passes "$PASSES" --probe-lag \
       --serve-pid "$serve_pid" --shard-dir "$DIR/store" 2>/dev/null)
     printf '{"bench":"served_send","topics":%s,"shape":"%s","result":%s}\n' "$t" "$shape" "$(tail -n 1 <<<"$out")"
     stop_serve

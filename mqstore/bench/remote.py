@@ -9,7 +9,8 @@ to its max with raw records (as consumers get them), ``batch`` per call; first i
 waits (up to ``wait_dispatch`` seconds) until every shard has dispatched what it
 wrote (StoreStatus), so the queues' ends cover everything sent just before.
 Both report ``client_cpu_s``: this process's CPU seconds over the timed part (client
-and server share the machine's cores).
+and server share the machine's cores); append reports ``dispatch_lag_bytes_at_end``,
+what the shards had written and not yet dispatched when the last send was answered.
 A front serving TLS: MQSTORE_TLS_CA names the PEM certificates to trust.
 """
 
@@ -150,9 +151,12 @@ def _send_pass(
     extra = probe.stop() if probe is not None else {}
     if errors:
         raise errors[0]
-    if window is not None:
-        with remote_errors(), FrontClient(server, timeout=120, tls_ca=_tls_ca()) as c:
+    with remote_errors(), FrontClient(server, timeout=120, tls_ca=_tls_ca()) as c:
+        # what the shards had written and not yet dispatched when the last send was answered
+        extra["dispatch_lag_bytes_at_end"] = sum(max(0, s.wrote_offset - s.dispatched_offset) for s in c.store_status())
+        if window is not None:
             extra["dispatch_caught_up"], extra["dispatch_wait_s"] = wait_dispatched(c, 120)
+    if window is not None:
         extra["cpu_us_per_msg"] = window.per_message(messages)
     lat = np.array(latencies) * 1000 if latencies else np.zeros(1)
     return extra | {

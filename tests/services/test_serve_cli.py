@@ -179,6 +179,7 @@ def test_bench_append_per_topic_in_two_passes_through_the_server(server):
     assert p.returncode == 0, p.stderr
     out = json.loads(p.stdout.strip().splitlines()[-1])
     assert out["shape"] == "per-topic" and [x["acked"] for x in out["passes"]] == [6000, 6000]
+    assert all(x["dispatch_lag_bytes_at_end"] >= 0 for x in out["passes"])
     with FrontClient(endpoint) as c:
         wait_dispatched(c)
         for t in (2, 30, 59):  # (BenchTopic0 and 1 are the round-robin test's too)
