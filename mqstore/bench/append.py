@@ -15,7 +15,9 @@ Memory (from /proc/self/status, MB): ``rss_mb_before`` with the store open befor
 first append, ``rss_mb_after`` once a pass is dispatched; ``rss_anon_mb_*`` the
 anonymous part (Python and numpy state: what the queues cost; the rest is mapped file
 pages, page cache); ``queues_touched`` and ``rss_anon_kb_per_queue`` = (anon after -
-anon before) / queues touched.
+anon before) / queues touched. That growth includes what does not depend on the queues
+(index, buffers: tens of MB), so at a few queues the figure is that, not a queue's
+cost: compare runs at many and at one topic.
 """
 
 from __future__ import annotations
