@@ -11,13 +11,16 @@ records for it is noted; ``rebuild_from`` then says from which commitlog offset 
 store must re-dispatch so that the dispatcher rebuilds what went (units it already
 holds are skipped, so re-dispatching more is harmless).
 
-Units are written behind: ``dispatch`` only buffers them per queue (a new queue
-touches no file); ``write_behind`` (every second, on a few writer threads) writes new
-queues and those with a page buffered, ``flush(thorough=True)`` (every 60 s, on
-close) writes everything and makes it durable with one syncfs past 64 queues; any
-read of a queue writes its units first (or serves them from memory if the disk is
-full). A crash loses only buffered units, which the store dispatches again from the
-last thorough flush.
+Units are written behind: ``dispatch`` only journals them (grouped by queue, the
+queues' state in arrays by dense queue id; a new queue touches no file, a queue the
+summary lists gets no object until used); ``write_behind`` (every second) writes the
+queues with a page journaled, all of them once the journal passes its budget;
+``flush(thorough=True)`` (every 60 s, on close) writes everything and makes it durable
+with one syncfs past 64 queues; any read of a queue writes its units first (or serves
+them from memory if the disk is full). A crash loses only journaled units, which the
+store dispatches again from the last thorough flush. New queues' directories and
+first files are made by one creator thread (``_make_loop``) as the dispatcher meets
+them, or at topic creation (``make_ahead``).
 
 A summary of every queue's ends (queue_ends.py, ``config/queueEnds.bin``) is
 written at each thorough flush once the queues are durable (``flush(progress=...)``).
@@ -30,7 +33,8 @@ files do not fit their row, are read one by one, each once (a listing, a stat an
 one read serving both its first and last units and recovery's checks).
 
 Who calls what: the dispatcher thread calls ``dispatch``; the store's flusher calls
-``flush`` (and through it ``write_behind``); recovery calls ``load`` and ``recover``
+``flush`` (and through it ``write_behind``); the creator thread ``make_files`` of new
+queues; topic creation may call ``make_ahead``; recovery calls ``load`` and ``recover``
 before the dispatcher starts; readers call ``get``/``find`` from any thread.
 """
 
