@@ -196,6 +196,22 @@ def test_decisions_are_kept_until_users_or_rules_change():
     assert allowed(acl, User("app", "other-secret", admin=True), PUB, "Topic:BenchTopic8")
 
 
+def test_authorize_all_refuses_the_first_name_not_allowed_and_sees_changes():
+    acl, user = acl_of(("Topic:Bench*", ["Pub"], "Allow"))
+    names = [f"BenchTopic{i}" for i in range(2_000)]
+    acl.authorize_all(user, PUB, "Topic", names)
+    acl.authorize_all(user, PUB, "Topic", iter(names))  # any iterable; the second time from the set
+    with pytest.raises(PermissionDenied, match="Pub on Topic:Orders"):
+        acl.authorize_all(user, PUB, "Topic", [*names[:5], "Orders", "Other"])
+    with pytest.raises(PermissionDenied, match="Sub on Topic:BenchTopic0"):
+        acl.authorize_all(user, SUB, "Topic", names)  # the action is part of what was allowed
+    acl.add_rule(Rule.of("app", "Topic:BenchTopic1999", ["Pub"], "Deny"))
+    with pytest.raises(PermissionDenied, match="BenchTopic1999"):
+        acl.authorize_all(user, PUB, "Topic", names)
+    admin_acl, admin = acl_of(admin=True)
+    admin_acl.authorize_all(admin, PUB, "Topic", ["Anything"])
+
+
 names = st.from_regex(r"[a-zA-Z0-9_-]{1,12}", fullmatch=True)
 
 
