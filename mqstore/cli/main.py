@@ -169,7 +169,8 @@ def bench_append(
         typer.Option(
             "--shape",
             help="round-robin: message i to topic i % topics (a batch touches up to --batch topics); per-topic: "
-            "each batch to one topic (batch k to topic k % topics), as producers on their own topics send.",
+            "each batch to one topic (batch k to topic k % topics, message i to queue i % queues), as producers "
+            "on their own topics send.",
         ),
     ] = "round-robin",
     passes: Annotated[
@@ -178,7 +179,8 @@ def bench_append(
             "--passes",
             min=1,
             help="Send the same messages this many times to the same store, one pass after the other. Pass 1 is "
-            "cold (queues are made as their first message comes), the next ones warm (every queue is there). "
+            "cold (queues are made as their first message comes), the next ones warm (every queue they touch is "
+            "already known to the store). "
             "The top-level fields are pass 1's; 'passes' lists each pass's.",
         ),
     ] = 1,
