@@ -604,9 +604,9 @@ class ConsumeQueue:
 
     def _make_directory(self) -> None:
         try:
-            self.directory.mkdir()
+            os.mkdir(self._dir)  # os, not pathlib: made for each of thousands of new queues
         except FileNotFoundError:
-            self.directory.mkdir(parents=True, exist_ok=True)
+            os.makedirs(self._dir, exist_ok=True)
         except FileExistsError:
             return
         self._dir_dirty = True
