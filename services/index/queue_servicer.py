@@ -218,14 +218,15 @@ _CHECKED_TOPICS: set[str] = set()
 _MAX_CHECKED_TOPICS = 1_000_000
 
 
-def _check_topics(names) -> None:
+def _check_topics(names: list[str]) -> None:
     if _CHECKED_TOPICS.issuperset(names):
         return
-    for t in set(names).difference(_CHECKED_TOPICS):
+    new = set(names).difference(_CHECKED_TOPICS)
+    for t in new:
         check_topic(t)
     if len(_CHECKED_TOPICS) > _MAX_CHECKED_TOPICS:
         _CHECKED_TOPICS.clear()
-    _CHECKED_TOPICS.update(names)
+    _CHECKED_TOPICS.update(new)
 
 
 def _dispatch_batch(r: pb.PutUnitsRequest) -> DispatchBatch:
@@ -235,7 +236,8 @@ def _dispatch_batch(r: pb.PutUnitsRequest) -> DispatchBatch:
     n = validate.same_lengths(**cols)
     if r.to_offset < r.from_offset:
         raise BadRequest(f"to_offset {r.to_offset} is before from_offset {r.from_offset}")
-    _check_topics(r.topics)
+    topics = list(r.topics)  # once: each read of a repeated string field makes new str objects
+    _check_topics(topics)
     codes, qids, phys, sizes, qo = (
         cols[c] for c in ("topic_codes", "queue_ids", "physical_offsets", "sizes", "queue_offsets")
     )
@@ -252,7 +254,7 @@ def _dispatch_batch(r: pb.PutUnitsRequest) -> DispatchBatch:
     return DispatchBatch(
         physical_offsets=phys,
         sizes=sizes,
-        topics=list(r.topics),
+        topics=topics,
         topic_codes=codes,
         queue_ids=qids,
         queue_offsets=qo,
