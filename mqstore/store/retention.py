@@ -47,6 +47,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -159,10 +160,33 @@ class ConsumerOffsetsLike(Protocol):
     def offsets(self, group: str) -> dict[tuple[str, int], int]: ...
 
 
+_CLEAN_SERIAL_UP_TO = 64  # more queues than this are cleaned by _CLEAN_THREADS threads
+_CLEAN_THREADS = 16  # each queue's correction reads its first units: cold reads overlap on threads
+
+
 def clean_queues_below(queues, commitlog_min: int, cq_files: dict, cq_mins: dict) -> None:
     """Delete each consume queue's files wholly below ``commitlog_min`` and move its
     min offset up; record the files deleted (``cq_files``) and the min offsets
-    moved (``cq_mins``: (topic, queue id) -> (before, after))."""
+    moved (``cq_mins``: (topic, queue id) -> (before, after)). Many queues are
+    cleaned on threads: each is a read of its first units (and maybe an unlink),
+    which on a cold disk waits 0.1-1 ms (400,000 queues one by one took 6 minutes)."""
+    queues = list(queues)
+    if len(queues) <= _CLEAN_SERIAL_UP_TO:
+        _clean_each(queues, commitlog_min, cq_files, cq_mins)
+        return
+    parts = [({}, {}) for _ in range(_CLEAN_THREADS)]
+    with ThreadPoolExecutor(_CLEAN_THREADS, thread_name_prefix="mqstore-cq-clean") as pool:
+        done = [
+            pool.submit(_clean_each, queues[k::_CLEAN_THREADS], commitlog_min, *parts[k]) for k in range(_CLEAN_THREADS)
+        ]
+        for d in done:
+            d.result()
+    for files, mins in parts:
+        cq_files.update(files)
+        cq_mins.update(mins)
+
+
+def _clean_each(queues, commitlog_min: int, cq_files: dict, cq_mins: dict) -> None:
     for cq in queues:
         key = (cq.topic, cq.queue_id)
         old_min = cq.min_offset
