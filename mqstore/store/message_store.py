@@ -171,13 +171,17 @@ class MessageStore(LocalReads):
         Automatic queue ids spread over the write queues. ``message_type`` (a
         MessageType or its name: NORMAL, FIFO, DELAY, TRANSACTION, MIXED) is stored as
         the attribute ``message.type``. Other attributes are kept."""
-        return self.log.update_topic(
+        tc = self.log.update_topic(
             topic,
             read_queue_nums=read_queue_nums,
             write_queue_nums=write_queue_nums,
             perm=perm,
             message_type=message_type,
         )
+        nums = max(tc.read_queue_nums, tc.write_queue_nums)
+        if all(self.commitlog.queue_offset(topic, q) == 0 for q in range(nums)):  # a topic with no message yet
+            self.consume_queues.make_ahead(topic, nums)  # its first message then waits for no mkdir
+        return tc
 
     def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
         """Record that ``group`` consumed (topic, queue_id) up to ``offset`` (the next

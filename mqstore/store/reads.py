@@ -20,7 +20,7 @@ a topic's own units or keys are checked to be of that topic.
 
 Pull semantics (RocketMQ's GetMessageStatus): below the queue's min offset
 OFFSET_TOO_SMALL, at its max NO_NEW_MESSAGE, past it OFFSET_OVERFLOW, an unknown
-queue NO_MESSAGE_IN_QUEUE, units passed over without a match NO_MATCHED_MESSAGE,
+queue or one whose max offset is 0 (made ahead, never written) NO_MESSAGE_IN_QUEUE, units passed over without a match NO_MATCHED_MESSAGE,
 else FOUND; ``next_offset`` is where the next pull starts. A tag-filtered pull reads
 pages of max(4n, 256) units until it has ``max_count`` matches, the queue ends, or
 it has passed over ``TAG_SCAN_UNITS`` units (then NO_MATCHED_MESSAGE or FOUND with
@@ -255,7 +255,7 @@ def pull(
     while True:
         page: UnitsPage = yield ("units", topic, queue_id, pos, per_read)
         lo, hi = page.min_offset, page.max_offset
-        if not page.exists:
+        if not page.exists or hi == 0:  # RocketMQ: a queue whose max offset is 0 has no message
             return PullAnswer(PullStatus.NO_MESSAGE_IN_QUEUE, _joined([], raw), 0, lo, hi)
         if pos < lo and not count:  # (retention may pass a filtered pull between pages: keep what it found)
             return PullAnswer(PullStatus.OFFSET_TOO_SMALL, _joined([], raw), lo, lo, hi)

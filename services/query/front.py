@@ -671,7 +671,17 @@ class FrontServicer(front_pb2_grpc.FrontServiceServicer):
         self.topics_changed += 1  # the RocketMQ port's route table too (services/rocketmq)
         if self._write_queues is not None:
             self._write_queues[cfg.topic] = cfg.write_queue_nums
+        await self._make_queues_ahead(cfg.topic, max(cfg.read_queue_nums, cfg.write_queue_nums))
         return pb.CreateOrUpdateTopicResponse(config=cfg)
+
+    async def _make_queues_ahead(self, topic: str, queue_nums: int) -> None:
+        """Each shard's consume-queue builder makes the topic's queue files in the
+        background; a failure only means the first message makes them (logged)."""
+        request = consume_queue_pb2.MakeQueuesRequest(topic=topic, queue_nums=queue_nums)
+        try:
+            await self._fan_out(lambda s: s.call("cq", "MakeQueues", request))
+        except Exception as e:  # the topic is updated: the queues come with their first units
+            log.warning("queues_not_made_ahead", topic=topic, error=str(e))
 
     @rpc
     async def TopicStatus(self, request: pb.TopicStatusRequest, context) -> pb.TopicStatusResponse:

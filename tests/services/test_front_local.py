@@ -140,8 +140,13 @@ def test_consumer_offsets(client):
     assert code_of(lambda: client.commit_offset("g1", "OffsetTopic", 2, 6)) is C.INVALID_ARGUMENT  # past the max
 
 
-def test_topics(client):
+def test_topics(stack, client):
     cfg = client.update_topic("Orders", write_queue_nums=2, read_queue_nums=2)
+    queues = stack.queue_builders[0].state.store_dir / "consumequeue" / "Orders"  # made ahead (issue 26 item 3)
+    deadline = time.monotonic() + 30
+    while not all((queues / str(q) / "00000000000000000000").exists() for q in (0, 1)):
+        assert time.monotonic() < deadline, "the new topic's queue files were not made ahead"
+        time.sleep(0.05)
     assert (cfg.topic, cfg.write_queue_nums) == ("Orders", 2)
     res = client.send("Orders", [b"o"] * 10)
     assert sorted(set(res.queue_ids)) == [0, 1]

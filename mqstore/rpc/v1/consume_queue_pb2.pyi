@@ -168,6 +168,20 @@ class GetProgressRequest(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
 
+class MakeQueuesRequest(_message.Message):
+    __slots__ = ("topic", "queue_nums")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_NUMS_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    queue_nums: int
+    def __init__(self, topic: _Optional[str] = ..., queue_nums: _Optional[int] = ...) -> None: ...
+
+class MakeQueuesResponse(_message.Message):
+    __slots__ = ("queues",)
+    QUEUES_FIELD_NUMBER: _ClassVar[int]
+    queues: int
+    def __init__(self, queues: _Optional[int] = ...) -> None: ...
+
 class GetUnitsRequest(_message.Message):
     __slots__ = ("topic", "queue_id", "offset", "max_units")
     TOPIC_FIELD_NUMBER: _ClassVar[int]

@@ -77,6 +77,11 @@ class ConsumeQueueServiceStub:
                 request_serializer=mqstore_dot_v1_dot_consume__queue__pb2.GetProgressRequest.SerializeToString,
                 response_deserializer=mqstore_dot_v1_dot_common__pb2.BuilderProgress.FromString,
                 _registered_method=True)
+        self.MakeQueues = channel.unary_unary(
+                '/mqstore.v1.ConsumeQueueService/MakeQueues',
+                request_serializer=mqstore_dot_v1_dot_consume__queue__pb2.MakeQueuesRequest.SerializeToString,
+                response_deserializer=mqstore_dot_v1_dot_consume__queue__pb2.MakeQueuesResponse.FromString,
+                _registered_method=True)
         self.Pull = channel.unary_unary(
                 '/mqstore.v1.ConsumeQueueService/Pull',
                 request_serializer=mqstore_dot_v1_dot_front__pb2.PullRequest.SerializeToString,
@@ -160,6 +165,15 @@ class ConsumeQueueServiceServicer:
 
     def GetProgress(self, request, context):
         """Where the builder stands (the dispatcher resumes from it).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def MakeQueues(self, request, context):
+        """Make a topic's queue directories and first files ahead, in the background
+        (the front asks after creating or updating a topic), so its first message
+        waits for no mkdir. Queues that have files are left alone.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -250,6 +264,11 @@ def add_ConsumeQueueServiceServicer_to_server(servicer, server):
                     servicer.GetProgress,
                     request_deserializer=mqstore_dot_v1_dot_consume__queue__pb2.GetProgressRequest.FromString,
                     response_serializer=mqstore_dot_v1_dot_common__pb2.BuilderProgress.SerializeToString,
+            ),
+            'MakeQueues': grpc.unary_unary_rpc_method_handler(
+                    servicer.MakeQueues,
+                    request_deserializer=mqstore_dot_v1_dot_consume__queue__pb2.MakeQueuesRequest.FromString,
+                    response_serializer=mqstore_dot_v1_dot_consume__queue__pb2.MakeQueuesResponse.SerializeToString,
             ),
             'Pull': grpc.unary_unary_rpc_method_handler(
                     servicer.Pull,
@@ -494,6 +513,33 @@ class ConsumeQueueService:
             '/mqstore.v1.ConsumeQueueService/GetProgress',
             mqstore_dot_v1_dot_consume__queue__pb2.GetProgressRequest.SerializeToString,
             mqstore_dot_v1_dot_common__pb2.BuilderProgress.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def MakeQueues(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mqstore.v1.ConsumeQueueService/MakeQueues',
+            mqstore_dot_v1_dot_consume__queue__pb2.MakeQueuesRequest.SerializeToString,
+            mqstore_dot_v1_dot_consume__queue__pb2.MakeQueuesResponse.FromString,
             options,
             channel_credentials,
             insecure,
