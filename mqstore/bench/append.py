@@ -9,7 +9,11 @@ acknowledgement (the final close, which flushes the async tail, is reported apar
 the same messages again (a fresh UNIQ_KEY each), after the dispatcher caught up with
 the one before. The first pass is cold (its queues are made as their first message
 comes), later ones warm (every queue they touch is there). The top-level figures are
-the first pass's; ``passes`` lists every pass's (``pass_fields``).
+the first pass's; ``passes`` lists every pass's (``pass_fields``). After each pass
+(dispatcher in-process) the store settles before the next: the queue creator makes
+every new queue's files and a thorough flush writes every unit out and syncs, timed
+as ``settle_seconds`` (work the pass left to the background: at many new queues,
+their directories and files).
 
 Memory (from /proc/self/status, MB): ``rss_mb_before`` with the store open before the
 first append, ``rss_mb_after`` once a pass is dispatched; ``rss_anon_mb_*`` the
@@ -78,6 +82,7 @@ pass_fields = (
     "flush_timeouts",
     "dispatch_lag_bytes_at_end",
     "dispatch_catch_up_seconds",
+    "settle_seconds",
     "queues_touched",
     "rss_mb_before",
     "rss_mb_after",
@@ -212,6 +217,10 @@ def _run_pass(b: AppendBench, workload: Workload, cl, ack: AckLog | None) -> dic
     if b.dispatch:
         cl.wait_dispatched(timeout_s=600)
     dispatch_seconds = time.perf_counter() - t1
+    if b.dispatch:  # what the pass left behind: queue files still to make, units still to write
+        cl.consume_queues.wait_made()
+        cl.flush_derived()
+    settle_seconds = time.perf_counter() - t1 - dispatch_seconds
     if errors:
         raise errors[0]
     lat_ms = np.array(latencies) * 1000 if latencies else np.zeros(1)
@@ -227,6 +236,7 @@ def _run_pass(b: AppendBench, workload: Workload, cl, ack: AckLog | None) -> dic
         "flush_timeouts": totals["timeouts"],
         "dispatch_lag_bytes_at_end": lag,
         "dispatch_catch_up_seconds": round(dispatch_seconds, 4),
+        "settle_seconds": round(settle_seconds, 4),
         "resources": resources,
     }
 
