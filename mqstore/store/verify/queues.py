@@ -37,6 +37,8 @@ Two sides, both in bulk with numpy:
 
 from __future__ import annotations
 
+import errno
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -180,7 +182,7 @@ def read_queue(
         return QueueFiles(topic, queue_id, 0, np.zeros(0, UNIT_DTYPE), unreadable=True)
     if not bases:
         return QueueFiles(topic, queue_id, 0, np.zeros(0, UNIT_DTYPE))
-    data = b"".join(p.read_bytes() for p in paths)
+    data = b"".join([*(p.read_bytes() for p in paths[:-1]), _read_data(paths[-1])])
     units = decode_units(data)  # up to the first invalid unit, as the store reads them
     k = len(units)
     first = bases[0] // UNIT_SIZE
@@ -200,6 +202,26 @@ def read_queue(
                 "cq_torn_tail", f"{loc}#{first + k}", "a partly written unit after the last; the store cuts it on open"
             )
     return QueueFiles(topic, queue_id, first, units.copy())
+
+
+def _read_data(path: Path) -> bytes:
+    """A queue file's bytes up to the end of its last data extent: past it the file is
+    a hole (zeros), as the store's sparse files mostly are. A 6 MB last file holding
+    a few units is one small read (reading 400,000 of them whole was most of a
+    verify of 100,000 topics). Where the file system cannot say (no SEEK_DATA), the
+    whole file."""
+    with open(path, "rb") as f:
+        fd = f.fileno()
+        size, end, pos = os.fstat(fd).st_size, 0, 0
+        try:
+            while pos < size:
+                pos = os.lseek(fd, os.lseek(fd, pos, os.SEEK_DATA), os.SEEK_HOLE)
+                end = pos
+        except OSError as e:
+            if e.errno != errno.ENXIO:  # ENXIO: no data at or past pos
+                end = size
+        f.seek(0)  # (the lseeks above moved the position)
+        return f.read(min(end, size))
 
 
 def _check_units(q: QueueFiles, table: RecordTable, findings: Findings, damage: Damage, *, running: bool) -> None:
