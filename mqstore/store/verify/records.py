@@ -107,11 +107,17 @@ class RecordTable:
     corrupt: int  # whole records whose body fails its CRC: in the table, but not valid messages
 
     def queue_key(self, topic: str, queue_id: int) -> int | None:
-        """The key of (topic, queue id) in ``queue_keys``; None if no record has the topic."""
-        try:
-            return (self.topics.index(topic) << 32) | (queue_id & 0xFFFFFFFF)
-        except ValueError:
-            return None
+        """The key of (topic, queue id) in ``queue_keys``; None if no record has the topic.
+        (A dict over ``topics``, made on first use: ``topics.index`` per queue was
+        quadratic, 100,000 topics x 400,000 queues.)"""
+        made = self.__dict__.get("_topic_index")
+        if made is None or made[0] != len(self.topics):
+            index: dict[str, int] = {}
+            for i, t in enumerate(self.topics):
+                index.setdefault(t, i)  # the first, as list.index
+            made = self.__dict__["_topic_index"] = (len(self.topics), index)
+        i = made[1].get(topic)
+        return None if i is None else (i << 32) | (queue_id & 0xFFFFFFFF)
 
     def queue_of(self, key: int) -> tuple[str, int]:
         qid = key & 0xFFFFFFFF
