@@ -50,6 +50,7 @@ import stat
 import threading
 import time
 from collections import deque
+from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -1152,9 +1153,9 @@ class ConsumeQueues:
             )
             self._rebuild_from(cq.max_physical_offset)
 
-    def make_ahead(self, topic: str, queue_nums: int, *, first_offset: int = 0) -> int:
-        """Have the directory and first file of each of ``topic``'s queues 0 ..
-        queue_nums - 1 made now, in the background (topic creation, ``update-topic``),
+    def make_ahead(self, topic: str, queue_ids: Iterable[int], *, first_offset: int = 0) -> int:
+        """Have the directory and first file of each of ``topic``'s queues ``queue_ids``
+        made now, in the background (topic creation, ``update-topic``),
         so that the first message to a new queue waits for no mkdir and its first
         write-out is a plain pwrite. ``first_offset``: the queue offset the queues'
         first units will have (0 for a new topic; a file made at the wrong place goes
@@ -1163,7 +1164,7 @@ class ConsumeQueues:
         if self._read_only_above is not None:
             return 0
         items = []
-        for qid in range(queue_nums):
+        for qid in queue_ids:
             cq = self._queues.get((topic, qid)) or self._new_queue(topic, qid)
             if not cq.has_files:
                 items.append((cq, -1 if cq._dense >= 0 else first_offset * UNIT_SIZE))

@@ -180,7 +180,7 @@ class MessageStore(LocalReads):
         )
         nums = max(tc.read_queue_nums, tc.write_queue_nums)
         if all(self.commitlog.queue_offset(topic, q) == 0 for q in range(nums)):  # a topic with no message yet
-            self.consume_queues.make_ahead(topic, nums)  # its first message then waits for no mkdir
+            self.consume_queues.make_ahead(topic, range(nums))  # its first message then waits for no mkdir
         return tc
 
     def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:

@@ -19,14 +19,12 @@ from mqstore.services.index.local_pull import LocalPulls
 from mqstore.services.index.pop_service import Popper
 from mqstore.services.index.state import BuilderState
 from mqstore.store.builders import QueueBuilder
-from mqstore.store.config import StoreConfig
 from mqstore.store.dispatch import DispatchBatch
 from mqstore.store.local_ports import queue_ranges, units_page
 from mqstore.store.pop_progress import read_pop_progress
 
 SERVICE = "mqstore.v1.ConsumeQueueService"
 MAX_UNITS = 100_000
-MAX_QUEUE_ID = StoreConfig.max_queue_id
 
 
 class ConsumeQueueServicer(consume_queue_pb2_grpc.ConsumeQueueServiceServicer):
@@ -83,9 +81,10 @@ class ConsumeQueueServicer(consume_queue_pb2_grpc.ConsumeQueueServiceServicer):
     async def MakeQueues(self, request: pb.MakeQueuesRequest, context) -> pb.MakeQueuesResponse:
         builder: QueueBuilder = self.state.ready()
         validate.topic(request.topic)
-        if not 0 < request.queue_nums <= MAX_QUEUE_ID + 1:
-            raise BadRequest(f"queue_nums must be in 1..{MAX_QUEUE_ID + 1}, got {request.queue_nums}")
-        made = await self.state.call(builder.consume_queues.make_ahead, request.topic, request.queue_nums)
+        qids = sorted(set(request.queue_ids))
+        for q in qids[:1] + qids[-1:]:
+            validate.queue_id(q)
+        made = await self.state.call(builder.consume_queues.make_ahead, request.topic, qids)
         return pb.MakeQueuesResponse(queues=made)
 
     @rpc

@@ -677,9 +677,13 @@ class FrontServicer(front_pb2_grpc.FrontServiceServicer):
     async def _make_queues_ahead(self, topic: str, queue_nums: int) -> None:
         """Each shard's consume-queue builder makes the topic's queue files in the
         background; a failure only means the first message makes them (logged)."""
-        request = consume_queue_pb2.MakeQueuesRequest(topic=topic, queue_nums=queue_nums)
+
+        def ask(s: ShardClient):
+            held = [q for q in range(queue_nums) if self.router.shard_of(topic, q) == s.shard]
+            return s.call("cq", "MakeQueues", consume_queue_pb2.MakeQueuesRequest(topic=topic, queue_ids=held))
+
         try:
-            await self._fan_out(lambda s: s.call("cq", "MakeQueues", request))
+            await self._fan_out(ask)
         except Exception as e:  # the topic is updated: the queues come with their first units
             log.warning("queues_not_made_ahead", topic=topic, error=str(e))
 

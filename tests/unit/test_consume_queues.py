@@ -79,9 +79,9 @@ def test_make_ahead_makes_a_topics_queues_before_its_first_message(tmp_path: Pat
     cl = CommitLog(tmp_path, StoreConfig(segment_bytes=8 << 20))
     cqs = ConsumeQueues(tmp_path, file_bytes=20 * 100, max_open_files=8)
     cqs.load()
-    assert cqs.make_ahead("BenchTopic0", 4) == 4 and cqs.wait_made(60)
+    assert cqs.make_ahead("BenchTopic0", range(4)) == 4 and cqs.wait_made(60)
     assert sorted(d.name for d in queue_dirs(tmp_path)) == ["0", "1", "2", "3"]
-    assert cqs.make_ahead("BenchTopic0", 4) == 0  # there already
+    assert cqs.make_ahead("BenchTopic0", range(4)) == 0  # there already
     w = Workload(body_size=32, topics=1, queues=4)
     cl.append(w.batch(0, 1000))  # 250 a queue: files 0, 1 and 2 of 100 units
     ReputLoop(cl, [cqs], dispatched_offset=0).catch_up()

@@ -169,12 +169,12 @@ class GetProgressRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class MakeQueuesRequest(_message.Message):
-    __slots__ = ("topic", "queue_nums")
+    __slots__ = ("topic", "queue_ids")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
-    QUEUE_NUMS_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_IDS_FIELD_NUMBER: _ClassVar[int]
     topic: str
-    queue_nums: int
-    def __init__(self, topic: _Optional[str] = ..., queue_nums: _Optional[int] = ...) -> None: ...
+    queue_ids: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, topic: _Optional[str] = ..., queue_ids: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class MakeQueuesResponse(_message.Message):
     __slots__ = ("queues",)
