@@ -11,7 +11,9 @@ What it is trusted for (ConsumeQueues.load / recover; QueueBuilder decides which
   the commitlog's end (the last writer closed with everything dispatched), the
   commitlog's min offset is the one the queues were last corrected against, and
   every listed queue's directory exists (one listing per topic); a queue directory
-  it does not list is read the usual way.
+  it does not list is read the usual way. Past 4,096 queues the open takes the
+  listed queues of every topic on disk without a stat each, and checks a queue's
+  files at its first use instead (ConsumeQueues.get; known_queues.py keeps the rows).
 * after a crash: as a starting point. The units it counts were durable when it was
   written (the queues were synced before it); units past them are read from each
   queue's last file and checked against the commitlog like any tail after a crash.
