@@ -331,6 +331,14 @@ class ConsumeQueues:
             blocks = st.st_blocks
         return blocks
 
+    def _queue_object(self, topic: str, queue_id: int, **kwargs) -> ConsumeQueue:
+        """A ConsumeQueue of this store (its pool and file size). Sparse files, as
+        RocketMQ's setLength makes them: 200,000 queues x 6 MB pre-allocated would be
+        1.2 TB of blocks for nothing."""
+        return ConsumeQueue(
+            self._store_dir, topic, queue_id, file_bytes=self._file_bytes, pool=self.pool, preallocate=False, **kwargs
+        )
+
     def _open_from_files(self, topic: str, queue_id: int) -> ConsumeQueue | None:
         """Open a queue from its files (the open; the caller holds no lock, and no
         one else opens this queue meanwhile), outside the lock: many threads open
@@ -338,15 +346,7 @@ class ConsumeQueues:
         files cannot be opened is deleted and rebuilt from the commitlog (None)."""
         root = self._store_dir / CONSUME_QUEUE_DIR
         try:
-            cq = ConsumeQueue(
-                self._store_dir,
-                topic,
-                queue_id,
-                file_bytes=self._file_bytes,
-                pool=self.pool,
-                preallocate=False,
-                repair=self._repair,
-            )
+            cq = self._queue_object(topic, queue_id, repair=self._repair)
         except CorruptFileError as e:
             if not self._repair:
                 raise
@@ -429,18 +429,12 @@ class ConsumeQueues:
                     if changed:
                         row = self._checked_at_use(topic, queue_id, row)
                         changed = row is None
-                    # Sparse files, as RocketMQ's setLength makes them: 200,000 queues x 6 MB
-                    # pre-allocated would be 1.2 TB of blocks for nothing.
                     cq = (
                         self._reopen_changed(topic, queue_id)
                         if changed
-                        else ConsumeQueue(
-                            self._store_dir,
+                        else self._queue_object(
                             topic,
                             queue_id,
-                            file_bytes=self._file_bytes,
-                            pool=self.pool,
-                            preallocate=False,
                             fresh=new and row is None,
                             repair=repair,
                             read_only=self._read_only_above is not None,
@@ -483,15 +477,14 @@ class ConsumeQueues:
         here (the dispatcher is past them): logged, ``mqstore verify`` reports the
         queue and ``mqstore repair`` rebuilds it. Files that cannot be opened at all
         are deleted (the queue starts empty). Caller holds the lock."""
-        args = dict(file_bytes=self._file_bytes, pool=self.pool, preallocate=False)
         try:
-            cq = ConsumeQueue(self._store_dir, topic, queue_id, repair=self._repair, **args)
+            cq = self._queue_object(topic, queue_id, repair=self._repair)
         except CorruptFileError as e:
             if not self._repair:
                 raise
             log.error("consume_queue_discarded", topic=topic, queue_id=queue_id, reason=str(e), action="deleted")
             shutil.rmtree(self._store_dir / CONSUME_QUEUE_DIR / topic / str(queue_id), ignore_errors=True)
-            return ConsumeQueue(self._store_dir, topic, queue_id, fresh=True, **args)
+            return self._queue_object(topic, queue_id, fresh=True)
         cq.recover(zero_tail=False)
         if self._bounds is not None:
             cq.truncate_dirty(self._bounds[0])
