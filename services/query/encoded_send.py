@@ -188,16 +188,30 @@ class EncodedSender:
             message_rules.pick_fifo_queues(
                 qids, topics, rows, lambda t: route.write_queue_nums.get(t, route.default_queue_nums)
             )
-        for c, t in enumerate(names.tolist()):
-            auto = (codes == c) & (qids == AUTO_QUEUE)
-            count = int(auto.sum())
-            if count:
-                start = self._round_robin.get(t, 0)
-                wq = route.write_queue_nums.get(t, route.default_queue_nums) or 1
-                qids[auto] = (start + np.arange(count)) % wq
-                self._round_robin[t] = start + count
-        crc = np.array([zlib.crc32(t.encode()) for t in names.tolist()], np.int64)
+        names = names.tolist()
+        starts = np.array([self._round_robin.get(t, 0) for t in names], np.int64)
+        write_queues = np.array([route.write_queue_nums.get(t, route.default_queue_nums) or 1 for t in names], np.int64)
+        counts = pick_round_robin(qids, codes, starts, write_queues)
+        for c in np.flatnonzero(counts).tolist():
+            self._round_robin[names[c]] = int(starts[c] + counts[c])
+        crc = np.array([zlib.crc32(t.encode()) for t in names], np.int64)
         return dataclasses.replace(batch, queue_ids=qids), (crc[codes] + qids) % route.shards
+
+
+def pick_round_robin(qids: np.ndarray, codes: np.ndarray, starts: np.ndarray, write_queues: np.ndarray) -> np.ndarray:
+    """Sets each automatic queue id (-1) in ``qids``, in place: the k-th such message
+    of topic code c in the batch gets ``(starts[c] + k) % write_queues[c]``. Returns the
+    count of automatic messages per code. One pass over the batch whatever the number
+    of distinct topics (a mask per topic cost topics x messages)."""
+    rows = np.flatnonzero(qids == AUTO_QUEUE)
+    auto_codes = codes[rows]
+    counts = np.bincount(auto_codes, minlength=len(starts))
+    order = np.argsort(auto_codes, kind="stable")  # by topic, batch order kept within one
+    first_of_code = np.cumsum(counts) - counts
+    rank = np.arange(len(rows)) - first_of_code[auto_codes[order]]
+    c = auto_codes[order]
+    qids[rows[order]] = (starts[c] + rank) % write_queues[c]
+    return counts
 
 
 def _not_reached(e: grpc.RpcError) -> bool:
@@ -268,4 +282,4 @@ def _result(enc, answers, prefixes: list[str], errors: dict[int, str], shard_of=
     )
 
 
-__all__ = ["EncodedSendResult", "EncodedSender"]
+__all__ = ["EncodedSendResult", "EncodedSender", "pick_round_robin"]
