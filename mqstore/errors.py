@@ -169,6 +169,13 @@ class ConfigError(MqStoreError, ValueError):
     (for instance a segment size that differs from the existing segments)."""
 
 
+class StoreTypeError(ConfigError):
+    """A store is opened with a ``store_type`` (RocketMQ storeType) other than the one
+    its consume queues were made with: a file per queue ("default") or one RocksDB
+    ("defaultRocksDB"), told apart by what ``consumequeue/`` holds (store_type.py).
+    Nothing was changed; open it with its own type (``--store-type``)."""
+
+
 class IndexDisabledError(ConfigError):
     """A key query on a store whose message index is off (``message_index_enable``
     is False): nothing can answer it. Query by msgId or queue offset instead."""
@@ -196,6 +203,7 @@ __all__ = [
     "StoreClosedError",
     "StoreLockedError",
     "StoreNotWritableError",
+    "StoreTypeError",
     "TopicPermissionError",
     "TransactionNotSupportedError",
 ]

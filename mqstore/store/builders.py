@@ -62,6 +62,7 @@ from mqstore.store.lockfile import (
     remove_abort_marker,
 )
 from mqstore.store.retention import ConsumerLoss, clean_queues_below, consumer_losses
+from mqstore.store.store_type import open_consume_queues
 
 log = structlog.get_logger(__name__)
 
@@ -340,11 +341,10 @@ class QueueBuilder(_Builder):
             self.consumer_offsets = ConsumerOffsets(self.store_dir)
             if unusable:
                 self.consumer_offsets.persist()  # empty: groups start where their consumers' settings say
-            self.consume_queues = ConsumeQueues(
-                self.store_dir, file_bytes=cfg.consume_queue_file_bytes, max_open_files=cfg.max_open_queue_files
-            )
+            self.consume_queues = open_consume_queues(self.store_dir, cfg)  # of the store's type (store_type.py)
             self._step("loading consume queues", 0, 0)
-            self.consume_queues.load(repair=True, ends=self._usable_ends(view), trusted=self.clean)
+            ends = self._usable_ends(view) if getattr(self.consume_queues, "uses_queue_ends", True) else None
+            self.consume_queues.load(repair=True, ends=ends, trusted=self.clean)
             self._step("checking consume-queue tails against the commitlog", 0, 0)
             deep = view.redispatch_from if not self.clean else view.wrote_offset
             self.consume_queues.recover(

@@ -15,6 +15,11 @@ GIB = 1 << 30
 PAGE_BYTES = 4096
 
 
+STORE_TYPE_DEFAULT = "default"  # RocketMQ StoreType.DEFAULT: a file per consume queue (consumequeue/<topic>/<id>/)
+STORE_TYPE_ROCKSDB = "defaultRocksDB"  # StoreType.DEFAULT_ROCKSDB: every queue in one RocksDB (rocks_queues.py)
+STORE_TYPES = (STORE_TYPE_DEFAULT, STORE_TYPE_ROCKSDB)
+
+
 class FlushMode(enum.Enum):
     """How appends become durable (RocketMQ flushDiskType)."""
 
@@ -60,6 +65,9 @@ class StoreConfig:
     # RetentionConfig.clean_forcibly_ratio (RocketMQ cleanFileForciblyEnable, true
     # there): off here, a full disk refuses writes instead (serve --clean-forcibly).
     clean_forcibly_enable: bool = False
+    # Where consume queues live (RocketMQ storeType): fixed when the store is made; a
+    # store of the other type refuses to open (store_type.py, StoreTypeError).
+    store_type: str = STORE_TYPE_DEFAULT
 
     def __post_init__(self) -> None:
         if self.segment_bytes < PAGE_BYTES or self.segment_bytes % PAGE_BYTES:
@@ -79,6 +87,8 @@ class StoreConfig:
         ):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name} must be > 0, got {getattr(self, name)}")
+        if self.store_type not in STORE_TYPES:
+            raise ConfigError(f"store_type must be one of {', '.join(STORE_TYPES)}, got {self.store_type!r}")
         if self.flush_least_pages < 0:
             raise ConfigError(f"flush_least_pages must be >= 0, got {self.flush_least_pages}")
         if self.index_max_entries < 2:
@@ -97,4 +107,12 @@ class StoreConfig:
         return self.max_message_bytes + 64 * 1024
 
 
-__all__ = ["GIB", "PAGE_BYTES", "FlushMode", "StoreConfig"]
+__all__ = [
+    "GIB",
+    "PAGE_BYTES",
+    "STORE_TYPES",
+    "STORE_TYPE_DEFAULT",
+    "STORE_TYPE_ROCKSDB",
+    "FlushMode",
+    "StoreConfig",
+]

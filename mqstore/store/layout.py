@@ -19,6 +19,7 @@ from mqstore.errors import ConfigError
 from mqstore.store import faults
 from mqstore.store.config import StoreConfig
 from mqstore.store.mapped_file import fsync_dir, note_sync_failure
+from mqstore.store.store_type import store_type_for_reading
 
 log = structlog.get_logger(__name__)
 
@@ -46,7 +47,7 @@ def layout_for_reading(store_dir: Path) -> StoreConfig:
     values = saved_layout(store_dir)
     if values is None:
         values = _sizes_on_disk(store_dir)
-    return dataclasses.replace(StoreConfig(), **values)
+    return dataclasses.replace(StoreConfig(), **values, store_type=store_type_for_reading(store_dir))
 
 
 def resolve_layout(store_dir: Path, config: StoreConfig) -> StoreConfig:

@@ -20,13 +20,13 @@ from pathlib import Path
 import structlog
 
 from mqstore.errors import StoreClosedError
-from mqstore.store.consume_queues import ConsumeQueues
 from mqstore.store.consumer_offsets import ConsumerOffsets
 from mqstore.store.derived_offset import read_durable_offset
 from mqstore.store.index_service import IndexService
 from mqstore.store.layout import layout_for_reading
 from mqstore.store.local_ports import LocalPorts, LocalReads
 from mqstore.store.reader import CommitLogView
+from mqstore.store.store_type import open_consume_queues
 from mqstore.store.topic_configs import TopicConfigs
 
 log = structlog.get_logger(__name__)
@@ -40,9 +40,7 @@ class ReadView(LocalReads):
         self.store_dir = Path(store_dir)
         cfg = layout_for_reading(self.store_dir)
         self.commitlog = CommitLogView(self.store_dir, end_hint=read_durable_offset(self.store_dir))
-        self.consume_queues = ConsumeQueues(
-            self.store_dir, file_bytes=cfg.consume_queue_file_bytes, read_only_above=self.commitlog.min_offset
-        )
+        self.consume_queues = open_consume_queues(self.store_dir, cfg, read_only_above=self.commitlog.min_offset)
         self.index: IndexService | None = None
         if cfg.message_index_enable:
             self.index = IndexService(

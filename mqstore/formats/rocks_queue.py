@@ -1,0 +1,176 @@
+"""Consume queues in one RocksDB (RocketMQ 5 ``storeType=defaultRocksDB``): keys and values.
+
+Layouts as RocketMQ's RocksDBConsumeQueueTable and RocksDBConsumeQueueOffsetTable
+(big-endian; CTRL_1 is the byte 0x01, the topic is UTF-8).
+
+A unit, in the default column family:
+
+    key    offset  size  field
+           0       4     topic length n
+           4       1     CTRL_1
+           5       n     topic
+           5+n     1     CTRL_1
+           6+n     4     queue id
+           10+n    1     CTRL_1
+           11+n    8     consume-queue offset         (19 + n bytes)
+    value  0       8     commitlog offset of the record
+           8       4     record size
+           12      8     tags code
+           20      8     store timestamp (ms)           (28 bytes)
+
+A queue's min or max, in the column family ``offset``:
+
+    key    0       4     topic length n
+           4       1     CTRL_1
+           5       n     topic
+           5+n     1     CTRL_1
+           6+n     3     b"max" or b"min"
+           9+n     1     CTRL_1
+           10+n    4     queue id                       (14 + n bytes)
+    value  0       8     commitlog offset of the unit
+           8       8     consume-queue offset of the unit (16 bytes)
+
+"max" names the queue's last unit (its max offset is that offset + 1), "min" its
+first kept unit. A queue made ahead without units has "max" (-1, -1). The entry of
+topic ``CHECKPOINT_TOPIC``, "max", queue 0 holds in its commitlog-offset field the
+commitlog end (offset + size) of the newest record dispatched (RocketMQ keeps the
+max physical offset dispatched there to find it without a scan).
+
+Keys of one queue share the prefix ``queue_prefix`` and sort by queue offset (the
+offset is big-endian and never negative), so a queue's units are one key range:
+``unit_key(prefix, lo)`` to ``unit_key(prefix, hi)`` (RocketMQ deletes a queue
+between prefix + CTRL_0 and prefix + CTRL_2).
+"""
+
+from __future__ import annotations
+
+import struct
+
+import numpy as np
+
+CTRL_0, CTRL_1, CTRL_2 = b"\x00", b"\x01", b"\x02"
+OFFSET_FAMILY = "offset"
+CHECKPOINT_TOPIC = "CHECKPOINT_TOPIC"  # RocketMQ TopicValidator.RMQ_SYS_ROCKSDB_OFFSET_TOPIC
+MAX, MIN = b"max", b"min"
+
+VALUE = struct.Struct(">qiqq")
+VALUE_SIZE = 28
+assert VALUE.size == VALUE_SIZE
+VALUE_DTYPE = np.dtype([("commitlog_offset", ">i8"), ("size", ">i4"), ("tags_code", ">i8"), ("store_timestamp", ">i8")])
+assert VALUE_DTYPE.itemsize == VALUE_SIZE
+OFFSET_VALUE = struct.Struct(">qq")
+_QID = struct.Struct(">i")
+_QO = struct.Struct(">q")
+
+
+def queue_prefix(topic: str, queue_id: int) -> bytes:
+    """What every unit key of one queue starts with (all but the queue offset).
+
+    >>> queue_prefix("T", 3).hex()
+    '000000010154010000000301'
+    """
+    t = topic.encode()
+    return struct.pack(">i", len(t)) + CTRL_1 + t + CTRL_1 + _QID.pack(queue_id) + CTRL_1
+
+
+def unit_key(prefix: bytes, queue_offset: int) -> bytes:
+    return prefix + _QO.pack(queue_offset)
+
+
+def unit_keys(prefix: bytes, first: int, count: int) -> list[bytes]:
+    """The keys of ``count`` units of one queue from ``first`` on."""
+    offs = np.arange(first, first + count, dtype=">i8").view("V8").tolist()
+    return [prefix + o for o in offs]
+
+
+def split_unit_key(key: bytes) -> tuple[str, int, int]:
+    """(topic, queue id, queue offset) of a unit key."""
+    n = struct.unpack_from(">i", key)[0]
+    topic = key[5 : 5 + n].decode()
+    (qid,) = _QID.unpack_from(key, 6 + n)
+    (qo,) = _QO.unpack_from(key, 11 + n)
+    if len(key) != 19 + n or key[4:5] != CTRL_1 or key[5 + n : 6 + n] != CTRL_1 or key[10 + n : 11 + n] != CTRL_1:
+        raise ValueError(f"not a consume-queue unit key: {key.hex()}")
+    return topic, qid, qo
+
+
+def encode_value(commitlog_offset: int, size: int, tags_code: int, store_timestamp: int) -> bytes:
+    return VALUE.pack(commitlog_offset, size, tags_code, store_timestamp)
+
+
+def encode_values(phys: np.ndarray, sizes: np.ndarray, tags: np.ndarray, times: np.ndarray) -> list[bytes]:
+    """Many unit values at once (one bytes object each)."""
+    out = np.empty(len(phys), VALUE_DTYPE)
+    out["commitlog_offset"], out["size"], out["tags_code"], out["store_timestamp"] = phys, sizes, tags, times
+    return out.view(f"V{VALUE_SIZE}").tolist()
+
+
+def decode_values(values: list[bytes]) -> np.ndarray:
+    """Unit values (VALUE_DTYPE), in the order given."""
+    return np.frombuffer(b"".join(values), VALUE_DTYPE)
+
+
+def encode_unit_keys(prefixes: list[bytes], pick: np.ndarray, queue_offsets: np.ndarray) -> list[bytes]:
+    """Key of each unit ``i``: ``prefixes[pick[i]]`` + its queue offset, built with numpy
+    (keys of the same prefix length in one array, sliced into bytes by ``tolist``)."""
+    n = len(pick)
+    out: list[bytes] = [b""] * n
+    lens = np.fromiter((len(p) for p in prefixes), np.int64, len(prefixes))
+    unit_len = lens[pick] if n else np.zeros(0, np.int64)
+    for length in np.unique(unit_len).tolist():
+        rows = np.flatnonzero(unit_len == length)
+        which = pick[rows]
+        used, inverse = np.unique(which, return_inverse=True)
+        table = np.frombuffer(b"".join(prefixes[i] for i in used.tolist()), np.uint8).reshape(len(used), length)
+        keys = np.empty((len(rows), length + 8), np.uint8)
+        keys[:, :length] = table[inverse]
+        keys[:, length:] = queue_offsets[rows].astype(">i8").view(np.uint8).reshape(-1, 8)
+        for r, k in zip(rows.tolist(), keys.view(f"V{length + 8}").ravel().tolist()):
+            out[r] = k
+    return out
+
+
+def offset_key(topic: str, queue_id: int, which: bytes) -> bytes:
+    """Key of a queue's ``MAX`` or ``MIN`` entry.
+
+    >>> offset_key("T", 3, MAX).hex()
+    '000000010154016d61780100000003'
+    """
+    t = topic.encode()
+    return struct.pack(">i", len(t)) + CTRL_1 + t + CTRL_1 + which + CTRL_1 + _QID.pack(queue_id)
+
+
+def split_offset_key(key: bytes) -> tuple[str, int, bytes]:
+    """(topic, queue id, MAX or MIN) of an offset-table key."""
+    n = struct.unpack_from(">i", key)[0]
+    if len(key) != 14 + n or key[4:5] != CTRL_1 or key[5 + n : 6 + n] != CTRL_1 or key[9 + n : 10 + n] != CTRL_1:
+        raise ValueError(f"not a consume-queue offset key: {key.hex()}")
+    which = key[6 + n : 9 + n]
+    if which not in (MAX, MIN):
+        raise ValueError(f"not a consume-queue offset key: {key.hex()}")
+    return key[5 : 5 + n].decode(), _QID.unpack_from(key, 10 + n)[0], which
+
+
+CHECKPOINT_KEY = offset_key(CHECKPOINT_TOPIC, 0, MAX)
+
+__all__ = [
+    "CHECKPOINT_KEY",
+    "CHECKPOINT_TOPIC",
+    "MAX",
+    "MIN",
+    "OFFSET_FAMILY",
+    "OFFSET_VALUE",
+    "VALUE",
+    "VALUE_DTYPE",
+    "VALUE_SIZE",
+    "decode_values",
+    "encode_unit_keys",
+    "encode_value",
+    "encode_values",
+    "offset_key",
+    "queue_prefix",
+    "split_offset_key",
+    "split_unit_key",
+    "unit_key",
+    "unit_keys",
+]

@@ -1,0 +1,608 @@
+"""All consume queues of a store in one RocksDB (RocketMQ 5 ``storeType=defaultRocksDB``).
+
+The option for very many queues: where the default layout keeps a directory and
+files per queue (consume_queues.py), this keeps one RocksDB under
+``<store>/consumequeue/`` (RocketMQ's directory, holding the database's files
+instead of topic directories), a key per unit and the queues' min and max in the
+column family ``offset`` (byte layouts: formats/rocks_queue.py). The rest of the
+store sees the same interface as ``ConsumeQueues`` (``find`` gives a ``RocksQueue``
+with ``ConsumeQueue``'s read side); ``store_type.open_consume_queues`` picks the class.
+
+Writes: each dispatched chunk is one WriteBatch (its units, the max entry of each
+queue it touched, the checkpoint entry); the state the dispatcher checks units
+against (max offset, commitlog offset of the last unit) lives in arrays by dense
+queue id, so no per-queue Python runs for units that continue their queue.
+
+Durability: RocksDB's WAL is off, as RocketMQ runs it. The commitlog is the
+source of truth: a thorough flush (every 60 s, on close) flushes the memtables of
+both column families to synced SST files before the builder reports its durable
+offset, and a crash re-dispatches from that offset, as with the default layout's
+write-behind. Acknowledged messages are durable in the commitlog, not here. With
+``atomic_flush`` the two column families are flushed together, so what a crash
+leaves is a prefix of the batches (units and their max entries agree); recovery
+then cuts units pointing at or past the commitlog's recovered end and moves min
+offsets up to the commitlog's min. A WAL would double the bytes written for
+nothing the re-dispatch does not already give.
+
+Limits: ``max_open_files`` bounds RocksDB's descriptors (one database per shard;
+no maps), so ``ulimit -n 1024`` and ``vm.max_map_count`` hold at any number of
+queues.
+
+Who calls what: as ConsumeQueues (the dispatcher ``dispatch``, the flusher
+``flush``, recovery ``load`` and ``recover``, readers ``find`` from any thread).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import structlog
+from rocksdict import AccessType, Options, Rdict, WriteBatch, WriteOptions
+
+from mqstore.errors import OffsetError, StoreClosedError
+from mqstore.formats.consume_queue import UNIT_DTYPE, CqUnit
+from mqstore.formats.message import advances_queue_offset
+from mqstore.formats.rocks_queue import (
+    CHECKPOINT_KEY,
+    MAX,
+    MIN,
+    OFFSET_FAMILY,
+    OFFSET_VALUE,
+    decode_values,
+    encode_unit_keys,
+    encode_values,
+    offset_key,
+    queue_prefix,
+    split_offset_key,
+    unit_key,
+    unit_keys,
+)
+from mqstore.store.dispatch import DispatchBatch
+
+log = structlog.get_logger(__name__)
+
+CONSUME_QUEUE_DIR = "consumequeue"  # RocketMQ StorePathConfigHelper.getStorePathConsumeQueue: the same for both types
+ROCKS_MARKER = "CURRENT"  # a RocksDB always has it; the default layout never has a file there
+_MAX_OPEN_FILES = 256  # RocksDB's descriptors (SST files), well inside ulimit -n 1024
+_READ_BATCH = 65_536  # units read per multi-get
+
+
+def _options(max_open_files: int, *, create: bool) -> Options:
+    opts = Options(raw_mode=True)
+    opts.create_if_missing(create)
+    opts.create_missing_column_families(create)
+    opts.set_max_open_files(max_open_files)
+    opts.set_atomic_flush(True)  # both column families flushed together: a crash leaves them agreeing
+    opts.set_max_background_jobs(2)
+    opts.set_keep_log_file_num(2)
+    opts.set_write_buffer_size(64 << 20)
+    return opts
+
+
+def _is_rocks_dir(path: Path) -> bool:
+    return (path / ROCKS_MARKER).is_file()
+
+
+class RocksQueue:
+    """One queue of a RocksQueues: ConsumeQueue's read side and its retention step.
+    A view (made on demand, holds no state): its offsets are the owner's arrays."""
+
+    __slots__ = ("_owner", "_d", "topic", "queue_id")
+
+    def __init__(self, owner: RocksQueues, dense: int) -> None:
+        self._owner, self._d = owner, dense
+        self.topic, self.queue_id = owner._names[dense]
+
+    @property
+    def min_offset(self) -> int:
+        return int(self._owner._min[self._d])
+
+    @property
+    def max_offset(self) -> int:
+        return int(self._owner._max[self._d])
+
+    @property
+    def max_physical_offset(self) -> int:
+        """offset+size of the newest unit (-1 if none)."""
+        last = self.last_unit()
+        return -1 if last is None else last.commitlog_offset + last.size
+
+    def read_units(self, queue_offset: int, max_count: int) -> np.ndarray:
+        """As ConsumeQueue.read_units: up to ``max_count`` units from ``queue_offset``
+        (UNIT_DTYPE); empty at or past max; OffsetError below min."""
+        if max_count <= 0:
+            raise ValueError(f"max_count must be > 0, got {max_count}")
+        lo, hi = self.min_offset, self.max_offset
+        if queue_offset < lo:
+            raise OffsetError(
+                f"queue offset {queue_offset} of {self.topic}-{self.queue_id} is below the min offset {lo}"
+            )
+        values = self._owner._values(self._d, queue_offset, min(hi, queue_offset + max_count))
+        units = np.empty(len(values), UNIT_DTYPE)
+        for name in UNIT_DTYPE.names:
+            units[name] = values[name]
+        return units
+
+    def _unit(self, queue_offset: int) -> np.ndarray | None:
+        v = self._owner._values(self._d, queue_offset, queue_offset + 1)
+        return v[0] if len(v) else None
+
+    def last_unit(self) -> CqUnit | None:
+        hi = self.max_offset
+        if hi <= self.min_offset or (v := self._unit(hi - 1)) is None:
+            return None
+        return CqUnit(hi - 1, int(v["commitlog_offset"]), int(v["size"]), int(v["tags_code"]))
+
+    def offset_at_time(self, timestamp: int, store_time_of=None, *, commitlog_min_offset: int = 0) -> int:
+        """The first queue offset whose message was stored at or after ``timestamp``
+        (ms); ``max_offset`` if none is, ``min_offset`` if the first is. The store
+        time is in each unit's value: a binary search of point reads, no commitlog
+        read (``store_time_of`` is taken for ConsumeQueue's signature and not used)."""
+        lo, hi = self.min_offset, self.max_offset
+        while lo < hi:
+            mid = (lo + hi) // 2
+            v = self._unit(mid)
+            if v is None:  # retention moved the min meanwhile
+                return self.min_offset
+            if int(v["commitlog_offset"]) < commitlog_min_offset or int(v["store_timestamp"]) < timestamp:
+                lo = mid + 1
+            else:
+                hi = mid
+        return lo
+
+    def correct_min_offset(self, commitlog_min_offset: int) -> int:
+        self._owner._correct_min(self._d, commitlog_min_offset)
+        return self.min_offset
+
+    def delete_files_below(self, commitlog_min_offset: int) -> list[str]:
+        """Retention: the units pointing below ``commitlog_min_offset`` go (one
+        delete_range) and the min offset moves up. Returns ``["<old>-<new>"]``, the
+        queue offsets deleted, or [] (ConsumeQueue returns the files it deleted)."""
+        old = self.min_offset
+        new = self._owner._correct_min(self._d, commitlog_min_offset)
+        return [f"{old}-{new}"] if new > old else []
+
+
+class RocksQueues:
+    """The store's consume queues in one RocksDB; a DispatchSink. See the module docstring."""
+
+    uses_queue_ends = False  # the summary of queue ends (queue_ends.py) is the file layout's
+
+    def __init__(
+        self,
+        store_dir: Path,
+        *,
+        max_open_files: int = _MAX_OPEN_FILES,
+        read_only: bool = False,
+        read_only_above: int | None = None,
+    ) -> None:
+        """``read_only`` (or ``read_only_above``, a query's view: read_view.py): the
+        database is opened read-only, as its files are (what its last flush left)."""
+        self._store_dir = Path(store_dir)
+        self._path = self._store_dir / CONSUME_QUEUE_DIR
+        self._read_only = read_only or read_only_above is not None
+        self._lock = threading.Lock()
+        self._db: Rdict | None = None
+        self._cf = None
+        self._cf_handle = None
+        self._names: list[tuple[str, int]] = []
+        self._prefix: list[bytes] = []
+        self._topic_index: dict[str, int] = {}
+        self._keys = np.zeros(0, np.int64)  # (topic index << 16 | queue id), sorted
+        self._key_ids = np.zeros(0, np.int64)
+        self._min = np.zeros(0, np.int64)
+        self._max = np.zeros(0, np.int64)  # next queue offset
+        self._last_phys = np.zeros(0, np.int64)  # commitlog offset of the last unit (-1: never had one)
+        self._checkpoint = -1  # commitlog end of the newest record dispatched
+        self._closed = False
+        self._write = WriteOptions()
+        self._write.disable_wal = True
+        # What ConsumeQueues offers and the rest of the store may read.
+        self.pool = SimpleNamespace(peak_open=0, max_open=max_open_files)  # no per-queue descriptors here
+        self.rebuild_from: int | None = None
+        self.cleaned_min = -1
+        self.summary_queues = 0
+        self.changed_since_summary = 0
+        self.made_ahead = 0
+        self.last_dispatched_timestamp = 0
+        if self._read_only and not _is_rocks_dir(self._path):
+            return  # nothing dispatched yet: every queue is empty
+        if not self._read_only:
+            self._path.mkdir(parents=True, exist_ok=True)
+        opts = _options(max_open_files, create=not self._read_only)
+        access = AccessType.read_only() if self._read_only else AccessType.read_write()
+        self._db = Rdict(
+            str(self._path),
+            opts,
+            column_families={OFFSET_FAMILY: _options(max_open_files, create=not self._read_only)},
+            access_type=access,
+        )
+        self._cf = self._db.get_column_family(OFFSET_FAMILY)
+        self._cf_handle = self._db.get_column_family_handle(OFFSET_FAMILY)
+        self._load_offsets()
+
+    # ------------------------------------------------------------------ state
+
+    def _load_offsets(self) -> None:
+        """Every queue's min and max from the offset column family (one scan)."""
+        rows: dict[tuple[str, int], list[int]] = {}
+        for key, value in self._cf.items():
+            if key == CHECKPOINT_KEY:
+                self._checkpoint = OFFSET_VALUE.unpack(value)[0]
+                continue
+            topic, qid, which = split_offset_key(key)
+            phys, qo = OFFSET_VALUE.unpack(value)
+            row = rows.setdefault((topic, qid), [-1, -1, -1])  # min, max, last phys
+            if which == MAX:
+                row[1], row[2] = qo + 1, phys
+            else:
+                row[0] = qo
+        keys = sorted(rows)
+        if keys:
+            self._add_queues(keys)
+            ids = [self._dense_of(t, q) for t, q in keys]
+            vals = np.array([rows[k] for k in keys], np.int64).reshape(-1, 3)
+            mx = np.maximum(vals[:, 1], 0)
+            self._max[ids] = mx
+            self._min[ids] = np.where(vals[:, 0] >= 0, np.minimum(vals[:, 0], mx), mx)
+            self._last_phys[ids] = vals[:, 2]
+
+    def _topic_id(self, topic: str) -> int:
+        t = self._topic_index.get(topic)
+        if t is None:
+            t = self._topic_index[topic] = len(self._topic_index)
+        return t
+
+    def _dense_of(self, topic: str, queue_id: int) -> int:
+        """Dense id of a queue, -1 if unknown."""
+        t = self._topic_index.get(topic)
+        if t is None:
+            return -1
+        k = t << 16 | queue_id
+        i = int(np.searchsorted(self._keys, k))
+        return int(self._key_ids[i]) if i < len(self._keys) and self._keys[i] == k else -1
+
+    def _add_queues(self, keys: list[tuple[str, int]]) -> np.ndarray:
+        """Give each new (topic, queue id) a dense id (arrays grown, keys re-sorted)."""
+        first = len(self._names)
+        n = len(keys)
+        self._names.extend(keys)
+        self._prefix.extend(queue_prefix(t, q) for t, q in keys)
+        codes = np.array([self._topic_id(t) << 16 | q for t, q in keys], np.int64)
+        ids = np.arange(first, first + n, dtype=np.int64)
+        keys_all = np.concatenate((self._keys, codes))
+        ids_all = np.concatenate((self._key_ids, ids))
+        order = np.argsort(keys_all, kind="stable")
+        self._keys, self._key_ids = keys_all[order], ids_all[order]
+        self._min = np.concatenate((self._min, np.zeros(n, np.int64)))
+        self._max = np.concatenate((self._max, np.zeros(n, np.int64)))
+        self._last_phys = np.concatenate((self._last_phys, np.full(n, -1, np.int64)))
+        return ids
+
+    def _dense_ids(self, topics: list[str], codes: np.ndarray, qids: np.ndarray) -> np.ndarray:
+        """Dense id of each record's queue (new queues added): one sorted lookup."""
+        tmap = np.fromiter((self._topic_id(t) for t in topics), np.int64, len(topics))
+        k = tmap[codes] << 16 | qids.astype(np.int64)
+        pos = np.searchsorted(self._keys, k)
+        found = pos < len(self._keys)
+        found[found] = self._keys[pos[found]] == k[found]
+        if not found.all():
+            new = np.unique(k[~found])
+            names = {v: t for t, v in self._topic_index.items()}
+            self._add_queues([(names[int(v >> 16)], int(v & 0xFFFF)) for v in new.tolist()])
+            pos = np.searchsorted(self._keys, k)
+        return self._key_ids[pos]
+
+    def _check_open(self) -> Rdict:
+        if self._closed:
+            raise StoreClosedError(f"the consume queues of {self._store_dir} are closed")
+        return self._db
+
+    # ------------------------------------------------------------------ reads
+
+    def _values(self, dense: int, lo: int, hi: int) -> np.ndarray:
+        """Values (VALUE_DTYPE) of queue ``dense``'s units [lo, hi), stopping at the
+        first missing one (retention deleted it meanwhile, or a gap)."""
+        if hi <= lo or self._db is None:
+            return decode_values([])
+        db = self._check_open()
+        prefix, out = self._prefix[dense], []
+        for start in range(lo, hi, _READ_BATCH):
+            got = db.get(unit_keys(prefix, start, min(hi, start + _READ_BATCH) - start))
+            missing = next((i for i, v in enumerate(got) if v is None), -1)
+            if missing >= 0:
+                out.extend(got[:missing])
+                break
+            out.extend(got)
+        return decode_values(out)
+
+    def find(self, topic: str, queue_id: int) -> RocksQueue | None:
+        with self._lock:
+            d = self._dense_of(topic, queue_id)
+        return RocksQueue(self, d) if d >= 0 else None
+
+    def get(self, topic: str, queue_id: int, **_) -> RocksQueue:
+        with self._lock:
+            d = self._dense_of(topic, queue_id)
+            if d < 0:
+                d = int(self._add_queues([(topic, queue_id)])[0])
+        return RocksQueue(self, d)
+
+    def keys(self) -> list[tuple[str, int]]:
+        with self._lock:
+            return sorted(self._names)
+
+    def all(self) -> list[RocksQueue]:
+        with self._lock:
+            n = len(self._names)
+        return [RocksQueue(self, d) for d in range(n)]
+
+    def count(self) -> int:
+        return len(self._names)
+
+    def ends(self) -> dict[tuple[str, int], int]:
+        with self._lock:
+            return dict(zip(self._names, self._max.tolist()))
+
+    def max_physical_offset(self) -> int:
+        """The commitlog end of the newest record dispatched (-1: none)."""
+        return self._checkpoint
+
+    def note_cleaned(self, commitlog_min: int) -> None:
+        self.cleaned_min = max(self.cleaned_min, commitlog_min)
+
+    # ------------------------------------------------------------------ dispatch
+
+    def dispatch(self, batch: DispatchBatch, from_offset: int = 0, to_offset: int = 0) -> None:
+        """Put the units of NOT_TYPE and COMMIT records, as one WriteBatch.
+
+        Units whose record is at or before their queue's last unit are there already
+        (a re-dispatch after a restart) and skipped; runs that continue their queue
+        (the next queue offset, further in the commitlog) are checked with numpy by
+        dense queue id; the rare others are sorted out unit by unit (repeats skipped,
+        a gap taken with a warning, as RocketMQ's RocksDB queue takes it)."""
+        take = advances_queue_offset(batch.sysflags)
+        idx = np.flatnonzero(take) if not take.all() else np.arange(len(batch))
+        if not len(idx):
+            return
+        newest = int(idx[-1])
+        end = int(batch.physical_offsets[newest] + batch.sizes[newest])
+        with self._lock:
+            db = self._check_open()
+            dense = self._dense_ids(batch.topics, batch.topic_codes[idx], batch.queue_ids[idx])
+            order = np.argsort(dense, kind="stable")  # commitlog order within a queue
+            sel, d = idx[order], dense[order]
+            qo, phys = batch.queue_offsets[sel].astype(np.int64), batch.physical_offsets[sel].astype(np.int64)
+            keep = phys > self._last_phys[d]
+            starts = np.flatnonzero(np.concatenate(([True], d[1:] != d[:-1])))
+            follows = np.ones(len(sel), bool)
+            follows[1:] = (qo[1:] == qo[:-1] + 1) & (phys[1:] > phys[:-1])
+            follows[starts] = (qo[starts] == self._max[d[starts]]) | (self._last_phys[d[starts]] < 0)
+            bad = ~(follows & keep)
+            if bad.any():
+                keep = self._sort_out(d, qo, phys, np.unique(d[bad]))
+            sel, d, qo, phys = sel[keep], d[keep], qo[keep], phys[keep]
+            if len(sel):
+                self._put(db, batch, sel, d, qo, phys, end)
+        self.last_dispatched_timestamp = int(batch.store_timestamps[newest])
+
+    def _sort_out(self, d: np.ndarray, qo: np.ndarray, phys: np.ndarray, queues: np.ndarray) -> np.ndarray:
+        """Which units to keep, unit by unit in the ``queues`` that need it."""
+        keep = phys > self._last_phys[d]
+        for q in queues.tolist():
+            rows = np.flatnonzero(d == q).tolist()
+            nxt, last, fresh = int(self._max[q]), int(self._last_phys[q]), self._last_phys[q] < 0
+            for r in rows:
+                o, p = int(qo[r]), int(phys[r])
+                if (not fresh and o < nxt) or p <= last:
+                    keep[r] = False  # there already
+                    continue
+                if not fresh and o > nxt:
+                    topic, qid = self._names[q]
+                    log.warning("consume_queue_gap", topic=topic, queue_id=qid, expected=nxt, got=o, action="taken")
+                keep[r], nxt, last, fresh = True, o + 1, p, False
+        return keep
+
+    def _put(self, db: Rdict, batch: DispatchBatch, sel, d, qo, phys, end: int) -> None:
+        wb = WriteBatch(raw_mode=True)
+        keys = encode_unit_keys(self._prefix, d, qo)
+        values = encode_values(phys, batch.sizes[sel], batch.tags_codes[sel], batch.store_timestamps[sel])
+        put = wb.put
+        for k, v in zip(keys, values):  # the one call per unit: rocksdict has no put of many
+            put(k, v)
+        last = np.append(np.flatnonzero(d[1:] != d[:-1]), len(d) - 1)
+        first = np.concatenate(([0], last[:-1] + 1))
+        run_d = d[last]
+        fresh = self._last_phys[run_d] < 0
+        cf = self._cf_handle
+        for q, p, o in zip(run_d.tolist(), phys[last].tolist(), qo[last].tolist()):
+            topic, qid = self._names[q]
+            put(offset_key(topic, qid, MAX), OFFSET_VALUE.pack(p, o), cf)
+        for j in np.flatnonzero(fresh).tolist():
+            q, r = int(run_d[j]), int(first[j])
+            topic, qid = self._names[q]
+            put(offset_key(topic, qid, MIN), OFFSET_VALUE.pack(int(phys[r]), int(qo[r])), cf)
+            self._min[q] = qo[r]
+        self._checkpoint = max(self._checkpoint, end)
+        put(CHECKPOINT_KEY, OFFSET_VALUE.pack(self._checkpoint, 0), cf)
+        db.write(wb, self._write)
+        self._max[run_d] = qo[last] + 1
+        self._last_phys[run_d] = phys[last]
+
+    def write_behind(self, *, everything: bool = True) -> int:
+        """Nothing is buffered outside RocksDB's memtables."""
+        return 0
+
+    def flush(self, *, thorough: bool = True, progress: int | None = None) -> None:
+        """With ``thorough``: the memtables of both column families to synced SST files
+        (what a crash keeps: the builder reports its durable offset after this)."""
+        if not thorough or self._db is None or self._read_only:
+            return
+        with self._lock:
+            db = self._check_open()
+        db.flush(True)
+        self._cf.flush(True)
+
+    # ------------------------------------------------------------------ retention and recovery
+
+    def _unit_phys(self, dense: int, queue_offset: int) -> int:
+        v = self._values(dense, queue_offset, queue_offset + 1)
+        return int(v["commitlog_offset"][0]) if len(v) else -1
+
+    def _first_at_or_after(self, dense: int, lo: int, hi: int, commitlog_offset: int) -> int:
+        """The first queue offset in [lo, hi) whose unit points at or after
+        ``commitlog_offset`` (units point ever further), else ``hi``: a binary search."""
+        while lo < hi:
+            mid = (lo + hi) // 2
+            p = self._unit_phys(dense, mid)
+            if 0 <= p < commitlog_offset:
+                lo = mid + 1
+            else:
+                hi = mid
+        return lo
+
+    def _correct_min(self, dense: int, commitlog_min: int) -> int:
+        """Move queue ``dense``'s min up to its first unit pointing at or after
+        ``commitlog_min``; the units below go (one delete_range). Returns the min."""
+        old, hi = int(self._min[dense]), int(self._max[dense])
+        if old >= hi or self._unit_phys(dense, old) >= commitlog_min or self._read_only:
+            return old
+        new = self._first_at_or_after(dense, old, hi, commitlog_min)
+        prefix = self._prefix[dense]
+        topic, qid = self._names[dense]
+        wb = WriteBatch(raw_mode=True)
+        wb.delete_range(unit_key(prefix, 0), unit_key(prefix, new))
+        p = self._unit_phys(dense, new) if new < hi else -1
+        wb.put(offset_key(topic, qid, MIN), OFFSET_VALUE.pack(p, new), self._cf_handle)
+        with self._lock:
+            db = self._check_open()
+            db.write(wb, self._write)
+            self._min[dense] = max(int(self._min[dense]), new)
+        log.info("min_offset_corrected", topic=topic, queue_id=qid, min_offset=new, commitlog_min_offset=commitlog_min)
+        return new
+
+    def _truncate_dirty(self, dense: int, commitlog_end: int) -> None:
+        """Drop queue ``dense``'s units pointing at or past ``commitlog_end``."""
+        lo, hi = int(self._min[dense]), int(self._max[dense])
+        cut = self._first_at_or_after(dense, 0 if lo == hi else lo, hi, commitlog_end)
+        prefix = self._prefix[dense]
+        topic, qid = self._names[dense]
+        wb = WriteBatch(raw_mode=True)
+        wb.delete_range(unit_key(prefix, cut), unit_key(prefix, hi))
+        last_phys = self._unit_phys(dense, cut - 1) if cut > lo else -1  # -1: no unit left, any may come next
+        wb.put(offset_key(topic, qid, MAX), OFFSET_VALUE.pack(last_phys, cut - 1), self._cf_handle)
+        self._check_open().write(wb, self._write)
+        self._max[dense] = cut
+        self._min[dense] = min(lo, cut)
+        self._last_phys[dense] = last_phys
+        log.warning("dirty_units_truncated", topic=topic, queue_id=qid, commitlog_offset=commitlog_end, at=cut, was=hi)
+
+    def load(self, *, repair: bool = False, ends=None, trusted: bool = False) -> None:
+        """The queues were read at construction (the offset column family); nothing
+        else to open."""
+
+    def recover(self, commitlog, *, verify_tail: bool, check_from: int = 0, deep_from: int = 0) -> None:
+        """After the open: units pointing at or past the commitlog's end are cut (a
+        commitlog cut by its recovery), min offsets move up to the commitlog's min,
+        and a queue with fewer units than the commitlog has records for it sets
+        ``rebuild_from`` (units are never torn: a crash leaves whole batches, so
+        there is no tail to check record by record; see the module docstring)."""
+        wrote, cmin = commitlog.wrote_offset, commitlog.min_offset
+        changed = False
+        with self._lock:
+            dirty = np.flatnonzero(self._last_phys >= wrote).tolist()
+        for d in dirty:
+            self._truncate_dirty(d, wrote)
+            changed = True
+        if self._checkpoint > wrote:
+            self._checkpoint = wrote if wrote > 0 else -1
+            self._check_open().put(CHECKPOINT_KEY, OFFSET_VALUE.pack(self._checkpoint, 0), self._cf_handle)
+            changed = True
+        for d in np.flatnonzero(self._max > self._min).tolist():
+            old = int(self._min[d])
+            changed |= self._correct_min(d, cmin) != old
+        expected = commitlog.recovery.queue_offsets
+        for (topic, qid), want in expected.items():
+            d = self._dense_of(topic, qid)
+            have = int(self._max[d]) if d >= 0 else 0
+            if have < want:
+                cq = RocksQueue(self, d) if d >= 0 else None
+                at = cq.max_physical_offset if cq is not None else -1
+                if not verify_tail:
+                    log.warning(
+                        "consume_queue_short",
+                        topic=topic,
+                        queue_id=qid,
+                        max_offset=have,
+                        records_up_to=want,
+                        action="rebuilt from the commitlog",
+                    )
+                self.rebuild_from = at if self.rebuild_from is None else min(self.rebuild_from, at)
+        self.cleaned_min = cmin
+        if changed:
+            self.flush(thorough=True)
+
+    # ------------------------------------------------------------------ queues made ahead, lifecycle
+
+    def make_ahead(self, topic: str, queue_ids: Iterable[int], *, first_offset: int = 0) -> int:
+        """Make ``topic``'s queues known now, empty (topic-status lists them, a pull
+        answers NO_MESSAGE_IN_QUEUE), as RocketMQ lists every queue of a topic: a max
+        entry of (-1, first_offset - 1). No file is made. Returns how many were new."""
+        if self._read_only:
+            return 0
+        with self._lock:
+            db = self._check_open()
+            new = [(topic, q) for q in queue_ids if self._dense_of(topic, q) < 0]
+            if not new:
+                return 0
+            ids = self._add_queues(new)
+            self._min[ids] = self._max[ids] = first_offset
+            wb = WriteBatch(raw_mode=True)
+            for t, q in new:
+                wb.put(offset_key(t, q, MAX), OFFSET_VALUE.pack(-1, first_offset - 1), self._cf_handle)
+            db.write(wb, self._write)
+        self.made_ahead += len(new)
+        return len(new)
+
+    def wait_made(self, timeout: float | None = None) -> bool:
+        return True
+
+    def close(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            db, self._db = self._db, None
+        if db is not None:
+            if not self._read_only:
+                db.flush(True)
+                self._cf.flush(True)
+            # RocksDB's lock goes only with the last reference to the database
+            self._cf.close()
+            self._cf = self._cf_handle = None
+            db.close()
+
+
+def queue_units(store_dir: str | Path, topic: str | None = None) -> Iterator[tuple[str, int, int, np.ndarray]]:
+    """Read-only, for tools (reconcile, verify): each queue's units as it is on disk
+    (what the database's last flush left), as (topic, queue id, min offset, units):
+    ``units`` has VALUE_DTYPE (commitlog offset, size, tags code, store timestamp),
+    unit ``i`` at queue offset ``min offset + i``. Every queue, or ``topic``'s. The
+    database is opened read-only (next to a running store too) and closed at the end."""
+    queues = RocksQueues(Path(store_dir), read_only=True)
+    try:
+        for t, q in queues.keys():
+            if topic is not None and t != topic:
+                continue
+            d = queues._dense_of(t, q)
+            lo = int(queues._min[d])
+            yield t, q, lo, queues._values(d, lo, int(queues._max[d]))
+    finally:
+        queues.close()
+
+
+__all__ = ["CONSUME_QUEUE_DIR", "ROCKS_MARKER", "RocksQueue", "RocksQueues", "queue_units"]

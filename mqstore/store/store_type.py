@@ -1,0 +1,72 @@
+"""Which consume-queue layout a store has (RocketMQ ``storeType``), and the one
+place that opens its consume queues.
+
+Told by what ``consumequeue/`` holds, so no extra file can disagree with the data:
+a RocksDB always has the file ``CURRENT`` there ("defaultRocksDB",
+rocks_queues.py); the default layout has a directory per topic there ("default",
+consume_queues.py). An empty or missing ``consumequeue/`` is either: the store
+takes the type it is opened with.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from mqstore.errors import StoreTypeError
+from mqstore.store.config import STORE_TYPE_DEFAULT, STORE_TYPE_ROCKSDB, StoreConfig
+
+CONSUME_QUEUE_DIR = "consumequeue"
+_ROCKS_MARKER = "CURRENT"
+
+
+def store_type_on_disk(store_dir: str | Path) -> str | None:
+    """The store type ``store_dir``'s consume queues were made with; None if they
+    tell nothing (no queue yet)."""
+    root = Path(store_dir) / CONSUME_QUEUE_DIR
+    if (root / _ROCKS_MARKER).is_file():
+        return STORE_TYPE_ROCKSDB
+    try:
+        with os.scandir(root) as entries:
+            if any(e.is_dir() for e in entries):
+                return STORE_TYPE_DEFAULT
+    except (FileNotFoundError, NotADirectoryError):
+        pass
+    return None
+
+
+def check_store_type(store_dir: str | Path, wanted: str) -> None:
+    """StoreTypeError if the store's consume queues are of another type than ``wanted``."""
+    found = store_type_on_disk(store_dir)
+    if found is not None and found != wanted:
+        raise StoreTypeError(
+            f"{store_dir} keeps its consume queues as store type {found!r} "
+            f"({'one RocksDB' if found == STORE_TYPE_ROCKSDB else 'a file per queue'} under {CONSUME_QUEUE_DIR}/), "
+            f"not {wanted!r}: open it with --store-type {found}"
+        )
+
+
+def open_consume_queues(store_dir: str | Path, config: StoreConfig, *, read_only_above: int | None = None):
+    """The store's consume queues, of its type (checked: StoreTypeError): a
+    ``ConsumeQueues`` or a ``RocksQueues``, which offer the same interface."""
+    check_store_type(store_dir, config.store_type)
+    if config.store_type == STORE_TYPE_ROCKSDB:
+        from mqstore.store.rocks_queues import RocksQueues  # rocksdict loaded only by stores that use it
+
+        return RocksQueues(Path(store_dir), read_only_above=read_only_above)
+    from mqstore.store.consume_queues import ConsumeQueues
+
+    return ConsumeQueues(
+        Path(store_dir),
+        file_bytes=config.consume_queue_file_bytes,
+        max_open_files=config.max_open_queue_files,
+        read_only_above=read_only_above,
+    )
+
+
+def store_type_for_reading(store_dir: str | Path) -> str:
+    """The type a tool reading the store (verify, queries, reconcile) should use."""
+    return store_type_on_disk(store_dir) or STORE_TYPE_DEFAULT
+
+
+__all__ = ["check_store_type", "open_consume_queues", "store_type_for_reading", "store_type_on_disk"]
