@@ -62,6 +62,7 @@ class AppendBench:
     index_max_entries: int = 20_000_000
     shape: str = "round-robin"  # or "per-topic" (workload.py)
     passes: int = 1  # the same workload again on the same store: pass 1 cold, the next ones warm
+    store_type: str | None = None  # StoreConfig.store_type: None, the store's own (a new one: "default")
 
     def __post_init__(self) -> None:
         if self.messages < 0 or self.producers < 1 or self.batch < 1 or self.passes < 1:
@@ -100,6 +101,7 @@ def run_append_bench(b: AppendBench) -> dict:
         default_queue_nums=b.queues,
         index_hash_slots=b.index_hash_slots,
         index_max_entries=b.index_max_entries,
+        store_type=b.store_type,
     )
     ack = AckLog(b.ack_log) if b.ack_log else None
     cl = MessageStore(b.store, config) if b.dispatch else CommitLog(b.store, config)

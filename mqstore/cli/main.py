@@ -15,7 +15,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from mqstore.cli.target import AccessKeyOpt, SecretKeyOpt, server_address
+from mqstore.cli.target import AccessKeyOpt, SecretKeyOpt, StoreTypeOpt, server_address
 from mqstore.errors import MqStoreError
 from mqstore.logging import configure_logging
 
@@ -184,6 +184,7 @@ def bench_append(
             "The top-level fields are pass 1's; 'passes' lists each pass's.",
         ),
     ] = 1,
+    store_type: StoreTypeOpt = None,
 ) -> None:
     """Append a deterministic workload (TAGS, two KEYS and a UNIQ_KEY per message) and
     print one JSON line: messages, bytes, seconds, msgs_per_s, mb_per_s, p50_ms, p99_ms,
@@ -243,6 +244,7 @@ def bench_append(
             index_max_entries=index_max_entries,
             shape=shape,
             passes=passes,
+            store_type=store_type,
         )
     )
     print(json.dumps(result), flush=True)

@@ -14,7 +14,16 @@ from typing import Annotated
 
 import typer
 
-from mqstore.cli.target import AccessKeyOpt, SecretKeyOpt, ServerOpt, TlsCaOpt, check_target, open_store, remote
+from mqstore.cli.target import (
+    AccessKeyOpt,
+    SecretKeyOpt,
+    ServerOpt,
+    StoreTypeOpt,
+    TlsCaOpt,
+    check_target,
+    open_store,
+    remote,
+)
 
 
 class FlushChoice(str, Enum):
@@ -144,6 +153,7 @@ def register(app: typer.Typer) -> None:
                 help="Join (--address) a Ray cluster that runs without token authentication: anyone who reaches its ports can run code as its user.",
             ),
         ] = False,
+        store_type: StoreTypeOpt = None,
     ) -> None:
         """Serve the store over gRPC on Ray until Ctrl-C/SIGTERM: per shard a commitlog,
         a consume-queue builder, an index builder and a dispatcher actor, and one front
@@ -154,7 +164,10 @@ def register(app: typer.Typer) -> None:
         from mqstore.store.config import FlushMode, StoreConfig
 
         cfg = StoreConfig(
-            flush_mode=FlushMode(flush.value), segment_bytes=segment_bytes, clean_forcibly_enable=clean_forcibly
+            flush_mode=FlushMode(flush.value),
+            segment_bytes=segment_bytes,
+            clean_forcibly_enable=clean_forcibly,
+            store_type=store_type,
         )
         # stdout carries the ready line only: what Ray forwards from the workers' stdout
         # (and anything else printed) goes to stderr.
@@ -220,6 +233,7 @@ def register(app: typer.Typer) -> None:
             ),
         ] = None,
         batch: Annotated[int, typer.Option("--batch", min=1, max=10_000, help="Messages per append call.")] = 1000,
+        store_type: StoreTypeOpt = None,
     ) -> None:
         """Append messages; prints one JSON line per message (msg_id, queue, offsets, status).
         With --server and several shards a batch can be stored in part: a message whose
@@ -244,7 +258,7 @@ def register(app: typer.Typer) -> None:
             else:
                 from mqstore.store.messages import MessageBatch
 
-                s = stack.enter_context(open_store(store, create=create))
+                s = stack.enter_context(open_store(store, create=create, store_type=store_type))
             for lo in range(0, len(texts), batch):
                 chunk = [t.encode() for t in texts[lo : lo + batch]]
                 errors: dict[int, str] = {}

@@ -96,6 +96,27 @@ SecretKeyOpt = Annotated[
 ]
 
 
+def store_type_choice(value: str | None) -> str | None:
+    from mqstore.store.config import STORE_TYPES
+
+    if value is not None and value not in STORE_TYPES:
+        raise typer.BadParameter(f"--store-type is {' or '.join(STORE_TYPES)}, got {value!r}")
+    return value
+
+
+StoreTypeOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--store-type",
+        callback=store_type_choice,
+        show_default=False,
+        help="Consume queues of a new store (RocketMQ storeType): default (a file per queue) or defaultRocksDB (every "
+        "queue in one RocksDB, for very many queues). Unset: an existing store's own type; a type that is not the "
+        "store's is refused.",
+    ),
+]
+
+
 def check_target(store: Path | None, server: str | None) -> None:
     """Exactly one of --store and --server."""
     if (store is None) == (server is None):
@@ -117,13 +138,14 @@ def remote(
 
 
 @contextlib.contextmanager
-def open_store(store: Path, *, create: bool = False) -> Iterator:
+def open_store(store: Path, *, create: bool = False, store_type: str | None = None) -> Iterator:
     """The store at ``store``, opened for writing (recovered, locked); a clear error
-    if there is none and ``create`` is not given."""
+    if there is none and ``create`` is not given. ``store_type``: see StoreTypeOpt."""
+    from mqstore.store.config import StoreConfig
     from mqstore.store.message_store import MessageStore
 
     check_store(store, create=create)
-    s = MessageStore(store, background_dispatch=False)
+    s = MessageStore(store, StoreConfig(store_type=store_type), background_dispatch=False)
     try:
         yield s
     finally:
@@ -162,6 +184,7 @@ __all__ = [
     "checked_address",
     "check_target",
     "open_store",
+    "StoreTypeOpt",
     "open_view",
     "remote",
     "rocketmq_address",

@@ -65,9 +65,10 @@ class StoreConfig:
     # RetentionConfig.clean_forcibly_ratio (RocketMQ cleanFileForciblyEnable, true
     # there): off here, a full disk refuses writes instead (serve --clean-forcibly).
     clean_forcibly_enable: bool = False
-    # Where consume queues live (RocketMQ storeType): fixed when the store is made; a
-    # store of the other type refuses to open (store_type.py, StoreTypeError).
-    store_type: str = STORE_TYPE_DEFAULT
+    # Where consume queues live (RocketMQ storeType), fixed when the store is made:
+    # None opens a store with its own type (a new one: STORE_TYPE_DEFAULT); a type
+    # named that is not the store's refuses to open (store_type.py, StoreTypeError).
+    store_type: str | None = None
 
     def __post_init__(self) -> None:
         if self.segment_bytes < PAGE_BYTES or self.segment_bytes % PAGE_BYTES:
@@ -87,7 +88,7 @@ class StoreConfig:
         ):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name} must be > 0, got {getattr(self, name)}")
-        if self.store_type not in STORE_TYPES:
+        if self.store_type is not None and self.store_type not in STORE_TYPES:
             raise ConfigError(f"store_type must be one of {', '.join(STORE_TYPES)}, got {self.store_type!r}")
         if self.flush_least_pages < 0:
             raise ConfigError(f"flush_least_pages must be >= 0, got {self.flush_least_pages}")

@@ -19,7 +19,7 @@ from mqstore.errors import ConfigError
 from mqstore.store import faults
 from mqstore.store.config import StoreConfig
 from mqstore.store.mapped_file import fsync_dir, note_sync_failure
-from mqstore.store.store_type import store_type_for_reading
+from mqstore.store.store_type import resolve_store_type, store_type_for_reading
 
 log = structlog.get_logger(__name__)
 
@@ -42,7 +42,7 @@ def saved_layout(store_dir: Path) -> dict[str, int] | None:
 
 def layout_for_reading(store_dir: Path) -> StoreConfig:
     """The default config with the store's shaping values: recorded ones, else the
-    sizes of its files. Unlike :func:`resolve_layout` it writes nothing, for tools
+    sizes of its files; and its store type. Unlike :func:`resolve_layout` it writes nothing, for tools
     that must not change a store (verify)."""
     values = saved_layout(store_dir)
     if values is None:
@@ -52,7 +52,10 @@ def layout_for_reading(store_dir: Path) -> StoreConfig:
 
 def resolve_layout(store_dir: Path, config: StoreConfig) -> StoreConfig:
     """``config`` with its file-shaping values taken from the store if it has them
-    (and recorded there if it does not yet)."""
+    (and recorded there if it does not yet), and its store type: the store's own
+    if ``config`` names none; one it names that is not the store's raises
+    StoreTypeError (store_type.py)."""
+    config = dataclasses.replace(config, store_type=resolve_store_type(store_dir, config.store_type))
     path = store_dir / LAYOUT_FILE
     values = saved_layout(store_dir)
     if values is not None:

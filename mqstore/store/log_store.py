@@ -35,7 +35,7 @@ from mqstore.store import message_rules
 from mqstore.store.builders import redispatch_from
 from mqstore.store.clock import Clock, SystemClock
 from mqstore.store.commitlog import CommitLog
-from mqstore.store.config import FlushMode, StoreConfig
+from mqstore.store.config import STORE_TYPE_ROCKSDB, FlushMode, StoreConfig
 from mqstore.store.config_files import set_aside_unusable
 from mqstore.store.consume_queues import CONSUME_QUEUE_DIR
 from mqstore.store.delay_offsets import DELAY_OFFSET_FILE, parse_delay_levels
@@ -95,7 +95,9 @@ class LogStore:
         self.config = cfg = resolve_layout(self.store_dir, config or StoreConfig())
         self._clock = clock or SystemClock()
         self.progress = progress or RecoveryProgress()
-        has_queues = any((self.store_dir / CONSUME_QUEUE_DIR).glob("*/*"))
+        has_queues = any((self.store_dir / CONSUME_QUEUE_DIR).glob("*/*")) or (
+            cfg.store_type == STORE_TYPE_ROCKSDB and (self.store_dir / CONSUME_QUEUE_DIR / "CURRENT").is_file()
+        )
         self.commitlog = CommitLog(
             self.store_dir,
             cfg,

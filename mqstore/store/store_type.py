@@ -5,7 +5,8 @@ Told by what ``consumequeue/`` holds, so no extra file can disagree with the dat
 a RocksDB always has the file ``CURRENT`` there ("defaultRocksDB",
 rocks_queues.py); the default layout has a directory per topic there ("default",
 consume_queues.py). An empty or missing ``consumequeue/`` is either: the store
-takes the type it is opened with.
+takes the type it is opened with. A config without a type (``store_type=None``,
+the default) opens a store with its own type, a new one as "default".
 """
 
 from __future__ import annotations
@@ -49,8 +50,7 @@ def check_store_type(store_dir: str | Path, wanted: str) -> None:
 def open_consume_queues(store_dir: str | Path, config: StoreConfig, *, read_only_above: int | None = None):
     """The store's consume queues, of its type (checked: StoreTypeError): a
     ``ConsumeQueues`` or a ``RocksQueues``, which offer the same interface."""
-    check_store_type(store_dir, config.store_type)
-    if config.store_type == STORE_TYPE_ROCKSDB:
+    if resolve_store_type(store_dir, config.store_type) == STORE_TYPE_ROCKSDB:
         from mqstore.store.rocks_queues import RocksQueues  # rocksdict loaded only by stores that use it
 
         return RocksQueues(Path(store_dir), read_only_above=read_only_above)
@@ -64,9 +64,25 @@ def open_consume_queues(store_dir: str | Path, config: StoreConfig, *, read_only
     )
 
 
+def resolve_store_type(store_dir: str | Path, wanted: str | None) -> str:
+    """The type to open ``store_dir`` with: ``wanted`` (checked against the store's:
+    StoreTypeError), or with None the store's own, "default" for a store without
+    queues yet."""
+    if wanted is None:
+        return store_type_for_reading(store_dir)
+    check_store_type(store_dir, wanted)
+    return wanted
+
+
 def store_type_for_reading(store_dir: str | Path) -> str:
     """The type a tool reading the store (verify, queries, reconcile) should use."""
     return store_type_on_disk(store_dir) or STORE_TYPE_DEFAULT
 
 
-__all__ = ["check_store_type", "open_consume_queues", "store_type_for_reading", "store_type_on_disk"]
+__all__ = [
+    "check_store_type",
+    "open_consume_queues",
+    "resolve_store_type",
+    "store_type_for_reading",
+    "store_type_on_disk",
+]
