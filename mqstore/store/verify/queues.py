@@ -54,9 +54,12 @@ from mqstore.formats.consume_queue import (
 )
 from mqstore.formats.names import check_topic, file_name_to_offset
 from mqstore.store import queue_ends
+from mqstore.store.config import STORE_TYPE_ROCKSDB
 from mqstore.store.consume_queues import CONSUME_QUEUE_DIR
 from mqstore.store.json_files import CONFIG_DIR
+from mqstore.store.rocks_queues import queue_units
 from mqstore.store.schedule import SCHEDULE_TOPIC
+from mqstore.store.store_type import store_type_on_disk
 from mqstore.store.verify.records import RecordTable
 from mqstore.store.verify.report import Damage, Findings, QueueKey
 
@@ -124,8 +127,17 @@ def read_queues(
     store_dir: Path, file_bytes: int, table: RecordTable, findings: Findings, damage: Damage, *, running: bool
 ) -> dict[QueueKey, QueueFiles]:
     """Read every queue on disk and check its units (the unit side, see the module
-    docstring)."""
+    docstring). A store of type defaultRocksDB: every queue from its RocksDB, as its
+    last flush left it (opened read-only)."""
     out: dict[QueueKey, QueueFiles] = {}
+    if store_type_on_disk(store_dir) == STORE_TYPE_ROCKSDB:  # one RocksDB (rocks_queues.py): no files to check
+        for topic, queue_id, first, values in queue_units(store_dir):
+            units = np.empty(len(values), UNIT_DTYPE)
+            for name in UNIT_DTYPE.names:
+                units[name] = values[name]
+            q = out[(topic, queue_id)] = QueueFiles(topic, queue_id, first, units)
+            _check_units(q, table, findings, damage, running=running)
+        return out
     fb = file_bytes_for(file_bytes)
     for topic, queue_id, qdir in queue_dirs(store_dir, findings, damage):
         q = read_queue(qdir, topic, queue_id, fb, findings, damage)
