@@ -62,7 +62,7 @@ from mqstore.errors import CorruptFileError, InvalidTopicError, StoreClosedError
 from mqstore.formats.consume_queue import UNIT_DTYPE, UNIT_SIZE, encode_units, is_pre_blank
 from mqstore.formats.message import advances_queue_offset
 from mqstore.formats.names import check_topic
-from mqstore.store import queue_ends
+from mqstore.store import queue_ends, queue_tails
 from mqstore.store.commitlog import CommitLog
 from mqstore.store.consume_queue import ConsumeQueue
 from mqstore.store.dispatch import DispatchBatch
@@ -190,6 +190,10 @@ class ConsumeQueues:
         # (recover, retention's passes: ``note_cleaned``); -1: not known.
         self.cleaned_min = -1
         self.summary_queues = 0  # how many queues ``load`` took from the summary of queue ends (not read)
+        # After a crash with more than _CHECK_AT_OPEN_UP_TO queues listed: ``load`` kept
+        # the rows without a stat per queue; ``recover`` probes past each (queue_tails.py).
+        self._probe_rows = False
+        self.probed_dirty = 0  # queues ``recover`` read because data lay where the re-dispatch does not write
 
     def load(self, *, repair: bool = False, ends: QueueEnds | None = None, trusted: bool = False) -> None:
         """Open every queue on disk (each queue is a directory listing, a stat and one
@@ -240,6 +244,13 @@ class ConsumeQueues:
             read = self._spread(
                 lambda ts: self._load_topics(ts, None, None, None), [t for t in topics if t not in listed]
             )
+        elif ends is not None and len(ends) > _CHECK_AT_OPEN_UP_TO:
+            # After a crash: the rows are kept as listed for every queue directory there
+            # (a stat per topic directory; a listing of those changed since), and
+            # ``recover`` looks past each only where the re-dispatch will not write
+            # (queue_tails.py): reading 400,000 last files was most of such an open.
+            self._probe_rows = True
+            read = self._spread(lambda ts: self._load_topics(ts, known, since, None, stat_queues=False), topics)
         else:
             read = self._spread(lambda ts: self._load_topics(ts, known if ends else None, since, newest), topics)
         self.summary_queues = len(known)
@@ -257,9 +268,12 @@ class ConsumeQueues:
         listed: KnownQueues | None,
         since: int | None,
         newest: int | None,
+        *,
+        stat_queues: bool = True,
     ) -> int:
         """Open the queues of ``topics``; those ``listed`` by the summary whose files
-        fit their row (``_row_fits``) are only noted (``_known``). A topic directory
+        fit their row (``_row_fits``; without ``stat_queues``, every listed queue whose
+        directory is there) are only noted (``_known``). A topic directory
         not changed since the summary was written (mtime before ``since``: no queue
         directory made or removed in it) is not listed: its queues are the summary's.
         (Before, not at: a file system stamps times in clock ticks of a few ms, and a
@@ -294,8 +308,10 @@ class ConsumeQueues:
             for qid in qids:
                 i = rows.get(qid)
                 if i is not None:
-                    blocks = self._row_fits(f"{root}/{topic}/{qid}", listed.row(i), since, newest)
-                    if blocks >= 0:
+                    blocks = (
+                        self._row_fits(f"{root}/{topic}/{qid}", listed.row(i), since, newest) if stat_queues else -1
+                    )
+                    if blocks >= 0 or not stat_queues:
                         kept.append(i)
                         blocks_of.append(blocks)
                         continue
@@ -972,7 +988,9 @@ class ConsumeQueues:
             slow = list(self._queues.values())  # read from their files by load
             known = len(self._known)
             self._bounds = (commitlog.wrote_offset, commitlog.min_offset)
-        if verify_tail and known:
+        if verify_tail and known and self._probe_rows:
+            slow += self._probe_known(commitlog)
+        elif verify_tail and known:
             with self._lock:
                 keys = self._known.keys()
             listed = [self.get(*key) for key in keys]
@@ -1014,7 +1032,9 @@ class ConsumeQueues:
             rows = self._known.find_many(keys)  # at once: after a clean close it holds every queue
             max_offsets = self._known.column(rows, "max_offset")
             want = np.fromiter(expected.values(), np.int64, len(keys))
-            short = np.flatnonzero((rows >= 0) & (max_offsets < want))
+            # (After a crash, probed rows are short of the commitlog by design: the
+            # re-dispatch, from no later than the summary's progress, writes the rest.)
+            short = np.flatnonzero((rows >= 0) & (max_offsets < want) & (not self._probe_rows))
             phys = self._known.column(rows[short], "max_physical_offset")
             for i, max_phys in zip(short.tolist(), phys.tolist()):
                 ends.append((*keys[i], int(max_offsets[i]), max_phys))
@@ -1047,6 +1067,50 @@ class ConsumeQueues:
                 )
                 self._rebuild_from(-1)
         self.cleaned_min = commitlog.min_offset
+
+    def _probe_known(self, commitlog: CommitLog) -> list[ConsumeQueue]:
+        """After a crash (``load`` kept the summary's rows unread): each listed queue is
+        probed where the re-dispatch stops writing it (queue_tails.py); the few whose
+        files hold data there, do not fit their row, or whose last unit lies past the
+        commitlog's end are opened from their files and returned, to be recovered as
+        any queue read after a crash. The rest stay rows."""
+        with self._lock:
+            rows = self._known.live_rows()
+            stop = queue_tails.stop_offsets(self._known, rows, commitlog.recovery.queue_offsets)
+            past = rows[self._known.rows["max_physical_offset"][rows] > commitlog.wrote_offset]
+        root = f"{self._store_dir}/{CONSUME_QUEUE_DIR}"
+        found: list[tuple[int, int]] = []
+
+        def work(part: list[int]) -> int:
+            idx = np.array(part, np.int64)
+            got = queue_tails.probe_rows(root, self._known, rows[idx], stop[idx], self._file_bytes)
+            with self._lock:
+                found.extend(got)
+            return len(part)
+
+        self._spread(work, list(range(len(rows))))
+        unfit = sum(1 for _, why in found if why == queue_tails.UNFIT)
+        with self._lock:
+            keys = self._known.drop(np.union1d(np.array([r for r, _ in found], np.int64), past))
+        opened: list[ConsumeQueue] = []
+
+        def open_all(part: list[tuple[str, int]]) -> int:
+            got = [cq for cq in (self._open_from_files(*key) for key in part) if cq is not None]
+            with self._lock:
+                opened.extend(got)
+            return len(got)
+
+        self._spread(open_all, keys)
+        self.probed_dirty = len(keys)
+        log.info(
+            "queue_ends_rows_probed",
+            queues=len(rows),
+            read=len(keys),
+            dirty=len(found) - unfit,
+            unfit=unfit,
+            past_commitlog_end=len(past),
+        )
+        return opened
 
     def _recover_queues(
         self,

@@ -126,6 +126,18 @@ class KnownQueues:
     def _live_rows(self) -> np.ndarray:
         return np.flatnonzero(self.live)
 
+    def live_rows(self) -> np.ndarray:
+        """Row numbers of every known queue, ascending."""
+        return self._live_rows()
+
+    def drop(self, rows: np.ndarray) -> list[tuple[str, int]]:
+        """No longer known (the caller opens these queues from their files); their keys."""
+        rows = rows[self.live[rows]]
+        self.live[rows] = False
+        self._count -= len(rows)
+        names = self.topics
+        return [(names[t], q) for t, q in zip(self.rows["topic"][rows].tolist(), self.rows["queue_id"][rows].tolist())]
+
     def keys(self) -> list[tuple[str, int]]:
         """(topic, queue id) of every known queue, sorted."""
         live = self._live_rows()
