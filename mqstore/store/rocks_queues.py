@@ -520,7 +520,8 @@ class RocksQueues:
             changed = True
         if self._checkpoint > wrote:
             self._checkpoint = wrote if wrote > 0 else -1
-            self._check_open().put(CHECKPOINT_KEY, OFFSET_VALUE.pack(self._checkpoint, 0), self._cf_handle)
+            self._check_open()
+            self._cf.put(CHECKPOINT_KEY, OFFSET_VALUE.pack(self._checkpoint, 0), self._write)
             changed = True
         for d in np.flatnonzero(self._max > self._min).tolist():
             old = int(self._min[d])
