@@ -5,12 +5,13 @@ returns plain values (numpy arrays, lists, dicts): nothing Spark-specific, so ea
 is tested and usable without Spark too.
 
 * :func:`check_queues` - a group of consume queues: their files (verify's reader
-  and the unit checks that need no commitlog), each file's range of commitlog offsets;
+  and the unit checks that need no commitlog), their real units as columns
+  (:class:`~mqstore.jobs.unit_columns.UnitColumns`);
 * :func:`check_index_file` - one index file: header and chains (verify's checks);
 * :func:`check_chunk` - one CommitLog chunk (a segment, or the part of one whose
   records start in ``[lo, hi)``): the records walked and validated by verify's walk,
-  joined with the units and index entries that point into the chunk, read from
-  their files here (:func:`read_units_in`, :func:`read_entries_in`);
+  joined with the units that point into the chunk (given) and the index entries
+  that do (read here, :func:`read_entries_in`);
 * :func:`walk_table` - a chunk's records (and index entries) for ``--repair``.
 
 Records never span segments, and a chunk after the first starts at its first record
@@ -30,8 +31,6 @@ from typing import Any
 import numpy as np
 
 from mqstore.formats.consume_queue import (
-    UNIT_DTYPE,
-    UNIT_SIZE,
     file_bytes_for,
     is_pre_blank,
 )
@@ -41,6 +40,7 @@ from mqstore.formats.message import (
     record_signatures,
     scan_records,
 )
+from mqstore.jobs.unit_columns import UnitColumns
 from mqstore.store.commitlog import ScanChunk
 from mqstore.store.dispatch import build_dispatch_batch
 from mqstore.store.schedule import SCHEDULE_TOPIC
@@ -264,7 +264,8 @@ def walk_table(spec: ChunkSpec, *, with_entries: bool = False):
 
 def _queue_summaries(table) -> dict[str, Any]:
     """Per queue of the chunk's records that take a queue offset: first / last queue
-    offset and commitlog offset, count; and the chunk's sequence findings."""
+    offset and commitlog offset, count; and the chunk's sequence findings (at most
+    LISTED_PER_TASK a queue). Column-wise: a chunk touches up to every queue."""
     takes = np.flatnonzero(table.advances)
     out: dict[tuple[str, int], tuple[int, int, int, int, int]] = {}
     bad: list[tuple[tuple[str, int], int, int, int]] = []
@@ -272,15 +273,27 @@ def _queue_summaries(table) -> dict[str, Any]:
         return {"queues": out, "sequence": bad}
     keys = table.queue_keys[takes]
     order = np.argsort(keys, kind="stable")
-    uniq, starts = np.unique(keys[order], return_index=True)
-    stops = np.append(starts[1:], len(order))
-    for key, lo, hi in zip(uniq.tolist(), starts.tolist(), stops.tolist()):
-        rec = takes[order[lo:hi]]
-        qo, ph = table.queue_offsets[rec], table.phys[rec]
-        q = table.queue_of(key)
-        out[q] = (int(qo[0]), int(ph[0]), int(qo[-1]), int(ph[-1]), len(rec))
-        for i in np.flatnonzero(np.diff(qo) != 1).tolist()[:LISTED_PER_TASK]:
-            bad.append((q, int(ph[i + 1]), int(qo[i + 1]), int(qo[i])))
+    rec = takes[order]
+    sk, qo, ph = keys[order], table.queue_offsets[rec], table.phys[rec]
+    starts = np.flatnonzero(np.r_[True, sk[1:] != sk[:-1]])
+    lasts = np.r_[starts[1:], len(rec)] - 1
+    names = [table.queue_of(k) for k in sk[starts].tolist()]
+    for q, a, b, c, d, n in zip(
+        names,
+        qo[starts].tolist(),
+        ph[starts].tolist(),
+        qo[lasts].tolist(),
+        ph[lasts].tolist(),
+        (lasts - starts + 1).tolist(),
+    ):
+        out[q] = (a, b, c, d, n)
+    breaks = np.flatnonzero((np.diff(qo) != 1) & (sk[1:] == sk[:-1]))
+    if breaks.size:
+        group = np.searchsorted(starts, breaks, "right") - 1
+        rank = np.arange(len(breaks)) - np.searchsorted(group, group, "left")
+        breaks, group = breaks[rank < LISTED_PER_TASK], group[rank < LISTED_PER_TASK]
+        for g, i in zip(group.tolist(), breaks.tolist()):
+            bad.append((names[g], int(ph[i + 1]), int(qo[i + 1]), int(qo[i])))
     return {"queues": out, "sequence": bad}
 
 
@@ -321,7 +334,7 @@ class ChunkResult:
 
 def check_chunk(
     spec: ChunkSpec,
-    queue_files: list[tuple],
+    units: UnitColumns,
     index_files: list[tuple],
     *,
     running: bool,
@@ -330,9 +343,9 @@ def check_chunk(
     flushed_ts: int,
 ) -> ChunkResult:
     """Walk one chunk and join it with the units and index entries that point into
-    it, read from their files here: ``queue_files`` are (topic, queue id, path,
-    queue offset of the file's first unit, valid units in the file) of the files
-    whose units may point into the chunk, ``index_files`` (name, path, entries)."""
+    it: ``units`` are the real units whose commitlog offset lies in the chunk (the
+    queue tasks read them), the index entries are read here from ``index_files``
+    (name, path, hash slots, entries) of the files whose entries may point into it."""
     t0 = time.perf_counter()
     findings = TaskFindings()
     damage = Damage()
@@ -372,45 +385,11 @@ def check_chunk(
     result.queues, result.sequence = summaries["queues"], summaries["sequence"]
     end = spec.end if not spec.open_end else 1 << 62
     t1 = time.perf_counter()
-    _join_units(table, read_units_in(queue_files, spec.start, end), result, running=running)
+    _join_units(table, units, result)
     t2 = time.perf_counter()
     _join_index(table, read_entries_in(index_files, spec.start, end), result, index_end=index_end)
     result.timings = {"walk": t1 - t0, "units": t2 - t1, "index": time.perf_counter() - t2}
     return result
-
-
-def read_units_in(queue_files: list[tuple], lo: int, hi: int) -> list[tuple]:
-    """(topic, qid, queue offsets, commitlog offsets, sizes, tagsCodes) of the real
-    units whose commitlog offset lies in [lo, hi), from each queue file: (topic,
-    queue id, path, queue offset of its first unit, valid units in it). A binary
-    search: the units of a queue are in commitlog order (cq_order says when not)."""
-    out = []
-    for topic, qid, path, first_qo, count in queue_files:
-        try:
-            with open(path, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
-                units = np.frombuffer(mm, UNIT_DTYPE, count=min(count, len(mm) // UNIT_SIZE))
-                try:
-                    phys = units["commitlog_offset"]
-                    a, b = int(np.searchsorted(phys, lo, "left")), int(np.searchsorted(phys, hi, "left"))
-                    part = units[a:b].copy()
-                finally:
-                    del units, phys
-        except FileNotFoundError:
-            continue
-        keep = np.flatnonzero(~is_pre_blank(part))
-        if keep.size:
-            part = part[keep]
-            out.append(
-                (
-                    topic,
-                    qid,
-                    first_qo + a + keep.astype(np.int64),
-                    part["commitlog_offset"].astype(np.int64),
-                    part["size"].astype(np.int64),
-                    part["tags_code"].astype(np.int64),
-                )
-            )
-    return out
 
 
 def _bisect_phy(mm, at: int, count: int, target: int) -> int:
@@ -467,71 +446,90 @@ def _store_timestamps(walk: _ChunkWalk, table) -> np.ndarray:
     return np.concatenate(parts) if parts else np.zeros(len(table.phys), np.int64)
 
 
-def _join_units(table, queues: list[tuple], result: ChunkResult, *, running: bool) -> None:
+def _join_units(table, units: UnitColumns, result: ChunkResult) -> None:
     """verify's per-unit checks (queues._check_units) against the chunk's records:
     size, queue, queue offset, tagsCode; units at no record start and records no
-    unit points at go back to the driver, which knows the whole log."""
+    unit points at go back to the driver, which knows the whole log. Column-wise
+    over all the chunk's units at once (a chunk touches up to every queue)."""
     f = result.findings
     nrec = len(table.phys)
     matched = np.zeros(nrec, bool)
-    topic_index = {t: i for i, t in enumerate(table.topics)}
-    for topic, qid, qoffs, phys, sizes, tags in queues:
-        result.units_checked += len(phys)
-        loc = f"consumequeue/{topic}/{qid}"
-        idx = np.minimum(np.searchsorted(table.phys, phys), max(nrec - 1, 0))
-        found = (table.phys[idx] == phys) if nrec else np.zeros(len(phys), bool)
-        if not found.all():
-            miss = ~found
-            result.unmatched_units[(topic, qid)] = (qoffs[miss], phys[miss])
-        at, ri = np.flatnonzero(found), idx[found]
-        matched[ri] = True
-        t = topic_index.get(topic)
-        key = -1 if t is None else (t << 32) | (qid & 0xFFFFFFFF)
-        bad = False
-        for i, r in zip(*_hits(table.sizes[ri] != sizes[at], at, ri, f, "cq_size_mismatch")):
-            f.error(
-                "cq_size_mismatch",
-                f"{loc}#{int(qoffs[i])}",
-                f"unit at queue offset {int(qoffs[i])} says "
-                f"{int(sizes[i])} bytes; the record at commitlog offset {int(phys[i])} has {int(table.sizes[r])}",
-                offset=int(phys[i]),
-            )
-            bad = True
-        wrong = (table.queue_keys[ri] != key) | (table.queue_offsets[ri] != qoffs[at]) | ~table.advances[ri]
-        for i, r in zip(*_hits(wrong, at, ri, f, "cq_wrong_record")):
-            otopic, oqid = table.queue_of(int(table.queue_keys[r]))
-            what = (
-                "takes no queue offset (a transaction half or rollback)"
-                if not table.advances[r]
-                else (f"belongs to {otopic}:{oqid} queue offset {int(table.queue_offsets[r])}")
-            )
-            f.error(
-                "cq_wrong_record",
-                f"{loc}#{int(qoffs[i])}",
-                f"unit at queue offset {int(qoffs[i])} points at the "
-                f"record at commitlog offset {int(phys[i])}, which {what}",
-                offset=int(phys[i]),
-            )
-            bad = True
-        if topic != SCHEDULE_TOPIC:
-            for i, r in zip(*_hits(table.tags_codes[ri] != tags[at], at, ri, f, "cq_tags_mismatch")):
-                f.error(
-                    "cq_tags_mismatch",
-                    f"{loc}#{int(qoffs[i])}",
-                    f"unit at queue offset {int(qoffs[i])} has "
-                    f"tagsCode {int(tags[i])}; its record's TAGS hash to {int(table.tags_codes[r])}",
-                    offset=int(phys[i]),
-                )
-                bad = True
-        if bad:
-            result.bad_queues.add((topic, qid))
+    n = len(units)
+    result.units_checked += n
+    phys, qoffs, sizes, tags = units.phys, units.queue_offset, units.size, units.tags_code
+    idx = np.minimum(np.searchsorted(table.phys, phys), max(nrec - 1, 0))
+    found = (table.phys[idx] == phys) if nrec else np.zeros(n, bool)
+    miss = np.flatnonzero(~found)
+    for rows in _by_queue(units, miss):
+        result.unmatched_units[units.queue_of(rows[0])] = (qoffs[rows], phys[rows])
+    at, ri = np.flatnonzero(found), idx[found]
+    matched[ri] = True
+    key = units.queue_keys({t: i for i, t in enumerate(table.topics)})[at]
+    bad = np.zeros(n, bool)
+
+    def loc(i: int) -> str:
+        topic, qid = units.queue_of(i)
+        return f"consumequeue/{topic}/{qid}#{int(qoffs[i])}"
+
+    size_bad = table.sizes[ri] != sizes[at]
+    bad[at[size_bad]] = True
+    for i, r in zip(*_hits(size_bad, at, ri, f, "cq_size_mismatch")):
+        f.error(
+            "cq_size_mismatch",
+            loc(i),
+            f"unit at queue offset {int(qoffs[i])} says "
+            f"{int(sizes[i])} bytes; the record at commitlog offset {int(phys[i])} has {int(table.sizes[r])}",
+            offset=int(phys[i]),
+        )
+    wrong = (table.queue_keys[ri] != key) | (table.queue_offsets[ri] != qoffs[at]) | ~table.advances[ri]
+    bad[at[wrong]] = True
+    for i, r in zip(*_hits(wrong, at, ri, f, "cq_wrong_record")):
+        otopic, oqid = table.queue_of(int(table.queue_keys[r]))
+        what = (
+            "takes no queue offset (a transaction half or rollback)"
+            if not table.advances[r]
+            else (f"belongs to {otopic}:{oqid} queue offset {int(table.queue_offsets[r])}")
+        )
+        f.error(
+            "cq_wrong_record",
+            loc(i),
+            f"unit at queue offset {int(qoffs[i])} points at the "
+            f"record at commitlog offset {int(phys[i])}, which {what}",
+            offset=int(phys[i]),
+        )
+    schedule = [k for k, t in enumerate(units.topics) if t == SCHEDULE_TOPIC]
+    tags_bad = (table.tags_codes[ri] != tags[at]) & ~np.isin(units.topic[at], schedule)
+    bad[at[tags_bad]] = True
+    for i, r in zip(*_hits(tags_bad, at, ri, f, "cq_tags_mismatch")):
+        f.error(
+            "cq_tags_mismatch",
+            loc(i),
+            f"unit at queue offset {int(qoffs[i])} has "
+            f"tagsCode {int(tags[i])}; its record's TAGS hash to {int(table.tags_codes[r])}",
+            offset=int(phys[i]),
+        )
+    for rows in _by_queue(units, np.flatnonzero(bad)):
+        result.bad_queues.add(units.queue_of(rows[0]))
     # Records that take a queue offset and that no unit points at.
     lonely = np.flatnonzero(table.advances & ~matched)
     if lonely.size:
         keys = table.queue_keys[lonely]
-        for key in np.unique(keys).tolist():
-            sel = lonely[keys == key]
-            result.unmatched_records[table.queue_of(key)] = (table.queue_offsets[sel], table.phys[sel])
+        order = np.argsort(keys, kind="stable")
+        for sel in np.split(lonely[order], np.flatnonzero(np.diff(keys[order])) + 1):
+            result.unmatched_records[table.queue_of(int(table.queue_keys[sel[0]]))] = (
+                table.queue_offsets[sel],
+                table.phys[sel],
+            )
+
+
+def _by_queue(units: UnitColumns, rows: np.ndarray) -> list[np.ndarray]:
+    """``rows`` (in commitlog order) grouped by queue, each group in commitlog order."""
+    if not rows.size:
+        return []
+    k = (units.topic[rows].astype(np.int64) << 32) | (units.queue_id[rows].astype(np.int64) & 0xFFFFFFFF)
+    order = np.argsort(k, kind="stable")
+    cut = np.flatnonzero(np.diff(k[order])) + 1
+    return np.split(rows[order], cut)
 
 
 def _hits(mask: np.ndarray, at: np.ndarray, ri: np.ndarray, f: TaskFindings, kind: str) -> tuple[list[int], list[int]]:
@@ -583,9 +581,9 @@ def _join_index(table, files: list[tuple], result: ChunkResult, *, index_end: in
 def check_queues(store_dir: str, file_bytes: int, queues: list[tuple[str, int]]) -> dict:
     """Read a group of queues (verify's reader: file names, sizes, gaps, torn tails)
     and check what needs no commitlog (pre-blank units after real ones, commitlog
-    offsets increasing). Returns findings and per-queue metadata, with each file's
-    range of commitlog offsets, so chunk tasks read only the units that point into
-    them."""
+    offsets increasing). Returns findings, per-queue metadata and the real units as
+    columns in commitlog order (``units``: the chunk tasks' share of them is cut
+    from these, so no chunk task opens a queue file)."""
     from mqstore.store.verify.queues import read_queue
 
     findings = TaskFindings()
@@ -593,6 +591,8 @@ def check_queues(store_dir: str, file_bytes: int, queues: list[tuple[str, int]])
     fb = file_bytes_for(file_bytes)
     root = Path(store_dir) / "consumequeue"
     meta: dict[tuple[str, int], dict] = {}
+    topic_ids: dict[str, int] = {}
+    parts: list[tuple] = []
     for topic, qid in queues:
         qdir = root / topic / str(qid)
         q = read_queue(qdir, topic, qid, fb, findings, damage)
@@ -621,19 +621,10 @@ def check_queues(store_dir: str, file_bytes: int, queues: list[tuple[str, int]])
             )
             damage.bad_queues.add((topic, qid))
         tail = real[-256:]
-        files = []
-        per_file = fb // UNIT_SIZE
-        if n and not q.unreadable:
-            first_file_qo = q.first_offset - q.first_offset % per_file
-            for fqo in range(first_file_qo, q.first_offset + n, per_file):
-                a, b = (
-                    max(fqo, q.first_offset) - q.first_offset,
-                    min(fqo + per_file, q.first_offset + n) - q.first_offset,
-                )
-                r = real[(real >= a) & (real < b)]
-                if r.size:
-                    path = qdir / f"{fqo * UNIT_SIZE:020d}"
-                    files.append((str(path), fqo, b - a, int(phys[r[0]]), int(phys[r].max())))
+        if real.size:
+            t = topic_ids.setdefault(topic, len(topic_ids))
+            tags = units["tags_code"].astype(np.int64)
+            parts.append((t, qid, qoffs[real], phys[real], sizes[real], tags[real]))
         meta[(topic, qid)] = {
             "first": q.first_offset,
             "end": q.end_offset,
@@ -642,9 +633,14 @@ def check_queues(store_dir: str, file_bytes: int, queues: list[tuple[str, int]])
             "tail_ends": (phys[tail] + sizes[tail]).tolist(),
             "more_before_tail": bool(real.size > tail.size),
             "real": int(real.size),
-            "files": files,
         }
-    return {"findings": findings, "meta": meta, "bad_queues": set(damage.bad_queues), "stray": list(damage.stray_files)}
+    return {
+        "findings": findings,
+        "meta": meta,
+        "bad_queues": set(damage.bad_queues),
+        "stray": list(damage.stray_files),
+        "units": UnitColumns.from_parts(list(topic_ids), parts),
+    }
 
 
 def _runs(values: np.ndarray) -> list[tuple[int, int]]:
@@ -708,7 +704,6 @@ __all__ = [
     "check_index_file",
     "check_queues",
     "read_entries_in",
-    "read_units_in",
     "record_start_in",
     "walk_table",
 ]

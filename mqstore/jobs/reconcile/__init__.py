@@ -8,15 +8,16 @@ plans the work, runs it as two Spark jobs and puts the pieces together::
                index files; the chunks (a segment, or the part of one whose records
                start in [lo, hi), chunk_bytes each; the last segment with data is
                chunked up to where its data seems to end)
-    job 1      per group of consume queues: files and units (verify's reader), and
-               the range of commitlog offsets each queue file's units point into
+    job 1      per group of consume queues: files and units (verify's reader); the
+               real units, as columns, cut by the chunk they point into and
+               shuffled to that chunk's task (no chunk task opens a queue file)
     job 2      per index file: header and chains (verify's checks); per chunk:
                verify's walk of the records (CRC, layout, torn tails,
-               resynchronisation), then the join with the units and index entries
-               that point into the chunk, which the task reads itself (a binary
-               search per file, the ranges from job 1 and the index headers, sent
-               as a broadcast): size, queue, queue offset, tagsCode, and the keys
-               the dispatcher would index against the entries present
+               resynchronisation), then the join with its units (from the
+               shuffle) and the index entries that point into it (a binary search
+               per index file, the files chosen by their headers, sent as a
+               broadcast): size, queue, queue offset, tagsCode, and the keys the
+               dispatcher would index against the entries present
     driver     what needs the whole log: queue-offset sequences across chunks,
                units and entries that point at no record (dangling, or past the end),
                records without a unit (missing, or not dispatched yet), index order

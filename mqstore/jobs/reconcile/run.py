@@ -1,12 +1,13 @@
 """Reconcile's run: the two Spark jobs and the driver code around them.
 
-Job 1 checks groups of consume queues (:func:`_derived_task`); job 2 checks each
-index file and walks each commitlog chunk, joined with the units and index entries
-that point into it (:func:`_work_task`; the files that may hold them are sent once,
-as the broadcast :class:`FileTable`). The functions the tasks run are module-level
-here: Spark's workers unpickle them by this module's path. :func:`reconcile` plans
-(planning.py), runs the jobs, assembles the result (assemble.py) and writes it
-(write.py).
+Job 1 checks groups of consume queues (:func:`_queue_task`) and shuffles each
+commitlog chunk the units that point into it; job 2 (on the same shuffle's output)
+checks each index file and walks each commitlog chunk, joined with its units and
+the index entries that point into it (the index files that may hold them are sent
+once, as the broadcast :class:`IndexTable`). The functions the tasks run are
+module-level here: Spark's workers unpickle them by this module's path.
+:func:`reconcile` plans (planning.py), runs the jobs, assembles the result
+(assemble.py) and writes it (write.py).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from mqstore.jobs.reconcile.planning import (
 )
 from mqstore.jobs.reconcile.result import ReconcileResult
 from mqstore.jobs.reconcile.write import write_output
+from mqstore.jobs.unit_columns import UnitColumns
 from mqstore.jobs.units import (
     ChunkResult,
     ChunkSpec,
@@ -49,49 +51,43 @@ log = structlog.get_logger(__name__)
 
 
 def _derived_task(task: tuple, store: str, cfg: StoreConfig, running: bool):
-    kind, arg = task
-    if kind == "queues":
-        return ("queues", check_queues(store, cfg.consume_queue_file_bytes, arg))
-    path, last = arg
+    _kind, (path, last) = task
     return ("index", check_index_file(path, cfg.index_hash_slots, cfg.index_max_entries, in_flux=running and last))
 
 
+def _queue_task(group: list, store: str, cfg: StoreConfig, chunk_bounds: list[tuple[int, int, int]], meta_key: int):
+    """A group of queues checked (check_queues), as shuffle records: (``meta_key``,
+    the findings and per-queue metadata) for the driver, and (a chunk's work
+    position, the units that point into that chunk) for each chunk task."""
+    res = check_queues(store, cfg.consume_queue_file_bytes, group)
+    units = res.pop("units")
+    return [(meta_key, ("queues", res)), *units.by_chunk(chunk_bounds)]
+
+
 @dataclass
-class FileTable:
-    """Which derived files hold units / entries for which commitlog range: sent to
-    every chunk task once (a broadcast)."""
+class IndexTable:
+    """Which index files hold entries for which commitlog range: sent to every chunk
+    task once (a broadcast)."""
 
-    queue_files: list[tuple]  # (topic, qid, path, first queue offset, valid units)
-    queue_lo: np.ndarray  # commitlog offset of each file's first real unit
-    queue_hi: np.ndarray  # the largest commitlog offset a real unit of it points at
-    index_files: list[tuple]  # (name, path, hash slots, entries)
-    index_lo: np.ndarray
-    index_hi: np.ndarray
+    files: list[tuple]  # (name, path, hash slots, entries)
+    lo: np.ndarray
+    hi: np.ndarray
 
-    def for_chunk(self, spec: ChunkSpec) -> tuple[list[tuple], list[tuple]]:
+    def for_chunk(self, spec: ChunkSpec) -> list[tuple]:
         end = (1 << 62) if spec.open_end else spec.end
-        q = np.flatnonzero((self.queue_hi >= spec.start) & (self.queue_lo < end))
-        i = np.flatnonzero((self.index_hi >= spec.start) & (self.index_lo < end))
-        return [self.queue_files[k] for k in q.tolist()], [self.index_files[k] for k in i.tolist()]
+        return [self.files[k] for k in np.flatnonzero((self.hi >= spec.start) & (self.lo < end)).tolist()]
 
 
-def _file_table(derived_meta: list[tuple], index_paths: list[Path], cfg: StoreConfig) -> FileTable:
-    """Queue files from the queue checks; index files from their headers (the
-    range of commitlog offsets they cover and their entry count), read here."""
+def _index_table(index_paths: list[Path], cfg: StoreConfig) -> IndexTable:
+    """Index files from their headers (the range of commitlog offsets they cover
+    and their entry count), read here."""
     from mqstore.formats.index_file import (
         INDEX_HEADER_BYTES,
         IndexHeader,
         index_file_size,
     )
 
-    qf, qlo, qhi, xf, xlo, xhi = [], [], [], [], [], []
-    for kind, res in derived_meta:
-        if kind == "queues":
-            for (topic, qid), m in res["meta"].items():
-                for path, first_qo, count, lo, hi in m["files"]:
-                    qf.append((topic, qid, path, first_qo, count))
-                    qlo.append(lo)
-                    qhi.append(hi)
+    xf, xlo, xhi = [], [], []
     size = index_file_size(cfg.index_hash_slots, cfg.index_max_entries)
     for path in index_paths:
         try:
@@ -106,15 +102,12 @@ def _file_table(derived_meta: list[tuple], index_paths: list[Path], cfg: StoreCo
             xf.append((path.name, str(path), cfg.index_hash_slots, entries))
             xlo.append(min(h.begin_phy_offset, h.end_phy_offset))
             xhi.append(max(h.begin_phy_offset, h.end_phy_offset))
-
-    def arr(v):
-        return np.array(v, np.int64)
-
-    return FileTable(qf, arr(qlo), arr(qhi), xf, arr(xlo), arr(xhi))
+    return IndexTable(xf, np.array(xlo, np.int64), np.array(xhi, np.int64))
 
 
 def _work_task(
     w: tuple,
+    units: list[UnitColumns],
     store: str,
     cfg: StoreConfig,
     chunks: list[ChunkSpec],
@@ -127,24 +120,11 @@ def _work_task(
     kind, arg = w
     if kind == "index":
         return _derived_task(w, store, cfg, running)
-    return _chunk_task(arg, chunks, files, running, index_sample, index_end, flushed_ts)
-
-
-def _chunk_task(
-    i: int,
-    chunks: list[ChunkSpec],
-    files,
-    running: bool,
-    index_sample: tuple[int, int],
-    index_end: int,
-    flushed_ts: int,
-) -> ChunkResult:
-    spec = chunks[i]
-    queue_files, index_files_ = files.value.for_chunk(spec)
+    spec = chunks[arg]
     return check_chunk(
         spec,
-        queue_files,
-        index_files_,
+        UnitColumns.concat(units),
+        files.value.for_chunk(spec),
         running=running,
         index_sample=index_sample,
         index_end=index_end,
@@ -234,33 +214,53 @@ def reconcile(
     index_end = index_end_offset(store)
     index_end = -1 if index_end is None else index_end
     parallelism = max(2, sc.defaultParallelism)
-    queue_tasks = [("queues", g) for g in queue_groups(store, p.queues, 2 * parallelism)]
+    queue_tasks = queue_groups(store, p.queues, 2 * parallelism)
     cfg, store_s, running = p.cfg, str(store), p.running
     chunks = p.chunks
     sample = index_sample_for(index_keys)
+    # Work items, one partition each: the index files' own checks first (one long
+    # task each; the commitlog chunks fill the other cores meanwhile), then the
+    # chunks; the last partition carries the queue tasks' findings and metadata.
+    work = [("index", (str(path), i == len(p.index_paths) - 1)) for i, path in enumerate(p.index_paths)]
+    first_chunk = len(work)
+    work += [("chunk", i) for i in range(len(chunks))]
+    meta_key = len(work)
+    bounds = [(first_chunk + c.number, c.start, (1 << 62) if c.open_end else c.end) for c in chunks]
     with _Progress(sc, p.commitlog_bytes) as progress:
+        # Job 1 reads every queue and shuffles each chunk its units (so no chunk
+        # task opens a queue file); job 2 reuses that shuffle's output.
         progress.stage = "consume_queues"
-        derived_meta: list[tuple] = []
-        if queue_tasks:
-            derived_meta = (
-                sc.parallelize(queue_tasks, len(queue_tasks))
-                .map(lambda t: _derived_task(t, store_s, cfg, running))
-                .collect()
-            )
+        shuffled = (
+            sc.parallelize(queue_tasks, max(1, len(queue_tasks)))
+            .flatMap(lambda g: _queue_task(g, store_s, cfg, bounds, meta_key))
+            .partitionBy(meta_key + 1, lambda k: k)
+        )
+        derived_meta: list[tuple] = sc.runJob(shuffled, lambda it: [v for _, v in it], [meta_key])
         t1 = time.perf_counter()
         log.info("reconcile_progress", stage="consume_queues", done=True, seconds=round(t1 - t0, 2))
-        # One job: the index files' own checks first (one long task each), the
-        # commitlog chunks fill the other cores meanwhile.
         progress.stage = "commitlog_and_index"
         results: list[ChunkResult] = []
-        work = [("index", (str(path), i == len(p.index_paths) - 1)) for i, path in enumerate(p.index_paths)]
-        work += [("chunk", i) for i in range(len(chunks))]
         if work:
-            files = sc.broadcast(_file_table(derived_meta, p.index_paths, cfg))
-            done = (
-                sc.parallelize(work, len(work))
-                .map(lambda w: _work_task(w, store_s, cfg, chunks, files, running, sample, index_end, flushed_ts))
-                .collect()
+            files = sc.broadcast(_index_table(p.index_paths, cfg))
+            done = sc.runJob(
+                shuffled.mapPartitionsWithIndex(
+                    lambda i, it: [
+                        _work_task(
+                            work[i],
+                            [u for _, u in it],
+                            store_s,
+                            cfg,
+                            chunks,
+                            files,
+                            running,
+                            sample,
+                            index_end,
+                            flushed_ts,
+                        )
+                    ]
+                ),
+                lambda it: list(it),
+                list(range(len(work))),
             )
             files.unpersist()
             derived_meta += [d for d in done if isinstance(d, tuple)]
@@ -298,4 +298,4 @@ def reconcile(
     return result
 
 
-__all__ = ["FileTable", "reconcile"]
+__all__ = ["IndexTable", "reconcile"]
