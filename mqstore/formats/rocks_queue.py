@@ -110,24 +110,85 @@ def decode_values(values: list[bytes]) -> np.ndarray:
     return np.frombuffer(b"".join(values), VALUE_DTYPE)
 
 
+class PrefixTable:
+    """Every queue's unit-key prefix as a row of one uint8 array (``rows[i, :lens[i]]``),
+    so keys of many units are built with numpy, without Python per unit or per queue."""
+
+    def __init__(self) -> None:
+        self.rows = np.zeros((0, 16), np.uint8)
+        self.lens = np.zeros(0, np.int64)
+        self.count = 0
+
+    def add(self, prefixes: list[bytes]) -> None:
+        n = len(prefixes)
+        width = max([self.rows.shape[1], *map(len, prefixes)])
+        need = self.count + n
+        if need > len(self.rows) or width > self.rows.shape[1]:  # grown by doubling: adds of one queue stay cheap
+            rows = np.zeros((max(need, 2 * len(self.rows), 64), width), np.uint8)
+            rows[: self.count, : self.rows.shape[1]] = self.rows[: self.count]
+            lens = np.zeros(len(rows), np.int64)
+            lens[: self.count] = self.lens[: self.count]
+            self.rows, self.lens = rows, lens
+        for k, p in enumerate(prefixes):
+            self.rows[self.count + k, : len(p)] = np.frombuffer(p, np.uint8)
+            self.lens[self.count + k] = len(p)
+        self.count = need
+
+    def _build(self, pick: np.ndarray, extra: int, fill) -> list[bytes]:
+        """One bytes object per row of ``pick``: ``fill(out, prefix rows, row numbers,
+        prefix length)`` writes each length's keys (``extra`` bytes longer than the
+        prefix) into ``out``."""
+        n = len(pick)
+        if not n:
+            return []
+        unit_len = self.lens[pick]
+        lengths = np.unique(unit_len).tolist()
+        out = np.empty(n, object) if len(lengths) > 1 else None
+        for length in lengths:
+            rows = np.flatnonzero(unit_len == length) if out is not None else np.arange(n)
+            keys = np.empty((len(rows), length + extra), np.uint8)
+            fill(keys, self.rows[pick[rows], :length], rows, length)
+            built = keys.view(f"V{length + extra}").ravel().tolist()
+            if out is None:
+                return built
+            out[rows] = built
+        return out.tolist()
+
+    def unit_keys(self, pick: np.ndarray, queue_offsets: np.ndarray) -> list[bytes]:
+        """Key of each unit ``i``: queue ``pick[i]``'s prefix + its queue offset."""
+
+        def fill(keys, prefixes, rows, length):
+            keys[:, :length] = prefixes
+            keys[:, length:] = queue_offsets[rows].astype(">i8").view(np.uint8).reshape(-1, 8)
+
+        return self._build(pick, 8, fill)
+
+    def offset_keys(self, pick: np.ndarray, which: bytes) -> list[bytes]:
+        """Key of the ``MAX`` or ``MIN`` entry of each queue in ``pick``: the prefix's
+        topic part, ``which``, CTRL_1, the prefix's queue id (see the table above)."""
+        tag = np.frombuffer(which + CTRL_1, np.uint8)
+
+        def fill(keys, prefixes, rows, length):
+            topic_end = length - 5  # prefix: 4 + 1 + n + 1 | queue id 4 | CTRL_1
+            keys[:, :topic_end] = prefixes[:, :topic_end]
+            keys[:, topic_end : topic_end + 4] = tag
+            keys[:, topic_end + 4 :] = prefixes[:, topic_end : length - 1]
+
+        return self._build(pick, 3, fill)
+
+
 def encode_unit_keys(prefixes: list[bytes], pick: np.ndarray, queue_offsets: np.ndarray) -> list[bytes]:
-    """Key of each unit ``i``: ``prefixes[pick[i]]`` + its queue offset, built with numpy
-    (keys of the same prefix length in one array, sliced into bytes by ``tolist``)."""
-    n = len(pick)
-    out: list[bytes] = [b""] * n
-    lens = np.fromiter((len(p) for p in prefixes), np.int64, len(prefixes))
-    unit_len = lens[pick] if n else np.zeros(0, np.int64)
-    for length in np.unique(unit_len).tolist():
-        rows = np.flatnonzero(unit_len == length)
-        which = pick[rows]
-        used, inverse = np.unique(which, return_inverse=True)
-        table = np.frombuffer(b"".join(prefixes[i] for i in used.tolist()), np.uint8).reshape(len(used), length)
-        keys = np.empty((len(rows), length + 8), np.uint8)
-        keys[:, :length] = table[inverse]
-        keys[:, length:] = queue_offsets[rows].astype(">i8").view(np.uint8).reshape(-1, 8)
-        for r, k in zip(rows.tolist(), keys.view(f"V{length + 8}").ravel().tolist()):
-            out[r] = k
-    return out
+    """Key of each unit ``i``: ``prefixes[pick[i]]`` + its queue offset (PrefixTable's, for a list)."""
+    table = PrefixTable()
+    table.add(prefixes)
+    return table.unit_keys(pick, queue_offsets)
+
+
+def encode_offset_values(phys: np.ndarray, queue_offsets: np.ndarray) -> list[bytes]:
+    """Many offset-table values at once."""
+    out = np.empty((len(phys), 2), ">i8")
+    out[:, 0], out[:, 1] = phys, queue_offsets
+    return out.view("V16").ravel().tolist()
 
 
 def offset_key(topic: str, queue_id: int, which: bytes) -> bytes:
@@ -160,10 +221,12 @@ __all__ = [
     "MIN",
     "OFFSET_FAMILY",
     "OFFSET_VALUE",
+    "PrefixTable",
     "VALUE",
     "VALUE_DTYPE",
     "VALUE_SIZE",
     "decode_values",
+    "encode_offset_values",
     "encode_unit_keys",
     "encode_value",
     "encode_values",

@@ -52,8 +52,9 @@ from mqstore.formats.rocks_queue import (
     MIN,
     OFFSET_FAMILY,
     OFFSET_VALUE,
+    PrefixTable,
     decode_values,
-    encode_unit_keys,
+    encode_offset_values,
     encode_values,
     offset_key,
     queue_prefix,
@@ -189,11 +190,15 @@ class RocksQueues:
         self._db: Rdict | None = None
         self._cf = None
         self._cf_handle = None
-        self._names: list[tuple[str, int]] = []
-        self._prefix: list[bytes] = []
+        self._names: list[tuple[str, int]] = []  # (topic, queue id) by dense id
+        self._prefixes = PrefixTable()  # each queue's unit-key prefix, by dense id
         self._topic_index: dict[str, int] = {}
-        self._keys = np.zeros(0, np.int64)  # (topic index << 16 | queue id), sorted
+        self._topic_names: list[str] = []
+        self._dense: dict[int, int] = {}  # (topic index << 16 | queue id) -> dense id
+        self._keys = np.zeros(0, np.int64)  # the same, sorted, for the dispatcher's lookups (rebuilt when stale)
         self._key_ids = np.zeros(0, np.int64)
+        self._sorted_stale = False
+        self._n = 0  # queues; the arrays below have room for more
         self._min = np.zeros(0, np.int64)
         self._max = np.zeros(0, np.int64)  # next queue offset
         self._last_phys = np.zeros(0, np.int64)  # commitlog offset of the last unit (-1: never had one)
@@ -243,8 +248,7 @@ class RocksQueues:
                 row[0] = qo
         keys = sorted(rows)
         if keys:
-            self._add_queues(keys)
-            ids = [self._dense_of(t, q) for t, q in keys]
+            ids = self._add_queues(keys)
             vals = np.array([rows[k] for k in keys], np.int64).reshape(-1, 3)
             mx = np.maximum(vals[:, 1], 0)
             self._max[ids] = mx
@@ -254,48 +258,55 @@ class RocksQueues:
     def _topic_id(self, topic: str) -> int:
         t = self._topic_index.get(topic)
         if t is None:
-            t = self._topic_index[topic] = len(self._topic_index)
+            t = self._topic_index[topic] = len(self._topic_names)
+            self._topic_names.append(topic)
         return t
 
     def _dense_of(self, topic: str, queue_id: int) -> int:
         """Dense id of a queue, -1 if unknown."""
         t = self._topic_index.get(topic)
-        if t is None:
-            return -1
-        k = t << 16 | queue_id
-        i = int(np.searchsorted(self._keys, k))
-        return int(self._key_ids[i]) if i < len(self._keys) and self._keys[i] == k else -1
+        return -1 if t is None else self._dense.get(t << 16 | queue_id, -1)
 
     def _add_queues(self, keys: list[tuple[str, int]]) -> np.ndarray:
-        """Give each new (topic, queue id) a dense id (arrays grown, keys re-sorted)."""
-        first = len(self._names)
-        n = len(keys)
+        """Give each new (topic, queue id) a dense id. Arrays grow by doubling and the
+        sorted key array the dispatcher looks up is rebuilt at its next chunk, so
+        queues made one at a time (topic creation) cost no copy of every queue's state."""
+        first, n = self._n, len(keys)
+        if first + n > len(self._min):
+            cap = max(first + n, 2 * len(self._min), 1024)
+            for name, fill in (("_min", 0), ("_max", 0), ("_last_phys", -1)):
+                grown = np.full(cap, fill, np.int64)
+                grown[:first] = getattr(self, name)[:first]
+                setattr(self, name, grown)
         self._names.extend(keys)
-        self._prefix.extend(queue_prefix(t, q) for t, q in keys)
-        codes = np.array([self._topic_id(t) << 16 | q for t, q in keys], np.int64)
-        ids = np.arange(first, first + n, dtype=np.int64)
-        keys_all = np.concatenate((self._keys, codes))
-        ids_all = np.concatenate((self._key_ids, ids))
-        order = np.argsort(keys_all, kind="stable")
-        self._keys, self._key_ids = keys_all[order], ids_all[order]
-        self._min = np.concatenate((self._min, np.zeros(n, np.int64)))
-        self._max = np.concatenate((self._max, np.zeros(n, np.int64)))
-        self._last_phys = np.concatenate((self._last_phys, np.full(n, -1, np.int64)))
-        return ids
+        self._prefixes.add([queue_prefix(t, q) for t, q in keys])
+        for k, (t, q) in enumerate(keys):
+            self._dense[self._topic_id(t) << 16 | q] = first + k
+        self._n = first + n
+        self._sorted_stale = True
+        return np.arange(first, first + n, dtype=np.int64)
 
     def _dense_ids(self, topics: list[str], codes: np.ndarray, qids: np.ndarray) -> np.ndarray:
         """Dense id of each record's queue (new queues added): one sorted lookup."""
         tmap = np.fromiter((self._topic_id(t) for t in topics), np.int64, len(topics))
         k = tmap[codes] << 16 | qids.astype(np.int64)
-        pos = np.searchsorted(self._keys, k)
-        found = pos < len(self._keys)
-        found[found] = self._keys[pos[found]] == k[found]
-        if not found.all():
+        for _ in range(2):
+            if self._sorted_stale:
+                codes_all = np.fromiter(self._dense.keys(), np.int64, len(self._dense))
+                ids_all = np.fromiter(self._dense.values(), np.int64, len(self._dense))
+                order = np.argsort(codes_all)
+                self._keys, self._key_ids = codes_all[order], ids_all[order]
+                self._sorted_stale = False
+            pos = np.minimum(np.searchsorted(self._keys, k), max(len(self._keys) - 1, 0))
+            found = self._keys[pos] == k if len(self._keys) else np.zeros(len(k), bool)
+            if found.all():
+                return self._key_ids[pos]
             new = np.unique(k[~found])
-            names = {v: t for t, v in self._topic_index.items()}
-            self._add_queues([(names[int(v >> 16)], int(v & 0xFFFF)) for v in new.tolist()])
-            pos = np.searchsorted(self._keys, k)
-        return self._key_ids[pos]
+            self._add_queues([(self._topic_names[int(v >> 16)], int(v & 0xFFFF)) for v in new.tolist()])
+        raise AssertionError("queues added but not found")
+
+    def _prefix(self, dense: int) -> bytes:
+        return self._prefixes.rows[dense, : self._prefixes.lens[dense]].tobytes()
 
     def _check_open(self) -> Rdict:
         if self._closed:
@@ -310,7 +321,7 @@ class RocksQueues:
         if hi <= lo or self._db is None:
             return decode_values([])
         db = self._check_open()
-        prefix, out = self._prefix[dense], []
+        prefix, out = self._prefix(dense), []
         for start in range(lo, hi, _READ_BATCH):
             got = db.get(unit_keys(prefix, start, min(hi, start + _READ_BATCH) - start))
             missing = next((i for i, v in enumerate(got) if v is None), -1)
@@ -338,15 +349,15 @@ class RocksQueues:
 
     def all(self) -> list[RocksQueue]:
         with self._lock:
-            n = len(self._names)
+            n = self._n
         return [RocksQueue(self, d) for d in range(n)]
 
     def count(self) -> int:
-        return len(self._names)
+        return self._n
 
     def ends(self) -> dict[tuple[str, int], int]:
         with self._lock:
-            return dict(zip(self._names, self._max.tolist()))
+            return dict(zip(self._names, self._max[: self._n].tolist()))
 
     def max_physical_offset(self) -> int:
         """The commitlog end of the newest record dispatched (-1: none)."""
@@ -374,64 +385,72 @@ class RocksQueues:
         with self._lock:
             db = self._check_open()
             dense = self._dense_ids(batch.topics, batch.topic_codes[idx], batch.queue_ids[idx])
-            order = np.argsort(dense, kind="stable")  # commitlog order within a queue
-            sel, d = idx[order], dense[order]
-            qo, phys = batch.queue_offsets[sel].astype(np.int64), batch.physical_offsets[sel].astype(np.int64)
-            keep = phys > self._last_phys[d]
-            starts = np.flatnonzero(np.concatenate(([True], d[1:] != d[:-1])))
-            follows = np.ones(len(sel), bool)
-            follows[1:] = (qo[1:] == qo[:-1] + 1) & (phys[1:] > phys[:-1])
-            follows[starts] = (qo[starts] == self._max[d[starts]]) | (self._last_phys[d[starts]] < 0)
-            bad = ~(follows & keep)
-            if bad.any():
-                keep = self._sort_out(d, qo, phys, np.unique(d[bad]))
-            sel, d, qo, phys = sel[keep], d[keep], qo[keep], phys[keep]
-            if len(sel):
+            new = batch.physical_offsets[idx] > self._last_phys[dense]
+            if not new.all():  # built already (a re-dispatch)
+                idx, dense = idx[new], dense[new]
+            if len(idx):
+                order = np.argsort(dense, kind="stable")  # commitlog order within a queue
+                sel, d = idx[order], dense[order]
+                qo, phys = batch.queue_offsets[sel].astype(np.int64), batch.physical_offsets[sel].astype(np.int64)
+                starts = np.flatnonzero(np.concatenate(([True], d[1:] != d[:-1])))
+                follows = np.ones(len(sel), bool)
+                follows[1:] = (qo[1:] == qo[:-1] + 1) & (phys[1:] > phys[:-1])
+                run_d = d[starts]
+                follows[starts] = (qo[starts] == self._max[run_d]) | (self._last_phys[run_d] < 0)
+                if not follows.all():
+                    keep = self._sort_out(
+                        d, qo, phys, starts, np.flatnonzero(~np.logical_and.reduceat(follows, starts))
+                    )
+                    sel, d, qo, phys = sel[keep], d[keep], qo[keep], phys[keep]
                 self._put(db, batch, sel, d, qo, phys, end)
         self.last_dispatched_timestamp = int(batch.store_timestamps[newest])
 
-    def _sort_out(self, d: np.ndarray, qo: np.ndarray, phys: np.ndarray, queues: np.ndarray) -> np.ndarray:
-        """Which units to keep, unit by unit in the ``queues`` that need it."""
-        keep = phys > self._last_phys[d]
-        for q in queues.tolist():
-            rows = np.flatnonzero(d == q).tolist()
+    def _sort_out(self, d, qo, phys, starts: np.ndarray, runs: np.ndarray) -> np.ndarray:
+        """Which units to keep of the ``runs`` (indexes into ``starts``) that do not
+        simply continue their queue, unit by unit; the others are all kept."""
+        keep = np.ones(len(d), bool)
+        stops = np.append(starts[1:], len(d))
+        for r in runs.tolist():
+            q = int(d[starts[r]])
             nxt, last, fresh = int(self._max[q]), int(self._last_phys[q]), self._last_phys[q] < 0
-            for r in rows:
-                o, p = int(qo[r]), int(phys[r])
+            for row in range(int(starts[r]), int(stops[r])):
+                o, p = int(qo[row]), int(phys[row])
                 if (not fresh and o < nxt) or p <= last:
-                    keep[r] = False  # there already
+                    keep[row] = False  # there already
                     continue
                 if not fresh and o > nxt:
                     topic, qid = self._names[q]
                     log.warning("consume_queue_gap", topic=topic, queue_id=qid, expected=nxt, got=o, action="taken")
-                keep[r], nxt, last, fresh = True, o + 1, p, False
+                nxt, last, fresh = o + 1, p, False
         return keep
 
     def _put(self, db: Rdict, batch: DispatchBatch, sel, d, qo, phys, end: int) -> None:
+        """One WriteBatch: the units, each touched queue's max entry (and min entry if it
+        had no unit), the checkpoint entry. Keys and values are built with numpy; what
+        is left per unit is rocksdict's put (it has no put of many)."""
         wb = WriteBatch(raw_mode=True)
-        keys = encode_unit_keys(self._prefix, d, qo)
-        values = encode_values(phys, batch.sizes[sel], batch.tags_codes[sel], batch.store_timestamps[sel])
-        put = wb.put
-        for k, v in zip(keys, values):  # the one call per unit: rocksdict has no put of many
-            put(k, v)
-        last = np.append(np.flatnonzero(d[1:] != d[:-1]), len(d) - 1)
-        first = np.concatenate(([0], last[:-1] + 1))
-        run_d = d[last]
-        fresh = self._last_phys[run_d] < 0
-        cf = self._cf_handle
-        for q, p, o in zip(run_d.tolist(), phys[last].tolist(), qo[last].tolist()):
-            topic, qid = self._names[q]
-            put(offset_key(topic, qid, MAX), OFFSET_VALUE.pack(p, o), cf)
-        for j in np.flatnonzero(fresh).tolist():
-            q, r = int(run_d[j]), int(first[j])
-            topic, qid = self._names[q]
-            put(offset_key(topic, qid, MIN), OFFSET_VALUE.pack(int(phys[r]), int(qo[r])), cf)
-            self._min[q] = qo[r]
+        put, cf = wb.put, self._cf_handle
+        if len(sel):
+            values = encode_values(phys, batch.sizes[sel], batch.tags_codes[sel], batch.store_timestamps[sel])
+            for k, v in zip(self._prefixes.unit_keys(d, qo), values):
+                put(k, v)
+            last = np.append(np.flatnonzero(d[1:] != d[:-1]), len(d) - 1)
+            run_d = d[last]
+            for k, v in zip(self._prefixes.offset_keys(run_d, MAX), encode_offset_values(phys[last], qo[last])):
+                put(k, v, cf)
+            fresh = np.flatnonzero(self._last_phys[run_d] < 0)
+            if len(fresh):
+                first = np.concatenate(([0], last[:-1] + 1))[fresh]
+                keys = self._prefixes.offset_keys(run_d[fresh], MIN)
+                for k, v in zip(keys, encode_offset_values(phys[first], qo[first])):
+                    put(k, v, cf)
+                self._min[run_d[fresh]] = qo[first]
         self._checkpoint = max(self._checkpoint, end)
         put(CHECKPOINT_KEY, OFFSET_VALUE.pack(self._checkpoint, 0), cf)
         db.write(wb, self._write)
-        self._max[run_d] = qo[last] + 1
-        self._last_phys[run_d] = phys[last]
+        if len(sel):
+            self._max[run_d] = qo[last] + 1
+            self._last_phys[run_d] = phys[last]
 
     def write_behind(self, *, everything: bool = True) -> int:
         """Nothing is buffered outside RocksDB's memtables."""
@@ -472,7 +491,7 @@ class RocksQueues:
         if old >= hi or self._unit_phys(dense, old) >= commitlog_min or self._read_only:
             return old
         new = self._first_at_or_after(dense, old, hi, commitlog_min)
-        prefix = self._prefix[dense]
+        prefix = self._prefix(dense)
         topic, qid = self._names[dense]
         wb = WriteBatch(raw_mode=True)
         wb.delete_range(unit_key(prefix, 0), unit_key(prefix, new))
@@ -489,7 +508,7 @@ class RocksQueues:
         """Drop queue ``dense``'s units pointing at or past ``commitlog_end``."""
         lo, hi = int(self._min[dense]), int(self._max[dense])
         cut = self._first_at_or_after(dense, 0 if lo == hi else lo, hi, commitlog_end)
-        prefix = self._prefix[dense]
+        prefix = self._prefix(dense)
         topic, qid = self._names[dense]
         wb = WriteBatch(raw_mode=True)
         wb.delete_range(unit_key(prefix, cut), unit_key(prefix, hi))
@@ -514,7 +533,7 @@ class RocksQueues:
         wrote, cmin = commitlog.wrote_offset, commitlog.min_offset
         changed = False
         with self._lock:
-            dirty = np.flatnonzero(self._last_phys >= wrote).tolist()
+            dirty = np.flatnonzero(self._last_phys[: self._n] >= wrote).tolist()
         for d in dirty:
             self._truncate_dirty(d, wrote)
             changed = True
@@ -523,7 +542,7 @@ class RocksQueues:
             self._check_open()
             self._cf.put(CHECKPOINT_KEY, OFFSET_VALUE.pack(self._checkpoint, 0), self._write)
             changed = True
-        for d in np.flatnonzero(self._max > self._min).tolist():
+        for d in np.flatnonzero(self._max[: self._n] > self._min[: self._n]).tolist():
             old = int(self._min[d])
             changed |= self._correct_min(d, cmin) != old
         expected = commitlog.recovery.queue_offsets
