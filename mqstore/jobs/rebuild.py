@@ -6,7 +6,9 @@ What reconcile found wrong decides what is rebuilt (the facts in its Damage):
 * every consume queue with damage (a wrong, missing or dangling unit, bad files),
   from all of its records in the commitlog, written by the store core's
   ``ConsumeQueue.put_units`` (RocketMQ's file format and rules: pre-blanks before the
-  first unit of a queue whose head was deleted by retention, and so on);
+  first unit of a queue whose head was deleted by retention, and so on); not in a
+  store of type defaultRocksDB (one database for all queues: ``repair.json`` says
+  how the store rebuilds it);
 * the whole index when any index file is damaged (entries are in commitlog order
   across files, so one bad file means rebuilding all), by the store core's
   ``IndexService`` from the entries the dispatcher makes; each file is named after
@@ -167,7 +169,13 @@ def rebuild(spark, plan, result, out: Path, state) -> dict:
     summary: dict = {"dir": str(out), "queues": [], "index": None, "consumer_offsets": 0, "not_repaired": []}
     t0 = time.perf_counter()
     out_s = str(out)
-    if queues and chunks:
+    if queues and plan.rocks:
+        summary["not_repaired"].append(
+            f"{len(queues)} consume queues are damaged in a defaultRocksDB store (one database for every queue, "
+            "not rebuilt here): with the store stopped, move consumequeue/ aside and open the store with "
+            "--store-type defaultRocksDB; it dispatches the commitlog into a new database"
+        )
+    elif queues and chunks:
         wanted = set(queues)
         fb = cfg.consume_queue_file_bytes
         n = max(1, min(len(queues), sc.defaultParallelism * 2))

@@ -30,10 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from mqstore.formats.consume_queue import (
-    file_bytes_for,
-    is_pre_blank,
-)
+from mqstore.formats.consume_queue import UNIT_DTYPE, file_bytes_for, is_pre_blank
 from mqstore.formats.message import (
     MIN_RECORD_BYTES,
     ScanOutcome,
@@ -586,17 +583,43 @@ def check_queues(store_dir: str, file_bytes: int, queues: list[tuple[str, int]])
     from these, so no chunk task opens a queue file)."""
     from mqstore.store.verify.queues import read_queue
 
-    findings = TaskFindings()
-    damage = Damage()
     fb = file_bytes_for(file_bytes)
     root = Path(store_dir) / "consumequeue"
-    meta: dict[tuple[str, int], dict] = {}
-    topic_ids: dict[str, int] = {}
-    parts: list[tuple] = []
+    check = _QueueChecks()
     for topic, qid in queues:
-        qdir = root / topic / str(qid)
-        q = read_queue(qdir, topic, qid, fb, findings, damage)
-        units = q.units
+        check.add(read_queue(root / topic / str(qid), topic, qid, fb, check.findings, check.damage))
+    return check.result()
+
+
+def check_rocks_queues(store_dir: str) -> dict:
+    """check_queues for a store of type defaultRocksDB: every queue from its one
+    RocksDB (opened read-only, as its last flush left it; no files to check)."""
+    from mqstore.store.rocks_queues import queue_units
+    from mqstore.store.verify.queues import QueueFiles
+
+    check = _QueueChecks()
+    for topic, qid, first, values in queue_units(store_dir):
+        units = np.empty(len(values), UNIT_DTYPE)
+        for name in UNIT_DTYPE.names:
+            units[name] = values[name]
+        check.add(QueueFiles(topic, qid, first, units))
+    return check.result()
+
+
+class _QueueChecks:
+    """The checks of queues as read (verify's QueueFiles) that need no commitlog,
+    their metadata for the driver and their real units for the chunk tasks."""
+
+    def __init__(self) -> None:
+        self.findings = TaskFindings()
+        self.damage = Damage()
+        self.meta: dict[tuple[str, int], dict] = {}
+        self.topic_ids: dict[str, int] = {}
+        self.parts: list[tuple] = []
+
+    def add(self, q) -> None:
+        findings, damage = self.findings, self.damage
+        topic, qid, units = q.topic, q.queue_id, q.units
         n = len(units)
         pre = is_pre_blank(units) if n else np.zeros(0, bool)
         phys = units["commitlog_offset"].astype(np.int64)
@@ -622,10 +645,10 @@ def check_queues(store_dir: str, file_bytes: int, queues: list[tuple[str, int]])
             damage.bad_queues.add((topic, qid))
         tail = real[-256:]
         if real.size:
-            t = topic_ids.setdefault(topic, len(topic_ids))
+            t = self.topic_ids.setdefault(topic, len(self.topic_ids))
             tags = units["tags_code"].astype(np.int64)
-            parts.append((t, qid, qoffs[real], phys[real], sizes[real], tags[real]))
-        meta[(topic, qid)] = {
+            self.parts.append((t, qid, qoffs[real], phys[real], sizes[real], tags[real]))
+        self.meta[(topic, qid)] = {
             "first": q.first_offset,
             "end": q.end_offset,
             "unreadable": q.unreadable,
@@ -634,13 +657,15 @@ def check_queues(store_dir: str, file_bytes: int, queues: list[tuple[str, int]])
             "more_before_tail": bool(real.size > tail.size),
             "real": int(real.size),
         }
-    return {
-        "findings": findings,
-        "meta": meta,
-        "bad_queues": set(damage.bad_queues),
-        "stray": list(damage.stray_files),
-        "units": UnitColumns.from_parts(list(topic_ids), parts),
-    }
+
+    def result(self) -> dict:
+        return {
+            "findings": self.findings,
+            "meta": self.meta,
+            "bad_queues": set(self.damage.bad_queues),
+            "stray": list(self.damage.stray_files),
+            "units": UnitColumns.from_parts(list(self.topic_ids), self.parts),
+        }
 
 
 def _runs(values: np.ndarray) -> list[tuple[int, int]]:
@@ -703,6 +728,7 @@ __all__ = [
     "check_chunk",
     "check_index_file",
     "check_queues",
+    "check_rocks_queues",
     "read_entries_in",
     "record_start_in",
     "walk_table",

@@ -1,13 +1,14 @@
 """Reconcile's planning, on the driver, before any Spark work: the store and output
 directories checked, then (:func:`plan`) the checkpoint-independent facts the jobs
-need, from directory listings and a few headers: the layout, the segment names, the
-chunks (a segment, or the part of one whose records start in [lo, hi), chunk_bytes
+need, from directory listings and a few headers: the layout, the store type (queue
+files, or one RocksDB: see store_type.py), the segment names, the chunks (a segment, or the part of one whose records start in [lo, hi), chunk_bytes
 each; the last segment with data is chunked up to where its data seems to end), the
 queues and the index files."""
 
 from __future__ import annotations
 
 import dataclasses
+import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,11 +18,12 @@ from mqstore.jobs.chunks import DEFAULT_CHUNK_BYTES, segment_chunks
 from mqstore.jobs.reconcile.result import LISTED_PER_KIND
 from mqstore.jobs.units import ChunkSpec, TaskFindings
 from mqstore.store.commitlog import COMMITLOG_DIR
-from mqstore.store.config import StoreConfig
+from mqstore.store.config import STORE_TYPE_DEFAULT, STORE_TYPE_ROCKSDB, StoreConfig
 from mqstore.store.consume_queues import CONSUME_QUEUE_DIR
 from mqstore.store.layout import LAYOUT_FILE, layout_for_reading
 from mqstore.store.lockfile import ABORT_FILE, lock_holder
 from mqstore.store.reader import CommitLogReader
+from mqstore.store.store_type import store_type_for_reading
 from mqstore.store.verify.index import index_files
 from mqstore.store.verify.records import RecordWalk
 from mqstore.store.verify.report import Damage
@@ -49,6 +51,11 @@ class Plan:
     commitlog_bytes: int
     pre: TaskFindings = field(default_factory=TaskFindings)
     pre_damage: Damage = field(default_factory=Damage)
+    store_type: str = STORE_TYPE_DEFAULT  # defaultRocksDB: every queue in one RocksDB, none listed here
+
+    @property
+    def rocks(self) -> bool:
+        return self.store_type == STORE_TYPE_ROCKSDB
 
 
 def check_store_dir(store: str | Path) -> Path:
@@ -105,7 +112,8 @@ def plan(store: Path, chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> Plan:
     ]
     if chunks:
         chunks[-1] = dataclasses.replace(chunks[-1], open_end=True)
-    queues = _list_queues(store, pre, damage)
+    store_type = store_type_for_reading(store)
+    queues = [] if store_type == STORE_TYPE_ROCKSDB else _list_queues(store, pre, damage)
     idx = index_files(store) or []
     _stray_index_files(store, idx, pre, damage)
     return Plan(
@@ -121,14 +129,46 @@ def plan(store: Path, chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> Plan:
         total,
         pre,
         damage,
+        store_type,
     )
 
 
 def _list_queues(store: Path, findings: TaskFindings, damage: Damage) -> list[tuple[str, int]]:
-    """(topic, queue id) of every queue directory, stray names reported as verify does."""
-    from mqstore.store.verify.queues import queue_dirs
+    """(topic, queue id) of every queue directory, sorted, stray names reported as
+    verify's queue_dirs does. A directory entry's type from the listing itself (no
+    stat per queue: 400,000 of them took most of a minute on a cold cache)."""
+    from mqstore.errors import InvalidTopicError
+    from mqstore.formats.names import check_topic
+    from mqstore.store.verify.queues import MAX_QUEUE_ID
 
-    return [(topic, queue_id) for topic, queue_id, _ in queue_dirs(store, findings, damage)]
+    root = store / CONSUME_QUEUE_DIR
+    out: list[tuple[str, int]] = []
+    if not root.is_dir():
+        return out
+
+    def stray(rel: str, what: str) -> None:
+        findings.warning("cq_stray_file", rel, what)
+        damage.stray_files.append(rel)
+
+    with os.scandir(root) as it:
+        topics = sorted(it, key=lambda e: e.name)
+    for t in topics:
+        try:
+            check_topic(t.name)
+            if not t.is_dir():
+                raise InvalidTopicError("not a directory")
+        except InvalidTopicError:
+            stray(f"{CONSUME_QUEUE_DIR}/{t.name}", "not a topic directory; the store ignores it")
+            continue
+        with os.scandir(t.path) as it:
+            entries = sorted(it, key=lambda e: e.name)
+        for q in entries:
+            name = q.name
+            if not (q.is_dir() and name.isdigit() and name.isascii() and int(name) <= MAX_QUEUE_ID):
+                stray(f"{CONSUME_QUEUE_DIR}/{t.name}/{name}", "not a queue directory; the store ignores it")
+                continue
+            out.append((t.name, int(name)))
+    return out
 
 
 def _stray_index_files(store: Path, files: list[Path], findings: TaskFindings, damage: Damage) -> None:
@@ -148,18 +188,27 @@ def _stray_index_files(store: Path, files: list[Path], findings: TaskFindings, d
                 damage.stray_files.append(f"{INDEX_DIR}/{p.name}")
 
 
+QUEUES_PER_GROUP = 20_000  # at most, about: a task's share of a many-queue store
+WEIGHED_QUEUES = 10_000  # up to this many queues, groups are balanced by their files
+
+
 def queue_groups(store: Path, queues: list[tuple[str, int]], groups: int) -> list[list[tuple[str, int]]]:
-    """Queues in about ``groups`` groups of similar size on disk (file counts): the
-    consume-queue tasks of the first job."""
+    """Queues in about ``groups`` groups (more for many queues, QUEUES_PER_GROUP
+    each at most) of similar size on disk: the consume-queue tasks of the first job.
+    Sizes are file counts, listed for up to WEIGHED_QUEUES queues; past that, queues
+    are dealt round-robin (listing 400,000 directories on the driver took minutes,
+    and among so many the sizes even out)."""
     if not queues:
         return []
+    groups = max(1, min(max(groups, -(-len(queues) // QUEUES_PER_GROUP)), len(queues)))
+    if len(queues) > WEIGHED_QUEUES:
+        return [queues[g::groups] for g in range(groups)]
     weights = []
     for topic, qid in queues:
         try:
             weights.append(max(1, sum(1 for _ in (store / CONSUME_QUEUE_DIR / topic / str(qid)).iterdir())))
         except OSError:
             weights.append(1)
-    groups = max(1, min(groups, len(queues)))
     out: list[list[tuple[str, int]]] = [[] for _ in range(groups)]
     load = [0] * groups
     for i in sorted(range(len(queues)), key=lambda i: -weights[i]):

@@ -38,6 +38,7 @@ from mqstore.jobs.units import (
     check_chunk,
     check_index_file,
     check_queues,
+    check_rocks_queues,
 )
 from mqstore.store.config import StoreConfig
 from mqstore.store.verify import index_sample_for
@@ -55,11 +56,16 @@ def _derived_task(task: tuple, store: str, cfg: StoreConfig, running: bool):
     return ("index", check_index_file(path, cfg.index_hash_slots, cfg.index_max_entries, in_flux=running and last))
 
 
-def _queue_task(group: list, store: str, cfg: StoreConfig, chunk_bounds: list[tuple[int, int, int]], meta_key: int):
-    """A group of queues checked (check_queues), as shuffle records: (``meta_key``,
+ROCKS = "rocksdb"  # the queue task of a defaultRocksDB store: every queue, from its one database
+
+
+def _queue_task(
+    group: list | str, store: str, cfg: StoreConfig, chunk_bounds: list[tuple[int, int, int]], meta_key: int
+):
+    """A group of queues checked (check_queues; ROCKS: check_rocks_queues), as shuffle records: (``meta_key``,
     the findings and per-queue metadata) for the driver, and (a chunk's work
     position, the units that point into that chunk) for each chunk task."""
-    res = check_queues(store, cfg.consume_queue_file_bytes, group)
+    res = check_rocks_queues(store) if group == ROCKS else check_queues(store, cfg.consume_queue_file_bytes, group)
     units = res.pop("units")
     return [(meta_key, ("queues", res)), *units.by_chunk(chunk_bounds)]
 
@@ -205,7 +211,8 @@ def reconcile(
         segments=len(p.segments),
         chunks=len(p.chunks),
         commitlog_mb=round(p.commitlog_bytes / 1e6, 1),
-        queues=len(p.queues),
+        queues=None if p.rocks else len(p.queues),
+        store_type=p.store_type,
         index_files=len(p.index_paths),
         running=p.running,
     )
@@ -214,7 +221,7 @@ def reconcile(
     index_end = index_end_offset(store)
     index_end = -1 if index_end is None else index_end
     parallelism = max(2, sc.defaultParallelism)
-    queue_tasks = queue_groups(store, p.queues, 2 * parallelism)
+    queue_tasks = [ROCKS] if p.rocks else queue_groups(store, p.queues, 2 * parallelism)
     cfg, store_s, running = p.cfg, str(store), p.running
     chunks = p.chunks
     sample = index_sample_for(index_keys)
