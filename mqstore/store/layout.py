@@ -66,7 +66,8 @@ def resolve_layout(store_dir: Path, config: StoreConfig) -> StoreConfig:
     config = dataclasses.replace(config, **_sizes_on_disk(store_dir))
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps({k: getattr(config, k) for k in SHAPING_FIELDS}, indent=2) + "\n")
+    recorded = {k: getattr(config, k) for k in SHAPING_FIELDS} | {"store_type": config.store_type}
+    tmp.write_text(json.dumps(recorded, indent=2) + "\n")
     faults.created(tmp)
     with open(tmp, "rb+") as f:
         try:

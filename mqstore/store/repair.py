@@ -44,6 +44,7 @@ from mqstore.errors import StoreLockedError
 from mqstore.formats.checkpoint import Checkpoint
 from mqstore.store.checkpoint_file import write_checkpoint
 from mqstore.store.commitlog import COMMITLOG_DIR
+from mqstore.store.config import STORE_TYPE_ROCKSDB
 from mqstore.store.consume_queues import CONSUME_QUEUE_DIR
 from mqstore.store.index_service import INDEX_DIR
 from mqstore.store.json_files import BAK_SUFFIX, CONFIG_DIR
@@ -53,6 +54,7 @@ from mqstore.store.mapped_file import fsync_dir
 from mqstore.store.message_store import MessageStore
 from mqstore.store.queue_ends import QUEUE_ENDS_FILE
 from mqstore.store.segments import SegmentQueue
+from mqstore.store.store_type import store_type_on_disk
 from mqstore.store.verify import VerifyReport, verify_store
 from mqstore.store.verify.report import QueueKey, Severity
 
@@ -137,16 +139,16 @@ def plan_repair(report: VerifyReport, *, truncate_corrupt: bool = False) -> Repa
                 f"cut the commitlog at offset {d.commitlog_cut}, where its valid data ends (as recovery does)"
             )
     if d.bad_queues:
-        if plan.index_enabled:
+        rocks = store_type_on_disk(store) == STORE_TYPE_ROCKSDB  # one RocksDB holds every queue: it goes whole
+        if plan.index_enabled and not rocks:
             plan.move_queues = sorted(d.bad_queues)
             plan.steps += [
                 f"move {CONSUME_QUEUE_DIR}/{t}/{q} aside and rebuild it from the commitlog" for t, q in plan.move_queues
             ]
         elif (store / CONSUME_QUEUE_DIR).is_dir():
             plan.move_all_queues = True
-            plan.steps.append(
-                f"move {CONSUME_QUEUE_DIR}/ aside and rebuild every queue from the commitlog (no index to move)"
-            )
+            why = "its RocksDB holds every queue" if rocks else "no index to move"
+            plan.steps.append(f"move {CONSUME_QUEUE_DIR}/ aside and rebuild every queue from the commitlog ({why})")
     if plan.index_enabled and (d.index_bad or plan.move_queues):
         plan.move_index = True
         why = (

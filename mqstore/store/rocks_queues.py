@@ -34,7 +34,9 @@ Who calls what: as ConsumeQueues (the dispatcher ``dispatch``, the flusher
 
 from __future__ import annotations
 
+import os
 import threading
+import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from types import SimpleNamespace
@@ -82,6 +84,12 @@ def _options(max_open_files: int, *, create: bool) -> Options:
     opts.set_keep_log_file_num(2)
     opts.set_write_buffer_size(64 << 20)
     return opts
+
+
+def _is_damage(e: Exception) -> bool:
+    """Whether RocksDB refused to open for damage (not for a lock held, a permission)."""
+    text = str(e)
+    return "Corruption" in text or "checksum mismatch" in text or "No such file or directory" in text
 
 
 def _is_rocks_dir(path: Path) -> bool:
@@ -218,6 +226,27 @@ class RocksQueues:
             return  # nothing dispatched yet: every queue is empty
         if not self._read_only:
             self._path.mkdir(parents=True, exist_ok=True)
+        try:
+            self._open(max_open_files)
+            self._load_offsets()
+        except Exception as e:  # rocksdict raises plain Exception; only damage is handled here
+            if self._read_only or not _is_damage(e):
+                self._close_db()
+                raise
+            # A database that cannot be opened or read (a torn or lost file) is set aside,
+            # as the file layout discards a queue it cannot open, and rebuilt from the commitlog.
+            self._close_db()
+            self._forget_queues()
+            aside = self._path.with_name(f"{CONSUME_QUEUE_DIR}.damaged-{time.time_ns()}")
+            os.rename(self._path, aside)
+            log.warning(
+                "consume_queue_db_damaged", error=str(e), moved_to=str(aside), action="rebuilt from the commitlog"
+            )
+            self._path.mkdir()
+            self._open(max_open_files)
+            self.rebuild_from = -1
+
+    def _open(self, max_open_files: int) -> None:
         opts = _options(max_open_files, create=not self._read_only)
         access = AccessType.read_only() if self._read_only else AccessType.read_write()
         self._db = Rdict(
@@ -228,7 +257,19 @@ class RocksQueues:
         )
         self._cf = self._db.get_column_family(OFFSET_FAMILY)
         self._cf_handle = self._db.get_column_family_handle(OFFSET_FAMILY)
-        self._load_offsets()
+
+    def _close_db(self) -> None:
+        if self._cf is not None:
+            self._cf.close()  # RocksDB's lock goes only with the last reference to the database
+        self._cf = self._cf_handle = None
+        if self._db is not None:
+            self._db.close()
+        self._db = None
+
+    def _forget_queues(self) -> None:
+        self._names, self._prefixes, self._dense, self._n = [], PrefixTable(), {}, 0
+        self._topic_index, self._topic_names, self._sorted_stale = {}, [], True
+        self._checkpoint = -1
 
     # ------------------------------------------------------------------ state
 
@@ -596,15 +637,10 @@ class RocksQueues:
             if self._closed:
                 return
             self._closed = True
-            db, self._db = self._db, None
-        if db is not None:
-            if not self._read_only:
-                db.flush(True)
-                self._cf.flush(True)
-            # RocksDB's lock goes only with the last reference to the database
-            self._cf.close()
-            self._cf = self._cf_handle = None
-            db.close()
+        if self._db is not None and not self._read_only:
+            self._db.flush(True)
+            self._cf.flush(True)
+        self._close_db()
 
 
 def queue_units(store_dir: str | Path, topic: str | None = None) -> Iterator[tuple[str, int, int, np.ndarray]]:

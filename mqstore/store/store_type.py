@@ -1,8 +1,10 @@
 """Which consume-queue layout a store has (RocketMQ ``storeType``), and the one
 place that opens its consume queues.
 
-Told by what ``consumequeue/`` holds, so no extra file can disagree with the data:
-a RocksDB always has the file ``CURRENT`` there ("defaultRocksDB",
+Recorded in ``config/mqstore.json`` when the store is made (layout.py), so a store
+whose queues were moved aside (repair) or deleted keeps its type. A store made
+before that file recorded it is told by what ``consumequeue/`` holds: a RocksDB
+always has the file ``CURRENT`` there ("defaultRocksDB",
 rocks_queues.py); the default layout has a directory per topic there ("default",
 consume_queues.py). An empty or missing ``consumequeue/`` is either: the store
 takes the type it is opened with. A config without a type (``store_type=None``,
@@ -11,19 +13,34 @@ the default) opens a store with its own type, a new one as "default".
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
 from mqstore.errors import StoreTypeError
-from mqstore.store.config import STORE_TYPE_DEFAULT, STORE_TYPE_ROCKSDB, StoreConfig
+from mqstore.store.config import STORE_TYPE_DEFAULT, STORE_TYPE_ROCKSDB, STORE_TYPES, StoreConfig
 
 CONSUME_QUEUE_DIR = "consumequeue"
 _ROCKS_MARKER = "CURRENT"
 
 
+def _recorded(store_dir: Path) -> str | None:
+    """The type ``config/mqstore.json`` records (layout.py writes it when the store is
+    made), None if it records none (a store made before it did) or cannot be read."""
+    try:
+        value = json.loads((store_dir / "config" / "mqstore.json").read_text()).get("store_type")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return value if value in STORE_TYPES else None
+
+
 def store_type_on_disk(store_dir: str | Path) -> str | None:
-    """The store type ``store_dir``'s consume queues were made with; None if they
-    tell nothing (no queue yet)."""
+    """The store type ``store_dir``'s consume queues were made with: as recorded in
+    its layout file, else as ``consumequeue/`` shows; None if neither tells (a store
+    without queues, made before the layout file recorded the type)."""
+    recorded = _recorded(Path(store_dir))
+    if recorded is not None:
+        return recorded
     root = Path(store_dir) / CONSUME_QUEUE_DIR
     if (root / _ROCKS_MARKER).is_file():
         return STORE_TYPE_ROCKSDB

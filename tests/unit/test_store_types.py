@@ -198,3 +198,61 @@ def test_retention_moves_min_offsets_and_pulls_start_there(tmp_path: Path, cfg: 
             assert (cq.min_offset, cq.max_offset) == ends[q]
             assert s.pull("T", q, ends[q][0], max_count=1).records[0].queue_offset == ends[q][0]
     assert verify_store(tmp_path).ok
+
+
+def test_the_type_stays_when_the_queues_are_gone(tmp_path: Path, cfg: StoreConfig) -> None:
+    with MessageStore(tmp_path, cfg) as s:
+        fill(s, 2)
+    shutil.rmtree(tmp_path / "consumequeue")  # config/mqstore.json still says what the store is
+    assert store_type_on_disk(tmp_path) == cfg.store_type
+    other = "default" if cfg.store_type == "defaultRocksDB" else "defaultRocksDB"
+    with pytest.raises(StoreTypeError):
+        MessageStore(tmp_path, dataclasses.replace(cfg, store_type=other))
+    with MessageStore(tmp_path, dataclasses.replace(cfg, store_type=None)) as s:
+        assert s.config.store_type == cfg.store_type and s.pull("T0", 0, 0).max_offset == 6
+
+
+ROCKS = StoreConfig(segment_bytes=64 * 1024, index_hash_slots=512, index_max_entries=4096, store_type="defaultRocksDB")
+
+
+@pytest.mark.parametrize("damage", ["sst_lost", "sst_torn", "manifest_lost"])
+def test_a_damaged_rocksdb_is_set_aside_and_rebuilt(tmp_path: Path, damage: str) -> None:
+    with MessageStore(tmp_path, ROCKS) as s:
+        fill(s, 8)
+    want = contents(tmp_path, ROCKS)
+    db = tmp_path / "consumequeue"
+    ssts = sorted(db.glob("*.sst"))
+    assert ssts  # the close flushed the memtables
+    if damage == "sst_lost":
+        ssts[-1].unlink()
+    elif damage == "sst_torn":
+        os.truncate(ssts[-1], ssts[-1].stat().st_size // 2)
+    else:
+        for m in db.glob("MANIFEST-*"):
+            m.unlink()
+    assert contents(tmp_path, ROCKS) == want
+    assert list(tmp_path.glob("consumequeue.damaged-*"))
+    assert verify_store(tmp_path).ok
+
+
+def test_repair_rebuilds_a_rocksdb_whose_units_disagree_with_the_records(tmp_path: Path) -> None:
+    from rocksdict import Options, Rdict
+
+    from mqstore.formats.rocks_queue import OFFSET_FAMILY, encode_value, queue_prefix, unit_key
+    from mqstore.store.repair import repair_store
+
+    with MessageStore(tmp_path, ROCKS) as s:
+        fill(s, 8)
+    want = contents(tmp_path, ROCKS)
+    opts = Options(raw_mode=True)
+    db = Rdict(str(tmp_path / "consumequeue"), opts, column_families={OFFSET_FAMILY: Options(raw_mode=True)})
+    phys, size, tcode = want[("T1", 1)][3]
+    db[unit_key(queue_prefix("T1", 1), 3)] = encode_value(phys, size + 1, tcode, 0)  # a wrong size
+    db.flush(True)
+    db.get_column_family(OFFSET_FAMILY).close()
+    db.close()
+    report = verify_store(tmp_path)
+    assert not report.ok and any(f.kind == "cq_size_mismatch" for f in report.findings)
+    result = repair_store(tmp_path)
+    assert result.after is not None and result.after.ok
+    assert contents(tmp_path, ROCKS) == want
