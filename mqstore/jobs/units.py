@@ -24,6 +24,7 @@ from __future__ import annotations
 import mmap
 import struct
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -51,6 +52,9 @@ from mqstore.store.verify.report import Damage, Severity
 
 _SEARCH_WINDOW = 16 << 20
 _I64 = struct.Struct(">q")
+# Queue reads in flight per queue task: at 400,000 queues the reads wait on the disk
+# (directory listings, inodes, a block of units each), not on the CPU.
+READ_THREADS = 8
 LISTED_PER_TASK = 5_000  # findings of one kind a task lists in full; the rest are counted
 
 
@@ -96,6 +100,15 @@ class TaskFindings:
             sev = severity.value if isinstance(severity, Severity) else str(severity)
             self.counts[(kind, sev)] = self.counts.get((kind, sev), 0) + n
             self._per_kind[kind] = self._per_kind.get(kind, 0) + n
+
+    def merge(self, other: TaskFindings) -> None:
+        """Another task's (or thread's) findings added to these."""
+        listed: dict[tuple[str, str], int] = {}
+        for kind, sev, location, detail, offset in other.rows:
+            self.add(kind, sev, location, detail, offset)
+            listed[(kind, sev)] = listed.get((kind, sev), 0) + 1
+        for (kind, sev), n in other.counts.items():
+            self.add_uncounted(kind, sev, n - listed.get((kind, sev), 0))
 
     def count(self, severity: Severity) -> int:
         return sum(n for (_, s), n in self.counts.items() if s == severity.value)
@@ -586,8 +599,18 @@ def check_queues(store_dir: str, file_bytes: int, queues: list[tuple[str, int]])
     fb = file_bytes_for(file_bytes)
     root = Path(store_dir) / "consumequeue"
     check = _QueueChecks()
-    for topic, qid in queues:
-        check.add(read_queue(root / topic / str(qid), topic, qid, fb, check.findings, check.damage))
+
+    def read(queue: tuple[str, int]):
+        findings, damage = TaskFindings(), Damage()
+        topic, qid = queue
+        return read_queue(root / topic / str(qid), topic, qid, fb, findings, damage), findings, damage
+
+    with ThreadPoolExecutor(READ_THREADS, thread_name_prefix="queue-read") as pool:
+        for q, findings, damage in pool.map(read, queues):
+            check.findings.merge(findings)
+            check.damage.bad_queues |= damage.bad_queues
+            check.damage.stray_files.extend(damage.stray_files)
+            check.add(q)
     return check.result()
 
 
