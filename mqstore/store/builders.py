@@ -56,9 +56,11 @@ from mqstore.store.index_service import IndexService
 from mqstore.store.layout import resolve_layout
 from mqstore.store.lockfile import (
     StoreLock,
+    boot_id,
     builder_files,
     create_abort_marker,
     last_exit_was_clean,
+    marker_boot,
     remove_abort_marker,
 )
 from mqstore.store.retention import ConsumerLoss, clean_queues_below, consumer_losses
@@ -216,6 +218,9 @@ class _Builder:
         lock_name, self._abort_name = builder_files(self.kind)
         self._lock_file = StoreLock(self.store_dir, lock_name)
         self.crashed = not last_exit_was_clean(self.store_dir, self._abort_name)
+        # The builder's last run died with the machine still up (its marker's boot is
+        # this one), or closed cleanly: its files hold every byte it wrote.
+        self.same_boot = not self.crashed or marker_boot(self.store_dir, self._abort_name) in {boot_id()} - {None}
         self.clean = view.clean_shutdown and not self.crashed
         self._put_lock = threading.Lock()
         self._stop = threading.Event()
@@ -347,6 +352,7 @@ class QueueBuilder(_Builder):
             self.consume_queues.load(repair=True, ends=ends, trusted=self.clean)
             self._step("checking consume-queue tails against the commitlog", 0, 0)
             deep = view.redispatch_from if not self.clean else view.wrote_offset
+            self.consume_queues.same_boot = self.same_boot  # (ConsumeQueues: no probe past its rows then)
             self.consume_queues.recover(
                 view, verify_tail=not self.clean, check_from=max(view.start_offset, 0), deep_from=deep
             )

@@ -2,8 +2,10 @@
 
 ``lock``: an exclusive advisory lock held while a process has the store open, so a
 second process gets StoreLockedError instead of a corrupted commitlog.
-``abort``: an empty marker that exists while the store runs. Finding it at open means
-the last run did not shut down cleanly, and recovery must be the abnormal kind.
+``abort``: a marker that exists while the store runs. Finding it at open means
+the last run did not shut down cleanly, and recovery must be the abnormal kind. It
+holds the boot it was made in (RocketMQ's is empty): a crash in the same boot was
+a process's death, not the machine's (``marker_boot``).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from mqstore.store.mapped_file import fsync_dir
 
 LOCK_FILE = "lock"
 ABORT_FILE = "abort"
+_BOOT_ID_FILE = "/proc/sys/kernel/random/boot_id"
 
 
 class StoreLock:
@@ -97,10 +100,33 @@ def last_exit_was_clean(store_dir: Path, name: str = ABORT_FILE) -> bool:
     return not (store_dir / name).exists()
 
 
+def boot_id() -> str | None:
+    """This boot of the machine (Linux: changes at every boot), None where unknown."""
+    try:
+        with open(_BOOT_ID_FILE) as f:
+            return f.read().strip() or None
+    except OSError:
+        return None
+
+
 def create_abort_marker(store_dir: Path, name: str = ABORT_FILE) -> None:
-    (store_dir / name).touch()
+    """The marker, holding the boot it was made in (``marker_boot``; RocketMQ's is
+    empty and only its existence counts, which stays so)."""
+    (store_dir / name).write_text(boot_id() or "")
     faults.created(store_dir / name)
     fsync_dir(store_dir)
+
+
+def marker_boot(store_dir: Path, name: str = ABORT_FILE) -> str | None:
+    """The boot a marker left by a crash was made in (read at open, before the open
+    makes its own), None if unknown (empty, RocketMQ's, unreadable, or lost with
+    its unsynced content in a power cut). The same boot as now means the machine
+    did not restart since: the process died, the page cache kept every byte it
+    wrote (ConsumeQueues.recover relies on it)."""
+    try:
+        return (store_dir / name).read_text().strip() or None
+    except (OSError, UnicodeDecodeError):
+        return None
 
 
 def remove_abort_marker(store_dir: Path, name: str = ABORT_FILE) -> None:
@@ -122,6 +148,7 @@ BUILDER_KINDS = ("consumequeue", "index")
 __all__ = [
     "ABORT_FILE",
     "BUILDER_KINDS",
+    "boot_id",
     "builder_files",
     "LOCK_FILE",
     "StoreLock",
@@ -129,5 +156,6 @@ __all__ = [
     "describe_holder",
     "last_exit_was_clean",
     "lock_holder",
+    "marker_boot",
     "remove_abort_marker",
 ]

@@ -117,10 +117,14 @@ def fill(store: MessageStore, start: int, messages: int) -> list[list]:
     return acks
 
 
-def crashed_after_summary(tmp_path: Path, first: int, more: int) -> tuple[Path, list[list], list[list]]:
-    """A store as a kill -9 leaves it ``more`` messages after a thorough flush at
+def crashed_after_summary(
+    tmp_path: Path, first: int, more: int, *, boot: str | None = "another"
+) -> tuple[Path, list[list], list[list]]:
+    """A store as a crash leaves it ``more`` messages after a thorough flush at
     ``first`` messages, every unit of those written out behind (see the module
-    docstring). Returns it with the acks before and after the summary."""
+    docstring), with abort markers of ``boot`` (None: this one, a kill -9; else a
+    machine crash, the boot the markers were made in). Returns it with the acks
+    before and after the summary."""
     store = tmp_path / "s"
     with MessageStore(store, CFG) as s:
         before = fill(s, 0, first)
@@ -134,7 +138,10 @@ def crashed_after_summary(tmp_path: Path, first: int, more: int) -> tuple[Path, 
     summary.write_bytes(saved)
     os.utime(summary, ns=(st.st_atime_ns, st.st_mtime_ns))
     derived.write_bytes(durable)
-    create_abort_marker(store)
+    for name in ("abort", "abort.consumequeue", "abort.index"):
+        create_abort_marker(store, name)
+        if boot is not None:
+            (store / name).write_text(boot)
     return store, before, after
 
 
@@ -185,21 +192,25 @@ def served(s: MessageStore, acks: list[list]) -> None:
 
 
 @pytest.mark.parametrize("first", [1200, 1100], ids=["rows-end-a-file", "rows-end-inside-a-file"])
+@pytest.mark.parametrize("boot", [None, "another"], ids=["kill", "machine-crash"])
 def test_crash_open_keeps_the_rows_and_the_redispatch_writes_over_their_tails(
-    tmp_path: Path, monkeypatch, first: int
+    tmp_path: Path, monkeypatch, first: int, boot: str | None
 ) -> None:
-    store, before, after = crashed_after_summary(tmp_path, first, 600)
+    store, before, after = crashed_after_summary(tmp_path, first, 600, boot=boot)
     want = full_read(store, tmp_path)
     lazy(monkeypatch)
-    opened = []
+    opened, probed = [], []
     real = cqs_module.ConsumeQueues._open_from_files
     monkeypatch.setattr(
         cqs_module.ConsumeQueues, "_open_from_files", lambda self, *k: opened.append(k) or real(self, *k)
     )
+    real_probe = queue_tails.probe
+    monkeypatch.setattr(queue_tails, "probe", lambda *a: probed.append(a) or real_probe(*a))
     with MessageStore(store, CFG) as s:
         assert not s.commitlog.recovery.clean_shutdown
         assert s.consume_queues.summary_queues == TOPICS * QUEUES  # every listed queue kept unread
         assert s.consume_queues.probed_dirty == 0
+        assert len(probed) == (0 if boot is None else TOPICS * QUEUES)  # a process's death: nothing to look for
         assert opened == [("LateTopic", 0)]  # only the queue the summary does not list
         assert s.wait_dispatched(30)
         assert queues_of(s) == want
@@ -209,7 +220,7 @@ def test_crash_open_keeps_the_rows_and_the_redispatch_writes_over_their_tails(
 def test_crash_open_cuts_units_of_records_lost_with_the_commitlogs_tail(tmp_path: Path, monkeypatch) -> None:
     """A power cut that kept queue pages the write-behind wrote but not the commitlog's
     last pages: units past the recovered end are cut, nothing below it is lost."""
-    store, before, after = crashed_after_summary(tmp_path, 1100, 600)
+    store, before, after = crashed_after_summary(tmp_path, 1100, 600, boot="another")
     cut = after[300][3]  # the commitlog is lost from message 1,400 on
     for seg in sorted((store / "commitlog").iterdir()):
         base = int(seg.name)
@@ -228,3 +239,13 @@ def test_crash_open_cuts_units_of_records_lost_with_the_commitlogs_tail(tmp_path
         served(s, before + after[:300])
     for key, units in units_on_disk(store).items():  # no unit left pointing past the commitlog's end
         assert (units["commitlog_offset"].astype(np.int64) + units["size"] <= cut).all(), key
+
+
+def test_abort_markers_hold_the_boot_they_were_made_in(tmp_path: Path) -> None:
+    from mqstore.store.lockfile import boot_id, marker_boot
+
+    create_abort_marker(tmp_path, "abort.x")
+    assert marker_boot(tmp_path, "abort.x") == boot_id()
+    (tmp_path / "abort.x").write_bytes(b"")  # RocketMQ's, or its content lost in a power cut: not known
+    assert marker_boot(tmp_path, "abort.x") is None
+    assert marker_boot(tmp_path, "abort.none") is None
