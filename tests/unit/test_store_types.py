@@ -256,3 +256,19 @@ def test_repair_rebuilds_a_rocksdb_whose_units_disagree_with_the_records(tmp_pat
     result = repair_store(tmp_path)
     assert result.after is not None and result.after.ok
     assert contents(tmp_path, ROCKS) == want
+
+
+@pytest.mark.slow  # four CLI processes
+def test_the_cli_makes_a_rocksdb_store_and_refuses_the_other_type(tmp_path: Path) -> None:
+    from tests.unit.test_cli import mq
+
+    store = tmp_path / "s"
+    made = mq("send", "--store", str(store), "--create", "--store-type", "defaultRocksDB", "--topic", "T", "a", "b")
+    assert made.returncode == 0, made.stderr
+    assert store_type_on_disk(store) == "defaultRocksDB" and (store / "consumequeue" / "CURRENT").is_file()
+    refused = mq("send", "--store", str(store), "--store-type", "default", "--topic", "T", "c")
+    assert refused.returncode == 1 and "open it with --store-type defaultRocksDB" in refused.stderr
+    again = mq("send", "--store", str(store), "--topic", "T", "c")  # no flag: the store's own type
+    assert again.returncode == 0, again.stderr
+    pulled = mq("pull", "--store", str(store), "--topic", "T", "--queue", "0", "--offset", "0")
+    assert pulled.returncode == 0 and pulled.stdout.count('"topic": "T"') == 2
