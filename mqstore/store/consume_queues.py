@@ -749,6 +749,32 @@ class ConsumeQueues:
             rows[miss] = by_id[ids[miss]] = self._topic_rows([topics[i] for i in miss.tolist()])
         return rows
 
+    def _objects_for(self, ids: np.ndarray) -> None:
+        """Make at once the objects of the queues with these dense ids that the summary
+        of queue ends listed and that have none yet (``get`` for each, less its
+        per-queue lookups: after a crash the re-dispatch gives units to most of
+        400,000 such queues). Not where ``get`` checks a queue's files at first use
+        (``_check_since``) or makes read-only queues. Caller holds the journal lock."""
+        if self._check_since is not None or self._read_only_above is not None or not len(self._known):
+            return
+        by_id = self._by_id
+        missing = [d for d in ids.tolist() if by_id[d] is None]
+        if not missing:
+            return
+        names = self._topic_names
+        pairs = [(names[k >> 16], k & 0xFFFF) for k in self._id_key[missing].tolist()]
+        with self._lock:
+            rows = self._known.find_many(pairs)
+            hit = np.flatnonzero(rows >= 0)
+            made = self._known.take(rows[hit])
+            for i, row in zip(hit.tolist(), made):
+                key, d = pairs[i], missing[i]
+                cq = self._queue_object(key[0], key[1], known=row)
+                cq._journal, cq._dense = self, d
+                by_id[d] = cq
+                self._dense_of.pop(key, None)
+                self._queues[key] = cq
+
     def _queue_at(self, dense: int) -> ConsumeQueue:
         """The queue with this dense id, made now if it has no object yet (``get``
         binds it to its id). Caller holds the journal lock."""
@@ -879,6 +905,7 @@ class ConsumeQueues:
         stops = np.cumsum(counts)
         starts = stops - counts
         self._jcount[ids] = 0
+        self._objects_for(ids)
         touched = []
         for lo, hi, dd, fq, fe, le in zip(
             starts.tolist(),

@@ -123,6 +123,23 @@ class KnownQueues:
         self._count -= 1
         return self.row(i)
 
+    def take(self, rows: np.ndarray) -> list[KnownRow]:
+        """``pop`` of many row numbers (live ones, from ``find_many``) at once: their
+        rows, no longer known."""
+        self.live[rows] = False
+        self._count -= len(rows)
+        r = self.rows[rows]
+        return list(
+            zip(
+                r["first_file"].tolist(),
+                r["files"].tolist(),
+                r["min_offset"].tolist(),
+                r["max_offset"].tolist(),
+                r["max_physical_offset"].tolist(),
+                self.blocks[rows].tolist(),
+            )
+        )
+
     def _live_rows(self) -> np.ndarray:
         return np.flatnonzero(self.live)
 
