@@ -631,63 +631,105 @@ def check_rocks_queues(store_dir: str) -> dict:
 
 class _QueueChecks:
     """The checks of queues as read (verify's QueueFiles) that need no commitlog,
-    their metadata for the driver and their real units for the chunk tasks."""
+    their metadata for the driver and their real units for the chunk tasks.
+    Column-wise over all the queues added (most of a many-queue store's queues hold
+    a few units: numpy calls per queue cost more than reading it)."""
+
+    TAIL = 256  # the last real units' ends kept per queue (verify's resume_offset looks at them)
 
     def __init__(self) -> None:
         self.findings = TaskFindings()
         self.damage = Damage()
-        self.meta: dict[tuple[str, int], dict] = {}
-        self.topic_ids: dict[str, int] = {}
-        self.parts: list[tuple] = []
+        self.queues: list = []
 
     def add(self, q) -> None:
-        findings, damage = self.findings, self.damage
-        topic, qid, units = q.topic, q.queue_id, q.units
-        n = len(units)
-        pre = is_pre_blank(units) if n else np.zeros(0, bool)
-        phys = units["commitlog_offset"].astype(np.int64)
-        sizes = units["size"].astype(np.int64)
-        qoffs = q.first_offset + np.arange(n, dtype=np.int64)
-        loc = q.location
-        real = np.flatnonzero(~pre)
-        if real.size and pre[real[0] :].any():
-            for i in np.flatnonzero(pre[real[0] :]).tolist()[:LISTED_PER_TASK]:
-                qo = int(qoffs[real[0] + i])
-                findings.error(
-                    "cq_wrong_record", f"{loc}#{qo}", f"a pre-blank unit at queue offset {qo}, after real units"
-                )
-            damage.bad_queues.add((topic, qid))
-        if real.size > 1 and (np.diff(phys[real]) <= 0).any():
-            i = int(real[1:][np.diff(phys[real]) <= 0][0])
-            findings.error(
-                "cq_order",
-                f"{loc}#{int(qoffs[i])}",
-                f"unit at queue offset {int(qoffs[i])} points at "
-                f"commitlog offset {int(phys[i])}, not after the unit before it",
-            )
-            damage.bad_queues.add((topic, qid))
-        tail = real[-256:]
-        if real.size:
-            t = self.topic_ids.setdefault(topic, len(self.topic_ids))
-            tags = units["tags_code"].astype(np.int64)
-            self.parts.append((t, qid, qoffs[real], phys[real], sizes[real], tags[real]))
-        self.meta[(topic, qid)] = {
-            "first": q.first_offset,
-            "end": q.end_offset,
-            "unreadable": q.unreadable,
-            "pre_blank": _runs(qoffs[pre]),
-            "tail_ends": (phys[tail] + sizes[tail]).tolist(),
-            "more_before_tail": bool(real.size > tail.size),
-            "real": int(real.size),
-        }
+        self.queues.append(q)
 
     def result(self) -> dict:
+        qs, self.queues = self.queues, []
+        findings, damage = self.findings, self.damage
+        counts = np.array([len(q.units) for q in qs], np.int64)
+        units = np.concatenate([q.units for q in qs]) if qs else np.zeros(0, UNIT_DTYPE)
+        of = np.repeat(np.arange(len(qs)), counts)  # each unit's queue
+        starts = np.cumsum(counts) - counts
+        firsts = np.array([q.first_offset for q in qs], np.int64)
+        pos = np.arange(len(units), dtype=np.int64) - starts[of]
+        qoffs = firsts[of] + pos
+        phys = units["commitlog_offset"].astype(np.int64)
+        sizes = units["size"].astype(np.int64)
+        pre = is_pre_blank(units) if len(units) else np.zeros(0, bool)
+        real = np.flatnonzero(~pre)
+        rq = of[real]
+        nreal = np.bincount(rq, minlength=len(qs))
+        first_real = np.full(len(qs), np.iinfo(np.int64).max)
+        np.minimum.at(first_real, rq, pos[real])
+        # pre-blank units after a real one of their queue
+        late = np.flatnonzero(pre & (pos > first_real[of]))
+        if late.size:  # each queue's first LISTED_PER_TASK of them
+            lq = of[late]
+            late = late[np.arange(len(late)) - np.searchsorted(lq, lq) < LISTED_PER_TASK]
+        for i in late.tolist():
+            q = qs[of[i]]
+            qo = int(qoffs[i])
+            findings.error(
+                "cq_wrong_record", f"{q.location}#{qo}", f"a pre-blank unit at queue offset {qo}, after real units"
+            )
+        damage.bad_queues.update((qs[k].topic, qs[k].queue_id) for k in np.unique(of[late]).tolist())
+        # commitlog offsets not increasing: the first such unit of each queue
+        if len(real) > 1:
+            back = np.flatnonzero((np.diff(phys[real]) <= 0) & (rq[1:] == rq[:-1])) + 1
+            seen: set[int] = set()
+            for j in back.tolist():
+                k = int(rq[j])
+                if k in seen:
+                    continue
+                seen.add(k)
+                q, i = qs[k], int(real[j])
+                findings.error(
+                    "cq_order",
+                    f"{q.location}#{int(qoffs[i])}",
+                    f"unit at queue offset {int(qoffs[i])} points at "
+                    f"commitlog offset {int(phys[i])}, not after the unit before it",
+                )
+                damage.bad_queues.add((q.topic, q.queue_id))
+        # the driver's metadata: the last TAIL real units' ends, runs of pre-blanks
+        rank = np.arange(len(real)) - (np.cumsum(nreal) - nreal)[rq]  # position among the queue's real units
+        tail = real[rank >= nreal[rq] - self.TAIL]
+        ends = (phys[tail] + sizes[tail]).tolist()
+        cut = np.searchsorted(of[tail], np.arange(len(qs) + 1)).tolist()
+        pre_at = np.flatnonzero(pre)
+        pre_cut = np.searchsorted(of[pre_at], np.arange(len(qs) + 1)).tolist()
+        meta: dict[tuple[str, int], dict] = {}
+        topic_ids: dict[str, int] = {}
+        topic_of = np.zeros(len(qs), np.int32)
+        for k, q in enumerate(qs):
+            topic_of[k] = topic_ids.setdefault(q.topic, len(topic_ids))
+            n = int(nreal[k])
+            meta[(q.topic, q.queue_id)] = {
+                "first": q.first_offset,
+                "end": q.end_offset,
+                "unreadable": q.unreadable,
+                "pre_blank": _runs(qoffs[pre_at[pre_cut[k] : pre_cut[k + 1]]]) if pre_cut[k] < pre_cut[k + 1] else [],
+                "tail_ends": ends[cut[k] : cut[k + 1]],
+                "more_before_tail": n > self.TAIL,
+                "real": n,
+            }
+        qids = np.array([q.queue_id for q in qs], np.int32)
+        cols = UnitColumns(
+            list(topic_ids),
+            topic_of[rq],
+            qids[rq],
+            qoffs[real],
+            phys[real],
+            sizes[real],
+            units["tags_code"][real].astype(np.int64),
+        )
         return {
-            "findings": self.findings,
-            "meta": self.meta,
-            "bad_queues": set(self.damage.bad_queues),
-            "stray": list(self.damage.stray_files),
-            "units": UnitColumns.from_parts(list(self.topic_ids), self.parts),
+            "findings": findings,
+            "meta": meta,
+            "bad_queues": set(damage.bad_queues),
+            "stray": list(damage.stray_files),
+            "units": cols.take(np.argsort(cols.phys, kind="stable")),
         }
 
 
