@@ -649,7 +649,9 @@ class _QueueChecks:
         qs, self.queues = self.queues, []
         findings, damage = self.findings, self.damage
         counts = np.array([len(q.units) for q in qs], np.int64)
-        units = np.concatenate([q.units for q in qs]) if qs else np.zeros(0, UNIT_DTYPE)
+        # (joined as bytes: np.concatenate of many small big-endian structured arrays
+        # promotes their fields one array at a time, 50 us each)
+        units = np.frombuffer(b"".join([np.asarray(q.units, UNIT_DTYPE).tobytes() for q in qs]), UNIT_DTYPE)
         of = np.repeat(np.arange(len(qs)), counts)  # each unit's queue
         starts = np.cumsum(counts) - counts
         firsts = np.array([q.first_offset for q in qs], np.int64)
