@@ -47,6 +47,7 @@ from __future__ import annotations
 import enum
 import functools
 import struct
+import threading
 from collections.abc import Sequence
 from typing import NamedTuple
 
@@ -56,7 +57,7 @@ from mqstore.errors import DecodeError
 from mqstore.formats.crc import CRC_MASK, body_crc, crc32
 from mqstore.formats.msgid import Host, decode_host, offset_msg_id_prefix
 from mqstore.formats.properties import parse_properties
-from mqstore.kernels import _decode, _encode, _scan
+from mqstore.kernels import _decode, _encode, _intern, _scan
 
 MAGIC_V1 = -626843481  # 0xDAA320A7
 MAGIC_V2 = -626843477  # 0xDAA320AB
@@ -523,10 +524,13 @@ class RecordFields(NamedTuple):
     topics: list[str]
     properties_at: np.ndarray  # buffer position of each record's properties string
     properties_len: np.ndarray
+    # The process-wide id of each of ``topics`` (``topic_ids_of``; None where not known):
+    # what a caller keeps per topic goes in arrays by it, gathered per chunk with numpy.
+    topic_ids: np.ndarray | None = None
 
 
 _EMPTY = np.zeros(0, np.int64)
-NO_FIELDS = RecordFields(_EMPTY, _EMPTY, _EMPTY, _EMPTY, _EMPTY, [], _EMPTY, _EMPTY)  # of no records
+NO_FIELDS = RecordFields(_EMPTY, _EMPTY, _EMPTY, _EMPTY, _EMPTY, [], _EMPTY, _EMPTY, _EMPTY)  # of no records
 
 
 def record_fields(buf: bytes | memoryview, positions: np.ndarray) -> RecordFields:
@@ -570,18 +574,32 @@ def record_heads(buf: bytes | memoryview, positions: np.ndarray) -> np.ndarray:
     return head
 
 
-# Topic bytes -> decoded name: the dispatcher meets the same topics chunk after chunk
-# (10,000 distinct ones in each 8 MiB chunk at 10,000 topics); one str per topic also
-# keeps its hash, which the dispatcher's lookups by name then reuse.
-_TOPIC_NAMES: dict[bytes, str] = {}
-_TOPIC_NAMES_MAX = 1 << 20  # past this many names the cache starts again
+# Topic bytes -> process-wide id (kernels/_intern.pyx) -> decoded name: the dispatcher
+# meets the same topics chunk after chunk (10,000 distinct ones in each 8 MiB chunk at
+# 10,000 topics); each is decoded once per process, and its id lets callers keep what
+# they know of it in arrays (one str per topic also keeps its hash for lookups by name).
+_TOPIC_IDS = _intern.TopicByteIds()
+# Names by id, an object array (a chunk's names are one gather): filled up to
+# len(_TOPIC_IDS), replaced by a bigger copy when full; read without the lock.
+_TOPIC_ID_NAMES = np.empty(1024, object)
+_TOPIC_IDS_LOCK = threading.Lock()
 
 
-def _topic_name(raw: bytes) -> str:
-    if len(_TOPIC_NAMES) >= _TOPIC_NAMES_MAX:
-        _TOPIC_NAMES.clear()
-    name = _TOPIC_NAMES[raw] = raw.decode("utf-8", "replace")
-    return name
+def topic_names_of(ids: np.ndarray) -> list[str]:
+    """The names of the topics with these process-wide ids (RecordFields.topic_ids)."""
+    return _TOPIC_ID_NAMES[ids].tolist()
+
+
+def _name_new_topics(known: int) -> None:
+    """Decode the names of the topics given ids since ``known`` (caller holds the lock)."""
+    global _TOPIC_ID_NAMES
+    count = len(_TOPIC_IDS)
+    names = _TOPIC_ID_NAMES
+    if count > len(names):
+        names = np.concatenate([names, np.empty(max(count, 2 * len(names)) - len(names), object)])
+    for g in range(known, count):
+        names[g] = _TOPIC_IDS.name(g).decode("utf-8", "replace")
+    _TOPIC_ID_NAMES = names
 
 
 def _fields_of(
@@ -597,24 +615,31 @@ def _fields_of(
     """RecordFields from gathered head columns, topic locations and properties lengths
     (int64 arrays, one entry per record).
 
-    Topics repeat, so each distinct topic is decoded once: the compiled pass
-    ``_scan.topic_codes`` numbers the distinct topic byte strings in order of first
-    appearance (tests/kernels/model_scan.py holds the numpy model it replaced), and
-    a name met before is taken from ``_TOPIC_NAMES`` by its bytes."""
+    Topics repeat, so each distinct topic is decoded once per process: the compiled
+    pass ``_intern.TopicByteIds.codes`` numbers the distinct topic byte strings in order
+    of first appearance (as ``_scan.topic_codes``, whose numpy model is in
+    tests/kernels/model_scan.py) and gives each its process-wide id; a name is taken
+    from the list by id, decoded only for a topic never met before."""
     n = len(queue_ids)
     topic_at = np.ascontiguousarray(topic_at, np.int64)
     topic_len = np.ascontiguousarray(topic_len, np.int64)
-    codes, first = np.empty(n, np.int64), np.empty(n, np.int64)
-    k = _scan.topic_codes(buf, topic_at, topic_len, codes, first)
-    with memoryview(buf) as mv:  # released at once: a segment's map cannot close while viewed
-        raw = [bytes(mv[a : a + ln]) for a, ln in zip(topic_at[first[:k]].tolist(), topic_len[first[:k]].tolist())]
-    topics = list(map(_TOPIC_NAMES.get, raw))  # names met before: one dict lookup each, no decode
-    if None in topics:
-        for i, name in enumerate(topics):
-            if name is None:
-                topics[i] = _topic_name(raw[i])
+    codes, ids = np.empty(n, np.int64), np.empty(n, np.int64)
+    with _TOPIC_IDS_LOCK:
+        known = len(_TOPIC_IDS)
+        k = _TOPIC_IDS.codes(buf, topic_at, topic_len, codes, ids)
+        if len(_TOPIC_IDS) > known:
+            _name_new_topics(known)
+    ids = ids[:k].copy()
     return RecordFields(
-        queue_ids, queue_offsets, sysflags, store_ts, codes, topics, topic_at + topic_len + 2, props_len
+        queue_ids,
+        queue_offsets,
+        sysflags,
+        store_ts,
+        codes,
+        topic_names_of(ids),
+        topic_at + topic_len + 2,
+        props_len,
+        ids,
     )
 
 
@@ -753,5 +778,6 @@ __all__ = [
     "scan_records",
     "topic_field",
     "topic_field_lengths",
+    "topic_names_of",
     "transaction_type",
 ]

@@ -61,6 +61,9 @@ class DispatchBatch:
     keys_end: np.ndarray
     uniq_at: np.ndarray
     uniq_end: np.ndarray
+    # The process-wide id of each of ``topics`` (RecordFields.topic_ids; None when the
+    # batch was made otherwise): sinks keep what they know per topic in arrays by it.
+    topic_ids: np.ndarray | None = None
     # The index entries, when build_dispatch_batch made them in its pass (not copied by
     # dataclasses.replace: a batch of other rows makes its own).
     _entries: IndexEntries | None = field(default=None, init=False, repr=False, compare=False)
@@ -110,7 +113,7 @@ def _index_entries(b: DispatchBatch) -> IndexEntries:
     n = len(b)
     if n == 0:
         return IndexEntries(np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64))
-    prefixes = _prefix_hashes(b.topics)
+    prefixes = _prefix_hashes(b.topics, b.topic_ids)
     cols = [
         np.ascontiguousarray(c, np.int64)
         for c in (b.keys_at, b.keys_end, b.uniq_at, b.uniq_end, b.sysflags, b.topic_codes)
@@ -140,11 +143,26 @@ def _entries_out(buf, topics: list[str], codes, phys, times, out: tuple[np.ndarr
 
 
 _PREFIXES: dict[str, int] = {}
+_PREFIX_BY_ID = np.zeros(0, np.int64)  # by process-wide topic id (-1: not hashed yet)
+_PREFIX_LOCK = threading.Lock()
 
 
-def _prefix_hashes(topics: list[str]) -> np.ndarray:
-    """Java hash of ``topic + "#"`` per topic (as uint32 values in int64), kept per topic
-    name: a chunk of 10,000 topics hashes none again."""
+def _prefix_hashes(topics: list[str], ids: np.ndarray | None = None) -> np.ndarray:
+    """Java hash of ``topic + "#"`` per topic (as uint32 values in int64), kept per topic:
+    a chunk of 10,000 topics hashes none again. With the topics' process-wide ids
+    (RecordFields.topic_ids) a chunk is one gather from an array by id."""
+    global _PREFIX_BY_ID
+    if ids is not None:
+        by_id = _PREFIX_BY_ID
+        if len(ids) and (ids.max() >= len(by_id) or (by_id[ids] < 0).any()):
+            with _PREFIX_LOCK:
+                by_id = _PREFIX_BY_ID
+                if ids.max() >= len(by_id):
+                    by_id = np.concatenate([by_id, np.full(max(int(ids.max()) + 1, 2 * len(by_id)) - len(by_id), -1)])
+                miss = np.flatnonzero(by_id[ids] < 0)
+                by_id[ids[miss]] = _prefix_hashes([topics[i] for i in miss.tolist()])
+                _PREFIX_BY_ID = by_id
+        return by_id[ids]
     cache = _PREFIXES
     found = list(map(cache.get, topics))
     if None in found:
@@ -199,7 +217,8 @@ def build_dispatch_batch(chunk: ScanChunk, delays_ms: list[int] | None = None) -
     bad = np.empty(n, np.uint8)
     at, lens = np.ascontiguousarray(f.properties_at, np.int64), np.ascontiguousarray(f.properties_len, np.int64)
     sysflags, codes = np.ascontiguousarray(f.sysflags, np.int64), np.ascontiguousarray(f.topic_codes, np.int64)
-    prefixes = _prefix_hashes(f.topics)
+    topic_ids = getattr(f, "topic_ids", None)  # fields made otherwise (tests) have none
+    prefixes = _prefix_hashes(f.topics, topic_ids)
     scratch, first, k, flagged = _SCRATCH, 0, 0, 0
     out = scratch.entries(max(scratch.capacity, 4 * n))
     while True:
@@ -238,6 +257,7 @@ def build_dispatch_batch(chunk: ScanChunk, delays_ms: list[int] | None = None) -
         ke,
         us,
         ue,
+        topic_ids,
     )
     object.__setattr__(batch, "_entries", entries)
     return batch

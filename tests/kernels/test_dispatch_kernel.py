@@ -16,6 +16,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from mqstore.formats import message
+from mqstore.formats.message import topic_names_of
 from mqstore.formats.properties import locate_properties
 from mqstore.store.commitlog import ScanChunk
 from mqstore.store.dispatch import DispatchBatch, build_dispatch_batch
@@ -120,11 +122,16 @@ def chunks(draw: st.DrawFn) -> tuple[ScanChunk, list[int] | None]:
     return chunk, delays
 
 
-_COLUMNS = [f for f in DispatchBatch.__dataclass_fields__ if f not in ("topics", "buffer") and not f.startswith("_")]
+_COLUMNS = [
+    f
+    for f in DispatchBatch.__dataclass_fields__
+    if f not in ("topics", "buffer", "topic_ids") and not f.startswith("_")
+]
 
 
 def assert_same_batch(got: DispatchBatch, want: DispatchBatch) -> None:
     assert got.topics == want.topics
+    assert got.topic_ids is None or topic_names_of(got.topic_ids) == got.topics  # the model has no process-wide ids
     for name in _COLUMNS:
         g, w = np.asarray(getattr(got, name)), np.asarray(getattr(want, name))
         assert g.dtype == w.dtype == np.int64, name
@@ -142,7 +149,27 @@ def assert_same_batch(got: DispatchBatch, want: DispatchBatch) -> None:
 @given(chunks())
 def test_build_dispatch_batch_equals_the_model(case) -> None:
     chunk, delays = case
-    assert_same_batch(build_dispatch_batch(chunk, delays), model_build_dispatch_batch(chunk, delays))
+    want = model_build_dispatch_batch(chunk, delays)
+    assert_same_batch(build_dispatch_batch(chunk, delays), want)
+    # with the topics' process-wide ids, as a scan gives them (per-topic values kept by id)
+    fields = SimpleNamespace(**vars(chunk.fields), topic_ids=_process_ids(chunk.fields.topics))
+    got = build_dispatch_batch(dataclasses.replace(chunk, fields=fields), delays)
+    assert got.topic_ids is not None
+    assert_same_batch(got, want)
+
+
+def _process_ids(topics: list[str]) -> np.ndarray:
+    """The process-wide ids (formats.message) of these topics, as scan_records gives them."""
+    raw = [t.encode() for t in topics]
+    at = np.cumsum([0] + [len(r) for r in raw])[:-1].astype(np.int64)
+    codes, ids = np.empty(len(raw), np.int64), np.empty(len(raw), np.int64)
+    with message._TOPIC_IDS_LOCK:
+        known = len(message._TOPIC_IDS)
+        k = message._TOPIC_IDS.codes(
+            b"".join(raw) + bytes(8), at, np.array([len(r) for r in raw], np.int64), codes, ids
+        )
+        message._name_new_topics(known)
+    return ids[:k][codes]
 
 
 @CASES
