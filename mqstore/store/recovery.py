@@ -30,6 +30,7 @@ import os
 import pickle
 import time
 from dataclasses import dataclass, field
+from itertools import compress, repeat
 
 import numpy as np
 import structlog
@@ -138,12 +139,15 @@ def merge_queue_offsets(table: dict[QueueKey, int], f: RecordFields) -> int:
         uniq, inv = np.unique(key, return_inverse=True)
         top = np.full(len(uniq), -1, np.int64)
         np.maximum.at(top, inv, f.queue_offsets[keep])
-        for k, q in zip(uniq.tolist(), top.tolist()):
-            topic = f.topics[k >> 32]
-            qid = k & 0xFFFFFFFF
-            qid = qid - (1 << 32) if qid >= 1 << 31 else qid
-            if table.get((topic, qid), 0) <= q:
-                table[(topic, qid)] = q + 1
+        qids = uniq & 0xFFFFFFFF
+        qids = np.where(qids >= 1 << 31, qids - (1 << 32), qids)
+        # One chunk of 100,000 topics' records touches tens of thousands of queues:
+        # the table's lookups and updates go through map/zip/compress (C loops).
+        keys = list(zip(np.array(f.topics, object)[uniq >> 32].tolist(), qids.tolist()))
+        nxt = top + 1
+        old = np.fromiter(map(table.get, keys, repeat(0, len(keys))), np.int64, len(keys))
+        raise_ = old < nxt  # (the loop's rule: table.get(key, 0) <= queue offset)
+        table.update(zip(compress(keys, raise_.tolist()), nxt[raise_].tolist()))
     return int(f.store_timestamps.max())
 
 
