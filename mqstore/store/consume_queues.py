@@ -31,7 +31,11 @@ past _CHECK_AT_OPEN_UP_TO queues that stat too waits for the queue's first use
 (``get``), so the open costs nothing per queue. Until then a listed queue is a row
 in arrays (known_queues.py), not a Python object.
 After a crash it spares the directory listing and stats of each queue, whose last
-file is still read and checked in ``recover``. Queues it does not list, or whose
+file is still read and checked in ``recover``; past _CHECK_AT_OPEN_UP_TO queues not
+even that: the rows are kept as listed (a stat per topic directory), the re-dispatch
+writes over what the write-behind left past each, and ``recover`` reads only queues
+holding data where the re-dispatch does not write (queue_tails.py; no probe at all
+after a process's death in the same boot: ``same_boot``). Queues it does not list, or whose
 files do not fit their row, are read one by one, each once (a listing, a stat and
 one read serving both its first and last units and recovery's checks).
 
@@ -1032,7 +1036,11 @@ class ConsumeQueues:
         are taken as listed unless their last unit lies past the commitlog's end
         (then recovered as above); after a crash they are recovered as above from
         their listed files (no listing, no stat), and one whose last file turns out
-        full is opened from its files (a later one may have been made since).
+        full is opened from its files (a later one may have been made since); past
+        _CHECK_AT_OPEN_UP_TO queues they stay rows and only those ``_probe_known``
+        finds holding data where the re-dispatch does not write are read (rows short
+        of the commitlog's records are not rebuilt from their own end: the caller
+        re-dispatches from ``redispatch_from``, which the summary is not older than).
         Zeroed tails are synced at the end, all at once."""
         if verify_tail:
             check_from = deep_from

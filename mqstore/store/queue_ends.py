@@ -15,10 +15,13 @@ What it is trusted for (ConsumeQueues.load / recover; QueueBuilder decides which
   listed queues of every topic on disk without a stat each, and checks a queue's
   files at its first use instead (ConsumeQueues.get; known_queues.py keeps the rows).
 * after a crash: as a starting point. The units it counts were durable when it was
-  written (the queues were synced before it); units past them are read from each
-  queue's last file and checked against the commitlog like any tail after a crash.
-  Used only when it is not older than the durable offset the next dispatch resumes
-  from (``progress_offset >= redispatch_from``).
+  written (the queues were synced before it). Used only when it is not older than
+  the durable offset the next dispatch resumes from (``progress_offset >=
+  redispatch_from``), so the re-dispatch writes every unit past a row again. Up to
+  4,096 queues, units past them are read from each queue's last file and checked
+  against the commitlog like any tail after a crash; past that the rows are kept
+  unread and only queues holding data where the re-dispatch does not write are read
+  (queue_tails.py; none after a process's death in the same boot).
 
 Anything else (missing, truncated, garbage, another version, stale) and the queues
 are read as before, one by one: the file never decides alone what a queue holds
