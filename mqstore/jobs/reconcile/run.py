@@ -62,9 +62,10 @@ ROCKS = "rocksdb"  # the queue task of a defaultRocksDB store: every queue, from
 def _queue_task(
     group: list | str, store: str, cfg: StoreConfig, chunk_bounds: list[tuple[int, int, int]], meta_key: int
 ):
-    """A group of queues checked (check_queues; ROCKS: check_rocks_queues), as shuffle records: (``meta_key``,
-    the findings and per-queue metadata) for the driver, and (a chunk's work
-    position, the units that point into that chunk) for each chunk task."""
+    """A group of queues checked (check_queues; ROCKS: check_rocks_queues), as
+    shuffle records: (``meta_key``, the findings and per-queue metadata) for the
+    driver, and (a chunk's work position, the units that point into that chunk)
+    for each chunk task."""
     res = check_rocks_queues(store) if group == ROCKS else check_queues(store, cfg.consume_queue_file_bytes, group)
     units = res.pop("units")
     return [(meta_key, ("queues", res)), *units.by_chunk(chunk_bounds)]
