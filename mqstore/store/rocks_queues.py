@@ -8,21 +8,25 @@ column family ``offset`` (byte layouts: formats/rocks_queue.py). The rest of the
 store sees the same interface as ``ConsumeQueues`` (``find`` gives a ``RocksQueue``
 with ``ConsumeQueue``'s read side); ``store_type.open_consume_queues`` picks the class.
 
-Writes: each dispatched chunk is one WriteBatch (its units, the max entry of each
-queue it touched, the checkpoint entry); the state the dispatcher checks units
-against (max offset, commitlog offset of the last unit) lives in arrays by dense
-queue id, so no per-queue Python runs for units that continue their queue.
+Writes: each dispatched chunk is one WriteBatch of its units; the state the
+dispatcher checks units against (max offset, commitlog offset of the last unit)
+lives in arrays by dense queue id, so no per-queue Python runs for units that
+continue their queue. The offset table (each touched queue's min and max) and the
+checkpoint entry are written from those arrays at each thorough flush, just before
+the database is flushed.
 
 Durability: RocksDB's WAL is off, as RocketMQ runs it. The commitlog is the
 source of truth: a thorough flush (every 60 s, on close) flushes the memtables of
 both column families to synced SST files before the builder reports its durable
 offset, and a crash re-dispatches from that offset, as with the default layout's
-write-behind. Acknowledged messages are durable in the commitlog, not here. With
-``atomic_flush`` the two column families are flushed together, so what a crash
-leaves is a prefix of the batches (units and their max entries agree); recovery
-then cuts units pointing at or past the commitlog's recovered end and moves min
-offsets up to the commitlog's min. A WAL would double the bytes written for
-nothing the re-dispatch does not already give.
+write-behind. Acknowledged messages are durable in the commitlog, not here. What a
+crash leaves is a prefix of the unit batches and the offset entries of the last
+flush or an older one (units are flushed before the entries; ``atomic_flush`` keeps
+the automatic flushes of both column families together), so the offset table never
+names a unit the database lost; units past a queue's max are rewritten by the
+re-dispatch. Recovery then cuts units pointing at or past the commitlog's recovered
+end and moves min offsets up to the commitlog's min. A WAL would double the bytes
+written for nothing the re-dispatch does not already give.
 
 Limits: ``max_open_files`` bounds RocksDB's descriptors (one database per shard;
 no maps), so ``ulimit -n 1024`` and ``vm.max_map_count`` hold at any number of
@@ -210,6 +214,9 @@ class RocksQueues:
         self._min = np.zeros(0, np.int64)
         self._max = np.zeros(0, np.int64)  # next queue offset
         self._last_phys = np.zeros(0, np.int64)  # commitlog offset of the last unit (-1: never had one)
+        self._min_phys = np.zeros(0, np.int64)  # commitlog offset of the unit at the min offset (-1: none)
+        self._dirty = np.zeros(0, bool)  # units put since the queue's offset entries were last written
+        self._of_topic_id = np.zeros(0, np.int64)  # DispatchBatch.topic_ids -> topic index here (-1: not yet)
         self._checkpoint = -1  # commitlog end of the newest record dispatched
         self._closed = False
         self._write = WriteOptions()
@@ -282,19 +289,20 @@ class RocksQueues:
                 continue
             topic, qid, which = split_offset_key(key)
             phys, qo = OFFSET_VALUE.unpack(value)
-            row = rows.setdefault((topic, qid), [-1, -1, -1])  # min, max, last phys
+            row = rows.setdefault((topic, qid), [-1, -1, -1, -1])  # min, max, last phys, min phys
             if which == MAX:
                 row[1], row[2] = qo + 1, phys
             else:
-                row[0] = qo
+                row[0], row[3] = qo, phys
         keys = sorted(rows)
         if keys:
             ids = self._add_queues(keys)
-            vals = np.array([rows[k] for k in keys], np.int64).reshape(-1, 3)
+            vals = np.array([rows[k] for k in keys], np.int64).reshape(-1, 4)
             mx = np.maximum(vals[:, 1], 0)
             self._max[ids] = mx
             self._min[ids] = np.where(vals[:, 0] >= 0, np.minimum(vals[:, 0], mx), mx)
             self._last_phys[ids] = vals[:, 2]
+            self._min_phys[ids] = np.where(vals[:, 0] >= 0, vals[:, 3], -1)
 
     def _topic_id(self, topic: str) -> int:
         t = self._topic_index.get(topic)
@@ -315,8 +323,8 @@ class RocksQueues:
         first, n = self._n, len(keys)
         if first + n > len(self._min):
             cap = max(first + n, 2 * len(self._min), 1024)
-            for name, fill in (("_min", 0), ("_max", 0), ("_last_phys", -1)):
-                grown = np.full(cap, fill, np.int64)
+            for name, fill in (("_min", 0), ("_max", 0), ("_last_phys", -1), ("_min_phys", -1), ("_dirty", False)):
+                grown = np.full(cap, fill, getattr(self, name).dtype)
                 grown[:first] = getattr(self, name)[:first]
                 setattr(self, name, grown)
         self._names.extend(keys)
@@ -327,9 +335,27 @@ class RocksQueues:
         self._sorted_stale = True
         return np.arange(first, first + n, dtype=np.int64)
 
-    def _dense_ids(self, topics: list[str], codes: np.ndarray, qids: np.ndarray) -> np.ndarray:
+    def _topic_map(self, topics: list[str], topic_ids: np.ndarray | None) -> np.ndarray:
+        """The topic index here of each of a batch's ``topics``: with the batch's
+        process-wide topic ids, a gather from an array by id (no Python per topic once
+        a topic is known)."""
+        if topic_ids is None or not len(topic_ids):
+            return np.fromiter((self._topic_id(t) for t in topics), np.int64, len(topics))
+        known = self._of_topic_id
+        if topic_ids.max() >= len(known):
+            grown = np.full(max(int(topic_ids.max()) + 1, 2 * len(known)), -1, np.int64)
+            grown[: len(known)] = known
+            known = self._of_topic_id = grown
+        tmap = known[topic_ids]
+        for i in np.flatnonzero(tmap < 0).tolist():
+            tmap[i] = known[topic_ids[i]] = self._topic_id(topics[i])
+        return tmap
+
+    def _dense_ids(
+        self, topics: list[str], codes: np.ndarray, qids: np.ndarray, topic_ids: np.ndarray | None = None
+    ) -> np.ndarray:
         """Dense id of each record's queue (new queues added): one sorted lookup."""
-        tmap = np.fromiter((self._topic_id(t) for t in topics), np.int64, len(topics))
+        tmap = self._topic_map(topics, topic_ids)
         k = tmap[codes] << 16 | qids.astype(np.int64)
         for _ in range(2):
             if self._sorted_stale:
@@ -425,7 +451,9 @@ class RocksQueues:
         end = int(batch.physical_offsets[newest] + batch.sizes[newest])
         with self._lock:
             db = self._check_open()
-            dense = self._dense_ids(batch.topics, batch.topic_codes[idx], batch.queue_ids[idx])
+            dense = self._dense_ids(
+                batch.topics, batch.topic_codes[idx], batch.queue_ids[idx], getattr(batch, "topic_ids", None)
+            )
             new = batch.physical_offsets[idx] > self._last_phys[dense]
             if not new.all():  # built already (a re-dispatch)
                 idx, dense = idx[new], dense[new]
@@ -466,32 +494,49 @@ class RocksQueues:
         return keep
 
     def _put(self, db: Rdict, batch: DispatchBatch, sel, d, qo, phys, end: int) -> None:
-        """One WriteBatch: the units, each touched queue's max entry (and min entry if it
-        had no unit), the checkpoint entry. Keys and values are built with numpy; what
-        is left per unit is rocksdict's put (it has no put of many)."""
+        """One WriteBatch of the units. Keys and values are built with numpy; what is
+        left per unit is rocksdict's put (it has no put of many). The queues' offset
+        entries and the checkpoint entry are written at the next thorough flush
+        (``_write_offsets``): one entry per touched queue per chunk was half the writes
+        at 10,000 topics round-robin, and between flushes the arrays here hold them."""
+        self._checkpoint = max(self._checkpoint, end)
+        if not len(sel):
+            return
+        wb = WriteBatch(raw_mode=True)
+        put = wb.put
+        values = encode_values(phys, batch.sizes[sel], batch.tags_codes[sel], batch.store_timestamps[sel])
+        for k, v in zip(self._prefixes.unit_keys(d, qo), values):
+            put(k, v)
+        db.write(wb, self._write)
+        last = np.append(np.flatnonzero(d[1:] != d[:-1]), len(d) - 1)
+        run_d = d[last]
+        fresh = np.flatnonzero(self._last_phys[run_d] < 0)
+        if len(fresh):
+            first = np.concatenate(([0], last[:-1] + 1))[fresh]
+            self._min[run_d[fresh]] = qo[first]
+            self._min_phys[run_d[fresh]] = phys[first]
+        self._max[run_d] = qo[last] + 1
+        self._last_phys[run_d] = phys[last]
+        self._dirty[run_d] = True
+
+    def _write_offsets(self) -> None:
+        """The offset entries (min and max) of every queue with units put since they
+        were last written, and the checkpoint entry, as one WriteBatch (before the
+        database is flushed: they then never name a unit the flush does not hold)."""
+        with self._lock:
+            db = self._check_open()
+            ids = np.flatnonzero(self._dirty[: self._n])
+            self._dirty[ids] = False
+            mx, last, mn, mn_phys = self._max[ids], self._last_phys[ids], self._min[ids], self._min_phys[ids]
+            checkpoint = self._checkpoint
         wb = WriteBatch(raw_mode=True)
         put, cf = wb.put, self._cf_handle
-        if len(sel):
-            values = encode_values(phys, batch.sizes[sel], batch.tags_codes[sel], batch.store_timestamps[sel])
-            for k, v in zip(self._prefixes.unit_keys(d, qo), values):
-                put(k, v)
-            last = np.append(np.flatnonzero(d[1:] != d[:-1]), len(d) - 1)
-            run_d = d[last]
-            for k, v in zip(self._prefixes.offset_keys(run_d, MAX), encode_offset_values(phys[last], qo[last])):
-                put(k, v, cf)
-            fresh = np.flatnonzero(self._last_phys[run_d] < 0)
-            if len(fresh):
-                first = np.concatenate(([0], last[:-1] + 1))[fresh]
-                keys = self._prefixes.offset_keys(run_d[fresh], MIN)
-                for k, v in zip(keys, encode_offset_values(phys[first], qo[first])):
-                    put(k, v, cf)
-                self._min[run_d[fresh]] = qo[first]
-        self._checkpoint = max(self._checkpoint, end)
-        put(CHECKPOINT_KEY, OFFSET_VALUE.pack(self._checkpoint, 0), cf)
+        for k, v in zip(self._prefixes.offset_keys(ids, MAX), encode_offset_values(last, mx - 1)):
+            put(k, v, cf)
+        for k, v in zip(self._prefixes.offset_keys(ids, MIN), encode_offset_values(mn_phys, mn)):
+            put(k, v, cf)
+        put(CHECKPOINT_KEY, OFFSET_VALUE.pack(checkpoint, 0), cf)
         db.write(wb, self._write)
-        if len(sel):
-            self._max[run_d] = qo[last] + 1
-            self._last_phys[run_d] = phys[last]
 
     def write_behind(self, *, everything: bool = True) -> int:
         """Nothing is buffered outside RocksDB's memtables."""
@@ -502,9 +547,8 @@ class RocksQueues:
         (what a crash keeps: the builder reports its durable offset after this)."""
         if not thorough or self._db is None or self._read_only:
             return
-        with self._lock:
-            db = self._check_open()
-        db.flush(True)
+        self._write_offsets()
+        self._db.flush(True)  # the units first: a crash between the two leaves older offset entries, never newer
         self._cf.flush(True)
 
     # ------------------------------------------------------------------ retention and recovery
@@ -541,7 +585,8 @@ class RocksQueues:
         with self._lock:
             db = self._check_open()
             db.write(wb, self._write)
-            self._min[dense] = max(int(self._min[dense]), new)
+            if new > self._min[dense]:
+                self._min[dense], self._min_phys[dense] = new, p
         log.info("min_offset_corrected", topic=topic, queue_id=qid, min_offset=new, commitlog_min_offset=commitlog_min)
         return new
 
@@ -557,7 +602,8 @@ class RocksQueues:
         wb.put(offset_key(topic, qid, MAX), OFFSET_VALUE.pack(last_phys, cut - 1), self._cf_handle)
         self._check_open().write(wb, self._write)
         self._max[dense] = cut
-        self._min[dense] = min(lo, cut)
+        if cut <= lo:
+            self._min[dense], self._min_phys[dense] = cut, -1
         self._last_phys[dense] = last_phys
         log.warning("dirty_units_truncated", topic=topic, queue_id=qid, commitlog_offset=commitlog_end, at=cut, was=hi)
 
@@ -633,13 +679,16 @@ class RocksQueues:
         return True
 
     def close(self) -> None:
+        """Write the offset entries and flush (as a thorough flush), then close the database."""
+        with self._lock:
+            if self._closed:
+                return
+        if self._db is not None and not self._read_only:
+            self.flush(thorough=True)
         with self._lock:
             if self._closed:
                 return
             self._closed = True
-        if self._db is not None and not self._read_only:
-            self._db.flush(True)
-            self._cf.flush(True)
         self._close_db()
 
 
