@@ -18,6 +18,7 @@ KERNELS = [
     Extension("mqstore.kernels._queues", ["mqstore/kernels/_queues.pyx"], extra_compile_args=["-O3"]),
     Extension("mqstore.kernels._topics", ["mqstore/kernels/_topics.pyx"], extra_compile_args=["-O3"]),
     Extension("mqstore.kernels._intern", ["mqstore/kernels/_intern.pyx"], extra_compile_args=["-O3"]),
+    Extension("mqstore.kernels._files", ["mqstore/kernels/_files.pyx"], extra_compile_args=["-O3"]),
     Extension(
         "mqstore.kernels._encode",
         ["mqstore/kernels/_encode.pyx"],

@@ -552,22 +552,40 @@ class ConsumeQueue:
         for); a write-out that needs the file meanwhile makes it itself or takes
         this one (``PooledFile.create(adopt=True)``), and a file nobody took is
         removed."""
-        with self._lock:
-            if self._closed or self._read_only or self._files or self._preallocate:
-                return False
-            if self._pending:
-                base = self._pending_at
-        d = self._dir
+        todo = self.files_to_make(base)
+        if todo is None:
+            return False
+        d, path, base = todo
         try:
             os.mkdir(d)
         except FileNotFoundError:
             os.makedirs(d, exist_ok=True)
         except FileExistsError:
             pass
-        path = f"{d}/{base:020d}"
         seg = PooledFile.create(
             Path(path), base, self.file_bytes, self._pool, preallocate=False, sync_dir=False, adopt=True
         )
+        return self._take_made(seg)
+
+    def files_to_make(self, base: int) -> tuple[str, str, int] | None:
+        """What ``make_files(base)`` would make: (the queue's directory, the file's
+        path, its start byte), or None when it would make nothing. The creator thread
+        makes many queues' files at once (kernels/_files.pyx) and hands each to
+        ``take_made``."""
+        with self._lock:
+            if self._closed or self._read_only or self._files or self._preallocate:
+                return None
+            if self._pending:
+                base = self._pending_at
+        return self._dir, f"{self._dir}/{base:020d}", base
+
+    def take_made(self, path: str, base: int) -> bool:
+        """The file ``files_to_make`` named was made (sparse, the queue file size):
+        the queue takes it as ``make_files`` would."""
+        return self._take_made(PooledFile(path, base, self.file_bytes, self._pool, sparse=True))
+
+    def _take_made(self, seg: PooledFile) -> bool:
+        base = seg.base_offset
         with self._lock:
             if self._closed or self._files or (self._pending and self._pending_at != base):
                 if not any(f.base_offset == base for f in self._files):  # not taken by a write-out: not left behind

@@ -122,6 +122,13 @@ def hits() -> dict[str, int]:
         return dict(_counts)
 
 
+def active() -> bool:
+    """True while a plan or the power-loss mode is installed: code that does many
+    file operations at once in compiled code (no fault point, no record of files
+    created) does them one by one then."""
+    return _plan is not None or _power is not None
+
+
 def armed(point: str) -> bool:
     """True while the installed plan has a rule for ``point``: code that splits one
     operation in two only to give a test a point between the halves (a torn write)

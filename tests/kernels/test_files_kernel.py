@@ -1,0 +1,65 @@
+"""mqstore.kernels._files.make_queue_files against its reference model (model_files.py):
+any mix of queues whose topic directory, queue directory or file is already there (a
+file made ahead, empty, of the queue file size or of another size, or a directory in
+the file's place) ends with the same files and the same status per queue."""
+
+from __future__ import annotations
+
+import errno
+from pathlib import Path
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from mqstore.kernels._files import make_queue_files
+from tests.kernels.model_files import model_make_queue_files
+from tests.tiers import examples
+
+SIZE = 6000
+THERE = st.sampled_from(["nothing", "topic dir", "queue dir", "empty file", "whole file", "other file", "dir as file"])
+
+
+def _lay_out(root: Path, plan: list[tuple[int, int, str]]) -> tuple[list[str], list[str]]:
+    dirs, paths = [], []
+    for topic, qid, there in plan:
+        d = root / f"T{topic}" / str(qid)
+        f = d / f"{0:020d}"
+        if there != "nothing":
+            d.parent.mkdir(exist_ok=True)
+        if there not in ("nothing", "topic dir"):
+            d.mkdir(exist_ok=True)
+        if there in ("empty file", "whole file", "other file") and not f.exists():
+            f.write_bytes(bytes({"empty file": 0, "whole file": SIZE, "other file": 7}[there]))
+        if there == "dir as file" and not f.exists():
+            f.mkdir()
+        dirs.append(str(d))
+        paths.append(str(f))
+    return dirs, paths
+
+
+def _tree(root: Path) -> dict[str, int | None]:
+    return {str(p.relative_to(root)): (p.stat().st_size if p.is_file() else None) for p in sorted(root.rglob("*"))}
+
+
+@settings(max_examples=examples(60), deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 3), st.integers(0, 3), THERE), max_size=30))
+def test_make_queue_files_equals_the_model(tmp_path_factory, plan) -> None:
+    got_root, want_root = tmp_path_factory.mktemp("got"), tmp_path_factory.mktemp("want")
+    dirs, paths = _lay_out(got_root, plan)
+    status = np.full(len(paths), 99, np.int32)
+    make_queue_files(dirs, paths, SIZE, status)
+    want = model_make_queue_files(*_lay_out(want_root, plan), SIZE)
+    assert status.tolist() == want
+    assert _tree(got_root) == _tree(want_root)
+
+
+def test_files_are_sparse_and_a_failure_is_an_errno(tmp_path) -> None:
+    d = tmp_path / "consumequeue" / "T" / "0"
+    (tmp_path / "a file").write_bytes(b"")
+    bad = tmp_path / "a file" / "0"
+    status = np.empty(2, np.int32)
+    make_queue_files([str(d), str(bad)], [str(d / "f"), str(bad / "f")], 1 << 20, status)
+    assert status.tolist() == [0, errno.ENOTDIR]
+    st_ = (d / "f").stat()
+    assert st_.st_size == 1 << 20 and st_.st_blocks == 0
