@@ -45,6 +45,7 @@ between prefix + CTRL_0 and prefix + CTRL_2).
 from __future__ import annotations
 
 import struct
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -121,7 +122,7 @@ class PrefixTable:
 
     def add(self, prefixes: list[bytes]) -> None:
         n = len(prefixes)
-        width = max([self.rows.shape[1], *map(len, prefixes)])
+        width = max(self.rows.shape[1], max(map(len, prefixes), default=0))
         need = self.count + n
         if need > len(self.rows) or width > self.rows.shape[1]:  # grown by doubling: adds of one queue stay cheap
             rows = np.zeros((max(need, 2 * len(self.rows), 64), width), np.uint8)
@@ -129,9 +130,12 @@ class PrefixTable:
             lens = np.zeros(len(rows), np.int64)
             lens[: self.count] = self.lens[: self.count]
             self.rows, self.lens = rows, lens
-        for k, p in enumerate(prefixes):
-            self.rows[self.count + k, : len(p)] = np.frombuffer(p, np.uint8)
-            self.lens[self.count + k] = len(p)
+        lens = np.fromiter(map(len, prefixes), np.int64, n)
+        flat = np.frombuffer(b"".join(prefixes), np.uint8)
+        row = np.repeat(np.arange(self.count, need), lens)
+        col = np.arange(len(flat)) - np.repeat(np.cumsum(lens) - lens, lens)
+        self.rows[row, col] = flat
+        self.lens[self.count : need] = lens
         self.count = need
 
     def _build(self, pick: np.ndarray, extra: int, fill) -> list[bytes]:
@@ -212,6 +216,57 @@ def split_offset_key(key: bytes) -> tuple[str, int, bytes]:
     return key[5 : 5 + n].decode(), _QID.unpack_from(key, 10 + n)[0], which
 
 
+@dataclass(frozen=True)
+class OffsetEntries:
+    """Offset-table entries parsed in bulk: per entry its topic (an index into
+    ``topics``, which are sorted), queue id, MAX or MIN, and value."""
+
+    topics: list[str]
+    topic_rank: np.ndarray
+    queue_ids: np.ndarray
+    is_max: np.ndarray
+    phys: np.ndarray
+    queue_offsets: np.ndarray
+
+
+def parse_offset_entries(keys: list[bytes], values: list[bytes]) -> OffsetEntries:
+    """``split_offset_key`` and ``OFFSET_VALUE`` over many entries, with numpy (the
+    checkpoint entry excluded); ValueError if a key is not an offset key."""
+    lens = np.fromiter(map(len, keys), np.int64, len(keys))
+    buf = np.frombuffer(b"".join(keys), np.uint8)
+    start = np.concatenate(([0], np.cumsum(lens)[:-1]))
+
+    def be32(at: np.ndarray) -> np.ndarray:
+        return buf[at[:, None] + np.arange(4)].copy().view(">i4").ravel().astype(np.int64)
+
+    n = be32(start)
+    tag = buf[start[:, None] + 6 + n[:, None] + np.arange(3)]
+    is_max = (tag == np.frombuffer(MAX, np.uint8)).all(axis=1)
+    is_min = (tag == np.frombuffer(MIN, np.uint8)).all(axis=1)
+    ctrl = buf[np.stack([start + 4, start + 5 + n, start + 9 + n], axis=1)]
+    if (lens != 14 + n).any() or not (is_max | is_min).all() or (ctrl != CTRL_1[0]).any():
+        bad = int(np.flatnonzero((lens != 14 + n) | ~(is_max | is_min) | (ctrl != CTRL_1[0]).any(axis=1))[0])
+        raise ValueError(f"not a consume-queue offset key: {keys[bad].hex()}")
+    names = np.array([k[5 : 5 + m] for k, m in zip(keys, n.tolist())], dtype=object)
+    # Keys come sorted (a scan of the column family): a topic's entries are together,
+    # so a new topic is a change from the entry before; otherwise sort them.
+    change = np.concatenate(([True], names[1:] != names[:-1]))
+    heads = np.flatnonzero(change)
+    if len(set(names[heads].tolist())) == len(heads):
+        topics, rank = names[heads], np.cumsum(change) - 1
+    else:
+        topics, rank = np.unique(names, return_inverse=True)
+    vals = np.frombuffer(b"".join(values), ">i8").reshape(-1, 2).astype(np.int64)
+    return OffsetEntries(
+        [t.decode() for t in topics.tolist()],
+        rank.astype(np.int64),
+        be32(start + 10 + n),
+        is_max,
+        vals[:, 0],
+        vals[:, 1],
+    )
+
+
 CHECKPOINT_KEY = offset_key(CHECKPOINT_TOPIC, 0, MAX)
 
 __all__ = [
@@ -221,6 +276,7 @@ __all__ = [
     "MIN",
     "OFFSET_FAMILY",
     "OFFSET_VALUE",
+    "OffsetEntries",
     "PrefixTable",
     "VALUE",
     "VALUE_DTYPE",
@@ -231,6 +287,7 @@ __all__ = [
     "encode_value",
     "encode_values",
     "offset_key",
+    "parse_offset_entries",
     "queue_prefix",
     "split_offset_key",
     "split_unit_key",

@@ -63,8 +63,8 @@ from mqstore.formats.rocks_queue import (
     encode_offset_values,
     encode_values,
     offset_key,
+    parse_offset_entries,
     queue_prefix,
-    split_offset_key,
     unit_key,
     unit_keys,
 )
@@ -281,28 +281,37 @@ class RocksQueues:
     # ------------------------------------------------------------------ state
 
     def _load_offsets(self) -> None:
-        """Every queue's min and max from the offset column family (one scan)."""
-        rows: dict[tuple[str, int], list[int]] = {}
+        """Every queue's min and max from the offset column family: one scan, the
+        entries parsed with numpy (400,000 queues are 800,000 entries)."""
+        keys, values = [], []
         for key, value in self._cf.items():
-            if key == CHECKPOINT_KEY:
-                self._checkpoint = OFFSET_VALUE.unpack(value)[0]
-                continue
-            topic, qid, which = split_offset_key(key)
-            phys, qo = OFFSET_VALUE.unpack(value)
-            row = rows.setdefault((topic, qid), [-1, -1, -1, -1])  # min, max, last phys, min phys
-            if which == MAX:
-                row[1], row[2] = qo + 1, phys
-            else:
-                row[0], row[3] = qo, phys
-        keys = sorted(rows)
-        if keys:
-            ids = self._add_queues(keys)
-            vals = np.array([rows[k] for k in keys], np.int64).reshape(-1, 4)
-            mx = np.maximum(vals[:, 1], 0)
-            self._max[ids] = mx
-            self._min[ids] = np.where(vals[:, 0] >= 0, np.minimum(vals[:, 0], mx), mx)
-            self._last_phys[ids] = vals[:, 2]
-            self._min_phys[ids] = np.where(vals[:, 0] >= 0, vals[:, 3], -1)
+            keys.append(key)
+            values.append(value)
+        if CHECKPOINT_KEY in keys:  # (sorted keys: a binary search would do; one scan is cheap next to the rest)
+            at = keys.index(CHECKPOINT_KEY)
+            self._checkpoint = OFFSET_VALUE.unpack(values.pop(at))[0]
+            keys.pop(at)
+        if not keys:
+            return
+        entries = parse_offset_entries(keys, values)
+        order = np.lexsort((entries.queue_ids, entries.topic_rank))
+        topic_rank, qids = entries.topic_rank[order], entries.queue_ids[order]
+        first = np.concatenate(([True], (topic_rank[1:] != topic_rank[:-1]) | (qids[1:] != qids[:-1])))
+        queue_of = np.cumsum(first) - 1  # per entry (in ``order``): which queue of the sorted ones
+        heads = np.flatnonzero(first)
+        names = [entries.topics[r] for r in topic_rank[heads].tolist()]
+        ids = self._add_queues(list(zip(names, qids[heads].tolist())))
+        is_max, phys, qo = entries.is_max[order], entries.phys[order], entries.queue_offsets[order]
+        mx = np.zeros(len(heads), np.int64)
+        last = np.full(len(heads), -1, np.int64)
+        mn = np.full(len(heads), -1, np.int64)
+        mn_phys = np.full(len(heads), -1, np.int64)
+        mx[queue_of[is_max]], last[queue_of[is_max]] = np.maximum(qo[is_max] + 1, 0), phys[is_max]
+        mn[queue_of[~is_max]], mn_phys[queue_of[~is_max]] = qo[~is_max], phys[~is_max]
+        self._max[ids] = mx
+        self._min[ids] = np.where(mn >= 0, np.minimum(mn, mx), mx)
+        self._last_phys[ids] = last
+        self._min_phys[ids] = np.where(mn >= 0, mn_phys, -1)
 
     def _topic_id(self, topic: str) -> int:
         t = self._topic_index.get(topic)
@@ -329,8 +338,8 @@ class RocksQueues:
                 setattr(self, name, grown)
         self._names.extend(keys)
         self._prefixes.add([queue_prefix(t, q) for t, q in keys])
-        for k, (t, q) in enumerate(keys):
-            self._dense[self._topic_id(t) << 16 | q] = first + k
+        tid = self._topic_id
+        self._dense.update(zip([tid(t) << 16 | q for t, q in keys], range(first, first + n)))
         self._n = first + n
         self._sorted_stale = True
         return np.arange(first, first + n, dtype=np.int64)
@@ -573,7 +582,9 @@ class RocksQueues:
         """Move queue ``dense``'s min up to its first unit pointing at or after
         ``commitlog_min``; the units below go (one delete_range). Returns the min."""
         old, hi = int(self._min[dense]), int(self._max[dense])
-        if old >= hi or self._unit_phys(dense, old) >= commitlog_min or self._read_only:
+        if old >= hi or self._min_phys[dense] >= commitlog_min or self._read_only:
+            return old  # (the usual case, from the arrays: no read)
+        if self._min_phys[dense] < 0 and self._unit_phys(dense, old) >= commitlog_min:
             return old
         new = self._first_at_or_after(dense, old, hi, commitlog_min)
         prefix = self._prefix(dense)
@@ -629,7 +640,9 @@ class RocksQueues:
             self._check_open()
             self._cf.put(CHECKPOINT_KEY, OFFSET_VALUE.pack(self._checkpoint, 0), self._write)
             changed = True
-        for d in np.flatnonzero(self._max[: self._n] > self._min[: self._n]).tolist():
+        n = self._n
+        below = (self._max[:n] > self._min[:n]) & (self._min_phys[:n] < cmin)  # (-1: not known, read)
+        for d in np.flatnonzero(below).tolist():
             old = int(self._min[d])
             changed |= self._correct_min(d, cmin) != old
         expected = commitlog.recovery.queue_offsets

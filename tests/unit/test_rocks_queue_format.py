@@ -93,3 +93,27 @@ def test_values_round_trip(rows: list[tuple[int, int, int, int]]) -> None:
     back = decode_values(encoded)
     for name, col in zip(("commitlog_offset", "size", "tags_code", "store_timestamp"), cols):
         assert back[name].astype(np.int64).tolist() == col.tolist()
+
+
+@settings(max_examples=examples(100))
+@given(
+    st.lists(
+        st.tuples(topics, qids, st.sampled_from([MAX, MIN]), offsets, offsets),
+        min_size=1,
+        max_size=30,
+        unique_by=lambda e: e[:3],
+    ),
+    st.booleans(),
+)
+def test_offset_entries_parsed_in_bulk_are_the_scalar_ones(entries, in_key_order: bool) -> None:
+    from mqstore.formats.rocks_queue import OFFSET_VALUE, parse_offset_entries
+
+    keys = [offset_key(t, q, w) for t, q, w, _, _ in entries]
+    values = [OFFSET_VALUE.pack(p, o) for *_, p, o in entries]
+    if in_key_order:  # as a scan of the column family gives them
+        keys, values = map(list, zip(*sorted(zip(keys, values)))) if keys else ([], [])
+    got = parse_offset_entries(keys, values)
+    for i, (k, v) in enumerate(zip(keys, values)):
+        topic, qid, which = split_offset_key(k)
+        assert (got.topics[got.topic_rank[i]], int(got.queue_ids[i]), bool(got.is_max[i])) == (topic, qid, which == MAX)
+        assert (int(got.phys[i]), int(got.queue_offsets[i])) == OFFSET_VALUE.unpack(v)
