@@ -191,8 +191,11 @@ def served(s: MessageStore, acks: list[list]) -> None:
         assert len(units) == 1 and int(units[0]["commitlog_offset"]) == phys, (topic, qid, qo)
 
 
-@pytest.mark.parametrize("first", [1200, 1100], ids=["rows-end-a-file", "rows-end-inside-a-file"])
-@pytest.mark.parametrize("boot", [None, "another"], ids=["kill", "machine-crash"])
+@pytest.mark.parametrize(
+    ("first", "boot"),
+    [(1200, None), (1100, "another")],
+    ids=["kill-rows-end-a-file", "machine-crash-rows-end-inside-a-file"],
+)
 def test_crash_open_keeps_the_rows_and_the_redispatch_writes_over_their_tails(
     tmp_path: Path, monkeypatch, first: int, boot: str | None
 ) -> None:

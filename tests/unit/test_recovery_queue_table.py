@@ -34,7 +34,7 @@ def fields(names: list[str], recs: list[tuple[int, int, int]]) -> RecordFields:
     return RecordFields(cols[:, 1], cols[:, 2], zeros, zeros + 5, cols[:, 0], list(names), zeros, zeros)
 
 
-@settings(max_examples=examples(300), deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(
     st.dictionaries(st.tuples(st.sampled_from(NAMES), st.sampled_from([0, 1, 7])), st.integers(0, 40)),
     st.lists(chunk, max_size=4),
