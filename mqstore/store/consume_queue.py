@@ -73,9 +73,16 @@ def queue_dir(store_dir: str | Path, topic: str, queue_id: int) -> Path:
     return Path(_queue_dir(store_dir, topic, queue_id))  # one parse: made for every new queue
 
 
+_CHECKED_TOPICS: set[str] = set()  # names check_topic passed: a queue object is made for each of 400,000 queues
+
+
 def _queue_dir(store_dir: str | Path, topic: str, queue_id: int) -> str:
     """``queue_dir`` as a string (an open of 80,000 queues makes no Path it does not use)."""
-    check_topic(topic)
+    if topic not in _CHECKED_TOPICS:
+        check_topic(topic)
+        if len(_CHECKED_TOPICS) >= 1 << 20:
+            _CHECKED_TOPICS.clear()
+        _CHECKED_TOPICS.add(topic)
     if isinstance(queue_id, bool) or not isinstance(queue_id, (int, np.integer)) or not 0 <= queue_id <= MAX_QUEUE_ID:
         raise InvalidMessageError(f"queue id {queue_id!r} is not an integer in 0..{MAX_QUEUE_ID}")
     return f"{store_dir}/{CONSUME_QUEUE_DIR}/{topic}/{int(queue_id)}"
