@@ -600,17 +600,18 @@ def check_queues(store_dir: str, file_bytes: int, queues: list[tuple[str, int]])
     root = Path(store_dir) / "consumequeue"
     check = _QueueChecks()
 
-    def read(queue: tuple[str, int]):
+    def read(part: list[tuple[str, int]]):
         findings, damage = TaskFindings(), Damage()
-        topic, qid = queue
-        return read_queue(root / topic / str(qid), topic, qid, fb, findings, damage), findings, damage
+        return [read_queue(root / t / str(q), t, q, fb, findings, damage) for t, q in part], findings, damage
 
+    step = -(-len(queues) // READ_THREADS) or 1
     with ThreadPoolExecutor(READ_THREADS, thread_name_prefix="queue-read") as pool:
-        for q, findings, damage in pool.map(read, queues):
+        for read_, findings, damage in pool.map(read, [queues[i : i + step] for i in range(0, len(queues), step)]):
             check.findings.merge(findings)
             check.damage.bad_queues |= damage.bad_queues
             check.damage.stray_files.extend(damage.stray_files)
-            check.add(q)
+            for q in read_:
+                check.add(q)
     return check.result()
 
 
