@@ -19,8 +19,9 @@ queues with a page journaled, all of them once the journal passes its budget;
 with one syncfs past 64 queues; any read of a queue writes its units first (or serves
 them from memory if the disk is full). A crash loses only journaled units, which the
 store dispatches again from the last thorough flush. New queues' directories and
-first files are made by one creator thread (``_make_loop``) as the dispatcher meets
-them, or at topic creation (``make_ahead``).
+first files are made by one creator thread (``_make_loop``, many at a time in
+compiled code without the GIL: ``_make_many``) as the dispatcher meets them, or at
+topic creation (``make_ahead``).
 
 A summary of every queue's ends (queue_ends.py, ``config/queueEnds.bin``) is
 written at each thorough flush once the queues are durable (``flush(progress=...)``).
