@@ -215,6 +215,10 @@ class ConsumeQueue:
         # of it not yet given to it (ConsumeQueues.dispatch); _sync takes them first.
         self._journal = None
         self._dense = -1
+        # After a crash, bytes below this are what the files held when the writer died,
+        # which the re-dispatch writes again (ConsumeQueues._objects_for): compared
+        # first and written only where they differ, so no page is dirtied for nothing.
+        self._same_below = 0
         # The open's read of the last file, kept until recovery is done with it so that
         # a queue is read once: (its start byte, the valid units' bytes from its start,
         # _valid_units_and_rest's rest marker). Dropped by any change of the files.
@@ -679,7 +683,12 @@ class ConsumeQueue:
         while byte < end:
             seg = self._find(byte)
             k = min(seg.end_offset, end) - byte
-            if k > UNIT_SIZE and faults.armed("cq.write"):  # crash tests: a torn write, cut inside a unit
+            if byte < self._same_below:
+                k = min(k, self._same_below - byte)
+                piece = data[byte - start : byte - start + k]
+                if seg.read(byte - seg.base_offset, k) != piece:
+                    seg.write(byte - seg.base_offset, piece)
+            elif k > UNIT_SIZE and faults.armed("cq.write"):  # crash tests: a torn write, cut inside a unit
                 k = k // 2 + UNIT_SIZE // 2 - (k // 2) % UNIT_SIZE
                 seg.write(byte - seg.base_offset, data[byte - start : byte - start + k])
                 faults.hit("cq.write", seg.path)

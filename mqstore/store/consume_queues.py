@@ -774,9 +774,11 @@ class ConsumeQueues:
             rows = self._known.find_many(pairs)
             hit = np.flatnonzero(rows >= 0)
             made = self._known.take(rows[hit])
-            for i, row in zip(hit.tolist(), made):
+            same_to = (self._known.same_to[rows[hit]] * UNIT_SIZE).tolist()
+            for i, row, same in zip(hit.tolist(), made, same_to):
                 key, d = pairs[i], missing[i]
                 cq = self._queue_object(key[0], key[1], known=row)
+                cq._same_below = same
                 cq._journal, cq._dense = self, d
                 by_id[d] = cq
                 self._dense_of.pop(key, None)
@@ -1148,8 +1150,9 @@ class ConsumeQueues:
         with self._lock:
             live = self._known.live_rows()
             past = live[self._known.rows["max_physical_offset"][live] > commitlog.wrote_offset]
-            rows = live[:0] if self.same_boot else live
-            stop = queue_tails.stop_offsets(self._known, rows, commitlog.recovery.queue_offsets)
+            stop_all = queue_tails.stop_offsets(self._known, live, commitlog.recovery.queue_offsets)
+            self._known.same_to[live] = stop_all  # the files hold that already, or the probe says otherwise
+            rows, stop = (live[:0], stop_all[:0]) if self.same_boot else (live, stop_all)
         root = f"{self._store_dir}/{CONSUME_QUEUE_DIR}"
         found: list[tuple[int, int]] = []
 

@@ -37,6 +37,9 @@ class KnownQueues:
         self._keys = self.rows["topic"].astype(np.int64) << 16 | self.rows["queue_id"]
         self.blocks = np.full(len(self.rows), -1, np.int64)
         self.live = np.zeros(len(self.rows), bool)  # rows taken as known (``keep``), not yet popped
+        # After a crash: the queue offset up to which the queue's files hold what the
+        # re-dispatch writes again (queue_tails.stop_offsets; 0: nothing known)
+        self.same_to = np.zeros(len(self.rows), np.int64)
         self._count = 0
 
     def __len__(self) -> int:

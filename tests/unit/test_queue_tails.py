@@ -252,3 +252,38 @@ def test_abort_markers_hold_the_boot_they_were_made_in(tmp_path: Path) -> None:
     (tmp_path / "abort.x").write_bytes(b"")  # RocketMQ's, or its content lost in a power cut: not known
     assert marker_boot(tmp_path, "abort.x") is None
     assert marker_boot(tmp_path, "abort.none") is None
+
+
+def test_units_written_again_after_a_crash_dirty_no_page_where_the_file_holds_them(tmp_path: Path, monkeypatch) -> None:
+    """ConsumeQueue._same_below: what the re-dispatch writes again over bytes the
+    file holds is compared first; only bytes that differ are written."""
+    from mqstore.formats.consume_queue import encode_units
+    from mqstore.store.consume_queue import ConsumeQueue
+    from mqstore.store.file_pool import PooledFile
+
+    def units(first: int, n: int) -> bytes:
+        phys = np.arange(first, first + n, dtype=np.int64) * 100
+        return encode_units(phys, np.full(n, 100, np.int64), np.zeros(n, np.int64))
+
+    cq = ConsumeQueue(tmp_path, "T", 0, file_bytes=FB, preallocate=False)
+    cq.append_run(0, 30, 100, 3000, units(0, 30))
+    cq.write_behind()
+    cq.close()
+    writes = []
+    real = PooledFile.write
+    monkeypatch.setattr(
+        PooledFile, "write", lambda self, pos, data: writes.append((pos, len(data))) or real(self, pos, data)
+    )
+    for differ in (False, True):
+        writes.clear()
+        cq = ConsumeQueue(tmp_path, "T", 0, file_bytes=FB, preallocate=False, known=(0, 1, 0, 10, 1000))  # a row at 10
+        cq._same_below = 25 * 20  # the file holds units 10..24 as the re-dispatch makes them
+        data = bytearray(units(10, 20))
+        if differ:  # unit 22 torn: the piece below _same_below is written
+            data[12 * 20 : 12 * 20 + 8] = (2201).to_bytes(8, "big")
+        cq.append_run(10, 20, 1100, 3000, bytes(data))
+        cq.write_behind()
+        assert writes == ([(10 * 20, 15 * 20)] if differ else []) + [(25 * 20, 5 * 20)]
+        got = cq.read_units(0, 30)["commitlog_offset"].tolist()
+        assert got == [100 * i for i in range(22)] + [2201 if differ else 2200] + [100 * i for i in range(23, 30)]
+        cq.close()
