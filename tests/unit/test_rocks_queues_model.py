@@ -1,0 +1,77 @@
+"""RocksQueues against ConsumeQueues, the default layout, as its model: the same
+dispatched chunks (new units, and chunks dispatched again as after a restart, whole
+or in part) give every queue the same ends and the same units, before and after a
+reopen."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from mqstore.store.consume_queues import ConsumeQueues
+from mqstore.store.dispatch import DispatchBatch
+from mqstore.store.rocks_queues import RocksQueues
+from tests.tiers import examples
+
+
+def _batch(rows: list[tuple[int, int, int, int]], names: list[str]) -> DispatchBatch:
+    """rows: (commitlog offset, topic, queue id, queue offset)."""
+    a = np.array(rows, np.int64).reshape(-1, 4)
+    used, codes = np.unique(a[:, 1], return_inverse=True)
+    z = np.zeros(len(a), np.int64)
+    return DispatchBatch(
+        a[:, 0], np.full(len(a), 100), [names[u] for u in used.tolist()], codes, a[:, 2], a[:, 3], z,
+        a[:, 0] + 1_700_000_000_000, a[:, 0] % 7, b"", z - 1, z, z - 1, z,
+    )  # fmt: skip
+
+
+def _state(q) -> dict:
+    out = {}
+    for topic, qid in q.keys():
+        cq = q.find(topic, qid)
+        units = cq.read_units(cq.min_offset, max(1, cq.max_offset - cq.min_offset))
+        out[(topic, qid)] = (cq.min_offset, cq.max_offset, units.tobytes())
+    return out
+
+
+@settings(max_examples=examples(60), deadline=None)
+@given(
+    picks=st.lists(st.tuples(st.integers(0, 5), st.integers(0, 2)), min_size=1, max_size=120),
+    chunk=st.integers(1, 40),
+    again=st.lists(st.tuples(st.integers(0, 200), st.integers(1, 60)), max_size=4),
+)
+def test_rocks_queues_end_as_the_file_layout(picks, chunk: int, again) -> None:
+    names = [f"T{i}" for i in range(6)]
+    next_qo: dict[tuple[int, int], int] = {}
+    rows = []
+    for i, (t, q) in enumerate(picks):
+        qo = next_qo.get((t, q), 0)
+        next_qo[(t, q)] = qo + 1
+        rows.append((i * 100, t, q, qo))
+    chunks = [rows[k : k + chunk] for k in range(0, len(rows), chunk)]
+    for at, n in again:  # a restart dispatches an earlier stretch again, then goes on
+        cut = min(at, len(rows))
+        chunks.insert(min(len(chunks), cut // chunk + 1), rows[max(0, cut - n) : cut] or rows[:1])
+    with tempfile.TemporaryDirectory() as d:
+        files, rocks = Path(d, "files"), Path(d, "rocks")
+        a = ConsumeQueues(files, file_bytes=20 * 16)
+        b = RocksQueues(rocks)
+        for c in chunks:
+            a.dispatch(_batch(c, names))
+            b.dispatch(_batch(c, names))
+        assert _state(b) == _state(a)
+        a.flush(thorough=True)
+        a.close()
+        b.close()
+        a, b = ConsumeQueues(files, file_bytes=20 * 16), RocksQueues(rocks)
+        try:
+            a.load()
+            assert _state(b) == _state(a)
+            assert b.max_physical_offset() == max(r[0] for r in rows) + 100
+        finally:
+            a.close()
+            b.close()
