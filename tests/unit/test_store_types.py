@@ -272,3 +272,35 @@ def test_the_cli_makes_a_rocksdb_store_and_refuses_the_other_type(tmp_path: Path
     assert again.returncode == 0, again.stderr
     pulled = mq("pull", "--store", str(store), "--topic", "T", "--queue", "0", "--offset", "0")
     assert pulled.returncode == 0 and pulled.stdout.count('"topic": "T"') == 2
+
+
+def test_delayed_messages_are_delivered_once_when_due(tmp_path: Path, cfg: StoreConfig) -> None:
+    from mqstore.store.schedule import SCHEDULE_TOPIC
+
+    class Step:
+        now = 1_700_000_000_000
+
+        def now_ms(self) -> int:
+            return self.now
+
+        def monotonic(self) -> float:
+            return time.monotonic()
+
+    clock = Step()
+
+    def delayed(level: int, body: bytes) -> Message:
+        return Message("Orders", body, queue_id=1, properties={"DELAY": str(level)})
+
+    with MessageStore(tmp_path, cfg, clock=clock, background_dispatch=False) as s:
+        res = s.append(MessageBatch.of([delayed(1, b"a"), delayed(1, b"b"), delayed(2, b"c")]))
+        s.dispatcher.catch_up()
+        (unit, _) = s.consume_queues.find(SCHEDULE_TOPIC, 0).read_units(0, 10)
+        assert int(unit["tags_code"]) == res.store_timestamp + 1000  # the deliver time, in the tags code
+        assert s.scheduler.deliver_due(clock.now + 999) == 0
+        clock.now += 1000
+        assert s.scheduler.deliver_due(clock.now) == 2
+    with MessageStore(tmp_path, cfg, clock=clock, background_dispatch=False) as s:
+        clock.now += 5000
+        assert s.scheduler.deliver_due(clock.now) == 1  # level 2 (5 s) only: nothing twice
+        s.dispatcher.catch_up()
+        assert [r.body for r in s.pull("Orders", 1, 0).records] == [b"a", b"b", b"c"]
