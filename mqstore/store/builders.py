@@ -63,7 +63,7 @@ from mqstore.store.lockfile import (
     marker_boot,
     remove_abort_marker,
 )
-from mqstore.store.retention import ConsumerLoss, clean_queues_below, consumer_losses
+from mqstore.store.retention import ConsumerLoss, clean_all_queues, consumer_losses
 from mqstore.store.store_type import open_consume_queues
 
 log = structlog.get_logger(__name__)
@@ -487,7 +487,7 @@ class QueueBuilder(_Builder):
             return ()
         cq_files: dict = {}
         cq_mins: dict = {}
-        clean_queues_below(self.consume_queues.all(), commitlog_min, cq_files, cq_mins)
+        clean_all_queues(self.consume_queues, commitlog_min, cq_files, cq_mins)
         self.consume_queues.note_cleaned(commitlog_min)
         self._min_cleaned = commitlog_min
         if cq_files:

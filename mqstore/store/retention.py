@@ -186,6 +186,16 @@ def clean_queues_below(queues, commitlog_min: int, cq_files: dict, cq_mins: dict
         cq_mins.update(mins)
 
 
+def clean_all_queues(queues, commitlog_min: int, cq_files: dict, cq_mins: dict) -> None:
+    """``clean_queues_below`` over every queue of a store's consume queues; a kind that
+    cleans all its queues at once (rocks_queues.py: one RocksDB) does it itself."""
+    clean_below = getattr(queues, "clean_below", None)
+    if clean_below is not None:
+        clean_below(commitlog_min, cq_files, cq_mins)
+    else:
+        clean_queues_below(queues.all(), commitlog_min, cq_files, cq_mins)
+
+
 def _clean_each(queues, commitlog_min: int, cq_files: dict, cq_mins: dict) -> None:
     for cq in queues:
         key = (cq.topic, cq.queue_id)
@@ -391,7 +401,7 @@ class Retention:
         consume queues or index here (builders in processes of their own) each
         builder cleans its own files (``clean_queues_below``)."""
         if self._queues is not None:
-            clean_queues_below(self._queues.all(), commitlog_min, cq_files, cq_mins)
+            clean_all_queues(self._queues, commitlog_min, cq_files, cq_mins)
             self._queues.note_cleaned(commitlog_min)
         if self._index is None:
             return ()

@@ -76,6 +76,7 @@ CONSUME_QUEUE_DIR = "consumequeue"  # RocketMQ StorePathConfigHelper.getStorePat
 ROCKS_MARKER = "CURRENT"  # a RocksDB always has it; the default layout never has a file there
 _MAX_OPEN_FILES = 256  # RocksDB's descriptors (SST files), well inside ulimit -n 1024
 _READ_BATCH = 65_536  # units read per multi-get
+_CLEAN_WINDOW = 4  # retention reads this many units of each queue from its min at once (``clean_below``)
 
 
 def _options(max_open_files: int, *, create: bool) -> Options:
@@ -600,6 +601,62 @@ class RocksQueues:
                 self._min[dense], self._min_phys[dense] = new, p
         log.info("min_offset_corrected", topic=topic, queue_id=qid, min_offset=new, commitlog_min_offset=commitlog_min)
         return new
+
+    def clean_below(self, commitlog_min: int, cq_files: dict, cq_mins: dict) -> None:
+        """Retention for every queue at once (retention.clean_all_queues): the queues
+        whose min unit points below ``commitlog_min`` (found in the arrays) have their
+        first units read in one multi-get, a window of _CLEAN_WINDOW each, and their min
+        moved to the first unit at or past it (a binary search only for a queue with
+        more units below than the window); the units below go, one delete_range each,
+        with the new min entries in one WriteBatch. Fills ``cq_files`` (the queue
+        offsets deleted, as "old-new") and ``cq_mins`` as ConsumeQueue's cleaning does."""
+        if self._read_only or self._db is None:
+            return
+        with self._lock:
+            n = self._n
+            ids = np.flatnonzero((self._max[:n] > self._min[:n]) & (self._min_phys[:n] < commitlog_min))
+            lo, hi = self._min[ids].copy(), self._max[ids].copy()
+        if not len(ids):
+            return
+        width = np.minimum(hi - lo, _CLEAN_WINDOW)
+        starts = np.cumsum(width) - width
+        offs = np.repeat(lo - starts, width) + np.arange(int(width.sum()))
+        got = self._check_open().get(self._prefixes.unit_keys(np.repeat(ids, width), offs))
+        present = np.fromiter((v is not None for v in got), bool, len(got))
+        phys = np.full(len(got), -1, np.int64)
+        if present.any():
+            phys[present] = decode_values([v for v in got if v is not None])["commitlog_offset"]
+        at_or_past = ~present | (phys >= commitlog_min)  # a missing unit: retention took it meanwhile
+        hit = np.full(len(ids), -1, np.int64)
+        hits = np.flatnonzero(at_or_past)
+        queues, first = np.unique(np.searchsorted(starts, hits, side="right") - 1, return_index=True)
+        hit[queues] = hits[first]  # each queue's first unit at or past the min
+        new = np.where(hit >= 0, lo + hit - starts, np.where(width < hi - lo, -1, hi))
+        new_phys = np.where(hit >= 0, phys[np.maximum(hit, 0)], -1)
+        for k in np.flatnonzero(new < 0).tolist():  # more units below than the window
+            d = int(ids[k])
+            new[k] = self._first_at_or_after(d, int(lo[k]) + _CLEAN_WINDOW, int(hi[k]), commitlog_min)
+            new_phys[k] = self._unit_phys(d, int(new[k])) if new[k] < hi[k] else -1
+        moved = np.flatnonzero(new > lo)
+        if not len(moved):
+            return
+        ids, lo, new, new_phys = ids[moved], lo[moved], new[moved], new_phys[moved]
+        wb = WriteBatch(raw_mode=True)
+        for a, b in zip(
+            self._prefixes.unit_keys(ids, np.zeros(len(ids), np.int64)), self._prefixes.unit_keys(ids, new)
+        ):
+            wb.delete_range(a, b)
+        for k, v in zip(self._prefixes.offset_keys(ids, MIN), encode_offset_values(new_phys, new)):
+            wb.put(k, v, self._cf_handle)
+        with self._lock:
+            self._check_open().write(wb, self._write)
+            up = new > self._min[ids]
+            self._min[ids[up]], self._min_phys[ids[up]] = new[up], new_phys[up]
+        for d, old, m in zip(ids.tolist(), lo.tolist(), new.tolist()):
+            key = self._names[d]
+            cq_files[key] = (f"{old}-{m}",)
+            cq_mins[key] = (old, m)
+        log.info("min_offsets_corrected", queues=len(ids), commitlog_min_offset=commitlog_min)
 
     def _truncate_dirty(self, dense: int, commitlog_end: int) -> None:
         """Drop queue ``dense``'s units pointing at or past ``commitlog_end``."""
