@@ -223,6 +223,9 @@ class _Builder:
         self.same_boot = not self.crashed or marker_boot(self.store_dir, self._abort_name) in {boot_id()} - {None}
         self.clean = view.clean_shutdown and not self.crashed
         self._put_lock = threading.Lock()
+        # One flush at a time: the loop's and a caller's (flush_derived, close) would
+        # both write the summary of queue ends, and an older one could land last.
+        self._flush_lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._closed = False
@@ -271,6 +274,10 @@ class _Builder:
         return "stopped" if t is not None and not t.is_alive() and not self._stop.is_set() else None
 
     def flush(self, *, thorough: bool = True) -> None:
+        with self._flush_lock:
+            self._flush(thorough)
+
+    def _flush(self, thorough: bool) -> None:
         progress = self.progress_offset  # every record below it is in a buffer now
         ts = self._write_out(thorough)
         if thorough:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import threading
 import time
 from pathlib import Path
 
@@ -162,6 +163,31 @@ def test_thorough_flush_writes_the_summary(tmp_path: Path) -> None:
             row = rows[(cq.topic, cq.queue_id)]
             want = (int(cq.files[0]), len(cq.files), cq.min_offset, cq.max_offset, cq.max_physical_offset)
             assert tuple(row[3:]) == want
+
+
+def test_flushes_from_two_threads_write_the_summary_one_at_a_time(tmp_path: Path) -> None:
+    """A caller's flush_derived (bench's settle, a test) next to the builder's own
+    thorough flush: each writes queueEnds.bin.tmp and renames it, so unserialised one
+    rename found the other's file gone, and an older summary could land last."""
+    with MessageStore(tmp_path, CFG) as s:
+        fill(s)
+        assert s.wait_dispatched()
+        errors: list[BaseException] = []
+
+        def flushes() -> None:
+            try:
+                for _ in range(15):
+                    s.flush_derived()
+            except BaseException as e:  # noqa: BLE001 - reported by the assert below
+                errors.append(e)
+
+        threads = [threading.Thread(target=flushes) for _ in range(3)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert errors == []
+        assert qe.read(tmp_path).progress_offset == s.commitlog.wrote_offset
 
 
 @pytest.mark.parametrize(
