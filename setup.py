@@ -8,8 +8,8 @@ KERNELS = [
     Extension(
         "mqstore.kernels._scan",
         ["mqstore/kernels/_scan.pyx"],
-        include_dirs=["mqstore/kernels"],  # crc32_fold.h, big_endian.h
-        depends=["mqstore/kernels/crc32_fold.h", "mqstore/kernels/big_endian.h"],
+        include_dirs=["mqstore/kernels"],  # crc32_fold.h, big_endian.h, topic_hash.h
+        depends=["mqstore/kernels/crc32_fold.h", "mqstore/kernels/big_endian.h", "mqstore/kernels/topic_hash.h"],
         extra_compile_args=["-O3"],
         libraries=["z"],  # zlib's crc32 (bit-identical to the CRC RocketMQ stores) past the folding
     ),
@@ -17,7 +17,13 @@ KERNELS = [
     Extension("mqstore.kernels._verify", ["mqstore/kernels/_verify.pyx"], extra_compile_args=["-O3"]),
     Extension("mqstore.kernels._queues", ["mqstore/kernels/_queues.pyx"], extra_compile_args=["-O3"]),
     Extension("mqstore.kernels._topics", ["mqstore/kernels/_topics.pyx"], extra_compile_args=["-O3"]),
-    Extension("mqstore.kernels._intern", ["mqstore/kernels/_intern.pyx"], extra_compile_args=["-O3"]),
+    Extension(
+        "mqstore.kernels._intern",
+        ["mqstore/kernels/_intern.pyx"],
+        include_dirs=["mqstore/kernels"],  # topic_hash.h
+        depends=["mqstore/kernels/topic_hash.h"],
+        extra_compile_args=["-O3"],
+    ),
     Extension("mqstore.kernels._files", ["mqstore/kernels/_files.pyx"], extra_compile_args=["-O3"]),
     Extension(
         "mqstore.kernels._encode",

@@ -18,21 +18,8 @@ from libc.stdlib cimport free, malloc, realloc
 from libc.string cimport memcmp, memcpy, memset
 
 
-cdef inline uint64_t _hash(const unsigned char *p, int64_t n) noexcept nogil:
-    """A 64-bit mix of a topic's bytes, 8 at a time (a hash: equal topics are compared)."""
-    cdef uint64_t h = <uint64_t>n * 0x9E3779B97F4A7C15ULL, w = 0
-    cdef int64_t i = 0
-    while i + 8 <= n:
-        memcpy(&w, p + i, 8)
-        h = (h ^ w) * 0xC2B2AE3D27D4EB4FULL
-        h ^= h >> 29
-        i += 8
-    if i < n:
-        w = 0
-        memcpy(&w, p + i, n - i)
-        h = (h ^ w) * 0xC2B2AE3D27D4EB4FULL
-        h ^= h >> 29
-    return h ^ (h >> 32)
+cdef extern from "topic_hash.h" nogil:
+    uint64_t mq_topic_hash(const unsigned char *p, int64_t n)
 
 
 cdef class TopicByteIds:
@@ -122,13 +109,13 @@ cdef class TopicByteIds:
                 return -1
             memset(grown, 0xFF, c * sizeof(int64_t))
             for i in range(g):
-                s = <int64_t>(_hash(self.blob + self.where[i], self.length[i]) & <uint64_t>(c - 1))
+                s = <int64_t>(mq_topic_hash(self.blob + self.where[i], self.length[i]) & <uint64_t>(c - 1))
                 while grown[s] >= 0:
                     s = (s + 1) & (c - 1)
                 grown[s] = i
             free(self.table)
             self.table, self.cap = grown, c
-            slot = <int64_t>(_hash(p, ln) & <uint64_t>(c - 1))
+            slot = <int64_t>(mq_topic_hash(p, ln) & <uint64_t>(c - 1))
             while self.table[slot] >= 0:
                 slot = (slot + 1) & (c - 1)
         memcpy(self.blob + self.blob_used, p, ln)
@@ -179,7 +166,7 @@ cdef class TopicByteIds:
                     cp[i] = prev_code
                     continue
                 mask = self.cap - 1
-                slot = <int64_t>(_hash(p, ln) & <uint64_t>mask)
+                slot = <int64_t>(mq_topic_hash(p, ln) & <uint64_t>mask)
                 while True:
                     g = self.table[slot]
                     if g < 0:

@@ -194,21 +194,8 @@ def scan(
     return k, p, code
 
 
-cdef inline uint64_t _topic_hash(const unsigned char *p, int64_t n) noexcept nogil:
-    """A 64-bit mix of a topic's bytes, 8 at a time (a hash: equal topics are compared)."""
-    cdef uint64_t h = <uint64_t>n * 0x9E3779B97F4A7C15ULL, w = 0
-    cdef int64_t i = 0
-    while i + 8 <= n:
-        memcpy(&w, p + i, 8)
-        h = (h ^ w) * 0xC2B2AE3D27D4EB4FULL
-        h ^= h >> 29
-        i += 8
-    if i < n:
-        w = 0
-        memcpy(&w, p + i, n - i)
-        h = (h ^ w) * 0xC2B2AE3D27D4EB4FULL
-        h ^= h >> 29
-    return h ^ (h >> 32)
+cdef extern from "topic_hash.h" nogil:
+    uint64_t mq_topic_hash(const unsigned char *p, int64_t n)
 
 
 cdef int64_t *_topic_table(int64_t cap, const unsigned char *b, const int64_t *at, const int64_t *length,
@@ -221,7 +208,7 @@ cdef int64_t *_topic_table(int64_t cap, const unsigned char *b, const int64_t *a
         return NULL
     memset(table, 0xFF, cap * sizeof(int64_t))
     for c in range(distinct):
-        slot = <int64_t>(_topic_hash(b + at[first[c]], length[first[c]]) & <uint64_t>(cap - 1))
+        slot = <int64_t>(mq_topic_hash(b + at[first[c]], length[first[c]]) & <uint64_t>(cap - 1))
         while table[slot] >= 0:
             slot = (slot + 1) & (cap - 1)
         table[slot] = c
@@ -267,7 +254,7 @@ def topic_codes(
             if ln == prev_len and memcmp(p, b + prev_at, ln) == 0:
                 codes[i] = prev_code
                 continue
-            slot = <int64_t>(_topic_hash(p, ln) & <uint64_t>(cap - 1))
+            slot = <int64_t>(mq_topic_hash(p, ln) & <uint64_t>(cap - 1))
             while True:
                 c = table[slot]
                 if c < 0:  # a new topic
