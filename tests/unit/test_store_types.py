@@ -115,17 +115,20 @@ def test_queues_past_a_cut_commitlog_are_truncated(tmp_path: Path, cfg: StoreCon
     assert verify_store(tmp_path).ok
 
 
+class StepClock:
+    """Store time set by the test (one second per step below)."""
+
+    now = 1_700_000_000_000
+
+    def now_ms(self) -> int:
+        return self.now
+
+    def monotonic(self) -> float:
+        return time.monotonic()
+
+
 def test_pull_tags_offset_at_time_and_topic_status(tmp_path: Path, cfg: StoreConfig) -> None:
-    class Step:
-        now = 1_700_000_000_000
-
-        def now_ms(self) -> int:
-            return self.now
-
-        def monotonic(self) -> float:
-            return time.monotonic()
-
-    clock = Step()
+    clock = StepClock()
     with MessageStore(tmp_path, cfg, clock=clock) as s:
         for i in range(10):
             clock.now = 1_700_000_000_000 + i * 1000
@@ -277,16 +280,7 @@ def test_the_cli_makes_a_rocksdb_store_and_refuses_the_other_type(tmp_path: Path
 def test_delayed_messages_are_delivered_once_when_due(tmp_path: Path, cfg: StoreConfig) -> None:
     from mqstore.store.schedule import SCHEDULE_TOPIC
 
-    class Step:
-        now = 1_700_000_000_000
-
-        def now_ms(self) -> int:
-            return self.now
-
-        def monotonic(self) -> float:
-            return time.monotonic()
-
-    clock = Step()
+    clock = StepClock()
 
     def delayed(level: int, body: bytes) -> Message:
         return Message("Orders", body, queue_id=1, properties={"DELAY": str(level)})
