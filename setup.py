@@ -25,6 +25,7 @@ KERNELS = [
         extra_compile_args=["-O3"],
     ),
     Extension("mqstore.kernels._files", ["mqstore/kernels/_files.pyx"], extra_compile_args=["-O3"]),
+    Extension("mqstore.kernels._probe", ["mqstore/kernels/_probe.pyx"], extra_compile_args=["-O3"]),
     Extension(
         "mqstore.kernels._encode",
         ["mqstore/kernels/_encode.pyx"],

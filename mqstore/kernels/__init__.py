@@ -13,18 +13,18 @@ from __future__ import annotations
 import os
 
 BUILD_HINT = (
-    "mqstore's compiled core (the Cython extensions mqstore.kernels._scan, _dispatch, _encode, _verify, _decode, _queues, _intern, _files) is not built. "
+    "mqstore's compiled core (the Cython extensions mqstore.kernels._scan, _dispatch, _encode, _verify, _decode, _queues, _intern, _files, _probe) is not built. "
     "Build it from the clone with `pip install -e .` (or install the package with `pip install .`); "
     "this needs a C compiler and zlib's headers (Debian/Ubuntu: apt-get install build-essential zlib1g-dev)."
 )
 
 try:
-    from mqstore.kernels import _decode, _dispatch, _encode, _files, _intern, _queues, _scan, _verify  # noqa: F401 - each is imported where it is used
+    from mqstore.kernels import _decode, _dispatch, _encode, _files, _intern, _probe, _queues, _scan, _verify  # noqa: F401 - each is imported where it is used
 except ImportError as e:  # no silent fallback: say how to build it
     raise ImportError(f"{BUILD_HINT} ({e})") from e
 
 
-_KERNELS = (_decode, _dispatch, _encode, _files, _intern, _queues, _scan, _verify)
+_KERNELS = (_decode, _dispatch, _encode, _files, _intern, _probe, _queues, _scan, _verify)
 
 
 def core_status() -> str:

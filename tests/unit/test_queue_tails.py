@@ -207,8 +207,8 @@ def test_crash_open_keeps_the_rows_and_the_redispatch_writes_over_their_tails(
     monkeypatch.setattr(
         cqs_module.ConsumeQueues, "_open_from_files", lambda self, *k: opened.append(k) or real(self, *k)
     )
-    real_probe = queue_tails.probe
-    monkeypatch.setattr(queue_tails, "probe", lambda *a: probed.append(a) or real_probe(*a))
+    real_probe = queue_tails.probe_rows
+    monkeypatch.setattr(queue_tails, "probe_rows", lambda *a: probed.extend(a[2].tolist()) or real_probe(*a))
     with MessageStore(store, CFG) as s:
         assert not s.commitlog.recovery.clean_shutdown
         assert s.consume_queues.summary_queues == TOPICS * QUEUES  # every listed queue kept unread
