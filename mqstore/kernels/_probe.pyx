@@ -15,7 +15,8 @@ from libc.errno cimport ENAMETOOLONG, ENOENT, ENXIO, errno
 from libc.stdint cimport int32_t, int64_t
 from libc.stdio cimport snprintf
 from libc.stdlib cimport free, malloc
-from posix.fcntl cimport O_CLOEXEC, O_RDONLY
+from libc.string cimport memcmp
+from posix.fcntl cimport AT_FDCWD, O_CLOEXEC, O_DIRECTORY, O_RDONLY, openat
 from posix.fcntl cimport open as c_open
 from posix.unistd cimport SEEK_END, close, lseek, pread
 
@@ -31,11 +32,12 @@ cdef enum:
 CLEAN, DIRTY, UNFIT = 0, 1, 2
 
 
-cdef int32_t _probe(const char *path, int64_t base, int64_t pos, int64_t listed_end, int64_t file_bytes,
+cdef int32_t _probe(int at, const char *path, int64_t base, int64_t pos, int64_t listed_end, int64_t file_bytes,
                     unsigned char *page) noexcept nogil:
-    """queue_tails.probe of the file ``path`` (the one holding byte ``base + pos``)."""
-    cdef int fd = c_open(path, O_RDONLY | O_CLOEXEC)
-    cdef int64_t size, page_end, got, k
+    """queue_tails.probe of the file ``path`` (the one holding byte ``base + pos``;
+    relative to the directory ``at``)."""
+    cdef int fd = openat(at, path, O_RDONLY | O_CLOEXEC)
+    cdef int64_t size, page_end, got
     cdef int32_t out = 0
     if fd < 0:
         if errno == ENOENT:
@@ -52,11 +54,8 @@ cdef int32_t _probe(const char *path, int64_t base, int64_t pos, int64_t listed_
             got = pread(fd, page, page_end - pos, pos)
             if got < 0:
                 out = -errno
-            else:
-                for k in range(got):
-                    if page[k] != 0:
-                        out = 1
-                        break
+            elif got > 0 and (page[0] != 0 or memcmp(page, page + 1, got - 1) != 0):  # any byte not 0
+                out = 1
         if out == 0 and page_end < file_bytes:
             if lseek(fd, page_end, SEEK_DATA) >= 0:
                 out = 1
@@ -82,7 +81,7 @@ def probe_queue_tails(str root, list topics, int32_t[::1] queue_ids not None, in
     cdef unsigned char *page = <unsigned char *>malloc(PAGE)
     cdef char path[PATH_BYTES]
     cdef int64_t stop, base
-    cdef int wrote
+    cdef int wrote, at = -1
     if names == NULL or page == NULL:
         free(names)
         free(page)
@@ -93,15 +92,23 @@ def probe_queue_tails(str root, list topics, int32_t[::1] queue_ids not None, in
             if stop_bytes[i] < 0:
                 raise ValueError("a stop byte below 0")
         with nogil:
+            # paths from the root's directory: the kernel walks the root's own names once
+            at = c_open(base_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC) if n else -1
             for i in range(n):
                 stop = stop_bytes[i]
                 base = stop - stop % file_bytes
-                wrote = snprintf(path, PATH_BYTES, "%s/%s/%d/%020lld", base_dir, names[i], <int>queue_ids[i],
-                                 <long long>base)
+                if at >= 0:
+                    wrote = snprintf(path, PATH_BYTES, "%s/%d/%020lld", names[i], <int>queue_ids[i], <long long>base)
+                else:  # no such directory (or not one): each path whole, as the model opens it
+                    wrote = snprintf(path, PATH_BYTES, "%s/%s/%d/%020lld", base_dir, names[i], <int>queue_ids[i],
+                                     <long long>base)
                 if wrote < 0 or wrote >= PATH_BYTES:
                     status[i] = -ENAMETOOLONG  # as open would say
                 else:
-                    status[i] = _probe(path, base, stop - base, listed_ends[i], file_bytes, page)
+                    status[i] = _probe(at if at >= 0 else AT_FDCWD, path, base, stop - base, listed_ends[i],
+                                       file_bytes, page)
     finally:
+        if at >= 0:
+            close(at)
         free(names)
         free(page)
