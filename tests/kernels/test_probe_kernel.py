@@ -102,3 +102,13 @@ def test_probe_rows_raises_what_probe_raises(tmp_path) -> None:
     with pytest.raises(NotADirectoryError) as got:
         queue_tails.probe_rows(str(tmp_path), known, rows, np.array([5, 10, 10]), FB)
     assert got.value.errno == errno.ENOTDIR and got.value.filename == os.path.join(str(tmp_path), "T", "1")
+
+
+def test_a_root_that_is_not_there(tmp_path) -> None:
+    """Without the consume-queue root the kernel opens each path whole, as the model:
+    every listed file is gone (UNFIT), a queue listing none has nothing (CLEAN)."""
+    root = str(tmp_path / "none")
+    args = (["T", "T"], [0, 1], [200, 0], [FB, 0])
+    status = np.full(2, 99, np.int32)
+    probe_queue_tails(root, args[0], np.array(args[1], np.int32), np.array(args[2]), np.array(args[3]), FB, status)
+    assert status.tolist() == model_probe_queue_tails(root, *args, FB) == [queue_tails.UNFIT, queue_tails.CLEAN]
