@@ -16,6 +16,6 @@ def test_mqstore_version_names_the_loaded_extension() -> None:
     ).stdout.strip()
     assert out == f"mqstore 0.1.0 (compiled core: {core_status()})"
     assert out.endswith(
-        f"(compiled core: loaded, _decode _dispatch _encode _files _intern _queues _scan _verify from {os.path.dirname(_scan.__file__)})"
+        f"(compiled core: loaded, _decode _dispatch _encode _files _intern _probe _queues _scan _verify from {os.path.dirname(_scan.__file__)})"
     )
     assert Path(_scan.__file__).suffix == ".so"
