@@ -355,7 +355,7 @@ class QueueBuilder(_Builder):
                 self.consumer_offsets.persist()  # empty: groups start where their consumers' settings say
             self.consume_queues = open_consume_queues(self.store_dir, cfg)  # of the store's type (store_type.py)
             self._step("loading consume queues", 0, 0)
-            ends = self._usable_ends(view) if getattr(self.consume_queues, "uses_queue_ends", True) else None
+            ends = self._usable_ends(view) if self.consume_queues.uses_queue_ends else None
             self.consume_queues.load(repair=True, ends=ends, trusted=self.clean)
             self._step("checking consume-queue tails against the commitlog", 0, 0)
             deep = view.redispatch_from if not self.clean else view.wrote_offset

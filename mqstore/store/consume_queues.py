@@ -136,6 +136,8 @@ def _write_behind_all(queues: list[ConsumeQueue]) -> None:
 class ConsumeQueues:
     """The store's consume queues; a DispatchSink."""
 
+    uses_queue_ends = True  # ``load`` takes the summary of queue ends (rocks_queues.py: False)
+
     def __init__(
         self, store_dir: Path, *, file_bytes: int, max_open_files: int = 512, read_only_above: int | None = None
     ) -> None:
