@@ -1,7 +1,7 @@
 """Pop consumption state of one shard: per (group, topic, queue) a cursor and the
 messages in flight, durable. RocketMQ 5's SimpleConsumer and PushConsumer consume by
-"pop"; the consume-queue builder's pop service (services/index/pop_service.py)
-decides what to hand out and records it here. Plain Python: no Ray, no gRPC.
+"pop"; the pop rules (mqstore/store/pop_rules.py) decide what to hand out and
+record it here. Plain Python: no Ray, no gRPC.
 
 Vocabulary (one key = (group, topic, queue_id)):
 
@@ -28,46 +28,14 @@ Files, all under ``<directory>/pop/`` (nothing is created elsewhere):
                    fsynced, renamed): the key of the receipt handles' tags, so a handle
                    stays valid across restarts and only this shard can make one
 
-Journal: a sequence of records, nothing else. One record (big-endian):
-
-    offset        size   field       meaning
-    0             4      body_len    B, bytes of the body
-    4             4      crc32       zlib.crc32 of bytes 8 .. 16+B (seq and body)
-    8             8      seq         1, 2, 3, ...: +1 per record, continues across snapshots
-    16            B      body        one delta of one (group, topic):
-
-Body:
-
-    offset        size   field       meaning
-    0             2      version     1
-    2             2      G           group length in bytes (UTF-8; names are ASCII)
-    4             2      T           topic length in bytes
-    6             4      C           cursor count
-    10            4      S           entry count
-    14            4      D           removal count
-    18            G      group
-    18+G          T      topic
-    c = 18+G+T    12*C   cursors     per cursor: queue_id i32, cursor i64
-    s = c+12*C    44*S   entries     per entry: queue_id i32, offset i64, commitlog_offset
-                                     i64, size i32, deadline_ms i64, attempt i32,
-                                     generation i64
-    d = s+44*S    12*D   removals    per removal: queue_id i32, offset i64
-    B == d+12*D
+Journal and snapshot bytes: mqstore/formats/pop_journal.py (a journal is a sequence of
+records, each one delta of one (group, topic) with a seq and a CRC; a snapshot is a
+header and one record per (group, topic)). Receipt handles: mqstore/formats/receipt_handle.py.
 
 Applying a delta sets its cursors, puts its entries (replacing the entry at the same
 offset), then removes its removals. A call's whole effect is one delta, so one record:
-a torn record is the whole call or nothing.
-
-Snapshot (written as ``snapshot.tmp``, fsynced, renamed, directory fsynced):
-
-    offset        size   field       meaning
-    0             8      magic       b"MQPOPSS1"
-    8             8      seq         the last journal record it includes
-    16            4      R           record count
-    20            4      crc32       zlib.crc32 of bytes 0 .. 20
-    24            ...    records     R records framed as in the journal (their seq field is
-                                     the snapshot's seq), one per (group, topic): its
-                                     cursors and entries. The file ends after the R-th.
+a torn record is the whole call or nothing. A snapshot is written as ``snapshot.tmp``,
+fsynced, renamed, and the directory fsynced.
 
 Compaction: once the journal reaches ``max(compact_bytes, snapshot size)`` bytes
 (4 MiB by default; the snapshot size term keeps the rewrite cost per journal byte
@@ -99,20 +67,15 @@ snapshot's fsync), ``pop.snapshot.rename`` (before its rename).
 
 from __future__ import annotations
 
-import base64
 import errno
 import fcntl
-import hashlib
 import heapq
-import hmac
 import operator
 import os
-import re
 import struct
 import threading
-import zlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 from typing import NamedTuple, TypeVar
@@ -127,6 +90,17 @@ from mqstore.errors import (
     StoreLockedError,
     StoreNotWritableError,
 )
+from mqstore.formats.pop_journal import (
+    InFlight,
+    PopDelta,
+    decode_body,
+    decode_snapshot,
+    encode_body,
+    encode_frame,
+    encode_snapshot_head,
+    whole_frames,
+)
+from mqstore.formats.receipt_handle import HANDLE_VERSION, ReceiptHandle, authentic, signed
 from mqstore.store import faults
 from mqstore.store.mapped_file import fsync_dir, note_sync_failure
 
@@ -140,116 +114,14 @@ SECRET_FILE = "handle_secret"
 SECRET_TMP = "handle_secret.tmp"
 SECRET_BYTES = 32
 COMPACT_BYTES = 4 << 20  # default journal size that triggers a snapshot
-HANDLE_VERSION = "m2"  # m1 had no tag: refused (malformed) since
 
 _I32_MAX = (1 << 31) - 1
 _I64_MAX = (1 << 63) - 1
-_BODY_VERSION = 1
-_SNAPSHOT_MAGIC = b"MQPOPSS1"
-
-_FRAME = struct.Struct(">IIQ")  # body_len, crc32, seq
-_BODY = struct.Struct(">HHHIII")  # version, G, T, C, S, D
-_CURSOR = struct.Struct(">iq")
-_ENTRY = struct.Struct(">iqqiqiq")
-_REMOVAL = struct.Struct(">iq")
-_SNAP_HEAD = struct.Struct(">8sQI")
-assert _FRAME.size == 16 and _BODY.size == 18
-assert _CURSOR.size == 12 and _ENTRY.size == 44 and _REMOVAL.size == 12 and _SNAP_HEAD.size == 20
-_SNAP_HEAD_SIZE = _SNAP_HEAD.size + 4  # + crc32
-
-_HANDLE_FIELDS = 7
-_TAG_BYTES = 16  # HMAC-SHA256 cut to 128 bits: no guessing, 22 characters on the wire
-_TAG_CHARS = 22
-_TAG_RE = re.compile(r"[A-Za-z0-9_-]{22}")
-# canonical decimals only, then the tag
-_HANDLE_RE = re.compile(r"m2((?: (?:0|[1-9][0-9]{0,18})){7}) ([A-Za-z0-9_-]{22})")
-_HANDLE_MAX_CHARS = 2 + _HANDLE_FIELDS * 20 + 1 + _TAG_CHARS
 
 _R = TypeVar("_R")
 
 
 # ---------------------------------------------------------------------- value types
-
-
-@dataclass(frozen=True, slots=True)
-class ReceiptHandle:
-    """What a client gets with a popped message and sends back to ack it or change its
-    invisible time; on the wire an opaque string (:meth:`encode`), RocketMQ-like:
-
-        m2 <shard> <queue_id> <offset> <generation> <pop_ms> <invisible_ms> <commitlog_offset> <tag>
-
-    space-separated canonical decimals (no sign, no leading zeros), then the tag. Every
-    field is >= 0; shard and queue_id fit in 31 bits, the others in 63. The handle does
-    not name the group or topic: the ack request does (as in RocketMQ).
-
-    ``tag``: 22 url-safe base64 characters, HMAC-SHA256 (cut to 128 bits) of the seven
-    fields, the group and the topic under the shard's secret (:class:`PopState`
-    signs and checks it). RocketMQ's handles carry no secret, so anyone who guesses
-    the fields acks another consumer's message; here a guessed, altered or
-    other-group handle is refused. ``tag`` does not take part in ``==``; "" is an
-    unsigned handle (never handed out, refused by every check)."""
-
-    shard: int
-    queue_id: int
-    offset: int
-    generation: int
-    pop_ms: int
-    invisible_ms: int
-    commitlog_offset: int
-    tag: str = field(default="", compare=False)
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.tag, str) or (self.tag and _TAG_RE.fullmatch(self.tag) is None):
-            raise InvalidReceiptHandle(f"receipt handle tag must be {_TAG_CHARS} url-safe base64 characters")
-        for name in ("shard", "queue_id", "offset", "generation", "pop_ms", "invisible_ms", "commitlog_offset"):
-            value = getattr(self, name)
-            high = _I32_MAX if name in ("shard", "queue_id") else _I64_MAX
-            if type(value) is not int or not 0 <= value <= high:
-                raise InvalidReceiptHandle(
-                    f"receipt handle field {name} must be an integer in 0..{high}, got {value!r}"
-                )
-
-    @property
-    def deadline_ms(self) -> int:
-        """When the message becomes visible again: ``pop_ms + invisible_ms``."""
-        return self.pop_ms + self.invisible_ms
-
-    def fields(self) -> str:
-        """The seven numbers as :meth:`encode` writes them (what the tag covers)."""
-        return (
-            f"{self.shard} {self.queue_id} {self.offset} {self.generation} "
-            f"{self.pop_ms} {self.invisible_ms} {self.commitlog_offset}"
-        )
-
-    def encode(self) -> str:
-        """The handle as the client sees it (see the class docstring)."""
-        return f"{HANDLE_VERSION} {self.fields()} {self.tag}"
-
-    @classmethod
-    def parse(cls, text: str) -> ReceiptHandle:
-        """The handle :meth:`encode` wrote; InvalidReceiptHandle (reason ``malformed``)
-        for anything else, so ``parse(t).encode() == t`` whenever it returns."""
-        if not isinstance(text, str):
-            raise InvalidReceiptHandle(f"a receipt handle is a string, got {type(text).__name__}")
-        if len(text) > _HANDLE_MAX_CHARS:  # before the regex: a huge input costs nothing
-            raise InvalidReceiptHandle(f"receipt handle is {len(text)} characters long; at most {_HANDLE_MAX_CHARS}")
-        m = _HANDLE_RE.fullmatch(text)
-        if m is None:
-            raise InvalidReceiptHandle(
-                f"malformed receipt handle {text[:80]!r}: expected {HANDLE_VERSION!r}, 7 decimal fields and a tag"
-            )
-        return cls(*(int(v) for v in m.group(1).split()), tag=m.group(2))
-
-
-class InFlight(NamedTuple):
-    """One message in flight for a group (see the module docstring's vocabulary)."""
-
-    offset: int
-    commitlog_offset: int
-    size: int
-    deadline_ms: int
-    attempt: int
-    generation: int
 
 
 class Delivery(NamedTuple):
@@ -307,54 +179,6 @@ class PopStats:
     snapshot_bytes: int
     seq: int
     snapshots_written: int
-
-
-# ---------------------------------------------------------------------- deltas and their bytes
-
-
-class _Delta(NamedTuple):
-    group: str
-    topic: str
-    cursors: list[tuple[int, int]]
-    puts: list[tuple[int, InFlight]]
-    removals: list[tuple[int, int]]
-
-
-def _encode_body(d: _Delta) -> bytes:
-    g, t = d.group.encode(), d.topic.encode()
-    parts = [_BODY.pack(_BODY_VERSION, len(g), len(t), len(d.cursors), len(d.puts), len(d.removals)), g, t]
-    parts += [_CURSOR.pack(q, c) for q, c in d.cursors]
-    parts += [_ENTRY.pack(q, *e) for q, e in d.puts]
-    parts += [_REMOVAL.pack(q, o) for q, o in d.removals]
-    return b"".join(parts)
-
-
-def _frame(seq: int, body: bytes) -> bytes:
-    tail = struct.pack(">Q", seq) + body
-    return struct.pack(">II", len(body), zlib.crc32(tail)) + tail
-
-
-def _decode_body(buf: bytes, start: int, end: int, where: str) -> _Delta:
-    """The delta in ``buf[start:end]``; CorruptFileError (naming ``where``) if malformed."""
-    try:
-        if end - start < _BODY.size:
-            raise ValueError(f"{end - start} bytes, shorter than a body header")
-        version, glen, tlen, nc, ns, nd = _BODY.unpack_from(buf, start)
-        if version != _BODY_VERSION:
-            raise ValueError(f"body version {version}")
-        c = start + _BODY.size + glen + tlen
-        s = c + nc * _CURSOR.size
-        d = s + ns * _ENTRY.size
-        if d + nd * _REMOVAL.size != end:
-            raise ValueError("the counts do not add up to the body length")
-        group = buf[start + _BODY.size : start + _BODY.size + glen].decode()
-        topic = buf[start + _BODY.size + glen : c].decode()
-        cursors = list(_CURSOR.iter_unpack(buf[c:s]))
-        puts = [(f[0], InFlight(*f[1:])) for f in _ENTRY.iter_unpack(buf[s:d])]
-        removals = list(_REMOVAL.iter_unpack(buf[d:end]))
-    except (struct.error, ValueError) as e:  # UnicodeDecodeError is a ValueError
-        raise CorruptFileError(f"{where}: malformed pop record body at byte {start}: {e}") from None
-    return _Delta(group, topic, cursors, puts, removals)
 
 
 # ---------------------------------------------------------------------- one key in memory
@@ -579,21 +403,12 @@ class PopState:
             raise CorruptFileError(f"{path}: {len(key)} bytes, a handle secret has {SECRET_BYTES}")
         return key
 
-    def _tag(self, group: str, topic: str, h: ReceiptHandle) -> str:
-        g, t = group.encode(), topic.encode()
-        msg = b"%d:%s%d:%s%s" % (len(g), g, len(t), t, h.fields().encode())
-        mac = hmac.new(self._secret, msg, hashlib.sha256).digest()[:_TAG_BYTES]
-        return base64.urlsafe_b64encode(mac).rstrip(b"=").decode()
-
     def _signed(self, group: str, topic: str, h: ReceiptHandle) -> ReceiptHandle:
-        return ReceiptHandle(
-            h.shard, h.queue_id, h.offset, h.generation, h.pop_ms, h.invisible_ms, h.commitlog_offset,
-            tag=self._tag(group, topic, h),
-        )  # fmt: skip
+        return signed(self._secret, group, topic, h)
 
     def _authentic(self, group: str, topic: str, h: ReceiptHandle) -> bool:
         """True iff this shard made ``h`` for (group, topic): its tag is ours (constant time)."""
-        return bool(h.tag) and h.shard == self.shard and hmac.compare_digest(h.tag, self._tag(group, topic, h))
+        return authentic(self._secret, self.shard, group, topic, h)
 
     def _recover(self) -> PopRecovery:
         tmp = self._dir / SNAPSHOT_TMP
@@ -604,22 +419,18 @@ class PopState:
         data = os.pread(self._fd, os.fstat(self._fd).st_size, 0)
         where = str(self._journal_path)
         pos, last, replayed = 0, None, 0
-        while len(data) - pos >= _FRAME.size:
-            body_len, crc, seq = _FRAME.unpack_from(data, pos)
-            end = pos + _FRAME.size + body_len
-            if body_len < _BODY.size or end > len(data) or zlib.crc32(data[pos + 8 : end]) != crc:
-                break  # torn or garbage: the journal ends here
-            if last is not None and seq <= last:
+        for f in whole_frames(data):  # up to a torn or garbage tail: the journal ends there
+            if last is not None and f.seq <= last:
                 break  # an older journal's bytes behind a torn write
-            if seq > max(last or 0, snap_seq) + 1:
+            if f.seq > max(last or 0, snap_seq) + 1:
                 raise CorruptFileError(
-                    f"{where}: record at byte {pos} has seq {seq}, expected at most "
+                    f"{where}: record at byte {f.pos} has seq {f.seq}, expected at most "
                     f"{max(last or 0, snap_seq) + 1}: records are missing"
                 )
-            if seq > snap_seq:
-                self._apply(_decode_body(data, pos + _FRAME.size, end, where))
+            if f.seq > snap_seq:
+                self._apply(decode_body(data, f.body_start, f.end, where))
                 replayed += 1
-            last, pos = seq, end
+            last, pos = f.seq, f.end
         cut = len(data) - pos
         if last is None or last <= snap_seq:
             pos = 0  # all in the snapshot already: restart the journal so seqs stay contiguous
@@ -639,30 +450,14 @@ class PopState:
             data = self._snapshot_path.read_bytes()
         except FileNotFoundError:
             return 0
-        where = str(self._snapshot_path)
-        if len(data) < _SNAP_HEAD_SIZE:
-            raise CorruptFileError(f"{where}: {len(data)} bytes, shorter than its header")
-        magic, seq, count = _SNAP_HEAD.unpack_from(data, 0)
-        (crc,) = struct.unpack_from(">I", data, _SNAP_HEAD.size)
-        if magic != _SNAPSHOT_MAGIC or zlib.crc32(data[: _SNAP_HEAD.size]) != crc:
-            raise CorruptFileError(f"{where}: bad header (magic {magic!r} or header CRC)")
-        pos = _SNAP_HEAD_SIZE
-        for i in range(count):
-            if len(data) - pos < _FRAME.size:
-                raise CorruptFileError(f"{where}: ends at byte {pos} inside record {i} of {count}")
-            body_len, rcrc, rseq = _FRAME.unpack_from(data, pos)
-            end = pos + _FRAME.size + body_len
-            if end > len(data) or rseq != seq or zlib.crc32(data[pos + 8 : end]) != rcrc:
-                raise CorruptFileError(f"{where}: record {i} at byte {pos} is damaged")
-            self._apply(_decode_body(data, pos + _FRAME.size, end, where))
-            pos = end
-        if pos != len(data):
-            raise CorruptFileError(f"{where}: {len(data) - pos} bytes after its last record at byte {pos}")
+        seq, deltas = decode_snapshot(data, str(self._snapshot_path))
+        for d in deltas:
+            self._apply(d)
         return seq
 
     # ------------------------------------------------------------------ applying
 
-    def _apply(self, d: _Delta) -> None:
+    def _apply(self, d: PopDelta) -> None:
         """Apply a delta to memory (live calls and replay alike); never fails."""
         queues = self._keys.setdefault((d.group, d.topic), {})
         for q, c in d.cursors:
@@ -693,7 +488,7 @@ class PopState:
         """Write one record at the journal's end (under ``_lock``); its seq. On a
         failed write the journal is cut back, so the state is as before."""
         seq = self._written_seq + 1
-        frame = _frame(seq, body)
+        frame = encode_frame(seq, body)
         pos = self._journal_size
         try:
             faults.hit("pop.write", self._journal_path)
@@ -746,7 +541,7 @@ class PopState:
             faults.synced(self._journal_path)
             self._durable_seq = max(self._durable_seq, target)
 
-    def _mutate(self, plan: Callable[[], tuple[_R, _Delta | None]]) -> _R:
+    def _mutate(self, plan: Callable[[], tuple[_R, PopDelta | None]]) -> _R:
         """Run ``plan`` (validates and computes, changes nothing) under the lock, write
         its delta as one record, apply it, then wait until it is durable."""
         with self._lock:
@@ -756,7 +551,7 @@ class PopState:
                 seq = self._written_seq  # nothing changed; what we read must be durable
             else:
                 try:
-                    body = _encode_body(delta)
+                    body = encode_body(delta)
                 except struct.error as e:  # a value out of its field's range
                     raise InvalidArgumentError(f"a value does not fit the pop journal: {e}") from None
                 seq = self._append(body)
@@ -813,9 +608,8 @@ class PopState:
         for (group, topic), queues in sorted(self._keys.items()):
             cursors = [(q, qs.cursor) for q, qs in sorted(queues.items()) if qs.cursor is not None]
             puts = [(q, e) for q, qs in sorted(queues.items()) for e in sorted(qs.entries.values())]
-            records.append(_frame(seq, _encode_body(_Delta(group, topic, cursors, puts, []))))
-        head = _SNAP_HEAD.pack(_SNAPSHOT_MAGIC, seq, len(records))
-        head += struct.pack(">I", zlib.crc32(head))
+            records.append(encode_frame(seq, encode_body(PopDelta(group, topic, cursors, puts, []))))
+        head = encode_snapshot_head(seq, len(records))
         tmp = self._dir / SNAPSHOT_TMP
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         faults.created(fd)
@@ -974,7 +768,7 @@ class PopState:
         moves = {_check_int("queue_id", q, 0, _I32_MAX): _check_int("cursor", c) for q, c in cursors.items()}
         deliveries = [_checked_delivery(d) for d in deliveries]
 
-        def plan() -> tuple[list[ReceiptHandle | None], _Delta | None]:
+        def plan() -> tuple[list[ReceiptHandle | None], PopDelta | None]:
             queues = self._keys.get((group, topic), {})
             changed = []
             for q, c in moves.items():
@@ -1033,7 +827,7 @@ class PopState:
                 puts.append((q, entry))
             if not changed and not puts:
                 return handles, None
-            return handles, _Delta(group, topic, changed, puts, [])
+            return handles, PopDelta(group, topic, changed, puts, [])
 
         return self._mutate(plan)
 
@@ -1052,7 +846,7 @@ class PopState:
             if not isinstance(h, ReceiptHandle):
                 raise InvalidArgumentError(f"handles must be ReceiptHandle values, got {type(h).__name__}")
 
-        def plan() -> tuple[list[AckOutcome], _Delta | None]:
+        def plan() -> tuple[list[AckOutcome], PopDelta | None]:
             queues = self._keys.get((group, topic), {})
             outcomes, removals, gone = [], [], set()
             for h in handles:
@@ -1070,7 +864,7 @@ class PopState:
                 outcomes.append(AckOutcome.OK)
                 gone.add((h.queue_id, h.offset))
                 removals.append((h.queue_id, h.offset))
-            return outcomes, (_Delta(group, topic, [], [], removals) if removals else None)
+            return outcomes, (PopDelta(group, topic, [], [], removals) if removals else None)
 
         return self._mutate(plan)
 
@@ -1090,7 +884,7 @@ class PopState:
         invisible_ms = _check_int("invisible_ms", invisible_ms, 0, _I64_MAX - now_ms)
         h = handle
 
-        def plan() -> tuple[ReceiptHandle, _Delta]:
+        def plan() -> tuple[ReceiptHandle, PopDelta]:
             if not self._authentic(group, topic, h):
                 raise InvalidReceiptHandle(
                     f"receipt handle of {group}/{topic} was not made by shard {self.shard} for them", reason="forged"
@@ -1116,7 +910,7 @@ class PopState:
                     self.shard, h.queue_id, h.offset, new.generation, now_ms, invisible_ms, e.commitlog_offset
                 ),
             )
-            return out, _Delta(group, topic, [], [(h.queue_id, new)], [])
+            return out, PopDelta(group, topic, [], [(h.queue_id, new)], [])
 
         return self._mutate(plan)
 
@@ -1150,10 +944,10 @@ class PopState:
         queue_id = _check_int("queue_id", queue_id, 0, _I32_MAX)
         wanted = [_check_int("offset", o) for o in offsets]
 
-        def plan() -> tuple[int, _Delta | None]:
+        def plan() -> tuple[int, PopDelta | None]:
             qs = self._keys.get((group, topic), {}).get(queue_id)
             found = sorted({o for o in wanted if qs is not None and o in qs.entries})
-            delta = _Delta(group, topic, [], [], [(queue_id, o) for o in found]) if found else None
+            delta = PopDelta(group, topic, [], [], [(queue_id, o) for o in found]) if found else None
             return len(found), delta
 
         return self._mutate(plan)
@@ -1209,17 +1003,13 @@ def read_keys(directory: str | os.PathLike[str]) -> list[PopKeyStatus]:
         data = (where / JOURNAL_FILE).read_bytes()
     except FileNotFoundError:
         data = b""
-    pos, last = 0, None
-    while len(data) - pos >= _FRAME.size:
-        body_len, crc, seq = _FRAME.unpack_from(data, pos)
-        end = pos + _FRAME.size + body_len
-        if body_len < _BODY.size or end > len(data) or zlib.crc32(data[pos + 8 : end]) != crc:
-            break
-        if (last is not None and seq <= last) or seq > max(last or 0, snap_seq) + 1:
+    last = None
+    for f in whole_frames(data):
+        if (last is not None and f.seq <= last) or f.seq > max(last or 0, snap_seq) + 1:
             break  # an older journal's bytes, or a compaction between the two reads: as of the snapshot
-        if seq > snap_seq:
-            view._apply(_decode_body(data, pos + _FRAME.size, end, str(where / JOURNAL_FILE)))
-        last, pos = seq, end
+        if f.seq > snap_seq:
+            view._apply(decode_body(data, f.body_start, f.end, str(where / JOURNAL_FILE)))
+        last = f.seq
     return [
         PopKeyStatus(g, t, q, qs.cursor, len(qs.entries), qs.first_deadline())
         for (g, t), queues in sorted(view._keys.items())
