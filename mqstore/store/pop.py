@@ -137,12 +137,14 @@ class Delivery(NamedTuple):
 
 
 class AckOutcome(Enum):
-    """What :meth:`PopState.ack` did with one handle."""
+    """What :meth:`PopState.ack` did with one handle (and the pop rules' answer to
+    an ack, a change of invisible time or a dead letter by handle)."""
 
     OK = "ok"  # the handle was current: the message is finished for the group
     STALE = "stale"  # not current: acked, redelivered or changed since, unknown, or another shard
     EXPIRED = "expired"  # now_ms > handle.deadline_ms: refused (RocketMQ's proxy does the same)
     FORGED = "forged"  # its tag is not this shard's for the group and topic: not a handle it made
+    MALFORMED = "malformed"  # not a receipt handle of this shard's at all (pop_rules; PopState never says it)
 
 
 @dataclass(frozen=True, slots=True)
