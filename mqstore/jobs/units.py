@@ -6,7 +6,9 @@ is tested and usable without Spark too.
 
 * :func:`check_queues` - a group of consume queues: their files (verify's reader
   and the unit checks that need no commitlog), their real units as columns
-  (:class:`~mqstore.jobs.unit_columns.UnitColumns`);
+  (:class:`~mqstore.jobs.unit_columns.UnitColumns`) or, for a store of few queues,
+  each queue file's range of commitlog offsets (the chunk tasks then read the
+  units that point into their chunk themselves, :func:`read_units_in`);
 * :func:`check_index_file` - one index file: header and chains (verify's checks);
 * :func:`check_chunk` - one CommitLog chunk (a segment, or the part of one whose
   records start in ``[lo, hi)``): the records walked and validated by verify's walk,
@@ -31,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from mqstore.formats.consume_queue import UNIT_DTYPE, file_bytes_for, is_pre_blank
+from mqstore.formats.consume_queue import UNIT_DTYPE, UNIT_SIZE, file_bytes_for, is_pre_blank
 from mqstore.formats.message import (
     MIN_RECORD_BYTES,
     ScanOutcome,
@@ -588,17 +590,20 @@ def _join_index(table, files: list[tuple], result: ChunkResult, *, index_end: in
 # ---------------------------------------------------------------- consume queues
 
 
-def check_queues(store_dir: str, file_bytes: int, queues: list[tuple[str, int]]) -> dict:
+def check_queues(store_dir: str, file_bytes: int, queues: list[tuple[str, int]], *, with_units: bool = True) -> dict:
     """Read a group of queues (verify's reader: file names, sizes, gaps, torn tails)
     and check what needs no commitlog (pre-blank units after real ones, commitlog
-    offsets increasing). Returns findings, per-queue metadata and the real units as
-    columns in commitlog order (``units``: the chunk tasks' share of them is cut
-    from these, so no chunk task opens a queue file)."""
+    offsets increasing). Returns findings, per-queue metadata and, ``with_units``,
+    the real units as columns in commitlog order (``units``: the chunk tasks' share
+    of them is cut from these, so no chunk task opens a queue file); without,
+    ``files``: each queue file's range of commitlog offsets (:func:`queue_file_ranges`,
+    for chunk tasks that read their units themselves, :func:`read_units_in`)."""
     from mqstore.store.verify.queues import read_queue
 
     fb = file_bytes_for(file_bytes)
     root = Path(store_dir) / "consumequeue"
     check = _QueueChecks()
+    files: list[tuple] = []
 
     def read(part: list[tuple[str, int]]):
         findings, damage = TaskFindings(), Damage()
@@ -612,7 +617,68 @@ def check_queues(store_dir: str, file_bytes: int, queues: list[tuple[str, int]])
             check.damage.stray_files.extend(damage.stray_files)
             for q in read_:
                 check.add(q)
-    return check.result()
+                if not with_units:
+                    files += queue_file_ranges(root, q, fb)
+    if with_units:
+        return check.result()
+    return {**check.result(with_units=False), "files": files}
+
+
+def queue_file_ranges(root: Path, q, file_bytes: int) -> list[tuple]:
+    """(topic, queue id, path, queue offset of the file's first unit, valid units in
+    it, first and largest commitlog offset of its real units) of each file of a queue
+    as read (verify's QueueFiles) that holds real units: what a chunk task needs to
+    read the units that point into its chunk (:func:`read_units_in`)."""
+    units = q.units
+    n = len(units)
+    if not n or q.unreadable:
+        return []
+    real = np.flatnonzero(~is_pre_blank(units))
+    phys = units["commitlog_offset"].astype(np.int64)
+    per_file = file_bytes // UNIT_SIZE
+    qdir = root / q.topic / str(q.queue_id)
+    out = []
+    for fqo in range(q.first_offset - q.first_offset % per_file, q.first_offset + n, per_file):
+        a, b = max(fqo, q.first_offset) - q.first_offset, min(fqo + per_file, q.first_offset + n) - q.first_offset
+        r = real[(real >= a) & (real < b)]
+        if r.size:
+            path = str(qdir / f"{fqo * UNIT_SIZE:020d}")
+            out.append((q.topic, q.queue_id, path, fqo, b - a, int(phys[r[0]]), int(phys[r].max())))
+    return out
+
+
+def read_units_in(queue_files: list[tuple], lo: int, hi: int) -> UnitColumns:
+    """The real units whose commitlog offset lies in [lo, hi), read from the queue
+    files given as :func:`queue_file_ranges` lists them, in commitlog order. A binary
+    search per file: a queue's units are in commitlog order (cq_order says when not)."""
+    topics: dict[str, int] = {}
+    parts = []
+    for topic, qid, path, first_qo, count, _lo, _hi in queue_files:
+        try:
+            with open(path, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+                units = np.frombuffer(mm, UNIT_DTYPE, count=min(count, len(mm) // UNIT_SIZE))
+                try:
+                    phys = units["commitlog_offset"]
+                    a, b = int(np.searchsorted(phys, lo, "left")), int(np.searchsorted(phys, hi, "left"))
+                    part = units[a:b].copy()
+                finally:
+                    del units, phys  # (no view may outlive the map)
+        except FileNotFoundError:
+            continue
+        keep = np.flatnonzero(~is_pre_blank(part))
+        if keep.size:
+            part = part[keep]
+            parts.append(
+                (
+                    topics.setdefault(topic, len(topics)),
+                    qid,
+                    first_qo + a + keep.astype(np.int64),
+                    part["commitlog_offset"],
+                    part["size"],
+                    part["tags_code"],
+                )
+            )
+    return UnitColumns.from_parts(list(topics), parts)
 
 
 def check_rocks_queues(store_dir: str) -> dict:
@@ -646,7 +712,8 @@ class _QueueChecks:
     def add(self, q) -> None:
         self.queues.append(q)
 
-    def result(self) -> dict:
+    def result(self, *, with_units: bool = True) -> dict:
+        """Findings and per-queue metadata, and with ``with_units`` the real units."""
         qs, self.queues = self.queues, []
         findings, damage = self.findings, self.damage
         counts = np.array([len(q.units) for q in qs], np.int64)
@@ -717,6 +784,14 @@ class _QueueChecks:
                 "more_before_tail": n > self.TAIL,
                 "real": n,
             }
+        out = {
+            "findings": findings,
+            "meta": meta,
+            "bad_queues": set(damage.bad_queues),
+            "stray": list(damage.stray_files),
+        }
+        if not with_units:
+            return out
         qids = np.array([q.queue_id for q in qs], np.int32)
         cols = UnitColumns(
             list(topic_ids),
@@ -727,13 +802,7 @@ class _QueueChecks:
             sizes[real],
             units["tags_code"][real].astype(np.int64),
         )
-        return {
-            "findings": findings,
-            "meta": meta,
-            "bad_queues": set(damage.bad_queues),
-            "stray": list(damage.stray_files),
-            "units": cols.take(np.argsort(cols.phys, kind="stable")),
-        }
+        return {**out, "units": cols.take(np.argsort(cols.phys, kind="stable"))}
 
 
 def _runs(values: np.ndarray) -> list[tuple[int, int]]:
@@ -797,7 +866,9 @@ __all__ = [
     "check_index_file",
     "check_queues",
     "check_rocks_queues",
+    "queue_file_ranges",
     "read_entries_in",
+    "read_units_in",
     "record_start_in",
     "walk_table",
 ]

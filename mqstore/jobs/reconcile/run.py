@@ -1,13 +1,23 @@
 """Reconcile's run: the two Spark jobs and the driver code around them.
 
-Job 1 checks groups of consume queues (:func:`_queue_task`) and shuffles each
-commitlog chunk the units that point into it; job 2 (on the same shuffle's output)
-checks each index file and walks each commitlog chunk, joined with its units and
-the index entries that point into it (the index files that may hold them are sent
-once, as the broadcast :class:`IndexTable`). The functions the tasks run are
-module-level here: Spark's workers unpickle them by this module's path.
-:func:`reconcile` plans (planning.py), runs the jobs, assembles the result
-(assemble.py) and writes it (write.py).
+Job 1 checks groups of consume queues; job 2 checks each index file and walks each
+commitlog chunk, joined with the units and the index entries that point into it
+(the index files that may hold them are sent once, in the broadcast
+:class:`FileTable`). How a chunk task gets its units depends on the number of
+queues (one rule, ``Plan.chunks_read_queues``: queue files x chunks up to
+planning.CHUNK_QUEUE_READS, and never for a RocksDB store):
+
+* few queues: job 1 (:func:`_queue_files_task`) sends the driver each queue file's
+  range of commitlog offsets, the broadcast carries them, and each chunk task reads
+  the units that point into its chunk from the few files that hold some
+  (units.read_units_in);
+* many queues: job 1 (:func:`_queue_task`) shuffles each chunk the units that point
+  into it, and job 2 runs on that shuffle's output, so no chunk task opens a queue
+  file.
+
+The functions the tasks run are module-level here: Spark's workers unpickle them by
+this module's path. :func:`reconcile` plans (planning.py), runs the jobs, assembles
+the result (assemble.py) and writes it (write.py).
 """
 
 from __future__ import annotations
@@ -39,6 +49,7 @@ from mqstore.jobs.units import (
     check_index_file,
     check_queues,
     check_rocks_queues,
+    read_units_in,
 )
 from mqstore.store.config import StoreConfig
 from mqstore.store.verify import index_sample_for
@@ -71,23 +82,40 @@ def _queue_task(
     return [(meta_key, ("queues", res)), *units.by_chunk(chunk_bounds)]
 
 
-@dataclass
-class IndexTable:
-    """Which index files hold entries for which commitlog range: sent to every chunk
-    task once (a broadcast)."""
+def _queue_files_task(group: list, store: str, cfg: StoreConfig) -> tuple:
+    """A group of queues checked, with each queue file's range of commitlog offsets
+    instead of the units (few queues: the chunk tasks read the units themselves)."""
+    return ("queues", check_queues(store, cfg.consume_queue_file_bytes, group, with_units=False))
 
-    files: list[tuple]  # (name, path, hash slots, entries)
+
+def _overlapping(rows: list[tuple], lo: np.ndarray, hi: np.ndarray, spec: ChunkSpec) -> list[tuple]:
+    end = (1 << 62) if spec.open_end else spec.end
+    return [rows[k] for k in np.flatnonzero((hi >= spec.start) & (lo < end)).tolist()]
+
+
+@dataclass
+class FileTable:
+    """Which index files (and, when chunk tasks read their units themselves, which
+    queue files) hold entries for which commitlog range: sent to every chunk task
+    once (a broadcast)."""
+
+    files: list[tuple]  # index files: (name, path, hash slots, entries)
     lo: np.ndarray
     hi: np.ndarray
+    queue_files: list[tuple]  # units.queue_file_ranges' rows; none when units are shuffled
+    queue_lo: np.ndarray
+    queue_hi: np.ndarray
 
     def for_chunk(self, spec: ChunkSpec) -> list[tuple]:
-        end = (1 << 62) if spec.open_end else spec.end
-        return [self.files[k] for k in np.flatnonzero((self.hi >= spec.start) & (self.lo < end)).tolist()]
+        return _overlapping(self.files, self.lo, self.hi, spec)
+
+    def queues_for_chunk(self, spec: ChunkSpec) -> list[tuple]:
+        return _overlapping(self.queue_files, self.queue_lo, self.queue_hi, spec)
 
 
-def _index_table(index_paths: list[Path], cfg: StoreConfig) -> IndexTable:
+def _file_table(index_paths: list[Path], cfg: StoreConfig, queue_files: list[tuple]) -> FileTable:
     """Index files from their headers (the range of commitlog offsets they cover
-    and their entry count), read here."""
+    and their entry count), read here; queue files as job 1 listed them."""
     from mqstore.formats.index_file import (
         INDEX_HEADER_BYTES,
         IndexHeader,
@@ -109,12 +137,19 @@ def _index_table(index_paths: list[Path], cfg: StoreConfig) -> IndexTable:
             xf.append((path.name, str(path), cfg.index_hash_slots, entries))
             xlo.append(min(h.begin_phy_offset, h.end_phy_offset))
             xhi.append(max(h.begin_phy_offset, h.end_phy_offset))
-    return IndexTable(xf, np.array(xlo, np.int64), np.array(xhi, np.int64))
+    return FileTable(
+        xf,
+        np.array(xlo, np.int64),
+        np.array(xhi, np.int64),
+        queue_files,
+        np.array([f[5] for f in queue_files], np.int64),
+        np.array([f[6] for f in queue_files], np.int64),
+    )
 
 
 def _work_task(
     w: tuple,
-    units: list[UnitColumns],
+    units: list[UnitColumns] | None,
     store: str,
     cfg: StoreConfig,
     chunks: list[ChunkSpec],
@@ -128,9 +163,14 @@ def _work_task(
     if kind == "index":
         return _derived_task(w, store, cfg, running)
     spec = chunks[arg]
+    if units is None:  # few queues: read from their files here
+        end = (1 << 62) if spec.open_end else spec.end
+        mine = read_units_in(files.value.queues_for_chunk(spec), spec.start, end)
+    else:
+        mine = UnitColumns.concat(units)
     return check_chunk(
         spec,
-        UnitColumns.concat(units),
+        mine,
         files.value.for_chunk(spec),
         running=running,
         index_sample=index_sample,
@@ -234,42 +274,65 @@ def reconcile(
     work += [("chunk", i) for i in range(len(chunks))]
     meta_key = len(work)
     bounds = [(first_chunk + c.number, c.start, (1 << 62) if c.open_end else c.end) for c in chunks]
+    shuffled, queue_files = None, []
     with _Progress(sc, p.commitlog_bytes) as progress:
-        # Job 1 reads every queue and shuffles each chunk its units (so no chunk
-        # task opens a queue file); job 2 reuses that shuffle's output.
         progress.stage = "consume_queues"
-        shuffled = (
-            sc.parallelize(queue_tasks, max(1, len(queue_tasks)))
-            .flatMap(lambda g: _queue_task(g, store_s, cfg, bounds, meta_key))
-            .partitionBy(meta_key + 1, lambda k: k)
-        )
-        derived_meta: list[tuple] = sc.runJob(shuffled, lambda it: [v for _, v in it], [meta_key])
+        if p.chunks_read_queues:
+            # Job 1 reads every queue and lists its files' commitlog ranges.
+            derived_meta: list[tuple] = (
+                sc.parallelize(queue_tasks, len(queue_tasks))
+                .map(lambda g: _queue_files_task(g, store_s, cfg))
+                .collect()
+                if queue_tasks
+                else []
+            )
+            queue_files = [f for _, res in derived_meta for f in res.pop("files")]
+        else:
+            # Job 1 reads every queue and shuffles each chunk its units (so no chunk
+            # task opens a queue file); job 2 reuses that shuffle's output.
+            shuffled = (
+                sc.parallelize(queue_tasks, max(1, len(queue_tasks)))
+                .flatMap(lambda g: _queue_task(g, store_s, cfg, bounds, meta_key))
+                .partitionBy(meta_key + 1, lambda k: k)
+            )
+            derived_meta = sc.runJob(shuffled, lambda it: [v for _, v in it], [meta_key])
         t1 = time.perf_counter()
         log.info("reconcile_progress", stage="consume_queues", done=True, seconds=round(t1 - t0, 2))
         progress.stage = "commitlog_and_index"
         results: list[ChunkResult] = []
         if work:
-            files = sc.broadcast(_index_table(p.index_paths, cfg))
-            done = sc.runJob(
-                shuffled.mapPartitionsWithIndex(
-                    lambda i, it: [
-                        _work_task(
-                            work[i],
-                            [u for _, u in it],
-                            store_s,
-                            cfg,
-                            chunks,
-                            files,
-                            running,
-                            sample,
-                            index_end,
-                            flushed_ts,
+            files = sc.broadcast(_file_table(p.index_paths, cfg, queue_files))
+            if shuffled is None:
+                done = (
+                    sc.parallelize(work, len(work))
+                    .map(
+                        lambda w: _work_task(
+                            w, None, store_s, cfg, chunks, files, running, sample, index_end, flushed_ts
                         )
-                    ]
-                ),
-                lambda it: list(it),
-                list(range(len(work))),
-            )
+                    )
+                    .collect()
+                )
+            else:
+                done = sc.runJob(
+                    shuffled.mapPartitionsWithIndex(
+                        lambda i, it: [
+                            _work_task(
+                                work[i],
+                                [u for _, u in it],
+                                store_s,
+                                cfg,
+                                chunks,
+                                files,
+                                running,
+                                sample,
+                                index_end,
+                                flushed_ts,
+                            )
+                        ]
+                    ),
+                    lambda it: list(it),
+                    list(range(len(work))),
+                )
             files.unpersist()
             derived_meta += [d for d in done if isinstance(d, tuple)]
             results = [d for d in done if isinstance(d, ChunkResult)]
@@ -306,4 +369,4 @@ def reconcile(
     return result
 
 
-__all__ = ["IndexTable", "reconcile"]
+__all__ = ["FileTable", "reconcile"]
