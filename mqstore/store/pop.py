@@ -19,7 +19,8 @@ Vocabulary (one key = (group, topic, queue_id)):
     current     a handle is current iff its generation, deadline and commitlog offset are
                 the entry's; it is expired iff ``now_ms > handle.deadline_ms``
 
-Files, all under ``<directory>/pop/`` (nothing is created elsewhere):
+Files, all under ``<directory>/pop/`` (nothing is created elsewhere; opened, written,
+synced and compacted by mqstore/store/pop_files.py):
 
     journal        one record per mutating call, appended, then fdatasynced (group commit)
     snapshot       the whole state as of journal record ``seq``
@@ -67,12 +68,9 @@ snapshot's fsync), ``pop.snapshot.rename`` (before its rename).
 
 from __future__ import annotations
 
-import errno
-import fcntl
 import heapq
 import operator
 import os
-import struct
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -83,37 +81,29 @@ from typing import NamedTuple, TypeVar
 import structlog
 
 from mqstore.errors import (
-    CorruptFileError,
     InvalidArgumentError,
     InvalidReceiptHandle,
     StoreClosedError,
-    StoreLockedError,
-    StoreNotWritableError,
 )
 from mqstore.formats.pop_journal import (
     InFlight,
     PopDelta,
-    decode_body,
-    decode_snapshot,
-    encode_body,
-    encode_frame,
-    encode_snapshot_head,
-    whole_frames,
 )
 from mqstore.formats.receipt_handle import HANDLE_VERSION, ReceiptHandle, authentic, signed
-from mqstore.store import faults
-from mqstore.store.mapped_file import fsync_dir, note_sync_failure
+from mqstore.store.pop_files import (
+    COMPACT_BYTES,
+    JOURNAL_FILE,
+    POP_DIR,
+    SECRET_FILE,
+    SNAPSHOT_FILE,
+    SNAPSHOT_TMP,
+    PopFiles,
+    PopRecovery,
+    replay_read_only,
+)
 
 log = structlog.get_logger(__name__)
 
-POP_DIR = "pop"
-JOURNAL_FILE = "journal"
-SNAPSHOT_FILE = "snapshot"
-SNAPSHOT_TMP = "snapshot.tmp"
-SECRET_FILE = "handle_secret"
-SECRET_TMP = "handle_secret.tmp"
-SECRET_BYTES = 32
-COMPACT_BYTES = 4 << 20  # default journal size that triggers a snapshot
 
 _I32_MAX = (1 << 31) - 1
 _I64_MAX = (1 << 63) - 1
@@ -157,17 +147,6 @@ class PopKeyStatus:
     cursor: int | None
     in_flight: int
     next_deadline_ms: int | None
-
-
-@dataclass(frozen=True, slots=True)
-class PopRecovery:
-    """What opening found: ``snapshot_seq`` (0: no snapshot), journal records applied
-    on top, bytes of torn tail cut off the journal, and the last seq now in force."""
-
-    snapshot_seq: int
-    replayed: int
-    truncated_bytes: int
-    seq: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -237,6 +216,25 @@ class _Queue:
         return out
 
 
+def _apply_delta(keys: dict[tuple[str, str], dict[int, _Queue]], d: PopDelta) -> None:
+    """Apply a delta to ``keys`` (live calls and replay alike); never fails."""
+    queues = keys.setdefault((d.group, d.topic), {})
+    for q, c in d.cursors:
+        qs = queues.get(q) or queues.setdefault(q, _Queue())
+        qs.cursor = c
+    for q, e in d.puts:
+        qs = queues.get(q) or queues.setdefault(q, _Queue())
+        qs.put(e)
+    for q, off in d.removals:
+        qs = queues.get(q)
+        if qs is not None:
+            qs.remove(off)
+            if qs.cursor is None and not qs.entries:
+                del queues[q]
+    if not queues:
+        del keys[(d.group, d.topic)]
+
+
 def _current(e: InFlight | None, h: ReceiptHandle) -> bool:
     return (
         e is not None
@@ -280,21 +278,6 @@ def _checked_delivery(d: object) -> Delivery:
     )
 
 
-def _unwritable_cause(e: OSError) -> str:
-    if e.errno in (errno.ENOSPC, errno.EDQUOT):
-        return "disk_full"
-    if e.errno == errno.EROFS:
-        return "read_only"
-    return "io_error"
-
-
-def _write_all(fd: int, data: bytes | memoryview, pos: int) -> None:
-    view = memoryview(data)
-    while view:
-        n = os.pwrite(fd, view, pos)
-        view, pos = view[n:], pos + n
-
-
 # ---------------------------------------------------------------------- the state
 
 
@@ -335,300 +318,73 @@ class PopState:
         :attr:`recovery` for what was found. ``compact_bytes``: the journal size
         that triggers a snapshot (tests use tiny ones)."""
         self.shard = _check_int("shard", shard, 0, _I32_MAX)
-        self._fsync = bool(fsync)
-        self._compact_bytes = _check_int("compact_bytes", compact_bytes, 1)
-        self._dir = Path(directory) / POP_DIR
-        self._journal_path = self._dir / JOURNAL_FILE
-        self._snapshot_path = self._dir / SNAPSHOT_FILE
-        self._log = log.bind(shard=shard, path=str(self._dir))
+        compact_bytes = _check_int("compact_bytes", compact_bytes, 1)
         self._lock = threading.Lock()  # the state, the journal's end and seq
-        self._flush_lock = threading.Lock()  # fdatasyncs, snapshots, close; taken before _lock
         self._keys: dict[tuple[str, str], dict[int, _Queue]] = {}
-        self._closed = False
-        self._broken: tuple[str, str] | None = None  # (cause, what) after a failed fdatasync
-        self._snapshots_written = 0
-        self._compact_at = self._compact_bytes  # journal size of the next snapshot
-        self._fd = -1
-        self._secret = b""
-        self._open()
-
-    # ------------------------------------------------------------------ open and recovery
-
-    def _open(self) -> None:
-        if not self._dir.is_dir():
-            self._dir.mkdir(parents=True, exist_ok=True)
-            fsync_dir(self._dir.parent)
-        self._fd = os.open(self._journal_path, os.O_RDWR | os.O_CREAT, 0o644)
-        faults.created(self._fd)
-        try:
-            fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(self._fd)
-            self._fd = -1
-            raise StoreLockedError(f"{self._dir} is already open (its journal is locked)") from None
-        try:
-            self._secret = self._load_secret()
-            self.recovery = self._recover()
-        except BaseException:
-            os.close(self._fd)
-            self._fd = -1
-            raise
-        self._log.info(
+        self._files = PopFiles(
+            Path(directory) / POP_DIR,
+            lock=self._lock,
+            apply=self._apply,
+            snapshot_of=self._deltas,
+            shard=self.shard,
+            fsync=bool(fsync),
+            compact_bytes=compact_bytes,
+        )
+        self.recovery = self._files.recovery
+        log.info(
             "pop_state_opened",
+            shard=self.shard,
+            path=str(Path(directory) / POP_DIR),
             snapshot_seq=self.recovery.snapshot_seq,
             replayed=self.recovery.replayed,
             truncated_bytes=self.recovery.truncated_bytes,
             keys=sum(len(qs) for qs in self._keys.values()),
         )
 
-    def _load_secret(self) -> bytes:
-        """The handles' key: read, or made once (0600 whatever the umask; renamed into
-        place whole, so a crash leaves no half key). CorruptFileError if it is not
-        :data:`SECRET_BYTES` long (someone else wrote it)."""
-        path = self._dir / SECRET_FILE
-        try:
-            key = path.read_bytes()
-        except FileNotFoundError:
-            tmp = self._dir / SECRET_TMP
-            key = os.urandom(SECRET_BYTES)
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-            try:
-                os.fchmod(fd, 0o600)  # a tmp left by a crash may have been made wider by hand
-                _write_all(fd, key, 0)
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            os.replace(tmp, path)
-            fsync_dir(self._dir)  # the key must outlive a crash before any handle is signed with it
-            self._log.info("pop_handle_secret_created")
-        if len(key) != SECRET_BYTES:
-            raise CorruptFileError(f"{path}: {len(key)} bytes, a handle secret has {SECRET_BYTES}")
-        return key
-
     def _signed(self, group: str, topic: str, h: ReceiptHandle) -> ReceiptHandle:
-        return signed(self._secret, group, topic, h)
+        return signed(self._files.secret, group, topic, h)
 
     def _authentic(self, group: str, topic: str, h: ReceiptHandle) -> bool:
         """True iff this shard made ``h`` for (group, topic): its tag is ours (constant time)."""
-        return authentic(self._secret, self.shard, group, topic, h)
+        return authentic(self._files.secret, self.shard, group, topic, h)
 
-    def _recover(self) -> PopRecovery:
-        tmp = self._dir / SNAPSHOT_TMP
-        if tmp.exists():  # a snapshot that never got renamed: the journal still has it all
-            tmp.unlink()
-            fsync_dir(self._dir)
-        snap_seq = self._load_snapshot()
-        data = os.pread(self._fd, os.fstat(self._fd).st_size, 0)
-        where = str(self._journal_path)
-        pos, last, replayed = 0, None, 0
-        for f in whole_frames(data):  # up to a torn or garbage tail: the journal ends there
-            if last is not None and f.seq <= last:
-                break  # an older journal's bytes behind a torn write
-            if f.seq > max(last or 0, snap_seq) + 1:
-                raise CorruptFileError(
-                    f"{where}: record at byte {f.pos} has seq {f.seq}, expected at most "
-                    f"{max(last or 0, snap_seq) + 1}: records are missing"
-                )
-            if f.seq > snap_seq:
-                self._apply(decode_body(data, f.body_start, f.end, where))
-                replayed += 1
-            last, pos = f.seq, f.end
-        cut = len(data) - pos
-        if last is None or last <= snap_seq:
-            pos = 0  # all in the snapshot already: restart the journal so seqs stay contiguous
-        if pos < len(data):
-            os.ftruncate(self._fd, pos)
-            os.fdatasync(self._fd)
-            if cut:
-                self._log.warning("pop_journal_truncated", at=pos, bytes=cut)
-        self._journal_size = pos
-        self._written_seq = self._durable_seq = max(last or 0, snap_seq)
-        self._snapshot_bytes = self._snapshot_path.stat().st_size if snap_seq else 0
-        self._compact_at = max(self._compact_bytes, self._snapshot_bytes)
-        return PopRecovery(snap_seq, replayed, cut, self._written_seq)
-
-    def _load_snapshot(self) -> int:
-        try:
-            data = self._snapshot_path.read_bytes()
-        except FileNotFoundError:
-            return 0
-        seq, deltas = decode_snapshot(data, str(self._snapshot_path))
-        for d in deltas:
-            self._apply(d)
-        return seq
+    def _deltas(self) -> list[PopDelta]:
+        """The whole state, a delta per (group, topic) (a snapshot's records; under the lock)."""
+        out = []
+        for (group, topic), queues in sorted(self._keys.items()):
+            cursors = [(q, qs.cursor) for q, qs in sorted(queues.items()) if qs.cursor is not None]
+            puts = [(q, e) for q, qs in sorted(queues.items()) for e in sorted(qs.entries.values())]
+            out.append(PopDelta(group, topic, cursors, puts, []))
+        return out
 
     # ------------------------------------------------------------------ applying
 
     def _apply(self, d: PopDelta) -> None:
-        """Apply a delta to memory (live calls and replay alike); never fails."""
-        queues = self._keys.setdefault((d.group, d.topic), {})
-        for q, c in d.cursors:
-            qs = queues.get(q) or queues.setdefault(q, _Queue())
-            qs.cursor = c
-        for q, e in d.puts:
-            qs = queues.get(q) or queues.setdefault(q, _Queue())
-            qs.put(e)
-        for q, off in d.removals:
-            qs = queues.get(q)
-            if qs is not None:
-                qs.remove(off)
-                if qs.cursor is None and not qs.entries:
-                    del queues[q]
-        if not queues:
-            del self._keys[(d.group, d.topic)]
-
-    # ------------------------------------------------------------------ writing
-
-    def _check_writable(self) -> None:
-        if self._closed:
-            raise StoreClosedError("the pop state is closed")
-        if self._broken is not None:
-            cause, what = self._broken
-            raise StoreNotWritableError(f"the pop journal failed earlier ({what}); reopen the state", cause=cause)
-
-    def _append(self, body: bytes) -> int:
-        """Write one record at the journal's end (under ``_lock``); its seq. On a
-        failed write the journal is cut back, so the state is as before."""
-        seq = self._written_seq + 1
-        frame = encode_frame(seq, body)
-        pos = self._journal_size
-        try:
-            faults.hit("pop.write", self._journal_path)
-            if faults.armed("pop.write.torn"):  # a test's torn record: half, the point, the rest
-                half = len(frame) // 2
-                _write_all(self._fd, frame[:half], pos)
-                faults.hit("pop.write.torn", self._journal_path)
-                _write_all(self._fd, frame[half:], pos + half)
-            else:
-                _write_all(self._fd, frame, pos)
-        except OSError as e:
-            try:
-                os.ftruncate(self._fd, pos)
-            except OSError as e2:  # half a record stays: later ones would be cut at recovery
-                self._broken = (_unwritable_cause(e2), f"cutting back a failed write: {e2}")
-            raise StoreNotWritableError(f"writing the pop journal failed: {e}", cause=_unwritable_cause(e)) from e
-        self._journal_size = pos + len(frame)
-        self._written_seq = seq
-        if not self._fsync:
-            self._durable_seq = seq  # in the page cache: what fsync=False promises
-        return seq
-
-    def _wait_durable(self, seq: int, *, read: bool = False) -> None:
-        """Return once record ``seq`` is on disk, fdatasyncing if nobody else is.
-
-        Group commit: the waiter that gets ``_flush_lock`` syncs every record written
-        so far, and the others find their record covered when they get it."""
-        if self._durable_seq >= seq:
-            return
-        with self._flush_lock:
-            if self._durable_seq >= seq:
-                return
-            if self._broken is not None:
-                if read:
-                    return  # reads answer from memory once the journal has failed
-                self._check_writable()
-            target = self._written_seq  # records <= target are wholly written
-            try:
-                faults.hit("pop.sync", self._journal_path)
-                os.fdatasync(self._fd)
-            except OSError as e:
-                note_sync_failure("pop.sync", self._journal_path, e)
-                self._broken = ("flush_failed", f"fdatasync: {e}")
-                if read:
-                    return
-                raise StoreNotWritableError(
-                    f"fdatasync of the pop journal failed: {e}; the call may or may not have been kept",
-                    cause="flush_failed",
-                ) from e
-            faults.synced(self._journal_path)
-            self._durable_seq = max(self._durable_seq, target)
+        _apply_delta(self._keys, d)
 
     def _mutate(self, plan: Callable[[], tuple[_R, PopDelta | None]]) -> _R:
         """Run ``plan`` (validates and computes, changes nothing) under the lock, write
         its delta as one record, apply it, then wait until it is durable."""
         with self._lock:
-            self._check_writable()
+            self._files.check_writable()
             result, delta = plan()
             if delta is None:
-                seq = self._written_seq  # nothing changed; what we read must be durable
+                seq = self._files.written_seq  # nothing changed; what we read must be durable
             else:
-                try:
-                    body = encode_body(delta)
-                except struct.error as e:  # a value out of its field's range
-                    raise InvalidArgumentError(f"a value does not fit the pop journal: {e}") from None
-                seq = self._append(body)
+                seq = self._files.append(delta)
                 self._apply(delta)
-        self._wait_durable(seq)
-        self._maybe_compact()
+        self._files.wait_durable(seq)
+        self._files.maybe_compact()
         return result
 
     def _read(self, fn: Callable[[], _R]) -> _R:
         with self._lock:
-            if self._closed:
+            if self._files.closed:
                 raise StoreClosedError("the pop state is closed")
             result = fn()
-            seq = self._written_seq
-        self._wait_durable(seq, read=True)  # show nothing a crash could still undo
+            seq = self._files.written_seq
+        self._files.wait_durable(seq, read=True)  # show nothing a crash could still undo
         return result
-
-    # ------------------------------------------------------------------ snapshots
-
-    def _maybe_compact(self) -> None:
-        if self._journal_size < self._compact_at:  # an unlocked peek; checked again below
-            return
-        with self._flush_lock, self._lock:
-            if self._closed or self._broken is not None or self._journal_size < self._compact_at:
-                return
-            try:
-                size = self._write_snapshot()
-            except OSError as e:  # the journal still has everything; try again later
-                self._log.error("pop_snapshot_failed", error=str(e))
-                try:
-                    (self._dir / SNAPSHOT_TMP).unlink(missing_ok=True)
-                except OSError:
-                    pass
-                self._compact_at = self._journal_size + self._compact_bytes
-                return
-            self._snapshot_bytes = size
-            self._snapshots_written += 1
-            self._durable_seq = self._written_seq  # the snapshot holds every record written
-            # why the max: a big state is rewritten at most once per as many journal bytes
-            self._compact_at = max(self._compact_bytes, size)
-            try:
-                os.ftruncate(self._fd, 0)
-            except OSError as e:  # harmless: recovery skips records the snapshot has
-                self._log.error("pop_journal_restart_failed", error=str(e))
-                self._compact_at = self._journal_size + max(self._compact_bytes, size)
-                return
-            self._log.info("pop_snapshot_written", seq=self._written_seq, bytes=size, journal_bytes=self._journal_size)
-            self._journal_size = 0
-
-    def _write_snapshot(self) -> int:
-        """Write the whole state as ``snapshot`` (under both locks); its size."""
-        seq = self._written_seq
-        records = []
-        for (group, topic), queues in sorted(self._keys.items()):
-            cursors = [(q, qs.cursor) for q, qs in sorted(queues.items()) if qs.cursor is not None]
-            puts = [(q, e) for q, qs in sorted(queues.items()) for e in sorted(qs.entries.values())]
-            records.append(encode_frame(seq, encode_body(PopDelta(group, topic, cursors, puts, []))))
-        head = encode_snapshot_head(seq, len(records))
-        tmp = self._dir / SNAPSHOT_TMP
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        faults.created(fd)
-        size = 0
-        try:
-            for part in (head, *records):
-                _write_all(fd, part, size)
-                size += len(part)
-            faults.hit("pop.snapshot.sync", tmp)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        faults.synced(tmp)
-        faults.hit("pop.snapshot.rename", tmp)
-        os.replace(tmp, self._snapshot_path)
-        fsync_dir(self._dir)  # the rename must be durable before the journal restarts
-        return size
 
     # ------------------------------------------------------------------ reads
 
@@ -734,10 +490,10 @@ class PopState:
             return PopStats(
                 keys=sum(len(qs) for qs in self._keys.values()),
                 in_flight=sum(len(q.entries) for qs in self._keys.values() for q in qs.values()),
-                journal_bytes=self._journal_size,
-                snapshot_bytes=self._snapshot_bytes,
-                seq=self._written_seq,
-                snapshots_written=self._snapshots_written,
+                journal_bytes=self._files.journal_size,
+                snapshot_bytes=self._files.snapshot_bytes,
+                seq=self._files.written_seq,
+                snapshots_written=self._files.snapshots_written,
             )
 
         return self._read(read)
@@ -959,19 +715,7 @@ class PopState:
     def close(self) -> None:
         """Sync and release the journal; every later call raises StoreClosedError.
         Closing twice is harmless."""
-        with self._flush_lock, self._lock:
-            if self._closed:
-                return
-            self._closed = True
-            if self._broken is None:
-                try:
-                    os.fdatasync(self._fd)  # fsync=False's page-cache records, on a clean close
-                    self._durable_seq = self._written_seq
-                except OSError as e:
-                    note_sync_failure("pop.sync", self._journal_path, e)
-            fcntl.flock(self._fd, fcntl.LOCK_UN)
-            os.close(self._fd)
-            self._fd = -1
+        self._files.close()
 
     def __enter__(self) -> PopState:
         return self
@@ -980,41 +724,17 @@ class PopState:
         self.close()
 
 
-class _KeysView:
-    """The keys of a state being read, not opened: PopState's replay (snapshot, then
-    deltas) into memory, without its files, locks or journal end."""
-
-    _apply = PopState._apply
-    _load_snapshot = PopState._load_snapshot
-
-    def __init__(self, directory: Path) -> None:
-        self._keys: dict[tuple[str, str], dict[int, _Queue]] = {}
-        self._snapshot_path = directory / SNAPSHOT_FILE
-
-
 def read_keys(directory: str | os.PathLike[str]) -> list[PopKeyStatus]:
     """Every key of ``<directory>/pop/`` as its files hold them, read-only: no lock,
     nothing written, cut or created (``mqstore consumer-progress --store`` next to a
     running shard). Replays as opening does; the first record that is short, fails its
     CRC or breaks the seq order ends the journal (one being written at that moment).
     No state there: []. CorruptFileError for a damaged snapshot or record body."""
-    where = Path(directory) / POP_DIR
-    view = _KeysView(where)
-    snap_seq = view._load_snapshot()
-    try:
-        data = (where / JOURNAL_FILE).read_bytes()
-    except FileNotFoundError:
-        data = b""
-    last = None
-    for f in whole_frames(data):
-        if (last is not None and f.seq <= last) or f.seq > max(last or 0, snap_seq) + 1:
-            break  # an older journal's bytes, or a compaction between the two reads: as of the snapshot
-        if f.seq > snap_seq:
-            view._apply(decode_body(data, f.body_start, f.end, str(where / JOURNAL_FILE)))
-        last = f.seq
+    keys: dict[tuple[str, str], dict[int, _Queue]] = {}
+    replay_read_only(Path(directory) / POP_DIR, lambda d: _apply_delta(keys, d))
     return [
         PopKeyStatus(g, t, q, qs.cursor, len(qs.entries), qs.first_deadline())
-        for (g, t), queues in sorted(view._keys.items())
+        for (g, t), queues in sorted(keys.items())
         for q, qs in sorted(queues.items())
     ]
 
@@ -1026,6 +746,7 @@ __all__ = [
     "POP_DIR",
     "SECRET_FILE",
     "SNAPSHOT_FILE",
+    "SNAPSHOT_TMP",
     "AckOutcome",
     "Delivery",
     "InFlight",
