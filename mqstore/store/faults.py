@@ -47,7 +47,9 @@ Other points, between the steps of a write (kill points for crash tests, each
 described where it is hit): ``commitlog.written``, ``segment.rollover``,
 ``commitlog.flushed_before_checkpoint``, ``checkpoint.write.tmp``,
 ``config.write.tmp``, ``config.write.bak``, ``cq.write``, ``index.put``,
-``retention.delete``; and ``recovery.scan_segment`` (counts segments read).
+``retention.delete``, and with consume queues in RocksDB ``rocks.write``,
+``rocks.offsets_written``, ``rocks.units_flushed``; and ``recovery.scan_segment``
+(counts segments read).
 
 Power-loss test mode (``power_loss.py``): ``enable_power_loss(store, image)`` in the
 writing process (or ``MQSTORE_POWER_STORE`` + ``MQSTORE_POWER_IMAGE`` in its

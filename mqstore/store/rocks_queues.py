@@ -68,6 +68,7 @@ from mqstore.formats.rocks_queue import (
     unit_key,
     unit_keys,
 )
+from mqstore.store import faults
 from mqstore.store.dispatch import DispatchBatch
 
 log = structlog.get_logger(__name__)
@@ -517,6 +518,7 @@ class RocksQueues:
         values = encode_values(phys, batch.sizes[sel], batch.tags_codes[sel], batch.store_timestamps[sel])
         for k, v in zip(self._prefixes.unit_keys(d, qo), values):
             put(k, v)
+        faults.hit("rocks.write")  # crash tests: a chunk's units not written (the re-dispatch must bring them)
         db.write(wb, self._write)
         last = np.append(np.flatnonzero(d[1:] != d[:-1]), len(d) - 1)
         run_d = d[last]
@@ -558,7 +560,9 @@ class RocksQueues:
         if not thorough or self._db is None or self._read_only:
             return
         self._write_offsets()
+        faults.hit("rocks.offsets_written")  # crash tests: entries in the memtable, nothing flushed
         self._db.flush(True)  # the units first: a crash between the two leaves older offset entries, never newer
+        faults.hit("rocks.units_flushed")  # crash tests: units in SST files, their offset entries not
         self._cf.flush(True)
 
     # ------------------------------------------------------------------ retention and recovery
@@ -569,11 +573,13 @@ class RocksQueues:
 
     def _first_at_or_after(self, dense: int, lo: int, hi: int, commitlog_offset: int) -> int:
         """The first queue offset in [lo, hi) whose unit points at or after
-        ``commitlog_offset`` (units point ever further), else ``hi``: a binary search."""
+        ``commitlog_offset`` (units point ever further), else ``hi``: a binary search.
+        A missing unit counts as below: units go only from a queue's bottom (retention,
+        whose new min entry a crash can lose while its deletes were flushed)."""
         while lo < hi:
             mid = (lo + hi) // 2
             p = self._unit_phys(dense, mid)
-            if 0 <= p < commitlog_offset:
+            if p < commitlog_offset:
                 lo = mid + 1
             else:
                 hi = mid
@@ -626,7 +632,7 @@ class RocksQueues:
         phys = np.full(len(got), -1, np.int64)
         if present.any():
             phys[present] = decode_values([v for v in got if v is not None])["commitlog_offset"]
-        at_or_past = ~present | (phys >= commitlog_min)  # a missing unit: retention took it meanwhile
+        at_or_past = present & (phys >= commitlog_min)  # a missing unit was deleted below an older min
         hit = np.full(len(ids), -1, np.int64)
         hits = np.flatnonzero(at_or_past)
         queues, first = np.unique(np.searchsorted(starts, hits, side="right") - 1, return_index=True)

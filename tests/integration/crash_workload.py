@@ -16,7 +16,9 @@ commit and persist as fast as they can), ``slow_sync_ms`` (every commitlog flush
 waits that long first), ``unsafe_dispatch`` (the dispatcher follows the write
 position instead of the flushed one: the bug test_confirm_offset must catch),
 ``round`` (message ids start with ``r<round>-``), ``batches`` (stop after that many),
-``batch``, ``body_bytes``, ``retention_every``.
+``batch``, ``body_bytes``, ``retention_every``, ``thorough_flush_s`` (the builders'
+thorough flush that often instead of every 60 s), ``store_type`` (``defaultRocksDB``: the
+consume queues in one RocksDB; the parent's ``open_store`` then opens the store's own type).
 
 Stdout is a pipe, so every line printed before the kill reaches the parent.
 """
@@ -46,9 +48,11 @@ QUEUES = 2
 GROUP = "g1"
 
 
-def store_config() -> StoreConfig:
-    """Small files everywhere: a rollover every ~60 batches, many queue and index files."""
+def store_config(store_type: str | None = None) -> StoreConfig:
+    """Small files everywhere: a rollover every ~60 batches, many queue and index files.
+    ``store_type`` None opens a store with its own type (a new one: queue files)."""
     return StoreConfig(
+        store_type=store_type,
         segment_bytes=SEGMENT_BYTES,
         flush_mode=FlushMode.SYNC,
         consume_queue_file_bytes=20 * 100,
@@ -81,7 +85,10 @@ store_dir, opts = Path(sys.argv[1]), json.loads(sys.argv[2])
 batch, body_bytes = opts.get("batch", 8), opts.get("body_bytes", 400)
 retention_every, consume_every = opts.get("retention_every", 100), opts.get("consume_every", 5)
 deadline = time.monotonic() + opts.get("max_seconds", 25)
-store = MessageStore(store_dir, store_config(), retention=retention_config())
+if opts.get("thorough_flush_s"):  # the builders' thorough flush (60 s) within the run
+    import mqstore.store.builders as builders
+    builders.THOROUGH_FLUSH_S = opts["thorough_flush_s"]
+store = MessageStore(store_dir, store_config(opts.get("store_type")), retention=retention_config())
 round_ = opts.get("round", 0)
 out, out_lock = sys.stdout, threading.Lock()
 committed = {}

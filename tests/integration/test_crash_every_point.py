@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from mqstore.store.store_type import store_type_on_disk
 from tests.integration.crash_workload import check_messages, open_store, run_child, verify_errors
 
 POINTS = [  # (point, n-th hit that kills): an early hit, and one after rollovers and retention runs
@@ -41,11 +42,40 @@ POINTS = [  # (point, n-th hit that kills): an early hit, and one after rollover
 ]
 
 
+# With the consume queues in one RocksDB (store_type defaultRocksDB): its own points
+# and the store's points a queue write follows, at the hit after rollovers.
+ROCKS_POINTS = [
+    ("rocks.write", 3),
+    ("rocks.write", 200),  # a chunk's units never written: the re-dispatch brings them
+    ("rocks.offsets_written", 1),
+    ("rocks.offsets_written", 3),  # offset entries in the memtable, nothing flushed
+    ("rocks.units_flushed", 1),
+    ("rocks.units_flushed", 3),  # units in SST files, their offset entries not
+    ("commitlog.written", 500),
+    ("commitlog.flushed_before_checkpoint", 300),
+    ("checkpoint.write.tmp", 15),
+    ("index.put", 300),
+    ("segment.rollover", 4),
+    ("retention.delete", 3),
+]
+
+
 @pytest.mark.crash
 @pytest.mark.parametrize(("point", "nth"), POINTS, ids=[f"{p}@{n}" for p, n in POINTS])
 def test_kill_at_point_then_reopen(tmp_path: Path, point: str, nth: int) -> None:
+    _kill_at_point_then_reopen(tmp_path / "store", point, nth)
+
+
+@pytest.mark.crash
+@pytest.mark.parametrize(("point", "nth"), ROCKS_POINTS, ids=[f"{p}@{n}" for p, n in ROCKS_POINTS])
+def test_kill_at_point_then_reopen_rocksdb(tmp_path: Path, point: str, nth: int) -> None:
     store = tmp_path / "store"
-    run = run_child(store, faults=f"{point}=kill@{nth}")
+    _kill_at_point_then_reopen(store, point, nth, store_type="defaultRocksDB", thorough_flush_s=2)
+    assert store_type_on_disk(store) == "defaultRocksDB"
+
+
+def _kill_at_point_then_reopen(store: Path, point: str, nth: int, **opts) -> None:
+    run = run_child(store, faults=f"{point}=kill@{nth}", **opts)
     assert run.returncode == -signal.SIGKILL, (
         f"the child did not die at {point} (status {run.returncode}):\n{run.stderr[-3000:]}"
     )

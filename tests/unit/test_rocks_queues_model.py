@@ -84,3 +84,37 @@ def test_rocks_queues_end_as_the_file_layout(picks, chunk: int, again, clean_at:
         finally:
             a.close()
             b.close()
+
+
+def test_a_min_entry_lost_after_retention_is_moved_to_the_first_unit_left(tmp_path: Path) -> None:
+    """A crash after the database flush and before the offset family's (the fault
+    point rocks.units_flushed) keeps retention's deletes of a queue's first units
+    and loses its new min entry: the open must move the min past the missing units
+    (it had stayed at the old min, and pulls there found nothing)."""
+    from types import SimpleNamespace
+
+    from rocksdict import Options, Rdict
+
+    from mqstore.formats.rocks_queue import MIN, OFFSET_FAMILY, OFFSET_VALUE, offset_key
+
+    q = RocksQueues(tmp_path)
+    q.dispatch(_batch([(i * 100, 0, 0, i) for i in range(20)], ["T0"]))
+    q.flush(thorough=True)
+    clean_all_queues(q, 1_000, {}, {})  # the commitlog starts at unit 10's record now
+    assert q.find("T0", 0).min_offset == 10
+    q.close()
+    db = Rdict(str(tmp_path / "consumequeue"), Options(raw_mode=True))
+    db.get_column_family(OFFSET_FAMILY).put(offset_key("T0", 0, MIN), OFFSET_VALUE.pack(0, 0))  # the old entry
+    db.close()
+    q = RocksQueues(tmp_path)
+    try:
+        assert q.find("T0", 0).min_offset == 0  # as a crash left it
+        commitlog = SimpleNamespace(
+            wrote_offset=2_000, min_offset=1_000, recovery=SimpleNamespace(queue_offsets={("T0", 0): 20})
+        )
+        q.recover(commitlog, verify_tail=False)
+        cq = q.find("T0", 0)
+        assert (cq.min_offset, cq.max_offset) == (10, 20)
+        assert cq.read_units(10, 10)["commitlog_offset"].tolist() == [i * 100 for i in range(10, 20)]
+    finally:
+        q.close()
