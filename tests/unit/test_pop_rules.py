@@ -11,6 +11,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from mqstore import MessageStore, StoreConfig
 from mqstore.errors import InvalidArgumentError, StoreNotWritableError
@@ -30,6 +32,7 @@ from mqstore.store.pop_rules import (
     PopRules,
 )
 from mqstore.store.reads import UnitsPage
+from tests.tiers import examples
 
 G, T = "GID_rules", "TopicR"
 NOW = 1_700_000_000_000
@@ -506,3 +509,85 @@ def test_bad_names_and_invisible_times_are_refused_before_any_handle_is_read(rul
         rules.ack("", T, ["x"])
     with pytest.raises(InvalidArgumentError, match="invisible_ms"):
         rules.change_invisible(G, T, "x", -1)
+
+
+# ---------------------------------------------------------------------- a random run against the rules' promises
+
+ops = st.lists(
+    st.one_of(
+        st.tuples(st.just("send"), st.integers(0, 1), st.integers(1, 4)),
+        st.tuples(st.just("pop"), st.integers(1, 5), st.sampled_from([500, 2000])),
+        st.tuples(st.just("ack"), st.integers(0, 7), st.booleans()),
+        st.tuples(st.just("wait"), st.sampled_from([1, 499, 500, 1500, 2000])),
+    ),
+    max_size=30,
+)
+
+
+@settings(max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(ops, st.booleans(), st.integers(2, 4))
+def test_random_runs_keep_the_promises(  # noqa: C901, PLR0912
+    tmp_path_factory: pytest.TempPathFactory, encoder: MessageStore, steps: list, fifo: bool, max_attempts: int
+) -> None:
+    """Nothing handed out while invisible; attempts count up by one; an acked message
+    never comes back; FIFO hands a message out first only after everything before it
+    in its queue is acked or handed out with it; at the end, every message sent was
+    acked or went to the DLQ after ``max_attempts`` deliveries, none lost."""
+    where = tmp_path_factory.mktemp("run")
+    clock, shard = FakeClock(), FakeShard(encoder)
+    rules = PopRules(lambda: PopState(where, shard=SHARD, fsync=False), shard=SHARD, clock=clock)
+    sent: list[tuple[int, int]] = []
+    body_of: dict[bytes, tuple[int, int]] = {}
+    dead: set[tuple[int, int]] = set()
+    visible_at: dict[tuple[int, int], int] = {}
+    attempts: dict[tuple[int, int], int] = {}
+    out: dict[tuple[int, int], str] = {}  # handed out, not acked: its latest handle
+    acked: set[tuple[int, int]] = set()
+
+    def pop(n: int, invisible: int) -> None:
+        answer = rules.pop(ask(queue_ids=(0, 1), max_messages=n, invisible_ms=invisible, fifo=fifo,
+                               max_attempts=max_attempts), shard)  # fmt: skip
+        this = {(m.queue_id, m.offset) for m in answer.messages}
+        for m in answer.messages:
+            key = (m.queue_id, m.offset)
+            assert key not in acked and key not in dead and visible_at.get(key, 0) <= clock.ms
+            assert m.attempt == attempts.get(key, 0) + 1 <= max_attempts
+            if fifo and m.attempt == 1:
+                done = acked | dead | this
+                assert all((m.queue_id, o) in done for o in range(m.offset))
+            attempts[key], visible_at[key], out[key] = m.attempt, clock.ms + invisible, m.receipt_handle
+        gone = {body_of[b] for batch in shard.dead_letters for b in batch.bodies}
+        assert len(gone) == sum(len(b.bodies) for b in shard.dead_letters)  # each once
+        for key in gone - dead:
+            assert attempts[key] == max_attempts and visible_at[key] <= clock.ms  # out of attempts, due
+            out.pop(key)
+        dead.update(gone)
+
+    for step in steps:
+        if step[0] == "send":
+            texts = [b"%d-%d" % (step[1], len(sent) + k) for k in range(step[2])]
+            for text, off in zip(texts, shard.send(step[1], texts)):
+                sent.append((step[1], off))
+                body_of[text] = (step[1], off)
+        elif step[0] == "pop":
+            pop(step[1], step[2])
+        elif step[0] == "ack" and out:
+            key = sorted(out)[step[1] % len(out)]
+            got = rules.ack(G, T, [out[key]])
+            if visible_at[key] >= clock.ms:
+                assert got == [AckOutcome.OK]
+                acked.add(key)
+                del out[key]
+            else:
+                assert got == [AckOutcome.EXPIRED]
+        elif step[0] == "wait":
+            clock.advance(step[1])
+    for _ in range(4 * max_attempts + len(sent)):  # drain: ack whatever comes
+        clock.advance(2000)
+        pop(5, 500)
+        for key in list(out):
+            if visible_at[key] >= clock.ms:
+                assert rules.ack(G, T, [out.pop(key)]) == [AckOutcome.OK]
+                acked.add(key)
+    assert acked | dead == set(sent) and not acked & dead
+    rules.close()
