@@ -48,7 +48,11 @@ class UnitColumns:
             np.repeat(np.array([p[1] for p in parts], np.int32), lens),
             *(np.concatenate([p[k] for p in parts]).astype(np.int64) for k in (2, 3, 4, 5)),
         )
-        return out.take(np.argsort(out.phys, kind="stable"))
+        order = np.argsort(out.phys, kind="stable")
+        if len({p[0] for p in parts}) < len(topics):
+            return out.take(order)
+        # every name is used: rows reordered without take's search for used names
+        return cls(out.topics, *(c[order] for c in out.columns()))
 
     def columns(self) -> tuple[np.ndarray, ...]:
         return tuple(getattr(self, c) for c in _COLUMNS)

@@ -596,14 +596,13 @@ def check_queues(store_dir: str, file_bytes: int, queues: list[tuple[str, int]],
     offsets increasing). Returns findings, per-queue metadata and, ``with_units``,
     the real units as columns in commitlog order (``units``: the chunk tasks' share
     of them is cut from these, so no chunk task opens a queue file); without,
-    ``files``: each queue file's range of commitlog offsets (:func:`queue_file_ranges`,
-    for chunk tasks that read their units themselves, :func:`read_units_in`)."""
+    ``files``: each queue file's range of commitlog offsets (_QueueChecks.file_ranges'
+    rows, for chunk tasks that read their units themselves, :func:`read_units_in`)."""
     from mqstore.store.verify.queues import read_queue
 
     fb = file_bytes_for(file_bytes)
     root = Path(store_dir) / "consumequeue"
     check = _QueueChecks()
-    files: list[tuple] = []
 
     def read(part: list[tuple[str, int]]):
         findings, damage = TaskFindings(), Damage()
@@ -617,68 +616,49 @@ def check_queues(store_dir: str, file_bytes: int, queues: list[tuple[str, int]],
             check.damage.stray_files.extend(damage.stray_files)
             for q in read_:
                 check.add(q)
-                if not with_units:
-                    files += queue_file_ranges(root, q, fb)
-    if with_units:
-        return check.result()
-    return {**check.result(with_units=False), "files": files}
-
-
-def queue_file_ranges(root: Path, q, file_bytes: int) -> list[tuple]:
-    """(topic, queue id, path, queue offset of the file's first unit, valid units in
-    it, first and largest commitlog offset of its real units) of each file of a queue
-    as read (verify's QueueFiles) that holds real units: what a chunk task needs to
-    read the units that point into its chunk (:func:`read_units_in`)."""
-    units = q.units
-    n = len(units)
-    if not n or q.unreadable:
-        return []
-    real = np.flatnonzero(~is_pre_blank(units))
-    phys = units["commitlog_offset"].astype(np.int64)
-    per_file = file_bytes // UNIT_SIZE
-    qdir = root / q.topic / str(q.queue_id)
-    out = []
-    for fqo in range(q.first_offset - q.first_offset % per_file, q.first_offset + n, per_file):
-        a, b = max(fqo, q.first_offset) - q.first_offset, min(fqo + per_file, q.first_offset + n) - q.first_offset
-        r = real[(real >= a) & (real < b)]
-        if r.size:
-            path = str(qdir / f"{fqo * UNIT_SIZE:020d}")
-            out.append((q.topic, q.queue_id, path, fqo, b - a, int(phys[r[0]]), int(phys[r].max())))
-    return out
+    return check.result() if with_units else check.result(with_units=False, files_root=root, file_bytes=fb)
 
 
 def read_units_in(queue_files: list[tuple], lo: int, hi: int) -> UnitColumns:
     """The real units whose commitlog offset lies in [lo, hi), read from the queue
-    files given as :func:`queue_file_ranges` lists them, in commitlog order. A binary
-    search per file: a queue's units are in commitlog order (cq_order says when not)."""
+    files given as check_queues lists them (``files``: topic, queue id, path, queue
+    offset of the file's first unit, the first and the end unit to read in it, the
+    commitlog offsets of its first and largest real unit), in commitlog order. A
+    binary search per file: a queue's units are in commitlog order (cq_order says
+    when not)."""
     topics: dict[str, int] = {}
     parts = []
-    for topic, qid, path, first_qo, count, _lo, _hi in queue_files:
+    for topic, qid, path, file_qo, start, stop, _lo, _hi in queue_files:
         try:
             with open(path, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
-                units = np.frombuffer(mm, UNIT_DTYPE, count=min(count, len(mm) // UNIT_SIZE))
-                try:
-                    phys = units["commitlog_offset"]
-                    a, b = int(np.searchsorted(phys, lo, "left")), int(np.searchsorted(phys, hi, "left"))
-                    part = units[a:b].copy()
-                finally:
-                    del units, phys  # (no view may outlive the map)
+                stop = min(stop, len(mm) // UNIT_SIZE)
+                a, b = _bisect_units(mm, start, stop, lo), _bisect_units(mm, start, stop, hi)
+                part = np.frombuffer(mm[a * UNIT_SIZE : b * UNIT_SIZE], UNIT_DTYPE)
         except FileNotFoundError:
             continue
-        keep = np.flatnonzero(~is_pre_blank(part))
-        if keep.size:
-            part = part[keep]
-            parts.append(
-                (
-                    topics.setdefault(topic, len(topics)),
-                    qid,
-                    first_qo + a + keep.astype(np.int64),
-                    part["commitlog_offset"],
-                    part["size"],
-                    part["tags_code"],
-                )
-            )
+        qoffs = np.arange(file_qo + a, file_qo + b, dtype=np.int64)
+        pre = is_pre_blank(part)
+        if pre.any():  # only a queue's first units can be pre-blanks
+            part, qoffs = part[~pre], qoffs[~pre]
+        if len(part):
+            t = topics.setdefault(topic, len(topics))
+            parts.append((t, qid, qoffs, part["commitlog_offset"], part["size"], part["tags_code"]))
     return UnitColumns.from_parts(list(topics), parts)
+
+
+def _bisect_units(mm, start: int, stop: int, target: int) -> int:
+    """The first of a queue file's units ``start`` to ``stop`` whose commitlog offset
+    (a unit's first 8 bytes) is >= ``target``: a search reading a unit per step
+    (numpy's searchsorted on the mapped big-endian column converted the whole file
+    per call)."""
+    lo, hi = start, stop
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if _I64.unpack_from(mm, mid * UNIT_SIZE)[0] < target:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
 
 
 def check_rocks_queues(store_dir: str) -> dict:
@@ -712,8 +692,10 @@ class _QueueChecks:
     def add(self, q) -> None:
         self.queues.append(q)
 
-    def result(self, *, with_units: bool = True) -> dict:
-        """Findings and per-queue metadata, and with ``with_units`` the real units."""
+    def result(self, *, with_units: bool = True, files_root: Path | None = None, file_bytes: int = 0) -> dict:
+        """Findings and per-queue metadata, and with ``with_units`` the real units;
+        with ``files_root`` (the consume-queue directory) each queue file's range
+        (``files``, :meth:`_file_ranges`)."""
         qs, self.queues = self.queues, []
         findings, damage = self.findings, self.damage
         counts = np.array([len(q.units) for q in qs], np.int64)
@@ -790,6 +772,8 @@ class _QueueChecks:
             "bad_queues": set(damage.bad_queues),
             "stray": list(damage.stray_files),
         }
+        if files_root is not None:
+            out["files"] = self._file_ranges(files_root, file_bytes, qs, real, of, qoffs, phys)
         if not with_units:
             return out
         qids = np.array([q.queue_id for q in qs], np.int32)
@@ -803,6 +787,29 @@ class _QueueChecks:
             units["tags_code"][real].astype(np.int64),
         )
         return {**out, "units": cols.take(np.argsort(cols.phys, kind="stable"))}
+
+    @staticmethod
+    def _file_ranges(root: Path, file_bytes: int, qs: list, real, of, qoffs, phys) -> list[tuple]:
+        """Per queue file holding real units (of queues the store can open): topic,
+        queue id, path, queue offset of the file's first unit, the first and the end
+        unit of the queue's valid ones in the file, the commitlog offsets of its first
+        and largest real unit (what a chunk task reads its units by)."""
+        per_file = file_bytes // UNIT_SIZE
+        readable = np.array([not q.unreadable for q in qs], bool)
+        r = real[readable[of[real]]] if len(real) else real
+        if not len(r):
+            return []
+        fq, fno = of[r], qoffs[r] // per_file
+        starts = np.flatnonzero(np.r_[True, (fq[1:] != fq[:-1]) | (fno[1:] != fno[:-1])])
+        lo, hi = phys[r[starts]], np.maximum.reduceat(phys[r], starts)
+        out = []
+        for k, f, a, b in zip(fq[starts].tolist(), fno[starts].tolist(), lo.tolist(), hi.tolist()):
+            q, file_qo = qs[k], f * per_file
+            start = max(file_qo, q.first_offset) - file_qo  # units below the queue's min offset are not read
+            stop = min(file_qo + per_file, q.end_offset) - file_qo
+            path = str(root / q.topic / str(q.queue_id) / f"{file_qo * UNIT_SIZE:020d}")
+            out.append((q.topic, q.queue_id, path, file_qo, start, stop, a, b))
+        return out
 
 
 def _runs(values: np.ndarray) -> list[tuple[int, int]]:
@@ -866,7 +873,6 @@ __all__ = [
     "check_index_file",
     "check_queues",
     "check_rocks_queues",
-    "queue_file_ranges",
     "read_entries_in",
     "read_units_in",
     "record_start_in",

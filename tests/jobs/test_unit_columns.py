@@ -106,3 +106,78 @@ def test_wrong_units_are_found_column_wise_in_their_own_queues(pristine: Path) -
     (q, (qoffs, phys)), *_ = r.unmatched_units.items()
     assert q == u.queue_of(7) and phys.tolist() == [int(u.phys[7])] and len(r.unmatched_units) == 1
     assert r.unmatched_records[u.queue_of(7)][0].tolist() == [int(u.queue_offset[7])]
+
+
+# ---------------------------------------------------------------- few queues: chunk tasks read the files
+
+
+@pytest.fixture(scope="module")
+def few(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """4 topics of 4 queues: 125 units a queue, in two files each."""
+    path = tmp_path_factory.mktemp("few") / "store"
+    with MessageStore(path, CFG) as s:
+        for i in range(0, MESSAGES, 100):
+            s.append(MessageBatch.of([Message(f"T{j % 4}", bytes(80), tags=f"tag{j % 3}") for j in range(i, i + 100)]))
+    return path
+
+
+def patch_last_unit(store: Path, topic: str, qid: int, field: str, value) -> None:
+    """The last real unit of a queue changed in its file (a unit past the commitlog's
+    end, or a wrong size, stays in commitlog order)."""
+    from mqstore.formats.consume_queue import UNIT_DTYPE, UNIT_SIZE
+
+    last = max((store / "consumequeue" / topic / str(qid)).iterdir())
+    data = bytearray(last.read_bytes())
+    units = np.frombuffer(bytes(data), UNIT_DTYPE).copy()
+    i = int(np.count_nonzero(units["size"] > 0)) - 1
+    units[i][field] = value(units[i])
+    data[i * UNIT_SIZE : (i + 1) * UNIT_SIZE] = units[i : i + 1].tobytes()
+    last.write_bytes(bytes(data))
+
+
+def unit_past_end(store: Path) -> None:
+    patch_last_unit(store, "T1", 1, "commitlog_offset", lambda u: 10 << 30)
+
+
+def wrong_size(store: Path) -> None:
+    patch_last_unit(store, "T2", 2, "size", lambda u: u["size"] + 1)
+
+
+def deleted_unit(store: Path) -> None:
+    patch_last_unit(store, "T3", 0, "size", lambda u: 0)
+
+
+def rows(u: UnitColumns) -> list[tuple]:
+    return [
+        (*u.queue_of(i), int(u.queue_offset[i]), int(u.phys[i]), int(u.size[i]), int(u.tags_code[i]))
+        for i in range(len(u))
+    ]
+
+
+@pytest.mark.parametrize("damage", [None, unit_past_end, wrong_size, deleted_unit], ids=lambda d: d and d.__name__)
+def test_chunk_tasks_reading_queue_files_get_what_the_shuffle_gives_them(few: Path, tmp_path: Path, damage) -> None:
+    """Few queues (plan.chunks_read_queues): each chunk task reads the units that
+    point into its chunk from the queue files job 1 listed (read_units_in); it must
+    get the same rows, in the same order, as the units shuffle gives it."""
+    from mqstore.jobs.reconcile.run import _file_table
+    from mqstore.jobs.units import read_units_in
+
+    store = tmp_path / "store"
+    shutil.copytree(few, store)
+    if damage is not None:
+        damage(store)
+    p = plan(store, CHUNK)
+    listed = check_queues(str(store), CFG.consume_queue_file_bytes, p.queues, with_units=False)
+    assert "units" not in listed
+    table = _file_table([], CFG, listed["files"])
+    assert len(table.queue_files) > len(p.queues)  # several files a queue
+    chunks, per_chunk, total = chunk_units(store)
+    got = 0
+    for spec in chunks:
+        end = (1 << 62) if spec.open_end else spec.end
+        mine = read_units_in(table.queues_for_chunk(spec), spec.start, end)
+        assert rows(mine) == rows(per_chunk.get(spec.number, UnitColumns.empty())), spec.number
+        got += len(mine)
+    assert got == total == MESSAGES - (damage is deleted_unit)
+    if damage is unit_past_end:  # the last (open-ended) chunk has it
+        assert (10 << 30) in per_chunk[chunks[-1].number].phys.tolist()

@@ -102,7 +102,7 @@ class FileTable:
     files: list[tuple]  # index files: (name, path, hash slots, entries)
     lo: np.ndarray
     hi: np.ndarray
-    queue_files: list[tuple]  # units.queue_file_ranges' rows; none when units are shuffled
+    queue_files: list[tuple]  # check_queues' "files" rows; none when units are shuffled
     queue_lo: np.ndarray
     queue_hi: np.ndarray
 
@@ -142,8 +142,8 @@ def _file_table(index_paths: list[Path], cfg: StoreConfig, queue_files: list[tup
         np.array(xlo, np.int64),
         np.array(xhi, np.int64),
         queue_files,
-        np.array([f[5] for f in queue_files], np.int64),
         np.array([f[6] for f in queue_files], np.int64),
+        np.array([f[7] for f in queue_files], np.int64),
     )
 
 
