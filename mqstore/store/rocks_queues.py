@@ -49,7 +49,7 @@ import numpy as np
 import structlog
 from rocksdict import AccessType, Options, Rdict, WriteBatch, WriteOptions
 
-from mqstore.errors import OffsetError, StoreClosedError
+from mqstore.errors import CorruptFileError, OffsetError, StoreClosedError
 from mqstore.formats.consume_queue import UNIT_DTYPE, CqUnit
 from mqstore.formats.message import advances_queue_offset
 from mqstore.formats.rocks_queue import (
@@ -75,6 +75,7 @@ log = structlog.get_logger(__name__)
 
 CONSUME_QUEUE_DIR = "consumequeue"  # RocketMQ StorePathConfigHelper.getStorePathConsumeQueue: the same for both types
 ROCKS_MARKER = "CURRENT"  # a RocksDB always has it; the default layout never has a file there
+DAMAGED_MARKER = "MQSTORE_DAMAGED"  # left by a read that found damage: the next open rebuilds (RocksDB ignores it)
 _MAX_OPEN_FILES = 256  # RocksDB's descriptors (SST files), well inside ulimit -n 1024
 _READ_BATCH = 65_536  # units read per multi-get
 _CLEAN_WINDOW = 4  # retention reads this many units of each queue from its min at once (``clean_below``)
@@ -233,27 +234,59 @@ class RocksQueues:
         self.last_dispatched_timestamp = 0
         if self._read_only and not _is_rocks_dir(self._path):
             return  # nothing dispatched yet: every queue is empty
+        self._max_open_files = max_open_files
         if not self._read_only:
             self._path.mkdir(parents=True, exist_ok=True)
+            if (self._path / DAMAGED_MARKER).exists():
+                self._set_aside(f"a read found it damaged before ({DAMAGED_MARKER})")
+                return
         try:
             self._open(max_open_files)
             self._load_offsets()
         except Exception as e:  # rocksdict raises plain Exception; only damage is handled here
             if self._read_only or not _is_damage(e):
                 self._close_db()
+                if _is_damage(e):
+                    raise self._damaged(e) from None
                 raise
-            # A database that cannot be opened or read (a torn or lost file) is set aside,
-            # as the file layout discards a queue it cannot open, and rebuilt from the commitlog.
-            self._close_db()
-            self._forget_queues()
-            aside = self._path.with_name(f"{CONSUME_QUEUE_DIR}.damaged-{time.time_ns()}")
-            os.rename(self._path, aside)
-            log.warning(
-                "consume_queue_db_damaged", error=str(e), moved_to=str(aside), action="rebuilt from the commitlog"
-            )
-            self._path.mkdir()
-            self._open(max_open_files)
-            self.rebuild_from = -1
+            self._set_aside(str(e))
+
+    def _set_aside(self, why: str) -> None:
+        """A database that cannot be opened or read (a torn, lost or rotten file) is
+        moved aside, as the file layout discards a queue it cannot open, and an empty
+        one takes its place: the dispatcher rebuilds every queue from the commitlog."""
+        self._close_db()
+        self._forget_queues()
+        aside = self._path.with_name(f"{CONSUME_QUEUE_DIR}.damaged-{time.time_ns()}")
+        os.rename(self._path, aside)
+        log.warning("consume_queue_db_damaged", error=why, moved_to=str(aside), action="rebuilt from the commitlog")
+        self._path.mkdir()
+        self._open(self._max_open_files)
+        self.rebuild_from = -1
+
+    def _get(self, keys: list[bytes]) -> list:
+        """Multi-get; a block RocksDB finds damaged (bit rot: a crash never tears its
+        files) raises CorruptFileError, and a writable store leaves DAMAGED_MARKER so
+        that its next open rebuilds the queues from the commitlog."""
+        try:
+            return self._check_open().get(keys)
+        except StoreClosedError:
+            raise
+        except Exception as e:  # rocksdict raises plain Exception
+            if not _is_damage(e):
+                raise
+            if not self._read_only:
+                (self._path / DAMAGED_MARKER).touch()
+            raise self._damaged(e) from None
+
+    def _damaged(self, e: Exception) -> CorruptFileError:
+        log.error("consume_queue_db_damaged", error=str(e), store=str(self._store_dir))
+        fix = (
+            "run: mqstore repair (it rebuilds them from the commitlog)"
+            if self._read_only
+            else "the store rebuilds them from the commitlog when it next opens (or run: mqstore repair)"
+        )
+        return CorruptFileError(f"the consume queues of {self._store_dir} (one RocksDB) are damaged: {e}. {fix}")
 
     def _open(self, max_open_files: int) -> None:
         opts = _options(max_open_files, create=not self._read_only)
@@ -276,8 +309,11 @@ class RocksQueues:
         self._db = None
 
     def _forget_queues(self) -> None:
+        """Every queue's state gone (the arrays too: dense ids are given again from 0)."""
         self._names, self._prefixes, self._dense, self._n = [], PrefixTable(), {}, 0
         self._topic_index, self._topic_names, self._sorted_stale = {}, [], True
+        self._min = self._max = self._last_phys = self._min_phys = np.zeros(0, np.int64)
+        self._dirty, self._of_topic_id = np.zeros(0, bool), np.zeros(0, np.int64)
         self._checkpoint = -1
 
     # ------------------------------------------------------------------ state
@@ -398,10 +434,9 @@ class RocksQueues:
         first missing one (retention deleted it meanwhile, or a gap)."""
         if hi <= lo or self._db is None:
             return decode_values([])
-        db = self._check_open()
         prefix, out = self._prefix(dense), []
         for start in range(lo, hi, _READ_BATCH):
-            got = db.get(unit_keys(prefix, start, min(hi, start + _READ_BATCH) - start))
+            got = self._get(unit_keys(prefix, start, min(hi, start + _READ_BATCH) - start))
             missing = next((i for i, v in enumerate(got) if v is None), -1)
             if missing >= 0:
                 out.extend(got[:missing])
@@ -627,7 +662,7 @@ class RocksQueues:
         width = np.minimum(hi - lo, _CLEAN_WINDOW)
         starts = np.cumsum(width) - width
         offs = np.repeat(lo - starts, width) + np.arange(int(width.sum()))
-        got = self._check_open().get(self._prefixes.unit_keys(np.repeat(ids, width), offs))
+        got = self._get(self._prefixes.unit_keys(np.repeat(ids, width), offs))
         present = np.fromiter((v is not None for v in got), bool, len(got))
         phys = np.full(len(got), -1, np.int64)
         if present.any():
@@ -690,7 +725,15 @@ class RocksQueues:
         commitlog cut by its recovery), min offsets move up to the commitlog's min,
         and a queue with fewer units than the commitlog has records for it sets
         ``rebuild_from`` (units are never torn: a crash leaves whole batches, so
-        there is no tail to check record by record; see the module docstring)."""
+        there is no tail to check record by record; see the module docstring). A
+        read that finds the database damaged sets it aside: every queue is rebuilt."""
+        try:
+            self._recover(commitlog, verify_tail=verify_tail)
+        except CorruptFileError as e:
+            self._set_aside(str(e))
+            self.cleaned_min = commitlog.min_offset
+
+    def _recover(self, commitlog, *, verify_tail: bool) -> None:
         wrote, cmin = commitlog.wrote_offset, commitlog.min_offset
         changed = False
         with self._lock:

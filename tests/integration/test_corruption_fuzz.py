@@ -23,12 +23,16 @@ from pathlib import Path
 
 import pytest
 
+from mqstore.store.repair import repair_store
 from tests.integration.crash_workload import check_messages, open_store, run_child, verify_errors
 
 TARGETS = ["consume_queue", "index", "checkpoint"] + [
     f"config/{name}{bak}" for name in ("consumerOffset.json", "topics.json", "delayOffset.json") for bak in ("", ".bak")
 ]
 SEEDS_PER_TARGET = 2  # x 2 kinds of damage x 2 stores
+# Stores whose consume queues are one RocksDB (store_type defaultRocksDB): any of its
+# files (SST, MANIFEST, CURRENT, OPTIONS) damaged, and the files both types share.
+ROCKS_TARGETS = ["rocksdb:sst", "rocksdb:MANIFEST", "rocksdb:CURRENT", "rocksdb:OPTIONS", "index", "checkpoint"]
 
 
 @pytest.fixture(scope="module")
@@ -41,18 +45,35 @@ def bases(tmp_path_factory) -> dict[str, tuple[Path, list[list]]]:
     killed = run_child(root / "killed", kill_after_acks=1500, retention_every=0, round=1)
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
     killed.acks = first.acks + killed.acks
-    for run in (clean, killed):
+    rocks = run_child(root / "rocks-clean", batches=200, close=True, retention_every=0, store_type="defaultRocksDB")
+    assert rocks.returncode == 0, rocks.stderr[-3000:]
+    opts = {"retention_every": 0, "store_type": "defaultRocksDB", "thorough_flush_s": 2}
+    first_rocks = run_child(root / "rocks-killed", batches=40, close=True, **opts)
+    assert first_rocks.returncode == 0, first_rocks.stderr[-3000:]
+    rocks_killed = run_child(root / "rocks-killed", kill_after_acks=1500, round=1, **opts)
+    assert rocks_killed.returncode == -signal.SIGKILL, rocks_killed.stderr[-3000:]
+    rocks_killed.acks = first_rocks.acks + rocks_killed.acks
+    for run in (clean, killed, rocks, rocks_killed):
         assert len(run.acks) > 500
     for store in (root / "clean", root / "killed"):
         for name in ("consumerOffset.json", "topics.json", "delayOffset.json"):
             assert (store / "config" / name).exists() and (store / "config" / f"{name}.bak").exists(), name
-    return {"clean": (root / "clean", clean.acks), "killed": (root / "killed", killed.acks)}
+    return {
+        "clean": (root / "clean", clean.acks),
+        "killed": (root / "killed", killed.acks),
+        "rocks-clean": (root / "rocks-clean", rocks.acks),
+        "rocks-killed": (root / "rocks-killed", rocks_killed.acks),
+    }
 
 
 def target_file(store: Path, target: str, rng: random.Random) -> Path:
     if target == "consume_queue":
         queues = sorted(p for p in (store / "consumequeue").glob("*/*") if p.is_dir())
         return sorted(rng.choice(queues).iterdir())[-1]
+    if target.startswith("rocksdb:"):
+        kind = target.split(":")[1]
+        names = "*.sst" if kind == "sst" else f"{kind}*"
+        return rng.choice(sorted((store / "consumequeue").glob(names)))
     if target == "index":
         return sorted((store / "index").iterdir())[-1]
     return store / target
@@ -75,8 +96,9 @@ def damage(path: Path, kind: str, rng: random.Random) -> str:
 
 CASES = [
     (base, target, kind, seed)
-    for base in ("clean", "killed")
-    for target in TARGETS
+    for bases, targets in ((("clean", "killed"), TARGETS), (("rocks-clean", "rocks-killed"), ROCKS_TARGETS))
+    for base in bases
+    for target in targets
     for kind in ("truncate", "garbage")
     for seed in range(SEEDS_PER_TARGET)
 ]
@@ -97,7 +119,12 @@ def test_damaged_file_never_stops_a_start(tmp_path: Path, bases, base: str, targ
             assert s.wait_dispatched(30), context
         finally:
             s.close()
-        assert verify_errors(store) == [], context
+        errors = verify_errors(store)
+        if errors and target == "rocksdb:sst":  # a rotten block nothing read yet: verify finds it, repair fixes it
+            assert all(e.startswith("cq_db_damaged") for e in errors), (context, errors)
+            assert repair_store(store).ok, context
+            errors = verify_errors(store)
+        assert errors == [], context
         s = open_store(store)
         try:
             assert check_messages(s, expected) == len(expected), context

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mqstore.errors import OffsetError, StoreTypeError
+from mqstore.errors import CorruptFileError, OffsetError, StoreTypeError
 from mqstore.formats.javahash import tags_code
 from mqstore.store import Message, MessageBatch, StoreConfig
 from mqstore.store.message_store import MessageStore
@@ -236,6 +236,44 @@ def test_a_damaged_rocksdb_is_set_aside_and_rebuilt(tmp_path: Path, damage: str)
     assert contents(tmp_path, ROCKS) == want
     assert list(tmp_path.glob("consumequeue.damaged-*"))
     assert verify_store(tmp_path).ok
+
+
+def _rot(db: Path) -> None:
+    """Garbage in the middle of the largest SST file (a block of units): RocksDB opens
+    the database and finds the damage only when a read lands on that block."""
+    sst = max(db.glob("*.sst"), key=lambda p: p.stat().st_size)
+    data = bytearray(sst.read_bytes())
+    data[len(data) // 4 : len(data) // 4 + 16] = bytes(16)
+    sst.write_bytes(bytes(data))
+
+
+def test_a_rotten_rocksdb_block_fails_reads_clearly_and_the_next_open_rebuilds(tmp_path: Path) -> None:
+    with MessageStore(tmp_path, ROCKS) as s:
+        fill(s, 8)
+    want = contents(tmp_path, ROCKS)
+    _rot(tmp_path / "consumequeue")
+    with MessageStore(tmp_path, ROCKS) as s:
+        with pytest.raises(
+            CorruptFileError, match="are damaged.*the store rebuilds them from the commitlog when it next opens"
+        ):
+            for topic, qid in want:
+                s.pull(topic, qid, 0, max_count=1000)
+    assert (tmp_path / "consumequeue" / "MQSTORE_DAMAGED").exists()
+    assert contents(tmp_path, ROCKS) == want
+    assert list(tmp_path.glob("consumequeue.damaged-*")) and verify_store(tmp_path).ok
+
+
+def test_verify_reports_a_rotten_rocksdb_block_and_repair_rebuilds(tmp_path: Path) -> None:
+    from mqstore.store.repair import repair_store
+
+    with MessageStore(tmp_path, ROCKS) as s:
+        fill(s, 8)
+    want = contents(tmp_path, ROCKS)
+    _rot(tmp_path / "consumequeue")
+    report = verify_store(tmp_path)
+    assert {f.kind for f in report.findings if f.severity.name == "ERROR"} == {"cq_db_damaged"}
+    assert repair_store(tmp_path).ok
+    assert verify_store(tmp_path).ok and contents(tmp_path, ROCKS) == want
 
 
 def test_repair_rebuilds_a_rocksdb_whose_units_disagree_with_the_records(tmp_path: Path) -> None:

@@ -29,6 +29,8 @@ Two sides, both in bulk with numpy:
     queue_offset_sequence   error     records of one queue do not take consecutive queue offsets
     cq_stray_file / cq_empty_file    warning the store ignores or removes it
     cq_not_written          info      a running store's records past the last unit on disk (units in memory)
+    cq_db_damaged           error     RocksDB (store type defaultRocksDB) reports a damaged block: the store
+                                      rebuilds every queue at its next open once a read found it (repair does now)
     queue_ends_unreadable   warning   config/queueEnds.bin does not decode; the store ignores it (reads every queue)
     queue_ends_mismatch     error     after this clean close the store would take a queue's ends from
                                       config/queueEnds.bin (its files are older than the summary), and they
@@ -44,7 +46,7 @@ from pathlib import Path
 
 import numpy as np
 
-from mqstore.errors import InvalidTopicError
+from mqstore.errors import CorruptFileError, InvalidTopicError
 from mqstore.formats.consume_queue import (
     UNIT_DTYPE,
     UNIT_SIZE,
@@ -131,12 +133,19 @@ def read_queues(
     last flush left it (opened read-only)."""
     out: dict[QueueKey, QueueFiles] = {}
     if store_type_on_disk(store_dir) == STORE_TYPE_ROCKSDB:  # one RocksDB (rocks_queues.py): no files to check
-        for topic, queue_id, first, values in queue_units(store_dir):
-            units = np.empty(len(values), UNIT_DTYPE)
-            for name in UNIT_DTYPE.names:
-                units[name] = values[name]
-            q = out[(topic, queue_id)] = QueueFiles(topic, queue_id, first, units)
-            _check_units(q, table, findings, damage, running=running)
+        try:
+            for topic, queue_id, first, values in queue_units(store_dir):
+                units = np.empty(len(values), UNIT_DTYPE)
+                for name in UNIT_DTYPE.names:
+                    units[name] = values[name]
+                q = out[(topic, queue_id)] = QueueFiles(topic, queue_id, first, units)
+                _check_units(q, table, findings, damage, running=running)
+        except CorruptFileError as e:  # every queue is rebuilt: none is checked further
+            findings.error("cq_db_damaged", CONSUME_QUEUE_DIR, str(e))
+            keys = np.unique(table.queue_keys[np.flatnonzero(table.advances)]).tolist()
+            for topic, queue_id in [*out, *map(table.queue_of, keys)]:
+                out[(topic, queue_id)] = QueueFiles(topic, queue_id, 0, np.empty(0, UNIT_DTYPE), unreadable=True)
+                damage.bad_queues.add((topic, queue_id))
         return out
     fb = file_bytes_for(file_bytes)
     for topic, queue_id, qdir in queue_dirs(store_dir, findings, damage):
@@ -354,8 +363,9 @@ def check_records(
         rec = takes[order[lo:hi]]
         qkey = table.queue_of(key)
         q = queues.get(qkey)
-        if q is not None and q.unreadable:
-            continue  # reported already; repair rebuilds it
+        if q is not None and q.unreadable:  # reported already; repair rebuilds it up to its last record
+            max_offsets[qkey] = max(q.end_offset, int(table.queue_offsets[rec].max()) + 1)
+            continue
         loc = q.location if q is not None else f"{CONSUME_QUEUE_DIR}/{qkey[0]}/{qkey[1]}"
         qo, ph = table.queue_offsets[rec], table.phys[rec]
         _check_sequence(qo, ph, loc, findings)
