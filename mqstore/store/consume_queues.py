@@ -172,8 +172,15 @@ class ConsumeQueues:
         self._topic_row_of_id = np.zeros(0, np.int64)  # by process-wide topic id: its _topic_names row (-1: none)
         self._keys = np.zeros(0, np.int64)  # (topic index << 16 | queue id), sorted
         self._key_ids = np.zeros(0, np.int64)  # the dense id of each key
-        self._by_id: list[ConsumeQueue | None] = []  # None: listed by the summary, no object yet (``_dense_of``)
+        # None: no object yet (``_dense_of``): a queue the summary lists, or a new one the
+        # dispatcher met (``_fresh``), made on first use (``get``, ``_objects_for``)
+        self._by_id: list[ConsumeQueue | None] = []
         self._dense_of: dict[tuple[str, int], int] = {}  # dense ids of the queues without an object
+        self._fresh = np.zeros(0, bool)  # by dense id: a new queue (nothing on disk but what the creator made)
+        self._made_base = np.zeros(
+            0, np.int64
+        )  # by dense id, no object yet: start byte of the file the creator made (-1)
+        self._fresh_unmade = 0  # new queues without an object (``count``)
         self._id_key = np.zeros(0, np.int64)  # the key of each dense id
         self._next = np.zeros(0, np.int64)  # queue offset the next unit must have (-1: any, a queue without units)
         self._max_end = np.zeros(0, np.int64)  # commitlog end of the queue's last unit (-1: none)
@@ -182,8 +189,9 @@ class ConsumeQueues:
         self._jseq = 0  # number of the journal's first chunk (counted since the start)
         self._writers: ThreadPoolExecutor | None = None
         # The creator (``_make_loop``): queues whose directory and first file are to be
-        # made, as (queue, byte of its first file or -1: where its first journaled unit goes).
-        self._to_make: deque[tuple[ConsumeQueue, int]] = deque()
+        # made, as (queue or dense id of a new queue without an object, byte of its
+        # first file or -1: where its first journaled unit goes).
+        self._to_make: deque[tuple[ConsumeQueue | int, int]] = deque()
         self._make_cv = threading.Condition()
         self._maker: threading.Thread | None = None
         self._making = 0  # items the creator took and has not finished
@@ -460,13 +468,15 @@ class ConsumeQueues:
                     if changed:
                         row = self._checked_at_use(topic, queue_id, row)
                         changed = row is None
+                    d = self._dense_of.get(key)
+                    fresh = d is not None and bool(self._fresh[d])  # a new queue the dispatcher met
                     cq = (
                         self._reopen_changed(topic, queue_id)
                         if changed
                         else self._queue_object(
                             topic,
                             queue_id,
-                            fresh=new and row is None,
+                            fresh=(new or fresh) and row is None,
                             repair=repair,
                             read_only=self._read_only_above is not None,
                             known=row,
@@ -474,12 +484,23 @@ class ConsumeQueues:
                     )
                     if self._read_only_above is not None:
                         cq.correct_min_offset(self._read_only_above)
-                    d = self._dense_of.pop(key, None)
                     if d is not None:  # the dispatcher journaled units of it before it had an object
+                        del self._dense_of[key]
+                        if fresh:
+                            self._take_fresh(cq, d)
                         cq._journal, cq._dense = self, d
                         self._by_id[d] = cq
                     self._queues[key] = cq
         return cq
+
+    def _take_fresh(self, cq: ConsumeQueue, dense: int) -> None:
+        """A new queue's object, made now: it takes the file the creator made for it
+        while it had none (``_make_fresh``). Caller holds the lock (the object is
+        not shared yet, so taking its own lock here cannot wait)."""
+        self._fresh_unmade -= 1
+        base = int(self._made_base[dense])
+        if base >= 0:
+            cq.take_made(f"{cq._dir}/{base:020d}", base)
 
     def _checked_at_use(self, topic: str, queue_id: int, row: KnownRow) -> KnownRow | None:
         """After a clean close of a big store (``load``), the check the open spared a
@@ -527,7 +548,9 @@ class ConsumeQueues:
         """The queue if it exists on disk or was written; never creates one."""
         cq = self._queues.get((topic, queue_id))
         if cq is None and (
-            (topic, queue_id) in self._known or (self._store_dir / CONSUME_QUEUE_DIR / topic / str(queue_id)).is_dir()
+            (topic, queue_id) in self._dense_of  # journaled units, no object yet
+            or (topic, queue_id) in self._known
+            or (self._store_dir / CONSUME_QUEUE_DIR / topic / str(queue_id)).is_dir()
         ):
             return self.get(topic, queue_id)
         return cq
@@ -537,7 +560,7 @@ class ConsumeQueues:
         queue it found, or made since)."""
         if self._loaded:
             with self._lock:
-                return sorted(set(self._queues).union(self._known.keys()))
+                return sorted(set(self._queues).union(self._known.keys(), self._dense_of))
         on_disk = set()
         root = self._store_dir / CONSUME_QUEUE_DIR
         if root.is_dir():
@@ -560,7 +583,7 @@ class ConsumeQueues:
     def count(self) -> int:
         """How many queues there are (``all`` without making them)."""
         with self._lock:
-            return len(self._queues) + len(self._known)
+            return len(self._queues) + len(self._known) + self._fresh_unmade
 
     def ends(self) -> dict[tuple[str, int], int]:
         """The next queue offset (max offset) of every queue (step 3 of the open)."""
@@ -693,30 +716,41 @@ class ConsumeQueues:
                 self._jcount = np.concatenate([self._jcount, np.zeros(size - len(self._jcount), np.int64)])
                 self._jfirst = np.concatenate([self._jfirst, np.zeros(size - len(self._jfirst), np.int64)])
                 self._id_key = np.concatenate([self._id_key, np.zeros(size - len(self._id_key), np.int64)])
+                self._fresh = np.concatenate([self._fresh, np.zeros(size - len(self._fresh), bool)])
+                self._made_base = np.concatenate([self._made_base, np.full(size - len(self._made_base), -1, np.int64)])
             self._id_key[first:count] = new_keys
             names = self._topic_names
             pairs = [(names[k >> 16], k & 0xFFFF) for k in new_keys.tolist()]
             # A queue the summary of queue ends lists gets no object until it is used
             # (``_queue_at``, ``get``): its row says what its next unit must continue.
-            opened = []
+            # Nor does a new queue (once ``load`` ran, a queue without an object or a row
+            # has nothing on disk): it continues nothing, and the creator makes its files
+            # by dense id (``_make_fresh``). Making 40,000 objects was most of the
+            # dispatcher's work in a pass over 10,000 new topics.
+            opened, fresh = [], []
+            lazy = self._loaded and self._read_only_above is None
             with self._lock:
                 rows = self._known.find_many(pairs)
                 for i, key in enumerate(pairs):
                     cq = self._queues.get(key)
-                    if cq is None and rows[i] >= 0:
+                    if cq is None and (rows[i] >= 0 or lazy):
                         self._dense_of[key] = first + i
                         self._by_id.append(None)
+                        if rows[i] < 0:
+                            fresh.append(first + i)
                     else:
                         self._by_id.append(cq)
                         if cq is None:
                             opened.append(i)
+                self._fresh[fresh] = True
+                self._fresh_unmade += len(fresh)
             listed = np.flatnonzero(rows >= 0)
             if len(listed):
                 self._next[first + listed] = self._known.column(rows[listed], "max_offset")
                 self._max_end[first + listed] = self._known.column(rows[listed], "max_physical_offset")
             for i in opened:
                 self._by_id[first + i] = self._queues.get(pairs[i]) or self._new_queue(*pairs[i])
-            unmade = []
+            unmade: list[tuple[ConsumeQueue | int, int]] = [(d, -1) for d in fresh]
             for dd in range(first, count):
                 cq = self._by_id[dd]
                 if cq is None:
@@ -759,14 +793,30 @@ class ConsumeQueues:
         return rows
 
     def _objects_for(self, ids: np.ndarray) -> None:
-        """Make at once the objects of the queues with these dense ids that the summary
-        of queue ends listed and that have none yet (``get`` for each, less its
-        per-queue lookups: after a crash the re-dispatch gives units to most of
-        400,000 such queues). Not where ``get`` checks a queue's files at first use
-        (``_check_since``) or makes read-only queues. Caller holds the journal lock."""
+        """Make at once the objects of the queues with these dense ids that have none
+        yet: new ones (``_fresh``), and those the summary of queue ends listed
+        (``get`` for each, less its per-queue lookups: after a crash the re-dispatch
+        gives units to most of 400,000 such queues; not where ``get`` checks a
+        queue's files at first use, ``_check_since``, or makes read-only queues).
+        Caller holds the journal lock."""
+        by_id = self._by_id
+        if self._fresh_unmade:
+            fresh = ids[self._fresh[ids]].tolist()
+            names = self._topic_names
+            with self._lock:
+                for d in fresh:
+                    if by_id[d] is not None:  # made meanwhile (``get``)
+                        continue
+                    k = int(self._id_key[d])
+                    key = (names[k >> 16], k & 0xFFFF)
+                    cq = self._queue_object(key[0], key[1], fresh=True)
+                    self._take_fresh(cq, d)
+                    cq._journal, cq._dense = self, d
+                    by_id[d] = cq
+                    del self._dense_of[key]
+                    self._queues[key] = cq
         if self._check_since is not None or self._read_only_above is not None or not len(self._known):
             return
-        by_id = self._by_id
         missing = [d for d in ids.tolist() if by_id[d] is None]
         if not missing:
             return
@@ -1306,7 +1356,7 @@ class ConsumeQueues:
         self._hand_to_maker(items)
         return len(items)
 
-    def _hand_to_maker(self, items: list[tuple[ConsumeQueue, int]]) -> None:
+    def _hand_to_maker(self, items: list[tuple[ConsumeQueue | int, int]]) -> None:
         if not items or self._read_only_above is not None:
             return
         with self._make_cv:
@@ -1345,15 +1395,19 @@ class ConsumeQueues:
                 self._to_make.clear()
             made, error = 0, None
             with self._jlock:  # where each queue's first journaled unit goes (units moved in say it themselves)
-                d = np.array([cq._dense if at < 0 else -1 for cq, at in items], np.int64)
+                # a new queue handed over by dense id may have got its object since
+                items = [(self._by_id[q] or q, at) if type(q) is int else (q, at) for q, at in items]
+                d = np.array([(q if type(q) is int else q._dense) if at < 0 else -1 for q, at in items], np.int64)
                 first = np.zeros(len(items), np.int64)
                 has = d >= 0
                 if has.any():
                     jc = self._jcount[d[has]]
                     first[has] = np.where(jc > 0, self._next[d[has]] - jc, 0)
             bases = [(at if at >= 0 else f * UNIT_SIZE) for (_, at), f in zip(items, first.tolist())]
-            if faults.active():  # one by one, through the fault points
-                for (cq, _), byte in zip(items, bases):
+            objects = [(q, b) for (q, _), b in zip(items, bases) if type(q) is not int]
+            fresh = [(q, b) for (q, _), b in zip(items, bases) if type(q) is int]
+            if faults.active():  # one by one, through the fault points (new queues' files: made at write-out)
+                for cq, byte in objects:
                     if self._stopping:
                         break
                     try:
@@ -1361,11 +1415,14 @@ class ConsumeQueues:
                     except (OSError, StoreNotWritableError, StoreClosedError) as e:  # the write-out tries again
                         error = error or str(e)
             else:
-                for i in range(0, len(items), _MAKE_AT_ONCE):
-                    if self._stopping:
-                        break
-                    m, e = self._make_many([cq for cq, _ in items[i : i + _MAKE_AT_ONCE]], bases[i : i + _MAKE_AT_ONCE])
-                    made, error = made + m, error or e
+                for part in (objects, fresh):
+                    for i in range(0, len(part), _MAKE_AT_ONCE):
+                        if self._stopping:
+                            break
+                        chunk = part[i : i + _MAKE_AT_ONCE]
+                        make = self._make_many if part is objects else self._make_fresh
+                        m, e = make([q for q, _ in chunk], [b for _, b in chunk])
+                        made, error = made + m, error or e
             self.made_ahead += made
             with self._make_cv:
                 self._making = 0
@@ -1395,6 +1452,46 @@ class ConsumeQueues:
                 made += cq.take_made(path, base)
             elif error is None:
                 error = f"{path}: {os.strerror(code) if code > 0 else 'a file of another size is there'}"
+        return made, error
+
+    def _make_fresh(self, ids: list[int], bases: list[int]) -> tuple[int, str | None]:
+        """``_make_many`` for new queues without an object (dense ids): their files are
+        made from their names, and the start byte of each is kept (``_made_base``)
+        for the object to take when it is made (``_take_fresh``); a queue whose
+        object was made meanwhile takes its file at once."""
+        by_id = self._by_id  # those with an object by now: as objects (it may have files already)
+        made, error = self._make_many(
+            [by_id[d] for d in ids if by_id[d] is not None], [b for d, b in zip(ids, bases) if by_id[d] is not None]
+        )
+        bases = [b for d, b in zip(ids, bases) if by_id[d] is None]
+        ids = [d for d in ids if by_id[d] is None]
+        if not ids:
+            return made, error
+        names, size = self._topic_names, self._file_bytes
+        root = f"{self._store_dir}/{CONSUME_QUEUE_DIR}"
+        dirs, paths, starts = [], [], []
+        for d, byte in zip(ids, bases):
+            k = int(self._id_key[d])
+            dirs.append(f"{root}/{names[k >> 16]}/{k & 0xFFFF}")
+            starts.append(byte - byte % size)
+            paths.append(f"{dirs[-1]}/{starts[-1]:020d}")
+        status = np.empty(len(ids), np.int32)
+        _files.make_queue_files(dirs, paths, size, status)
+        late = []
+        with self._lock:
+            for d, path, base, code in zip(ids, paths, starts, status.tolist()):
+                if code != 0:
+                    if error is None:
+                        error = f"{path}: {os.strerror(code) if code > 0 else 'a file of another size is there'}"
+                    continue
+                cq = self._by_id[d]
+                if cq is None:
+                    self._made_base[d] = base
+                    made += 1
+                else:
+                    late.append((cq, path, base))
+        for cq, path, base in late:
+            made += cq.take_made(path, base)
         return made, error
 
     def close(self) -> None:

@@ -6,6 +6,7 @@ the file's place) ends with the same files and the same status per queue."""
 from __future__ import annotations
 
 import errno
+import os
 from pathlib import Path
 
 import numpy as np
@@ -63,3 +64,17 @@ def test_files_are_sparse_and_a_failure_is_an_errno(tmp_path) -> None:
     assert status.tolist() == [0, errno.ENOTDIR]
     st_ = (d / "f").stat()
     assert st_.st_size == 1 << 20 and st_.st_blocks == 0
+
+
+def test_a_whole_file_there_is_taken_untouched(tmp_path) -> None:
+    """A file of the queue file size already there (a write-out made it first) keeps its
+    mtime: the open after a clean close trusts queues whose files are older than the
+    summary of queue ends, and a late truncate would have it read them all."""
+    d = tmp_path / "T" / "0"
+    d.mkdir(parents=True)
+    f = d / f"{0:020d}"
+    f.write_bytes(bytes(SIZE))
+    os.utime(f, ns=(10**18, 10**18))
+    status = np.empty(1, np.int32)
+    make_queue_files([str(d)], [str(f)], SIZE, status)
+    assert status.tolist() == [0] and f.stat().st_mtime_ns == 10**18 and f.stat().st_size == SIZE

@@ -56,6 +56,50 @@ def test_new_queues_are_made_by_the_creator_and_their_units_stay_buffered(tmp_pa
     cl.close()
 
 
+def test_new_queues_take_units_without_an_object_until_used(tmp_path: Path) -> None:
+    """A new queue gets a dense id and journaled units but no ConsumeQueue object (the
+    dispatcher made 40,000 of them in a pass over 10,000 new topics): the creator makes
+    its files by name, and the object, made at first use, takes that file and holds
+    every unit; the queue counts and is listed meanwhile."""
+    cl, cqs = dispatched_store(tmp_path)
+    assert not cqs._queues  # noqa: SLF001 - 200 new queues dispatched to, none made
+    assert cqs.count() == TOPICS * QUEUES and len(cqs.keys()) == TOPICS * QUEUES
+    assert cqs.wait_made(60) and cqs.made_ahead == TOPICS * QUEUES
+    assert len(queue_dirs(tmp_path)) == TOPICS * QUEUES and not cqs._queues  # noqa: SLF001
+    cq = cqs.find("BenchTopic7", 2)
+    units = cq.read_units(0, 1000)
+    assert len(units) == cq.max_offset == 10 and cq.files == [f"{0:020d}"]
+    assert [cl.read(int(u["commitlog_offset"])).queue_offset for u in units] == list(range(10))
+    assert len(cqs._queues) == 1  # noqa: SLF001
+    cqs.flush(thorough=True)  # the rest made at once, each taking its file
+    assert len(cqs._queues) == TOPICS * QUEUES and cqs.count() == TOPICS * QUEUES  # noqa: SLF001
+    assert all(cq.files == [f"{0:020d}"] and cq.flushed_offset == cq.max_offset == 10 for cq in cqs.all())
+    assert all(os.listdir(d) == [f"{0:020d}"] for d in queue_dirs(tmp_path))
+    cqs.close()
+    again = ConsumeQueues(tmp_path, file_bytes=20 * 100, max_open_files=8)
+    again.load()
+    assert sorted(c.max_offset for c in again.all()) == [10] * (TOPICS * QUEUES)
+    again.close()
+    cl.close()
+
+
+def test_new_queues_written_out_before_the_creator_comes(tmp_path: Path) -> None:
+    """The write-out makes new queues' objects and files before the creator gets to
+    them (a flush at once): the creator then takes the files there (no second file,
+    no object left without units), and each queue holds its units once."""
+    cl, cqs = dispatched_store(tmp_path)
+    cqs.flush(thorough=True)
+    assert cqs.wait_made(60)
+    assert all(os.listdir(d) == [f"{0:020d}"] for d in queue_dirs(tmp_path))
+    assert len(queue_dirs(tmp_path)) == TOPICS * QUEUES
+    for cq in cqs.all():
+        units = cq.read_units(0, 100)
+        assert len(units) == 10 and cq.files == [f"{0:020d}"]
+        assert [cl.read(int(u["commitlog_offset"])).queue_offset for u in units] == list(range(10))
+    cqs.close()
+    cl.close()
+
+
 def test_every_second_step_takes_only_page_full_queues_from_the_journal(tmp_path: Path) -> None:
     """The every-second write-out finds the queues with a page of units in the
     journal's counts and gives units to those only; the others stay journaled."""
