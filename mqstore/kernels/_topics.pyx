@@ -171,7 +171,7 @@ cdef class TopicIds:
             raise ValueError("one field per name")
         for i in range(len(names)):
             tid = self.add(names[i])
-            if fields[i] is not None:
+            if fields[i] is not None and self.fields[tid] is None:  # set once: see set_field
                 self.fields[tid] = fields[i]
             self.flags[tid] |= bits
 
@@ -196,9 +196,15 @@ cdef class TopicIds:
         self.flags[tid] &= ~bits
 
     def set_field(self, int64_t tid, bytes field):
+        """Set id ``tid``'s topic field if it has none. A field is a function of the
+        name, so it is set once and never replaced: another producer's batch may be
+        encoding from it (the encoder points into the bytes object, without the GIL),
+        and replacing it would free those bytes under that batch (garbage topics in
+        acknowledged records, as two producers admitting the same new topic did)."""
         if not 0 <= tid < len(self.names):
             raise IndexError(f"topic id {tid} unknown")
-        self.fields[tid] = field
+        if self.fields[tid] is None:
+            self.fields[tid] = field
 
     def find(self, name, unsigned char need):
         """The id of ``name`` if it has every flag of ``need``, else -1."""

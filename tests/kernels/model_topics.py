@@ -35,7 +35,8 @@ class ModelTopicIds:
         self.flags[tid] &= ~bits & 0xFF
 
     def set_field(self, tid: int, field: bytes) -> None:
-        self.fields[tid] = field
+        if self.fields[tid] is None:  # set once, never replaced (a batch may be encoding from it)
+            self.fields[tid] = field
 
     def find(self, name, need: int) -> int:
         tid = self.get(name)

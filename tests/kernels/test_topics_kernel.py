@@ -63,6 +63,18 @@ def test_topic_ids_equal_the_model(ops) -> None:
         assert [got.flags_of(i) for i in range(len(got))] == want.flags
 
 
+def test_a_topic_field_is_set_once_and_never_replaced() -> None:
+    """Two producers admitting the same new topic each bring its field; the second
+    must not replace the first: a batch being encoded points into it (replacing it
+    freed those bytes and wrote garbage topics into acknowledged records)."""
+    ids = TopicIds()
+    first, again = topic_field("T"), bytes(bytearray(topic_field("T")))
+    ids.add_all(["T"], [first], 1)
+    ids.add_all(["T"], [again], 1)
+    ids.set_field(0, again)
+    assert ids.fields[0] is first
+
+
 def test_many_names_grow_the_flags() -> None:
     ids = TopicIds()
     names = [f"Topic{i}" for i in range(20_000)]
