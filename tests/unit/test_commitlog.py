@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -345,11 +346,26 @@ def test_sync_flush_acknowledges_after_fsync(tmp_path: Path) -> None:
 
 
 def test_concurrent_sync_appenders_share_fsyncs(tmp_path: Path) -> None:
+    """Group commit: one fsync covers every append written while the one before it ran.
+    The first fsync is held until all four producers have written a batch, so the
+    next covers at least three appends however the threads are scheduled (it used to
+    rely on the threads overlapping by chance: ``100 < 100`` under load)."""
+
+    def batch() -> MessageBatch:
+        return MessageBatch(topics="T", bodies=[b"y" * 100] * 20, queue_ids=0)
+
     with open_log(tmp_path, flush_mode=FlushMode.SYNC, segment_bytes=4 << 20) as cl:
+        warm = cl.append(MessageBatch(topics="W", bodies=[b"y" * 100] * 20, queue_ids=0))  # as long as a batch()
+        batch_bytes = warm.end_offset - int(warm.physical_offsets[0])
+        all_wrote = cl.wrote_offset + 4 * batch_bytes
         calls = []
         real = cl._segments.sync_range
 
         def counting(a: int, b: int) -> None:
+            if not calls:  # hold the first fsync until every producer has written once
+                deadline = time.monotonic() + 30
+                while cl.wrote_offset < all_wrote and time.monotonic() < deadline:
+                    time.sleep(0.001)
             calls.append((a, b))
             real(a, b)
 
@@ -358,7 +374,7 @@ def test_concurrent_sync_appenders_share_fsyncs(tmp_path: Path) -> None:
 
         def producer() -> None:
             for _ in range(25):
-                results.append(cl.append(MessageBatch(topics="T", bodies=[b"y" * 100] * 20, queue_ids=0)))
+                results.append(cl.append(batch()))
 
         threads = [threading.Thread(target=producer) for _ in range(4)]
         for t in threads:
@@ -367,7 +383,10 @@ def test_concurrent_sync_appenders_share_fsyncs(tmp_path: Path) -> None:
             t.join()
         assert all(r.status is PutStatus.PUT_OK for r in results)
         assert max(r.end_offset for r in results) <= cl.flushed_offset
-        assert 0 < len(calls) < len(results)  # group commit: fewer fsyncs than appends
+        covered = [sum(a < r.end_offset <= b for r in results) for a, b in calls]
+        assert sum(covered) == len(results)  # every append made durable by exactly one fsync
+        assert max(covered) >= 3  # ... and one fsync made three appends durable at once
+        assert len(calls) < len(results)
         offs = np.sort(np.concatenate([r.queue_offsets for r in results]))
         assert offs.tolist() == list(range(2000))
 
