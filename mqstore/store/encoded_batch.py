@@ -17,7 +17,11 @@ buffer, so a bad record refuses the whole batch before anything is written:
                  (SCHEDULE_SOURCE), no DELAY (a delayed message is rewritten to
                  SCHEDULE_TOPIC_XXXX, which only the columnar path does) and no
                  TIMER_DELAY_SEC / TIMER_DELAY_MS (message_rules.py);
-    topics       their bytes UTF-8 (names are checked by the caller's policy);
+    topics       their bytes UTF-8 (names are checked by the caller's policy); each
+                 distinct topic's bytes are looked up in a table kept across batches
+                 (``_TopicNames``), so a known topic costs no decode and its name is
+                 the same str object every batch (the topic table's lookups by name
+                 then hit its cache by object, kernels/_topics.pyx);
     sizes        body, properties and record within the store's limits;
     hosts        born host ports in 0..65535; born times in protobuf Timestamp's
                  range (message_rules.py); the store host of the store's kind
@@ -31,13 +35,15 @@ parsed columns and to the properties in place (``props_at``, ``props_len``).
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 
 from mqstore.errors import InvalidMessageError, InvalidTopicError, MessageTooLargeError
 from mqstore.formats.message import BLANK_RECORD_BYTES, MIN_RECORD_BYTES
 from mqstore.formats.msgid import encode_host
 from mqstore.formats.properties import DELAY, SCHEDULE_SOURCE
-from mqstore.kernels import _scan
+from mqstore.kernels import _intern, _scan
 from mqstore.store.config import StoreConfig
 from mqstore.store.message_rules import MARKERS, MAX_TIME_MS, MIN_TIME_MS, born_time_problem
 
@@ -128,33 +134,68 @@ def parse_encoded(data: bytes | bytearray | memoryview, config: StoreConfig) -> 
     if bad >= 0:
         text = _WHY_RESERVED[which] if why == _scan.PROPS_RESERVED else _WHY_PROPS[why]
         raise InvalidMessageError(f"encoded record {bad}: {text}; nothing was written")
-    codes, first = np.empty(n, np.int64), np.empty(n, np.int64)
-    distinct = _scan.topic_codes(data, topic_at, topic_len, codes, first)
-    topics = _topic_names(data, topic_at, topic_len, first[:distinct])
+    codes, topics = _TOPIC_NAMES.codes(data, topic_at, topic_len)
     _check_heads(data, positions, sizes, sysflags, config)
     return EncodedBatch(
         data, positions, sizes, cols[_scan.COL_QUEUE_ID], sysflags, topics, codes, props_at, props_len, marks
     )
 
 
-def _topic_names(data, topic_at: np.ndarray, topic_len: np.ndarray, first: np.ndarray) -> list[str]:
-    """The distinct topics' names, ``first[c]`` the record where topic c first appears.
-    One slice and decode per distinct topic from plain ints (a batch may name a
-    thousand topics: numpy scalars per name cost three times as much)."""
-    ats, lens = topic_at[first].tolist(), topic_len[first].tolist()
-    if not isinstance(data, (bytes, bytearray)):
-        data = memoryview(data).cast("B")
-    try:
-        if isinstance(data, memoryview):
-            return [data[a : a + ln].tobytes().decode() for a, ln in zip(ats, lens)]
-        return [data[a : a + ln].decode() for a, ln in zip(ats, lens)]
-    except UnicodeDecodeError:
-        for i, a, ln in zip(first.tolist(), ats, lens):
+class _TopicNames:
+    """Topic byte strings -> names, kept across batches: at 10,000 topics round-robin
+    every batch names 1,000 topics, and decoding each one, then finding its id in the
+    topic table by a new str, cost more than the rest of the append (a served
+    producer's topics arrive as bytes every time). One compiled pass numbers a batch's
+    distinct topics (kernels/_intern.pyx, as ``_scan.topic_codes`` does) and gives each
+    distinct byte string an id for the table's life; a name is decoded once per id.
+    Bytes that are not UTF-8 keep an id with no name (refused every time). Past
+    ``max_ids`` distinct byte strings (a client sending ever new names) the table
+    starts again. Thread-safe (one lock)."""
+
+    def __init__(self, max_ids: int = 1_000_000) -> None:
+        self._max_ids = max_ids
+        self._lock = threading.Lock()
+        self._reset()
+
+    def _reset(self) -> None:
+        self._ids = _intern.TopicByteIds()
+        self._names = np.empty(1024, object)  # by id; None: not UTF-8
+
+    def codes(self, data, topic_at: np.ndarray, topic_len: np.ndarray) -> tuple[np.ndarray, list[str]]:
+        """(per record: index into the names, the distinct names in order of first
+        appearance); InvalidTopicError naming the first record whose topic is not UTF-8."""
+        n = len(topic_at)
+        codes, ids = np.empty(n, np.int64), np.empty(n, np.int64)
+        at, ln = np.ascontiguousarray(topic_at, np.int64), np.ascontiguousarray(topic_len, np.int64)
+        buf = data if isinstance(data, (bytes, bytearray)) else memoryview(data).cast("B")
+        with self._lock:
+            if len(self._ids) > self._max_ids:
+                self._reset()
+            known = len(self._ids)
+            k = self._ids.codes(buf, at, ln, codes, ids)
+            if len(self._ids) > known:
+                self._name_new(known)
+            names = self._names[ids[:k]].tolist()
+        if None in names:
+            bad = names.index(None)
+            first = int(np.flatnonzero(codes == bad)[0])
+            raise InvalidTopicError(f"encoded record {first}: its topic is not UTF-8; nothing was written")
+        return codes, names
+
+    def _name_new(self, known: int) -> None:
+        count = len(self._ids)
+        if count > len(self._names):
+            grown = np.empty(max(count, 2 * len(self._names)), object)
+            grown[: len(self._names)] = self._names
+            self._names = grown
+        for i in range(known, count):
             try:
-                bytes(data[a : a + ln]).decode()
+                self._names[i] = self._ids.name(i).decode()
             except UnicodeDecodeError:
-                raise InvalidTopicError(f"encoded record {i}: its topic is not UTF-8; nothing was written") from None
-        raise
+                self._names[i] = None
+
+
+_TOPIC_NAMES = _TopicNames()
 
 
 def _check_heads(data, positions: np.ndarray, sizes: np.ndarray, sysflags: np.ndarray, config: StoreConfig) -> None:

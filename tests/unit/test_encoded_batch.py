@@ -193,3 +193,29 @@ def test_distinct_topics_in_order_of_first_appearance_from_any_buffer() -> None:
     for buf in (bad, memoryview(bad)):
         with pytest.raises(InvalidTopicError, match="encoded record 3: its topic is not UTF-8"):
             parse_encoded(buf, cfg())
+
+
+def test_topic_names_are_kept_across_batches_and_start_again_past_the_cap(monkeypatch) -> None:
+    """A served producer's topics arrive as bytes every batch: each distinct topic is
+    decoded once and its name is the same object batch after batch (the topic table
+    finds it by object); a name not UTF-8 is refused every time; past its cap the
+    table starts again and names stay right."""
+    from mqstore.store import encoded_batch
+
+    table = encoded_batch._TopicNames(max_ids=50)
+    monkeypatch.setattr(encoded_batch, "_TOPIC_NAMES", table)
+    names = [f"T{i}" for i in range(40)]
+    data = client_encode(MessageBatch(topics=names, bodies=[b"x"] * len(names)))
+    first = parse_encoded(data, cfg()).topics
+    again = parse_encoded(bytearray(data), cfg()).topics
+    assert first == names and all(a is b for a, b in zip(first, again))
+    at = data.index(b"T3", record_starts(data)[3])
+    bad = data[:at] + b"\xff" + data[at + 1 :]
+    for _ in range(2):
+        with pytest.raises(InvalidTopicError, match="encoded record 3: its topic is not UTF-8"):
+            parse_encoded(bad, cfg())
+    more = [f"U{i}" for i in range(40)]
+    assert parse_encoded(client_encode(MessageBatch(topics=more, bodies=[b"x"] * 40)), cfg()).topics == more
+    assert len(table._ids) > 50  # past the cap: the next batch starts a new table
+    assert parse_encoded(data, cfg()).topics == names
+    assert len(table._ids) == 40
