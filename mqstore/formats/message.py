@@ -590,6 +590,26 @@ def topic_names_of(ids: np.ndarray) -> list[str]:
     return _TOPIC_ID_NAMES[ids].tolist()
 
 
+def topic_ids_of_names(names: list[str]) -> np.ndarray:
+    """The process-wide ids of these topic names (given ids if new), as a scan of
+    records carrying them would give (a consume-queue builder told names over gRPC
+    keeps its queues' rows by the same ids as a dispatcher in its own process)."""
+    raw = [t.encode("utf-8") for t in names]
+    n = len(raw)
+    lens = np.fromiter(map(len, raw), np.int64, n)
+    at = np.zeros(n, np.int64)
+    np.cumsum(lens[:-1], out=at[1:])
+    codes, ids = np.empty(n, np.int64), np.empty(n, np.int64)
+    if not n:
+        return ids
+    with _TOPIC_IDS_LOCK:
+        known = len(_TOPIC_IDS)
+        k = _TOPIC_IDS.codes(b"".join(raw), at, lens, codes, ids)
+        if len(_TOPIC_IDS) > known:
+            _name_new_topics(known)
+    return ids[:k][codes]
+
+
 def _name_new_topics(known: int) -> None:
     """Decode the names of the topics given ids since ``known`` (caller holds the lock)."""
     global _TOPIC_ID_NAMES

@@ -11,7 +11,11 @@ answer brings the bytes. It decodes them in bulk
 and sends the consume-queue columns to the consume-queue builder
 (ConsumeQueueService.PutUnits) and the index keys to the index builder
 (IndexService.PutKeys), both at once, while the next ReadRange is already in
-flight. When the consume-queue builder answered, its dispatched offset moves; the
+flight. Topics go to the consume-queue builder as this process's topic ids
+(formats.message: given once per process, its *epoch*), each id named only the first
+time after each resync (services/index/topic_epochs.py: at 10,000 topics a chunk
+named thousands of topics, made into str and looked up by name there, chunk after
+chunk). When the consume-queue builder answered, its dispatched offset moves; the
 next ReadRange tells the commitlog (``dispatched_offset``: retention and
 back-pressure use it).
 
@@ -38,11 +42,13 @@ consume queues and the index.
 from __future__ import annotations
 
 import asyncio
+import secrets
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import grpc
+import numpy as np
 import structlog
 
 from mqstore.formats.message import scan_records
@@ -60,6 +66,7 @@ from mqstore.services.common.columns import INT32, INT64, pack
 from mqstore.services.common.errors import rpc
 from mqstore.services.common.internal_auth import InternalAuth
 from mqstore.services.common.server import Registration, channel
+from mqstore.services.index.topic_epochs import MAX_TOPIC_ID
 from mqstore.store import open_protocol
 from mqstore.store.commitlog import ScanChunk
 from mqstore.store.dispatch import DispatchBatch, build_dispatch_batch
@@ -139,6 +146,11 @@ class RemoteDispatcher:
         self._index_moved_at = 0.0  # monotonic time the index last advanced (or fell behind)
         self._frontier = -1  # to_offset of the last batch the consume queues were sent
         self._catch_up: asyncio.Task | None = None
+        # Topics go to the consume-queue builder as this process's ids (the module
+        # docstring): the epoch names the id space, ``_told`` (by id) the ids whose
+        # names it was sent since the last resync.
+        self.topic_epoch = secrets.randbits(62) + 1
+        self._told = np.zeros(0, bool)
         self._channels: list[grpc.aio.Channel] | None = None
         self._task: asyncio.Task | None = None
 
@@ -231,6 +243,7 @@ class RemoteDispatcher:
             open_protocol.resume_offset([p.progress_offset]),
         )
         self._frontier = self.dispatched_offset
+        self._told = np.zeros(0, bool)  # a builder that restarted knows no names: tell them again
         self.index_behind = False
         if ix is not None and (why := (await self._index_standing(ix))[0]) is not None:
             self._index_fell_behind(cl, why, resuming=True)  # it joins from its own progress when it can
@@ -354,7 +367,7 @@ class RemoteDispatcher:
                 r = await self._read(cl, at, wait=False)
                 if r.incarnation != self.incarnation:
                     raise _Resync(f"shard reopened (incarnation {r.incarnation}, was {self.incarnation})")
-                res = await self._ix.PutKeys(self._requests(r, at)[1], timeout=60)
+                res = await self._ix.PutKeys(self._requests(r, at, units=False)[1], timeout=60)
                 self.index_offset = res.progress_offset
                 backoff = 0.05
             except asyncio.CancelledError:
@@ -386,7 +399,9 @@ class RemoteDispatcher:
         )
         return await cl.ReadRange(req, timeout=self._wait_ms / 1000 + 30)
 
-    def _requests(self, r: commitlog_pb2.ReadRangeResponse, frm: int):
+    def _requests(self, r: commitlog_pb2.ReadRangeResponse, frm: int, *, units: bool = True):
+        """(PutUnits, PutKeys) of a ReadRange answer from ``frm``; ``units`` False: the
+        index's alone (the PutUnits is None, and no topic counts as told)."""
         to, inc = r.next_offset, self.incarnation
         low, forced = r.min_offset, r.forced_deleted_to  # retention, told to the builders
         if not r.record_count:  # a BLANK (end of a segment) or retention moved the start: progress only
@@ -403,22 +418,24 @@ class RemoteDispatcher:
             b = decode_range(mm, r.offset - base, r.data_end - base, base, r.next_offset, self._delays)
         if len(b) != r.record_count:
             raise _Resync(f"ReadRange said {r.record_count} records at {r.offset}, {len(b)} decoded")
-        units = consume_queue_pb2.PutUnitsRequest(
-            topics=b.topics,
-            topic_codes=pack(b.topic_codes, INT32),
-            queue_ids=pack(b.queue_ids, INT32),
-            queue_offsets=pack(b.queue_offsets, INT64),
-            physical_offsets=pack(b.physical_offsets, INT64),
-            sizes=pack(b.sizes, INT32),
-            tags_codes=pack(b.tags_codes, INT64),
-            store_timestamps=pack(b.store_timestamps, INT64),
-            sysflags=pack(b.sysflags, INT32),
-            from_offset=frm,
-            to_offset=to,
-            incarnation=inc,
-            commitlog_min_offset=low,
-            forced_deleted_to=forced,
-        )
+        put = None
+        if units:
+            put = consume_queue_pb2.PutUnitsRequest(
+                topic_codes=pack(b.topic_codes, INT32),
+                queue_ids=pack(b.queue_ids, INT32),
+                queue_offsets=pack(b.queue_offsets, INT64),
+                physical_offsets=pack(b.physical_offsets, INT64),
+                sizes=pack(b.sizes, INT32),
+                tags_codes=pack(b.tags_codes, INT64),
+                store_timestamps=pack(b.store_timestamps, INT64),
+                sysflags=pack(b.sysflags, INT32),
+                from_offset=frm,
+                to_offset=to,
+                incarnation=inc,
+                commitlog_min_offset=low,
+                forced_deleted_to=forced,
+            )
+            self._name_topics(put, b)
         e = b.index_entries()
         keys = index_pb2.PutKeysRequest(
             key_hashes=pack(e.key_hashes, INT64),
@@ -429,7 +446,26 @@ class RemoteDispatcher:
             incarnation=inc,
             commitlog_min_offset=low,
         )
-        return units, keys
+        return put, keys
+
+    def _name_topics(self, put: consume_queue_pb2.PutUnitsRequest, b: DispatchBatch) -> None:
+        """The batch's topics as this process's ids, with the names of those not told
+        since the last resync (every failed put resyncs); by name without ids."""
+        ids = b.topic_ids
+        if ids is None or (len(ids) and int(ids.max()) > MAX_TOPIC_ID):
+            put.topics.extend(b.topics)
+            return
+        if len(ids) and int(ids.max()) >= len(self._told):
+            grown = np.zeros(max(int(ids.max()) + 1, 2 * len(self._told)), bool)
+            grown[: len(self._told)] = self._told
+            self._told = grown
+        new = np.flatnonzero(~self._told[ids])
+        put.topic_epoch = self.topic_epoch
+        put.topic_ids = pack(ids, INT32)
+        if len(new):
+            put.named_ids = pack(ids[new], INT32)
+            put.topics.extend([b.topics[i] for i in new.tolist()])
+            self._told[ids[new]] = True
 
     @property
     def index_stuck(self) -> bool:

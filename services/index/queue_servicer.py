@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from mqstore.formats.message import topic_names_of
 from mqstore.formats.names import check_topic
 from mqstore.rpc.v1 import common_pb2, consume_queue_pb2_grpc, front_pb2
 from mqstore.rpc.v1 import consume_queue_pb2 as pb
@@ -18,6 +19,7 @@ from mqstore.services.common.server import Registration
 from mqstore.services.index.local_pull import LocalPulls
 from mqstore.services.index.pop_service import Popper
 from mqstore.services.index.state import BuilderState
+from mqstore.services.index.topic_epochs import TopicEpochs
 from mqstore.store.builders import QueueBuilder
 from mqstore.store.dispatch import DispatchBatch
 from mqstore.store.local_ports import queue_ranges, units_page
@@ -32,6 +34,7 @@ class ConsumeQueueServicer(consume_queue_pb2_grpc.ConsumeQueueServiceServicer):
         self.state = state
         self._pulls = LocalPulls(state.store_dir)
         self.popper = Popper(state, self._pulls)
+        self._epochs = TopicEpochs()  # the dispatchers' topic ids (PutUnits' topic_epoch)
 
     def registration(self) -> Registration:
         return Registration(consume_queue_pb2_grpc.add_ConsumeQueueServiceServicer_to_server, self, SERVICE)
@@ -40,7 +43,7 @@ class ConsumeQueueServicer(consume_queue_pb2_grpc.ConsumeQueueServiceServicer):
     async def PutUnits(self, request: pb.PutUnitsRequest, context) -> pb.PutUnitsResponse:
         self.state.ready()
         self.state.check_incarnation(request.incarnation)
-        batch = _dispatch_batch(request)
+        batch = _dispatch_batch(request, self._epochs)
         await self.state.check_to_offset(request.to_offset)
         progress = await self.state.call(
             self.state.put, request.incarnation, batch, request.from_offset, request.to_offset
@@ -239,21 +242,31 @@ def _check_topics(names: list[str]) -> None:
     _CHECKED_TOPICS.update(new)
 
 
-def _dispatch_batch(r: pb.PutUnitsRequest) -> DispatchBatch:
+def _dispatch_batch(r: pb.PutUnitsRequest, epochs: TopicEpochs | None = None) -> DispatchBatch:
     """The consume-queue columns of a DispatchBatch from a PutUnits request, checked
-    (a bad batch must fail before any unit is written)."""
+    (a bad batch must fail before any unit is written). With ``topic_epoch`` the
+    topics come as the dispatcher's ids (topic_epochs.py); names it carries are
+    checked and learnt first."""
     cols = {name: unpack(getattr(r, name), dtype, name) for name, dtype in _UNIT_COLUMNS.items()}
     n = validate.same_lengths(**cols)
     if r.to_offset < r.from_offset:
         raise BadRequest(f"to_offset {r.to_offset} is before from_offset {r.from_offset}")
-    topics = list(r.topics)  # once: each read of a repeated string field makes new str objects
-    _check_topics(topics)
+    names = list(r.topics)  # once: each read of a repeated string field makes new str objects
+    _check_topics(names)
+    if r.topic_epoch:
+        if epochs is None:
+            raise BadRequest("topic_epoch is not taken here")
+        epochs.learn(r.topic_epoch, unpack(r.named_ids, INT32, "named_ids"), names)
+        ids = epochs.ours(r.topic_epoch, unpack(r.topic_ids, INT32, "topic_ids"))
+        topics = topic_names_of(ids)  # the same str objects every chunk: a gather
+    else:
+        ids, topics = None, names
     codes, qids, phys, sizes, qo = (
         cols[c] for c in ("topic_codes", "queue_ids", "physical_offsets", "sizes", "queue_offsets")
     )
     if n:
-        if codes.min() < 0 or codes.max() >= len(r.topics):
-            raise BadRequest(f"topic_codes must index topics (0..{len(r.topics) - 1})")
+        if codes.min() < 0 or codes.max() >= len(topics):
+            raise BadRequest(f"topic_codes must index the batch's topics (0..{len(topics) - 1})")
         if qids.min() < 0 or qids.max() > validate.MAX_QUEUE_ID:
             raise BadRequest("queue ids must be in 0..65535")
         if qo.min() < 0 or sizes.min() <= 0:
@@ -276,6 +289,7 @@ def _dispatch_batch(r: pb.PutUnitsRequest) -> DispatchBatch:
         keys_end=none,
         uniq_at=none,
         uniq_end=none,
+        topic_ids=ids,
     )
 
 

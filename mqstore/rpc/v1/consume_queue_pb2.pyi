@@ -127,8 +127,11 @@ class PopToDeadLetterResponse(_message.Message):
     def __init__(self, outcome: _Optional[_Union[PopOutcome, str]] = ...) -> None: ...
 
 class PutUnitsRequest(_message.Message):
-    __slots__ = ("topics", "topic_codes", "queue_ids", "queue_offsets", "physical_offsets", "sizes", "tags_codes", "store_timestamps", "sysflags", "from_offset", "to_offset", "incarnation", "commitlog_min_offset", "forced_deleted_to")
+    __slots__ = ("topics", "topic_epoch", "topic_ids", "named_ids", "topic_codes", "queue_ids", "queue_offsets", "physical_offsets", "sizes", "tags_codes", "store_timestamps", "sysflags", "from_offset", "to_offset", "incarnation", "commitlog_min_offset", "forced_deleted_to")
     TOPICS_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_IDS_FIELD_NUMBER: _ClassVar[int]
+    NAMED_IDS_FIELD_NUMBER: _ClassVar[int]
     TOPIC_CODES_FIELD_NUMBER: _ClassVar[int]
     QUEUE_IDS_FIELD_NUMBER: _ClassVar[int]
     QUEUE_OFFSETS_FIELD_NUMBER: _ClassVar[int]
@@ -143,6 +146,9 @@ class PutUnitsRequest(_message.Message):
     COMMITLOG_MIN_OFFSET_FIELD_NUMBER: _ClassVar[int]
     FORCED_DELETED_TO_FIELD_NUMBER: _ClassVar[int]
     topics: _containers.RepeatedScalarFieldContainer[str]
+    topic_epoch: int
+    topic_ids: bytes
+    named_ids: bytes
     topic_codes: bytes
     queue_ids: bytes
     queue_offsets: bytes
@@ -156,7 +162,7 @@ class PutUnitsRequest(_message.Message):
     incarnation: int
     commitlog_min_offset: int
     forced_deleted_to: int
-    def __init__(self, topics: _Optional[_Iterable[str]] = ..., topic_codes: _Optional[bytes] = ..., queue_ids: _Optional[bytes] = ..., queue_offsets: _Optional[bytes] = ..., physical_offsets: _Optional[bytes] = ..., sizes: _Optional[bytes] = ..., tags_codes: _Optional[bytes] = ..., store_timestamps: _Optional[bytes] = ..., sysflags: _Optional[bytes] = ..., from_offset: _Optional[int] = ..., to_offset: _Optional[int] = ..., incarnation: _Optional[int] = ..., commitlog_min_offset: _Optional[int] = ..., forced_deleted_to: _Optional[int] = ...) -> None: ...
+    def __init__(self, topics: _Optional[_Iterable[str]] = ..., topic_epoch: _Optional[int] = ..., topic_ids: _Optional[bytes] = ..., named_ids: _Optional[bytes] = ..., topic_codes: _Optional[bytes] = ..., queue_ids: _Optional[bytes] = ..., queue_offsets: _Optional[bytes] = ..., physical_offsets: _Optional[bytes] = ..., sizes: _Optional[bytes] = ..., tags_codes: _Optional[bytes] = ..., store_timestamps: _Optional[bytes] = ..., sysflags: _Optional[bytes] = ..., from_offset: _Optional[int] = ..., to_offset: _Optional[int] = ..., incarnation: _Optional[int] = ..., commitlog_min_offset: _Optional[int] = ..., forced_deleted_to: _Optional[int] = ...) -> None: ...
 
 class PutUnitsResponse(_message.Message):
     __slots__ = ("progress_offset",)
