@@ -12,16 +12,18 @@ store must re-dispatch so that the dispatcher rebuilds what went (units it alrea
 holds are skipped, so re-dispatching more is harmless).
 
 Units are written behind: ``dispatch`` only journals them (grouped by queue, the
-queues' state in arrays by dense queue id; a new queue touches no file, a queue the
-summary lists gets no object until used); ``write_behind`` (every second) writes the
-queues with a page journaled, all of them once the journal passes its budget;
+queues' state in arrays by dense queue id; a new queue touches no file, and neither
+it nor a queue the summary lists gets an object until used: ``get``, ``_objects_for``);
+``write_behind`` (every second) writes the queues with a page journaled, all of them
+once the journal passes its budget;
 ``flush(thorough=True)`` (every 60 s, on close) writes everything and makes it durable
 with one syncfs past 64 queues; any read of a queue writes its units first (or serves
 them from memory if the disk is full). A crash loses only journaled units, which the
 store dispatches again from the last thorough flush. New queues' directories and
 first files are made by one creator thread (``_make_loop``, many at a time in
-compiled code without the GIL: ``_make_many``) as the dispatcher meets them, or at
-topic creation (``make_ahead``).
+compiled code without the GIL: ``_make_many``; ``_make_fresh`` by name for new
+queues without an object, which take the file when made) as the dispatcher meets
+them, or at topic creation (``make_ahead``).
 
 A summary of every queue's ends (queue_ends.py, ``config/queueEnds.bin``) is
 written at each thorough flush once the queues are durable (``flush(progress=...)``).
@@ -1394,12 +1396,13 @@ class ConsumeQueues:
                 items, self._making = list(self._to_make), len(self._to_make)
                 self._to_make.clear()
             made, error = 0, None
+            # A new queue handed over by dense id may have got its object since (one got
+            # after this sees its units moved in: ``_make_fresh`` asks the object then).
+            items = [(self._by_id[q] or q, at) if type(q) is int else (q, at) for q, at in items]
+            d = np.array([(q if type(q) is int else q._dense) if at < 0 else -1 for q, at in items], np.int64)
+            first = np.zeros(len(items), np.int64)
+            has = d >= 0
             with self._jlock:  # where each queue's first journaled unit goes (units moved in say it themselves)
-                # a new queue handed over by dense id may have got its object since
-                items = [(self._by_id[q] or q, at) if type(q) is int else (q, at) for q, at in items]
-                d = np.array([(q if type(q) is int else q._dense) if at < 0 else -1 for q, at in items], np.int64)
-                first = np.zeros(len(items), np.int64)
-                has = d >= 0
                 if has.any():
                     jc = self._jcount[d[has]]
                     first[has] = np.where(jc > 0, self._next[d[has]] - jc, 0)
