@@ -73,6 +73,7 @@ def test_print_decodes_records_as_json(tmp_path: Path) -> None:
     assert json.loads(p2.stdout)["msg_id"] == recs[1]["msg_id"]
 
 
+@pytest.mark.slow  # a bench command run, over ~2 s (tests/README.md)
 def test_bench_disk_reports_throughput(tmp_path: Path) -> None:
     p = mq("bench", "disk", "--store", str(tmp_path), "--bytes", str(8 << 20), "--rounds", "2")
     assert p.returncode == 0, p.stderr
@@ -106,8 +107,15 @@ def test_a_locked_store_is_a_clear_error(tmp_path: Path) -> None:
     assert p.returncode == 1 and "already open" in p.stderr
 
 
+# One process start (~1-2 s) each: the top-level help in the fast tier, the rest in the
+# full suite (test_newcomer.py's in-process help checks cover the subcommands fast).
 @pytest.mark.parametrize(
-    "cmd", [[], ["bench"], ["bench", "append"], ["bench", "disk"], ["bench", "recover"], ["print"]]
+    "cmd",
+    [[]]
+    + [
+        pytest.param(cmd, marks=pytest.mark.slow)
+        for cmd in (["bench"], ["bench", "append"], ["bench", "disk"], ["bench", "recover"], ["print"])
+    ],
 )
 def test_every_command_has_help(cmd: list[str]) -> None:
     p = mq(*cmd, "--help")

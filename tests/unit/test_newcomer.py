@@ -152,6 +152,7 @@ HOLD = (
 )
 
 
+@pytest.mark.slow  # starts a process holding the store, over ~2 s (tests/README.md)
 def test_serve_on_a_held_store_fails_at_once_naming_the_holder(tmp_path: Path) -> None:
     """Before Ray starts (here Ray can not start at all: tests/unit forbids it), in
     one line with the holder's pid; it used to fail after 55 s and ~30 log lines."""
