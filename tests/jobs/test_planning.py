@@ -32,3 +32,19 @@ def test_many_queues_are_dealt_round_robin_in_groups_of_at_most_20000(tmp_path: 
     groups = queue_groups(tmp_path, queues, 2)  # no directory is listed: they do not exist here
     assert len(groups) == 3 and sorted(q for g in groups for q in g) == sorted(queues)
     assert max(map(len, groups)) - min(map(len, groups)) <= 1
+
+
+def test_chunk_tasks_read_queue_files_up_to_1000_queues_and_never_from_a_rocksdb(tmp_path: Path) -> None:
+    import dataclasses
+
+    from mqstore.jobs.reconcile.planning import QUEUES_READ_BY_CHUNKS, Plan
+    from mqstore.store.config import STORE_TYPE_ROCKSDB, StoreConfig
+
+    def plan_of(queues: int, **kw) -> Plan:
+        qs = [(f"T{i // 4}", i % 4) for i in range(queues)]
+        return Plan(tmp_path, StoreConfig(), False, True, [], [], qs, [], 0, 0, **kw)
+
+    assert QUEUES_READ_BY_CHUNKS == 1_000
+    assert plan_of(16).chunks_read_queues and plan_of(1_000).chunks_read_queues
+    assert not plan_of(1_001).chunks_read_queues
+    assert not dataclasses.replace(plan_of(16), store_type=STORE_TYPE_ROCKSDB).chunks_read_queues

@@ -1,6 +1,6 @@
 """``mqstore reconcile``'s two ways of giving a chunk task its units (run.py): with
 few queues each chunk task reads them from the queue files, with many the queue
-tasks shuffle them to it (Plan.chunks_read_queues, planning.CHUNK_QUEUE_READS). The
+tasks shuffle them to it (Plan.chunks_read_queues, planning.QUEUES_READ_BY_CHUNKS). The
 same store, clean and damaged, must give the same findings either way, and each way
 the findings its damage calls for. One SparkSession (local[2]) for the module."""
 
@@ -23,7 +23,7 @@ CFG = StoreConfig(
 )
 MESSAGES = 2_400
 CHUNK = 128 << 10
-PATHS = {"files": 1 << 40, "shuffle": 0}  # CHUNK_QUEUE_READS that makes each path the one taken
+PATHS = {"files": 1 << 40, "shuffle": 0}  # QUEUES_READ_BY_CHUNKS that makes each path the one taken
 
 
 @pytest.fixture(scope="module")
@@ -99,7 +99,7 @@ def reconcile_by(spark, store: Path, path: str, monkeypatch: pytest.MonkeyPatch)
         return file_table(index_paths, cfg, queue_files)
 
     with monkeypatch.context() as m:
-        m.setattr(planning, "CHUNK_QUEUE_READS", PATHS[path])
+        m.setattr(planning, "QUEUES_READ_BY_CHUNKS", PATHS[path])
         m.setattr(run, "_file_table", spy)
         result = reconcile(spark, store, chunk_bytes=CHUNK)
     return result, listed

@@ -4,7 +4,7 @@ need, from directory listings and a few headers: the layout, the store type (que
 files, or one RocksDB: see store_type.py), the segment names, the chunks (a segment, or the part of one whose records start in [lo, hi), chunk_bytes
 each; the last segment with data is chunked up to where its data seems to end), the
 queues and the index files; and whether chunk tasks read their units from the queue
-files or get them shuffled (``Plan.chunks_read_queues``, CHUNK_QUEUE_READS)."""
+files or get them shuffled (``Plan.chunks_read_queues``, QUEUES_READ_BY_CHUNKS)."""
 
 from __future__ import annotations
 
@@ -30,13 +30,14 @@ from mqstore.store.verify.index import index_files
 from mqstore.store.verify.records import RecordWalk
 from mqstore.store.verify.report import Damage
 
-# Queue files x chunks up to which chunk tasks read the queue files themselves (a
-# search and a read per file, tens of microseconds each). Past it, the queue tasks
-# shuffle each chunk its units: each unit then crosses Spark's shuffle as bytes (at
-# 16 queues, 3.6 M units, 20-30% more CPU than the reads, 50-70% in a session's
-# first run), but no task opens a file per queue (at 400,000 queues every chunk task opening
-# every queue file was most of the job).
-CHUNK_QUEUE_READS = 20_000
+# Queues up to which chunk tasks read the units that point into their chunk from the
+# queue files themselves: a search and a read of each file that holds some, so a
+# chunk task's reads grow with the queues, where the units shuffle (the other way)
+# costs the same per unit whatever the queues. Measured CPU on local[2], 128 B
+# messages, 64 MiB chunks: 16 queues (3.6 M units), reading 20-30% less than the
+# shuffle (50-70% in a session's first run); 4,000 queues (1 M units), the same; at
+# 40,000 queues every chunk task opening every queue file was most of the job.
+QUEUES_READ_BY_CHUNKS = 1_000
 
 
 class NotAStoreError(FileNotFoundError):
@@ -70,9 +71,9 @@ class Plan:
     @property
     def chunks_read_queues(self) -> bool:
         """Whether each chunk task reads the units that point into its chunk from the
-        queue files itself (few queues: CHUNK_QUEUE_READS), or the queue tasks
+        queue files itself (few queues: QUEUES_READ_BY_CHUNKS), or the queue tasks
         shuffle them to it (many queues, or one RocksDB)."""
-        return not self.rocks and len(self.queues) * len(self.chunks) <= CHUNK_QUEUE_READS
+        return not self.rocks and len(self.queues) <= QUEUES_READ_BY_CHUNKS
 
 
 def check_store_dir(store: str | Path) -> Path:
@@ -243,7 +244,7 @@ def queue_groups(store: Path, queues: list[tuple[str, int]], groups: int) -> lis
 
 
 __all__ = [
-    "CHUNK_QUEUE_READS",
+    "QUEUES_READ_BY_CHUNKS",
     "DEFAULT_CHUNK_BYTES",
     "NotAStoreError",
     "Plan",

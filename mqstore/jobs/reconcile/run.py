@@ -4,8 +4,8 @@ Job 1 checks groups of consume queues; job 2 checks each index file and walks ea
 commitlog chunk, joined with the units and the index entries that point into it
 (the index files that may hold them are sent once, in the broadcast
 :class:`FileTable`). How a chunk task gets its units depends on the number of
-queues (one rule, ``Plan.chunks_read_queues``: queue files x chunks up to
-planning.CHUNK_QUEUE_READS, and never for a RocksDB store):
+queues (one rule, ``Plan.chunks_read_queues``: up to
+planning.QUEUES_READ_BY_CHUNKS queues, and never for a RocksDB store):
 
 * few queues: job 1 (:func:`_queue_files_task`) sends the driver each queue file's
   range of commitlog offsets, the broadcast carries them, and each chunk task reads
