@@ -33,9 +33,17 @@ def pytest_cmdline_main(config: pytest.Config) -> None:
 
 def pytest_configure(config: pytest.Config) -> None:
     tiers.FAST = tiers.is_fast_tier(config.option.markexpr)
+    # Hypothesis's timing checks (an example over 200 ms, inputs made slowly) fail a
+    # property test on a loaded machine (two cores shared by pytest's workers and by
+    # whatever else runs) without saying anything about the code: off in both tiers, as
+    # most property tests already had them. A setting a test gives itself still wins.
+    timing = {"deadline": None, "suppress_health_check": [hypothesis.HealthCheck.too_slow]}
     if tiers.FAST:  # property tests that set no max_examples of their own
-        hypothesis.settings.register_profile("fast-tier", max_examples=tiers.examples(100))
+        hypothesis.settings.register_profile("fast-tier", max_examples=tiers.examples(100), **timing)
         hypothesis.settings.load_profile("fast-tier")
+    else:
+        hypothesis.settings.register_profile("full-suite", **timing)
+        hypothesis.settings.load_profile("full-suite")
 
 
 # Ray keeps its token authentication in tests too (ray.init makes ~/.ray/auth_token
