@@ -89,7 +89,9 @@ def test_an_embedded_store_feeds_its_consume_queues_while_the_index_has_no_space
         while s.consume_queues.find("T", 0) is None or s.consume_queues.find("T", 0).max_offset < 50:
             assert time.monotonic() < deadline, "the consume queues were held back by the index"
             time.sleep(0.01)
-        stuck = s.status()["stuck"]
+        # the index fails its chunk on its own time: under load after the queues have it all
+        while "index" not in (stuck := s.status()["stuck"]) and time.monotonic() < deadline:
+            time.sleep(0.01)
         assert "disk full" in stuck["index"]["error"] and stuck["index"]["since_ms"] > 0
         assert not s.wait_dispatched(timeout_s=0.2)  # the index is not there yet
         faults.install(None)
