@@ -97,4 +97,6 @@ def test_thousands_of_queues_within_a_small_file_bound(tmp_path: Path) -> None:
             rec = got[0]
             assert rec.physical_offset in [h.physical_offset for h in s.query_by_key(topic, rec.keys.split()[0])]
         assert s.consume_queues.pool.peak_open <= BOUND
+        assert open_fds(store / "consumequeue") <= BOUND + 1  # + the file the creator may be making
+        assert s.consume_queues.wait_made(60)
         assert open_fds(store / "consumequeue") <= BOUND
