@@ -6,8 +6,9 @@ names, the builder made a str of each and looked it up by name, chunk after chun
 A dispatcher numbers topics once for its life instead (its process-wide ids,
 formats.message: an *epoch*, random, new at each start) and names an id only the
 first time after each of its resyncs. The builder keeps, per epoch, each id's
-process-wide topic id in this process (``topic_ids_of_names``: the ids its consume
-queues keep rows by), so a chunk's topics are one gather.
+process-wide topic id in this process (``topic_ids_of_names``), so a chunk's topic
+names are one gather of the same str objects chunk after chunk (their hashes kept:
+the consume queues' lookups by name hash nothing).
 
 An id the builder was never told in the epoch (the builder restarted since, or an
 epoch it dropped) refuses the batch (FAILED_PRECONDITION) before anything is
