@@ -244,11 +244,12 @@ class RocksQueues:
             self._open(max_open_files)
             self._load_offsets()
         except Exception as e:  # rocksdict raises plain Exception; only damage is handled here
-            if self._read_only or not _is_damage(e):
+            if not _is_damage(e):
                 self._close_db()
-                if _is_damage(e):
-                    raise self._damaged(e) from None
                 raise
+            if self._read_only:
+                self._close_db()
+                raise self._damaged(e) from None
             self._set_aside(str(e))
 
     def _set_aside(self, why: str) -> None:
