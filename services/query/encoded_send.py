@@ -21,7 +21,6 @@ Delayed messages (a DELAY property) are not taken: send them with ``FrontClient.
 from __future__ import annotations
 
 import dataclasses
-import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -31,6 +30,7 @@ import numpy as np
 from mqstore.formats.msgid import decode_host
 from mqstore.kernels import _decode, _encode
 from mqstore.rpc.v1 import common_pb2, front_pb2
+from mqstore.services.common import shard_rule
 from mqstore.services.common.errors import REFUSED_CODES
 from mqstore.services.common.headers import NOT_STORED_HEADER
 from mqstore.store import message_rules
@@ -194,8 +194,7 @@ class EncodedSender:
         counts = pick_round_robin(qids, codes, starts, write_queues)
         for c in np.flatnonzero(counts).tolist():
             self._round_robin[names[c]] = int(starts[c] + counts[c])
-        crc = np.array([zlib.crc32(t.encode()) for t in names], np.int64)
-        return dataclasses.replace(batch, queue_ids=qids), (crc[codes] + qids) % route.shards
+        return dataclasses.replace(batch, queue_ids=qids), shard_rule.shards_by_code(names, codes, qids, route.shards)
 
 
 def pick_round_robin(qids: np.ndarray, codes: np.ndarray, starts: np.ndarray, write_queues: np.ndarray) -> np.ndarray:

@@ -1,9 +1,8 @@
 """Which shard holds a topic queue, and the layout file that pins it.
 
 A topic's queue ``q`` lives on shard ``(crc32(topic) + q) % shards`` with the same
-queue id there (as RocketMQ spreads a topic's queues over broker groups, each
-queue wholly on one). The rule needs no table per topic, but it depends on the
-shard count: ``serve`` writes ``<root>/mqstore-layout.json`` on the first start and
+queue id there (the rule itself: services/common/shard_rule.py, the one place it is
+written). The rule needs no table per topic, but it depends on the shard count: ``serve`` writes ``<root>/mqstore-layout.json`` on the first start and
 refuses to start a different count on the same root, so a queue never moves away
 from its files.
 """
@@ -12,13 +11,13 @@ from __future__ import annotations
 
 import json
 import os
-import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from mqstore.errors import ConfigError
+from mqstore.services.common import shard_rule
 from mqstore.services.common.errors import Precondition
 from mqstore.store.encoded_batch import EncodedBatch
 
@@ -29,12 +28,12 @@ STORE_PORT_BASE = 10911  # shard i records store host port 10911 + i: its msgIds
 
 @dataclass(frozen=True)
 class Router:
+    """The shard rule (shard_rule.py) at a fixed shard count."""
+
     shards: int
 
     def shard_of(self, topic: str, queue_id: int) -> int:
-        if self.shards == 1:
-            return 0
-        return (zlib.crc32(topic.encode()) + queue_id) % self.shards
+        return shard_rule.shard_of(topic, queue_id, self.shards)
 
 
 def check_routed(batch: EncodedBatch, shard: int, shards: int) -> None:
@@ -44,8 +43,7 @@ def check_routed(batch: EncodedBatch, shard: int, shards: int) -> None:
     if (qids < 0).any():
         i = int(np.argmax(qids < 0))
         raise Precondition(f"encoded record {i}: with {shards} shards the client picks each queue (GetRoute)")
-    crc = np.array([zlib.crc32(t.encode()) for t in batch.topics], np.int64)
-    on = (crc[batch.topic_codes] + qids) % shards
+    on = shard_rule.shards_by_code(batch.topics, batch.topic_codes, qids, shards)
     wrong = on != shard
     if wrong.any():
         i = int(np.argmax(wrong))
@@ -79,7 +77,7 @@ def pin_layout(root: Path, shards: int) -> dict:
     layout = {
         "version": LAYOUT_VERSION,
         "shards": shards,
-        "rule": "(crc32(topic) + queue_id) % shards",
+        "rule": shard_rule.RULE,
         "shard_dirs": [str(shard_dir(Path("."), i, shards)) for i in range(shards)],
     }
     tmp = path.with_suffix(".tmp")
