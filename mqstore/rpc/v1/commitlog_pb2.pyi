@@ -61,6 +61,16 @@ class ReadRangeRequest(_message.Message):
     linger_ms: int
     def __init__(self, offset: _Optional[int] = ..., max_bytes: _Optional[int] = ..., wait_ms: _Optional[int] = ..., dispatched_offset: _Optional[int] = ..., bounds_only: _Optional[bool] = ..., min_bytes: _Optional[int] = ..., linger_ms: _Optional[int] = ...) -> None: ...
 
+class TailRequest(_message.Message):
+    __slots__ = ("start", "dispatched_offset", "credit")
+    START_FIELD_NUMBER: _ClassVar[int]
+    DISPATCHED_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    CREDIT_FIELD_NUMBER: _ClassVar[int]
+    start: ReadRangeRequest
+    dispatched_offset: int
+    credit: int
+    def __init__(self, start: _Optional[_Union[ReadRangeRequest, _Mapping]] = ..., dispatched_offset: _Optional[int] = ..., credit: _Optional[int] = ...) -> None: ...
+
 class ReadRangeResponse(_message.Message):
     __slots__ = ("offset", "data", "record_count", "next_offset", "incarnation", "confirm_offset", "min_offset", "forced_deleted_to", "data_end")
     OFFSET_FIELD_NUMBER: _ClassVar[int]

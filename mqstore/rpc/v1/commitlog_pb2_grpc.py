@@ -51,6 +51,11 @@ class CommitLogServiceStub:
                 request_serializer=mqstore_dot_v1_dot_commitlog__pb2.ReadRangeRequest.SerializeToString,
                 response_deserializer=mqstore_dot_v1_dot_commitlog__pb2.ReadRangeResponse.FromString,
                 _registered_method=True)
+        self.Tail = channel.stream_stream(
+                '/mqstore.v1.CommitLogService/Tail',
+                request_serializer=mqstore_dot_v1_dot_commitlog__pb2.TailRequest.SerializeToString,
+                response_deserializer=mqstore_dot_v1_dot_commitlog__pb2.ReadRangeResponse.FromString,
+                _registered_method=True)
         self.GetOffsets = channel.unary_unary(
                 '/mqstore.v1.CommitLogService/GetOffsets',
                 request_serializer=mqstore_dot_v1_dot_commitlog__pb2.GetOffsetsRequest.SerializeToString,
@@ -125,6 +130,18 @@ class CommitLogServiceServicer:
     def ReadRange(self, request, context):
         """Raw bytes of many consecutive records from an offset, for tailing (the
         dispatcher); waits up to wait_ms for records when none are visible yet.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Tail(self, request_iterator, context):
+        """ReadRange as one long-lived stream (the dispatcher's feed): the first request
+        opens it with a ReadRangeRequest (``start``); the commitlog then sends one
+        answer per credit the requests grant, each starting where the previous one
+        ended (as ReadRange at its next_offset would, waiting and lingering the same
+        way), and notes every dispatched_offset they carry. The secret is checked
+        once, when the stream opens. Errors end the stream with ReadRange's codes.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -228,6 +245,11 @@ def add_CommitLogServiceServicer_to_server(servicer, server):
             'ReadRange': grpc.unary_unary_rpc_method_handler(
                     servicer.ReadRange,
                     request_deserializer=mqstore_dot_v1_dot_commitlog__pb2.ReadRangeRequest.FromString,
+                    response_serializer=mqstore_dot_v1_dot_commitlog__pb2.ReadRangeResponse.SerializeToString,
+            ),
+            'Tail': grpc.stream_stream_rpc_method_handler(
+                    servicer.Tail,
+                    request_deserializer=mqstore_dot_v1_dot_commitlog__pb2.TailRequest.FromString,
                     response_serializer=mqstore_dot_v1_dot_commitlog__pb2.ReadRangeResponse.SerializeToString,
             ),
             'GetOffsets': grpc.unary_unary_rpc_method_handler(
@@ -362,6 +384,33 @@ class CommitLogService:
             target,
             '/mqstore.v1.CommitLogService/ReadRange',
             mqstore_dot_v1_dot_commitlog__pb2.ReadRangeRequest.SerializeToString,
+            mqstore_dot_v1_dot_commitlog__pb2.ReadRangeResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Tail(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/mqstore.v1.CommitLogService/Tail',
+            mqstore_dot_v1_dot_commitlog__pb2.TailRequest.SerializeToString,
             mqstore_dot_v1_dot_commitlog__pb2.ReadRangeResponse.FromString,
             options,
             channel_credentials,

@@ -277,3 +277,11 @@ class EncodedAppendResult(_message.Message):
     msg_id_prefix: str
     shard: int
     def __init__(self, status: _Optional[_Union[PutStatus, str]] = ..., physical_offsets: _Optional[bytes] = ..., queue_ids: _Optional[bytes] = ..., queue_offsets: _Optional[bytes] = ..., store_timestamp: _Optional[int] = ..., msg_id_prefix: _Optional[str] = ..., shard: _Optional[int] = ...) -> None: ...
+
+class CallStatus(_message.Message):
+    __slots__ = ("code", "message")
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    code: int
+    message: str
+    def __init__(self, code: _Optional[int] = ..., message: _Optional[str] = ...) -> None: ...

@@ -127,7 +127,7 @@ class PopToDeadLetterResponse(_message.Message):
     def __init__(self, outcome: _Optional[_Union[PopOutcome, str]] = ...) -> None: ...
 
 class PutUnitsRequest(_message.Message):
-    __slots__ = ("topics", "topic_epoch", "topic_ids", "named_ids", "topic_codes", "queue_ids", "queue_offsets", "physical_offsets", "sizes", "tags_codes", "store_timestamps", "sysflags", "from_offset", "to_offset", "incarnation", "commitlog_min_offset", "forced_deleted_to")
+    __slots__ = ("topics", "topic_epoch", "topic_ids", "named_ids", "topic_codes", "queue_ids", "queue_offsets", "physical_offsets", "sizes", "tags_codes", "store_timestamps", "sysflags", "from_offset", "to_offset", "incarnation", "commitlog_min_offset", "forced_deleted_to", "seq")
     TOPICS_FIELD_NUMBER: _ClassVar[int]
     TOPIC_EPOCH_FIELD_NUMBER: _ClassVar[int]
     TOPIC_IDS_FIELD_NUMBER: _ClassVar[int]
@@ -145,6 +145,7 @@ class PutUnitsRequest(_message.Message):
     INCARNATION_FIELD_NUMBER: _ClassVar[int]
     COMMITLOG_MIN_OFFSET_FIELD_NUMBER: _ClassVar[int]
     FORCED_DELETED_TO_FIELD_NUMBER: _ClassVar[int]
+    SEQ_FIELD_NUMBER: _ClassVar[int]
     topics: _containers.RepeatedScalarFieldContainer[str]
     topic_epoch: int
     topic_ids: bytes
@@ -162,13 +163,18 @@ class PutUnitsRequest(_message.Message):
     incarnation: int
     commitlog_min_offset: int
     forced_deleted_to: int
-    def __init__(self, topics: _Optional[_Iterable[str]] = ..., topic_epoch: _Optional[int] = ..., topic_ids: _Optional[bytes] = ..., named_ids: _Optional[bytes] = ..., topic_codes: _Optional[bytes] = ..., queue_ids: _Optional[bytes] = ..., queue_offsets: _Optional[bytes] = ..., physical_offsets: _Optional[bytes] = ..., sizes: _Optional[bytes] = ..., tags_codes: _Optional[bytes] = ..., store_timestamps: _Optional[bytes] = ..., sysflags: _Optional[bytes] = ..., from_offset: _Optional[int] = ..., to_offset: _Optional[int] = ..., incarnation: _Optional[int] = ..., commitlog_min_offset: _Optional[int] = ..., forced_deleted_to: _Optional[int] = ...) -> None: ...
+    seq: int
+    def __init__(self, topics: _Optional[_Iterable[str]] = ..., topic_epoch: _Optional[int] = ..., topic_ids: _Optional[bytes] = ..., named_ids: _Optional[bytes] = ..., topic_codes: _Optional[bytes] = ..., queue_ids: _Optional[bytes] = ..., queue_offsets: _Optional[bytes] = ..., physical_offsets: _Optional[bytes] = ..., sizes: _Optional[bytes] = ..., tags_codes: _Optional[bytes] = ..., store_timestamps: _Optional[bytes] = ..., sysflags: _Optional[bytes] = ..., from_offset: _Optional[int] = ..., to_offset: _Optional[int] = ..., incarnation: _Optional[int] = ..., commitlog_min_offset: _Optional[int] = ..., forced_deleted_to: _Optional[int] = ..., seq: _Optional[int] = ...) -> None: ...
 
 class PutUnitsResponse(_message.Message):
-    __slots__ = ("progress_offset",)
+    __slots__ = ("progress_offset", "seq", "status")
     PROGRESS_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
     progress_offset: int
-    def __init__(self, progress_offset: _Optional[int] = ...) -> None: ...
+    seq: int
+    status: _common_pb2.CallStatus
+    def __init__(self, progress_offset: _Optional[int] = ..., seq: _Optional[int] = ..., status: _Optional[_Union[_common_pb2.CallStatus, _Mapping]] = ...) -> None: ...
 
 class GetProgressRequest(_message.Message):
     __slots__ = ()

@@ -42,6 +42,11 @@ class ConsumeQueueServiceStub:
                 request_serializer=mqstore_dot_v1_dot_consume__queue__pb2.PutUnitsRequest.SerializeToString,
                 response_deserializer=mqstore_dot_v1_dot_consume__queue__pb2.PutUnitsResponse.FromString,
                 _registered_method=True)
+        self.PutUnitsStream = channel.stream_stream(
+                '/mqstore.v1.ConsumeQueueService/PutUnitsStream',
+                request_serializer=mqstore_dot_v1_dot_consume__queue__pb2.PutUnitsRequest.SerializeToString,
+                response_deserializer=mqstore_dot_v1_dot_consume__queue__pb2.PutUnitsResponse.FromString,
+                _registered_method=True)
         self.GetUnits = channel.unary_unary(
                 '/mqstore.v1.ConsumeQueueService/GetUnits',
                 request_serializer=mqstore_dot_v1_dot_consume__queue__pb2.GetUnitsRequest.SerializeToString,
@@ -116,6 +121,16 @@ class ConsumeQueueServiceServicer:
     def PutUnits(self, request, context):
         """Add a batch of units (from the dispatcher), commitlog order. Units already
         built are skipped, so a batch sent twice is harmless.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def PutUnitsStream(self, request_iterator, context):
+        """PutUnits over one long-lived stream (the dispatcher's): requests are taken in
+        order, each answered by a response with its seq and the status the unary call
+        would have ended with (status.code 0: OK); the stream itself stays open. The
+        secret is checked once, when the stream opens.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -230,6 +245,11 @@ def add_ConsumeQueueServiceServicer_to_server(servicer, server):
                     request_deserializer=mqstore_dot_v1_dot_consume__queue__pb2.PutUnitsRequest.FromString,
                     response_serializer=mqstore_dot_v1_dot_consume__queue__pb2.PutUnitsResponse.SerializeToString,
             ),
+            'PutUnitsStream': grpc.stream_stream_rpc_method_handler(
+                    servicer.PutUnitsStream,
+                    request_deserializer=mqstore_dot_v1_dot_consume__queue__pb2.PutUnitsRequest.FromString,
+                    response_serializer=mqstore_dot_v1_dot_consume__queue__pb2.PutUnitsResponse.SerializeToString,
+            ),
             'GetUnits': grpc.unary_unary_rpc_method_handler(
                     servicer.GetUnits,
                     request_deserializer=mqstore_dot_v1_dot_consume__queue__pb2.GetUnitsRequest.FromString,
@@ -322,6 +342,33 @@ class ConsumeQueueService:
             request,
             target,
             '/mqstore.v1.ConsumeQueueService/PutUnits',
+            mqstore_dot_v1_dot_consume__queue__pb2.PutUnitsRequest.SerializeToString,
+            mqstore_dot_v1_dot_consume__queue__pb2.PutUnitsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PutUnitsStream(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/mqstore.v1.ConsumeQueueService/PutUnitsStream',
             mqstore_dot_v1_dot_consume__queue__pb2.PutUnitsRequest.SerializeToString,
             mqstore_dot_v1_dot_consume__queue__pb2.PutUnitsResponse.FromString,
             options,

@@ -2,8 +2,8 @@ from mqstore.rpc.v1 import common_pb2 as _common_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
-from collections.abc import Iterable as _Iterable
-from typing import ClassVar as _ClassVar, Optional as _Optional
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
@@ -12,7 +12,7 @@ class IndexProgressRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class PutKeysRequest(_message.Message):
-    __slots__ = ("key_hashes", "physical_offsets", "store_timestamps", "from_offset", "to_offset", "incarnation", "commitlog_min_offset")
+    __slots__ = ("key_hashes", "physical_offsets", "store_timestamps", "from_offset", "to_offset", "incarnation", "commitlog_min_offset", "seq")
     KEY_HASHES_FIELD_NUMBER: _ClassVar[int]
     PHYSICAL_OFFSETS_FIELD_NUMBER: _ClassVar[int]
     STORE_TIMESTAMPS_FIELD_NUMBER: _ClassVar[int]
@@ -20,6 +20,7 @@ class PutKeysRequest(_message.Message):
     TO_OFFSET_FIELD_NUMBER: _ClassVar[int]
     INCARNATION_FIELD_NUMBER: _ClassVar[int]
     COMMITLOG_MIN_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    SEQ_FIELD_NUMBER: _ClassVar[int]
     key_hashes: bytes
     physical_offsets: bytes
     store_timestamps: bytes
@@ -27,17 +28,22 @@ class PutKeysRequest(_message.Message):
     to_offset: int
     incarnation: int
     commitlog_min_offset: int
-    def __init__(self, key_hashes: _Optional[bytes] = ..., physical_offsets: _Optional[bytes] = ..., store_timestamps: _Optional[bytes] = ..., from_offset: _Optional[int] = ..., to_offset: _Optional[int] = ..., incarnation: _Optional[int] = ..., commitlog_min_offset: _Optional[int] = ...) -> None: ...
+    seq: int
+    def __init__(self, key_hashes: _Optional[bytes] = ..., physical_offsets: _Optional[bytes] = ..., store_timestamps: _Optional[bytes] = ..., from_offset: _Optional[int] = ..., to_offset: _Optional[int] = ..., incarnation: _Optional[int] = ..., commitlog_min_offset: _Optional[int] = ..., seq: _Optional[int] = ...) -> None: ...
 
 class PutKeysResponse(_message.Message):
-    __slots__ = ("indexed", "skipped", "progress_offset")
+    __slots__ = ("indexed", "skipped", "progress_offset", "seq", "status")
     INDEXED_FIELD_NUMBER: _ClassVar[int]
     SKIPPED_FIELD_NUMBER: _ClassVar[int]
     PROGRESS_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
     indexed: int
     skipped: int
     progress_offset: int
-    def __init__(self, indexed: _Optional[int] = ..., skipped: _Optional[int] = ..., progress_offset: _Optional[int] = ...) -> None: ...
+    seq: int
+    status: _common_pb2.CallStatus
+    def __init__(self, indexed: _Optional[int] = ..., skipped: _Optional[int] = ..., progress_offset: _Optional[int] = ..., seq: _Optional[int] = ..., status: _Optional[_Union[_common_pb2.CallStatus, _Mapping]] = ...) -> None: ...
 
 class IndexQueryRequest(_message.Message):
     __slots__ = ("topic", "key", "begin_ms", "end_ms", "max_num")

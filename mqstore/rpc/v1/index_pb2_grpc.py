@@ -41,6 +41,11 @@ class IndexServiceStub:
                 request_serializer=mqstore_dot_v1_dot_index__pb2.PutKeysRequest.SerializeToString,
                 response_deserializer=mqstore_dot_v1_dot_index__pb2.PutKeysResponse.FromString,
                 _registered_method=True)
+        self.PutKeysStream = channel.stream_stream(
+                '/mqstore.v1.IndexService/PutKeysStream',
+                request_serializer=mqstore_dot_v1_dot_index__pb2.PutKeysRequest.SerializeToString,
+                response_deserializer=mqstore_dot_v1_dot_index__pb2.PutKeysResponse.FromString,
+                _registered_method=True)
         self.Query = channel.unary_unary(
                 '/mqstore.v1.IndexService/Query',
                 request_serializer=mqstore_dot_v1_dot_index__pb2.IndexQueryRequest.SerializeToString,
@@ -65,6 +70,15 @@ class IndexServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def PutKeysStream(self, request_iterator, context):
+        """PutKeys over one long-lived stream (the dispatcher's), as
+        ConsumeQueueService.PutUnitsStream: answers in order, each with its request's
+        seq and the unary call's status; the secret is checked once per stream.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def Query(self, request, context):
         """Commitlog offsets of the records indexed under topic#key in a time range.
         """
@@ -84,6 +98,11 @@ def add_IndexServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
             'PutKeys': grpc.unary_unary_rpc_method_handler(
                     servicer.PutKeys,
+                    request_deserializer=mqstore_dot_v1_dot_index__pb2.PutKeysRequest.FromString,
+                    response_serializer=mqstore_dot_v1_dot_index__pb2.PutKeysResponse.SerializeToString,
+            ),
+            'PutKeysStream': grpc.stream_stream_rpc_method_handler(
+                    servicer.PutKeysStream,
                     request_deserializer=mqstore_dot_v1_dot_index__pb2.PutKeysRequest.FromString,
                     response_serializer=mqstore_dot_v1_dot_index__pb2.PutKeysResponse.SerializeToString,
             ),
@@ -124,6 +143,33 @@ class IndexService:
             request,
             target,
             '/mqstore.v1.IndexService/PutKeys',
+            mqstore_dot_v1_dot_index__pb2.PutKeysRequest.SerializeToString,
+            mqstore_dot_v1_dot_index__pb2.PutKeysResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PutKeysStream(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/mqstore.v1.IndexService/PutKeysStream',
             mqstore_dot_v1_dot_index__pb2.PutKeysRequest.SerializeToString,
             mqstore_dot_v1_dot_index__pb2.PutKeysResponse.FromString,
             options,
