@@ -1,7 +1,8 @@
 """How services find and call each other: the address a server binds and publishes
 (never a wildcard for internal ones), resolvers of a peer's endpoint (fixed, or read
 from a table filled in later), and ``Peer``, a blocking stub that resolves its peer
-again after UNAVAILABLE (for core code running in plain threads)."""
+again after UNAVAILABLE (for core code running in plain threads; its typed face is
+shard_clients.SyncCommitLogClient, the async one shard_clients.Connection)."""
 
 from __future__ import annotations
 
@@ -158,9 +159,12 @@ class Peer:
                 self._stub = self._stub_class(self._channel)
             return self._stub
 
-    def call(self, method: str, request, timeout: float = 30.0):
+    def call(self, pick: Callable, request, timeout: float = 30.0):
+        """``pick(stub)(request)`` (``lambda s: s.Read``: typed clients name their RPC,
+        shard_clients.SyncCommitLogClient); UNAVAILABLE drops the channel, so the next
+        call resolves the peer again."""
         try:
-            return getattr(self.stub(), method)(request, timeout=timeout)
+            return pick(self.stub())(request, timeout=timeout)
         except grpc.RpcError as e:
             if e.code() is grpc.StatusCode.UNAVAILABLE:
                 self.reset()

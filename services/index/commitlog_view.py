@@ -1,14 +1,16 @@
 """``RemoteCommitLog``: a builder's ``CommitLogView`` (store/builders.py) of the
 commitlog in another process: GetRecovery facts, ``units_match`` over CheckUnits,
-store times over Read."""
+store times over Read. ``client`` is its typed blocking client (the delay scheduler's
+Read, ReadRange and DeliverDelayed go through it too)."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from mqstore.rpc.v1 import commitlog_pb2, commitlog_pb2_grpc
+from mqstore.rpc.v1 import commitlog_pb2
 from mqstore.services.common.internal_auth import InternalAuth
-from mqstore.services.common.peers import Peer, Resolver
+from mqstore.services.common.peers import Resolver
+from mqstore.services.common.shard_clients import SyncCommitLogClient
 from mqstore.store.builders import Recovered
 
 CHECK_CHUNK = 100_000  # units per CheckUnits call (the server takes at most 200,000)
@@ -20,11 +22,11 @@ class RemoteCommitLog:
     ``min_offset`` are asked again on each read."""
 
     def __init__(self, resolve: Resolver, auth: InternalAuth) -> None:
-        self._peer = Peer(resolve, commitlog_pb2_grpc.CommitLogServiceStub, auth)
+        self.client = SyncCommitLogClient(resolve, auth)
         try:
-            r = self._peer.call("GetRecovery", commitlog_pb2.GetRecoveryRequest())
+            r = self.client.get_recovery()
         except BaseException:
-            self._peer.reset(close=True)
+            self.client.close(for_good=True)
             raise
         self.incarnation = r.incarnation
         self.clean_shutdown = r.clean_shutdown
@@ -37,7 +39,7 @@ class RemoteCommitLog:
     def offsets(self) -> commitlog_pb2.GetOffsetsResponse:
         """The commitlog's watermarks now (and its incarnation: a new one means it
         reopened and this view is stale)."""
-        r = self._peer.call("GetOffsets", commitlog_pb2.GetOffsetsRequest(), timeout=10)
+        r = self.client.get_offsets(timeout=10)
         if r.incarnation == self.incarnation:
             self._min, self._wrote = r.min_offset, r.wrote_offset
         return r
@@ -85,7 +87,7 @@ class RemoteCommitLog:
                 check_from=check_from,
                 deep_from=deep_from,
             )
-            out[sl] = np.asarray(self._peer.call("CheckUnits", req, timeout=120).ok, bool)
+            out[sl] = np.asarray(self.client.check_units(req, timeout=120).ok, bool)
         return out
 
     def store_times(self, offsets: np.ndarray) -> np.ndarray:
@@ -93,7 +95,7 @@ class RemoteCommitLog:
         out = np.full(len(offsets), -1, np.int64)
         if not len(offsets):
             return out
-        r = self._peer.call("Read", commitlog_pb2.ReadRequest(offsets=[int(o) for o in offsets], skip_missing=True))
+        r = self.client.read(commitlog_pb2.ReadRequest(offsets=[int(o) for o in offsets], skip_missing=True))
         found = {o: rec.store_timestamp for o, rec in zip(r.offsets, r.records)}
         for i, off in enumerate(offsets.tolist()):
             out[i] = found.get(off, -1)
@@ -102,30 +104,24 @@ class RemoteCommitLog:
     def record_size(self, offset: int) -> int | None:
         """Size of the record starting at ``offset`` (None where none does): where the
         index builder resumes after the last record it indexed."""
-        r = self._peer.call("Read", commitlog_pb2.ReadRequest(offsets=[offset], skip_missing=True))
+        r = self.client.read(commitlog_pb2.ReadRequest(offsets=[offset], skip_missing=True))
         return r.records[0].size if r.records else None
 
     def note_derived(self, kind: str, durable_offset: int, timestamp: int) -> None:
-        self._peer.call(
-            "NoteDerived",
-            commitlog_pb2.NoteDerivedRequest(kind=kind, durable_offset=durable_offset, timestamp=timestamp),
+        self.client.note_derived(
+            commitlog_pb2.NoteDerivedRequest(kind=kind, durable_offset=durable_offset, timestamp=timestamp)
         )
-
-    def call(self, method: str, request, *, timeout: float = 30):
-        """Any CommitLogService call (the delay scheduler's Read, ReadRange, DeliverDelayed)."""
-        return self._peer.call(method, request, timeout=timeout)
 
     def attach_queue_ends(self, progress: int, ends: list) -> None:
         """Hand the consume queues' ends (QueueRange messages) to the commitlog this
         view recovered against (AttachQueueEnds); ABORTED if it reopened since."""
-        self._peer.call(
-            "AttachQueueEnds",
+        self.client.attach_queue_ends(
             commitlog_pb2.AttachQueueEndsRequest(incarnation=self.incarnation, progress_offset=progress, queues=ends),
             timeout=30,
         )
 
     def close(self) -> None:
-        self._peer.reset()
+        self.client.close()
 
 
 __all__ = ["RemoteCommitLog"]

@@ -45,7 +45,7 @@ class RemoteLog:
 
     def read(self, offset: int):
         try:
-            r = self._view.call("Read", commitlog_pb2.ReadRequest(offsets=[offset]), timeout=30)
+            r = self._view.client.read(commitlog_pb2.ReadRequest(offsets=[offset]), timeout=30)
         except grpc.RpcError as e:
             if e.code() in (grpc.StatusCode.NOT_FOUND, grpc.StatusCode.INVALID_ARGUMENT):
                 raise OffsetError(e.details()) from None
@@ -56,7 +56,7 @@ class RemoteLog:
         """The records of one ReadRange from ``offset`` (a record start), decoded."""
         req = commitlog_pb2.ReadRangeRequest(offset=offset, max_bytes=_SCAN_BYTES, wait_ms=0)
         try:
-            r = self._view.call("ReadRange", req, timeout=60)
+            r = self._view.client.read_range(req, timeout=60)
         except grpc.RpcError as e:
             if e.code() in (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.DATA_LOSS):
                 raise CorruptFileError(f"no record starts at commitlog offset {offset}: {e.details()}") from None
@@ -67,7 +67,7 @@ class RemoteLog:
 
     def append(self, batch: MessageBatch) -> None:
         try:
-            self._view.call("DeliverDelayed", commitlog_pb2.AppendBatchRequest(messages=delivery_columns(batch)))
+            self._view.client.deliver_delayed(delivery_columns(batch))
         except grpc.RpcError as e:
             if e.code() is grpc.StatusCode.INVALID_ARGUMENT:  # a record the commitlog can not take: skipped
                 raise InvalidMessageError(e.details()) from None
