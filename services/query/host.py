@@ -10,25 +10,25 @@ from pathlib import Path
 
 import structlog
 
-from mqstore.rpc.v1 import commitlog_pb2, consume_queue_pb2
 from mqstore.services.common.internal_auth import InternalAuth
 from mqstore.services.common.metrics import FrontMetrics
 from mqstore.services.common.peers import Locator, Resolver, ShardResolvers, advertised
 from mqstore.services.common.server import GrpcServer, ServerThread, TlsFiles, start_grpc_server
+from mqstore.services.common.shard_clients import Shard
+from mqstore.services.common.shard_set import ShardSet
 from mqstore.services.query.acl import Acl
-from mqstore.services.query.front import FrontServicer, ShardClient
+from mqstore.services.query.front import FrontServicer
 from mqstore.services.rocketmq import settings
 from mqstore.services.rocketmq.messaging import DEFAULT_MAX_ATTEMPTS, MessagingServicer
 
 log = structlog.get_logger(__name__)
 READY_POLL_S = 0.2  # how often the front asks its shards whether they serve, until all do
-_STATS = commitlog_pb2.GetStatsRequest()
-_PROGRESS = consume_queue_pb2.GetProgressRequest()
 
 
 class FrontHost:
     """The public API over the given shards: ``shards[i]`` = (resolvers of shard i's
-    services, resolve its dispatcher or None)."""
+    services, resolve its dispatcher or None). Both APIs (``servicer``: mqstore's,
+    ``messaging``: RocketMQ's) are adapters over one ``ShardSet`` (``shard_set``)."""
 
     def __init__(
         self,
@@ -71,12 +71,15 @@ class FrontHost:
         the whole front out of a load balancer)."""
         access = None if acl is None else Acl.load(acl)
         self.thread = ServerThread("mqstore-front")
-        clients = [
-            ShardClient(i, r, d, auth=auth, locate=None if locators is None else locators[i])
-            for i, (r, d) in enumerate(shards)
-        ]
+        self.shard_set = ShardSet(
+            [
+                Shard(i, r, d, auth=auth, locate=None if locators is None else locators[i])
+                for i, (r, d) in enumerate(shards)
+            ],
+            default_queue_nums=default_queue_nums,
+        )
         self.metrics = FrontMetrics(self._shard_stats, self._consumer_losses)
-        self.servicer = FrontServicer(clients, default_queue_nums=default_queue_nums, metrics=self.metrics, acl=access)
+        self.servicer = FrontServicer(self.shard_set, metrics=self.metrics, acl=access)
         self.server = self.thread.run(
             start_grpc_server(host, port, [self.servicer.registration()], tls=tls, serving=False)
         )
@@ -87,7 +90,8 @@ class FrontHost:
         self.rocketmq_endpoint = ""
         if rocketmq_port is not None:
             self.messaging = MessagingServicer(
-                self.servicer,
+                self.shard_set,
+                acl=access,
                 endpoint=(advertised(host), rocketmq_port),
                 max_attempts=max_delivery_attempts,
                 max_body=max_body,
@@ -128,7 +132,7 @@ class FrontHost:
             rocketmq=self.rocketmq_endpoint or None,
             tls=self.tls,
             metrics=self.metrics_endpoint or None,
-            shards=len(clients),
+            shards=len(self.shard_set),
         )
 
     async def _serve_once_shards_serve(self) -> None:
@@ -136,7 +140,7 @@ class FrontHost:
         serve, then SERVING (see ``__init__``)."""
         waiting: list[str] = []
         while True:
-            waiting = await _not_serving(self.servicer.shards)
+            waiting = await _not_serving(self.shard_set)
             if not waiting:
                 break
             await asyncio.sleep(READY_POLL_S)
@@ -144,7 +148,7 @@ class FrontHost:
         for server in servers:
             await server.set_serving(True)
         self._serving.set()
-        log.info("front_serving", shards=len(self.servicer.shards))
+        log.info("front_serving", shards=len(self.shard_set))
 
     def wait_serving(self, timeout: float | None = None) -> bool:
         """True once the front's health says SERVING (every shard serves)."""
@@ -171,19 +175,19 @@ class FrontHost:
             self.thread.stop()
 
 
-async def _not_serving(shards: Sequence[ShardClient]) -> list[str]:
+async def _not_serving(shards: Sequence[Shard]) -> list[str]:
     """The parts of ``shards`` that do not serve yet ("shard 0 commitlog: RECOVERING")."""
 
-    async def one(s: ShardClient) -> list[str]:
+    async def one(s: Shard) -> list[str]:
         out = []
         try:
-            st = await s.call("cl", "GetStats", _STATS, timeout=2.0, retry=False, resolve_cap=2.0)
+            st = await s.commitlog.get_stats(timeout=2.0, retry=False, resolve_cap=2.0)
             if st.state != "SERVING":
                 out.append(f"shard {s.shard} commitlog: {st.state}")
         except Exception as e:  # noqa: BLE001 - not reachable yet: not serving
             out.append(f"shard {s.shard} commitlog: {type(e).__name__}")
         try:
-            p = await s.call("cq", "GetProgress", _PROGRESS, timeout=2.0, retry=False, resolve_cap=2.0)
+            p = await s.queues.get_progress(timeout=2.0, retry=False, resolve_cap=2.0)
             if p.state != "SERVING":
                 out.append(f"shard {s.shard} consume-queue builder: {p.state}")
         except Exception as e:  # noqa: BLE001 - as above

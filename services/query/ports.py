@@ -8,7 +8,7 @@ offset becomes the store's own error with a text that quotes none of it
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 
 import grpc
 import numpy as np
@@ -16,25 +16,25 @@ import numpy as np
 from mqstore.errors import CorruptFileError, DecodeError, NotFoundError
 from mqstore.formats.packed import RawRecords
 from mqstore.rpc.v1 import commitlog_pb2, consume_queue_pb2, index_pb2
+from mqstore.services.common.shard_clients import Shard
+from mqstore.services.common.shard_set import TopicTable
 from mqstore.store.reads import QueueRange, UnitsPage
 
 
 class GrpcPorts:
-    """reads.ShardPorts (as coroutines) of the shard ``shard`` (a front.ShardClient);
-    ``perms`` gives the shard's topic perms (the front caches them)."""
+    """reads.ShardPorts (as coroutines) of the shard ``shard`` (a shard_clients.Shard);
+    ``topics``: the front's topic table (perms; asked of this shard first)."""
 
-    def __init__(self, shard, perms: Callable[[object], Awaitable[dict[str, int]]]) -> None:
+    def __init__(self, shard: Shard, topics: TopicTable) -> None:
         self.shard = shard
-        self._perms = perms
+        self._topics = topics
 
     async def perm(self, topic: str) -> int | None:
-        return (await self._perms(self.shard)).get(topic)
+        return (await self._topics.get(self.shard)).perm(topic)
 
     async def units(self, topic: str, queue_id: int, offset: int, max_units: int) -> UnitsPage:
-        u = await self.shard.call(
-            "cq",
-            "GetUnits",
-            consume_queue_pb2.GetUnitsRequest(topic=topic, queue_id=queue_id, offset=offset, max_units=max_units),
+        u = await self.shard.queues.get_units(
+            consume_queue_pb2.GetUnitsRequest(topic=topic, queue_id=queue_id, offset=offset, max_units=max_units)
         )
         return UnitsPage(
             u.exists,
@@ -47,17 +47,15 @@ class GrpcPorts:
         )
 
     async def ranges(self, topic: str) -> list[QueueRange]:
-        mm = await self.shard.call("cq", "MinMax", consume_queue_pb2.MinMaxRequest(topic=topic))
+        mm = await self.shard.queues.min_max(topic)
         return [QueueRange(q.topic, q.queue_id, q.min_offset, q.max_offset, q.last_physical_offset) for q in mm.queues]
 
     async def read(self, offsets: np.ndarray, sizes: np.ndarray | None, raw: bool) -> tuple[np.ndarray, Sequence]:
         try:
-            rd = await self.shard.call(
-                "cl",
-                "Read",
+            rd = await self.shard.commitlog.read(
                 commitlog_pb2.ReadRequest(
                     offsets=offsets.tolist(), raw=raw, skip_missing=True, sizes=[] if sizes is None else sizes.tolist()
-                ),
+                )
             )
         except grpc.aio.AioRpcError as e:
             raise unreadable(e, self.shard.shard) from None
@@ -66,23 +64,19 @@ class GrpcPorts:
         )
 
     async def keys(self, topic: str, key: str, max_num: int, begin: int, end: int) -> list[int]:
-        q = await self.shard.call(
-            "ix",
-            "Query",
-            index_pb2.IndexQueryRequest(topic=topic, key=key, begin_ms=begin, end_ms=end, max_num=max_num),
+        q = await self.shard.index.query(
+            index_pb2.IndexQueryRequest(topic=topic, key=key, begin_ms=begin, end_ms=end, max_num=max_num)
         )
         return list(q.physical_offsets)
 
     async def offset_at_time(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
-        r = await self.shard.call(
-            "cq",
-            "OffsetAtTime",
-            consume_queue_pb2.OffsetAtTimeRequest(topic=topic, queue_id=queue_id, timestamp_ms=timestamp_ms),
+        r = await self.shard.queues.offset_at_time(
+            consume_queue_pb2.OffsetAtTimeRequest(topic=topic, queue_id=queue_id, timestamp_ms=timestamp_ms)
         )
         return r.offset
 
     async def progress(self, group: str) -> list:
-        r = await self.shard.call("cq", "GroupOffsets", consume_queue_pb2.GroupOffsetsRequest(group=group))
+        r = await self.shard.queues.group_offsets(group)
         return list(r.offsets)
 
 

@@ -1,6 +1,8 @@
 """apache.rocketmq.v2.MessagingService on the front's RocketMQ port: what the
-official RocketMQ 5 clients (Java, Python, Node.js, Go, C#, Rust) call, served over
-the same shards, routing, users and rules as mqstore's own API (query/front.py).
+official RocketMQ 5 clients (Java, Python, Node.js, Go, C#, Rust) call: an adapter
+over the front's ``ShardSet`` (services/common/shard_set.py: the shards' typed clients,
+routing, fan-out, the topic table), the same one mqstore's own API (query/front.py) is
+an adapter over, with the same users and rules (one ``Acl``).
 
 Calls and what they do here (protocol notes: ../shared/notes/rocketmq-v2-protocol.md):
 
@@ -45,14 +47,15 @@ from mqstore.errors import InvalidMessageError
 from mqstore.formats.message import decode_records
 from mqstore.formats.names import check_topic
 from mqstore.rpc.rocketmq_v2 import messaging_pb2 as v2
-from mqstore.rpc.v1 import commitlog_pb2, common_pb2
+from mqstore.rpc.v1 import common_pb2
 from mqstore.rpc.v1 import consume_queue_pb2 as cq
 from mqstore.services.common import deadline
 from mqstore.services.common.errors import PermissionDenied, Unauthenticated
 from mqstore.services.common.server import Registration
+from mqstore.services.common.shard_clients import Shard
+from mqstore.services.common.shard_set import ShardSet, TopicRoute
 from mqstore.services.index.pop_service import MAX_POP, dead_letter_topic
-from mqstore.services.query.acl import GROUP, TOPIC, Action, User
-from mqstore.services.query.front import FrontServicer, ShardClient
+from mqstore.services.query.acl import GROUP, TOPIC, Acl, Action, User
 from mqstore.services.rocketmq import convert, settings
 from mqstore.services.rocketmq.coalesce import Coalescer
 from mqstore.services.rocketmq.renewal import Renewals
@@ -75,35 +78,16 @@ ANSWER_MARGIN_S = 0.5  # a long poll ends this long before the client's deadline
 _FIRST = np.zeros(1, np.int64)
 
 
-class TopicInfo:
-    """What a route needs of a topic's config (no config: the store's defaults)."""
-
-    def __init__(self, read_queues: int, write_queues: int, perm: int, message_type: str) -> None:
-        self.read_queues, self.write_queues, self.perm, self.message_type = (
-            read_queues,
-            write_queues,
-            perm,
-            message_type or "NORMAL",
-        )
-
-    @property
-    def accepted(self) -> tuple[int, ...]:
-        return convert.accepted_types(self.message_type)
-
-    @property
-    def fifo(self) -> bool:
-        return self.message_type == "FIFO"
-
-
 class MessagingServicer:
-    """See the module docstring. ``front``: the FrontServicer whose shards, routing and
-    ACL this port shares; ``max_attempts``: deliveries before a message goes to
+    """See the module docstring. ``shards``: the front's ShardSet; ``acl``: its users
+    and rules (None: anonymous); ``max_attempts``: deliveries before a message goes to
     ``%DLQ%<group>``; ``max_body``: the largest body a producer may send."""
 
     def __init__(
         self,
-        front: FrontServicer,
+        shards: ShardSet,
         *,
+        acl: Acl | None = None,
         endpoint: tuple[str, int],
         max_attempts: int = DEFAULT_MAX_ATTEMPTS,
         max_body: int = 4 << 20,
@@ -113,21 +97,21 @@ class MessagingServicer:
     ) -> None:
         """``max_sessions``, ``max_sessions_per_user``: client sessions kept in all and
         per user (settings.Sessions; a new client past a bound is TOO_MANY_REQUESTS)."""
-        self.front = front
+        self.shards = shards
+        self.acl = acl
         self.endpoint = endpoint  # (host, port) routes name when the client gave no access point
         self.max_attempts = max_attempts
         self.max_body = max_body
         self.metrics = metrics
         self.sessions = settings.Sessions(
-            max_total=max_sessions, max_per_user=max_sessions_per_user, anonymous=front.acl is None
+            max_total=max_sessions, max_per_user=max_sessions_per_user, anonymous=acl is None
         )
-        self._topics: dict[str, TopicInfo] | None = None
-        self._topics_at = 0.0
-        self._topics_version = 0
         self._rr: dict[str, itertools.count] = {}
         self._receive_rr: dict[tuple[str, str], int] = {}
-        self.transactions = TransactionService(self)  # started and stopped by the host
-        self.renewals = Renewals(self._call_queue_builder, self._last_seen)  # push consumers' messages
+        self.transactions = TransactionService(  # started and stopped by the host
+            shards, producers=self._producers, max_body=max_body
+        )
+        self.renewals = Renewals(self._change_invisible, self._last_seen)  # push consumers' messages
         # one-message sends and acks of concurrent clients share calls to a shard (coalesce.py)
         self._appends: Coalescer[common_pb2.MessageColumns] = Coalescer(self._append)
         self._acks: Coalescer[str] = Coalescer(self._ack_pop)
@@ -139,9 +123,7 @@ class MessagingServicer:
             cols = common_pb2.MessageColumns()
             for p in parts:
                 cols.MergeFrom(p)  # repeated fields append: the parts' rows one after another
-        res = await self.front.shards[shard].call(
-            "cl", "AppendBatch", commitlog_pb2.AppendBatchRequest(messages=cols), timeout=60, retry=False
-        )
+        res = await self.shards[shard].commitlog.append_batch(cols)
         r, out, at = res.result, [], 0
         for p in parts:
             n = len(p.topics)
@@ -151,13 +133,17 @@ class MessagingServicer:
 
     async def _ack_pop(self, key: tuple[int, str, str], handles: list[str]) -> list[int]:
         shard, group, topic = key
-        res = await self.front.shards[shard].call(
-            "cq", "AckPop", cq.AckPopRequest(group=group, topic=topic, receipt_handles=handles), retry=False
+        res = await self.shards[shard].queues.ack_pop(
+            cq.AckPopRequest(group=group, topic=topic, receipt_handles=handles)
         )
         return list(res.outcomes)
 
-    async def _call_queue_builder(self, shard: int, method: str, request):
-        return await self.front.shards[shard].call("cq", method, request, retry=False)
+    async def _change_invisible(self, shard: int, request: cq.ChangeInvisibleRequest) -> cq.ChangeInvisibleResponse:
+        return await self.shards[shard].queues.change_invisible(request)
+
+    def _producers(self, topic: str) -> list:
+        """The sessions that may get ``topic``'s transaction check-backs (transactions.py)."""
+        return self.sessions.producers(topic, self.may_publish(topic))
 
     def _last_seen(self, client: settings.SessionKey) -> float | None:
         session = self.sessions.get(client)
@@ -185,7 +171,7 @@ class MessagingServicer:
         """The authenticated caller (None: the front has no ACL), whose session
         (user, client id) is then noted as heard from (``note``; TOO_MANY_REQUESTS
         past the bounds of settings.Sessions)."""
-        acl = self.front.acl
+        acl = self.acl
         user = None
         if acl is not None:
             try:
@@ -201,7 +187,7 @@ class MessagingServicer:
     def may_publish(self, topic: str):
         """Who may get ``topic``'s transaction check-backs: a test of a session's user
         (Pub on the topic now; None without ACL: everyone)."""
-        acl = self.front.acl
+        acl = self.acl
         if acl is None:
             return None
 
@@ -216,7 +202,7 @@ class MessagingServicer:
         if user is not None:
             try:
                 for action, kind, name in needs:
-                    self.front.acl.authorize(user, action, kind, name)
+                    self.acl.authorize(user, action, kind, name)
             except PermissionDenied as e:
                 log.info("acl_refused", port="rocketmq", peer=context.peer(), code="FORBIDDEN", reason=str(e))
                 raise
@@ -224,32 +210,16 @@ class MessagingServicer:
 
     # ------------------------------------------------------------------ topics
 
-    async def _topic(self, name: str) -> TopicInfo:
-        """The topic's route facts, from ListTopics at most 1 s old; ILLEGAL_TOPIC for a
-        bad or system name."""
+    async def _topic(self, name: str) -> TopicRoute:
+        """The topic's route facts, from the front's topic table (shard_set.TopicTable:
+        at most 1 s old, changes through this front at once); ILLEGAL_TOPIC for a bad or
+        system name."""
         try:
             check_topic(name)
         except InvalidMessageError as e:
             raise ProtocolError(Code.ILLEGAL_TOPIC, str(e)) from None
         _check_not_system(name)
-        now = asyncio.get_running_loop().time()
-        changed = self.front.topics_changed
-        if self._topics is None or now - self._topics_at > 1.0 or changed != self._topics_version:
-
-            async def list_topics(s: ShardClient):
-                return await s.call("cl", "ListTopics", commitlog_pb2.ListTopicsRequest(), retry=False)
-
-            res = await self.front._any_shard(list_topics)
-            self._topics = {
-                c.topic: TopicInfo(c.read_queue_nums, c.write_queue_nums, c.perm, getattr(c, "message_type", ""))
-                for c in res.configs
-            }
-            self._topics_at, self._topics_version = now, changed
-        info = self._topics.get(name)
-        if info is None:
-            n = self.front.default_queue_nums
-            info = TopicInfo(n, n, PERM_READ | PERM_WRITE, "NORMAL")
-        return info
+        return (await self.shards.topics.get()).route(name)
 
     def _endpoints(self, asked: v2.Endpoints) -> v2.Endpoints:
         """Where routes point: the access point the client used (NAT and containers keep
@@ -259,13 +229,13 @@ class MessagingServicer:
         host, port = self.endpoint
         return v2.Endpoints(scheme=_scheme(host), addresses=[v2.Address(host=host, port=port)])
 
-    def _queue(self, topic: str, qid: int, perm: int, info: TopicInfo, endpoints: v2.Endpoints) -> v2.MessageQueue:
+    def _queue(self, topic: str, qid: int, perm: int, info: TopicRoute, endpoints: v2.Endpoints) -> v2.MessageQueue:
         return v2.MessageQueue(
             topic=v2.Resource(name=topic),
             id=qid,
             permission=perm,
             broker=v2.Broker(name=BROKER_NAME, id=0, endpoints=endpoints),
-            accept_message_types=info.accepted,
+            accept_message_types=convert.accepted_types(info.message_type),
         )
 
     # ------------------------------------------------------------------ route, session
@@ -276,7 +246,7 @@ class MessagingServicer:
         topic = request.topic.name
         user = self._user(context)
         if user is not None and not any(
-            self.front.acl.decide(user, action, TOPIC, topic)[0] for action in (Action.PUB, Action.SUB)
+            self.acl.decide(user, action, TOPIC, topic)[0] for action in (Action.PUB, Action.SUB)
         ):
             raise PermissionDenied(f"user {user.access_key!r} may neither Pub nor Sub on Topic:{topic}")
         info = await self._topic(topic)
@@ -392,13 +362,13 @@ class MessagingServicer:
         queue_ids = []
         for m in request.messages:
             info = infos[m.topic.name]
-            convert.check_message(m, info.accepted, now, self.max_body)
+            convert.check_message(m, convert.accepted_types(info.message_type), now, self.max_body)
             if m.system_properties.HasField("message_group"):  # FIFO: one group, one queue
                 q = message_rules.fifo_queue(m.system_properties.message_group, info.write_queues)
             else:
                 q = next(self._rr.setdefault(m.topic.name, itertools.count())) % info.write_queues
             queue_ids.append(q)
-        shard_of = [self.front.router.shard_of(m.topic.name, q) for m, q in zip(request.messages, queue_ids)]
+        shard_of = [self.shards.shard_of(m.topic.name, q) for m, q in zip(request.messages, queue_ids)]
         entries: list[v2.SendResultEntry | None] = [None] * len(request.messages)
 
         async def send(shard: int, rows: list[int]) -> None:
@@ -509,9 +479,7 @@ class MessagingServicer:
         if left is not None:
             poll_ms = min(poll_ms, int((left - ANSWER_MARGIN_S) * 1000))
         poll_ms = max(0, min(poll_ms, 60_000))
-        by_shard: dict[int, list[int]] = {}
-        for q in range(info.read_queues):
-            by_shard.setdefault(self.front.router.shard_of(topic, q), []).append(q)
+        by_shard = self.shards.queues_by_shard(topic, info.read_queues)
         dlq = dead_letter_topic(group)
 
         def pop_request(shard: int, wait_ms: int) -> cq.PopRequest:
@@ -525,13 +493,11 @@ class MessagingServicer:
                 tag_expression=expr.expression,
                 fifo=info.fifo,
                 max_attempts=self.max_attempts,
-                dead_letter_queue_id=self._queue_on(dlq, shard),
+                dead_letter_queue_id=self.shards.queue_on(dlq, shard),
             )
 
         async def pop(shard: int, wait_ms: int) -> list[v2.Message]:
-            res = await self.front.shards[shard].call(
-                "cq", "Pop", pop_request(shard, wait_ms), timeout=wait_ms / 1000 + 10, retry=False
-            )
+            res = await self.shards[shard].queues.pop(pop_request(shard, wait_ms), timeout=wait_ms / 1000 + 10)
             for code in res.set_aside:
                 self.count_set_aside(code)
             messages, failed = _messages(res, invisible_ms)
@@ -560,17 +526,14 @@ class MessagingServicer:
         """Messages the front could not convert (the shard's check let them through: a
         guard, not the rule): each to %DLQ%<group> alone with the reason, so the receive
         answers the others and the failed one never comes back."""
-        dlq = self._queue_on(dead_letter_topic(group), shard)
+        dlq = self.shards.queue_on(dead_letter_topic(group), shard)
         for handle, reason in failed:
             self.count_set_aside("conversion")
             try:
-                await self.front.shards[shard].call(
-                    "cq",
-                    "PopToDeadLetter",
+                await self.shards[shard].queues.pop_to_dead_letter(
                     cq.PopToDeadLetterRequest(
                         group=group, topic=topic, receipt_handle=handle, dead_letter_queue_id=dlq, reason=reason
-                    ),
-                    retry=False,
+                    )
                 )
             except Exception as e:  # noqa: BLE001 - it comes back when due and is tried again
                 log.warning("rocketmq_set_aside_failed", group=group, topic=topic, error=str(e))
@@ -579,21 +542,16 @@ class MessagingServicer:
         if self.metrics is not None:
             self.metrics.set_aside(code)
 
-    def _queue_on(self, topic: str, shard: int) -> int:
-        """The smallest queue id of ``topic`` that lives on ``shard``."""
-        n = len(self.front.shards)
-        return next(q for q in range(n) if self.front.router.shard_of(topic, q) == shard)
-
     # ------------------------------------------------------------------ ack, change, DLQ
 
-    def _shard_of_handle(self, text: str) -> tuple[ShardClient, ReceiptHandle]:
+    def _shard_of_handle(self, text: str) -> tuple[Shard, ReceiptHandle]:
         try:
             h = ReceiptHandle.parse(text)
         except Exception as e:  # noqa: BLE001 - the handle's parser names what is wrong
             raise ProtocolError(Code.INVALID_RECEIPT_HANDLE, f"malformed receipt handle: {e}") from None
-        if not 0 <= h.shard < len(self.front.shards):
+        if not 0 <= h.shard < len(self.shards):
             raise ProtocolError(Code.INVALID_RECEIPT_HANDLE, f"the receipt handle names shard {h.shard}")
-        return self.front.shards[h.shard], h
+        return self.shards[h.shard], h
 
     @answered(v2.AckMessageResponse)
     async def AckMessage(self, request: v2.AckMessageRequest, context) -> v2.AckMessageResponse:
@@ -643,11 +601,8 @@ class MessagingServicer:
             raise ProtocolError(Code.ILLEGAL_INVISIBLE_TIME, f"invisible_duration must be in 0..12 h, got {ms} ms")
         handle = await self.renewals.take(request.receipt_handle)  # a push consumer's nack: no more renewals
         shard, _ = self._shard_of_handle(handle)
-        res = await shard.call(
-            "cq",
-            "ChangeInvisible",
-            cq.ChangeInvisibleRequest(group=group, topic=topic, receipt_handle=handle, invisible_ms=ms),
-            retry=False,
+        res = await shard.queues.change_invisible(
+            cq.ChangeInvisibleRequest(group=group, topic=topic, receipt_handle=handle, invisible_ms=ms)
         )
         st = _outcome_status(res.outcome)
         return v2.ChangeInvisibleDurationResponse(status=st, receipt_handle=res.receipt_handle)
@@ -661,16 +616,13 @@ class MessagingServicer:
         _check_not_system(topic)
         handle = await self.renewals.take(request.receipt_handle)
         shard, _ = self._shard_of_handle(handle)
-        res = await shard.call(
-            "cq",
-            "PopToDeadLetter",
+        res = await shard.queues.pop_to_dead_letter(
             cq.PopToDeadLetterRequest(
                 group=group,
                 topic=topic,
                 receipt_handle=handle,
-                dead_letter_queue_id=self._queue_on(dead_letter_topic(group), shard.shard),
-            ),
-            retry=False,
+                dead_letter_queue_id=self.shards.queue_on(dead_letter_topic(group), shard.shard),
+            )
         )
         return v2.ForwardMessageToDeadLetterQueueResponse(status=_outcome_status(res.outcome))
 

@@ -55,12 +55,12 @@ def _now_ms() -> int:
 
 
 class Renewals:
-    """See the module docstring. ``call(shard, method, request)``: a call to a shard's
-    consume-queue builder; ``last_seen(client)``: monotonic time the client's session
+    """See the module docstring. ``change(shard, request)``: ChangeInvisible on a
+    shard's consume-queue builder; ``last_seen(client)``: monotonic time the client's session
     (a ``settings.SessionKey``) was last heard from (None: unknown)."""
 
-    def __init__(self, call: Callable, last_seen: Callable[[Hashable], float | None]) -> None:
-        self._call = call
+    def __init__(self, change: Callable, last_seen: Callable[[Hashable], float | None]) -> None:
+        self._change_on = change
         self._last_seen = last_seen
         self.invisible_ms = INVISIBLE_MS
         self.renew_ahead_ms = RENEW_AHEAD_MS
@@ -140,9 +140,8 @@ class Renewals:
         held.renewing = None
 
     async def _change(self, held: Held, invisible_ms: int):
-        return await self._call(
+        return await self._change_on(
             held.shard,
-            "ChangeInvisible",
             cq.ChangeInvisibleRequest(
                 group=held.group, topic=held.topic, receipt_handle=held.current, invisible_ms=invisible_ms
             ),

@@ -83,7 +83,7 @@ import asyncio
 import contextlib
 import contextvars
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -103,8 +103,9 @@ from mqstore.services.rocketmq import convert
 from mqstore.services.rocketmq.status import Code, ProtocolError
 
 if TYPE_CHECKING:
-    from mqstore.services.query.front import ShardClient
-    from mqstore.services.rocketmq.messaging import MessagingServicer
+    from mqstore.services.common.shard_clients import Shard
+    from mqstore.services.common.shard_set import ShardSet
+    from mqstore.services.rocketmq.settings import ClientSession
 
 log = structlog.get_logger(__name__)
 
@@ -403,11 +404,15 @@ class ShardHalves:
 
 class TransactionService:
     """Half messages, EndTransaction and the checker of one front (see the module
-    docstring); ``messaging`` gives the shards, the routing, the sessions."""
+    docstring), over the front's ShardSet (``shards``: its typed clients and routing).
+    ``producers(topic)``: the client sessions that may get the topic's check-backs
+    (connected producers whose user may Pub on it); ``max_body``: the largest body a
+    producer may send."""
 
-    def __init__(self, messaging: MessagingServicer) -> None:
-        self.messaging = messaging
-        self.front = messaging.front
+    def __init__(self, shards: ShardSet, *, producers: Callable[[str], list[ClientSession]], max_body: int) -> None:
+        self.shards = shards
+        self._producers = producers
+        self.max_body = max_body
         self.timeout_ms = TIMEOUT_MS
         self.check_interval_ms = CHECK_INTERVAL_MS
         self.check_max = CHECK_MAX
@@ -419,7 +424,7 @@ class TransactionService:
     def shard(self, s: int) -> ShardHalves:
         st = self._shards.get(s)
         if st is None:
-            q = self.messaging._queue_on
+            q = self.shards.queue_on
             st = self._shards[s] = ShardHalves(s, q(HALF_TOPIC, s), q(OP_TOPIC, s))
         return st
 
@@ -431,7 +436,7 @@ class TransactionService:
             return
         ctx = contextvars.Context()  # no caller's deadline in background calls
         loop = asyncio.get_running_loop()
-        for s in range(len(self.front.shards)):
+        for s in range(len(self.shards)):
             self._tasks.append(loop.create_task(self._recover_until_done(self.shard(s)), context=ctx))
         self._tasks.append(loop.create_task(self._run(), context=ctx))
 
@@ -460,7 +465,7 @@ class TransactionService:
         ``shard``): the SendResultEntry of each, its transaction id the half's msgId."""
         st = self.shard(shard)
         now = _now_ms()
-        cols = half_columns(messages, queue_ids, st.half_queue, self.messaging.max_body, now)
+        cols = half_columns(messages, queue_ids, st.half_queue, self.max_body, now)
         st.busy += 1
         try:
             r = (await self._deliver(st.shard, cols)).result
@@ -503,7 +508,7 @@ class TransactionService:
         transaction_id = request.transaction_id.strip().upper()
         topic, message_id = request.topic.name, request.message_id
         shard = host.port - STORE_PORT_BASE  # shard i records store port 10911 + i (query/routing.py)
-        if not 0 <= shard < len(self.front.shards):
+        if not 0 <= shard < len(self.shards):
             raise no_transaction()
         st = self.shard(shard)
         try:
@@ -529,7 +534,7 @@ class TransactionService:
         if request.resolution not in (v2.COMMIT, v2.ROLLBACK):
             log.info("transaction_left_open", transaction_id=request.transaction_id, resolution=request.resolution)
             return True
-        half = await self._read_half(self.front.shards[shard], entry.physical_offset, transaction_id)
+        half = await self._read_half(self.shards[shard], entry.physical_offset, transaction_id)
         commit = request.resolution == v2.COMMIT
         # the writes outlive a client that gives up: a half half-ended is what the op prevents
         done = asyncio.get_running_loop().create_task(
@@ -559,7 +564,7 @@ class TransactionService:
                 op = op_columns(st.op_queue, [entry.queue_offset], _now_ms())
                 if commit:
                     real = committed_columns(half)
-                    shard = self.front.router.shard_of(real.topics[0], real.queue_ids[0])
+                    shard = self.shards.shard_of(real.topics[0], real.queue_ids[0])
                     if shard == st.shard:
                         r = (await self._deliver(st.shard, join_columns(real, op))).result
                         st.resolve(entry.queue_offset, r.queue_offsets[-1])
@@ -593,7 +598,7 @@ class TransactionService:
                     log.warning("transaction_check_failed", shard=st.shard, error=str(e))
 
     async def _check(self, st: ShardHalves, due: list[Half], now: int) -> None:
-        client = self.front.shards[st.shard]
+        client = self.shards[st.shard]
         records = await self._read(client, [h.physical_offset for h in due])
         for h in due:
             rec = records.get(h.physical_offset)
@@ -607,7 +612,7 @@ class TransactionService:
             h.checks += 1
             h.due_ms = now + self.check_interval_ms
             # only sessions whose user may Pub on the topic (and so end the transaction)
-            producers = self.messaging.sessions.producers(h.topic, self.messaging.may_publish(h.topic))
+            producers = self._producers(h.topic)
             transaction_id = rec.msg_id
             if not producers:
                 log.info(
@@ -642,7 +647,7 @@ class TransactionService:
                 return
             st.busy += 1
             try:
-                keep = discard_columns(rec, self.messaging._queue_on(CHECK_MAX_TOPIC, st.shard))
+                keep = discard_columns(rec, self.shards.queue_on(CHECK_MAX_TOPIC, st.shard))
                 r = (
                     await self._deliver(
                         st.shard, join_columns(keep, op_columns(st.op_queue, [h.queue_offset], _now_ms()))
@@ -664,7 +669,7 @@ class TransactionService:
         p = st.progress()
         if p is None or p == st.saved:
             return
-        client = self.front.shards[st.shard]
+        client = self.shards[st.shard]
         h, op = p
         try:
             if h != st.saved[0]:
@@ -700,7 +705,7 @@ class TransactionService:
 
     async def recover(self, st: ShardHalves) -> None:
         """Rebuild the shard's pending halves from its half and op queues (module docstring)."""
-        client = self.front.shards[st.shard]
+        client = self.shards[st.shard]
         h0 = max(0, await self._fetch_offset(client, HALF_TOPIC, st.half_queue))
         p0 = max(0, await self._fetch_offset(client, OP_TOPIC, st.op_queue))
         await self._wait_dispatched(client)
@@ -757,12 +762,12 @@ class TransactionService:
             op_end=st.op_end,
         )
 
-    async def _wait_dispatched(self, client: ShardClient) -> None:
+    async def _wait_dispatched(self, client: Shard) -> None:
         """Return once every record written before now is in the shard's consume queues."""
-        target = (await client.call("cl", "GetOffsets", commitlog_pb2.GetOffsetsRequest())).wrote_offset
+        target = (await client.commitlog.get_offsets()).wrote_offset
         end = asyncio.get_running_loop().time() + DISPATCH_WAIT_S
         while True:
-            got = await client.call("cl", "GetOffsets", commitlog_pb2.GetOffsetsRequest())
+            got = await client.commitlog.get_offsets()
             if got.dispatched_offset >= target:
                 return
             if asyncio.get_running_loop().time() > end:
@@ -772,23 +777,21 @@ class TransactionService:
     # ------------------------------------------------------------------ shard calls
 
     async def _deliver(self, shard: int, cols: common_pb2.MessageColumns) -> commitlog_pb2.AppendBatchResponse:
-        return await self.front.shards[shard].call(
-            "cl", "DeliverDelayed", commitlog_pb2.AppendBatchRequest(messages=cols), timeout=60, retry=False
-        )
+        return await self.shards[shard].commitlog.deliver_delayed(cols)
 
-    async def _read(self, client: ShardClient, offsets: list[int]) -> dict[int, MessageRecord]:
+    async def _read(self, client: Shard, offsets: list[int]) -> dict[int, MessageRecord]:
         """The records at ``offsets`` (those gone left out), by offset."""
         out: dict[int, MessageRecord] = {}
         for i in range(0, len(offsets), _READ_CHUNK):
             part = offsets[i : i + _READ_CHUNK]
-            rd = await client.call("cl", "Read", commitlog_pb2.ReadRequest(offsets=part, raw=True, skip_missing=True))
+            rd = await client.commitlog.read(commitlog_pb2.ReadRequest(offsets=part, raw=True, skip_missing=True))
             sizes = np.frombuffer(rd.raw_sizes, "<i4").astype(np.int64)
             positions = np.concatenate(([0], np.cumsum(sizes)[:-1])) if len(sizes) else sizes
             for off, rec in zip(rd.offsets, decode_records(rd.raw_data, positions, check_crc=False)):
                 out[off] = rec
         return out
 
-    async def _read_half(self, client: ShardClient, offset: int, transaction_id: str) -> MessageRecord:
+    async def _read_half(self, client: Shard, offset: int, transaction_id: str) -> MessageRecord:
         """The half record at ``offset``, an offset this front knows for a half's (never
         one a caller chose); ``no_transaction()`` if it is not that half (any more)."""
         try:
@@ -812,16 +815,16 @@ class TransactionService:
         if h is not None:
             return h.topic == topic and h.message_id == message_id and h.transaction_id in ("", transaction_id)
         try:
-            rec = await self._read_half(self.front.shards[st.shard], offset, transaction_id)
+            rec = await self._read_half(self.shards[st.shard], offset, transaction_id)
         except ProtocolError:
             return False
         return rec.properties.get(REAL_TOPIC) == topic and rec.unique_key == message_id
 
-    async def _units(self, client: ShardClient, topic: str, queue: int, offset: int) -> AsyncIterator:
+    async def _units(self, client: Shard, topic: str, queue: int, offset: int) -> AsyncIterator:
         """(queue offset, commitlog offset, size) of the queue's units from ``offset``."""
         while True:
-            u = await client.call(
-                "cq", "GetUnits", cq.GetUnitsRequest(topic=topic, queue_id=queue, offset=offset, max_units=_UNITS_PAGE)
+            u = await client.queues.get_units(
+                cq.GetUnitsRequest(topic=topic, queue_id=queue, offset=offset, max_units=_UNITS_PAGE)
             )
             if not u.physical_offsets:
                 return
@@ -830,7 +833,7 @@ class TransactionService:
                     yield u.first_offset + k, phys, size
             offset = u.first_offset + len(u.physical_offsets)
 
-    async def _records(self, client: ShardClient, topic: str, queue: int, offset: int) -> AsyncIterator:
+    async def _records(self, client: Shard, topic: str, queue: int, offset: int) -> AsyncIterator:
         """(queue offset, record) of the queue from ``offset``."""
         batch: list[tuple[int, int]] = []
 
@@ -848,18 +851,13 @@ class TransactionService:
             for item in await flush():
                 yield item
 
-    async def _fetch_offset(self, client: ShardClient, topic: str, queue: int) -> int:
-        r = await client.call(
-            "cq", "FetchOffset", cq.FetchOffsetRequest(group=SYSTEM_GROUP, topic=topic, queue_id=queue)
-        )
+    async def _fetch_offset(self, client: Shard, topic: str, queue: int) -> int:
+        r = await client.queues.fetch_offset(cq.FetchOffsetRequest(group=SYSTEM_GROUP, topic=topic, queue_id=queue))
         return r.offset
 
-    async def _commit_offset(self, client: ShardClient, topic: str, queue: int, offset: int) -> None:
-        await client.call(
-            "cq",
-            "CommitOffset",
-            cq.CommitOffsetRequest(group=SYSTEM_GROUP, topic=topic, queue_id=queue, offset=offset),
-            retry=False,
+    async def _commit_offset(self, client: Shard, topic: str, queue: int, offset: int) -> None:
+        await client.queues.commit_offset(
+            cq.CommitOffsetRequest(group=SYSTEM_GROUP, topic=topic, queue_id=queue, offset=offset), retry=False
         )
 
 
