@@ -1,9 +1,10 @@
-"""CommitLogService: appends, reads by offset, ReadRange for the dispatcher,
+"""CommitLogService: appends, reads by offset, ReadRange and its stream Tail for the dispatcher,
 watermarks, topic configs, and what the builders recover against
 (proto/mqstore/v1/commitlog.proto)."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import time
 
@@ -23,6 +24,7 @@ from mqstore.services.common.convert import (
     topic_config_to_pb,
 )
 from mqstore.services.common.errors import BadRequest, PermissionDenied, Precondition, TooLarge, rpc
+from mqstore.services.common.internal_streams import Credits, stream_rpc
 from mqstore.services.common.server import Registration
 from mqstore.services.query.routing import check_routed
 from mqstore.store.encoded_batch import parse_encoded
@@ -134,23 +136,17 @@ class CommitLogServicer(commitlog_pb2_grpc.CommitLogServiceServicer):
     @rpc
     async def ReadRange(self, request: pb.ReadRangeRequest, context) -> pb.ReadRangeResponse:
         log_store = self.state.recovered()
-        validate.offset(request.offset)
-        validate.offset(request.dispatched_offset, "dispatched_offset")
+        max_bytes, enough = _range_args(request)
         if request.dispatched_offset:
             log_store.note_dispatched(request.dispatched_offset)
-        max_bytes = validate.count(
-            request.max_bytes, default=DEFAULT_RANGE_BYTES, high=MAX_RANGE_BYTES, what="max_bytes"
-        )
-        if not 0 <= request.wait_ms <= 10_000:
-            raise BadRequest(f"wait_ms {request.wait_ms} is out of range (0..10000)")
-        if not 0 <= request.linger_ms <= 1_000 or request.min_bytes < 0:
-            raise BadRequest(
-                f"linger_ms {request.linger_ms} (0..1000) or min_bytes {request.min_bytes} is out of range"
-            )
+        return await self._visible(request, request.offset, max_bytes, enough)
+
+    async def _visible(self, request: pb.ReadRangeRequest, offset: int, max_bytes: int, enough: int):
+        """The records visible from ``offset``, waiting and lingering as ``request`` says."""
+        log_store = self.state.recovered()
         deadline = time.monotonic() + request.wait_ms / 1000
-        enough = min(request.min_bytes, max_bytes)
         while True:
-            res = await self.state.call(self._range, log_store, request.offset, max_bytes, request.bounds_only)
+            res = await self.state.call(self._range, log_store, offset, max_bytes, request.bounds_only)
             now = time.monotonic()
             if res.record_count:
                 if res.data_end - res.offset >= enough or not request.linger_ms:
@@ -161,6 +157,51 @@ class CommitLogServicer(commitlog_pb2_grpc.CommitLogServiceServicer):
                 return res
             await self.state.wait_appended(left)  # every append through this servicer wakes it
             log_store = self.state.recovered()
+
+    @stream_rpc
+    async def Tail(self, requests, context):
+        """ReadRange as a feed (commitlog.proto): one answer per credit granted, each
+        from where the last ended; the grants' dispatched offsets are noted."""
+        it = requests.__aiter__()
+        try:
+            first = await it.__anext__()
+        except StopAsyncIteration:
+            return
+        if not first.HasField("start"):
+            raise BadRequest("a Tail stream opens with start")
+        start = first.start
+        max_bytes, enough = _range_args(start)
+        credits = Credits()
+        self._note_grant(first.dispatched_offset or start.dispatched_offset, first.credit, credits)
+        grants = asyncio.get_running_loop().create_task(self._take_grants(it, credits), name="tail-grants")
+        offset = start.offset
+        try:
+            while await credits.take():
+                res = await self._visible(start, offset, max_bytes, enough)
+                offset = res.next_offset
+                yield res
+        finally:
+            grants.cancel()
+
+    async def _take_grants(self, it, credits: Credits) -> None:
+        """A Tail's later requests, as they come: credits and dispatched offsets."""
+        try:
+            async for r in it:
+                if r.HasField("start"):
+                    raise BadRequest("start only in the first request of a Tail stream")
+                self._note_grant(r.dispatched_offset, r.credit, credits)
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:  # noqa: BLE001 - a bad grant (or the store closing) ends the stream with its status
+            credits.close(e)
+            return
+        credits.close()  # the dispatcher is done: the stream ends
+
+    def _note_grant(self, dispatched_offset: int, credit: int, credits: Credits) -> None:
+        validate.offset(dispatched_offset, "dispatched_offset")
+        if dispatched_offset:
+            self.state.recovered().note_dispatched(dispatched_offset)
+        credits.grant(credit)
 
     def _range(self, log_store: LogStore, offset: int, max_bytes: int, bounds_only: bool) -> pb.ReadRangeResponse:
         cl = log_store.commitlog
@@ -360,6 +401,19 @@ class CommitLogServicer(commitlog_pb2_grpc.CommitLogServiceServicer):
             ends[(q.topic, validate.queue_id(q.queue_id))] = validate.offset(q.max_offset, "max_offset")
         self.state.attach_queue_ends(request.incarnation, request.progress_offset, ends)
         return pb.AttachQueueEndsResponse()
+
+
+def _range_args(request: pb.ReadRangeRequest) -> tuple[int, int]:
+    """(max_bytes, the bytes worth answering without lingering) of a ReadRange (or a
+    Tail's start); BadRequest for values out of range."""
+    validate.offset(request.offset)
+    validate.offset(request.dispatched_offset, "dispatched_offset")
+    max_bytes = validate.count(request.max_bytes, default=DEFAULT_RANGE_BYTES, high=MAX_RANGE_BYTES, what="max_bytes")
+    if not 0 <= request.wait_ms <= 10_000:
+        raise BadRequest(f"wait_ms {request.wait_ms} is out of range (0..10000)")
+    if not 0 <= request.linger_ms <= 1_000 or request.min_bytes < 0:
+        raise BadRequest(f"linger_ms {request.linger_ms} (0..1000) or min_bytes {request.min_bytes} is out of range")
+    return max_bytes, min(request.min_bytes, max_bytes)
 
 
 def _check_record_start(cl, offset: int) -> None:

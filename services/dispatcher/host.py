@@ -65,6 +65,8 @@ class DispatcherHost:
             "last_error": st.last_error,
             "resyncs": st.resyncs,
             "dispatched_records": st.dispatched_records,
+            "batches": st.batches,
+            "streams_opened": self.dispatcher.streams_opened,
             "reads": "local" if self.dispatcher.reads_locally else "remote",
         }
 

@@ -1,6 +1,6 @@
-"""IndexService: keys in (from the dispatcher), offsets out by topic#key and time,
-the builder's progress (proto/mqstore/v1/index.proto). Served by the index
-builder's process (index/state.py).
+"""IndexService: keys in (from the dispatcher, over PutKeysStream or PutKeys),
+offsets out by topic#key and time, the builder's progress
+(proto/mqstore/v1/index.proto). Served by the index builder's process (index/state.py).
 
 PutKeys may repeat keys the builder has (a resume below its progress): the store
 core puts each (key hash, record) pair once. Query answers each offset once, and
@@ -13,6 +13,7 @@ from mqstore.rpc.v1 import index_pb2 as pb
 from mqstore.services.common import validate
 from mqstore.services.common.columns import INT64, unpack
 from mqstore.services.common.errors import BadRequest, rpc
+from mqstore.services.common.internal_streams import answer_in_order
 from mqstore.services.common.server import Registration
 from mqstore.services.index.state import BuilderState
 from mqstore.store.dispatch import IndexEntries
@@ -31,6 +32,15 @@ class IndexServicer(index_pb2_grpc.IndexServiceServicer):
 
     @rpc
     async def PutKeys(self, request: pb.PutKeysRequest, context) -> pb.PutKeysResponse:
+        return await self._put_keys(request)
+
+    async def PutKeysStream(self, requests, context):
+        """PutKeys over one stream (the dispatcher's): in order, each answered with
+        its seq and the unary call's status (services/common/internal_streams.py)."""
+        async for answer in answer_in_order(requests, self._put_keys, pb.PutKeysResponse):
+            yield answer
+
+    async def _put_keys(self, request: pb.PutKeysRequest) -> pb.PutKeysResponse:
         self.state.ready()
         self.state.check_incarnation(request.incarnation)
         hashes, phys, times = (

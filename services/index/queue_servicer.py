@@ -1,8 +1,8 @@
 """ConsumeQueueService (proto/mqstore/v1/consume_queue.proto), served by the
-consume-queue builder's process (index/state.py): units in (from the dispatcher,
-with the commitlog's min offset: files below it go), units out by queue offset,
-queue ranges, lookups by time, consumer offsets, pop consumption
-(index/pop_service.py), and the builder's progress."""
+consume-queue builder's process (index/state.py): units in (from the dispatcher
+over PutUnitsStream, or PutUnits; with the commitlog's min offset: files below it
+go), units out by queue offset, queue ranges, lookups by time, consumer offsets,
+pop consumption (index/pop_service.py), and the builder's progress."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from mqstore.rpc.v1 import consume_queue_pb2 as pb
 from mqstore.services.common import validate
 from mqstore.services.common.columns import INT32, INT64, unpack
 from mqstore.services.common.errors import BadRequest, rpc
+from mqstore.services.common.internal_streams import answer_in_order
 from mqstore.services.common.server import Registration
 from mqstore.services.index.local_pull import LocalPulls
 from mqstore.services.index.pop_service import Popper
@@ -41,6 +42,15 @@ class ConsumeQueueServicer(consume_queue_pb2_grpc.ConsumeQueueServiceServicer):
 
     @rpc
     async def PutUnits(self, request: pb.PutUnitsRequest, context) -> pb.PutUnitsResponse:
+        return await self._put_units(request)
+
+    async def PutUnitsStream(self, requests, context):
+        """PutUnits over one stream (the dispatcher's): in order, each answered with
+        its seq and the unary call's status (services/common/internal_streams.py)."""
+        async for answer in answer_in_order(requests, self._put_units, pb.PutUnitsResponse):
+            yield answer
+
+    async def _put_units(self, request: pb.PutUnitsRequest) -> pb.PutUnitsResponse:
         self.state.ready()
         self.state.check_incarnation(request.incarnation)
         batch = _dispatch_batch(request, self._epochs)

@@ -355,7 +355,10 @@ def test_restarts_mid_stream_lose_and_duplicate_nothing(tmp_path, part):
             # (the last message indexed before a restart is indexed again, as RocketMQ does: queries dedupe)
             hits = sorted(set(ix.Query(index_pb2.IndexQueryRequest(topic="R", key=f"r{k}")).physical_offsets))
             assert [int(r.body[:6]) for r in cl.Read(commitlog_pb2.ReadRequest(offsets=hits)).records].count(k) == 1
-        assert parts.disp.status()["resyncs"] >= 1 and offsets.dispatched_offset <= offsets.confirm_offset
+        st = parts.disp.status()
+        assert st["resyncs"] >= 1 and offsets.dispatched_offset <= offsets.confirm_offset
+        # the feed and the puts on streams opened per connection and resync, not per batch
+        assert 3 <= st["streams_opened"] <= 3 * st["resyncs"] + 4 and st["batches"] >= 4, st
         assert parts.disp.status()["reads"] == "remote"  # (no store directory given: the bytes come over ReadRange)
         for ch in chs:
             ch.close()

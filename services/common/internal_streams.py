@@ -1,0 +1,319 @@
+"""Long-lived internal streams: the framing rules both ends of a stream keep.
+
+Where two processes talk all the time (the dispatcher and the commitlog's feed, the
+dispatcher and the builders' puts) the traffic goes over one bidi stream opened
+once, not a unary call per step: each unary call costs grpc.aio about 0.44 ms of
+CPU (BENCHMARKS.md, issue 16), plus a client interceptor task and a server
+interceptor's secret check. A stream pays those once, when it opens; its messages
+pay only their encoding and one read or write each.
+
+Two shapes (proto/mqstore/v1: CommitLogService.Tail, PutUnitsStream, PutKeysStream):
+
+* **request streams** (``RequestStream`` on the client, ``answer_in_order`` on the
+  server): requests are numbered (``seq``) and answered in order, each answer
+  carrying its request's seq and the status a unary call would have ended with
+  (``CallStatus``; code 0 = OK). A failed request fails alone; the stream stays
+  open. ``Pending`` holds the matching rules: an answer settles the oldest request
+  waiting and must carry its seq.
+* **feeds** (``Credits`` on the server): the server sends one answer per credit
+  the client granted, so it never runs ahead of what the client takes.
+
+A stream that ends, fails or answers out of order is *broken*: every request waiting
+on it fails with a ``grpc.aio.AioRpcError`` (the stream's own status; UNAVAILABLE
+when it just ended; INTERNAL for an answer out of order; DEADLINE_EXCEEDED when an
+answer does not come in time), which callers handle as the unary call's failure.
+A broken stream is not used again: its owner opens a new one.
+
+Requests inside a stream are decoded by gRPC itself (StrictDecode only sees the
+stream open, where it checks the secret once): these are internal peers only.
+
+Streams go over ``internal_channel``: no client interceptor (grpc.aio runs one as a
+task per call, and its stream-stream interceptors do not send the headers of a
+stream written with ``write``); the caller passes the secret as the metadata of
+each call and each stream open.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import functools
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, TypeVar
+
+import grpc
+import structlog
+
+from mqstore.rpc.v1 import common_pb2
+from mqstore.services.common.errors import BadRequest, status_of
+from mqstore.services.common.internal_auth import InternalAuth
+from mqstore.services.common.server import CHANNEL_OPTIONS
+
+log = structlog.get_logger(__name__)
+_CODES = {c.value[0]: c for c in grpc.StatusCode}
+MAX_CREDIT = 64  # answers a feed's client may have granted and not taken
+A = TypeVar("A")
+
+
+def rpc_error(code: grpc.StatusCode, details: str) -> grpc.aio.AioRpcError:
+    """The error a unary call that ended with ``code`` would have raised."""
+    return grpc.aio.AioRpcError(code, grpc.aio.Metadata(), grpc.aio.Metadata(), details=details)
+
+
+def error_of(status: common_pb2.CallStatus) -> grpc.aio.AioRpcError | None:
+    """None for OK (code 0, or no status), else the unary call's error."""
+    if not status.code:
+        return None
+    return rpc_error(_CODES.get(status.code, grpc.StatusCode.UNKNOWN), status.message)
+
+
+def status_pb(exc: BaseException) -> common_pb2.CallStatus:
+    """The CallStatus of a request that raised ``exc`` (the one table: errors.py)."""
+    code, message = status_of(exc)
+    return common_pb2.CallStatus(code=code.value[0], message=message)
+
+
+# ---------------------------------------------------------------- the rules (no gRPC)
+
+
+class Pending:
+    """The requests of one stream waiting for their answers, oldest first. The
+    server answers in order, so an answer settles the oldest request; another seq
+    is a broken stream (``settle`` raises ValueError). One event loop uses it."""
+
+    def __init__(self) -> None:
+        self._next_seq = 1
+        self._waiting: collections.deque[tuple[int, asyncio.Future]] = collections.deque()
+
+    def __len__(self) -> int:
+        return len(self._waiting)
+
+    def add(self, future: asyncio.Future) -> int:
+        """Number a request whose answer ``future`` is to get: its seq."""
+        seq = self._next_seq
+        self._next_seq += 1
+        self._waiting.append((seq, future))
+        return seq
+
+    def settle(self, seq: int, answer: Any = None, error: BaseException | None = None) -> None:
+        """The answer to request ``seq`` (or its error) for its future; ValueError
+        if it is not the oldest request waiting."""
+        if not self._waiting:
+            raise ValueError(f"an answer for request {seq}, but no request is waiting")
+        want, future = self._waiting[0]
+        if seq != want:
+            raise ValueError(f"an answer for request {seq}, but request {want} is the oldest waiting")
+        self._waiting.popleft()
+        if future.done():  # (its caller gave up: cancelled)
+            return
+        if error is not None:
+            future.set_exception(error)
+        else:
+            future.set_result(answer)
+
+    def fail_all(self, error: BaseException) -> None:
+        """Every request waiting fails with ``error`` (the stream broke)."""
+        waiting, self._waiting = self._waiting, collections.deque()
+        for _, future in waiting:
+            if not future.done():
+                future.set_exception(error)
+                future.exception()  # retrieved here: a caller that gave up must not warn
+
+
+class Credits:
+    """A feed's back-pressure on the server: answers the client granted and the
+    server did not send yet. ``take`` waits for one; after ``close`` (the client
+    stopped granting: it half-closed, or its grant was refused) it answers False,
+    or raises the error it was closed with. One event loop uses it."""
+
+    def __init__(self, limit: int = MAX_CREDIT) -> None:
+        self._credit = 0
+        self._limit = limit
+        self._closed = False
+        self._error: BaseException | None = None
+        self._changed = asyncio.Event()
+
+    @property
+    def available(self) -> int:
+        return self._credit
+
+    def grant(self, n: int) -> None:
+        """``n`` more answers; BadRequest if negative or past the limit."""
+        if n < 0:
+            raise BadRequest(f"credit {n} is negative")
+        if self._credit + n > self._limit:
+            raise BadRequest(f"credit {self._credit + n} is past the limit of {self._limit} answers")
+        self._credit += n
+        if n:
+            self._changed.set()
+
+    def close(self, error: BaseException | None = None) -> None:
+        self._closed, self._error = True, error
+        self._changed.set()
+
+    async def take(self) -> bool:
+        """Spend one credit, waiting for a grant: True, or False once closed
+        (raising the error it was closed with, if any)."""
+        while not self._closed and self._credit <= 0:
+            self._changed.clear()
+            await self._changed.wait()
+        if self._closed:
+            if self._error is not None:
+                raise self._error
+            return False
+        self._credit -= 1
+        return True
+
+
+# ---------------------------------------------------------------- the client side
+
+
+def internal_channel(endpoint: str, auth: InternalAuth) -> grpc.aio.Channel:
+    """An aio channel to an internal service without interceptors (the module
+    docstring): every call and stream open passes ``auth.metadata()`` itself."""
+    creds = auth.channel_credentials()
+    if creds is None:
+        return grpc.aio.insecure_channel(endpoint, options=CHANNEL_OPTIONS)
+    return grpc.aio.secure_channel(endpoint, creds, options=CHANNEL_OPTIONS + auth.channel_options())
+
+
+class RequestStream:
+    """A request stream's client end (the module docstring): ``send`` writes a
+    request numbered in turn and returns the future of its answer (its error: the
+    unary call's). Opened by ``open``; not used again once ``broken``."""
+
+    def __init__(self, call, name: str) -> None:
+        self._call = call
+        self.name = name
+        self._pending = Pending()
+        self.broken: BaseException | None = None
+        self._reader = asyncio.get_running_loop().create_task(self._read(), name=f"stream-{name}")
+
+    @classmethod
+    def open(cls, method: Callable[..., Any], name: str, metadata) -> RequestStream:
+        """Open a stream with the stub's stream method (``stub.PutUnitsStream``),
+        ``metadata`` (the secret: ``InternalAuth.metadata()``) sent once, as it opens."""
+        return cls(method(metadata=metadata), name)
+
+    async def send(self, request, timeout_s: float) -> Awaitable:
+        """Write ``request`` (its ``seq`` set here); the answer's future, failing
+        with DEADLINE_EXCEEDED (the stream broken) after ``timeout_s``."""
+        if self.broken is not None:
+            raise self.broken
+        loop = asyncio.get_running_loop()
+        future = loop.create_future()
+        request.seq = self._pending.add(future)
+        timer = loop.call_later(timeout_s, self._late, request.seq, timeout_s)
+        future.add_done_callback(lambda _: timer.cancel())
+        try:
+            await self._call.write(request)
+        except asyncio.CancelledError:
+            self._break(rpc_error(grpc.StatusCode.CANCELLED, f"{self.name}: cancelled while writing"))
+            raise
+        except Exception as e:  # the stream ended under the write: its status (not the write's INTERNAL)
+            self._break(await self._ended(e))
+        return future
+
+    def _late(self, seq: int, timeout_s: float) -> None:
+        self._break(rpc_error(grpc.StatusCode.DEADLINE_EXCEEDED, f"{self.name}: no answer to {seq} in {timeout_s} s"))
+
+    async def _ended(self, why: BaseException) -> grpc.aio.AioRpcError:
+        """The error of a stream a write failed on: the reader's (it read the
+        stream's status), else the call's status, else ``why`` as UNAVAILABLE."""
+        await asyncio.sleep(0)  # the reader may be about to see the status
+        if self.broken is not None:
+            return self.broken
+        if isinstance(why, grpc.aio.AioRpcError) and why.code() is not grpc.StatusCode.INTERNAL:
+            return why
+        return rpc_error(grpc.StatusCode.UNAVAILABLE, f"{self.name} ended: {why}")
+
+    async def _read(self) -> None:
+        try:
+            while True:
+                answer = await self._call.read()
+                if answer is grpc.aio.EOF:
+                    self._break(rpc_error(grpc.StatusCode.UNAVAILABLE, f"{self.name}: the peer ended the stream"))
+                    return
+                try:
+                    self._pending.settle(answer.seq, answer, error_of(answer.status))
+                except ValueError as e:
+                    self._break(rpc_error(grpc.StatusCode.INTERNAL, f"{self.name}: {e}"))
+                    return
+        except asyncio.CancelledError:
+            self._break(rpc_error(grpc.StatusCode.CANCELLED, f"{self.name}: closed"))
+        except grpc.aio.AioRpcError as e:
+            self._break(e)
+        except Exception as e:  # noqa: BLE001 - anything else ends the stream too
+            self._break(rpc_error(grpc.StatusCode.UNAVAILABLE, f"{self.name}: {type(e).__name__}: {e}"))
+
+    def _break(self, error: BaseException) -> None:
+        if self.broken is None:
+            self.broken = error
+            self._call.cancel()
+        self._pending.fail_all(self.broken)
+
+    async def close(self) -> None:
+        self._break(rpc_error(grpc.StatusCode.CANCELLED, f"{self.name}: closed"))
+        if asyncio.current_task() is not self._reader:
+            self._reader.cancel()
+            try:
+                await self._reader
+            except asyncio.CancelledError:
+                pass
+
+
+# ---------------------------------------------------------------- the server side
+
+
+async def answer_in_order(
+    requests: AsyncIterator, handle: Callable[[Any], Awaitable[A]], answer_type: Callable[..., A]
+) -> AsyncIterator[A]:
+    """A request stream's server end: each request handled in turn by ``handle`` (the
+    unary method's body), its answer (or ``answer_type(status=...)`` with the unary
+    call's status) given the request's seq."""
+    async for request in requests:
+        try:
+            answer = await handle(request)
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:  # noqa: BLE001 - answered as the unary call's status, as @rpc would
+            status = status_pb(e)
+            if status.code in (grpc.StatusCode.INTERNAL.value[0], grpc.StatusCode.DATA_LOSS.value[0]):
+                log.error("stream_request_failed", handler=handle.__qualname__, error=status.message, exc_info=e)
+            answer = answer_type(status=status)
+        answer.seq = request.seq
+        yield answer
+
+
+def stream_rpc(method: Callable[..., AsyncIterator]) -> Callable[..., AsyncIterator]:
+    """Wrap a streaming servicer method (an async generator): whatever it raises ends
+    the stream with its status from the one table, as ``@rpc`` does for unary calls."""
+
+    @functools.wraps(method)
+    async def wrapper(self, requests, context):
+        try:
+            async for answer in method(self, requests, context):
+                yield answer
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:
+            code, message = status_of(e)
+            if code in (grpc.StatusCode.INTERNAL, grpc.StatusCode.DATA_LOSS):
+                log.error("stream_failed", method=method.__qualname__, code=code.name, error=message, exc_info=e)
+            await context.abort(code, message)
+
+    return wrapper
+
+
+__all__ = [
+    "MAX_CREDIT",
+    "Credits",
+    "Pending",
+    "RequestStream",
+    "answer_in_order",
+    "error_of",
+    "internal_channel",
+    "rpc_error",
+    "status_pb",
+    "stream_rpc",
+]
