@@ -48,7 +48,9 @@ class CommitLogHost:
         self.state = CommitLogState(store_dir, config, shard=shard, retention=retention)
         self._closing = threading.Event()
         self.server = self.thread.run(
-            start_grpc_server(host, port, [CommitLogServicer(self.state).registration()], serving=False, auth=auth)
+            start_grpc_server(
+                host, port, [CommitLogServicer(self.state, auth).registration()], serving=False, auth=auth
+            )
         )
         self.endpoint = endpoint_of(host, self.server.port)
         self._ready = threading.Event()

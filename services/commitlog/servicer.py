@@ -24,6 +24,7 @@ from mqstore.services.common.convert import (
     topic_config_to_pb,
 )
 from mqstore.services.common.errors import BadRequest, PermissionDenied, Precondition, TooLarge, rpc
+from mqstore.services.common.internal_auth import RANGE_END, InternalAuth
 from mqstore.services.common.internal_streams import Credits, stream_rpc
 from mqstore.services.common.server import Registration
 from mqstore.services.query.routing import check_routed
@@ -40,8 +41,11 @@ MAX_CHECK_UNITS = 200_000
 
 
 class CommitLogServicer(commitlog_pb2_grpc.CommitLogServiceServicer):
-    def __init__(self, state: CommitLogState) -> None:
+    def __init__(self, state: CommitLogState, auth: InternalAuth | None = None) -> None:
+        """``auth``: the deployment's secret, to vouch for the ends of the ranges it
+        answers (ReadRangeResponse.vouch; without it, none)."""
         self.state = state
+        self._auth = auth
 
     def registration(self) -> Registration:
         return Registration(commitlog_pb2_grpc.add_CommitLogServiceServicer_to_server, self, SERVICE)
@@ -226,6 +230,8 @@ class CommitLogServicer(commitlog_pb2_grpc.CommitLogServiceServicer):
             forced_deleted_to=forced,
         )
         out.data_end = out.offset
+        if self._auth is not None:
+            out.vouch = self._auth.vouch(RANGE_END, out.incarnation, out.next_offset)
         n = len(chunk.sizes)
         if n:
             first = int(chunk.physical_offsets[0])

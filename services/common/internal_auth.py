@@ -11,6 +11,10 @@ With ``tls=True`` (the front speaks TLS) the internal servers speak TLS as well,
 a certificate made for the deployment alone (``INTERNAL_NAME`` is the name it
 carries); internal clients trust only that certificate.
 
+A process may also *vouch* for values it states (``InternalAuth.vouch``: an HMAC under
+the secret) so that a third process checks them without a call to the first (the
+commitlog's range ends, carried by the dispatcher to the builders).
+
 Every server, internal or public, also decodes requests itself (``StrictDecode``):
 bytes that are not the request message are INVALID_ARGUMENT with a message, not
 grpc's ``UNKNOWN "Unexpected DecodeError"``.
@@ -27,6 +31,7 @@ from dataclasses import dataclass
 import grpc
 
 SECRET_HEADER = "x-mqstore-secret"
+RANGE_END = b"commitlog-range-end"  # vouch(RANGE_END, incarnation, next_offset): the commitlog had records to there
 INTERNAL_NAME = "mqstore-internal"  # the name on the deployment's internal certificate
 _OPEN_SERVICES = ("/grpc.health.v1.Health/",)  # answered without the secret
 
@@ -66,6 +71,18 @@ class InternalAuth:
                 given = value.encode() if isinstance(value, str) else value
                 return hmac.compare_digest(given, self.secret.encode())
         return False
+
+    def vouch(self, what: bytes, *values: int) -> bytes:
+        """A tag saying a process of this deployment stated ``values`` about ``what``
+        (HMAC-SHA256 under the secret, 16 bytes): passed on by a peer, checked by a
+        third (``vouched``) without asking the first. E.g. the commitlog vouches for
+        (incarnation, next_offset) of a range; the builders check a batch's to_offset."""
+        msg = what + b"".join(v.to_bytes(8, "big", signed=True) for v in values)
+        return hmac.new(self.secret.encode(), msg, "sha256").digest()[:16]
+
+    def vouched(self, tag: bytes, what: bytes, *values: int) -> bool:
+        """True if ``tag`` is this deployment's ``vouch(what, *values)``."""
+        return len(tag) == 16 and hmac.compare_digest(tag, self.vouch(what, *values))
 
     def server_credentials(self) -> grpc.ServerCredentials | None:
         if not self.tls:
@@ -200,4 +217,4 @@ def gcs_requires_token(gcs_address: str, timeout_s: float = 10.0) -> bool:
     return False
 
 
-__all__ = ["INTERNAL_NAME", "SECRET_HEADER", "InternalAuth", "StrictDecode", "gcs_requires_token"]
+__all__ = ["INTERNAL_NAME", "RANGE_END", "SECRET_HEADER", "InternalAuth", "StrictDecode", "gcs_requires_token"]

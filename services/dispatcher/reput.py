@@ -468,14 +468,21 @@ class RemoteDispatcher:
     def _requests(self, r: commitlog_pb2.ReadRangeResponse, frm: int, *, units: bool = True):
         """(PutUnits, PutKeys) of a ReadRange answer from ``frm``; ``units`` False: the
         index's alone (the PutUnits is None, and no topic counts as told)."""
-        to, inc = r.next_offset, self.incarnation
+        to, inc, vouch = r.next_offset, self.incarnation, r.vouch  # (the commitlog's word for `to`)
         low, forced = r.min_offset, r.forced_deleted_to  # retention, told to the builders
         if not r.record_count:  # a BLANK (end of a segment) or retention moved the start: progress only
             return (
                 consume_queue_pb2.PutUnitsRequest(
-                    from_offset=frm, to_offset=to, incarnation=inc, commitlog_min_offset=low, forced_deleted_to=forced
+                    from_offset=frm,
+                    to_offset=to,
+                    incarnation=inc,
+                    commitlog_min_offset=low,
+                    forced_deleted_to=forced,
+                    to_offset_vouch=vouch,
                 ),
-                index_pb2.PutKeysRequest(from_offset=frm, to_offset=to, incarnation=inc, commitlog_min_offset=low),
+                index_pb2.PutKeysRequest(
+                    from_offset=frm, to_offset=to, incarnation=inc, commitlog_min_offset=low, to_offset_vouch=vouch
+                ),
             )
         if self._maps is None:
             b = decode_range(r.data, 0, len(r.data), r.offset, r.next_offset, self._delays)
@@ -500,6 +507,7 @@ class RemoteDispatcher:
                 incarnation=inc,
                 commitlog_min_offset=low,
                 forced_deleted_to=forced,
+                to_offset_vouch=vouch,
             )
             self._name_topics(put, b)
         e = b.index_entries()
@@ -511,6 +519,7 @@ class RemoteDispatcher:
             to_offset=to,
             incarnation=inc,
             commitlog_min_offset=low,
+            to_offset_vouch=vouch,
         )
         return put, keys
 

@@ -51,7 +51,7 @@ class IndexServicer(index_pb2_grpc.IndexServiceServicer):
         validate.same_lengths(key_hashes=hashes, physical_offsets=phys, store_timestamps=times)
         if request.to_offset < request.from_offset:
             raise BadRequest(f"to_offset {request.to_offset} is before from_offset {request.from_offset}")
-        await self.state.check_to_offset(request.to_offset)
+        await self.state.check_to_offset(request.to_offset, request.incarnation, request.to_offset_vouch)
         if len(phys) and (phys.min() < request.from_offset or phys.max() >= request.to_offset):
             raise BadRequest(
                 f"entries must point into [from_offset, to_offset) = [{request.from_offset}, {request.to_offset})"

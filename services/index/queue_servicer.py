@@ -54,7 +54,7 @@ class ConsumeQueueServicer(consume_queue_pb2_grpc.ConsumeQueueServiceServicer):
         self.state.ready()
         self.state.check_incarnation(request.incarnation)
         batch = _dispatch_batch(request, self._epochs)
-        await self.state.check_to_offset(request.to_offset)
+        await self.state.check_to_offset(request.to_offset, request.incarnation, request.to_offset_vouch)
         progress = await self.state.call(
             self.state.put, request.incarnation, batch, request.from_offset, request.to_offset
         )

@@ -36,7 +36,7 @@ import structlog
 from mqstore.errors import MqStoreError, StoreLockedError, StoreNotWritableError
 from mqstore.rpc.v1 import common_pb2
 from mqstore.services.common.errors import Aborted, BadRequest, Unavailable
-from mqstore.services.common.internal_auth import InternalAuth
+from mqstore.services.common.internal_auth import RANGE_END, InternalAuth
 from mqstore.services.common.peers import PeerUnavailable, Resolver
 from mqstore.services.index.commitlog_view import RemoteCommitLog
 from mqstore.services.index.delay import SchedulerStore
@@ -326,10 +326,14 @@ class BuilderState:
                 self.stuck = None
             return out
 
-    async def check_to_offset(self, to_offset: int) -> None:
-        """BadRequest if a batch claims records past the commitlog's write position."""
+    async def check_to_offset(self, to_offset: int, incarnation: int = 0, vouch: bytes = b"") -> None:
+        """BadRequest if a batch claims records past the commitlog's write position.
+        A batch whose ``vouch`` is the commitlog's for (``incarnation``, ``to_offset``)
+        (ReadRangeResponse.vouch, passed on by the dispatcher) is within it: no call."""
         view = self.view
         if view is not None and to_offset > view.wrote_offset:
+            if vouch and self._auth.vouched(vouch, RANGE_END, incarnation, to_offset):
+                return  # (the caller checked the incarnation is the view's)
             await self.call(view.offsets)  # the commitlog grew since the view last asked
             if to_offset > view.wrote_offset:
                 raise BadRequest(f"to_offset {to_offset} is past the commitlog's write position {view.wrote_offset}")

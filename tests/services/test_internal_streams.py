@@ -273,3 +273,51 @@ def test_a_put_stream_whose_peer_goes_away_fails_its_requests_unavailable(parts,
         for f in stopping:
             f.result(10)
         t.stop()
+
+
+def test_a_batch_the_commitlog_vouched_for_is_taken_without_asking_it(parts):
+    """A range's end comes with the commitlog's vouch (ReadRangeResponse.vouch); a
+    builder takes a batch to there without a GetOffsets. Without a vouch, or with
+    another deployment's, it asks (a claim past the write position: INVALID_ARGUMENT)."""
+    import threading
+
+    rec = _append(parts, "V", 2)
+    end = rec.physical_offsets[-1] + rec.sizes[-1]
+    inc = parts.shard.state.incarnation
+    view = parts.cq.state.view
+    asked, offsets = [], view.offsets
+
+    def counted():
+        if not threading.current_thread().name.endswith("-open"):  # (not the builder's once-a-second watch)
+            asked.append(end)
+        return offsets()
+
+    async def run():
+        async with (
+            internal_channel(parts.endpoints["cl"], parts.auth) as cl_ch,
+            internal_channel(parts.endpoints["cq"], parts.auth) as cq_ch,
+        ):
+            md = parts.auth.metadata()
+            r = await commitlog_pb2_grpc.CommitLogServiceStub(cl_ch).ReadRange(
+                commitlog_pb2.ReadRangeRequest(offset=rec.physical_offsets[0], bounds_only=True), metadata=md
+            )
+            assert r.next_offset == end and parts.auth.vouched(r.vouch, b"commitlog-range-end", inc, end)
+            units = RequestStream.open(consume_queue_pb2_grpc.ConsumeQueueServiceStub(cq_ch).PutUnitsStream, "u", md)
+            progress = parts.cq.state.progress().progress_offset
+            view._wrote = 0  # as if the commitlog had grown since the view last asked
+            view.offsets = counted
+            try:
+                ok = await (await units.send(_units(inc, rec, progress, to_offset_vouch=r.vouch), 10))
+                assert ok.progress_offset == end and asked == []  # taken on the vouch
+                forged = InternalAuth.new().vouch(b"commitlog-range-end", inc, 10**9)
+                far = consume_queue_pb2.PutUnitsRequest(
+                    incarnation=inc, from_offset=end, to_offset=10**9, to_offset_vouch=forged
+                )
+                with pytest.raises(grpc.aio.AioRpcError) as e:
+                    await (await units.send(far, 10))
+                assert e.value.code() is C.INVALID_ARGUMENT and asked == [end]  # asked, and refused
+            finally:
+                del view.offsets
+            await units.close()
+
+    asyncio.run(run())

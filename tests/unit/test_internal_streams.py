@@ -127,3 +127,17 @@ def test_a_stream_server_answers_each_request_in_turn_with_its_seq():
     assert [a.value for a in answers] == [10, None, None, 14]  # a failed request fails alone
     assert error_of(answers[1].status).code() is grpc.StatusCode.INVALID_ARGUMENT
     assert error_of(answers[2].status).code() is grpc.StatusCode.INTERNAL
+
+
+def test_a_vouch_holds_for_its_values_under_its_deployments_secret_only():
+    from mqstore.services.common.internal_auth import RANGE_END, InternalAuth
+
+    auth, other = InternalAuth.new(), InternalAuth.new()
+    tag = auth.vouch(RANGE_END, 7, 4096)
+    assert len(tag) == 16 and auth.vouched(tag, RANGE_END, 7, 4096)
+    assert not auth.vouched(tag, RANGE_END, 7, 4097)  # another offset
+    assert not auth.vouched(tag, RANGE_END, 8, 4096)  # another incarnation
+    assert not auth.vouched(tag, b"other", 7, 4096)  # another statement
+    assert not other.vouched(tag, RANGE_END, 7, 4096)  # another deployment
+    assert not auth.vouched(b"", RANGE_END, 7, 4096) and not auth.vouched(tag[:8], RANGE_END, 7, 4096)
+    assert auth.vouch(RANGE_END, -1, 0) != auth.vouch(RANGE_END, 0, -1)

@@ -72,7 +72,7 @@ class TailRequest(_message.Message):
     def __init__(self, start: _Optional[_Union[ReadRangeRequest, _Mapping]] = ..., dispatched_offset: _Optional[int] = ..., credit: _Optional[int] = ...) -> None: ...
 
 class ReadRangeResponse(_message.Message):
-    __slots__ = ("offset", "data", "record_count", "next_offset", "incarnation", "confirm_offset", "min_offset", "forced_deleted_to", "data_end")
+    __slots__ = ("offset", "data", "record_count", "next_offset", "incarnation", "confirm_offset", "min_offset", "forced_deleted_to", "data_end", "vouch")
     OFFSET_FIELD_NUMBER: _ClassVar[int]
     DATA_FIELD_NUMBER: _ClassVar[int]
     RECORD_COUNT_FIELD_NUMBER: _ClassVar[int]
@@ -82,6 +82,7 @@ class ReadRangeResponse(_message.Message):
     MIN_OFFSET_FIELD_NUMBER: _ClassVar[int]
     FORCED_DELETED_TO_FIELD_NUMBER: _ClassVar[int]
     DATA_END_FIELD_NUMBER: _ClassVar[int]
+    VOUCH_FIELD_NUMBER: _ClassVar[int]
     offset: int
     data: bytes
     record_count: int
@@ -91,7 +92,8 @@ class ReadRangeResponse(_message.Message):
     min_offset: int
     forced_deleted_to: int
     data_end: int
-    def __init__(self, offset: _Optional[int] = ..., data: _Optional[bytes] = ..., record_count: _Optional[int] = ..., next_offset: _Optional[int] = ..., incarnation: _Optional[int] = ..., confirm_offset: _Optional[int] = ..., min_offset: _Optional[int] = ..., forced_deleted_to: _Optional[int] = ..., data_end: _Optional[int] = ...) -> None: ...
+    vouch: bytes
+    def __init__(self, offset: _Optional[int] = ..., data: _Optional[bytes] = ..., record_count: _Optional[int] = ..., next_offset: _Optional[int] = ..., incarnation: _Optional[int] = ..., confirm_offset: _Optional[int] = ..., min_offset: _Optional[int] = ..., forced_deleted_to: _Optional[int] = ..., data_end: _Optional[int] = ..., vouch: _Optional[bytes] = ...) -> None: ...
 
 class GetOffsetsRequest(_message.Message):
     __slots__ = ()

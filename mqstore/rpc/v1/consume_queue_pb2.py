@@ -26,15 +26,15 @@ from mqstore.rpc.v1 import common_pb2 as mqstore_dot_v1_dot_common__pb2
 from mqstore.rpc.v1 import front_pb2 as mqstore_dot_v1_dot_front__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1emqstore/v1/consume_queue.proto\x12\nmqstore.v1\x1a\x17mqstore/v1/common.proto\x1a\x16mqstore/v1/front.proto\"\xd4\x01\n\nPopRequest\x12\r\n\x05group\x18\x01 \x01(\t\x12\r\n\x05topic\x18\x02 \x01(\t\x12\x11\n\tqueue_ids\x18\x03 \x03(\x05\x12\x14\n\x0cmax_messages\x18\x04 \x01(\x05\x12\x14\n\x0cinvisible_ms\x18\x05 \x01(\x03\x12\x0f\n\x07wait_ms\x18\x06 \x01(\x03\x12\x16\n\x0etag_expression\x18\x07 \x01(\t\x12\x0c\n\x04\x66ifo\x18\x08 \x01(\x08\x12\x14\n\x0cmax_attempts\x18\t \x01(\x05\x12\x1c\n\x14\x64\x65\x61\x64_letter_queue_id\x18\n \x01(\x05\"n\n\rPoppedMessage\x12\x10\n\x08queue_id\x18\x01 \x01(\x05\x12\x14\n\x0cqueue_offset\x18\x02 \x01(\x03\x12\x0f\n\x07\x61ttempt\x18\x03 \x01(\x05\x12\x16\n\x0ereceipt_handle\x18\x04 \x01(\t\x12\x0c\n\x04size\x18\x05 \x01(\x05\"u\n\x0bPopResponse\x12+\n\x08messages\x18\x01 \x03(\x0b\x32\x19.mqstore.v1.PoppedMessage\x12\x0f\n\x07records\x18\x02 \x01(\x0c\x12\x15\n\rdead_lettered\x18\x03 \x01(\x05\x12\x11\n\tset_aside\x18\x04 \x03(\t\"F\n\rAckPopRequest\x12\r\n\x05group\x18\x01 \x01(\t\x12\r\n\x05topic\x18\x02 \x01(\t\x12\x17\n\x0freceipt_handles\x18\x03 \x03(\t\":\n\x0e\x41\x63kPopResponse\x12(\n\x08outcomes\x18\x01 \x03(\x0e\x32\x16.mqstore.v1.PopOutcome\"d\n\x16\x43hangeInvisibleRequest\x12\r\n\x05group\x18\x01 \x01(\t\x12\r\n\x05topic\x18\x02 \x01(\t\x12\x16\n\x0ereceipt_handle\x18\x03 \x01(\t\x12\x14\n\x0cinvisible_ms\x18\x04 \x01(\x03\"Z\n\x17\x43hangeInvisibleResponse\x12\'\n\x07outcome\x18\x01 \x01(\x0e\x32\x16.mqstore.v1.PopOutcome\x12\x16\n\x0ereceipt_handle\x18\x02 \x01(\t\"|\n\x16PopToDeadLetterRequest\x12\r\n\x05group\x18\x01 \x01(\t\x12\r\n\x05topic\x18\x02 \x01(\t\x12\x16\n\x0ereceipt_handle\x18\x03 \x01(\t\x12\x1c\n\x14\x64\x65\x61\x64_letter_queue_id\x18\x04 \x01(\x05\x12\x0e\n\x06reason\x18\x05 \x01(\t\"B\n\x17PopToDeadLetterResponse\x12\'\n\x07outcome\x18\x01 \x01(\x0e\x32\x16.mqstore.v1.PopOutcome\"\x8d\x03\n\x0fPutUnitsRequest\x12\x0e\n\x06topics\x18\x01 \x03(\t\x12\x13\n\x0btopic_epoch\x18\x17 \x01(\x03\x12\x11\n\ttopic_ids\x18\x18 \x01(\x0c\x12\x11\n\tnamed_ids\x18\x19 \x01(\x0c\x12\x13\n\x0btopic_codes\x18\x0f \x01(\x0c\x12\x11\n\tqueue_ids\x18\x10 \x01(\x0c\x12\x15\n\rqueue_offsets\x18\x11 \x01(\x0c\x12\x18\n\x10physical_offsets\x18\x12 \x01(\x0c\x12\r\n\x05sizes\x18\x13 \x01(\x0c\x12\x12\n\ntags_codes\x18\x14 \x01(\x0c\x12\x18\n\x10store_timestamps\x18\x15 \x01(\x0c\x12\x10\n\x08sysflags\x18\x16 \x01(\x0c\x12\x13\n\x0b\x66rom_offset\x18\n \x01(\x03\x12\x11\n\tto_offset\x18\x0b \x01(\x03\x12\x13\n\x0bincarnation\x18\x0c \x01(\x03\x12\x1c\n\x14\x63ommitlog_min_offset\x18\r \x01(\x03\x12\x19\n\x11\x66orced_deleted_to\x18\x0e \x01(\x03\x12\x0b\n\x03seq\x18\x1a \x01(\x03J\x04\x08\x02\x10\n\"f\n\x10PutUnitsResponse\x12\x17\n\x0fprogress_offset\x18\x01 \x01(\x03\x12\x0b\n\x03seq\x18\x03 \x01(\x03\x12&\n\x06status\x18\x04 \x01(\x0b\x32\x16.mqstore.v1.CallStatusJ\x04\x08\x02\x10\x03\"\x14\n\x12GetProgressRequest\"5\n\x11MakeQueuesRequest\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x11\n\tqueue_ids\x18\x02 \x03(\x05\"$\n\x12MakeQueuesResponse\x12\x0e\n\x06queues\x18\x01 \x01(\x05\"U\n\x0fGetUnitsRequest\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x10\n\x08queue_id\x18\x02 \x01(\x05\x12\x0e\n\x06offset\x18\x03 \x01(\x03\x12\x11\n\tmax_units\x18\x04 \x01(\x05\"\x9d\x01\n\x10GetUnitsResponse\x12\x14\n\x0c\x66irst_offset\x18\x01 \x01(\x03\x12\x18\n\x10physical_offsets\x18\x02 \x03(\x03\x12\r\n\x05sizes\x18\x03 \x03(\x05\x12\x12\n\ntags_codes\x18\x04 \x03(\x03\x12\x12\n\nmin_offset\x18\x05 \x01(\x03\x12\x12\n\nmax_offset\x18\x06 \x01(\x03\x12\x0e\n\x06\x65xists\x18\x07 \x01(\x08\"1\n\rMinMaxRequest\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x11\n\tqueue_ids\x18\x02 \x03(\x05\"8\n\x0eMinMaxResponse\x12&\n\x06queues\x18\x01 \x03(\x0b\x32\x16.mqstore.v1.QueueRange\"L\n\x13OffsetAtTimeRequest\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x10\n\x08queue_id\x18\x02 \x01(\x05\x12\x14\n\x0ctimestamp_ms\x18\x03 \x01(\x03\"&\n\x14OffsetAtTimeResponse\x12\x0e\n\x06offset\x18\x01 \x01(\x03\"U\n\x13\x43ommitOffsetRequest\x12\r\n\x05group\x18\x01 \x01(\t\x12\r\n\x05topic\x18\x02 \x01(\t\x12\x10\n\x08queue_id\x18\x03 \x01(\x05\x12\x0e\n\x06offset\x18\x04 \x01(\x03\"\x16\n\x14\x43ommitOffsetResponse\"D\n\x12\x46\x65tchOffsetRequest\x12\r\n\x05group\x18\x01 \x01(\t\x12\r\n\x05topic\x18\x02 \x01(\t\x12\x10\n\x08queue_id\x18\x03 \x01(\x05\"%\n\x13\x46\x65tchOffsetResponse\x12\x0e\n\x06offset\x18\x01 \x01(\x03\"$\n\x13GroupOffsetsRequest\x12\r\n\x05group\x18\x01 \x01(\t\"@\n\x14GroupOffsetsResponse\x12(\n\x07offsets\x18\x01 \x03(\x0b\x32\x17.mqstore.v1.GroupOffset*K\n\nPopOutcome\x12\n\n\x06POP_OK\x10\x00\x12\r\n\tPOP_STALE\x10\x01\x12\x0f\n\x0bPOP_EXPIRED\x10\x02\x12\x11\n\rPOP_MALFORMED\x10\x03\x32\x83\t\n\x13\x43onsumeQueueService\x12\x45\n\x08PutUnits\x12\x1b.mqstore.v1.PutUnitsRequest\x1a\x1c.mqstore.v1.PutUnitsResponse\x12O\n\x0ePutUnitsStream\x12\x1b.mqstore.v1.PutUnitsRequest\x1a\x1c.mqstore.v1.PutUnitsResponse(\x01\x30\x01\x12\x45\n\x08GetUnits\x12\x1b.mqstore.v1.GetUnitsRequest\x1a\x1c.mqstore.v1.GetUnitsResponse\x12?\n\x06MinMax\x12\x19.mqstore.v1.MinMaxRequest\x1a\x1a.mqstore.v1.MinMaxResponse\x12Q\n\x0cOffsetAtTime\x12\x1f.mqstore.v1.OffsetAtTimeRequest\x1a .mqstore.v1.OffsetAtTimeResponse\x12Q\n\x0c\x43ommitOffset\x12\x1f.mqstore.v1.CommitOffsetRequest\x1a .mqstore.v1.CommitOffsetResponse\x12N\n\x0b\x46\x65tchOffset\x12\x1e.mqstore.v1.FetchOffsetRequest\x1a\x1f.mqstore.v1.FetchOffsetResponse\x12Q\n\x0cGroupOffsets\x12\x1f.mqstore.v1.GroupOffsetsRequest\x1a .mqstore.v1.GroupOffsetsResponse\x12J\n\x0bGetProgress\x12\x1e.mqstore.v1.GetProgressRequest\x1a\x1b.mqstore.v1.BuilderProgress\x12K\n\nMakeQueues\x12\x1d.mqstore.v1.MakeQueuesRequest\x1a\x1e.mqstore.v1.MakeQueuesResponse\x12\x39\n\x04Pull\x12\x17.mqstore.v1.PullRequest\x1a\x18.mqstore.v1.PullResponse\x12\x36\n\x03Pop\x12\x16.mqstore.v1.PopRequest\x1a\x17.mqstore.v1.PopResponse\x12?\n\x06\x41\x63kPop\x12\x19.mqstore.v1.AckPopRequest\x1a\x1a.mqstore.v1.AckPopResponse\x12Z\n\x0f\x43hangeInvisible\x12\".mqstore.v1.ChangeInvisibleRequest\x1a#.mqstore.v1.ChangeInvisibleResponse\x12Z\n\x0fPopToDeadLetter\x12\".mqstore.v1.PopToDeadLetterRequest\x1a#.mqstore.v1.PopToDeadLetterResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1emqstore/v1/consume_queue.proto\x12\nmqstore.v1\x1a\x17mqstore/v1/common.proto\x1a\x16mqstore/v1/front.proto\"\xd4\x01\n\nPopRequest\x12\r\n\x05group\x18\x01 \x01(\t\x12\r\n\x05topic\x18\x02 \x01(\t\x12\x11\n\tqueue_ids\x18\x03 \x03(\x05\x12\x14\n\x0cmax_messages\x18\x04 \x01(\x05\x12\x14\n\x0cinvisible_ms\x18\x05 \x01(\x03\x12\x0f\n\x07wait_ms\x18\x06 \x01(\x03\x12\x16\n\x0etag_expression\x18\x07 \x01(\t\x12\x0c\n\x04\x66ifo\x18\x08 \x01(\x08\x12\x14\n\x0cmax_attempts\x18\t \x01(\x05\x12\x1c\n\x14\x64\x65\x61\x64_letter_queue_id\x18\n \x01(\x05\"n\n\rPoppedMessage\x12\x10\n\x08queue_id\x18\x01 \x01(\x05\x12\x14\n\x0cqueue_offset\x18\x02 \x01(\x03\x12\x0f\n\x07\x61ttempt\x18\x03 \x01(\x05\x12\x16\n\x0ereceipt_handle\x18\x04 \x01(\t\x12\x0c\n\x04size\x18\x05 \x01(\x05\"u\n\x0bPopResponse\x12+\n\x08messages\x18\x01 \x03(\x0b\x32\x19.mqstore.v1.PoppedMessage\x12\x0f\n\x07records\x18\x02 \x01(\x0c\x12\x15\n\rdead_lettered\x18\x03 \x01(\x05\x12\x11\n\tset_aside\x18\x04 \x03(\t\"F\n\rAckPopRequest\x12\r\n\x05group\x18\x01 \x01(\t\x12\r\n\x05topic\x18\x02 \x01(\t\x12\x17\n\x0freceipt_handles\x18\x03 \x03(\t\":\n\x0e\x41\x63kPopResponse\x12(\n\x08outcomes\x18\x01 \x03(\x0e\x32\x16.mqstore.v1.PopOutcome\"d\n\x16\x43hangeInvisibleRequest\x12\r\n\x05group\x18\x01 \x01(\t\x12\r\n\x05topic\x18\x02 \x01(\t\x12\x16\n\x0ereceipt_handle\x18\x03 \x01(\t\x12\x14\n\x0cinvisible_ms\x18\x04 \x01(\x03\"Z\n\x17\x43hangeInvisibleResponse\x12\'\n\x07outcome\x18\x01 \x01(\x0e\x32\x16.mqstore.v1.PopOutcome\x12\x16\n\x0ereceipt_handle\x18\x02 \x01(\t\"|\n\x16PopToDeadLetterRequest\x12\r\n\x05group\x18\x01 \x01(\t\x12\r\n\x05topic\x18\x02 \x01(\t\x12\x16\n\x0ereceipt_handle\x18\x03 \x01(\t\x12\x1c\n\x14\x64\x65\x61\x64_letter_queue_id\x18\x04 \x01(\x05\x12\x0e\n\x06reason\x18\x05 \x01(\t\"B\n\x17PopToDeadLetterResponse\x12\'\n\x07outcome\x18\x01 \x01(\x0e\x32\x16.mqstore.v1.PopOutcome\"\xa6\x03\n\x0fPutUnitsRequest\x12\x0e\n\x06topics\x18\x01 \x03(\t\x12\x13\n\x0btopic_epoch\x18\x17 \x01(\x03\x12\x11\n\ttopic_ids\x18\x18 \x01(\x0c\x12\x11\n\tnamed_ids\x18\x19 \x01(\x0c\x12\x13\n\x0btopic_codes\x18\x0f \x01(\x0c\x12\x11\n\tqueue_ids\x18\x10 \x01(\x0c\x12\x15\n\rqueue_offsets\x18\x11 \x01(\x0c\x12\x18\n\x10physical_offsets\x18\x12 \x01(\x0c\x12\r\n\x05sizes\x18\x13 \x01(\x0c\x12\x12\n\ntags_codes\x18\x14 \x01(\x0c\x12\x18\n\x10store_timestamps\x18\x15 \x01(\x0c\x12\x10\n\x08sysflags\x18\x16 \x01(\x0c\x12\x13\n\x0b\x66rom_offset\x18\n \x01(\x03\x12\x11\n\tto_offset\x18\x0b \x01(\x03\x12\x13\n\x0bincarnation\x18\x0c \x01(\x03\x12\x1c\n\x14\x63ommitlog_min_offset\x18\r \x01(\x03\x12\x19\n\x11\x66orced_deleted_to\x18\x0e \x01(\x03\x12\x0b\n\x03seq\x18\x1a \x01(\x03\x12\x17\n\x0fto_offset_vouch\x18\x1b \x01(\x0cJ\x04\x08\x02\x10\n\"f\n\x10PutUnitsResponse\x12\x17\n\x0fprogress_offset\x18\x01 \x01(\x03\x12\x0b\n\x03seq\x18\x03 \x01(\x03\x12&\n\x06status\x18\x04 \x01(\x0b\x32\x16.mqstore.v1.CallStatusJ\x04\x08\x02\x10\x03\"\x14\n\x12GetProgressRequest\"5\n\x11MakeQueuesRequest\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x11\n\tqueue_ids\x18\x02 \x03(\x05\"$\n\x12MakeQueuesResponse\x12\x0e\n\x06queues\x18\x01 \x01(\x05\"U\n\x0fGetUnitsRequest\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x10\n\x08queue_id\x18\x02 \x01(\x05\x12\x0e\n\x06offset\x18\x03 \x01(\x03\x12\x11\n\tmax_units\x18\x04 \x01(\x05\"\x9d\x01\n\x10GetUnitsResponse\x12\x14\n\x0c\x66irst_offset\x18\x01 \x01(\x03\x12\x18\n\x10physical_offsets\x18\x02 \x03(\x03\x12\r\n\x05sizes\x18\x03 \x03(\x05\x12\x12\n\ntags_codes\x18\x04 \x03(\x03\x12\x12\n\nmin_offset\x18\x05 \x01(\x03\x12\x12\n\nmax_offset\x18\x06 \x01(\x03\x12\x0e\n\x06\x65xists\x18\x07 \x01(\x08\"1\n\rMinMaxRequest\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x11\n\tqueue_ids\x18\x02 \x03(\x05\"8\n\x0eMinMaxResponse\x12&\n\x06queues\x18\x01 \x03(\x0b\x32\x16.mqstore.v1.QueueRange\"L\n\x13OffsetAtTimeRequest\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x10\n\x08queue_id\x18\x02 \x01(\x05\x12\x14\n\x0ctimestamp_ms\x18\x03 \x01(\x03\"&\n\x14OffsetAtTimeResponse\x12\x0e\n\x06offset\x18\x01 \x01(\x03\"U\n\x13\x43ommitOffsetRequest\x12\r\n\x05group\x18\x01 \x01(\t\x12\r\n\x05topic\x18\x02 \x01(\t\x12\x10\n\x08queue_id\x18\x03 \x01(\x05\x12\x0e\n\x06offset\x18\x04 \x01(\x03\"\x16\n\x14\x43ommitOffsetResponse\"D\n\x12\x46\x65tchOffsetRequest\x12\r\n\x05group\x18\x01 \x01(\t\x12\r\n\x05topic\x18\x02 \x01(\t\x12\x10\n\x08queue_id\x18\x03 \x01(\x05\"%\n\x13\x46\x65tchOffsetResponse\x12\x0e\n\x06offset\x18\x01 \x01(\x03\"$\n\x13GroupOffsetsRequest\x12\r\n\x05group\x18\x01 \x01(\t\"@\n\x14GroupOffsetsResponse\x12(\n\x07offsets\x18\x01 \x03(\x0b\x32\x17.mqstore.v1.GroupOffset*K\n\nPopOutcome\x12\n\n\x06POP_OK\x10\x00\x12\r\n\tPOP_STALE\x10\x01\x12\x0f\n\x0bPOP_EXPIRED\x10\x02\x12\x11\n\rPOP_MALFORMED\x10\x03\x32\x83\t\n\x13\x43onsumeQueueService\x12\x45\n\x08PutUnits\x12\x1b.mqstore.v1.PutUnitsRequest\x1a\x1c.mqstore.v1.PutUnitsResponse\x12O\n\x0ePutUnitsStream\x12\x1b.mqstore.v1.PutUnitsRequest\x1a\x1c.mqstore.v1.PutUnitsResponse(\x01\x30\x01\x12\x45\n\x08GetUnits\x12\x1b.mqstore.v1.GetUnitsRequest\x1a\x1c.mqstore.v1.GetUnitsResponse\x12?\n\x06MinMax\x12\x19.mqstore.v1.MinMaxRequest\x1a\x1a.mqstore.v1.MinMaxResponse\x12Q\n\x0cOffsetAtTime\x12\x1f.mqstore.v1.OffsetAtTimeRequest\x1a .mqstore.v1.OffsetAtTimeResponse\x12Q\n\x0c\x43ommitOffset\x12\x1f.mqstore.v1.CommitOffsetRequest\x1a .mqstore.v1.CommitOffsetResponse\x12N\n\x0b\x46\x65tchOffset\x12\x1e.mqstore.v1.FetchOffsetRequest\x1a\x1f.mqstore.v1.FetchOffsetResponse\x12Q\n\x0cGroupOffsets\x12\x1f.mqstore.v1.GroupOffsetsRequest\x1a .mqstore.v1.GroupOffsetsResponse\x12J\n\x0bGetProgress\x12\x1e.mqstore.v1.GetProgressRequest\x1a\x1b.mqstore.v1.BuilderProgress\x12K\n\nMakeQueues\x12\x1d.mqstore.v1.MakeQueuesRequest\x1a\x1e.mqstore.v1.MakeQueuesResponse\x12\x39\n\x04Pull\x12\x17.mqstore.v1.PullRequest\x1a\x18.mqstore.v1.PullResponse\x12\x36\n\x03Pop\x12\x16.mqstore.v1.PopRequest\x1a\x17.mqstore.v1.PopResponse\x12?\n\x06\x41\x63kPop\x12\x19.mqstore.v1.AckPopRequest\x1a\x1a.mqstore.v1.AckPopResponse\x12Z\n\x0f\x43hangeInvisible\x12\".mqstore.v1.ChangeInvisibleRequest\x1a#.mqstore.v1.ChangeInvisibleResponse\x12Z\n\x0fPopToDeadLetter\x12\".mqstore.v1.PopToDeadLetterRequest\x1a#.mqstore.v1.PopToDeadLetterResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'mqstore.v1.consume_queue_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_POPOUTCOME']._serialized_start=2478
-  _globals['_POPOUTCOME']._serialized_end=2553
+  _globals['_POPOUTCOME']._serialized_start=2503
+  _globals['_POPOUTCOME']._serialized_end=2578
   _globals['_POPREQUEST']._serialized_start=96
   _globals['_POPREQUEST']._serialized_end=308
   _globals['_POPPEDMESSAGE']._serialized_start=310
@@ -54,39 +54,39 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_POPTODEADLETTERRESPONSE']._serialized_start=993
   _globals['_POPTODEADLETTERRESPONSE']._serialized_end=1059
   _globals['_PUTUNITSREQUEST']._serialized_start=1062
-  _globals['_PUTUNITSREQUEST']._serialized_end=1459
-  _globals['_PUTUNITSRESPONSE']._serialized_start=1461
-  _globals['_PUTUNITSRESPONSE']._serialized_end=1563
-  _globals['_GETPROGRESSREQUEST']._serialized_start=1565
-  _globals['_GETPROGRESSREQUEST']._serialized_end=1585
-  _globals['_MAKEQUEUESREQUEST']._serialized_start=1587
-  _globals['_MAKEQUEUESREQUEST']._serialized_end=1640
-  _globals['_MAKEQUEUESRESPONSE']._serialized_start=1642
-  _globals['_MAKEQUEUESRESPONSE']._serialized_end=1678
-  _globals['_GETUNITSREQUEST']._serialized_start=1680
-  _globals['_GETUNITSREQUEST']._serialized_end=1765
-  _globals['_GETUNITSRESPONSE']._serialized_start=1768
-  _globals['_GETUNITSRESPONSE']._serialized_end=1925
-  _globals['_MINMAXREQUEST']._serialized_start=1927
-  _globals['_MINMAXREQUEST']._serialized_end=1976
-  _globals['_MINMAXRESPONSE']._serialized_start=1978
-  _globals['_MINMAXRESPONSE']._serialized_end=2034
-  _globals['_OFFSETATTIMEREQUEST']._serialized_start=2036
-  _globals['_OFFSETATTIMEREQUEST']._serialized_end=2112
-  _globals['_OFFSETATTIMERESPONSE']._serialized_start=2114
-  _globals['_OFFSETATTIMERESPONSE']._serialized_end=2152
-  _globals['_COMMITOFFSETREQUEST']._serialized_start=2154
-  _globals['_COMMITOFFSETREQUEST']._serialized_end=2239
-  _globals['_COMMITOFFSETRESPONSE']._serialized_start=2241
-  _globals['_COMMITOFFSETRESPONSE']._serialized_end=2263
-  _globals['_FETCHOFFSETREQUEST']._serialized_start=2265
-  _globals['_FETCHOFFSETREQUEST']._serialized_end=2333
-  _globals['_FETCHOFFSETRESPONSE']._serialized_start=2335
-  _globals['_FETCHOFFSETRESPONSE']._serialized_end=2372
-  _globals['_GROUPOFFSETSREQUEST']._serialized_start=2374
-  _globals['_GROUPOFFSETSREQUEST']._serialized_end=2410
-  _globals['_GROUPOFFSETSRESPONSE']._serialized_start=2412
-  _globals['_GROUPOFFSETSRESPONSE']._serialized_end=2476
-  _globals['_CONSUMEQUEUESERVICE']._serialized_start=2556
-  _globals['_CONSUMEQUEUESERVICE']._serialized_end=3711
+  _globals['_PUTUNITSREQUEST']._serialized_end=1484
+  _globals['_PUTUNITSRESPONSE']._serialized_start=1486
+  _globals['_PUTUNITSRESPONSE']._serialized_end=1588
+  _globals['_GETPROGRESSREQUEST']._serialized_start=1590
+  _globals['_GETPROGRESSREQUEST']._serialized_end=1610
+  _globals['_MAKEQUEUESREQUEST']._serialized_start=1612
+  _globals['_MAKEQUEUESREQUEST']._serialized_end=1665
+  _globals['_MAKEQUEUESRESPONSE']._serialized_start=1667
+  _globals['_MAKEQUEUESRESPONSE']._serialized_end=1703
+  _globals['_GETUNITSREQUEST']._serialized_start=1705
+  _globals['_GETUNITSREQUEST']._serialized_end=1790
+  _globals['_GETUNITSRESPONSE']._serialized_start=1793
+  _globals['_GETUNITSRESPONSE']._serialized_end=1950
+  _globals['_MINMAXREQUEST']._serialized_start=1952
+  _globals['_MINMAXREQUEST']._serialized_end=2001
+  _globals['_MINMAXRESPONSE']._serialized_start=2003
+  _globals['_MINMAXRESPONSE']._serialized_end=2059
+  _globals['_OFFSETATTIMEREQUEST']._serialized_start=2061
+  _globals['_OFFSETATTIMEREQUEST']._serialized_end=2137
+  _globals['_OFFSETATTIMERESPONSE']._serialized_start=2139
+  _globals['_OFFSETATTIMERESPONSE']._serialized_end=2177
+  _globals['_COMMITOFFSETREQUEST']._serialized_start=2179
+  _globals['_COMMITOFFSETREQUEST']._serialized_end=2264
+  _globals['_COMMITOFFSETRESPONSE']._serialized_start=2266
+  _globals['_COMMITOFFSETRESPONSE']._serialized_end=2288
+  _globals['_FETCHOFFSETREQUEST']._serialized_start=2290
+  _globals['_FETCHOFFSETREQUEST']._serialized_end=2358
+  _globals['_FETCHOFFSETRESPONSE']._serialized_start=2360
+  _globals['_FETCHOFFSETRESPONSE']._serialized_end=2397
+  _globals['_GROUPOFFSETSREQUEST']._serialized_start=2399
+  _globals['_GROUPOFFSETSREQUEST']._serialized_end=2435
+  _globals['_GROUPOFFSETSRESPONSE']._serialized_start=2437
+  _globals['_GROUPOFFSETSRESPONSE']._serialized_end=2501
+  _globals['_CONSUMEQUEUESERVICE']._serialized_start=2581
+  _globals['_CONSUMEQUEUESERVICE']._serialized_end=3736
 # @@protoc_insertion_point(module_scope)

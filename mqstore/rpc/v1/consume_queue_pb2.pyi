@@ -127,7 +127,7 @@ class PopToDeadLetterResponse(_message.Message):
     def __init__(self, outcome: _Optional[_Union[PopOutcome, str]] = ...) -> None: ...
 
 class PutUnitsRequest(_message.Message):
-    __slots__ = ("topics", "topic_epoch", "topic_ids", "named_ids", "topic_codes", "queue_ids", "queue_offsets", "physical_offsets", "sizes", "tags_codes", "store_timestamps", "sysflags", "from_offset", "to_offset", "incarnation", "commitlog_min_offset", "forced_deleted_to", "seq")
+    __slots__ = ("topics", "topic_epoch", "topic_ids", "named_ids", "topic_codes", "queue_ids", "queue_offsets", "physical_offsets", "sizes", "tags_codes", "store_timestamps", "sysflags", "from_offset", "to_offset", "incarnation", "commitlog_min_offset", "forced_deleted_to", "seq", "to_offset_vouch")
     TOPICS_FIELD_NUMBER: _ClassVar[int]
     TOPIC_EPOCH_FIELD_NUMBER: _ClassVar[int]
     TOPIC_IDS_FIELD_NUMBER: _ClassVar[int]
@@ -146,6 +146,7 @@ class PutUnitsRequest(_message.Message):
     COMMITLOG_MIN_OFFSET_FIELD_NUMBER: _ClassVar[int]
     FORCED_DELETED_TO_FIELD_NUMBER: _ClassVar[int]
     SEQ_FIELD_NUMBER: _ClassVar[int]
+    TO_OFFSET_VOUCH_FIELD_NUMBER: _ClassVar[int]
     topics: _containers.RepeatedScalarFieldContainer[str]
     topic_epoch: int
     topic_ids: bytes
@@ -164,7 +165,8 @@ class PutUnitsRequest(_message.Message):
     commitlog_min_offset: int
     forced_deleted_to: int
     seq: int
-    def __init__(self, topics: _Optional[_Iterable[str]] = ..., topic_epoch: _Optional[int] = ..., topic_ids: _Optional[bytes] = ..., named_ids: _Optional[bytes] = ..., topic_codes: _Optional[bytes] = ..., queue_ids: _Optional[bytes] = ..., queue_offsets: _Optional[bytes] = ..., physical_offsets: _Optional[bytes] = ..., sizes: _Optional[bytes] = ..., tags_codes: _Optional[bytes] = ..., store_timestamps: _Optional[bytes] = ..., sysflags: _Optional[bytes] = ..., from_offset: _Optional[int] = ..., to_offset: _Optional[int] = ..., incarnation: _Optional[int] = ..., commitlog_min_offset: _Optional[int] = ..., forced_deleted_to: _Optional[int] = ..., seq: _Optional[int] = ...) -> None: ...
+    to_offset_vouch: bytes
+    def __init__(self, topics: _Optional[_Iterable[str]] = ..., topic_epoch: _Optional[int] = ..., topic_ids: _Optional[bytes] = ..., named_ids: _Optional[bytes] = ..., topic_codes: _Optional[bytes] = ..., queue_ids: _Optional[bytes] = ..., queue_offsets: _Optional[bytes] = ..., physical_offsets: _Optional[bytes] = ..., sizes: _Optional[bytes] = ..., tags_codes: _Optional[bytes] = ..., store_timestamps: _Optional[bytes] = ..., sysflags: _Optional[bytes] = ..., from_offset: _Optional[int] = ..., to_offset: _Optional[int] = ..., incarnation: _Optional[int] = ..., commitlog_min_offset: _Optional[int] = ..., forced_deleted_to: _Optional[int] = ..., seq: _Optional[int] = ..., to_offset_vouch: _Optional[bytes] = ...) -> None: ...
 
 class PutUnitsResponse(_message.Message):
     __slots__ = ("progress_offset", "seq", "status")

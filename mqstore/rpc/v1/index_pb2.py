@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from mqstore.rpc.v1 import common_pb2 as mqstore_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16mqstore/v1/index.proto\x12\nmqstore.v1\x1a\x17mqstore/v1/common.proto\"\x16\n\x14IndexProgressRequest\"\xc6\x01\n\x0ePutKeysRequest\x12\x12\n\nkey_hashes\x18\x08 \x01(\x0c\x12\x18\n\x10physical_offsets\x18\t \x01(\x0c\x12\x18\n\x10store_timestamps\x18\n \x01(\x0c\x12\x13\n\x0b\x66rom_offset\x18\x04 \x01(\x03\x12\x11\n\tto_offset\x18\x05 \x01(\x03\x12\x13\n\x0bincarnation\x18\x06 \x01(\x03\x12\x1c\n\x14\x63ommitlog_min_offset\x18\x07 \x01(\x03\x12\x0b\n\x03seq\x18\x0b \x01(\x03J\x04\x08\x01\x10\x04\"\x81\x01\n\x0fPutKeysResponse\x12\x0f\n\x07indexed\x18\x01 \x01(\x03\x12\x0f\n\x07skipped\x18\x02 \x01(\x03\x12\x17\n\x0fprogress_offset\x18\x03 \x01(\x03\x12\x0b\n\x03seq\x18\x04 \x01(\x03\x12&\n\x06status\x18\x05 \x01(\x0b\x32\x16.mqstore.v1.CallStatus\"b\n\x11IndexQueryRequest\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x0b\n\x03key\x18\x02 \x01(\t\x12\x10\n\x08\x62\x65gin_ms\x18\x03 \x01(\x03\x12\x0e\n\x06\x65nd_ms\x18\x04 \x01(\x03\x12\x0f\n\x07max_num\x18\x05 \x01(\x05\".\n\x12IndexQueryResponse\x12\x18\n\x10physical_offsets\x18\x01 \x03(\x03\x32\xb6\x02\n\x0cIndexService\x12\x42\n\x07PutKeys\x12\x1a.mqstore.v1.PutKeysRequest\x1a\x1b.mqstore.v1.PutKeysResponse\x12L\n\rPutKeysStream\x12\x1a.mqstore.v1.PutKeysRequest\x1a\x1b.mqstore.v1.PutKeysResponse(\x01\x30\x01\x12\x46\n\x05Query\x12\x1d.mqstore.v1.IndexQueryRequest\x1a\x1e.mqstore.v1.IndexQueryResponse\x12L\n\x0bGetProgress\x12 .mqstore.v1.IndexProgressRequest\x1a\x1b.mqstore.v1.BuilderProgressb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16mqstore/v1/index.proto\x12\nmqstore.v1\x1a\x17mqstore/v1/common.proto\"\x16\n\x14IndexProgressRequest\"\xdf\x01\n\x0ePutKeysRequest\x12\x12\n\nkey_hashes\x18\x08 \x01(\x0c\x12\x18\n\x10physical_offsets\x18\t \x01(\x0c\x12\x18\n\x10store_timestamps\x18\n \x01(\x0c\x12\x13\n\x0b\x66rom_offset\x18\x04 \x01(\x03\x12\x11\n\tto_offset\x18\x05 \x01(\x03\x12\x13\n\x0bincarnation\x18\x06 \x01(\x03\x12\x1c\n\x14\x63ommitlog_min_offset\x18\x07 \x01(\x03\x12\x0b\n\x03seq\x18\x0b \x01(\x03\x12\x17\n\x0fto_offset_vouch\x18\x0c \x01(\x0cJ\x04\x08\x01\x10\x04\"\x81\x01\n\x0fPutKeysResponse\x12\x0f\n\x07indexed\x18\x01 \x01(\x03\x12\x0f\n\x07skipped\x18\x02 \x01(\x03\x12\x17\n\x0fprogress_offset\x18\x03 \x01(\x03\x12\x0b\n\x03seq\x18\x04 \x01(\x03\x12&\n\x06status\x18\x05 \x01(\x0b\x32\x16.mqstore.v1.CallStatus\"b\n\x11IndexQueryRequest\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x0b\n\x03key\x18\x02 \x01(\t\x12\x10\n\x08\x62\x65gin_ms\x18\x03 \x01(\x03\x12\x0e\n\x06\x65nd_ms\x18\x04 \x01(\x03\x12\x0f\n\x07max_num\x18\x05 \x01(\x05\".\n\x12IndexQueryResponse\x12\x18\n\x10physical_offsets\x18\x01 \x03(\x03\x32\xb6\x02\n\x0cIndexService\x12\x42\n\x07PutKeys\x12\x1a.mqstore.v1.PutKeysRequest\x1a\x1b.mqstore.v1.PutKeysResponse\x12L\n\rPutKeysStream\x12\x1a.mqstore.v1.PutKeysRequest\x1a\x1b.mqstore.v1.PutKeysResponse(\x01\x30\x01\x12\x46\n\x05Query\x12\x1d.mqstore.v1.IndexQueryRequest\x1a\x1e.mqstore.v1.IndexQueryResponse\x12L\n\x0bGetProgress\x12 .mqstore.v1.IndexProgressRequest\x1a\x1b.mqstore.v1.BuilderProgressb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -35,13 +35,13 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_INDEXPROGRESSREQUEST']._serialized_start=63
   _globals['_INDEXPROGRESSREQUEST']._serialized_end=85
   _globals['_PUTKEYSREQUEST']._serialized_start=88
-  _globals['_PUTKEYSREQUEST']._serialized_end=286
-  _globals['_PUTKEYSRESPONSE']._serialized_start=289
-  _globals['_PUTKEYSRESPONSE']._serialized_end=418
-  _globals['_INDEXQUERYREQUEST']._serialized_start=420
-  _globals['_INDEXQUERYREQUEST']._serialized_end=518
-  _globals['_INDEXQUERYRESPONSE']._serialized_start=520
-  _globals['_INDEXQUERYRESPONSE']._serialized_end=566
-  _globals['_INDEXSERVICE']._serialized_start=569
-  _globals['_INDEXSERVICE']._serialized_end=879
+  _globals['_PUTKEYSREQUEST']._serialized_end=311
+  _globals['_PUTKEYSRESPONSE']._serialized_start=314
+  _globals['_PUTKEYSRESPONSE']._serialized_end=443
+  _globals['_INDEXQUERYREQUEST']._serialized_start=445
+  _globals['_INDEXQUERYREQUEST']._serialized_end=543
+  _globals['_INDEXQUERYRESPONSE']._serialized_start=545
+  _globals['_INDEXQUERYRESPONSE']._serialized_end=591
+  _globals['_INDEXSERVICE']._serialized_start=594
+  _globals['_INDEXSERVICE']._serialized_end=904
 # @@protoc_insertion_point(module_scope)

@@ -12,7 +12,7 @@ class IndexProgressRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class PutKeysRequest(_message.Message):
-    __slots__ = ("key_hashes", "physical_offsets", "store_timestamps", "from_offset", "to_offset", "incarnation", "commitlog_min_offset", "seq")
+    __slots__ = ("key_hashes", "physical_offsets", "store_timestamps", "from_offset", "to_offset", "incarnation", "commitlog_min_offset", "seq", "to_offset_vouch")
     KEY_HASHES_FIELD_NUMBER: _ClassVar[int]
     PHYSICAL_OFFSETS_FIELD_NUMBER: _ClassVar[int]
     STORE_TIMESTAMPS_FIELD_NUMBER: _ClassVar[int]
@@ -21,6 +21,7 @@ class PutKeysRequest(_message.Message):
     INCARNATION_FIELD_NUMBER: _ClassVar[int]
     COMMITLOG_MIN_OFFSET_FIELD_NUMBER: _ClassVar[int]
     SEQ_FIELD_NUMBER: _ClassVar[int]
+    TO_OFFSET_VOUCH_FIELD_NUMBER: _ClassVar[int]
     key_hashes: bytes
     physical_offsets: bytes
     store_timestamps: bytes
@@ -29,7 +30,8 @@ class PutKeysRequest(_message.Message):
     incarnation: int
     commitlog_min_offset: int
     seq: int
-    def __init__(self, key_hashes: _Optional[bytes] = ..., physical_offsets: _Optional[bytes] = ..., store_timestamps: _Optional[bytes] = ..., from_offset: _Optional[int] = ..., to_offset: _Optional[int] = ..., incarnation: _Optional[int] = ..., commitlog_min_offset: _Optional[int] = ..., seq: _Optional[int] = ...) -> None: ...
+    to_offset_vouch: bytes
+    def __init__(self, key_hashes: _Optional[bytes] = ..., physical_offsets: _Optional[bytes] = ..., store_timestamps: _Optional[bytes] = ..., from_offset: _Optional[int] = ..., to_offset: _Optional[int] = ..., incarnation: _Optional[int] = ..., commitlog_min_offset: _Optional[int] = ..., seq: _Optional[int] = ..., to_offset_vouch: _Optional[bytes] = ...) -> None: ...
 
 class PutKeysResponse(_message.Message):
     __slots__ = ("indexed", "skipped", "progress_offset", "seq", "status")
