@@ -136,6 +136,17 @@ class Connection:
                 await asyncio.sleep(RETRY_PAUSE_S)
         raise AssertionError("unreachable")
 
+    async def ready_stub(self, cap: float = RESOLVE_CAP_S):
+        """The stub, found and connected (ShardUnreachable otherwise): for a caller that
+        opens its own stream on it; after UNAVAILABLE on it, ``reset(failed=stub)``."""
+        stub = self._stub if self._channel is not None else await self._find(cap)
+        try:
+            await self._connect(min(cap, CONNECT_CAP_S))
+        except ShardUnreachable:
+            await self.reset(failed=stub)
+            raise
+        return stub
+
     async def _find(self, cap: float):
         """The stub, resolving the endpoint first: one resolution at a time, shared
         by every call waiting for it, each waiting at most its own budget (an actor

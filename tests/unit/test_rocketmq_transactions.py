@@ -218,3 +218,23 @@ def test_halves_are_found_by_their_offset_and_ended_ones_are_bounded(monkeypatch
             tx.parse_transaction_id(bad)
         answers.add((e.value.code, str(e.value)))
     assert answers == {(Code.INVALID_TRANSACTION_ID, tx.NO_TRANSACTION)}
+
+
+class _Shard:
+    def __init__(self, shard: int) -> None:
+        self.shard = shard
+
+
+def test_the_transaction_service_needs_only_the_shard_set_and_the_producers():
+    """Transactions run over the front's ShardSet (routing, typed clients) and a
+    producers(topic) callback, not over the RocketMQ servicer: each shard's half, op
+    and discard queues are the lowest of their topics the shard rule puts there."""
+    from mqstore.services.common.shard_set import ShardSet
+
+    shards = ShardSet([_Shard(i) for i in range(3)])
+    svc = tx.TransactionService(shards, producers=lambda topic: [], max_body=1024)
+    for s in range(3):
+        st_ = svc.shard(s)
+        assert shards.shard_of(tx.HALF_TOPIC, st_.half_queue) == s and shards.shard_of(tx.OP_TOPIC, st_.op_queue) == s
+        assert st_.half_queue == min(q for q in range(3) if shards.shard_of(tx.HALF_TOPIC, q) == s)
+    assert svc.max_body == 1024 and svc.shard(1) is svc.shard(1)
