@@ -159,7 +159,9 @@ class CommitLogServicer(commitlog_pb2_grpc.CommitLogServiceServicer):
             left = deadline - now
             if left <= 0:
                 return res
-            await self.state.wait_appended(left)  # every append through this servicer wakes it
+            appended = await self.state.wait_appended(left)  # every append through this servicer wakes it
+            if not appended and res.record_count:
+                return res  # lingered out with nothing new: the same range (no second scan)
             log_store = self.state.recovered()
 
     @stream_rpc

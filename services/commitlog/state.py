@@ -233,16 +233,20 @@ class CommitLogState:
             self._appended = None
             ev.set()
 
-    async def wait_appended(self, timeout_s: float) -> None:
-        """Until the next notify_appended or the timeout. Every append goes through
-        the servicer (AppendBatch, AppendEncoded, DeliverDelayed), which notifies once
-        its records are visible, so a waiter sleeps for its whole timeout when idle."""
+    async def wait_appended(self, timeout_s: float) -> bool:
+        """Until the next notify_appended (True) or the timeout (False: nothing was
+        appended meanwhile). Every append goes through the servicer (AppendBatch,
+        AppendEncoded, DeliverDelayed), which notifies once its records are visible,
+        so a waiter sleeps for its whole timeout when idle."""
         if self._appended is None:
             self._appended = asyncio.Event()
+        event = self._appended
         try:
-            await asyncio.wait_for(self._appended.wait(), timeout_s)
+            async with asyncio.timeout(timeout_s):  # (not wait_for: no task per wait)
+                await event.wait()
         except TimeoutError:
-            pass
+            return False
+        return True
 
 
 __all__ = ["CommitLogPhase", "CommitLogState"]
