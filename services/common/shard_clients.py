@@ -55,6 +55,7 @@ CONNECT_CAP_S = 2.5  # a channel that does not connect within this: the shard ca
 RETRY_PAUSE_S = 0.2  # before the one retry of a read after UNAVAILABLE
 CLOSE_GRACE_S = 5.0  # calls in flight on a dropped channel get this long to end
 SERVICE_NAMES = {"cl": "commitlog", "cq": "consume-queue builder", "ix": "index builder", "dp": "dispatcher"}
+_READY = grpc.ChannelConnectivity.READY
 Pick = Callable[[Any], Any]  # stub -> its multicallable for one RPC (``lambda s: s.Read``)
 
 
@@ -118,7 +119,8 @@ class Connection:
         for attempt in (0, 1):
             stub = self._stub if self._channel is not None else await self._find(cap)
             try:
-                await self._connect(min(cap, CONNECT_CAP_S))
+                if self._channel.get_state(try_to_connect=True) is not _READY:  # the common case costs no coroutine
+                    await self._connect(min(cap, CONNECT_CAP_S))
             except ShardUnreachable:
                 await self.reset(failed=stub)
                 if not retry or attempt:
