@@ -70,6 +70,12 @@ def _raw_path(file_descriptor, service: str, method: str) -> str:
     return f"/{s.full_name}/{s.methods_by_name[method].name}"
 
 
+# requests without fields, made once
+_GET_OFFSETS = commitlog_pb2.GetOffsetsRequest()
+_GET_STATS = commitlog_pb2.GetStatsRequest()
+_LIST_TOPICS = commitlog_pb2.ListTopicsRequest()
+_QUEUES_PROGRESS = consume_queue_pb2.GetProgressRequest()
+_INDEX_PROGRESS = index_pb2.IndexProgressRequest()
 _APPEND_ENCODED = _raw_path(commitlog_pb2.DESCRIPTOR, "CommitLogService", "AppendEncoded")
 _PULL = _raw_path(consume_queue_pb2.DESCRIPTOR, "ConsumeQueueService", "Pull")
 
@@ -255,30 +261,15 @@ class CommitLogClient:
         """An EncodedBatch's bytes as the client sent them; the answer's bytes."""
         return await self.conn.call(lambda s: s.append_encoded_raw, raw, timeout=timeout, retry=False)
 
-    async def get_offsets(
-        self, *, timeout: float = 30.0, retry: bool = True, resolve_cap: float | None = None
-    ) -> commitlog_pb2.GetOffsetsResponse:
-        return await self.conn.call(
-            lambda s: s.GetOffsets,
-            commitlog_pb2.GetOffsetsRequest(),
-            timeout=timeout,
-            retry=retry,
-            resolve_cap=resolve_cap,
-        )
+    # status reads: ``how`` is Connection.call's timeout, retry and resolve_cap
+    async def get_offsets(self, **how) -> commitlog_pb2.GetOffsetsResponse:
+        return await self.conn.call(lambda s: s.GetOffsets, _GET_OFFSETS, **how)
 
-    async def get_stats(
-        self, *, timeout: float = 30.0, retry: bool = True, resolve_cap: float | None = None
-    ) -> commitlog_pb2.GetStatsResponse:
-        return await self.conn.call(
-            lambda s: s.GetStats, commitlog_pb2.GetStatsRequest(), timeout=timeout, retry=retry, resolve_cap=resolve_cap
-        )
+    async def get_stats(self, **how) -> commitlog_pb2.GetStatsResponse:
+        return await self.conn.call(lambda s: s.GetStats, _GET_STATS, **how)
 
-    async def list_topics(
-        self, *, retry: bool = True, resolve_cap: float | None = None
-    ) -> commitlog_pb2.ListTopicsResponse:
-        return await self.conn.call(
-            lambda s: s.ListTopics, commitlog_pb2.ListTopicsRequest(), retry=retry, resolve_cap=resolve_cap
-        )
+    async def list_topics(self, **how) -> commitlog_pb2.ListTopicsResponse:
+        return await self.conn.call(lambda s: s.ListTopics, _LIST_TOPICS, **how)
 
     async def update_topic(self, config: common_pb2.TopicConfig) -> commitlog_pb2.UpdateTopicResponse:
         return await self.conn.call(lambda s: s.UpdateTopic, commitlog_pb2.UpdateTopicRequest(config=config))
@@ -327,16 +318,9 @@ class ConsumeQueueClient:
             lambda s: s.MakeQueues, consume_queue_pb2.MakeQueuesRequest(topic=topic, queue_ids=queue_ids)
         )
 
-    async def get_progress(
-        self, *, timeout: float = 30.0, retry: bool = True, resolve_cap: float | None = None
-    ) -> common_pb2.BuilderProgress:
-        return await self.conn.call(
-            lambda s: s.GetProgress,
-            consume_queue_pb2.GetProgressRequest(),
-            timeout=timeout,
-            retry=retry,
-            resolve_cap=resolve_cap,
-        )
+    async def get_progress(self, **how) -> common_pb2.BuilderProgress:
+        """``how``: Connection.call's timeout, retry and resolve_cap."""
+        return await self.conn.call(lambda s: s.GetProgress, _QUEUES_PROGRESS, **how)
 
     # pops: each answers an outcome the caller reports; none is retried here
     async def pop(self, request: consume_queue_pb2.PopRequest, *, timeout: float) -> consume_queue_pb2.PopResponse:
@@ -366,10 +350,9 @@ class IndexClient:
     async def query(self, request: index_pb2.IndexQueryRequest) -> index_pb2.IndexQueryResponse:
         return await self.conn.call(lambda s: s.Query, request)
 
-    async def get_progress(self, *, timeout: float = 30.0, retry: bool = True) -> common_pb2.BuilderProgress:
-        return await self.conn.call(
-            lambda s: s.GetProgress, index_pb2.IndexProgressRequest(), timeout=timeout, retry=retry
-        )
+    async def get_progress(self, **how) -> common_pb2.BuilderProgress:
+        """``how``: Connection.call's timeout, retry and resolve_cap."""
+        return await self.conn.call(lambda s: s.GetProgress, _INDEX_PROGRESS, **how)
 
 
 class DispatcherClient:
