@@ -168,13 +168,20 @@ class Credits:
 # ---------------------------------------------------------------- the client side
 
 
+# A stream can be idle for long (the puts of an idle store): gRPC servers answer pings
+# more often than every 5 minutes without data in between with GOAWAY ("too_many_pings"),
+# which would break it. A dead peer is found by the streams' own answer timeouts.
+_STREAM_KEEPALIVE = ("grpc.keepalive_time_ms", 330_000)
+_STREAM_OPTIONS = [o for o in CHANNEL_OPTIONS if o[0] != _STREAM_KEEPALIVE[0]] + [_STREAM_KEEPALIVE]
+
+
 def internal_channel(endpoint: str, auth: InternalAuth) -> grpc.aio.Channel:
     """An aio channel to an internal service without interceptors (the module
     docstring): every call and stream open passes ``auth.metadata()`` itself."""
     creds = auth.channel_credentials()
     if creds is None:
-        return grpc.aio.insecure_channel(endpoint, options=CHANNEL_OPTIONS)
-    return grpc.aio.secure_channel(endpoint, creds, options=CHANNEL_OPTIONS + auth.channel_options())
+        return grpc.aio.insecure_channel(endpoint, options=_STREAM_OPTIONS)
+    return grpc.aio.secure_channel(endpoint, creds, options=_STREAM_OPTIONS + auth.channel_options())
 
 
 class RequestStream:
