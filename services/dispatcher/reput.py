@@ -468,21 +468,20 @@ class RemoteDispatcher:
     def _requests(self, r: commitlog_pb2.ReadRangeResponse, frm: int, *, units: bool = True):
         """(PutUnits, PutKeys) of a ReadRange answer from ``frm``; ``units`` False: the
         index's alone (the PutUnits is None, and no topic counts as told)."""
-        to, inc, vouch = r.next_offset, self.incarnation, r.vouch  # (the commitlog's word for `to`)
-        low, forced = r.min_offset, r.forced_deleted_to  # retention, told to the builders
+        # The range, its commitlog open, the commitlog's word for its end, and retention's
+        # watermark (told to the builders): in both requests.
+        rng = dict(
+            from_offset=frm,
+            to_offset=r.next_offset,
+            incarnation=self.incarnation,
+            to_offset_vouch=r.vouch,
+            commitlog_min_offset=r.min_offset,
+        )
+        forced = r.forced_deleted_to
         if not r.record_count:  # a BLANK (end of a segment) or retention moved the start: progress only
             return (
-                consume_queue_pb2.PutUnitsRequest(
-                    from_offset=frm,
-                    to_offset=to,
-                    incarnation=inc,
-                    commitlog_min_offset=low,
-                    forced_deleted_to=forced,
-                    to_offset_vouch=vouch,
-                ),
-                index_pb2.PutKeysRequest(
-                    from_offset=frm, to_offset=to, incarnation=inc, commitlog_min_offset=low, to_offset_vouch=vouch
-                ),
+                consume_queue_pb2.PutUnitsRequest(forced_deleted_to=forced, **rng),
+                index_pb2.PutKeysRequest(**rng),
             )
         if self._maps is None:
             b = decode_range(r.data, 0, len(r.data), r.offset, r.next_offset, self._delays)
@@ -502,12 +501,8 @@ class RemoteDispatcher:
                 tags_codes=pack(b.tags_codes, INT64),
                 store_timestamps=pack(b.store_timestamps, INT64),
                 sysflags=pack(b.sysflags, INT32),
-                from_offset=frm,
-                to_offset=to,
-                incarnation=inc,
-                commitlog_min_offset=low,
                 forced_deleted_to=forced,
-                to_offset_vouch=vouch,
+                **rng,
             )
             self._name_topics(put, b)
         e = b.index_entries()
@@ -515,11 +510,7 @@ class RemoteDispatcher:
             key_hashes=pack(e.key_hashes, INT64),
             physical_offsets=pack(e.physical_offsets, INT64),
             store_timestamps=pack(e.store_timestamps, INT64),
-            from_offset=frm,
-            to_offset=to,
-            incarnation=inc,
-            commitlog_min_offset=low,
-            to_offset_vouch=vouch,
+            **rng,
         )
         return put, keys
 
