@@ -13,11 +13,13 @@ record bytes do not cross processes; elsewhere the answer brings the bytes. It
 decodes them in bulk (``scan_records`` + ``build_dispatch_batch``, the same code as
 the in-process loop) and sends the consume-queue columns to the consume-queue builder
 (ConsumeQueueService.PutUnitsStream) and the index keys to the index builder
-(IndexService.PutKeysStream), both at once, while the next answer is already being
-read (its credit was granted). Each put is answered on its stream with the status
-the unary PutUnits / PutKeys would have had, so every rule below holds as it did
-with unary calls; a stream that breaks fails its puts as UNAVAILABLE (or its
-status) and is opened again. Topics go to the consume-queue builder as this
+(IndexService.PutKeysStream), both at once. The puts are pipelined: a task
+(``_feed``) reads, decodes and sends the next batch while another (``_settle``)
+takes the builders' answers in order, up to ``PIPELINE_BATCHES`` unanswered (a
+batch after a refused one is refused too: each must start at the builder's
+progress). Each put is answered on its stream with the status the unary PutUnits /
+PutKeys would have had, so every rule below holds as it did with unary calls; a
+stream that breaks fails its puts as UNAVAILABLE (or its status) and is opened again. Topics go to the consume-queue builder as this
 process's topic ids (formats.message: given once per process, its *epoch*), each id
 named only the first time after each resync (services/index/topic_epochs.py: at 10,000 topics a chunk
 named thousands of topics, made into str and looked up by name there, chunk after
@@ -85,6 +87,7 @@ log = structlog.get_logger(__name__)
 SERVICE = "mqstore.v1.DispatcherService"
 INDEX_STUCK_S = 10.0  # an index behind that long without advancing is reported stuck
 PUT_TIMEOUT_S = 60.0  # an answer to a put later than this breaks its stream
+PIPELINE_BATCHES = 2  # batches sent to the builders and not answered yet, at most
 _RESYNC_CODES = {
     grpc.StatusCode.ABORTED,
     grpc.StatusCode.FAILED_PRECONDITION,
@@ -307,48 +310,77 @@ class RemoteDispatcher:
         start = self._range_request(self.dispatched_offset)
         feed = await TailFeed.open(cl, start, self._wait_ms / 1000 + 30, self._md)
         self.streams_opened += 1
-        told_min = 0  # the commitlog min offset the builders were told (every batch carries it)
+        sent: asyncio.Queue = asyncio.Queue()  # batches sent, not yet answered, oldest first
+        slots = asyncio.Semaphore(PIPELINE_BATCHES)
+        loop = asyncio.get_running_loop()
+        tasks = [
+            loop.create_task(self._feed(feed, ix is not None, sent, slots), name=f"dispatch-feed-{self.shard}"),
+            loop.create_task(self._settle(cl, sent, slots), name=f"dispatch-settle-{self.shard}"),
+        ]
         try:
-            while True:
-                r = await feed.next()
-                if r.incarnation != self.incarnation:
-                    raise _Resync(f"shard reopened (incarnation {r.incarnation}, was {self.incarnation})")
-                self.confirm_offset = r.confirm_offset
-                idle = r.next_offset == self.dispatched_offset and not r.record_count
-                await feed.grant(max(self.dispatched_offset, 0))  # the next chunk (or wait), meanwhile
-                if idle and r.min_offset <= told_min:
-                    continue  # nothing new
-                units, keys = self._requests(r, self.dispatched_offset)  # (idle: retention moved the start)
-                with_keys = ix is not None and not self.index_behind
-                self._frontier = r.next_offset
-                done = await self._put(units, keys if with_keys else None)
-                if isinstance(done[0], BaseException):
-                    raise done[0]
-                if with_keys and isinstance(done[1], BaseException):
-                    self._index_fell_behind(cl, _why(done[1]))  # the consume queues go on without it
-                told_min = max(told_min, r.min_offset)
-                if self._maps is not None:
-                    self._maps.release(told_min)
-                self.dispatched_offset = r.next_offset
-                self.dispatched_records += r.record_count
-                self.batches += 1
+            done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+            for t in done:
+                t.result()  # the first failure (neither ends otherwise)
         finally:
             feed.close()
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            while not sent.empty():  # their answers are no one's now: dropped as they come
+                _, units, keys = sent.get_nowait()
+                units.cancel()
+                if keys is not None:
+                    keys.cancel()
             await self._stop_catch_up()
 
-    async def _put(self, units, keys) -> list:
-        """Send a batch's units (and keys, unless None) on their streams, both at once:
-        the answers or their errors (a broken keys stream: closed, the index behind)."""
-        sent = [await self._stream("units").send(units, PUT_TIMEOUT_S)]
-        if keys is not None:
-            try:
-                sent.append(await self._stream("keys").send(keys, PUT_TIMEOUT_S))
-            except grpc.aio.AioRpcError as e:
-                sent.append(_failed(e))
-        done = await asyncio.gather(*sent, return_exceptions=True)
-        if keys is not None and self._keys_stream is not None and self._keys_stream.broken is not None:
-            await self._close_streams(units=False)
-        return done
+    async def _feed(self, feed: TailFeed, with_index: bool, sent: asyncio.Queue, slots: asyncio.Semaphore) -> None:
+        """Take the feed's answers and send each batch to the builders (``_settle``
+        takes their answers, in order, while the next batch is read and sent)."""
+        sent_min = 0  # the commitlog min offset sent to the builders (every batch carries it)
+        while True:
+            r = await feed.next()
+            if r.incarnation != self.incarnation:
+                raise _Resync(f"shard reopened (incarnation {r.incarnation}, was {self.incarnation})")
+            self.confirm_offset = r.confirm_offset
+            idle = r.next_offset == self._frontier and not r.record_count
+            await feed.grant(max(self.dispatched_offset, 0))  # the next chunk (or wait), meanwhile
+            if idle and r.min_offset <= sent_min:
+                continue  # nothing new
+            await slots.acquire()  # at most PIPELINE_BATCHES unanswered
+            units, keys = self._requests(r, self._frontier)  # (idle: retention moved the start)
+            with_keys = with_index and not self.index_behind
+            self._frontier = r.next_offset  # (before sending: the index's catch-up compares with it)
+            sent_units = await self._stream("units").send(units, PUT_TIMEOUT_S)
+            sent_keys = None
+            if with_keys:
+                try:
+                    sent_keys = await self._stream("keys").send(keys, PUT_TIMEOUT_S)
+                except grpc.aio.AioRpcError as e:
+                    sent_keys = _failed(e)
+            sent_min = max(sent_min, r.min_offset)
+            sent.put_nowait((r, sent_units, sent_keys))
+
+    async def _settle(self, cl, sent: asyncio.Queue, slots: asyncio.Semaphore) -> None:
+        """The builders' answers to the batches sent, in order: the dispatched offset
+        moves when the consume queues took a batch (their error ends dispatch: resync);
+        an index that failed one falls behind (its stream, if broken, is closed)."""
+        told_min = 0  # the commitlog min offset the builders were told
+        while True:
+            r, units, keys = await sent.get()
+            done = await asyncio.gather(units, *([keys] if keys is not None else []), return_exceptions=True)
+            if isinstance(done[0], BaseException):
+                raise done[0]
+            if keys is not None and isinstance(done[1], BaseException):
+                self._index_fell_behind(cl, _why(done[1]))  # the consume queues go on without it
+                if self._keys_stream is not None and self._keys_stream.broken is not None:
+                    await self._close_streams(units=False)
+            told_min = max(told_min, r.min_offset)
+            if self._maps is not None:
+                self._maps.release(told_min)
+            self.dispatched_offset = r.next_offset
+            self.dispatched_records += r.record_count
+            self.batches += 1
+            slots.release()
 
     # ------------------------------------------------------------------ the index lane
 
