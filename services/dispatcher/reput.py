@@ -370,7 +370,8 @@ class RemoteDispatcher:
             done = await asyncio.gather(units, *([keys] if keys is not None else []), return_exceptions=True)
             if isinstance(done[0], BaseException):
                 raise done[0]
-            if keys is not None and isinstance(done[1], BaseException):
+            if keys is not None and isinstance(done[1], BaseException) and not self.index_behind:
+                # (already behind: a batch sent before it fell was refused as a gap; the catch-up has it)
                 self._index_fell_behind(cl, _why(done[1]))  # the consume queues go on without it
                 if self._keys_stream is not None and self._keys_stream.broken is not None:
                     await self._close_streams(units=False)
