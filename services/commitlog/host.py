@@ -11,6 +11,7 @@ import structlog
 from mqstore.services.commitlog.servicer import CommitLogServicer
 from mqstore.services.commitlog.state import CommitLogPhase, CommitLogState
 from mqstore.services.common.internal_auth import InternalAuth
+from mqstore.services.common.internal_streams import stop_server
 from mqstore.services.common.peers import endpoint_of, internal_address
 from mqstore.services.common.server import ServerThread, start_grpc_server
 from mqstore.services.query.routing import pin_layout
@@ -46,11 +47,10 @@ class CommitLogHost:
         self.thread = ServerThread(f"mqstore-shard{shard}")
         self._layout = layout
         self.state = CommitLogState(store_dir, config, shard=shard, retention=retention)
+        self._servicer = CommitLogServicer(self.state, auth)
         self._closing = threading.Event()
         self.server = self.thread.run(
-            start_grpc_server(
-                host, port, [CommitLogServicer(self.state, auth).registration()], serving=False, auth=auth
-            )
+            start_grpc_server(host, port, [self._servicer.registration()], serving=False, auth=auth)
         )
         self.endpoint = endpoint_of(host, self.server.port)
         self._ready = threading.Event()
@@ -105,7 +105,7 @@ class CommitLogHost:
         """Stop serving, then close the store cleanly (flushed, abort file removed)."""
         self._closing.set()
         try:
-            self.thread.run(self.server.stop(1.0), timeout=30)
+            self.thread.run(stop_server(self.server, self._servicer.streams), timeout=30)
         finally:
             self._opener.join()
             self.state.close()

@@ -25,7 +25,7 @@ from mqstore.services.common.convert import (
 )
 from mqstore.services.common.errors import BadRequest, PermissionDenied, Precondition, TooLarge, rpc
 from mqstore.services.common.internal_auth import RANGE_END, InternalAuth
-from mqstore.services.common.internal_streams import Credits, stream_rpc
+from mqstore.services.common.internal_streams import Credits, OpenStreams, stream_rpc
 from mqstore.services.common.server import Registration
 from mqstore.services.query.routing import check_routed
 from mqstore.store.encoded_batch import parse_encoded
@@ -46,6 +46,7 @@ class CommitLogServicer(commitlog_pb2_grpc.CommitLogServiceServicer):
         answers (ReadRangeResponse.vouch; without it, none)."""
         self.state = state
         self._auth = auth
+        self.streams = OpenStreams()  # ended by the host when it stops
 
     def registration(self) -> Registration:
         return Registration(commitlog_pb2_grpc.add_CommitLogServiceServicer_to_server, self, SERVICE)
@@ -182,10 +183,11 @@ class CommitLogServicer(commitlog_pb2_grpc.CommitLogServiceServicer):
         grants = asyncio.get_running_loop().create_task(self._take_grants(it, credits), name="tail-grants")
         offset = start.offset
         try:
-            while await credits.take():
-                res = await self._visible(start, offset, max_bytes, enough)
-                offset = res.next_offset
-                yield res
+            async with self.streams.held(context):
+                while await credits.take():
+                    res = await self._visible(start, offset, max_bytes, enough)
+                    offset = res.next_offset
+                    yield res
         finally:
             grants.cancel()
 

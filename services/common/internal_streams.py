@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import functools
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
@@ -272,6 +273,49 @@ class RequestStream:
 # ---------------------------------------------------------------- the server side
 
 
+class OpenStreams:
+    """The handler tasks of a servicer's open streams. A stream does not end on its
+    own, so a server that stops would wait out its grace period on each; its host
+    ends them instead (``stop_server``): each ends with UNAVAILABLE, and the peer
+    opens it again (elsewhere, once it resolved the restarted service)."""
+
+    def __init__(self) -> None:
+        self._tasks: set[asyncio.Task] = set()
+        self._ending: set[asyncio.Task] = set()
+
+    @contextlib.asynccontextmanager
+    async def held(self, context):
+        """Around a stream handler's body (the task serving the stream)."""
+        task = asyncio.current_task()
+        self._tasks.add(task)
+        try:
+            yield
+        except asyncio.CancelledError:
+            if task not in self._ending:
+                raise
+            await context.abort(grpc.StatusCode.UNAVAILABLE, "the server is stopping: open the stream again")
+        finally:
+            self._tasks.discard(task)
+            self._ending.discard(task)
+
+    def __len__(self) -> int:
+        return len(self._tasks)
+
+    def end(self) -> None:
+        for task in list(self._tasks):
+            self._ending.add(task)
+            task.cancel()
+
+
+async def stop_server(server, streams: OpenStreams, grace_s: float = 1.0) -> None:
+    """Stop ``server`` (a GrpcServer: no new calls; calls in progress get ``grace_s``)
+    and end its open streams at once."""
+    stopping = asyncio.ensure_future(server.stop(grace_s))
+    await asyncio.sleep(0.05)  # (new calls are refused from here on)
+    streams.end()
+    await stopping
+
+
 async def answer_in_order(
     requests: AsyncIterator, handle: Callable[[Any], Awaitable[A]], answer_type: Callable[..., A]
 ) -> AsyncIterator[A]:
@@ -301,7 +345,7 @@ def stream_rpc(method: Callable[..., AsyncIterator]) -> Callable[..., AsyncItera
         try:
             async for answer in method(self, requests, context):
                 yield answer
-        except asyncio.CancelledError:
+        except (asyncio.CancelledError, grpc.aio.AbortError):
             raise
         except Exception as e:
             code, message = status_of(e)
@@ -315,6 +359,7 @@ def stream_rpc(method: Callable[..., AsyncIterator]) -> Callable[..., AsyncItera
 __all__ = [
     "MAX_CREDIT",
     "Credits",
+    "OpenStreams",
     "Pending",
     "RequestStream",
     "answer_in_order",
@@ -322,5 +367,6 @@ __all__ = [
     "internal_channel",
     "rpc_error",
     "status_pb",
+    "stop_server",
     "stream_rpc",
 ]

@@ -9,6 +9,7 @@ from pathlib import Path
 import structlog
 
 from mqstore.services.common.internal_auth import InternalAuth
+from mqstore.services.common.internal_streams import stop_server
 from mqstore.services.common.peers import Resolver, endpoint_of, internal_address
 from mqstore.services.common.server import ServerThread, start_grpc_server
 from mqstore.services.index.index_servicer import IndexServicer
@@ -41,6 +42,7 @@ class BuilderHost:
         self.state = BuilderState(kind, store_dir, config, resolve_commitlog, auth=auth, shard=shard)
         servicer = ConsumeQueueServicer(self.state) if kind == "consumequeue" else IndexServicer(self.state)
         self._popper = getattr(servicer, "popper", None)  # the consume-queue builder's pop state
+        self._streams = servicer.streams  # the dispatcher's put stream: ended at close
         self.server = self.thread.run(
             start_grpc_server(host, port, [servicer.registration()], serving=False, auth=auth)
         )
@@ -90,7 +92,7 @@ class BuilderHost:
         self.state.opened.set()  # release the health watcher
         self._watcher.join(10)
         try:
-            self.thread.run(self.server.stop(1.0), timeout=30)
+            self.thread.run(stop_server(self.server, self._streams), timeout=30)
         finally:
             if self._popper is not None:
                 self._popper.close()

@@ -13,7 +13,7 @@ from mqstore.rpc.v1 import index_pb2 as pb
 from mqstore.services.common import validate
 from mqstore.services.common.columns import INT64, unpack
 from mqstore.services.common.errors import BadRequest, rpc
-from mqstore.services.common.internal_streams import answer_in_order
+from mqstore.services.common.internal_streams import OpenStreams, answer_in_order
 from mqstore.services.common.server import Registration
 from mqstore.services.index.state import BuilderState
 from mqstore.store.dispatch import IndexEntries
@@ -26,6 +26,7 @@ _LONG_MAX = (1 << 63) - 1
 class IndexServicer(index_pb2_grpc.IndexServiceServicer):
     def __init__(self, state: BuilderState) -> None:
         self.state = state
+        self.streams = OpenStreams()  # ended by the host when it stops
 
     def registration(self) -> Registration:
         return Registration(index_pb2_grpc.add_IndexServiceServicer_to_server, self, SERVICE)
@@ -37,8 +38,9 @@ class IndexServicer(index_pb2_grpc.IndexServiceServicer):
     async def PutKeysStream(self, requests, context):
         """PutKeys over one stream (the dispatcher's): in order, each answered with
         its seq and the unary call's status (services/common/internal_streams.py)."""
-        async for answer in answer_in_order(requests, self._put_keys, pb.PutKeysResponse):
-            yield answer
+        async with self.streams.held(context):
+            async for answer in answer_in_order(requests, self._put_keys, pb.PutKeysResponse):
+                yield answer
 
     async def _put_keys(self, request: pb.PutKeysRequest) -> pb.PutKeysResponse:
         self.state.ready()

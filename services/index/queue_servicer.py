@@ -15,7 +15,7 @@ from mqstore.rpc.v1 import consume_queue_pb2 as pb
 from mqstore.services.common import validate
 from mqstore.services.common.columns import INT32, INT64, unpack
 from mqstore.services.common.errors import BadRequest, rpc
-from mqstore.services.common.internal_streams import answer_in_order
+from mqstore.services.common.internal_streams import OpenStreams, answer_in_order
 from mqstore.services.common.server import Registration
 from mqstore.services.index.local_pull import LocalPulls
 from mqstore.services.index.pop_service import Popper
@@ -36,6 +36,7 @@ class ConsumeQueueServicer(consume_queue_pb2_grpc.ConsumeQueueServiceServicer):
         self._pulls = LocalPulls(state.store_dir)
         self.popper = Popper(state, self._pulls)
         self._epochs = TopicEpochs()  # the dispatchers' topic ids (PutUnits' topic_epoch)
+        self.streams = OpenStreams()  # ended by the host when it stops
 
     def registration(self) -> Registration:
         return Registration(consume_queue_pb2_grpc.add_ConsumeQueueServiceServicer_to_server, self, SERVICE)
@@ -47,8 +48,9 @@ class ConsumeQueueServicer(consume_queue_pb2_grpc.ConsumeQueueServiceServicer):
     async def PutUnitsStream(self, requests, context):
         """PutUnits over one stream (the dispatcher's): in order, each answered with
         its seq and the unary call's status (services/common/internal_streams.py)."""
-        async for answer in answer_in_order(requests, self._put_units, pb.PutUnitsResponse):
-            yield answer
+        async with self.streams.held(context):
+            async for answer in answer_in_order(requests, self._put_units, pb.PutUnitsResponse):
+                yield answer
 
     async def _put_units(self, request: pb.PutUnitsRequest) -> pb.PutUnitsResponse:
         self.state.ready()

@@ -321,3 +321,35 @@ def test_a_batch_the_commitlog_vouched_for_is_taken_without_asking_it(parts):
             await units.close()
 
     asyncio.run(run())
+
+
+def test_a_stopping_server_ends_its_open_streams_at_once(parts):
+    """A put stream never ends on its own: its server's host ends it when it stops
+    (stop_server), instead of waiting out the grace period (30 s here)."""
+    import time
+
+    from mqstore.services.common.internal_streams import stop_server
+    from mqstore.services.common.server import ServerThread, start_grpc_server
+    from mqstore.services.index.queue_servicer import ConsumeQueueServicer
+
+    servicer = ConsumeQueueServicer(parts.cq.state)
+    t = ServerThread()
+    server = t.run(start_grpc_server("127.0.0.1", 0, [servicer.registration()], auth=parts.auth))
+
+    async def run():
+        async with internal_channel(f"127.0.0.1:{server.port}", parts.auth) as ch:
+            stub = consume_queue_pb2_grpc.ConsumeQueueServiceStub(ch)
+            units = RequestStream.open(stub.PutUnitsStream, "units", parts.auth.metadata())
+            with pytest.raises(grpc.aio.AioRpcError) as e:
+                await (await units.send(consume_queue_pb2.PutUnitsRequest(), 10))  # answered; idle now
+            assert e.value.code() is C.ABORTED and units.broken is None and len(servicer.streams) == 1
+            t0 = time.monotonic()
+            await asyncio.wrap_future(t.submit(stop_server(server, servicer.streams, grace_s=30)))
+            assert time.monotonic() - t0 < 10 and len(servicer.streams) == 0
+            await asyncio.sleep(0.2)
+            assert units.broken is not None and _code(units.broken) is C.UNAVAILABLE
+
+    try:
+        asyncio.run(run())
+    finally:
+        t.stop()
