@@ -66,6 +66,7 @@ class _Rows:
 
 
 SHAPES = ("round-robin", "per-topic")
+_TOPIC_LISTS_KEPT = 1024  # round-robin batches' topic lists kept (a few MB at 1,000 names each)
 
 
 class Workload:
@@ -93,6 +94,20 @@ class Workload:
         self._names = np.array([topic_name(t) for t in range(topics)], dtype=object)
         self._pattern = np.random.default_rng(seed).integers(0, 256, max(body_size, 8), np.uint8)
         self._local = threading.local()
+        self._topic_lists: dict[tuple[int, int], list[str]] = {}
+
+    def _round_robin_topics(self, first: int, count: int) -> list[str]:
+        """Topics ``first, first + 1, ...`` (mod T) as a list, kept per (first, count):
+        with batches of a fixed size there are only T / gcd(T, count) of them, and a
+        producer has its topics at hand rather than making a list of names per batch
+        (at 10,000 topics that was 8% of the producer's samples, none of them the store's)."""
+        key = (first, count)
+        topics = self._topic_lists.get(key)
+        if topics is None:
+            topics = self._names[(first + np.arange(count)) % self.topics].tolist()
+            if len(self._topic_lists) < _TOPIC_LISTS_KEPT:
+                self._topic_lists[key] = topics
+        return topics
 
     def _rows(self, count: int) -> _Rows:
         rows = getattr(self._local, "rows", None)
@@ -112,7 +127,7 @@ class Workload:
             topics = self._names[first % t] if first == last else self._names[idx // self.run % t].tolist()
             queues = idx % self.queues
         else:
-            topics, queues = self._names[idx % t].tolist(), (idx // t) % self.queues
+            topics, queues = self._round_robin_topics(start % t, count), (idx // t) % self.queues
         b = self.body_size
         rows = self._rows(count)
         rows.bodies[:, :8] = idx.astype(">u8").view(np.uint8).reshape(count, 8)
