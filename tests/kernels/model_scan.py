@@ -41,7 +41,7 @@ class _Fields:
         view = self._views.get(fmt)
         if view is None:
             width = np.dtype(fmt).itemsize
-            view = np.ndarray((self._n - width + 1,), dtype=fmt, buffer=self._buf, strides=(1,))
+            view = np.ndarray((max(self._n - width + 1, 0),), dtype=fmt, buffer=self._buf, strides=(1,))
             self._views[fmt] = view
         return view[at].astype(np.int64)
 
@@ -53,7 +53,8 @@ class _Fields:
         dtype = header_dtype(False, False)
         view = self._views.get("head")
         if view is None:
-            view = np.ndarray((self._n - dtype.itemsize + 1,), dtype=dtype, buffer=self._buf, strides=(1,))
+            # no record fits a buffer shorter than a head: no view to take one from
+            view = np.ndarray((max(self._n - dtype.itemsize + 1, 0),), dtype=dtype, buffer=self._buf, strides=(1,))
             self._views["head"] = view
         head = view[at]
         store_ts = head["store_timestamp"].astype(np.int64)
