@@ -339,8 +339,9 @@ def test_restarts_mid_stream_lose_and_duplicate_nothing(tmp_path, part):
         chs, (cl, cq, ix) = parts.stubs()
         for _ in range(1000):
             offsets = cl.GetOffsets(commitlog_pb2.GetOffsetsRequest())
-            d = parts.disp.dispatcher
-            if d.dispatched_offset >= offsets.confirm_offset > 0 and not d.index_behind:  # (a new index catches up)
+            d, end = parts.disp.dispatcher, offsets.confirm_offset
+            built = min(b.state.progress().progress_offset for b in (parts.cq, parts.ix))  # (0 while one recovers)
+            if d.dispatched_offset >= end > 0 and built >= end and not d.index_behind:  # (a new index catches up)
                 break
             threading.Event().wait(0.02)
         bodies = []
@@ -357,8 +358,9 @@ def test_restarts_mid_stream_lose_and_duplicate_nothing(tmp_path, part):
             assert [int(r.body[:6]) for r in cl.Read(commitlog_pb2.ReadRequest(offsets=hits)).records].count(k) == 1
         st = parts.disp.status()
         assert st["resyncs"] >= 1 and offsets.dispatched_offset <= offsets.confirm_offset
-        # the feed and the puts on streams opened per connection and resync, not per batch
-        assert 3 <= st["streams_opened"] <= 3 * st["resyncs"] + 4 and st["batches"] >= 4, st
+        # the feed and the puts on streams opened per connection and resync (and an index
+        # stream again after each of the 4 restarts, at most twice), not per batch
+        assert 1 <= st["streams_opened"] <= 3 * st["resyncs"] + 2 * 4 + 1, st
         assert parts.disp.status()["reads"] == "remote"  # (no store directory given: the bytes come over ReadRange)
         for ch in chs:
             ch.close()
