@@ -539,6 +539,47 @@ class ConsumeQueue:
             self._max_phys = last_end
             return len(self._pending)
 
+    def reserve_run(self, first_offset: int, count: int, first_end: int) -> tuple[str, int] | None:
+        """The owner's write-out of many queues at once (ConsumeQueues._write_direct):
+        when ``count`` units from queue offset ``first_offset`` (first ending at
+        ``first_end`` in the commitlog) continue the queue exactly and fit in its last
+        file, with nothing buffered before them and nothing the write must compare
+        first (``_same_below``), the queue's lock is taken and kept until
+        ``finish_run`` and (the last file's path, the byte in it where the units go)
+        is returned; else None (lock not held: ``append_run`` takes them)."""
+        self._lock.acquire()
+        files, wrote = self._files, self._wrote
+        if (
+            files
+            and not self._pending
+            and not self._closed
+            and first_offset * UNIT_SIZE == wrote
+            and first_end > self._max_phys
+            and wrote >= self._same_below
+        ):
+            last = files[-1]
+            at = wrote - last.base_offset
+            if 0 <= at and at + count * UNIT_SIZE <= last.size:
+                return last._path, at
+        self._lock.release()
+        return None
+
+    def finish_run(self, count: int, last_end: int, unwritten=None) -> None:
+        """After ``reserve_run``: the units were written at the place it gave (or, with
+        ``unwritten``, their bytes, could not be: they are buffered as ``append_run``
+        buffers them, and the next write-out tries again); the queue now ends with
+        them. Lets go of the lock."""
+        try:
+            if unwritten is not None:
+                self._pending_at = self._wrote
+                self._pending += unwritten
+            self._wrote += count * UNIT_SIZE
+            self._max_phys = last_end
+            self._ahead = False  # (a file made ahead at the first unit's place is the queue's now)
+            self._scan = None
+        finally:
+            self._lock.release()
+
     def _leave_ahead(self, start: int) -> None:
         """The first units of a queue whose file was made ahead go from byte ``start``
         (a file boundary): the made file goes unless it is that one (caller holds the lock)."""

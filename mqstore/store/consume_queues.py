@@ -18,7 +18,12 @@ it nor a queue the summary lists gets an object until used: ``get``, ``_objects_
 once the journal passes its budget;
 ``flush(thorough=True)`` (every 60 s, on close) writes everything and makes it durable
 with one syncfs past 64 queues; any read of a queue writes its units first (or serves
-them from memory if the disk is full). A crash loses only journaled units, which the
+them from memory if the disk is full). A write-out of more than _DIRECT_FROM queues
+writes the runs that continue their queues' last files straight into them, in
+compiled loops without the GIL (``_write_direct``: at 50,000 topics a queue gets a
+few units per write-out, and giving each queue its run and writing it through the
+descriptor pool from Python cost 20-30 us a queue); only the others go through their
+queue's buffer. A crash loses only journaled units, which the
 store dispatches again from the last thorough flush. New queues' directories and
 first files are made by one creator thread (``_make_loop``, many at a time in
 compiled code without the GIL: ``_make_many``; ``_make_fresh`` by name for new
@@ -58,7 +63,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Iterable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -92,6 +97,8 @@ _PAGE_UNITS = -(-_WRITE_OUT_PAGE // UNIT_SIZE)  # a page of units, at least
 _RAW_UNIT = np.dtype(f"V{UNIT_SIZE}")  # an encoded unit, moved as bytes (numpy keeps them as they are)
 _RUN_BYTES = 3 * 4 + 3 * 8 + 1  # what the journal keeps per run besides its units (``_Journal``)
 _MAKE_AT_ONCE = 512  # the creator makes this many queues' files per compiled call (``_make_many``)
+_DIRECT_FROM = 64  # a write-out of more queues than this writes their runs into their files at once (``_write_direct``)
+_DIRECT_SLICE = 1024  # ...this many queues per compiled call (their locks are let go after each)
 _CHECK_AT_OPEN_UP_TO = 4096  # after a clean close, more queues listed than this are checked at first use
 # Threads of the open's per-queue work once it waits on the disk: a cold read or stat
 # waits 0.1-1 ms on the test VM's disk, and more of them in flight overlap more.
@@ -122,6 +129,42 @@ class _Journal:
 
     def __post_init__(self) -> None:
         self.taken = np.zeros(len(self.run_ids), bool)
+
+
+@dataclass(eq=False)
+class _DirectRuns:
+    """Runs a write-out took from the journal for queues that ``reserve_run`` found
+    ready (each queue's lock held until ``finish_run``): run i is bytes [lo[i], hi[i])
+    of ``units``, to go to byte at[i] of file paths[i], and ends queue queues[i] at
+    commitlog byte last_end[i]."""
+
+    units: np.ndarray  # _RAW_UNIT
+    queues: list[ConsumeQueue] = field(default_factory=list)
+    paths: list[str] = field(default_factory=list)
+    at: list[int] = field(default_factory=list)
+    lo: list[int] = field(default_factory=list)
+    hi: list[int] = field(default_factory=list)
+    last_end: list[int] = field(default_factory=list)
+    status: np.ndarray = field(init=False)  # int32 per run: 0 written, else the errno (-1: not tried)
+    done: np.ndarray = field(init=False)  # bool per run: its queue took it (its lock let go)
+    failed: list[ConsumeQueue] = field(default_factory=list)  # queues that buffered their run instead
+
+    def finish(self, a: int, b: int) -> None:
+        """Runs [a, b) not finished yet go to their queues (``finish_run``): those
+        written as written, the others as bytes to buffer. Each range is finished
+        by one thread (a writer after its call, or the caller after every writer)."""
+        todo = np.flatnonzero(~self.done[a:b]) + a
+        if not len(todo):
+            return
+        self.done[todo] = True
+        view = memoryview(self.units).cast("B")
+        for i, status in zip(todo.tolist(), self.status[todo].tolist()):
+            cq, lo, hi = self.queues[i], self.lo[i], self.hi[i]
+            if status:
+                cq.finish_run((hi - lo) // UNIT_SIZE, self.last_end[i], bytes(view[lo:hi]))
+                self.failed.append(cq)
+            else:
+                cq.finish_run((hi - lo) // UNIT_SIZE, self.last_end[i])
 
 
 def _blocking_waits() -> int | None:
@@ -190,6 +233,7 @@ class ConsumeQueues:
         self._jfirst = np.zeros(0, np.int64)  # number of the first journal chunk holding them
         self._jseq = 0  # number of the journal's first chunk (counted since the start)
         self._writers: ThreadPoolExecutor | None = None
+        self._direct_writers: ThreadPoolExecutor | None = None  # only ever run the compiled write (``_write_direct``)
         # The creator (``_make_loop``): queues whose directory and first file are to be
         # made, as (queue or dense id of a new queue without an object, byte of its
         # first file or -1: where its first journaled unit goes).
@@ -621,6 +665,7 @@ class ConsumeQueues:
         if not len(idx):
             return
         newest = int(idx[-1])
+        direct: list[_DirectRuns] = []
         with self._jlock:
             dense = self._dense_ids(batch.topics, batch.topic_codes[idx], batch.queue_ids[idx], batch.topic_ids)
             # Units whose record ends at or before the end of their queue's last unit are
@@ -690,7 +735,8 @@ class ConsumeQueues:
                 with self._lock:
                     self._dirty.add(cq)
             if self._journal_bytes > _BUFFER_BUDGET:
-                self._move_all_in_locked()
+                self._move_all_in_locked(direct)
+        self._write_direct(direct)
         self.last_dispatched_timestamp = int(batch.store_timestamps[newest])
 
     def _dense_ids(
@@ -899,25 +945,39 @@ class ConsumeQueues:
             self._next[cq._dense], self._max_end[cq._dense] = cq.journal_state()
 
     def _move_all_in(self) -> None:
+        direct: list[_DirectRuns] = []
         with self._jlock:
-            self._move_all_in_locked()
+            self._move_all_in_locked(direct)
+        self._write_direct(direct)
 
-    def _move_all_in_locked(self) -> None:
+    def _move_all_in_locked(self, direct: list[_DirectRuns] | None = None) -> None:
         """Give every queue its units from the journal (``_move_ids_in_locked``); the
         journal is empty after."""
         journal, self._journal = self._journal, []
         self._journal_units = self._journal_bytes = 0
         self._jseq += len(journal)
-        self._move_ids_in_locked(np.flatnonzero(self._jcount), journal, mark=False)
+        self._move_ids_in_locked(np.flatnonzero(self._jcount), journal, mark=False, direct=direct)
 
-    def _move_ids_in_locked(self, ids: np.ndarray, journal: list[_Journal] | None = None, *, mark: bool = True) -> None:
+    def _move_ids_in_locked(
+        self,
+        ids: np.ndarray,
+        journal: list[_Journal] | None = None,
+        *,
+        mark: bool = True,
+        direct: list[_DirectRuns] | None = None,
+    ) -> None:
         """Give the queues ``ids`` (ascending dense ids, each with units in the journal)
         their units, grouped by queue: each group is placed at its queue's place in one
         array (a counting sort: the journal's count per queue is known), then one
         ``append_run`` per queue (per-queue Python only for the queues given units,
         never per chunk). ``journal``: the chunks to look in (default: the journal's,
         from the oldest any of ``ids`` has units in); ``mark``: the groups taken are
-        marked so (the chunks stay in the journal)."""
+        marked so (the chunks stay in the journal).
+
+        ``direct`` (a caller that calls ``_write_direct`` with it once it has let go of
+        the journal lock): past _DIRECT_FROM queues, those whose run simply continues
+        their last file are not given their units but reserved (their locks held) to
+        be written straight into their files, many at once without the GIL."""
         if not len(ids):
             return
         if journal is None:
@@ -970,6 +1030,10 @@ class ConsumeQueues:
         self._jcount[ids] = 0
         self._objects_for(ids)
         touched = []
+        runs = None
+        if direct is not None and len(ids) > _DIRECT_FROM and not faults.active():
+            runs = _DirectRuns(units)
+            direct.append(runs)
         for lo, hi, dd, fq, fe, le in zip(
             starts.tolist(),
             stops.tolist(),
@@ -979,10 +1043,80 @@ class ConsumeQueues:
             last_end[ids].tolist(),
         ):
             cq = self._queue_at(dd)
+            if runs is not None:
+                spot = cq.reserve_run(fq, hi - lo, fe)
+                if spot is not None:
+                    runs.queues.append(cq)
+                    runs.paths.append(spot[0])
+                    runs.at.append(spot[1])
+                    runs.lo.append(lo * UNIT_SIZE)
+                    runs.hi.append(hi * UNIT_SIZE)
+                    runs.last_end.append(le)
+                    continue
             self._give(cq, units[lo:hi], fq, fe, le)
             touched.append(cq)
         with self._lock:  # the flusher swaps the set: never add to one it has taken
             self._dirty.update(touched)
+
+    def _write_direct(self, direct: list[_DirectRuns]) -> None:
+        """Write the runs ``_move_ids_in_locked`` reserved straight into their queues'
+        last files: one compiled loop of open, pwrite and close per queue without the
+        GIL (kernels/_files.pyx), on _WRITER_THREADS direct-writer threads past
+        _DIRECT_FROM queues, _DIRECT_SLICE queues per call; after each call its
+        queues take their runs and let go of their locks (``_DirectRuns.finish``). A
+        run that could not be written (a full disk) is buffered in its queue instead,
+        for the next write-out to try (and report) again. The caller holds no lock:
+        the journal's is free for the dispatcher meanwhile, and a reader of one of
+        these queues waits for its lock, then sees its units."""
+        for runs in direct:
+            n = len(runs.queues)
+            if not n:
+                continue
+            runs.status = np.full(n, -1, np.int32)
+            runs.done = np.zeros(n, bool)
+            try:
+                if n <= _DIRECT_FROM:
+                    self._write_runs(runs, 0, n)
+                else:
+                    if self._direct_writers is None:
+                        self._direct_writers = ThreadPoolExecutor(
+                            _WRITER_THREADS, thread_name_prefix="mqstore-cq-direct"
+                        )
+                    parts = [
+                        self._direct_writers.submit(
+                            self._write_runs, runs, k * n // _WRITER_THREADS, (k + 1) * n // _WRITER_THREADS
+                        )
+                        for k in range(_WRITER_THREADS)
+                    ]
+                    wait(parts)
+                    for part in parts:
+                        part.result()
+            finally:
+                runs.finish(0, n)  # (after an error: the runs not written are buffered)
+                if runs.failed:
+                    status = runs.status
+                    log.warning(
+                        "consume_queue_runs_buffered",
+                        queues=len(runs.failed),
+                        error=os.strerror(int(status[status > 0][0])) if (status > 0).any() else "not written",
+                        action="written out again at the next write-out",
+                    )
+                    with self._lock:
+                        self._dirty.update(runs.failed)
+
+    def _write_runs(self, runs: _DirectRuns, a: int, b: int) -> None:
+        """Runs [a, b) of ``runs`` (``_write_direct``), _DIRECT_SLICE at a time."""
+        at, lo, hi = (np.array(c[a:b], np.int64) for c in (runs.at, runs.lo, runs.hi))
+        data = runs.units.view(np.uint8)
+        with self.pool.transient():  # the descriptor the loop opens counts against the bound
+            for s in range(a, b, _DIRECT_SLICE):
+                e = min(s + _DIRECT_SLICE, b)
+                try:
+                    _files.write_queue_runs(
+                        runs.paths[s:e], at[s - a : e - a], data, lo[s - a : e - a], hi[s - a : e - a], runs.status[s:e]
+                    )
+                finally:
+                    runs.finish(s, e)
 
     def _new_queue(self, topic: str, queue_id: int) -> ConsumeQueue:
         """A queue the dispatcher meets first; ``load`` opened every one on disk, so unless
@@ -1009,8 +1143,10 @@ class ConsumeQueues:
         if everything:
             self._move_all_in()
         else:
+            direct: list[_DirectRuns] = []
             with self._jlock:
-                self._move_ids_in_locked(np.flatnonzero(self._jcount >= _PAGE_UNITS))
+                self._move_ids_in_locked(np.flatnonzero(self._jcount >= _PAGE_UNITS), direct=direct)
+            self._write_direct(direct)
         with self._lock:
             dirty, self._dirty = self._dirty, set()
         if not everything:  # the few queues a read or a repeat gave units to wait for their page too
@@ -1505,9 +1641,10 @@ class ConsumeQueues:
             self._maker.join()
             self._maker = None
         self._move_all_in()
-        if self._writers is not None:
-            self._writers.shutdown()
-            self._writers = None
+        for pool in (self._writers, self._direct_writers):
+            if pool is not None:
+                pool.shutdown()
+        self._writers = self._direct_writers = None
         for cq in list(self._queues.values()):
             cq.close()
         self._queues.clear()

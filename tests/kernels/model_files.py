@@ -1,7 +1,12 @@
-"""Reference model of mqstore.kernels._files.make_queue_files: what
-ConsumeQueue.make_files does for one queue (a directory, its parent when missing, and a
-sparse file of the queue file size, or one already there with no bytes or that size),
-item by item with os calls; the status is 0 or the errno (-1: a file of another size)."""
+"""Reference models of mqstore.kernels._files.
+
+make_queue_files: what ConsumeQueue.make_files does for one queue (a directory, its
+parent when missing, and a sparse file of the queue file size, or one already there
+with no bytes or that size), item by item with os calls; the status is 0 or the errno
+(-1: a file of another size).
+
+write_queue_runs: what ConsumeQueue._write does for a run inside an existing file (an
+open, one pwrite, a close), item by item; the status is 0 or the errno."""
 
 from __future__ import annotations
 
@@ -34,5 +39,24 @@ def model_make_queue_files(dirs: list[str], paths: list[str], size: int) -> list
         except OSError as e:
             out.append(e.errno or errno.EIO)
             continue
+        out.append(0)
+    return out
+
+
+def model_write_queue_runs(paths: list[str], at: list[int], data: bytes, lo: list[int], hi: list[int]) -> list[int]:
+    out = []
+    for p, a, start, stop in zip(paths, at, lo, hi, strict=True):
+        try:
+            fd = os.open(p, os.O_WRONLY | os.O_CLOEXEC)
+        except OSError as e:
+            out.append(e.errno or errno.EIO)
+            continue
+        try:
+            os.pwrite(fd, data[start:stop], a)
+        except OSError as e:
+            out.append(e.errno or errno.EIO)
+            continue
+        finally:
+            os.close(fd)
         out.append(0)
     return out

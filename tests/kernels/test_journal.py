@@ -17,6 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from mqstore.store import consume_queues
 from mqstore.store.consume_queues import ConsumeQueues
 from mqstore.store.dispatch import DispatchBatch
 from tests.kernels.model_consume_queues import ModelConsumeQueues
@@ -105,10 +106,27 @@ def _state(cqs: ConsumeQueues) -> dict:
     return out
 
 
+@pytest.mark.parametrize("mode", ["given", "direct", "direct each chunk"])
 @CASES
-@given(steps())
-def test_journal_equals_the_model(tmp_path_factory, plan) -> None:
+@given(plan=steps())
+def test_journal_equals_the_model(tmp_path_factory, mode, plan) -> None:
+    """``direct``: every write-out of the journal writes the runs it can straight into
+    the queues' files (ConsumeQueues._write_direct, past _DIRECT_FROM queues); ``each
+    chunk``: and the dispatcher writes the journal out after every chunk (past
+    _BUFFER_BUDGET)."""
     root = tmp_path_factory.mktemp("cq")
+    was = consume_queues._DIRECT_FROM, consume_queues._BUFFER_BUDGET
+    if mode != "given":
+        consume_queues._DIRECT_FROM = -1
+    if mode == "direct each chunk":
+        consume_queues._BUFFER_BUDGET = -1
+    try:
+        _run_plan(root, plan)
+    finally:
+        consume_queues._DIRECT_FROM, consume_queues._BUFFER_BUDGET = was
+
+
+def _run_plan(root: Path, plan: list[tuple[str, object]]) -> None:
     got = ConsumeQueues(root / "got", file_bytes=_FILE_BYTES)
     want = ModelConsumeQueues(root / "want", file_bytes=_FILE_BYTES)
     for cqs in (got, want):

@@ -5,6 +5,7 @@ queues makes all of them durable at once."""
 
 from __future__ import annotations
 
+import errno
 import os
 import threading
 from pathlib import Path
@@ -13,6 +14,7 @@ import numpy as np
 
 from mqstore.bench.workload import Workload
 from mqstore.formats.consume_queue import encode_units
+from mqstore.kernels import _files
 from mqstore.store import CommitLog, StoreConfig
 from mqstore.store.consume_queue import ConsumeQueue
 from mqstore.store.consume_queues import CONSUME_QUEUE_DIR, ConsumeQueues
@@ -46,10 +48,10 @@ def test_new_queues_are_made_by_the_creator_and_their_units_stay_buffered(tmp_pa
     dirs = queue_dirs(tmp_path)
     assert len(dirs) == TOPICS * QUEUES and cqs.made_ahead == TOPICS * QUEUES
     assert all(os.listdir(d) == ["00000000000000000000"] for d in dirs)
-    assert all(cq.has_files for cq in cqs.all())
-    assert sum(cq.max_offset for cq in cqs.all()) == 2000
     assert cqs.write_behind(everything=False) == 0  # 10 units a queue: not a page yet
-    assert all(cq.buffered_bytes == 200 for cq in cqs.all())
+    assert cqs._journal_units == 2000  # noqa: SLF001 - every unit still journaled
+    assert all(cq.has_files for cq in cqs.all())  # (all(): every queue given its units, written out)
+    assert sum(cq.max_offset for cq in cqs.all()) == 2000
     cqs.flush(thorough=True)
     assert all(cq.buffered_bytes == 0 and cq.flushed_offset == cq.max_offset == 10 for cq in cqs.all())
     cqs.close()
@@ -116,6 +118,76 @@ def test_every_second_step_takes_only_page_full_queues_from_the_journal(tmp_path
     assert [cl.read(int(u["commitlog_offset"])).queue_offset for u in units] == list(range(510))
     assert sum(c.max_offset for c in cqs.all()) == 2500
     cqs.close()
+    cl.close()
+
+
+def _check_units(cl: CommitLog, cqs: ConsumeQueues, per_queue: int) -> None:
+    for cq in cqs.all():
+        units = cq.read_units(0, 1000)
+        assert len(units) == cq.max_offset == per_queue
+        recs = [cl.read(int(u["commitlog_offset"])) for u in units]
+        assert [(r.topic, r.queue_id, r.queue_offset) for r in recs] == [
+            (cq.topic, cq.queue_id, q) for q in range(per_queue)
+        ]
+
+
+def test_a_write_out_of_many_queues_writes_their_runs_straight_into_their_files(tmp_path: Path) -> None:
+    """Past _DIRECT_FROM queues, journaled runs that continue their queues' last files
+    are written straight into them (open, pwrite and close per queue in one compiled
+    loop without the GIL: kernels/_files.pyx), not through each queue's buffer and
+    the descriptor pool (at 200,000 queues each write opened one pooled file and
+    closed another from Python): 200 queues' write-outs open no pooled descriptor,
+    the queues end as they would, and every unit reads back."""
+    cl, cqs = dispatched_store(tmp_path)
+    assert cqs.wait_made(60)
+    opened = cqs.pool.opened
+    cqs.flush(thorough=True)  # new queues: objects made, each taking its made file
+    w = Workload(body_size=32, topics=TOPICS, queues=QUEUES)
+    loop = ReputLoop(cl, [cqs], dispatched_offset=cl.wrote_offset)
+    cl.append(w.batch(2000, 2000))
+    loop.catch_up()
+    cqs.flush(thorough=True)
+    assert cqs.pool.opened == opened
+    assert all(cq.buffered_bytes == 0 and cq.flushed_offset == cq.max_offset == 20 for cq in cqs.all())
+    _check_units(cl, cqs, 20)
+    cqs.close()
+    again = ConsumeQueues(tmp_path, file_bytes=20 * 100, max_open_files=8)
+    again.load()
+    _check_units(cl, again, 20)
+    again.close()
+    cl.close()
+
+
+def test_runs_the_direct_write_out_could_not_write_stay_buffered(tmp_path: Path, monkeypatch) -> None:
+    """A run the compiled write-out could not write (a full disk) is buffered in its
+    queue instead: reads serve it and write it, and the next write-out writes the rest."""
+    cl, cqs = dispatched_store(tmp_path)
+    assert cqs.wait_made(60)
+    real = _files.write_queue_runs
+
+    def every_other_fails(paths, at, data, lo, hi, status) -> None:
+        odd = np.zeros(len(paths) // 2, np.int32)
+        real(paths[1::2], at[1::2].copy(), data, lo[1::2].copy(), hi[1::2].copy(), odd)
+        status[1::2] = odd
+        status[::2] = errno.ENOSPC
+
+    monkeypatch.setattr(_files, "write_queue_runs", every_other_fails)
+    buffered = [cq.buffered_bytes for cq in cqs.all()]  # (all(): the journal is written out first)
+    assert 0 < buffered.count(10 * 20) < TOPICS * QUEUES and buffered.count(0) + buffered.count(10 * 20) == len(
+        buffered
+    )
+    monkeypatch.setattr(_files, "write_queue_runs", real)
+    assert cqs.write_behind(everything=False) == 0  # not a page: they wait
+    assert cqs.write_behind(everything=True) == buffered.count(10 * 20)
+    assert all(cq.buffered_bytes == 0 for cq in cqs.all())
+    _check_units(cl, cqs, 10)
+    cqs.flush(thorough=True)
+    assert all(cq.buffered_bytes == 0 and cq.flushed_offset == cq.max_offset == 10 for cq in cqs.all())
+    cqs.close()
+    again = ConsumeQueues(tmp_path, file_bytes=20 * 100, max_open_files=8)
+    again.load()
+    _check_units(cl, again, 10)
+    again.close()
     cl.close()
 
 
@@ -196,8 +268,7 @@ def test_every_second_flush_leaves_small_queues_buffered(tmp_path: Path) -> None
     cl.append(w.batch(2000, 400))
     loop.catch_up()
     cqs.flush(thorough=False)  # a few units per queue: not worth a write yet
-    assert sum(cq.buffered_bytes for cq in cqs.all()) == 400 * 20
-    assert all(cq.flushed_offset < cq.max_offset for cq in cqs.all() if cq.buffered_bytes)
+    assert cqs._journal_units == 400  # noqa: SLF001 - every one still journaled
     cqs.flush(thorough=True)
     assert all(cq.buffered_bytes == 0 and cq.flushed_offset == cq.max_offset for cq in cqs.all())
     assert sum(cq.max_offset for cq in cqs.all()) == 2400
