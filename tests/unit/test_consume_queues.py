@@ -131,6 +131,13 @@ def _check_units(cl: CommitLog, cqs: ConsumeQueues, per_queue: int) -> None:
         ]
 
 
+def _check_reopened(tmp_path: Path, cl: CommitLog, per_queue: int) -> None:
+    again = ConsumeQueues(tmp_path, file_bytes=20 * 100, max_open_files=8)
+    again.load()
+    _check_units(cl, again, per_queue)
+    again.close()
+
+
 def test_a_write_out_of_many_queues_writes_their_runs_straight_into_their_files(tmp_path: Path) -> None:
     """Past _DIRECT_FROM queues, journaled runs that continue their queues' last files
     are written straight into them (open, pwrite and close per queue in one compiled
@@ -151,10 +158,7 @@ def test_a_write_out_of_many_queues_writes_their_runs_straight_into_their_files(
     assert all(cq.buffered_bytes == 0 and cq.flushed_offset == cq.max_offset == 20 for cq in cqs.all())
     _check_units(cl, cqs, 20)
     cqs.close()
-    again = ConsumeQueues(tmp_path, file_bytes=20 * 100, max_open_files=8)
-    again.load()
-    _check_units(cl, again, 20)
-    again.close()
+    _check_reopened(tmp_path, cl, 20)
     cl.close()
 
 
@@ -184,10 +188,7 @@ def test_runs_the_direct_write_out_could_not_write_stay_buffered(tmp_path: Path,
     cqs.flush(thorough=True)
     assert all(cq.buffered_bytes == 0 and cq.flushed_offset == cq.max_offset == 10 for cq in cqs.all())
     cqs.close()
-    again = ConsumeQueues(tmp_path, file_bytes=20 * 100, max_open_files=8)
-    again.load()
-    _check_units(cl, again, 10)
-    again.close()
+    _check_reopened(tmp_path, cl, 10)
     cl.close()
 
 
