@@ -228,6 +228,7 @@ class _Builder:
         self._flush_lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._last_thorough = self._clock.monotonic()  # the flush loop's last thorough flush, or a caller's
         self._closed = False
         self.close_failed = False  # close could not make everything durable: the abort marker stays
         self.progress_offset = 0
@@ -250,14 +251,11 @@ class _Builder:
 
     def _flush_loop(self) -> None:
         interval = self.config.flush_consume_queue_interval_ms / 1000
-        last_thorough = last_extra = self._clock.monotonic()
+        last_extra = self._clock.monotonic()
         while not self._stop.wait(interval):
             now = self._clock.monotonic()
             try:
-                thorough = now - last_thorough >= THOROUGH_FLUSH_S
-                self.flush(thorough=thorough)
-                if thorough:
-                    last_thorough = now
+                self.flush(thorough=now - self._last_thorough >= THOROUGH_FLUSH_S)
                 if now - last_extra >= CONSUMER_OFFSETS_PERSIST_S:
                     self._every_few_seconds()
                     last_extra = now
@@ -281,6 +279,10 @@ class _Builder:
         progress = self.progress_offset  # every record below it is in a buffer now
         ts = self._write_out(thorough)
         if thorough:
+            # the next is due THOROUGH_FLUSH_S after this one, whoever asked for it (a
+            # caller's flush_derived just wrote every queue: another at once writes the
+            # same again, at 200,000 queues seconds of the dispatcher's time)
+            self._last_thorough = self._clock.monotonic()
             self.durable_offset = max(self.durable_offset, progress)
             if self._on_durable is not None:
                 try:

@@ -4,13 +4,14 @@ what MessageStore, their composition in one process, holds."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
 
 from mqstore.bench.workload import Workload
 from mqstore.errors import StoreLockedError, StoreNotWritableError
-from mqstore.store import StoreConfig
+from mqstore.store import StoreConfig, builders
 from mqstore.store.builders import GapError, IndexBuilder, LocalCommitLogView, QueueBuilder
 from mqstore.store.config import FlushMode
 from mqstore.store.dispatch import build_dispatch_batch
@@ -160,3 +161,43 @@ def test_log_store_reports_each_flush_sync_time(tmp_path: Path) -> None:
         log.append(Workload(body_size=8, topics=1, queues=1).batch(i, 1))  # sync flush: a sync per append
     log.close()
     assert len(seen) >= 5 and all(0 <= s < 10 for s in seen)
+
+
+class _SetClock:
+    """Monotonic time set by the test; wall time is real."""
+
+    def __init__(self) -> None:
+        self.t = 1000.0
+
+    def now_ms(self) -> int:
+        return time.time_ns() // 1_000_000
+
+    def monotonic(self) -> float:
+        return self.t
+
+
+def test_a_callers_thorough_flush_restarts_the_loops_count(tmp_path: Path, monkeypatch) -> None:
+    """The loop's thorough flush is due THOROUGH_FLUSH_S after the last one, whoever
+    asked for it: right after a caller's (flush_derived) it would write every queue
+    again (at 200,000 queues, seconds of work in the middle of the next appends)."""
+    clock = _SetClock()
+    log = LogStore(tmp_path, cfg())
+    config = StoreConfig(**{**cfg().__dict__, "flush_consume_queue_interval_ms": 5})
+    cq = QueueBuilder(tmp_path, config, LocalCommitLogView(log.commitlog), clock=clock)
+    thorough = []
+    write_out = cq._write_out
+    monkeypatch.setattr(cq, "_write_out", lambda t: (thorough.append(t) if t else None, write_out(t))[1])
+
+    def loops_thorough_flushes() -> int:
+        time.sleep(0.1)  # some 20 turns of the loop
+        return len([t for t in thorough if t])
+
+    clock.t += 59
+    cq.flush(thorough=True)  # the caller's, 59 s after the open
+    before = loops_thorough_flushes()
+    clock.t += 2  # 61 s after the open, 2 s after the caller's
+    assert loops_thorough_flushes() == before
+    clock.t += builders.THOROUGH_FLUSH_S  # 60 s after the caller's
+    assert loops_thorough_flushes() > before
+    cq.close()
+    log.close()
