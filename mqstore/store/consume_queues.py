@@ -233,7 +233,9 @@ class ConsumeQueues:
         self._jfirst = np.zeros(0, np.int64)  # number of the first journal chunk holding them
         self._jseq = 0  # number of the journal's first chunk (counted since the start)
         self._writers: ThreadPoolExecutor | None = None
-        self._direct_writers: ThreadPoolExecutor | None = None  # only ever run the compiled write (``_write_direct``)
+        # Only ever the compiled write (``_write_direct``), never ``_writers``: a task there
+        # may wait on a queue lock a reservation holds until its direct write is done.
+        self._direct_writers: ThreadPoolExecutor | None = None
         # The creator (``_make_loop``): queues whose directory and first file are to be
         # made, as (queue or dense id of a new queue without an object, byte of its
         # first file or -1: where its first journaled unit goes).
