@@ -4,7 +4,9 @@ what each one is, its resident memory (and how much of it is anonymous), and whi
 
 Ray titles an actor's worker process after its class (``ray::CommitLogActor``, or
 ``ray::CommitLogActor.<method>`` while a method runs, ``ray::<name>:<class>`` for a
-while after a restart); the shard an actor serves is
+while after a restart); front k of ``serve --fronts N`` is told by its event-loop
+thread's kernel name ``mqfront-<k>`` (query/host.py), labelled "front" (k = 0) or
+"front-<k>"; the shard an actor serves is
 told by the files it holds: a commitlog holds ``<shard>/lock``, the builders
 ``<shard>/lock.consumequeue`` and ``<shard>/lock.index``, a dispatcher maps the
 shard's commitlog segments (``<shard>/commitlog/...``) read-only. Processes are read
@@ -31,6 +33,7 @@ _ACTOR_CLASSES = {
     "FrontActor": "front",
 }
 _PAGE = os.sysconf("SC_PAGE_SIZE")
+_FRONT_THREAD = "mqfront-"  # query/host.py FRONT_THREAD (not imported: that pulls in gRPC)
 
 
 @dataclass(frozen=True)
@@ -127,7 +130,7 @@ def _label(pid: int, root: int, shard_dirs: list[Path]) -> str:
         if role is None:
             return f"ray::{cls}"
         if role == "front":
-            return "front"
+            return front_label(_front_index(pid))
         shard = None
         if role == "commitlog":
             shard = _shard_of(_open_paths(pid), shard_dirs, "lock")
@@ -150,6 +153,28 @@ def _label(pid: int, root: int, shard_dirs: list[Path]) -> str:
         script = next((a for a in argv[1:] if a.endswith(".py")), argv[1])
         return Path(script).stem
     return exe
+
+
+def front_label(k: int | None) -> str:
+    """Front ``k``'s label: its actor's name ("front", "front-1", ...); "front" when unknown."""
+    return "front" if not k else f"front-{k}"
+
+
+def _front_index(pid: int) -> int | None:
+    """Which front the process is (its ``mqfront-<k>`` thread), None if none says."""
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return None
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/comm") as f:
+                name = f.read().strip()
+        except OSError:
+            continue
+        if name.startswith(_FRONT_THREAD) and name[len(_FRONT_THREAD) :].isdigit():
+            return int(name[len(_FRONT_THREAD) :])
+    return None
 
 
 def deployment_processes(root_pid: int, shard_dirs: list[Path]) -> list[Proc]:
@@ -176,15 +201,16 @@ def deployment_processes(root_pid: int, shard_dirs: list[Path]) -> list[Proc]:
 
 
 def actor_pid(root_pid: int, shard_dirs: list[Path], role: str, shard: int = 0) -> int | None:
-    """The pid of ``role``'s actor (one of ROLES) of ``shard`` (the front: the one
-    front), or None while there is none (it is restarting, or not open yet)."""
+    """The pid of ``role``'s actor (one of ROLES) of ``shard`` (the front: front
+    ``shard`` of ``serve --fronts N``, 0 by default), or None while there is none (it is
+    restarting, or not open yet)."""
     if role not in ROLES:
         raise ValueError(f"role must be one of {', '.join(ROLES)}")
-    want = "front" if role == "front" else f"{role}-{shard}"
+    want = front_label(shard) if role == "front" else f"{role}-{shard}"
     for p in deployment_processes(root_pid, shard_dirs):
         if p.label == want:
             return p.pid
     return None
 
 
-__all__ = ["ROLES", "Proc", "actor_pid", "deployment_processes"]
+__all__ = ["ROLES", "Proc", "actor_pid", "deployment_processes", "front_label"]

@@ -27,6 +27,7 @@ import importlib.util
 import json
 import os
 import queue
+import re
 import shutil
 import socket
 import subprocess
@@ -172,8 +173,9 @@ def _per_message(before: dict[str, float], after: dict[str, float], messages: in
 
 
 def _front_of(cpu: dict[str, float]) -> float | None:
-    """The front's µs per message (summed over roots), or None if no process is the front."""
-    fronts = [v for k, v in cpu.items() if k.rsplit(":", 1)[-1] == "front"]
+    """The fronts' µs per message (every front of ``serve --fronts N``, summed over
+    roots), or None if no process is a front."""
+    fronts = [v for k, v in cpu.items() if re.fullmatch(r"front(-\d+)?", k.rsplit(":", 1)[-1])]
     return round(sum(fronts), 2) if fronts else None
 
 

@@ -36,6 +36,11 @@ class Placement(str, Enum):
     resource = "resource"
 
 
+class FrontPlacement(str, Enum):
+    node = "node"
+    spread = "spread"
+
+
 def register(app: typer.Typer) -> None:
     @app.command("serve")
     def serve(
@@ -122,6 +127,25 @@ def register(app: typer.Typer) -> None:
                 help="node: every shard on this machine; resource: shard i on the Ray node offering the custom resource mqstore_shard_i (its disk holds DIR/shard-i).",
             ),
         ] = Placement.node,
+        fronts: Annotated[
+            int,
+            typer.Option(
+                "--fronts",
+                min=1,
+                max=64,
+                help="Front processes (1..64): they share --port and --rocketmq-port (SO_REUSEPORT; the kernel spreads"
+                " connections), each has its own metrics port (--metrics-port + k); front 0 is the actor 'front',"
+                " the others 'front-1'...",
+            ),
+        ] = 1,
+        front_placement: Annotated[
+            FrontPlacement,
+            typer.Option(
+                "--front-placement",
+                help="node: every front on this machine; spread: over the Ray cluster's nodes (one per node as far as"
+                " they go), each on its node's address, RocketMQ routes naming every front.",
+            ),
+        ] = FrontPlacement.node,
         acl: Annotated[
             Path | None,
             typer.Option(
@@ -156,9 +180,9 @@ def register(app: typer.Typer) -> None:
         store_type: StoreTypeOpt = None,
     ) -> None:
         """Serve the store over gRPC on Ray until Ctrl-C/SIGTERM: per shard a commitlog,
-        a consume-queue builder, an index builder and a dispatcher actor, and one front
-        (mqstore's API on --port, RocketMQ 5's protocol on --rocketmq-port); prints one
-        JSON line with the front's addresses once every shard has recovered,
+        a consume-queue builder, an index builder and a dispatcher actor, and --fronts
+        fronts (mqstore's API on --port, RocketMQ 5's protocol on --rocketmq-port); prints one
+        JSON line with the fronts' addresses once every shard has recovered,
         and closes every store cleanly on the way out."""
         from mqstore.services.startup.serve import serve as run
         from mqstore.store.config import FlushMode, StoreConfig
@@ -194,6 +218,8 @@ def register(app: typer.Typer) -> None:
             namespace=namespace,
             log_level=log_level,
             placement=placement.value,
+            fronts=fronts,
+            front_placement=front_placement.value,
             metrics_port=metrics_port,
             tls_cert=tls_cert,
             tls_key=tls_key,

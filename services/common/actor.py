@@ -17,7 +17,8 @@ from mqstore.logging import configure_logging
 from mqstore.services.common.peers import Locator, Placement, ShardResolvers
 
 NAMESPACE = "mqstore"
-FRONT = "front"
+FRONT = "front"  # front 0's name: tools and docs find "the front" by it
+MAX_FRONTS = 64
 MAX_RESTARTS = 20
 # Threaded actors: a long call (wait_ready while a commitlog waits for its builder)
 # must not hold up the cheap ones (endpoint, asked by that very builder's resolver).
@@ -36,6 +37,12 @@ def builder_name(kind: str, i: int) -> str:
 
 def dispatcher_name(i: int) -> str:
     return f"dispatcher-{i}"
+
+
+def front_name(k: int) -> str:
+    """Front ``k`` of ``serve --fronts N``: "front" for k = 0 (the one front of a
+    single-front deployment keeps its name), "front-<k>" for the others."""
+    return FRONT if k == 0 else f"{FRONT}-{k}"
 
 
 def shard_resource(i: int) -> str:
@@ -212,6 +219,7 @@ class Hosted:
 __all__ = [
     "CONCURRENCY",
     "FRONT",
+    "MAX_FRONTS",
     "MAX_RESTARTS",
     "NAMESPACE",
     "ActorGone",
@@ -221,6 +229,7 @@ __all__ = [
     "builder_name",
     "configure_actor_logging",
     "dispatcher_name",
+    "front_name",
     "node_address",
     "shard_name",
     "shard_locator",

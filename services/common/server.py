@@ -38,6 +38,18 @@ SERVER_OPTIONS = [
     ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
     ("grpc.so_reuseport", 0),  # two servers on one port would split the calls between them
 ]
+
+
+def server_options(reuse_port: bool = False) -> list[tuple[str, int]]:
+    """``SERVER_OPTIONS``, with SO_REUSEPORT on only when ``reuse_port``: the fronts of
+    ``serve --fronts N`` (N > 1) share their public ports and the kernel spreads the
+    clients' connections over them. Off everywhere else, one front included: a stale
+    process left on the port would otherwise silently take half the connections."""
+    if not reuse_port:
+        return list(SERVER_OPTIONS)
+    return [o for o in SERVER_OPTIONS if o[0] != "grpc.so_reuseport"] + [("grpc.so_reuseport", 1)]
+
+
 T = TypeVar("T")
 
 
@@ -101,6 +113,7 @@ async def start_grpc_server(
     tls: TlsFiles | None = None,
     auth: InternalAuth | None = None,
     strict_decode: bool = True,
+    reuse_port: bool = False,
 ) -> GrpcServer:
     """Start a server on ``host:port`` (port 0: the system picks one, see ``.port``);
     with ``tls`` it speaks TLS only (a plaintext client can not connect). With
@@ -109,11 +122,12 @@ async def start_grpc_server(
     certificate when ``auth.tls``. Malformed request bytes are INVALID_ARGUMENT
     (``strict_decode``: an interceptor decodes them; False for services whose
     handlers take bytes and answer malformed ones themselves, which spares every call
-    the interceptor's cost)."""
+    the interceptor's cost). ``reuse_port``: share ``port`` with other processes
+    (``server_options``; the fronts of ``serve --fronts N``)."""
     regs = list(registrations)
     tune_allocator()  # requests and answers of a few hundred KiB: kept off fresh mmap()s
     interceptors = [StrictDecode(auth)] if strict_decode or auth is not None else []
-    server = grpc.aio.server(options=SERVER_OPTIONS, interceptors=interceptors)
+    server = grpc.aio.server(options=server_options(reuse_port), interceptors=interceptors)
     for r in regs:
         r.add(r.servicer, server)
     health_servicer = health.aio.HealthServicer()
@@ -139,12 +153,17 @@ async def start_grpc_server(
 class ServerThread:
     """An asyncio event loop in a daemon thread."""
 
-    def __init__(self, name: str = "mqstore-grpc") -> None:
+    def __init__(self, name: str = "mqstore-grpc", os_name: str | None = None) -> None:
+        """``os_name``: the thread's name as the kernel shows it (``/proc/<pid>/task/*/comm``,
+        at most 15 bytes): how bench/processes.py tells the fronts of a deployment apart."""
         self.loop = asyncio.new_event_loop()
+        self._os_name = os_name
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
 
     def _run(self) -> None:
+        if self._os_name:
+            set_os_thread_name(self._os_name)
         asyncio.set_event_loop(self.loop)
         self.loop.run_forever()
 
@@ -163,6 +182,19 @@ class ServerThread:
         self._thread.join(10)
         if not self._thread.is_alive():
             self.loop.close()
+
+
+def set_os_thread_name(name: str) -> None:
+    """Name the calling thread for the kernel (Linux prctl PR_SET_NAME; elsewhere nothing)."""
+    import ctypes
+    import sys
+
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        ctypes.CDLL(None).prctl(15, name.encode()[:15], 0, 0, 0)  # 15: PR_SET_NAME
+    except (OSError, AttributeError):  # no libc symbol: a name is not worth failing for
+        pass
 
 
 def channel(endpoint: str, auth: InternalAuth) -> grpc.aio.Channel:
@@ -209,6 +241,8 @@ __all__ = [
     "ServerThread",
     "TlsFiles",
     "channel",
+    "server_options",
+    "set_os_thread_name",
     "start_grpc_server",
     "sync_channel",
 ]

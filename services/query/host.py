@@ -1,5 +1,25 @@
 """The front (the public API) with its gRPC server and metrics endpoint, on its own
-event-loop thread, without Ray (the actor wraps it)."""
+event-loop thread, without Ray (the actor wraps it).
+
+``serve --fronts N`` runs N of them, each a ``FrontHost`` of its own (front ``index``)
+over the same shards. Their public ports are shared (``reuse_port``: SO_REUSEPORT, the
+kernel spreads connections; a client's calls ride one connection, so they stay on one
+front), their metrics ports are not (each front's own: see startup/deployment.py).
+What a front keeps in memory, and why that is right with N of them:
+
+    client sessions (settings.Sessions)   the front holding the client's connection: its
+                                          Telemetry stream and every other call (one
+                                          HTTP/2 connection); no call reads the settings
+                                          but the stream's own answers and check-backs
+    push renewals (renewal.Renewals)      the front that received the message renews it
+                                          and maps the client's handle; after its death
+                                          the message comes back after its invisible time
+    topic table (shard_set.TopicTable)    fetched from the shards, at most 1 s old
+    coalescers, round-robin cursors, metrics, the ACL file
+                                          per front by design (the ACL file is read by
+                                          each front: change it on every node)
+    transaction check-backs               transactions.py
+"""
 
 from __future__ import annotations
 
@@ -19,10 +39,12 @@ from mqstore.services.common.shard_set import ShardSet
 from mqstore.services.query.acl import Acl
 from mqstore.services.query.front import FrontServicer
 from mqstore.services.rocketmq import settings
+from mqstore.services.rocketmq.endpoints import FrontAddresses
 from mqstore.services.rocketmq.messaging import DEFAULT_MAX_ATTEMPTS, MessagingServicer
 
 log = structlog.get_logger(__name__)
 READY_POLL_S = 0.2  # how often the front asks its shards whether they serve, until all do
+FRONT_THREAD = "mqfront-"  # + the front's index: its event-loop thread's kernel name (bench/processes.py)
 
 
 class FrontHost:
@@ -47,8 +69,16 @@ class FrontHost:
         max_body: int = 4 << 20,
         max_sessions: int = settings.MAX_SESSIONS,
         max_sessions_per_user: int = settings.MAX_SESSIONS_PER_USER,
+        index: int = 0,
+        reuse_port: bool = False,
+        fronts: FrontAddresses | None = None,
     ) -> None:
-        """``auth``: the deployment's secret, carried by every call to the shards.
+        """``index``: which front of the deployment this is (its event-loop thread is
+        named ``mqfront-<index>`` for the kernel: bench/processes.py tells fronts apart by
+        it). ``reuse_port``: share ``port`` and ``rocketmq_port`` with the deployment's
+        other fronts (server.server_options). ``fronts``: every front's RocketMQ
+        address, when the fronts are spread over nodes (rocketmq/endpoints.py).
+        ``auth``: the deployment's secret, carried by every call to the shards.
         ``metrics_port``: serve Prometheus metrics on ``host:metrics_port`` (0: none).
         ``tls``: the public API speaks TLS only (internal servers speak TLS when
         ``auth.tls``). ``acl``: the users-and-permissions file (None: anonymous).
@@ -70,7 +100,8 @@ class FrontHost:
         ``mqstore status``, not in the front's health (one shard down must not take
         the whole front out of a load balancer)."""
         access = None if acl is None else Acl.load(acl)
-        self.thread = ServerThread("mqstore-front")
+        self.index = index
+        self.thread = ServerThread("mqstore-front", os_name=f"{FRONT_THREAD}{index}")
         self.shard_set = ShardSet(
             [
                 Shard(i, r, d, auth=auth, locate=None if locators is None else locators[i])
@@ -81,7 +112,7 @@ class FrontHost:
         self.metrics = FrontMetrics(self._shard_stats, self._consumer_losses)
         self.servicer = FrontServicer(self.shard_set, metrics=self.metrics, acl=access)
         self.server = self.thread.run(
-            start_grpc_server(host, port, [self.servicer.registration()], tls=tls, serving=False)
+            start_grpc_server(host, port, [self.servicer.registration()], tls=tls, serving=False, reuse_port=reuse_port)
         )
         self._serving = threading.Event()
         self.endpoint = f"{advertised(host)}:{self.server.port}"
@@ -98,6 +129,7 @@ class FrontHost:
                 metrics=self.metrics,
                 max_sessions=max_sessions,
                 max_sessions_per_user=max_sessions_per_user,
+                fronts=fronts,
             )
             self.metrics.registry.register(_SessionCollector(self.messaging.sessions))
             try:
@@ -109,6 +141,7 @@ class FrontHost:
                         tls=tls,
                         strict_decode=False,
                         serving=False,
+                        reuse_port=reuse_port,
                     )
                 )
             except OSError:
@@ -128,6 +161,7 @@ class FrontHost:
         self._watch = self.thread.submit(self._serve_once_shards_serve())
         log.info(
             "front_listening",
+            front=index,
             endpoint=self.endpoint,
             rocketmq=self.rocketmq_endpoint or None,
             tls=self.tls,
@@ -153,6 +187,15 @@ class FrontHost:
     def wait_serving(self, timeout: float | None = None) -> bool:
         """True once the front's health says SERVING (every shard serves)."""
         return self._serving.wait(timeout)
+
+    def served(self) -> dict[str, int]:
+        """Calls this front answered so far, by API ("api": mqstore's, "rocketmq"):
+        the deployment's fronts each count their own (tests, `status`)."""
+        out = {"api": 0, "rocketmq": 0}
+        for what, counter in (("api", self.metrics.requests), ("rocketmq", self.metrics.rocketmq_requests)):
+            for family in counter.collect():
+                out[what] += int(sum(s.value for s in family.samples if s.name.endswith("_total")))
+        return out
 
     def _shard_stats(self) -> list:
         return self.thread.run(self.servicer.shard_stats(), timeout=10)

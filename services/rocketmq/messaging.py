@@ -8,6 +8,7 @@ Calls and what they do here (protocol notes: ../shared/notes/rocketmq-v2-protoco
 
     QueryRoute               the topic's queues, READ_WRITE (as its perm allows), on one
                              broker "mqstore" whose endpoints are the access point the client used
+                             (spread fronts: every front's address, endpoints.py)
     Telemetry                the client's settings answered merged with the server's (settings.py),
                              the stream held open until the client closes it; transaction
                              check-backs sent on it (transactions.py)
@@ -31,7 +32,6 @@ call with a traceback.
 from __future__ import annotations
 
 import asyncio
-import ipaddress
 import itertools
 import time
 from collections.abc import AsyncIterator
@@ -58,6 +58,7 @@ from mqstore.services.index.pop_service import MAX_POP, dead_letter_topic
 from mqstore.services.query.acl import GROUP, TOPIC, Acl, Action, User
 from mqstore.services.rocketmq import convert, settings
 from mqstore.services.rocketmq.coalesce import Coalescer
+from mqstore.services.rocketmq.endpoints import FrontAddresses, route_endpoints
 from mqstore.services.rocketmq.renewal import Renewals
 from mqstore.services.rocketmq.status import Code, ProtocolError, answered, code_of, status
 from mqstore.services.rocketmq.transactions import TransactionService
@@ -94,12 +95,16 @@ class MessagingServicer:
         metrics=None,
         max_sessions: int = settings.MAX_SESSIONS,
         max_sessions_per_user: int = settings.MAX_SESSIONS_PER_USER,
+        fronts: FrontAddresses | None = None,
     ) -> None:
         """``max_sessions``, ``max_sessions_per_user``: client sessions kept in all and
-        per user (settings.Sessions; a new client past a bound is TOO_MANY_REQUESTS)."""
+        per user (settings.Sessions; a new client past a bound is TOO_MANY_REQUESTS).
+        ``fronts``: the addresses of every front when the fronts are spread over nodes
+        (routes name them all; None: routes name the client's access point)."""
         self.shards = shards
         self.acl = acl
         self.endpoint = endpoint  # (host, port) routes name when the client gave no access point
+        self.fronts: FrontAddresses | None = fronts  # spread fronts: every front's address (endpoints.py)
         self.max_attempts = max_attempts
         self.max_body = max_body
         self.metrics = metrics
@@ -221,13 +226,13 @@ class MessagingServicer:
         _check_not_system(name)
         return (await self.shards.topics.get()).route(name)
 
-    def _endpoints(self, asked: v2.Endpoints) -> v2.Endpoints:
-        """Where routes point: the access point the client used (NAT and containers keep
-        working, as RocketMQ's proxy does it), or this port's own address."""
-        if asked.addresses and asked.scheme != v2.ADDRESS_SCHEME_UNSPECIFIED:
-            return asked
-        host, port = self.endpoint
-        return v2.Endpoints(scheme=_scheme(host), addresses=[v2.Address(host=host, port=port)])
+    async def _endpoints(self, asked: v2.Endpoints) -> v2.Endpoints:
+        """Where routes point (endpoints.py): every front's address when the fronts are
+        spread over nodes (``self.fronts``), else the access point the client used (NAT
+        and containers keep working, as RocketMQ's proxy does it), or this port's own
+        address."""
+        fronts = await self.fronts.get() if self.fronts is not None else ()
+        return route_endpoints(asked, self.endpoint, fronts)
 
     def _queue(self, topic: str, qid: int, perm: int, info: TopicRoute, endpoints: v2.Endpoints) -> v2.MessageQueue:
         return v2.MessageQueue(
@@ -250,7 +255,7 @@ class MessagingServicer:
         ):
             raise PermissionDenied(f"user {user.access_key!r} may neither Pub nor Sub on Topic:{topic}")
         info = await self._topic(topic)
-        endpoints = self._endpoints(request.endpoints)
+        endpoints = await self._endpoints(request.endpoints)
         readable, writable = bool(info.perm & PERM_READ), bool(info.perm & PERM_WRITE)
         queues = []
         for q in range(max(info.read_queues, info.write_queues)):
@@ -635,7 +640,7 @@ class MessagingServicer:
         info = await self._topic(topic)
         if not info.perm & PERM_READ:
             raise ProtocolError(Code.FORBIDDEN, f"topic {topic!r} has no readable queue (perm {info.perm})")
-        endpoints = self._endpoints(request.endpoints)
+        endpoints = await self._endpoints(request.endpoints)
         ids = range(info.read_queues) if info.fifo else (-1,)
         return v2.QueryAssignmentResponse(
             status=status(),
@@ -731,13 +736,6 @@ def _now() -> Timestamp:
     t = Timestamp()
     t.GetCurrentTime()
     return t
-
-
-def _scheme(host: str) -> int:
-    try:
-        return v2.IPv6 if ipaddress.ip_address(host).version == 6 else v2.IPv4
-    except ValueError:
-        return v2.DOMAIN_NAME
 
 
 _UNARY = {  # method: (request, response)

@@ -6,6 +6,7 @@ its gRPC server (each room's host.py) on a port it picks and publishes through `
     index-<i>         BuilderActor: its index files (Index service; none when the index is disabled)
     dispatcher-<i>    DispatcherActor: the reput loop of shard i (Dispatcher service)
     front             FrontActor: the public API (Front service) on the requested port
+    front-<k>         FrontActor k of ``fronts`` N (k = 1..N-1): the same ports (see below)
 
 Actors find each other by name in one namespace (``ray.get_actor(name, namespace)``),
 never by handle, so a restarted actor is found again. A shard's four actors run on
@@ -19,6 +20,14 @@ part under its own lock). Two placements:
               whose disk holds DIR/shard-i; a restart lands there again, and while
               no such node is up the actor waits for one
 
+N fronts (``fronts``, 1..MAX_FRONTS) share the public ports (``front_ports``: SO_REUSEPORT,
+port 0 picked once here so a restarted front binds the same one); each has its own
+metrics port (base + k). Front placements:
+
+    node      every front on the driver's node (the default)
+    spread    one per node as far as nodes go (Ray's SPREAD strategy), each bound to
+              its node's address; RocketMQ routes name every front (rocketmq/endpoints.py)
+
 They restart up to ``max_restarts`` times; a restarted commitlog actor recovers its
 commitlog (abnormal recovery: the abort file is still there) and waits for the
 consume-queue builder's ends, a restarted builder recovers its files against the
@@ -29,10 +38,12 @@ status reads, and a poison call must not burn every restart.
 
 from __future__ import annotations
 
+import socket
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 import ray
 import structlog
@@ -40,11 +51,12 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from mqstore.services.commitlog.actor import CommitLogActor
 from mqstore.services.common.actor import (
-    FRONT,
+    MAX_FRONTS,
     NAMESPACE,
     actor_state,
     builder_name,
     dispatcher_name,
+    front_name,
     shard_name,
     shard_resource,
 )
@@ -61,6 +73,7 @@ from mqstore.store.retention import RetentionConfig
 
 log = structlog.get_logger(__name__)
 PLACEMENTS = ("node", "resource")
+FRONT_PLACEMENTS = ("node", "spread")
 
 SHARD_RESOURCE_UNITS = 0.01  # of mqstore_shard_<i>: a marker, not a capacity (the four actors of shard i fit)
 
@@ -74,10 +87,12 @@ class Deployment:
     queue_builders: list = field(default_factory=list)
     index_builders: list = field(default_factory=list)
     dispatchers: list = field(default_factory=list)
-    front: object = None
+    front: object = None  # front 0 ("front"): fronts[0]
     front_endpoint: str = ""
     metrics_endpoint: str = ""
     rocketmq_endpoint: str = ""  # RocketMQ 5 protocol on the front ("" when not served)
+    fronts: list = field(default_factory=list)  # every front actor, k = 0..N-1
+    front_endpoints: list = field(default_factory=list)  # per front: name, front, rocketmq, metrics
 
     _asks: dict = field(default_factory=dict, repr=False)  # poll_ready's wait_ready calls in flight
 
@@ -146,8 +161,9 @@ class Deployment:
         not answering is killed without waiting (it holds no store open, or one
         that nothing can close now): a shard that is down never holds up closing
         the others."""
-        if self.front is not None:
-            _close_actor(self.front, 15.0, FRONT)
+        fronts = self.fronts or ([self.front] if self.front is not None else [])
+        with ThreadPoolExecutor(max(1, len(fronts))) as pool:
+            list(pool.map(lambda k: _close_actor(fronts[k], 15.0, front_name(k)), range(len(fronts))))
 
         def close_shard(i: int) -> None:
             builders = [(self.queue_builders[i], builder_name("consumequeue", i))]
@@ -163,8 +179,7 @@ class Deployment:
 
         with ThreadPoolExecutor(max(1, len(self.shards))) as pool:  # shards close their stores in parallel
             list(pool.map(close_shard, range(len(self.shards))))
-        front = [self.front] if self.front is not None else []
-        for a in front + self.dispatchers + self.queue_builders + self.index_builders + self.shards:
+        for a in fronts + self.dispatchers + self.queue_builders + self.index_builders + self.shards:
             ray.kill(a, no_restart=True)
 
 
@@ -201,6 +216,62 @@ def _close_actor(actor, timeout_s: float, what: str = "actor") -> None:
             return
 
 
+class FrontPorts(NamedTuple):
+    """The ports front k binds: ``port`` and ``rocketmq_port`` shared by every front,
+    ``metrics_port`` its own (0: none)."""
+
+    port: int
+    rocketmq_port: int | None
+    metrics_port: int
+
+
+def check_fronts(fronts: int, metrics_port: int = 0) -> None:
+    """ValueError unless ``fronts`` is in 1..MAX_FRONTS and every front's metrics port
+    (``metrics_port`` + k) is a port."""
+    if not isinstance(fronts, int) or isinstance(fronts, bool) or not 1 <= fronts <= MAX_FRONTS:
+        raise ValueError(f"fronts must be a whole number in 1..{MAX_FRONTS}, got {fronts!r}")
+    if metrics_port and metrics_port + fronts - 1 > 65535:
+        raise ValueError(
+            f"the fronts' metrics ports {metrics_port}..{metrics_port + fronts - 1} go past 65535: "
+            "give a lower --metrics-port"
+        )
+
+
+def front_ports(fronts: int, port: int, rocketmq_port: int | None, metrics_port: int, pick=None) -> list[FrontPorts]:
+    """Each front's ports (``FrontPorts``). One front binds what it is given (0: a free
+    port of its own, as ever). With several, a public port given as 0 is picked once
+    here (``pick()``: a free port) so that every front, and a front that Ray restarts,
+    binds the same one; the metrics port given is front 0's, front k's is that + k."""
+    check_fronts(fronts, metrics_port)
+    if fronts > 1 and pick is not None:
+        port = port or pick()
+        if rocketmq_port == 0:
+            rocketmq_port = pick()
+    return [FrontPorts(port, rocketmq_port, metrics_port + k if metrics_port else 0) for k in range(fronts)]
+
+
+class PortReservations:
+    """Free ports picked for the fronts, each held by a socket bound with SO_REUSEPORT
+    (not listening: it takes no connection) until the fronts listen, so no other
+    process takes the port in between; ``close()`` lets them go."""
+
+    def __init__(self, host: str) -> None:
+        self._host = host
+        self._held: list[socket.socket] = []
+
+    def pick(self) -> int:
+        s = socket.socket(socket.AF_INET6 if ":" in self._host else socket.AF_INET)
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        s.bind((self._host.strip("[]"), 0))
+        self._held.append(s)
+        return s.getsockname()[1]
+
+    def close(self) -> None:
+        for s in self._held:
+            s.close()
+        self._held.clear()
+
+
 def start_deployment(
     root: str | Path,
     config: StoreConfig | None = None,
@@ -221,6 +292,8 @@ def start_deployment(
     max_delivery_attempts: int = 17,
     max_sessions: int = MAX_SESSIONS,
     max_sessions_per_user: int = MAX_SESSIONS_PER_USER,
+    fronts: int = 1,
+    front_placement: str = "node",
 ) -> Deployment:
     """Create the actors of a deployment in the connected Ray cluster and return
     once the front listens (shards may still be recovering: ``wait_ready``).
@@ -235,10 +308,14 @@ def start_deployment(
     for a local instance, whose node Ray knows by the machine's address). ``acl``: the front's users-and-permissions file
     (on the front's node: the driver's). ``rocketmq_port``, ``max_delivery_attempts``,
     ``max_sessions``, ``max_sessions_per_user``: RocketMQ 5's protocol on the front
-    (query/host.py FrontHost)."""
+    (query/host.py FrontHost). ``fronts``: N front actors ("front", "front-1", ...);
+    ``front_placement``: "node" or "spread" (module docstring)."""
     auth = auth or InternalAuth.new(tls=tls is not None)
     if placement not in PLACEMENTS:
         raise ValueError(f"placement must be one of {PLACEMENTS}, got {placement!r}")
+    if front_placement not in FRONT_PLACEMENTS:
+        raise ValueError(f"front placement must be one of {FRONT_PLACEMENTS}, got {front_placement!r}")
+    check_fronts(fronts, metrics_port)
     cfg = config or StoreConfig()
     root = Path(root).resolve()
     node = node_id or ray.get_runtime_context().get_node_id()
@@ -280,27 +357,64 @@ def start_deployment(
                 i, namespace, cfg, auth, internal_host, str(shard_dir(root, i, shards))
             )
         )
-    dep.front = FrontActor.options(name=FRONT, namespace=namespace, scheduling_strategy=pin).remote(
-        shards,
-        namespace,
-        host,
-        port,
-        cfg.default_queue_nums,
-        auth,
-        metrics_port,
-        tls,
-        cfg.message_index_enable,
-        None if acl is None else str(Path(acl).resolve()),
-        rocketmq_port,
-        max_delivery_attempts,
-        cfg.max_message_bytes,
-        max_sessions,
-        max_sessions_per_user,
+    reserved = PortReservations(host)
+    try:
+        ports = front_ports(fronts, port, rocketmq_port, metrics_port, pick=reserved.pick)
+        spread = front_placement == "spread"
+        for k, p in enumerate(ports):
+            dep.fronts.append(
+                FrontActor.options(
+                    name=front_name(k), namespace=namespace, scheduling_strategy="SPREAD" if spread else pin
+                ).remote(
+                    shards,
+                    namespace,
+                    host,
+                    p.port,
+                    cfg.default_queue_nums,
+                    auth,
+                    p.metrics_port,
+                    tls,
+                    cfg.message_index_enable,
+                    None if acl is None else str(Path(acl).resolve()),
+                    p.rocketmq_port,
+                    max_delivery_attempts,
+                    cfg.max_message_bytes,
+                    max_sessions,
+                    max_sessions_per_user,
+                    k,
+                    fronts,
+                    spread,
+                )
+            )
+        dep.front = dep.fronts[0]
+        for k, actor in enumerate(dep.fronts):
+            endpoint = ray.get(actor.endpoint.remote(), timeout=120)
+            dep.front_endpoints.append(
+                {
+                    "name": front_name(k),
+                    "front": endpoint,
+                    "rocketmq": ray.get(actor.rocketmq_endpoint.remote(), timeout=30) or None,
+                    "metrics": ray.get(actor.metrics_endpoint.remote(), timeout=30) or None,
+                }
+            )
+    finally:
+        reserved.close()
+    first = dep.front_endpoints[0]
+    dep.front_endpoint, dep.rocketmq_endpoint, dep.metrics_endpoint = (
+        first["front"],
+        first["rocketmq"] or "",
+        first["metrics"] or "",
     )
-    dep.front_endpoint = ray.get(dep.front.endpoint.remote(), timeout=120)
-    dep.rocketmq_endpoint = ray.get(dep.front.rocketmq_endpoint.remote(), timeout=30)
-    dep.metrics_endpoint = ray.get(dep.front.metrics_endpoint.remote(), timeout=30)
     return dep
 
 
-__all__ = ["PLACEMENTS", "Deployment", "start_deployment"]
+__all__ = [
+    "FRONT_PLACEMENTS",
+    "PLACEMENTS",
+    "Deployment",
+    "FrontPorts",
+    "PortReservations",
+    "check_fronts",
+    "front_ports",
+    "start_deployment",
+]

@@ -3,7 +3,7 @@
 Starts a local Ray instance (or joins a running cluster with ``address="auto"``),
 pins the layout (query/routing.py), creates per shard the commitlog, consume-queue builder,
 index builder and dispatcher actors, and the front (startup/deployment.py), waits until every
-shard has recovered, prints one JSON line ``{"front": "host:port", ...}`` on stdout,
+shard has recovered, prints one JSON line ``{"front": "host:port", ..., "fronts": [...]}`` on stdout,
 and serves. On SIGINT/SIGTERM it closes the front, the dispatchers, the builders and
 the commitlogs in that order (every file closed cleanly: flushed, checkpoint
 written, abort files removed) and stops Ray (a local instance) or leaves the cluster.
@@ -92,6 +92,8 @@ def serve(
     log_level: str = "info",
     log_format: str = "json",
     placement: str = "node",
+    fronts: int = 1,
+    front_placement: str = "node",
     metrics_port: int = 0,
     tls_cert: Path | None = None,
     tls_key: Path | None = None,
@@ -104,7 +106,10 @@ def serve(
     """Run a deployment until ``stop`` is set or a SIGINT/SIGTERM arrives (see the
     module docstring). ``placement``: "node" (every shard on this machine) or
     "resource" (shard i on the node offering the Ray resource mqstore_shard_i).
-    ``metrics_port``: the front's Prometheus endpoint on ``host`` (0: none).
+    ``fronts``: N front processes sharing the public ports (``front_placement``
+    "node": all on this machine; "spread": over the cluster's nodes, see
+    startup/deployment.py). ``metrics_port``: the front's Prometheus endpoint on
+    ``host`` (0: none; front k of N: ``metrics_port`` + k).
     ``rocketmq_port``: RocketMQ 5's protocol on ``host`` (None: not served), whose
     consumers get a message ``max_delivery_attempts`` times before its DLQ, and which
     keeps at most ``max_sessions`` client sessions (``max_sessions_per_user`` per user).
@@ -135,14 +140,20 @@ def serve(
     if placement == "node":  # with placement "resource" each shard's node pins its own disk (a driver may have none)
         pin_layout(root, shards)
         check_stores_free(root, shards)
+    from mqstore.services.startup.deployment import FRONT_PLACEMENTS, check_fronts
+
+    check_fronts(fronts, metrics_port)
+    if front_placement not in FRONT_PLACEMENTS:
+        raise ValueError(f"--front-placement must be one of {', '.join(FRONT_PLACEMENTS)}, got {front_placement!r}")
     check_port_free(host, port)
-    if metrics_port:
-        if metrics_port == port:
-            raise ValueError(f"the metrics port {metrics_port} is the front's port")
-        check_port_free(host, metrics_port)
+    metrics_ports = [metrics_port + k for k in range(fronts)] if metrics_port else []
+    for m in metrics_ports:
+        if m == port:
+            raise ValueError(f"the metrics port {m} (of front {m - metrics_port}) is the front's port")
+        check_port_free(host, m)
     if rocketmq_port:
-        if rocketmq_port in (port, metrics_port):
-            raise ValueError(f"the RocketMQ port {rocketmq_port} is also the front's or the metrics port")
+        if rocketmq_port == port or rocketmq_port in metrics_ports:
+            raise ValueError(f"the RocketMQ port {rocketmq_port} is also the front's or a metrics port")
         check_port_free(host, rocketmq_port)
     local = address in (None, "", "local")
     env = {"MQSTORE_LOG_LEVEL": log_level, "MQSTORE_LOG_FORMAT": log_format}
@@ -163,6 +174,8 @@ def serve(
             port=port,
             namespace=namespace,
             placement=placement,
+            fronts=fronts,
+            front_placement=front_placement,
             metrics_port=metrics_port,
             rocketmq_port=rocketmq_port,
             max_delivery_attempts=max_delivery_attempts,
@@ -197,13 +210,16 @@ def serve(
                 "shard_dirs": [str(shard_dir(root, i, shards)) for i in range(shards)],
                 "namespace": namespace,
                 "placement": placement,
+                "fronts": dep.front_endpoints,  # every front: name, front, rocketmq, metrics
+                "front_placement": front_placement,
                 "acl": acl is not None,
                 "ray": ray.get_runtime_context().gcs_address,
                 "ready_seconds": round(time.monotonic() - t0, 2),
             }
             print(json.dumps(ready), file=ready_out or sys.stdout, flush=True)
             print(
-                f"mqstore: serving on {dep.front_endpoint} ({shards} shard(s), store {root}); Ctrl-C stops",
+                f"mqstore: serving on {dep.front_endpoint} ({shards} shard(s), {fronts} front(s), store {root});"
+                " Ctrl-C stops",
                 file=sys.stderr,
                 flush=True,
             )
