@@ -1033,7 +1033,7 @@ class ConsumeQueues:
         self._objects_for(ids)
         touched = []
         runs = None
-        if direct is not None and len(ids) > _DIRECT_FROM and not faults.active():
+        if direct is not None and len(ids) > _DIRECT_FROM:
             runs = _DirectRuns(units)
             direct.append(runs)
         for lo, hi, dd, fq, fe, le in zip(
@@ -1114,6 +1114,11 @@ class ConsumeQueues:
             for s in range(a, b, _DIRECT_SLICE):
                 e = min(s + _DIRECT_SLICE, b)
                 try:
+                    try:  # crash tests: a kill between slices; an errno fails the slice's runs as pwrite would
+                        faults.hit("cq.write_runs", runs.paths[s])
+                    except OSError as err:
+                        runs.status[s:e] = err.errno
+                        continue
                     _files.write_queue_runs(
                         runs.paths[s:e], at[s - a : e - a], data, lo[s - a : e - a], hi[s - a : e - a], runs.status[s:e]
                     )

@@ -46,7 +46,9 @@ directory as ``path``; what the store does when it fails is in README "Faults"):
 Other points, between the steps of a write (kill points for crash tests, each
 described where it is hit): ``commitlog.written``, ``segment.rollover``,
 ``commitlog.flushed_before_checkpoint``, ``checkpoint.write.tmp``,
-``config.write.tmp``, ``config.write.bak``, ``cq.write``, ``index.put``,
+``config.write.tmp``, ``config.write.bak``, ``cq.write``, ``cq.write_runs`` (before each
+compiled write of many queues' runs: an errno fails those runs as their pwrite would),
+``index.put``,
 ``retention.delete``, and with consume queues in RocksDB ``rocks.write``,
 ``rocks.offsets_written``, ``rocks.units_flushed``; and ``recovery.scan_segment``
 (counts segments read).

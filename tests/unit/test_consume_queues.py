@@ -15,7 +15,7 @@ import numpy as np
 from mqstore.bench.workload import Workload
 from mqstore.formats.consume_queue import encode_units
 from mqstore.kernels import _files
-from mqstore.store import CommitLog, StoreConfig
+from mqstore.store import CommitLog, StoreConfig, faults
 from mqstore.store.consume_queue import ConsumeQueue
 from mqstore.store.consume_queues import CONSUME_QUEUE_DIR, ConsumeQueues
 from mqstore.store.dispatch import ReputLoop
@@ -184,6 +184,28 @@ def test_runs_the_direct_write_out_could_not_write_stay_buffered(tmp_path: Path,
     assert cqs.write_behind(everything=False) == 0  # not a page: they wait
     assert cqs.write_behind(everything=True) == buffered.count(10 * 20)
     assert all(cq.buffered_bytes == 0 for cq in cqs.all())
+    _check_units(cl, cqs, 10)
+    cqs.flush(thorough=True)
+    assert all(cq.buffered_bytes == 0 and cq.flushed_offset == cq.max_offset == 10 for cq in cqs.all())
+    cqs.close()
+    _check_reopened(tmp_path, cl, 10)
+    cl.close()
+
+
+def test_a_fault_at_the_compiled_write_out_buffers_that_slices_runs(tmp_path: Path) -> None:
+    """The fault point ``cq.write_runs`` (crash tests kill there) fails one compiled
+    call's runs with its errno as their pwrite would: those queues keep their runs
+    buffered and serve them, the other threads' slices are written, and the next
+    write-out writes the rest (the direct path stays on while faults are installed)."""
+    cl, cqs = dispatched_store(tmp_path)
+    assert cqs.wait_made(60)
+    faults.install("cq.write_runs=EIO")
+    try:
+        buffered = [cq.buffered_bytes for cq in cqs.all()]  # (all(): the journal is written out first)
+        assert faults.hits()["cq.write_runs"] == 4  # one compiled call per writer thread
+    finally:
+        faults.install(None)
+    assert buffered.count(10 * 20) == TOPICS * QUEUES // 4 and buffered.count(0) == TOPICS * QUEUES * 3 // 4
     _check_units(cl, cqs, 10)
     cqs.flush(thorough=True)
     assert all(cq.buffered_bytes == 0 and cq.flushed_offset == cq.max_offset == 10 for cq in cqs.all())
