@@ -1,4 +1,4 @@
-"""CommitLogService: appends, reads by offset, ReadRange and its stream Tail for the dispatcher,
+"""CommitLogService: appends (unary, or multiplexed on the front's AppendStream), reads by offset, ReadRange and its stream Tail for the dispatcher,
 watermarks, topic configs, and what the builders recover against
 (proto/mqstore/v1/commitlog.proto)."""
 
@@ -9,6 +9,7 @@ import os
 import time
 
 import numpy as np
+from google.protobuf.message import DecodeError
 
 from mqstore.errors import MqStoreError, OffsetError
 from mqstore.formats.message import BLANK_MAGIC, record_head
@@ -25,7 +26,7 @@ from mqstore.services.common.convert import (
 )
 from mqstore.services.common.errors import BadRequest, PermissionDenied, Precondition, TooLarge, rpc
 from mqstore.services.common.internal_auth import RANGE_END, InternalAuth
-from mqstore.services.common.internal_streams import Credits, OpenStreams, stream_rpc
+from mqstore.services.common.internal_streams import Credits, OpenStreams, answer_as_done, stream_rpc
 from mqstore.services.common.server import Registration
 from mqstore.services.query.routing import check_routed
 from mqstore.store.encoded_batch import parse_encoded
@@ -53,17 +54,22 @@ class CommitLogServicer(commitlog_pb2_grpc.CommitLogServiceServicer):
 
     @rpc
     async def AppendBatch(self, request: pb.AppendBatchRequest, context) -> pb.AppendBatchResponse:
+        return await self._append_batch(request)
+
+    async def _append_batch(self, request: pb.AppendBatchRequest, until: float | None = None) -> pb.AppendBatchResponse:
         log_store = self.state.ready()
-        res = await self._timed_append(log_store.append, columns_to_batch(request.messages))
+        res = await self._timed_append(log_store.append, columns_to_batch(request.messages), until=until)
         return pb.AppendBatchResponse(result=append_result_to_pb(res, self.state.shard))
 
-    async def _timed_append(self, append, *args):
+    async def _timed_append(self, append, *args, until: float | None = None):
         """Run an append on an executor thread, wake the waiting ReadRanges, and count it
-        in the shard's stats (a FLUSH_DISK_TIMEOUT counts as failed: not proven durable)."""
+        in the shard's stats (a FLUSH_DISK_TIMEOUT counts as failed: not proven durable).
+        ``until``: the caller's deadline (time.monotonic()); an append that would start
+        after it is not written (DEADLINE_EXCEEDED, as a unary call past its deadline)."""
         stats = self.state.stats
         t0 = time.perf_counter()
         try:
-            res = await self.state.call(append, *args)
+            res = await self.state.call(append if until is None else _before(until, append), *args)
         except Exception:
             stats.failed(time.perf_counter() - t0)
             raise
@@ -76,10 +82,15 @@ class CommitLogServicer(commitlog_pb2_grpc.CommitLogServiceServicer):
 
     @rpc
     async def AppendEncoded(self, request: common_pb2.EncodedBatch, context) -> common_pb2.EncodedAppendResult:
+        return await self._encoded(request)
+
+    async def _encoded(
+        self, request: common_pb2.EncodedBatch, until: float | None = None
+    ) -> common_pb2.EncodedAppendResult:
         log_store = self.state.ready()
         if request.shard != self.state.shard:
             raise Precondition(f"the batch is for shard {request.shard}; this is shard {self.state.shard}")
-        res = await self._timed_append(self._append_encoded, log_store, request)
+        res = await self._timed_append(self._append_encoded, log_store, request, until=until)
         return common_pb2.EncodedAppendResult(
             status=put_status_to_pb(res.status),
             physical_offsets=res.physical_offsets.astype("<i8").tobytes(),
@@ -107,10 +118,39 @@ class CommitLogServicer(commitlog_pb2_grpc.CommitLogServiceServicer):
 
     @rpc
     async def DeliverDelayed(self, request: pb.AppendBatchRequest, context) -> pb.AppendBatchResponse:
+        return await self._deliver(request)
+
+    async def _deliver(self, request: pb.AppendBatchRequest, until: float | None = None) -> pb.AppendBatchResponse:
         log_store = self.state.ready()
-        res = await self.state.call(log_store.deliver, columns_to_batch(request.messages, exact_born_times=True))
+        deliver = log_store.deliver if until is None else _before(until, log_store.deliver)
+        res = await self.state.call(deliver, columns_to_batch(request.messages, exact_born_times=True))
         self.state.notify_appended()
         return pb.AppendBatchResponse(result=append_result_to_pb(res, self.state.shard))
+
+    @stream_rpc
+    async def AppendStream(self, requests, context):
+        """AppendBatch, AppendEncoded and DeliverDelayed multiplexed on one stream
+        (the front's; commitlog.proto): each call handled as it comes and answered
+        once done, so concurrent ones share a group commit."""
+        async with self.streams.held(context):
+            async for answer in answer_as_done(requests, self._append_call, pb.AppendAnswer, pb.AppendStreamResponse):
+                yield answer
+
+    async def _append_call(self, call: pb.AppendCall) -> pb.AppendAnswer:
+        """One AppendCall: the unary call it stands for, within its timeout."""
+        until = time.monotonic() + call.timeout_ms / 1000 if call.timeout_ms > 0 else None
+        kind = call.WhichOneof("append")
+        if kind == "encoded":
+            try:
+                request = common_pb2.EncodedBatch.FromString(call.encoded)
+            except DecodeError as e:
+                raise BadRequest(f"the append is not an EncodedBatch: {e}") from None
+            return pb.AppendAnswer(encoded=(await self._encoded(request, until)).SerializeToString())
+        if kind == "batch":
+            return pb.AppendAnswer(batch=await self._append_batch(call.batch, until))
+        if kind == "delayed":
+            return pb.AppendAnswer(batch=await self._deliver(call.delayed, until))
+        raise BadRequest("an AppendCall carries no append (batch, encoded or delayed)")
 
     @rpc
     async def Read(self, request: pb.ReadRequest, context) -> pb.ReadResponse:
@@ -411,6 +451,18 @@ class CommitLogServicer(commitlog_pb2_grpc.CommitLogServiceServicer):
             ends[(q.topic, validate.queue_id(q.queue_id))] = validate.offset(q.max_offset, "max_offset")
         self.state.attach_queue_ends(request.incarnation, request.progress_offset, ends)
         return pb.AttachQueueEndsResponse()
+
+
+def _before(until: float, fn):
+    """``fn``, refusing to start past ``until`` (time.monotonic()): the caller stopped
+    waiting, so nothing is written (TimeoutError: DEADLINE_EXCEEDED)."""
+
+    def start(*args):
+        if time.monotonic() > until:
+            raise TimeoutError("the append's deadline passed before it started; nothing was written")
+        return fn(*args)
+
+    return start
 
 
 def _range_args(request: pb.ReadRangeRequest) -> tuple[int, int]:

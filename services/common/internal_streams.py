@@ -17,6 +17,18 @@ Two shapes (proto/mqstore/v1: CommitLogService.Tail, PutUnitsStream, PutKeysStre
   waiting and must carry its seq.
 * **feeds** (``Credits`` on the server): the server sends one answer per credit
   the client granted, so it never runs ahead of what the client takes.
+* **call streams** (``CallStream`` on the client, ``answer_as_done`` on the server;
+  CommitLogService.AppendStream): many unary calls' worth multiplexed on one
+  stream. Each request message carries the calls waiting when it was written
+  (``calls``, each with an ``id`` and its ``timeout_ms``: group-commit style), each
+  call is answered as soon as it is done, in any order (``answers``, several to a
+  message when several are ready), with its id and the unary call's status. A call
+  whose deadline passes fails alone with DEADLINE_EXCEEDED (the stream stays open);
+  at most ``MAX_IN_FLIGHT`` calls are unanswered (a caller waits for room: the
+  server never holds more than that of one stream). A broken stream fails the calls
+  it wrote with its error (UNAVAILABLE when it just ended: their outcome is unknown,
+  as a unary call's on a lost connection) and those it did not write yet with the
+  owner's "not sent" error.
 
 A stream that ends, fails or answers out of order is *broken*: every request waiting
 on it fails with a ``grpc.aio.AioRpcError`` (the stream's own status; UNAVAILABLE
@@ -53,6 +65,8 @@ from mqstore.services.common.server import CHANNEL_OPTIONS
 log = structlog.get_logger(__name__)
 _CODES = {c.value[0]: c for c in grpc.StatusCode}
 MAX_CREDIT = 64  # answers a feed's client may have granted and not taken
+MAX_IN_FLIGHT = 256  # calls of a call stream sent and not answered
+MAX_CALLS_PER_MESSAGE = 64  # calls written together in one message of a call stream
 A = TypeVar("A")
 
 
@@ -270,6 +284,180 @@ class RequestStream:
                 pass
 
 
+class CallStream:
+    """A call stream's client end (the module docstring). ``call(item, timeout_s)``
+    numbers ``item`` (an element of the request type's ``calls``), sends it with the
+    requests waiting beside it, and returns its own answer (an element of the
+    response's ``answers``) or raises the unary call's error. ``not_sent(text)``: the
+    error of a call the stream broke before writing it (nothing of it reached the
+    peer). Opened on a stub's stream method by ``open``; not used again once
+    ``broken``. One event loop uses it."""
+
+    def __init__(
+        self,
+        call,
+        name: str,
+        request_type: Callable[..., Any],
+        *,
+        not_sent: Callable[[str], BaseException] | None = None,
+        max_in_flight: int = MAX_IN_FLIGHT,
+        max_per_message: int = MAX_CALLS_PER_MESSAGE,
+    ) -> None:
+        self._call = call
+        self.name = name
+        self._request_type = request_type
+        self._not_sent = not_sent or (lambda text: rpc_error(grpc.StatusCode.UNAVAILABLE, text))
+        self._max_per_message = max_per_message
+        self._room = asyncio.Semaphore(max_in_flight)
+        self._next_id = 1
+        self._waiting: dict[int, asyncio.Future] = {}
+        self._outbox: list[tuple[int, Any]] = []  # (id, call) not written yet, oldest first
+        self._wake = asyncio.Event()
+        self.broken: BaseException | None = None
+        loop = asyncio.get_running_loop()
+        self._reader = loop.create_task(self._read(), name=f"stream-{name}-reader")
+        self._writer = loop.create_task(self._write(), name=f"stream-{name}-writer")
+
+    @classmethod
+    def open(cls, method: Callable[..., Any], name: str, metadata, request_type, **kw) -> CallStream:
+        """Open a stream with the stub's stream method (``stub.AppendStream``),
+        ``metadata`` (the secret) sent once, as it opens."""
+        return cls(method(metadata=metadata), name, request_type, **kw)
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._waiting)
+
+    async def call(self, item, timeout_s: float):
+        """Send ``item`` and wait for its answer, at most ``timeout_s`` (room
+        included): DEADLINE_EXCEEDED after it, and the stream stays open."""
+        if self.broken is not None:
+            raise self._not_sent(f"{self.name} is broken: {_details(self.broken)}")
+        loop = asyncio.get_running_loop()
+        if self._room.locked():  # back-pressure: wait for an answer to make room
+            t0 = loop.time()
+            try:
+                await asyncio.wait_for(self._room.acquire(), timeout_s)
+            except TimeoutError:
+                raise rpc_error(
+                    grpc.StatusCode.DEADLINE_EXCEEDED, f"{self.name}: no room for the call within {timeout_s} s"
+                ) from None
+            timeout_s = max(timeout_s - (loop.time() - t0), 0.001)
+            if self.broken is not None:
+                self._room.release()
+                raise self._not_sent(f"{self.name} is broken: {_details(self.broken)}")
+        else:
+            await self._room.acquire()
+        call_id = self._next_id
+        self._next_id += 1
+        item.id = call_id
+        item.timeout_ms = max(1, int(timeout_s * 1000))
+        future = loop.create_future()
+        self._waiting[call_id] = future
+        self._outbox.append((call_id, item))
+        self._wake.set()
+        timer = loop.call_later(timeout_s, self._late, call_id, timeout_s)
+        try:
+            return await future
+        finally:
+            timer.cancel()
+            self._waiting.pop(call_id, None)
+            self._room.release()
+            if self._outbox:  # the caller gave up (cancelled, or its deadline passed): not sent now
+                self._outbox = [(i, c) for i, c in self._outbox if i != call_id]
+
+    def _late(self, call_id: int, timeout_s: float) -> None:
+        future = self._waiting.pop(call_id, None)
+        if future is not None and not future.done():
+            future.set_exception(
+                rpc_error(
+                    grpc.StatusCode.DEADLINE_EXCEEDED, f"{self.name}: no answer to call {call_id} in {timeout_s} s"
+                )
+            )
+
+    async def _write(self) -> None:
+        try:
+            while True:
+                if not self._outbox:
+                    self._wake.clear()
+                    await self._wake.wait()
+                    continue
+                take = self._outbox[: self._max_per_message]
+                del self._outbox[: len(take)]
+                await self._call.write(self._request_type(calls=[c for _, c in take]))
+        except asyncio.CancelledError:
+            self._break(rpc_error(grpc.StatusCode.CANCELLED, f"{self.name}: closed"))
+        except Exception as e:  # noqa: BLE001 - the stream ended under the write: its status
+            self._break(await self._ended(e))
+
+    async def _ended(self, why: BaseException) -> grpc.aio.AioRpcError:
+        """The error of a stream a write failed on: the reader's (it read the
+        stream's status), else the call's status, else ``why`` as UNAVAILABLE."""
+        await asyncio.sleep(0)  # the reader may be about to see the status
+        if self.broken is not None:
+            return self.broken
+        if isinstance(why, grpc.aio.AioRpcError) and why.code() is not grpc.StatusCode.INTERNAL:
+            return why
+        return rpc_error(grpc.StatusCode.UNAVAILABLE, f"{self.name} ended: {why}")
+
+    async def _read(self) -> None:
+        try:
+            while True:
+                message = await self._call.read()
+                if message is grpc.aio.EOF:
+                    self._break(rpc_error(grpc.StatusCode.UNAVAILABLE, f"{self.name}: the peer ended the stream"))
+                    return
+                waiting = self._waiting
+                for answer in message.answers:
+                    future = waiting.pop(answer.id, None)  # none: its caller gave up (a late answer)
+                    if future is None or future.done():
+                        continue
+                    error = error_of(answer.status) if answer.HasField("status") else None
+                    if error is not None:
+                        future.set_exception(error)
+                    else:
+                        future.set_result(answer)
+        except asyncio.CancelledError:
+            self._break(rpc_error(grpc.StatusCode.CANCELLED, f"{self.name}: closed"))
+        except grpc.aio.AioRpcError as e:
+            self._break(e)
+        except Exception as e:  # noqa: BLE001 - anything else ends the stream too
+            self._break(rpc_error(grpc.StatusCode.UNAVAILABLE, f"{self.name}: {type(e).__name__}: {e}"))
+
+    def _break(self, error: BaseException) -> None:
+        if self.broken is None:
+            self.broken = error
+            self._call.cancel()
+            self._wake.set()
+        unsent = {i for i, _ in self._outbox}
+        self._outbox = []
+        waiting, self._waiting = self._waiting, {}
+        for call_id, future in waiting.items():
+            if future.done():
+                continue
+            if call_id in unsent:
+                future.set_exception(self._not_sent(f"{self.name} broke before the call was sent: {_details(error)}"))
+            else:
+                future.set_exception(self.broken)
+            future.exception()  # retrieved here: a caller that gave up must not warn
+
+    async def close(self) -> None:
+        self._break(rpc_error(grpc.StatusCode.CANCELLED, f"{self.name}: closed"))
+        for task in (self._reader, self._writer):
+            if task is not asyncio.current_task():
+                task.cancel()
+                try:
+                    await task
+                except asyncio.CancelledError:
+                    pass
+
+
+def _details(error: BaseException) -> str:
+    if isinstance(error, grpc.aio.AioRpcError):
+        return f"{error.code().name}: {error.details()}"
+    return f"{type(error).__name__}: {error}"
+
+
 # ---------------------------------------------------------------- the server side
 
 
@@ -328,12 +516,83 @@ async def answer_in_order(
         except asyncio.CancelledError:
             raise
         except Exception as e:  # noqa: BLE001 - answered as the unary call's status, as @rpc would
-            status = status_pb(e)
-            if status.code in (grpc.StatusCode.INTERNAL.value[0], grpc.StatusCode.DATA_LOSS.value[0]):
-                log.error("stream_request_failed", handler=handle.__qualname__, error=status.message, exc_info=e)
-            answer = answer_type(status=status)
+            answer = answer_type(status=_failed(handle, e))
         answer.seq = request.seq
         yield answer
+
+
+async def answer_as_done(
+    requests: AsyncIterator,
+    handle: Callable[[Any], Awaitable[A]],
+    answer_type: Callable[..., A],
+    response_type: Callable[..., Any],
+    *,
+    max_in_flight: int = MAX_IN_FLIGHT,
+) -> AsyncIterator:
+    """A call stream's server end: every call of every request handled at once by
+    ``handle`` (the unary method's body; its answer, or ``answer_type(status=...)``
+    with the unary call's status, given the call's id), the answers sent as they
+    come, those ready together in one ``response_type(answers=...)``. At most
+    ``max_in_flight`` calls are handled at a time (the stream is not read further
+    meanwhile: gRPC's flow control holds the client). Ends once the client
+    half-closed and every call is answered."""
+    loop = asyncio.get_running_loop()
+    done: list = []
+    ready = asyncio.Event()
+    room = asyncio.Semaphore(max_in_flight)
+    running: set[asyncio.Task] = set()
+
+    async def run(call) -> None:
+        try:
+            answer = await handle(call)
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:  # noqa: BLE001 - answered as the unary call's status, as @rpc would
+            answer = answer_type(status=_failed(handle, e))
+        finally:
+            room.release()
+        answer.id = call.id
+        done.append(answer)
+        ready.set()
+
+    async def take() -> None:
+        try:
+            async for request in requests:
+                for call in request.calls:
+                    await room.acquire()
+                    task = loop.create_task(run(call))
+                    running.add(task)
+                    task.add_done_callback(running.discard)
+        finally:
+            ready.set()
+
+    reader = loop.create_task(take(), name="call-stream-reader")
+    try:
+        while True:
+            if done:
+                answers, done[:] = list(done), []
+                yield response_type(answers=answers)
+                continue
+            if reader.done() and not running:
+                reader.result()  # (the stream's own error, if it failed)
+                return
+            ready.clear()
+            if reader.done():
+                await asyncio.wait(set(running), return_when=asyncio.FIRST_COMPLETED)
+                await asyncio.sleep(0)  # (run appended its answer before the task ended)
+            else:
+                await ready.wait()
+    finally:
+        reader.cancel()
+        for task in list(running):
+            task.cancel()
+
+
+def _failed(handle: Callable, e: BaseException) -> common_pb2.CallStatus:
+    status = status_pb(e)
+    if status.code in (grpc.StatusCode.INTERNAL.value[0], grpc.StatusCode.DATA_LOSS.value[0]):
+        log.error("stream_request_failed", handler=handle.__qualname__, error=status.message, exc_info=e)
+    return status
 
 
 def stream_rpc(method: Callable[..., AsyncIterator]) -> Callable[..., AsyncIterator]:
@@ -357,11 +616,15 @@ def stream_rpc(method: Callable[..., AsyncIterator]) -> Callable[..., AsyncItera
 
 
 __all__ = [
+    "MAX_CALLS_PER_MESSAGE",
     "MAX_CREDIT",
+    "MAX_IN_FLIGHT",
+    "CallStream",
     "Credits",
     "OpenStreams",
     "Pending",
     "RequestStream",
+    "answer_as_done",
     "answer_in_order",
     "error_of",
     "internal_channel",

@@ -1,12 +1,15 @@
 """How services find and call each other: the address a server binds and publishes
 (never a wildcard for internal ones), resolvers of a peer's endpoint (fixed, or read
-from a table filled in later), and ``Peer``, a blocking stub that resolves its peer
-again after UNAVAILABLE (for core code running in plain threads; its typed face is
-shard_clients.SyncCommitLogClient, the async one shard_clients.Connection)."""
+from a table filled in later), and ``Peer``, a blocking stub for core code running in
+plain threads (its typed face is shard_clients.SyncCommitLogClient). ``Peer`` and the
+async shard_clients.Connection keep one set of rules to find, connect, call and
+retry (connect.py): ``Peer`` with ``PEER_RULES`` (a resolution that failed makes calls
+fail at once for a second), the fronts' Connection with ``FRONT_RULES``."""
 
 from __future__ import annotations
 
 import asyncio
+import queue
 import socket
 import threading
 import time
@@ -15,12 +18,14 @@ from dataclasses import dataclass
 
 import grpc
 
+from mqstore.services.common import connect
+from mqstore.services.common.connect import PEER_RULES, ConnectRules
 from mqstore.services.common.internal_auth import InternalAuth
 from mqstore.services.common.server import sync_channel
 
 Resolver = Callable[[], Awaitable[str]]
 ShardResolvers = dict[str, Resolver]  # "cl", "cq", "ix" (absent: index disabled) -> resolver
-RESOLVE_S = 10.0
+RESOLVE_S = PEER_RULES.resolve_cap_s
 
 
 @dataclass(frozen=True)
@@ -103,7 +108,8 @@ def resolver_of(endpoints: dict[str, str], name: str) -> Resolver:
 
 
 class PeerUnavailable(ConnectionError):
-    """The peer's endpoint could not be resolved in time (its actor restarts or is gone)."""
+    """The peer could not be reached (UNAVAILABLE; nothing was sent): its endpoint not
+    resolved in time (its actor restarts or is gone), or no connection taken."""
 
 
 def resolve_within(resolve: Resolver, timeout_s: float = RESOLVE_S) -> str:
@@ -128,49 +134,87 @@ def resolve_within(resolve: Resolver, timeout_s: float = RESOLVE_S) -> str:
 
 
 class Peer:
-    """A stub of one peer service. After the peer could not be resolved, calls fail
-    at once for ``backoff_s`` (a caller polling many things must not wait on each)."""
+    """A stub of one peer service, found, connected and called by ``rules``
+    (connect.py): after the peer could not be found, calls fail at once for
+    ``rules.backoff_s`` (a caller polling many things must not wait on each).
+    Thread-safe."""
 
-    def __init__(
-        self, resolve: Resolver, stub_class, auth: InternalAuth, *, resolve_s: float = RESOLVE_S, backoff_s: float = 1.0
-    ) -> None:
+    def __init__(self, resolve: Resolver, stub_class, auth: InternalAuth, *, rules: ConnectRules = PEER_RULES) -> None:
         self._resolve = resolve
         self._auth = auth
         self._stub_class = stub_class
-        self._resolve_s = resolve_s
-        self._backoff_s = backoff_s
-        self._down_until = 0.0
+        self.rules = rules
+        self._backoff = connect.Backoff(rules)
         self._closed = False
         self._channel: grpc.Channel | None = None
         self._lock = threading.Lock()
+        self._who = f"the {getattr(stub_class, '__name__', 'peer').removesuffix('Stub')}"
 
     def stub(self):
+        """The stub, found and connected (rules 1 and 2); PeerUnavailable otherwise."""
         with self._lock:
             if self._closed:
                 raise PeerUnavailable("closed")
             if self._channel is None:
-                if time.monotonic() < self._down_until:
-                    raise PeerUnavailable("not resolved a moment ago")
+                if self._backoff.down:
+                    raise PeerUnavailable(f"{self._who} was not found a moment ago")
+                wait_s = self.rules.resolve_wait()
                 try:
-                    self._channel = sync_channel(resolve_within(self._resolve, self._resolve_s), auth=self._auth)
+                    endpoint = resolve_within(self._resolve, wait_s)
+                except PeerUnavailable as e:
+                    self._backoff.failed()
+                    raise PeerUnavailable(f"{connect.not_found(self._who, 'it', wait_s)}: {e}") from None
+                ch = sync_channel(endpoint, auth=self._auth)
+                try:
+                    self._connect(ch, endpoint)
                 except PeerUnavailable:
-                    self._down_until = time.monotonic() + self._backoff_s
+                    ch.close()
                     raise
-                self._stub = self._stub_class(self._channel)
+                self._channel, self._stub = ch, self._stub_class(ch)
             return self._stub
 
-    def call(self, pick: Callable, request, timeout: float = 30.0):
-        """``pick(stub)(request)`` (``lambda s: s.Read``: typed clients name their RPC,
-        shard_clients.SyncCommitLogClient); UNAVAILABLE drops the channel, so the next
-        call resolves the peer again."""
+    def _connect(self, ch: grpc.Channel, endpoint: str) -> None:
+        """Rule 2, blocking: until the channel is READY; PeerUnavailable at once if
+        the peer refuses connections, or once the connect cap passed."""
+        states: queue.SimpleQueue = queue.SimpleQueue()
+        ch.subscribe(states.put, try_to_connect=True)
+        wait_s = self.rules.connect_wait()
+        what = f"its endpoint {endpoint}"
         try:
-            return pick(self.stub())(request, timeout=timeout)
-        except grpc.RpcError as e:
-            if e.code() is grpc.StatusCode.UNAVAILABLE:
+            while True:
+                try:
+                    ok = self.rules.connected(states.get(timeout=wait_s))
+                except queue.Empty:
+                    raise PeerUnavailable(connect.no_connection(self._who, what, wait_s)) from None
+                if ok is not None:
+                    break
+            if not ok:
+                raise PeerUnavailable(connect.refused(self._who, what))
+        finally:
+            ch.unsubscribe(states.put)
+
+    def call(self, pick: Callable, request, timeout: float = 30.0, *, retry: bool = False):
+        """``pick(stub)(request)`` (``lambda s: s.Read``: typed clients name their RPC,
+        shard_clients.SyncCommitLogClient) within ``timeout``; UNAVAILABLE drops the
+        channel, so the next call finds the peer again; ``retry`` (reads only): tried
+        once more after UNAVAILABLE (rule 4)."""
+        rules = self.rules
+        for attempt in rules.attempts(retry):
+            try:
+                return pick(self.stub())(request, timeout=rules.call_timeout(timeout))
+            except grpc.RpcError as e:
+                if not rules.drops_channel(e):
+                    raise
                 self.reset()
-            raise
-        except ValueError as e:  # the channel was closed under the call (a reopen, a close)
-            raise PeerUnavailable(str(e)) from e
+                if not rules.may_retry(attempt, retry):
+                    raise
+            except PeerUnavailable:
+                if not rules.may_retry(attempt, retry):
+                    raise
+            except ValueError as e:  # the channel was closed under the call (a reopen, a close)
+                raise PeerUnavailable(str(e)) from e
+            time.sleep(rules.retry_pause_s)
+        raise AssertionError("unreachable")
 
     def reset(self, *, close: bool = False) -> None:
         with self._lock:

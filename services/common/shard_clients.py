@@ -6,20 +6,28 @@ dispatcher (services/README.md). ``Shard`` holds one typed client per process
 each with one method per RPC the fronts call; every method goes through its
 ``Connection``, the only place a front's call to a shard is made:
 
-- found through a resolver (the Ray actor by name, or a fixed address), one
-  resolution at a time shared by every call waiting for it, each waiting at most
-  ``resolve_cap`` and what is left of the caller's deadline (deadline.py);
-- connected within ``CONNECT_CAP_S``: a process that refuses connections or takes
-  none is ``ShardUnreachable`` (UNAVAILABLE; nothing of the request was sent);
-- called within ``timeout`` and the caller's deadline; after UNAVAILABLE the channel
-  is dropped (the next call resolves again: a restarted actor listens on a new port)
-  and a read is tried once more; a send is not (an append whose answer was lost may
-  have been stored: the client decides).
+found, connected and called by the rules every client of an internal peer keeps
+(connect.py, ``FRONT_RULES``; the blocking ``peers.Peer`` keeps them too): one
+resolution at a time shared by every call waiting for it, each waiting at most
+``resolve_cap`` and what is left of the caller's deadline; connected within
+``CONNECT_CAP_S``; a process not found, refusing connections or taking none is
+``ShardUnreachable`` (UNAVAILABLE; nothing of the request was sent); called within
+``timeout`` and the caller's deadline; after UNAVAILABLE the channel is dropped (the
+next call resolves again: a restarted actor listens on a new port) and a read is
+tried once more; a send is not (an append whose answer was lost may have been
+stored: the client decides).
 
-The internal secret (internal_auth.py) rides on every call through the channel
-(server.channel). Two RPCs pass bytes through unparsed (``CommitLogClient.append_encoded``,
-``ConsumeQueueClient.pull_raw``). The blocking counterpart for core code in plain
-threads is ``peers.Peer`` (``SyncCommitLogClient`` below).
+The internal secret (internal_auth.py) rides in each call's metadata: the channels
+have no interceptor (internal_streams.internal_channel), which grpc.aio would run as a
+task per call. Appends (AppendBatch, AppendEncoded, DeliverDelayed) go over one
+``AppendStream`` per connection (``CallStream``: opened once, opened again after it
+broke; the appends waiting go together, each answered once durable), with the unary
+calls' deadlines, errors and rules: a stream that broke fails the appends it sent
+UNAVAILABLE (their outcome unknown: never sent again here) and those it had not sent
+``ShardUnreachable``. Two RPCs pass bytes through unparsed
+(``CommitLogClient.append_encoded``, ``ConsumeQueueClient.pull_raw``). The blocking
+counterpart for core code in plain threads is ``peers.Peer`` (``SyncCommitLogClient``
+below).
 """
 
 from __future__ import annotations
@@ -41,21 +49,19 @@ from mqstore.rpc.v1 import (
     index_pb2,
     index_pb2_grpc,
 )
-from mqstore.services.common import deadline
+from mqstore.services.common import connect
+from mqstore.services.common.connect import FRONT_RULES
 from mqstore.services.common.errors import Precondition, Unavailable
 from mqstore.services.common.internal_auth import InternalAuth
+from mqstore.services.common.internal_streams import CallStream, internal_channel
 from mqstore.services.common.peers import Locator, Peer, Placement, Resolver
-from mqstore.services.common.server import channel
 
-RESOLVE_CAP_S = 10.0  # a shard's actor not found again within this: UNAVAILABLE (the client retries)
+RESOLVE_CAP_S = FRONT_RULES.resolve_cap_s  # a shard's actor not found again within this: UNAVAILABLE (retried)
 # A call the front does not retry itself (a send, a status read) waits at most this for
 # its shard's process to be found and connected: a shard that is down fails fast.
 SEND_RESOLVE_CAP_S = 2.5
-CONNECT_CAP_S = 2.5  # a channel that does not connect within this: the shard can not be reached
-RETRY_PAUSE_S = 0.2  # before the one retry of a read after UNAVAILABLE
-CLOSE_GRACE_S = 5.0  # calls in flight on a dropped channel get this long to end
+CONNECT_CAP_S = FRONT_RULES.connect_cap_s  # a channel that does not connect within this: unreachable
 SERVICE_NAMES = {"cl": "commitlog", "cq": "consume-queue builder", "ix": "index builder", "dp": "dispatcher"}
-_READY = grpc.ChannelConnectivity.READY
 Pick = Callable[[Any], Any]  # stub -> its multicallable for one RPC (``lambda s: s.Read``)
 
 
@@ -76,14 +82,7 @@ _GET_STATS = commitlog_pb2.GetStatsRequest()
 _LIST_TOPICS = commitlog_pb2.ListTopicsRequest()
 _QUEUES_PROGRESS = consume_queue_pb2.GetProgressRequest()
 _INDEX_PROGRESS = index_pb2.IndexProgressRequest()
-_APPEND_ENCODED = _raw_path(commitlog_pb2.DESCRIPTOR, "CommitLogService", "AppendEncoded")
 _PULL = _raw_path(consume_queue_pb2.DESCRIPTOR, "ConsumeQueueService", "Pull")
-
-
-def _commitlog_stub(ch: grpc.aio.Channel):
-    stub = commitlog_pb2_grpc.CommitLogServiceStub(ch)
-    stub.append_encoded_raw = ch.unary_unary(_APPEND_ENCODED)  # bytes in, bytes out
-    return stub
 
 
 def _queues_stub(ch: grpc.aio.Channel):
@@ -105,10 +104,12 @@ class Connection:
         self._resolve = resolve
         self._make_stub = make_stub
         self._auth = auth
+        self.metadata = auth.metadata()  # the secret, on every call and stream open
         self.endpoint = ""  # where it was last found
         self._channel: grpc.aio.Channel | None = None
         self._stub = None
         self._resolving: asyncio.Future | None = None
+        self.rules = FRONT_RULES
 
     @property
     def configured(self) -> bool:
@@ -121,35 +122,34 @@ class Connection:
         the service and connecting to it at most ``resolve_cap`` each (default
         ``RESOLVE_CAP_S``, or ``SEND_RESOLVE_CAP_S`` without ``retry``: sends and status
         reads, whose callers retry or report). ShardUnreachable: nothing was sent."""
+        rules = self.rules
         cap = resolve_cap if resolve_cap is not None else (RESOLVE_CAP_S if retry else SEND_RESOLVE_CAP_S)
-        for attempt in (0, 1):
+        for attempt in rules.attempts(retry):
             stub = self._stub if self._channel is not None else await self._find(cap)
             try:
-                if self._channel.get_state(try_to_connect=True) is not _READY:  # the common case costs no coroutine
-                    await self._connect(min(cap, CONNECT_CAP_S))
-            except ShardUnreachable:
-                await self.reset(failed=stub)
-                if not retry or attempt:
-                    raise
-                await asyncio.sleep(RETRY_PAUSE_S)
-                continue
-            try:
-                return await pick(stub)(request, timeout=deadline.budget(timeout))
-            except grpc.aio.AioRpcError as e:
-                if e.code() is not grpc.StatusCode.UNAVAILABLE:
+                if not rules.connected(self._channel.get_state(try_to_connect=True)):  # READY costs no coroutine
+                    await self._connect(cap)
+                return await pick(stub)(request, timeout=rules.call_timeout(timeout), metadata=self.metadata)
+            except (ShardUnreachable, grpc.aio.AioRpcError) as e:
+                if not rules.drops_channel(e):
                     raise
                 await self.reset(failed=stub)
-                if not retry or attempt:
+                if not rules.may_retry(attempt, retry):
                     raise
-                await asyncio.sleep(RETRY_PAUSE_S)
+                await asyncio.sleep(rules.retry_pause_s)
         raise AssertionError("unreachable")
+
+    @property
+    def stub(self):
+        """The current channel's stub (None before it is found, and after a reset)."""
+        return self._stub if self._channel is not None else None
 
     async def ready_stub(self, cap: float = RESOLVE_CAP_S):
         """The stub, found and connected (ShardUnreachable otherwise): for a caller that
         opens its own stream on it; after UNAVAILABLE on it, ``reset(failed=stub)``."""
         stub = self._stub if self._channel is not None else await self._find(cap)
         try:
-            await self._connect(min(cap, CONNECT_CAP_S))
+            await self._connect(cap)
         except ShardUnreachable:
             await self.reset(failed=stub)
             raise
@@ -170,13 +170,12 @@ class Connection:
             if pending is None:
                 pending = self._resolving = asyncio.ensure_future(self._resolve())
                 pending.add_done_callback(self._resolved)
-            wait_s = deadline.budget(cap)
+            wait_s = self.rules.resolve_wait(cap)
             try:
                 await asyncio.wait_for(asyncio.shield(pending), wait_s)
             except TimeoutError as e:
                 raise ShardUnreachable(
-                    f"shard {self.shard} can not be reached: its {SERVICE_NAMES[self.role]} was not found within "
-                    f"{wait_s:.1f} s (restarting, not placed on a node, or its node is down)"
+                    connect.not_found(f"shard {self.shard}", f"its {SERVICE_NAMES[self.role]}", wait_s)
                 ) from e
             except Exception as e:  # noqa: BLE001 - a dead or unknown actor: the caller may retry later
                 raise ShardUnreachable(f"shard {self.shard} can not be reached: {type(e).__name__}: {e}") from e
@@ -187,32 +186,28 @@ class Connection:
         if f.cancelled() or f.exception() is not None or self._channel is not None:
             return
         self.endpoint = f.result()
-        self._channel = channel(self.endpoint, self._auth)
+        self._channel = internal_channel(self.endpoint, self._auth)
         self._stub = self._make_stub(self._channel)
 
     async def _connect(self, cap: float) -> None:
-        """Return once the channel is connected; ShardUnreachable at once if it refuses
-        connections, or after ``cap`` (and what is left of the caller's deadline) if it
-        does not connect: a host that is gone must not hold a call until its deadline."""
+        """Return once the channel is connected (rule 2 of connect.py; ``cap``: the
+        call's resolve cap, at most ``CONNECT_CAP_S`` of it spent here)."""
         ch = self._channel
         if ch is None:
             return
-        ready = grpc.ChannelConnectivity.READY
         state = ch.get_state(try_to_connect=True)
-        if state is ready:
+        if self.rules.connected(state):
             return
         loop = asyncio.get_running_loop()
-        wait_s = deadline.budget(cap)
+        wait_s = self.rules.connect_wait(cap)
         end = loop.time() + wait_s
-        where = f"its {SERVICE_NAMES[self.role]} at {self.endpoint or '?'}"
-        while state is not ready:
-            if state in (grpc.ChannelConnectivity.TRANSIENT_FAILURE, grpc.ChannelConnectivity.SHUTDOWN):
-                raise ShardUnreachable(f"shard {self.shard} can not be reached: {where} refuses connections")
+        who, what = f"shard {self.shard}", f"its {SERVICE_NAMES[self.role]} at {self.endpoint or '?'}"
+        while (ok := self.rules.connected(state)) is not True:
+            if ok is False:
+                raise ShardUnreachable(connect.refused(who, what))
             left = end - loop.time()
             if left <= 0:
-                raise ShardUnreachable(
-                    f"shard {self.shard} can not be reached: {where} took no connection within {wait_s:.1f} s"
-                )
+                raise ShardUnreachable(connect.no_connection(who, what, wait_s))
             try:
                 await asyncio.wait_for(ch.wait_for_state_change(state), left)
             except TimeoutError:
@@ -221,7 +216,7 @@ class Connection:
 
     async def reset(self, *, failed=None) -> None:
         """Forget the channel. ``failed``: the stub a call failed on (a newer channel
-        is kept); calls in flight on it get ``CLOSE_GRACE_S`` to end by themselves."""
+        is kept); calls in flight on it get the rules' ``close_grace_s`` to end by themselves."""
         if failed is not None and self._stub is not failed:
             return
         ch, self._channel, self._stub = self._channel, None, None
@@ -229,37 +224,80 @@ class Connection:
             if failed is None:
                 await ch.close()
             else:
-                asyncio.ensure_future(ch.close(CLOSE_GRACE_S))
+                asyncio.ensure_future(ch.close(self.rules.close_grace_s))
 
 
 class CommitLogClient:
-    """CommitLogService (proto/mqstore/commitlog/v1) of one shard."""
+    """CommitLogService (proto/mqstore/commitlog/v1) of one shard. Appends go over
+    its AppendStream (the module docstring), never retried here."""
 
     def __init__(self, conn: Connection) -> None:
         self.conn = conn
+        self._stream: CallStream | None = None
+        self._stream_stub = None  # the stub (so the channel) the stream is open on
+        self._opening = asyncio.Lock()
 
     async def append_batch(
         self, messages: common_pb2.MessageColumns, *, timeout: float = 60.0
     ) -> commitlog_pb2.AppendBatchResponse:
-        """A send: never retried here (see the module docstring)."""
-        return await self.conn.call(
-            lambda s: s.AppendBatch, commitlog_pb2.AppendBatchRequest(messages=messages), timeout=timeout, retry=False
+        """A send (AppendBatch's answer)."""
+        answer = await self._append(
+            commitlog_pb2.AppendCall(batch=commitlog_pb2.AppendBatchRequest(messages=messages)), timeout
         )
+        return answer.batch
 
     async def deliver_delayed(
         self, messages: common_pb2.MessageColumns, *, timeout: float = 60.0
     ) -> commitlog_pb2.AppendBatchResponse:
-        """The store's internal append ("as given"), never retried here."""
-        return await self.conn.call(
-            lambda s: s.DeliverDelayed,
-            commitlog_pb2.AppendBatchRequest(messages=messages),
-            timeout=timeout,
-            retry=False,
+        """The store's internal append ("as given"; DeliverDelayed's answer)."""
+        answer = await self._append(
+            commitlog_pb2.AppendCall(delayed=commitlog_pb2.AppendBatchRequest(messages=messages)), timeout
         )
+        return answer.batch
 
     async def append_encoded(self, raw: bytes, *, timeout: float = 60.0) -> bytes:
-        """An EncodedBatch's bytes as the client sent them; the answer's bytes."""
-        return await self.conn.call(lambda s: s.append_encoded_raw, raw, timeout=timeout, retry=False)
+        """An EncodedBatch's bytes as the client sent them; the answer's bytes
+        (an EncodedAppendResult's)."""
+        return (await self._append(commitlog_pb2.AppendCall(encoded=raw), timeout)).encoded
+
+    async def _append(self, item: commitlog_pb2.AppendCall, timeout: float) -> commitlog_pb2.AppendAnswer:
+        """``item`` on the stream, within ``timeout`` and the caller's deadline."""
+        budget = self.conn.rules.call_timeout(timeout)
+        stream = self._stream
+        if stream is None or stream.broken is not None or self._stream_stub is not self.conn.stub:
+            stream = await self._open(budget)
+        try:
+            return await stream.call(item, budget)
+        except grpc.aio.AioRpcError as e:
+            # The stream broke (not one append answered UNAVAILABLE): its service is
+            # found again for the next append (a restarted actor listens elsewhere).
+            if e.code() is grpc.StatusCode.UNAVAILABLE and stream.broken is not None and stream is self._stream:
+                await self.conn.reset(failed=self._stream_stub)
+            raise
+
+    async def _open(self, budget: float) -> CallStream:
+        """The open stream, opened here if there is none (one opening at a time)."""
+        async with self._opening:
+            stream = self._stream
+            if stream is not None and stream.broken is None and self._stream_stub is self.conn.stub:
+                return stream
+            stub = await self.conn.ready_stub(min(budget, SEND_RESOLVE_CAP_S))
+            if stream is not None and stream.broken is None:
+                asyncio.ensure_future(stream.close())  # on a channel dropped: its calls end with it
+            self._stream = stream = CallStream.open(
+                stub.AppendStream,
+                f"AppendStream-{self.conn.shard}",
+                self.conn.metadata,
+                commitlog_pb2.AppendStreamRequest,
+                not_sent=ShardUnreachable,
+            )
+            self._stream_stub = stub
+            return stream
+
+    async def close_stream(self) -> None:
+        stream, self._stream, self._stream_stub = self._stream, None, None
+        if stream is not None:
+            await stream.close()
 
     # status reads: ``how`` is Connection.call's timeout, retry and resolve_cap
     async def get_offsets(self, **how) -> commitlog_pb2.GetOffsetsResponse:
@@ -391,7 +429,7 @@ class Shard:
         self.node_id = ""  # the Ray node its commitlog was last seen on
         self.msg_id_prefix: str | None = None  # its store host's msgId prefix, once asked
         self._conns = {
-            "cl": Connection(shard, "cl", resolvers.get("cl"), _commitlog_stub, auth),
+            "cl": Connection(shard, "cl", resolvers.get("cl"), commitlog_pb2_grpc.CommitLogServiceStub, auth),
             "cq": Connection(shard, "cq", resolvers.get("cq"), _queues_stub, auth),
             "ix": Connection(shard, "ix", resolvers.get("ix"), index_pb2_grpc.IndexServiceStub, auth),
             "dp": Connection(shard, "dp", resolve_dispatcher, dispatcher_pb2_grpc.DispatcherServiceStub, auth),
@@ -437,6 +475,7 @@ class Shard:
         return found
 
     async def reset(self) -> None:
+        await self.commitlog.close_stream()
         for c in self._conns.values():
             await c.reset()
 

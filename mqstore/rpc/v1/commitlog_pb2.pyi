@@ -7,6 +7,44 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class AppendCall(_message.Message):
+    __slots__ = ("id", "timeout_ms", "batch", "encoded", "delayed")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
+    BATCH_FIELD_NUMBER: _ClassVar[int]
+    ENCODED_FIELD_NUMBER: _ClassVar[int]
+    DELAYED_FIELD_NUMBER: _ClassVar[int]
+    id: int
+    timeout_ms: int
+    batch: AppendBatchRequest
+    encoded: bytes
+    delayed: AppendBatchRequest
+    def __init__(self, id: _Optional[int] = ..., timeout_ms: _Optional[int] = ..., batch: _Optional[_Union[AppendBatchRequest, _Mapping]] = ..., encoded: _Optional[bytes] = ..., delayed: _Optional[_Union[AppendBatchRequest, _Mapping]] = ...) -> None: ...
+
+class AppendStreamRequest(_message.Message):
+    __slots__ = ("calls",)
+    CALLS_FIELD_NUMBER: _ClassVar[int]
+    calls: _containers.RepeatedCompositeFieldContainer[AppendCall]
+    def __init__(self, calls: _Optional[_Iterable[_Union[AppendCall, _Mapping]]] = ...) -> None: ...
+
+class AppendAnswer(_message.Message):
+    __slots__ = ("id", "status", "batch", "encoded")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    BATCH_FIELD_NUMBER: _ClassVar[int]
+    ENCODED_FIELD_NUMBER: _ClassVar[int]
+    id: int
+    status: _common_pb2.CallStatus
+    batch: AppendBatchResponse
+    encoded: bytes
+    def __init__(self, id: _Optional[int] = ..., status: _Optional[_Union[_common_pb2.CallStatus, _Mapping]] = ..., batch: _Optional[_Union[AppendBatchResponse, _Mapping]] = ..., encoded: _Optional[bytes] = ...) -> None: ...
+
+class AppendStreamResponse(_message.Message):
+    __slots__ = ("answers",)
+    ANSWERS_FIELD_NUMBER: _ClassVar[int]
+    answers: _containers.RepeatedCompositeFieldContainer[AppendAnswer]
+    def __init__(self, answers: _Optional[_Iterable[_Union[AppendAnswer, _Mapping]]] = ...) -> None: ...
+
 class AppendBatchRequest(_message.Message):
     __slots__ = ("messages",)
     MESSAGES_FIELD_NUMBER: _ClassVar[int]

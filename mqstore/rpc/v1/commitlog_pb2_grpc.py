@@ -106,6 +106,11 @@ class CommitLogServiceStub:
                 request_serializer=mqstore_dot_v1_dot_common__pb2.EncodedBatch.SerializeToString,
                 response_deserializer=mqstore_dot_v1_dot_common__pb2.EncodedAppendResult.FromString,
                 _registered_method=True)
+        self.AppendStream = channel.stream_stream(
+                '/mqstore.v1.CommitLogService/AppendStream',
+                request_serializer=mqstore_dot_v1_dot_commitlog__pb2.AppendStreamRequest.SerializeToString,
+                response_deserializer=mqstore_dot_v1_dot_commitlog__pb2.AppendStreamResponse.FromString,
+                _registered_method=True)
 
 
 class CommitLogServiceServicer:
@@ -229,6 +234,19 @@ class CommitLogServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def AppendStream(self, request_iterator, context):
+        """AppendBatch, AppendEncoded and DeliverDelayed over one long-lived stream (the
+        front's): each request carries one or more appends, each with the caller's id;
+        each append is answered as soon as it is done (under sync flush: after the fsync
+        covering it), in any order, several answers to a message when several are
+        ready, each with the status its unary call would have ended with. The secret is
+        checked once, when the stream opens. An append whose timeout passed before it
+        started is answered DEADLINE_EXCEEDED and not written.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_CommitLogServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -301,6 +319,11 @@ def add_CommitLogServiceServicer_to_server(servicer, server):
                     servicer.AppendEncoded,
                     request_deserializer=mqstore_dot_v1_dot_common__pb2.EncodedBatch.FromString,
                     response_serializer=mqstore_dot_v1_dot_common__pb2.EncodedAppendResult.SerializeToString,
+            ),
+            'AppendStream': grpc.stream_stream_rpc_method_handler(
+                    servicer.AppendStream,
+                    request_deserializer=mqstore_dot_v1_dot_commitlog__pb2.AppendStreamRequest.FromString,
+                    response_serializer=mqstore_dot_v1_dot_commitlog__pb2.AppendStreamResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -682,6 +705,33 @@ class CommitLogService:
             '/mqstore.v1.CommitLogService/AppendEncoded',
             mqstore_dot_v1_dot_common__pb2.EncodedBatch.SerializeToString,
             mqstore_dot_v1_dot_common__pb2.EncodedAppendResult.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AppendStream(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/mqstore.v1.CommitLogService/AppendStream',
+            mqstore_dot_v1_dot_commitlog__pb2.AppendStreamRequest.SerializeToString,
+            mqstore_dot_v1_dot_commitlog__pb2.AppendStreamResponse.FromString,
             options,
             channel_credentials,
             insecure,
