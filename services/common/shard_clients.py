@@ -48,6 +48,8 @@ from mqstore.rpc.v1 import (
     dispatcher_pb2_grpc,
     index_pb2,
     index_pb2_grpc,
+    transactions_pb2,
+    transactions_pb2_grpc,
 )
 from mqstore.services.common import connect
 from mqstore.services.common.connect import FRONT_RULES
@@ -61,7 +63,13 @@ RESOLVE_CAP_S = FRONT_RULES.resolve_cap_s  # a shard's actor not found again wit
 # its shard's process to be found and connected: a shard that is down fails fast.
 SEND_RESOLVE_CAP_S = 2.5
 CONNECT_CAP_S = FRONT_RULES.connect_cap_s  # a channel that does not connect within this: unreachable
-SERVICE_NAMES = {"cl": "commitlog", "cq": "consume-queue builder", "ix": "index builder", "dp": "dispatcher"}
+SERVICE_NAMES = {
+    "cl": "commitlog",
+    "cq": "consume-queue builder",
+    "ix": "index builder",
+    "dp": "dispatcher",
+    "tx": "transaction service",
+}
 Pick = Callable[[Any], Any]  # stub -> its multicallable for one RPC (``lambda s: s.Read``)
 
 
@@ -393,6 +401,23 @@ class IndexClient:
         return await self.conn.call(lambda s: s.GetProgress, _INDEX_PROGRESS, **how)
 
 
+class TransactionClient:
+    """TransactionService (proto/mqstore/v1/transactions.proto) of one shard, served by
+    its consume-queue builder's process: halves written, transactions ended, and the
+    front's CheckBacks stream (opened on ``conn.ready_stub()``)."""
+
+    def __init__(self, conn: Connection) -> None:
+        self.conn = conn
+
+    async def prepare(self, request: transactions_pb2.PrepareRequest) -> transactions_pb2.PrepareResponse:
+        """A send of halves: never retried here."""
+        return await self.conn.call(lambda s: s.Prepare, request, timeout=60.0, retry=False)
+
+    async def end(self, request: transactions_pb2.EndRequest) -> transactions_pb2.EndResponse:
+        """Retried once after UNAVAILABLE: a second End of an ended half writes nothing."""
+        return await self.conn.call(lambda s: s.End, request)
+
+
 class DispatcherClient:
     """DispatcherService (proto/mqstore/dispatcher/v1) of one shard."""
 
@@ -433,11 +458,14 @@ class Shard:
             "cq": Connection(shard, "cq", resolvers.get("cq"), _queues_stub, auth),
             "ix": Connection(shard, "ix", resolvers.get("ix"), index_pb2_grpc.IndexServiceStub, auth),
             "dp": Connection(shard, "dp", resolve_dispatcher, dispatcher_pb2_grpc.DispatcherServiceStub, auth),
+            # the consume-queue builder's process serves the shard's transactions too
+            "tx": Connection(shard, "tx", resolvers.get("cq"), transactions_pb2_grpc.TransactionServiceStub, auth),
         }
         self.commitlog = CommitLogClient(self._conns["cl"])
         self.queues = ConsumeQueueClient(self._conns["cq"])
         self.index = IndexClient(self._conns["ix"])
         self.dispatcher = DispatcherClient(self._conns["dp"])
+        self.transactions = TransactionClient(self._conns["tx"])
 
     @property
     def endpoint(self) -> str:
@@ -447,7 +475,7 @@ class Shard:
     @property
     def services(self) -> set[str]:
         """The store services of the shard ("cl", "cq", and "ix" unless the index is disabled)."""
-        return {r for r, c in self._conns.items() if c.configured and r != "dp"}
+        return {r for r, c in self._conns.items() if c.configured and r not in ("dp", "tx")}
 
     @property
     def has_dispatcher(self) -> bool:
@@ -543,4 +571,5 @@ __all__ = [
     "Shard",
     "ShardUnreachable",
     "SyncCommitLogClient",
+    "TransactionClient",
 ]

@@ -15,6 +15,7 @@ from mqstore.services.common.server import ServerThread, start_grpc_server
 from mqstore.services.index.index_servicer import IndexServicer
 from mqstore.services.index.queue_servicer import ConsumeQueueServicer
 from mqstore.services.index.state import BuilderPhase, BuilderState
+from mqstore.services.index.transactions import ShardTransactions, TransactionServicer
 from mqstore.store.config import StoreConfig
 
 log = structlog.get_logger(__name__)
@@ -43,9 +44,12 @@ class BuilderHost:
         servicer = ConsumeQueueServicer(self.state) if kind == "consumequeue" else IndexServicer(self.state)
         self._popper = getattr(servicer, "popper", None)  # the consume-queue builder's pop state
         self._streams = servicer.streams  # the dispatcher's put stream: ended at close
-        self.server = self.thread.run(
-            start_grpc_server(host, port, [servicer.registration()], serving=False, auth=auth)
-        )
+        registrations = [servicer.registration()]
+        self.transactions: ShardTransactions | None = None  # the shard's transactions, with its queues
+        if kind == "consumequeue":
+            self.transactions = ShardTransactions.over(self.state, resolve_commitlog, auth)
+            registrations.append(TransactionServicer(self.transactions, self._streams).registration())
+        self.server = self.thread.run(start_grpc_server(host, port, registrations, serving=False, auth=auth))
         self.endpoint = endpoint_of(host, self.server.port)
         self._watcher = threading.Thread(
             target=self._serving_when_open, name=f"mqstore-{kind}{shard}-health", daemon=True
@@ -93,6 +97,8 @@ class BuilderHost:
         self._watcher.join(10)
         try:
             self.thread.run(stop_server(self.server, self._streams), timeout=30)
+            if self.transactions is not None:
+                self.thread.run(self.transactions.stop(), timeout=30)
         finally:
             if self._popper is not None:
                 self._popper.close()

@@ -114,7 +114,7 @@ class MessagingServicer:
         self._rr: dict[str, itertools.count] = {}
         self._receive_rr: dict[tuple[str, str], int] = {}
         self.transactions = TransactionService(  # started and stopped by the host
-            shards, producers=self._producers, max_body=max_body
+            shards, producers=self._producers, max_body=max_body, topics=self.sessions.publishing_topics
         )
         self.renewals = Renewals(self._change_invisible, self._last_seen)  # push consumers' messages
         # one-message sends and acks of concurrent clients share calls to a shard (coalesce.py)

@@ -235,6 +235,11 @@ class Sessions:
             and (may_publish is None or may_publish(s.key.user))
         ]
 
+    def client_ids(self) -> list[str]:
+        """The client ids this front keeps a session of (``FrontActor.clients``: which
+        front holds a client, with ``serve --fronts N``)."""
+        return [k.client_id for k in self._by_key]
+
     def users(self) -> int:
         """Users with at least one session."""
         return len(self._per_user)

@@ -1,4 +1,5 @@
-"""Transaction messages with the official Python client (services/rocketmq/transactions.py):
+"""Transaction messages with the official Python client (services/rocketmq/transactions.py,
+kept with each shard by services/index/transactions.py):
 a half message is stored in RMQ_SYS_TRANS_HALF_TOPIC and never in its topic until it
 is committed; a commit is received once with the producer's message id, a rollback
 never; a transaction left open is checked back through the producer's
@@ -26,10 +27,34 @@ pytestmark = pytest.mark.slow
 INVALID_TRANSACTION_ID = 40008
 
 
+def keeper(stack, shard: int = 0):
+    """Shard ``shard``'s transactions (its consume-queue builder's ShardTransactions)."""
+    return stack.queue_builders[shard].transactions
+
+
+def quick(stack, timeout_ms: int, check_interval_ms: int = 1_000) -> None:
+    """Quick checks on every shard's transactions."""
+    for b in stack.queue_builders:
+        b.transactions.timeout_ms, b.transactions.check_interval_ms, b.transactions.tick_s = (
+            timeout_ms,
+            check_interval_ms,
+            0.2,
+        )
+
+
+def wait_recovered(stack, shard: int = 0, timeout_s: float = 10.0):
+    svc = keeper(stack, shard)
+    end = time.monotonic() + timeout_s
+    while not svc.ready.is_set() and time.monotonic() < end:
+        time.sleep(0.05)
+    assert svc.ready.is_set()
+    return svc
+
+
 @pytest.fixture
 def service(stack):
-    """The stack's TransactionService with quick checks (restored afterwards)."""
-    svc = stack.front.messaging.transactions
+    """Shard 0's transactions with quick checks (restored afterwards)."""
+    svc = keeper(stack)
     saved = (svc.timeout_ms, svc.check_interval_ms, svc.check_max, svc.tick_s)
     svc.timeout_ms, svc.check_interval_ms, svc.tick_s = 1_000, 1_000, 0.2
     yield svc
@@ -237,8 +262,7 @@ def test_pending_halves_are_recovered_after_a_restart(rmq, tmp_path, make_checke
     def stack():
         st = LocalStack(root, small_config(), **ports)
         assert st.wait_ready(60)
-        svc = st.front.messaging.transactions
-        svc.timeout_ms, svc.check_interval_ms, svc.tick_s = 3_000, 1_000, 0.2
+        quick(st, 3_000)
         return st
 
     st = stack()
@@ -254,13 +278,8 @@ def test_pending_halves_are_recovered_after_a_restart(rmq, tmp_path, make_checke
         ts[3].rollback()
         st.close()  # t1 and t2 are open
         st = stack()
-        svc = st.front.messaging.transactions
-        end = time.monotonic() + 10
-        while not svc.shard(0).ready.is_set() and time.monotonic() < end:
-            time.sleep(0.05)
-        assert sorted(h.message_id for h in svc.shard(0).pending.values()) == sorted(
-            r.message_id for r in receipts[1:3]
-        )
+        svc = wait_recovered(st)
+        assert sorted(h.message_id for h in svc.halves.pending.values()) == sorted(r.message_id for r in receipts[1:3])
         reconnected(lambda: ts[1].commit())  # a transaction id from before the restart
         assert ts[0].commit().status.message == "the transaction was already ended"
         checker = make_checker(rmq.TransactionResolution.COMMIT)
@@ -272,15 +291,12 @@ def test_pending_halves_are_recovered_after_a_restart(rmq, tmp_path, make_checke
             consumer.ack(m)
         assert {m.message_id for m in checker.checked} == {receipts[2].message_id}
         time.sleep(1)  # a tick stores the progress
-        assert svc.shard(0).saved == (4, 4)
+        assert svc.halves.saved == (4, 4)
         st.close()
         st = stack()  # the progress point: nothing is read again, nothing comes back
-        svc = st.front.messaging.transactions
-        end = time.monotonic() + 10
-        while not svc.shard(0).ready.is_set() and time.monotonic() < end:
-            time.sleep(0.05)
-        assert svc.shard(0).ready.is_set() and svc.shard(0).pending == {}
-        assert svc.shard(0).floor == 4
+        svc = wait_recovered(st)
+        assert svc.halves.pending == {}
+        assert svc.halves.floor == 4
         assert consumer.receive(32, 30) == []
     finally:
         clients.close()
@@ -292,11 +308,10 @@ def test_transactions_over_two_shards(rmq, tmp_path, make_checker):
     rule puts there): a transaction's half, commit and op are on the shard of its queue."""
     with LocalStack(tmp_path / "two", small_config(), shards=2, rocketmq_port=0) as st:
         assert st.wait_ready(60)
-        svc = st.front.messaging.transactions
-        svc.timeout_ms, svc.check_interval_ms, svc.tick_s = 2_000, 1_000, 0.2
+        quick(st, 2_000)
         router = st.front.servicer.router
         for s in (0, 1):
-            sh = svc.shard(s)
+            sh = wait_recovered(st, s).halves
             assert router.shard_of(tx.HALF_TOPIC, sh.half_queue) == s
             assert router.shard_of(tx.OP_TOPIC, sh.op_queue) == s
         topic = "TxSpread"
@@ -316,6 +331,6 @@ def test_transactions_over_two_shards(rmq, tmp_path, make_checker):
             got = receive_until(consumer, 5, timeout_s=20)  # 0, 2, 4 committed; 6, 7 checked back and committed
             assert sorted(m.message_id for m in got) == sorted(receipts[i].message_id for i in (0, 2, 4, 6, 7))
             assert {m.message_id for m in checker.checked} == {receipts[6].message_id, receipts[7].message_id}
-            assert svc.shard(0).pending == {} and svc.shard(1).pending == {}
+            assert keeper(st, 0).halves.pending == {} and keeper(st, 1).halves.pending == {}
         finally:
             clients.close()
