@@ -240,6 +240,16 @@ class Sessions:
         front holds a client, with ``serve --fronts N``)."""
         return [k.client_id for k in self._by_key]
 
+    def publishing_topics(self) -> set[str]:
+        """Every topic the publishing settings of a client with an open Telemetry stream
+        name (the topics whose transaction check-backs this front can pass on)."""
+        return {
+            t.name
+            for s in self._by_key.values()
+            if s.outbox is not None and s.settings is not None and s.settings.HasField("publishing")
+            for t in s.settings.publishing.topics
+        }
+
     def users(self) -> int:
         """Users with at least one session."""
         return len(self._per_user)
