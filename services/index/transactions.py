@@ -324,9 +324,7 @@ class ShardTransactions:
         for t in tasks:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await t
-        close_stream = getattr(self.commitlog, "close_stream", None)  # the appends' stream, where there is one
-        if close_stream is not None:
-            await close_stream()
+        await self.commitlog.close_stream()
         await self.commitlog.conn.reset()
 
     async def _run(self) -> None:

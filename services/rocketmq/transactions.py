@@ -281,8 +281,7 @@ class TransactionService:
             stub = None
             try:
                 stub = await conn.ready_stub()
-                metadata = getattr(conn, "metadata", None)  # the secret, where channels have no interceptor
-                call = stub.CheckBacks(self._announcements(shard), metadata=metadata)
+                call = stub.CheckBacks(self._announcements(shard), metadata=conn.metadata)  # the secret
                 self.linked[shard] = True
                 async for check in call:
                     self._forward(check)
