@@ -33,6 +33,7 @@ CHANNEL_OPTIONS = [
     ("grpc.initial_reconnect_backoff_ms", 200),  # a restarted actor is back within seconds: retry soon
     ("grpc.max_reconnect_backoff_ms", 2_000),
 ]
+CLIENT_OPTIONS = [*CHANNEL_OPTIONS, ("grpc.use_local_subchannel_pool", 1)]  # public clients (sync_channel)
 SERVER_OPTIONS = [
     ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
     ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
@@ -225,9 +226,11 @@ def sync_channel(
             else grpc.secure_channel(endpoint, creds, options=CHANNEL_OPTIONS + auth.channel_options())
         )
         return grpc.intercept_channel(ch, AddHeaders(auth.metadata))
+    # A client's own connection: gRPC would otherwise share one among the channels of a
+    # process, and every client of it would reach the same one of the fronts on a shared port.
     if tls_ca is None:
-        return grpc.insecure_channel(endpoint, options=CHANNEL_OPTIONS)
-    options = list(CHANNEL_OPTIONS)
+        return grpc.insecure_channel(endpoint, options=CLIENT_OPTIONS)
+    options = list(CLIENT_OPTIONS)
     if tls_server_name:
         options.append(("grpc.ssl_target_name_override", tls_server_name))
     return grpc.secure_channel(endpoint, grpc.ssl_channel_credentials(root_certificates=tls_ca), options=options)

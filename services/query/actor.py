@@ -102,6 +102,10 @@ class FrontActor(Hosted):
         """Calls this front answered (FrontHost.served)."""
         return self.host.served()
 
+    def clients(self) -> list[str]:
+        """The RocketMQ clients whose sessions this front keeps (FrontHost.clients)."""
+        return self.host.clients()
+
 
 def _ask_fronts(namespace: str, fronts: int):
     """An async ask of every front's RocketMQ (host, port), by name; those that do not

@@ -197,6 +197,12 @@ class FrontHost:
                 out[what] += int(sum(s.value for s in family.samples if s.name.endswith("_total")))
         return out
 
+    def clients(self) -> list[str]:
+        """The RocketMQ client ids this front keeps a session of ([] without the port)."""
+        if self.rocketmq_server is None:
+            return []
+        return self.thread.run(_client_ids(self.messaging.sessions), timeout=10)
+
     def _shard_stats(self) -> list:
         return self.thread.run(self.servicer.shard_stats(), timeout=10)
 
@@ -204,6 +210,10 @@ class FrontHost:
         return self.thread.run(self.servicer.consumer_losses(), timeout=10)
 
     def close(self) -> None:
+        """Stop serving and close (once: a second call does nothing)."""
+        if getattr(self, "_closed", False):
+            return
+        self._closed = True
         try:
             if getattr(self, "_watch", None) is not None:
                 self._watch.cancel()
@@ -238,6 +248,10 @@ async def _not_serving(shards: Sequence[Shard]) -> list[str]:
         return out
 
     return [w for part in await asyncio.gather(*(one(s) for s in shards)) for w in part]
+
+
+async def _client_ids(sessions: settings.Sessions) -> list[str]:
+    return sessions.client_ids()  # read on the front's loop, where the sessions change
 
 
 class _SessionCollector:

@@ -20,9 +20,9 @@ part under its own lock). Two placements:
               whose disk holds DIR/shard-i; a restart lands there again, and while
               no such node is up the actor waits for one
 
-N fronts (``fronts``, 1..MAX_FRONTS) share the public ports (``front_ports``: SO_REUSEPORT,
-port 0 picked once here so a restarted front binds the same one); each has its own
-metrics port (base + k). Front placements:
+N fronts (``fronts``, 1..MAX_FRONTS) share the public ports (SO_REUSEPORT; port 0 picked
+once, so a restarted front binds the same one) and have metrics ports of their own
+(base + k): startup/front_ports.py. Front placements:
 
     node      every front on the driver's node (the default)
     spread    one per node as far as nodes go (Ray's SPREAD strategy), each bound to
@@ -38,12 +38,10 @@ status reads, and a poison call must not burn every restart.
 
 from __future__ import annotations
 
-import socket
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import NamedTuple
 
 import ray
 import structlog
@@ -51,7 +49,6 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from mqstore.services.commitlog.actor import CommitLogActor
 from mqstore.services.common.actor import (
-    MAX_FRONTS,
     NAMESPACE,
     actor_state,
     builder_name,
@@ -67,6 +64,7 @@ from mqstore.services.index.actor import BuilderActor
 from mqstore.services.query.actor import FrontActor
 from mqstore.services.query.routing import shard_dir
 from mqstore.services.rocketmq.settings import MAX_SESSIONS, MAX_SESSIONS_PER_USER
+from mqstore.services.startup.front_ports import PortReservations, check_fronts, front_ports
 from mqstore.services.startup.local import shard_config
 from mqstore.store.config import StoreConfig
 from mqstore.store.retention import RetentionConfig
@@ -216,62 +214,6 @@ def _close_actor(actor, timeout_s: float, what: str = "actor") -> None:
             return
 
 
-class FrontPorts(NamedTuple):
-    """The ports front k binds: ``port`` and ``rocketmq_port`` shared by every front,
-    ``metrics_port`` its own (0: none)."""
-
-    port: int
-    rocketmq_port: int | None
-    metrics_port: int
-
-
-def check_fronts(fronts: int, metrics_port: int = 0) -> None:
-    """ValueError unless ``fronts`` is in 1..MAX_FRONTS and every front's metrics port
-    (``metrics_port`` + k) is a port."""
-    if not isinstance(fronts, int) or isinstance(fronts, bool) or not 1 <= fronts <= MAX_FRONTS:
-        raise ValueError(f"fronts must be a whole number in 1..{MAX_FRONTS}, got {fronts!r}")
-    if metrics_port and metrics_port + fronts - 1 > 65535:
-        raise ValueError(
-            f"the fronts' metrics ports {metrics_port}..{metrics_port + fronts - 1} go past 65535: "
-            "give a lower --metrics-port"
-        )
-
-
-def front_ports(fronts: int, port: int, rocketmq_port: int | None, metrics_port: int, pick=None) -> list[FrontPorts]:
-    """Each front's ports (``FrontPorts``). One front binds what it is given (0: a free
-    port of its own, as ever). With several, a public port given as 0 is picked once
-    here (``pick()``: a free port) so that every front, and a front that Ray restarts,
-    binds the same one; the metrics port given is front 0's, front k's is that + k."""
-    check_fronts(fronts, metrics_port)
-    if fronts > 1 and pick is not None:
-        port = port or pick()
-        if rocketmq_port == 0:
-            rocketmq_port = pick()
-    return [FrontPorts(port, rocketmq_port, metrics_port + k if metrics_port else 0) for k in range(fronts)]
-
-
-class PortReservations:
-    """Free ports picked for the fronts, each held by a socket bound with SO_REUSEPORT
-    (not listening: it takes no connection) until the fronts listen, so no other
-    process takes the port in between; ``close()`` lets them go."""
-
-    def __init__(self, host: str) -> None:
-        self._host = host
-        self._held: list[socket.socket] = []
-
-    def pick(self) -> int:
-        s = socket.socket(socket.AF_INET6 if ":" in self._host else socket.AF_INET)
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-        s.bind((self._host.strip("[]"), 0))
-        self._held.append(s)
-        return s.getsockname()[1]
-
-    def close(self) -> None:
-        for s in self._held:
-            s.close()
-        self._held.clear()
-
-
 def start_deployment(
     root: str | Path,
     config: StoreConfig | None = None,
@@ -408,13 +350,4 @@ def start_deployment(
     return dep
 
 
-__all__ = [
-    "FRONT_PLACEMENTS",
-    "PLACEMENTS",
-    "Deployment",
-    "FrontPorts",
-    "PortReservations",
-    "check_fronts",
-    "front_ports",
-    "start_deployment",
-]
+__all__ = ["FRONT_PLACEMENTS", "PLACEMENTS", "Deployment", "start_deployment"]

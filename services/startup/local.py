@@ -14,6 +14,7 @@ from mqstore.services.dispatcher.host import DispatcherHost
 from mqstore.services.index.host import BuilderHost
 from mqstore.services.query.host import FrontHost
 from mqstore.services.query.routing import STORE_PORT_BASE, shard_dir
+from mqstore.services.startup.front_ports import PortReservations, front_ports
 from mqstore.store.config import StoreConfig
 from mqstore.store.retention import RetentionConfig
 
@@ -48,12 +49,15 @@ class LocalStack:
         auth: InternalAuth | None = None,
         rocketmq_port: int | None = None,
         max_delivery_attempts: int | None = None,
+        fronts: int = 1,
     ) -> None:
         """``host``: the front's address (internal servers listen on 127.0.0.1).
         ``auth``: the deployment's secret (default: a fresh one, with internal TLS
         when the front speaks TLS): ``self.auth``. ``acl``, ``rocketmq_port`` (the
         RocketMQ 5 protocol: ``self.rocketmq_endpoint``), ``max_delivery_attempts``:
-        see ``FrontHost``."""
+        see ``FrontHost``. ``fronts``: N fronts sharing the public ports (SO_REUSEPORT;
+        a port given as 0 is picked once for all), ``self.fronts`` (``self.front`` is
+        front 0); each front's own metrics port is ``metrics_port`` + k."""
         cfg = config or StoreConfig()
         root = Path(root)
         self.auth = auth = auth or InternalAuth.new(tls=tls is not None)
@@ -79,19 +83,30 @@ class LocalStack:
                 r["ix"] = fixed(ix.endpoint)
             resolvers.append(r)
             self.dispatchers.append(DispatcherHost(r, shard=i, config=cfg, host=inner, auth=auth, store_dir=d))
-        self.front = FrontHost(
-            [(r, fixed(d.endpoint)) for r, d in zip(resolvers, self.dispatchers)],
-            host=host,
-            port=front_port,
-            default_queue_nums=cfg.default_queue_nums,
-            metrics_port=metrics_port,
-            tls=tls,
-            acl=acl,
-            auth=auth,
-            rocketmq_port=rocketmq_port,
-            max_body=cfg.max_message_bytes,
-            **({} if max_delivery_attempts is None else {"max_delivery_attempts": max_delivery_attempts}),
-        )
+        reserved = PortReservations(host)
+        try:
+            ports = front_ports(fronts, front_port, rocketmq_port, metrics_port, pick=reserved.pick)
+            self.fronts = [
+                FrontHost(
+                    [(r, fixed(d.endpoint)) for r, d in zip(resolvers, self.dispatchers)],
+                    host=host,
+                    port=p.port,
+                    default_queue_nums=cfg.default_queue_nums,
+                    metrics_port=p.metrics_port,
+                    tls=tls,
+                    acl=acl,
+                    auth=auth,
+                    rocketmq_port=p.rocketmq_port,
+                    max_body=cfg.max_message_bytes,
+                    index=k,
+                    reuse_port=fronts > 1,
+                    **({} if max_delivery_attempts is None else {"max_delivery_attempts": max_delivery_attempts}),
+                )
+                for k, p in enumerate(ports)
+            ]
+        finally:
+            reserved.close()
+        self.front = self.fronts[0]
         self.front_endpoint = self.front.endpoint
         self.rocketmq_endpoint = self.front.rocketmq_endpoint
 
@@ -99,12 +114,13 @@ class LocalStack:
         """True once every commitlog serves, every builder is open and the front's
         health says SERVING."""
         hosts = self.shards + self.queue_builders + self.index_builders
-        return all(h.wait_ready(timeout) for h in hosts) and self.front.wait_serving(timeout)
+        return all(h.wait_ready(timeout) for h in hosts) and all(f.wait_serving(timeout) for f in self.fronts)
 
     def close(self) -> None:
         """Front first (no new work), then dispatchers (after dispatching what is
         confirmed), then builders, then commitlogs (each closes cleanly)."""
-        self.front.close()
+        for front in self.fronts:
+            front.close()
         for group in (self.dispatchers, self.queue_builders + self.index_builders, self.shards):
             for h in group:
                 h.close()

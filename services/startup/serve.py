@@ -140,7 +140,8 @@ def serve(
     if placement == "node":  # with placement "resource" each shard's node pins its own disk (a driver may have none)
         pin_layout(root, shards)
         check_stores_free(root, shards)
-    from mqstore.services.startup.deployment import FRONT_PLACEMENTS, check_fronts
+    from mqstore.services.startup.deployment import FRONT_PLACEMENTS
+    from mqstore.services.startup.front_ports import check_fronts
 
     check_fronts(fronts, metrics_port)
     if front_placement not in FRONT_PLACEMENTS:

@@ -14,7 +14,7 @@ from mqstore.rpc.rocketmq_v2 import messaging_pb2 as v2
 from mqstore.services.common.actor import MAX_FRONTS, front_name
 from mqstore.services.common.server import server_options, start_grpc_server
 from mqstore.services.rocketmq.endpoints import FrontAddresses, route_endpoints
-from mqstore.services.startup.deployment import FrontPorts, PortReservations, check_fronts, front_ports
+from mqstore.services.startup.front_ports import FrontPorts, PortReservations, check_fronts, front_ports
 
 
 def test_reuseport_only_for_several_fronts():
@@ -23,6 +23,12 @@ def test_reuseport_only_for_several_fronts():
     opts = server_options(reuse_port=True)
     assert dict(opts)["grpc.so_reuseport"] == 1
     assert [k for k, _ in opts].count("grpc.so_reuseport") == 1
+
+
+def test_one_bound_on_fronts():
+    from mqstore.services.startup import front_ports as fp
+
+    assert fp.MAX_FRONTS == MAX_FRONTS
 
 
 def test_front_names():
