@@ -181,6 +181,62 @@ class IndexDisabledError(ConfigError):
     is False): nothing can answer it. Query by msgId or queue offset instead."""
 
 
+class ReplicationError(MqStoreError):
+    """Base of what a replica's rules refuse (mqstore.store.ha). Nothing was written:
+    the replica's files are as before the call."""
+
+
+class StaleEpochError(ReplicationError):
+    """A master's epoch (or an epoch entry) is older than the replica's last epoch, or
+    disagrees with the replica's entry for the same epoch (EpochCache.append,
+    ReplicaFollower.append). Raised before anything is persisted. The sender is a
+    deposed master: follow the master of the newest epoch instead."""
+
+    def __init__(self, message: str, *, epoch: int, last_epoch: int) -> None:
+        super().__init__(message)
+        self.epoch = epoch
+        self.last_epoch = last_epoch
+
+
+class ReplicaOffsetError(ReplicationError):
+    """A replicated batch does not start at the replica's end (``expected``, the local
+    write position; ``got``, the batch's offset), or a new epoch does not start there.
+    Raised by ReplicaFollower.append before anything is written; the follower asks
+    the master again from ``expected``."""
+
+    def __init__(self, message: str, *, expected: int, got: int) -> None:
+        super().__init__(message)
+        self.expected = expected
+        self.got = got
+
+
+class ReplicaBatchError(ReplicationError):
+    """A replicated batch's bytes are not whole valid records at their offsets (a
+    CRC, a length, a PHYSICALOFFSET, a record across a segment end, a BLANK that does
+    not end its segment). Raised by ha.follower.check_batch before anything is
+    written; the message says where. The stream or the master is broken: reconnect."""
+
+
+class NoConsistentPointError(ReplicationError):
+    """Two replicas' epoch files share no epoch with the same start offset
+    (EpochCache.find_consistent_point), or the point lies below the replica's oldest
+    segment: no prefix of the local log is known to match the master's. The replica
+    must be rebuilt from nothing (an empty store follows from the master's oldest
+    offset); RocketMQ refuses the same way."""
+
+
+class InSyncReplicasNotEnoughError(ReplicationError):
+    """A send is refused because the SyncStateSet holds fewer replicas (the master
+    included) than ``min_in_sync`` (RocketMQ PutMessageStatus.IN_SYNC_REPLICAS_NOT_ENOUGH).
+    Raised by SyncStateSet.check_writable before anything is appended; the client
+    may retry once followers have caught up."""
+
+    def __init__(self, message: str, *, in_sync: int, min_in_sync: int) -> None:
+        super().__init__(message)
+        self.in_sync = in_sync
+        self.min_in_sync = min_in_sync
+
+
 __all__ = [
     "ConfigError",
     "CorruptFileError",
@@ -190,16 +246,22 @@ __all__ = [
     "InvalidArgumentError",
     "InvalidMessageError",
     "InvalidReceiptHandle",
+    "InSyncReplicasNotEnoughError",
     "InvalidTopicError",
     "LimitExceededError",
     "MessageTooLargeError",
     "MessageTypeError",
     "MqStoreError",
+    "NoConsistentPointError",
     "NoPermissionError",
     "NotFoundError",
     "OffsetError",
     "PropertiesTooLongError",
+    "ReplicaBatchError",
+    "ReplicaOffsetError",
+    "ReplicationError",
     "ReservedTopicError",
+    "StaleEpochError",
     "StoreClosedError",
     "StoreLockedError",
     "StoreNotWritableError",

@@ -29,6 +29,7 @@ checkpoint, reads, scans and retention.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import mmap
 import os
@@ -44,6 +45,7 @@ from mqstore.errors import (
     CorruptFileError,
     InvalidMessageError,
     OffsetError,
+    ReplicaOffsetError,
     StoreClosedError,
     StoreNotWritableError,
 )
@@ -77,6 +79,8 @@ from mqstore.store.clock import Clock, SystemClock
 from mqstore.store.config import FlushMode, StoreConfig
 from mqstore.store.encoded_batch import EncodedBatch
 from mqstore.store.flush import FlushService
+from mqstore.store.ha.files import has_epoch_file
+from mqstore.store.ha.truncation import complete_pending_truncation
 from mqstore.store.lockfile import StoreLock, create_abort_marker, last_exit_was_clean, remove_abort_marker
 from mqstore.store.mapped_file import forget_sync_failures, sync_failures
 from mqstore.store.messages import AppendResult, MessageBatch, PutStatus
@@ -207,6 +211,12 @@ class CommitLog:
         )
         self._segments.load()
         try:
+            # A replica's truncation to its consistent point that a crash cut short is
+            # finished before recovery reads a byte (ha/truncation.py): the stale tail
+            # past the point never comes back.
+            self.truncation = complete_pending_truncation(self.store_dir, self._segments)
+            if self.truncation is not None:
+                checkpoint = read_checkpoint(self.store_dir)
             self.recovery: RecoveryReport = recover(
                 self._segments,
                 checkpoint,
@@ -224,6 +234,13 @@ class CommitLog:
             self._segments.close()
             raise
         self._checkpoint = checkpoint
+        # A replica's store (it keeps epochs) hands out records only below the confirm
+        # offset; after a restart that is the checkpoint's, corrected into the log as
+        # RocketMQ's recovery does, until the master (or the SyncStateSet) moves it.
+        self._replica_confirm: int | None = None
+        if has_epoch_file(self.store_dir):
+            low, high = self._segments.min_offset, self.recovery.wrote_offset
+            self._replica_confirm = min(max(checkpoint.confirm_phy_offset, low), high)
         # Every topic by dense id (topic_table.py); the queue-offset table and the
         # automatic picks (kernels/_queues.pyx) share its ids.
         self.topic_table = TopicTable()
@@ -775,9 +792,114 @@ class CommitLog:
                 logics_msg_timestamp=cp.logics_msg_timestamp,
                 index_msg_timestamp=cp.index_msg_timestamp,
                 master_flushed_offset=cp.master_flushed_offset,
-                confirm_phy_offset=self._flusher.flushed_offset,
+                confirm_phy_offset=self._confirm_to_persist(),
             )
             write_checkpoint(self.store_dir, self._checkpoint)
+
+    def _confirm_to_persist(self) -> int:
+        """The checkpoint's confirmPhyOffset: the flushed offset (RocketMQ without a
+        controller: where recovery may start checking), or a replica's confirm offset,
+        never above what is flushed here (recovery trusts the bytes below it)."""
+        flushed = self._flusher.flushed_offset
+        return flushed if self._replica_confirm is None else min(self._replica_confirm, flushed)
+
+    # ------------------------------------------------------------------ replication (mqstore.store.ha)
+
+    @property
+    def replica_confirm_offset(self) -> int | None:
+        """None unless the store is a replica's (it keeps epochs, or
+        ``set_confirm_offset`` was called): then how far records may be handed out
+        (dispatch stops there: LogStore.confirm_offset)."""
+        return self._replica_confirm
+
+    def set_confirm_offset(self, offset: int) -> None:
+        """A replica's confirm offset (the master's SyncStateSet computes it; a
+        follower takes the master's, capped at its own end). Persisted in the
+        checkpoint (confirmPhyOffset) at its next write."""
+        if offset < 0:
+            raise ValueError(f"confirm offset must be >= 0, got {offset}")
+        self._replica_confirm = min(int(offset), self._wrote)
+
+    def set_master_flushed_offset(self, offset: int) -> None:
+        """The checkpoint's masterFlushedOffset (byte 24): a follower records the
+        master's flushed offset it last heard; written with the next checkpoint."""
+        with self._checkpoint_lock:
+            self._checkpoint = dataclasses.replace(self._checkpoint, master_flushed_offset=int(offset))
+
+    def append_replicated(
+        self, offset: int, data, *, end: int, queue_offsets: dict[QueueKey, int], store_timestamp: int
+    ) -> int:
+        """Write bytes the master's commitlog holds at the same offsets (a follower;
+        mqstore.store.ha.follower checked them and passes what it found): ``data``
+        lands at ``offset``, which must be the write position (ReplicaOffsetError
+        naming both otherwise), and the write position becomes ``end`` (the data's
+        end, or the end of the segment a BLANK in it closes). Each segment's run is
+        written with its first TOTALSIZE still 0, then that set, as ``append`` does;
+        the queue-offset table and the newest store time follow the records.
+
+        Returns the offset the follower may acknowledge: under sync flush what is
+        fsynced once ``end`` is (or the sync flush timeout passed; StoreNotWritableError
+        if the flush failed), else the write position. Same lock as ``append``; disk failures as there."""
+        self._check_open()
+        with self._put_lock:
+            self._check_open()
+            if offset != self._wrote:
+                raise ReplicaOffsetError(
+                    f"replicated bytes at commitlog offset {offset}, but this log ends at {self._wrote}",
+                    expected=self._wrote,
+                    got=offset,
+                )
+            self._writability.check()
+            self._write_high = self._wrote
+            try:
+                self._write_raw(offset, data, end)
+            except (OSError, StoreNotWritableError) as e:
+                raise self._write_failed(e) from e
+            self._writability.wrote()
+            for (topic, queue_id), nxt in queue_offsets.items():
+                self._queue_offsets.raise_to(topic, queue_id, int(nxt))
+            self._last_store_ts = max(self._last_store_ts, store_timestamp)
+            self._wrote = end
+            self._wrote_state = (end, self._last_store_ts)
+        faults.hit("commitlog.written")
+        if self.config.flush_mode is not FlushMode.SYNC:
+            return end
+        try:
+            ok = self._flusher.wait_flushed(end, self.config.sync_flush_timeout_ms / 1000)
+        except Exception as e:
+            raise StoreNotWritableError(
+                f"flush failed, replicated bytes not durable: {e}", cause=cause_of(e, "flush_failed")
+            ) from e
+        return end if ok else min(end, self._flusher.flushed_offset)  # a slow disk: ack what is durable
+
+    def _write_raw(self, offset: int, data, end: int) -> None:
+        view = memoryview(data).cast("B")
+        self._ensure_segments(max(end, offset + len(view)) - 1)
+        pos = 0
+        while pos < len(view):
+            seg = self._segments.find(offset + pos)
+            n = min(len(view) - pos, seg.end_offset - (offset + pos))
+            at = offset + pos - seg.base_offset
+            self._write_high = max(self._write_high, offset + pos + n)
+            run = bytearray(view[pos : pos + n])
+            head = bytes(run[:4])
+            run[:4] = _NO_SIZE[: len(head)]
+            seg.write(at, run)
+            seg.write(at, head)  # only now is the run visible
+            pos += n
+
+    def read_log_bytes(self, offset: int, max_bytes: int) -> bytes:
+        """The commitlog's bytes from ``offset`` (at least the min offset) up to
+        ``max_bytes`` of them, never past the write position nor the end of
+        ``offset``'s segment (what a master streams; ha/source.py cuts it at record
+        ends). OffsetError below the min offset or past the write position."""
+        self._check_open()
+        if offset == self._wrote:
+            return b""
+        seg = self._segment_for_read(offset)
+        n = max(0, min(max_bytes, seg.end_offset - offset, self._wrote - offset))
+        at = offset - seg.base_offset
+        return bytes(seg.mm[at : at + n])
 
     @property
     def checkpoint(self) -> Checkpoint:

@@ -323,9 +323,12 @@ class LogStore:
 
     @property
     def confirm_offset(self) -> int:
-        """How far records may be handed out: flushed under sync flush, else written."""
+        """How far records may be handed out: flushed under sync flush, else written;
+        in a replica's store never past the replicas' confirm offset (mqstore.store.ha)."""
         cl = self.commitlog
-        return cl.flushed_offset if self.config.flush_mode is FlushMode.SYNC else cl.wrote_offset
+        local = cl.flushed_offset if self.config.flush_mode is FlushMode.SYNC else cl.wrote_offset
+        replicated = cl.replica_confirm_offset
+        return local if replicated is None else min(local, replicated)
 
     def note_dispatched(self, offset: int) -> None:
         """The dispatcher reports: everything below ``offset`` is in both builders."""
