@@ -147,3 +147,25 @@ def test_front_addresses_cached_and_kept_while_asks_fail():
         assert len(asked) == 3
 
     asyncio.run(run())
+
+
+@pytest.mark.parametrize("bad", ["0", "65", "x"])
+def test_serve_refuses_a_bad_fronts_count(bad, tmp_path):
+    from typer.testing import CliRunner
+
+    from mqstore.cli.main import app
+
+    r = CliRunner().invoke(app, ["serve", "--store", str(tmp_path), "--fronts", bad])
+    assert r.exit_code == 2
+    assert "--fronts" in r.output
+    assert not any(tmp_path.iterdir())  # refused before anything started
+
+
+def test_serve_help_names_the_fronts_options():
+    from typer.testing import CliRunner
+
+    from mqstore.cli.main import app
+
+    r = CliRunner().invoke(app, ["serve", "--help"], env={"COLUMNS": "200"})
+    assert r.exit_code == 0
+    assert "--fronts" in r.output and "--front-placement" in r.output
