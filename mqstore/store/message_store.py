@@ -29,7 +29,7 @@ from mqstore.errors import StoreClosedError
 from mqstore.store import open_protocol, reads
 from mqstore.store.builders import ConsumerProgress, IndexBuilder, LocalCommitLogView, QueueBuilder
 from mqstore.store.clock import Clock
-from mqstore.store.config import FlushMode, StoreConfig
+from mqstore.store.config import StoreConfig
 from mqstore.store.dispatch import ReputLoop
 from mqstore.store.local_ports import LocalPorts, LocalReads, PullResult, RawPullResult
 from mqstore.store.messages import AppendResult, MessageBatch
@@ -193,11 +193,10 @@ class MessageStore(LocalReads):
         self.queue_builder.commit_offset(group, topic, queue_id, offset)
 
     def wait_dispatched(self, timeout_s: float = 10.0) -> bool:
-        """Block until everything appended before this call is in the consume queues
-        and index (True), or the timeout passes (False)."""
-        target = (
-            self.commitlog.flushed_offset if self.config.flush_mode is FlushMode.SYNC else self.commitlog.wrote_offset
-        )
+        """Block until everything appended before this call that may be handed out
+        (LogStore.confirm_offset) is in the consume queues and index (True), or the
+        timeout passes (False)."""
+        target = self.log.confirm_offset
         clock = self.log._clock
         deadline = clock.monotonic() + timeout_s
         while self.dispatcher.dispatched_offset < target or self.dispatcher.behind:  # (the index catching up too)
