@@ -35,6 +35,14 @@ those clients.
 Who calls: the front's event loop reads (``authenticate``, ``authorize``) without a
 lock (the state is an immutable snapshot, replaced whole); the changes (admin RPCs,
 ``mqstore acl --file``) run one at a time under a lock and persist the file first.
+
+Several processes share one file (``serve --fronts N`` on one machine, ``mqstore acl
+--file`` while serving): a change holds an exclusive lock (flock on the file's
+directory) and applies to the file as it is then (re-read if another process wrote it), so no
+change is lost; a reader re-reads a changed file at most ``FRESH_S`` after the change
+(checked on ``authenticate``, one stat a second). A file that no longer parses is
+logged and the last good state kept. Fronts on other nodes (``--front-placement
+spread``) each read their own node's file: change it on every node.
 """
 
 from __future__ import annotations
@@ -50,11 +58,12 @@ import re
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import grpc
+import structlog
 
 from mqstore.errors import ConfigError
 from mqstore.formats.names import topic_error
@@ -67,6 +76,8 @@ from mqstore.services.common.errors import (
     Unauthenticated,
 )
 
+log = structlog.get_logger(__name__)
+FRESH_S = 1.0  # a file changed by another process (another front, `mqstore acl --file`) is re-read this soon
 AUTHORIZATION = "authorization"
 DATE_TIME = "x-mq-date-time"
 ALGORITHM = "MQv2-HMAC-SHA1"
@@ -277,6 +288,9 @@ class Acl:
         self._max_skew_s = max_skew_s
         self._lock = threading.Lock()
         self._state = _check(_State({}, {}), users, rules)
+        self.fresh_s = FRESH_S
+        self._seen = _file_signature(self.path)  # the file as last read or written here
+        self._checked = time.monotonic()
 
     # ------------------------------------------------------------------ the file
 
@@ -299,6 +313,38 @@ class Acl:
         except (RpcError, ConfigError, TypeError) as e:
             raise ConfigError(f"ACL file {p}: {e}") from None
 
+    def refresh(self, *, force: bool = False) -> bool:
+        """Re-read the file if another process changed it since this ACL last read or
+        wrote it (looked at most every ``fresh_s`` unless ``force``); True if the state
+        was replaced. A file that does not parse (or is gone) is logged and the current
+        state kept."""
+        if self.path is None:
+            return False
+        now = time.monotonic()
+        if not force and now - self._checked < self.fresh_s:
+            return False
+        self._checked = now
+        sig = _file_signature(self.path)
+        if sig is None or sig == self._seen:
+            return False
+        self._seen = sig
+        try:
+            fresh = Acl.load(self.path)
+        except ConfigError as e:
+            log.warning("acl_file_not_reloaded", path=str(self.path), error=str(e))
+            return False
+        self._state = fresh._state
+        log.info("acl_file_reloaded", path=str(self.path), users=len(fresh._state.users))
+        return True
+
+    @contextlib.contextmanager
+    def _changing(self) -> Iterator[None]:
+        """One change at a time: this process's lock, then the file's directory's
+        (other processes), on the file as it is now."""
+        with self._lock, _file_lock(self.path):
+            self.refresh(force=True)
+            yield
+
     def to_json(self) -> dict:
         """The file's content (secrets included)."""
         return _to_json(self._state)
@@ -311,6 +357,7 @@ class Acl:
                 _write_atomic(self.path, json.dumps(_to_json(state), indent=2) + "\n")
             except OSError as e:
                 raise RpcError(f"can not write the ACL file {self.path}: {e}") from None
+            self._seen = _file_signature(self.path)
         self._state = state
 
     # ------------------------------------------------------------------ reading
@@ -326,6 +373,8 @@ class Acl:
         """The user who signed a request with these headers (Unauthenticated
         otherwise: no or malformed header, unknown user, bad signature, a date-time
         too far from the clock)."""
+        if self.path is not None and time.monotonic() - self._checked >= self.fresh_s:
+            self.refresh()
         headers = {k.lower(): _text(v) for k, v in metadata or ()}
         header = headers.get(AUTHORIZATION)
         if not header:
@@ -412,7 +461,7 @@ class Acl:
     def add_user(self, user: User, *, replace: bool = False) -> bool:
         """Add ``user`` (or replace it with ``replace``); True if it replaced one.
         Refuses to leave the ACL without an admin (once it has one)."""
-        with self._lock:
+        with self._changing():
             s = self._state
             existed = user.access_key in s.users
             if existed and not replace:
@@ -427,7 +476,7 @@ class Acl:
 
     def remove_user(self, access_key: str) -> int:
         """Remove a user and its rules; returns how many rules went."""
-        with self._lock:
+        with self._changing():
             s = self._state
             if access_key not in s.users:
                 raise NotFound(f"no user {access_key!r}")
@@ -440,7 +489,7 @@ class Acl:
     def add_rule(self, rule: Rule) -> bool:
         """Add a rule, replacing the user's rule with the same resource and
         decision; True if it replaced one."""
-        with self._lock:
+        with self._changing():
             s = self._state
             if rule.user not in s.users:
                 raise NotFound(f"no user {rule.user!r} (add the user first)")
@@ -453,7 +502,7 @@ class Acl:
         if given); returns them (NotFound if there is none)."""
         res = Resource.parse(resource)
         dec = None if decision is None else Rule.of(user, resource, ["Pub"], decision).decision
-        with self._lock:
+        with self._changing():
             s = self._state
             gone = [r for r in s.rules.values() if r.user == user and r.resource == res and dec in (None, r.decision)]
             if not gone:
@@ -498,6 +547,36 @@ def _fields(obj, required: set[str], optional: set[str]) -> dict:
         shown = {k: v for k, v in obj.items() if k != "secret_key"}
         raise BadRequest(f"{shown}: missing {sorted(missing)}, unknown {sorted(extra)}")
     return obj
+
+
+def _file_signature(path: Path | None) -> tuple[int, int, int] | None:
+    """(inode, mtime ns, size) of the file (None: none): a rename or a write changes it."""
+    if path is None:
+        return None
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_ino, st.st_mtime_ns, st.st_size
+
+
+@contextlib.contextmanager
+def _file_lock(path: Path | None) -> Iterator[None]:
+    """An exclusive flock on the file's directory (the file itself is replaced by each
+    write, so it can not carry the lock; no lock file is left behind); nothing
+    without a path."""
+    if path is None:
+        yield
+        return
+    import fcntl
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing lets the lock go
 
 
 def _write_atomic(path: Path, text: str) -> None:
