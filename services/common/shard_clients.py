@@ -24,7 +24,9 @@ task per call. Appends (AppendBatch, AppendEncoded, DeliverDelayed) go over one
 broke; the appends waiting go together, each answered once durable), with the unary
 calls' deadlines, errors and rules: a stream that broke fails the appends it sent
 UNAVAILABLE (their outcome unknown: never sent again here) and those it had not sent
-``ShardUnreachable``. Two RPCs pass bytes through unparsed
+``ShardUnreachable``. Acks, new invisible times and dead letters go the same way over
+the consume-queue builder's ``PopStream`` (pops stay unary: a long poll would hold a
+place in flight). Two RPCs pass bytes through unparsed
 (``CommitLogClient.append_encoded``, ``ConsumeQueueClient.pull_raw``). The blocking
 counterpart for core code in plain threads is ``peers.Peer`` (``SyncCommitLogClient``
 below).
@@ -235,15 +237,63 @@ class Connection:
                 asyncio.ensure_future(ch.close(self.rules.close_grace_s))
 
 
+class StreamedCalls:
+    """The calls of one ``Connection`` that go over one call stream
+    (internal_streams.CallStream; the module docstring): opened on first use, and
+    again after it broke or its channel was dropped (one opening at a time). A
+    stream that broke drops the channel, so its service is found again (a restarted
+    actor listens elsewhere); a call answered UNAVAILABLE alone does not."""
+
+    def __init__(self, conn: Connection, method: Pick, request_type, name: str) -> None:
+        self.conn = conn
+        self._method = method  # stub -> its stream method (``lambda s: s.AppendStream``)
+        self._request_type = request_type
+        self._name = f"{name}-{conn.shard}"
+        self.stream: CallStream | None = None
+        self._stub = None  # the stub (so the channel) the stream is open on
+        self._opening = asyncio.Lock()
+
+    async def call(self, item, timeout: float):
+        """``item`` on the stream, within ``timeout`` and the caller's deadline; never
+        retried here. ShardUnreachable: nothing of it was sent."""
+        budget = self.conn.rules.call_timeout(timeout)
+        stream = self.stream
+        if stream is None or stream.broken is not None or self._stub is not self.conn.stub:
+            stream = await self._open(budget)
+        try:
+            return await stream.call(item, budget)
+        except grpc.aio.AioRpcError as e:
+            if e.code() is grpc.StatusCode.UNAVAILABLE and stream.broken is not None and stream is self.stream:
+                await self.conn.reset(failed=self._stub)
+            raise
+
+    async def _open(self, budget: float) -> CallStream:
+        async with self._opening:
+            stream = self.stream
+            if stream is not None and stream.broken is None and self._stub is self.conn.stub:
+                return stream
+            stub = await self.conn.ready_stub(min(budget, SEND_RESOLVE_CAP_S))
+            if stream is not None and stream.broken is None:
+                asyncio.ensure_future(stream.close())  # on a channel dropped: its calls end with it
+            self.stream = stream = CallStream.open(
+                self._method(stub), self._name, self.conn.metadata, self._request_type, not_sent=ShardUnreachable
+            )
+            self._stub = stub
+            return stream
+
+    async def close(self) -> None:
+        stream, self.stream, self._stub = self.stream, None, None
+        if stream is not None:
+            await stream.close()
+
+
 class CommitLogClient:
     """CommitLogService (proto/mqstore/commitlog/v1) of one shard. Appends go over
-    its AppendStream (the module docstring), never retried here."""
+    its AppendStream (``appends``; the module docstring), never retried here."""
 
     def __init__(self, conn: Connection) -> None:
         self.conn = conn
-        self._stream: CallStream | None = None
-        self._stream_stub = None  # the stub (so the channel) the stream is open on
-        self._opening = asyncio.Lock()
+        self.appends = StreamedCalls(conn, lambda s: s.AppendStream, commitlog_pb2.AppendStreamRequest, "AppendStream")
 
     async def append_batch(
         self, messages: common_pb2.MessageColumns, *, timeout: float = 60.0
@@ -269,43 +319,10 @@ class CommitLogClient:
         return (await self._append(commitlog_pb2.AppendCall(encoded=raw), timeout)).encoded
 
     async def _append(self, item: commitlog_pb2.AppendCall, timeout: float) -> commitlog_pb2.AppendAnswer:
-        """``item`` on the stream, within ``timeout`` and the caller's deadline."""
-        budget = self.conn.rules.call_timeout(timeout)
-        stream = self._stream
-        if stream is None or stream.broken is not None or self._stream_stub is not self.conn.stub:
-            stream = await self._open(budget)
-        try:
-            return await stream.call(item, budget)
-        except grpc.aio.AioRpcError as e:
-            # The stream broke (not one append answered UNAVAILABLE): its service is
-            # found again for the next append (a restarted actor listens elsewhere).
-            if e.code() is grpc.StatusCode.UNAVAILABLE and stream.broken is not None and stream is self._stream:
-                await self.conn.reset(failed=self._stream_stub)
-            raise
-
-    async def _open(self, budget: float) -> CallStream:
-        """The open stream, opened here if there is none (one opening at a time)."""
-        async with self._opening:
-            stream = self._stream
-            if stream is not None and stream.broken is None and self._stream_stub is self.conn.stub:
-                return stream
-            stub = await self.conn.ready_stub(min(budget, SEND_RESOLVE_CAP_S))
-            if stream is not None and stream.broken is None:
-                asyncio.ensure_future(stream.close())  # on a channel dropped: its calls end with it
-            self._stream = stream = CallStream.open(
-                stub.AppendStream,
-                f"AppendStream-{self.conn.shard}",
-                self.conn.metadata,
-                commitlog_pb2.AppendStreamRequest,
-                not_sent=ShardUnreachable,
-            )
-            self._stream_stub = stub
-            return stream
+        return await self.appends.call(item, timeout)  # the answer's status raised as the unary call's
 
     async def close_stream(self) -> None:
-        stream, self._stream, self._stream_stub = self._stream, None, None
-        if stream is not None:
-            await stream.close()
+        await self.appends.close()
 
     # status reads: ``how`` is Connection.call's timeout, retry and resolve_cap
     async def get_offsets(self, **how) -> commitlog_pb2.GetOffsetsResponse:
@@ -326,10 +343,11 @@ class CommitLogClient:
 
 class ConsumeQueueClient:
     """ConsumeQueueService (proto/mqstore/consume_queue/v1) of one shard: units,
-    offsets, pops."""
+    offsets, pops (acks and the like on its PopStream, ``pop_calls``)."""
 
     def __init__(self, conn: Connection) -> None:
         self.conn = conn
+        self.pop_calls = StreamedCalls(conn, lambda s: s.PopStream, consume_queue_pb2.PopStreamRequest, "PopStream")
 
     async def pull_raw(self, raw: bytes) -> bytes:
         """A PullRequest's bytes as the client sent them; the answer's bytes."""
@@ -372,18 +390,23 @@ class ConsumeQueueClient:
     async def pop(self, request: consume_queue_pb2.PopRequest, *, timeout: float) -> consume_queue_pb2.PopResponse:
         return await self.conn.call(lambda s: s.Pop, request, timeout=timeout, retry=False)
 
-    async def ack_pop(self, request: consume_queue_pb2.AckPopRequest) -> consume_queue_pb2.AckPopResponse:
-        return await self.conn.call(lambda s: s.AckPop, request, retry=False)
+    # acks, new invisible times and dead letters go over the PopStream (``pop_calls``)
+    async def ack_pop(
+        self, request: consume_queue_pb2.AckPopRequest, *, timeout: float = 30.0
+    ) -> consume_queue_pb2.AckPopResponse:
+        return (await self.pop_calls.call(consume_queue_pb2.PopCall(ack=request), timeout)).ack
 
     async def change_invisible(
-        self, request: consume_queue_pb2.ChangeInvisibleRequest
+        self, request: consume_queue_pb2.ChangeInvisibleRequest, *, timeout: float = 30.0
     ) -> consume_queue_pb2.ChangeInvisibleResponse:
-        return await self.conn.call(lambda s: s.ChangeInvisible, request, retry=False)
+        return (
+            await self.pop_calls.call(consume_queue_pb2.PopCall(change_invisible=request), timeout)
+        ).change_invisible
 
     async def pop_to_dead_letter(
-        self, request: consume_queue_pb2.PopToDeadLetterRequest
+        self, request: consume_queue_pb2.PopToDeadLetterRequest, *, timeout: float = 30.0
     ) -> consume_queue_pb2.PopToDeadLetterResponse:
-        return await self.conn.call(lambda s: s.PopToDeadLetter, request, retry=False)
+        return (await self.pop_calls.call(consume_queue_pb2.PopCall(dead_letter=request), timeout)).dead_letter
 
 
 class IndexClient:
@@ -504,6 +527,7 @@ class Shard:
 
     async def reset(self) -> None:
         await self.commitlog.close_stream()
+        await self.queues.pop_calls.close()
         for c in self._conns.values():
             await c.reset()
 
@@ -570,6 +594,7 @@ __all__ = [
     "IndexClient",
     "Shard",
     "ShardUnreachable",
+    "StreamedCalls",
     "SyncCommitLogClient",
     "TransactionClient",
 ]

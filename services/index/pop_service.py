@@ -161,6 +161,18 @@ class Popper:
         )
         return pb.PopToDeadLetterResponse(outcome=_OUTCOMES[outcome])
 
+    async def call(self, call: pb.PopCall) -> pb.PopAnswer:
+        """One call of the front's PopStream: the unary call it stands for (started
+        as it arrives; the front's own timer bounds its wait)."""
+        kind = call.WhichOneof("call")
+        if kind == "ack":
+            return pb.PopAnswer(ack=await self.ack(call.ack))
+        if kind == "change_invisible":
+            return pb.PopAnswer(change_invisible=await self.change(call.change_invisible))
+        if kind == "dead_letter":
+            return pb.PopAnswer(dead_letter=await self.to_dead_letter(call.dead_letter))
+        raise BadRequest("a PopCall carries no call (ack, change_invisible or dead_letter)")
+
 
 def _pop_response(messages, dead_lettered: int, set_aside: list[str]) -> pb.PopResponse:
     answer = pb.PopResponse(dead_lettered=dead_lettered, set_aside=set_aside)

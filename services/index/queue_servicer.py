@@ -15,7 +15,7 @@ from mqstore.rpc.v1 import consume_queue_pb2 as pb
 from mqstore.services.common import validate
 from mqstore.services.common.columns import INT32, INT64, unpack
 from mqstore.services.common.errors import BadRequest, rpc
-from mqstore.services.common.internal_streams import OpenStreams, answer_in_order
+from mqstore.services.common.internal_streams import OpenStreams, answer_as_done, answer_in_order, stream_rpc
 from mqstore.services.common.server import Registration
 from mqstore.services.index.local_pull import LocalPulls
 from mqstore.services.index.pop_service import Popper
@@ -79,6 +79,14 @@ class ConsumeQueueServicer(consume_queue_pb2_grpc.ConsumeQueueServiceServicer):
     @rpc
     async def PopToDeadLetter(self, request: pb.PopToDeadLetterRequest, context) -> pb.PopToDeadLetterResponse:
         return await self.popper.to_dead_letter(request)
+
+    @stream_rpc
+    async def PopStream(self, requests, context):
+        """AckPop, ChangeInvisible and PopToDeadLetter multiplexed on the front's
+        stream (consume_queue.proto): each call answered once done, in any order."""
+        async with self.streams.held(context):
+            async for answer in answer_as_done(requests, self.popper.call, pb.PopAnswer, pb.PopStreamResponse):
+                yield answer
 
     @rpc
     async def Pull(self, request: front_pb2.PullRequest, context) -> front_pb2.PullResponse:

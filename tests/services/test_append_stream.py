@@ -417,10 +417,10 @@ def test_the_fronts_client_opens_a_broken_stream_again_and_sends_nothing_twice(s
 
     async def run():
         first = await client.append_batch(_columns("R", 2))
-        stream = client._stream
+        stream = client.appends.stream
         assert first.result.statuses[0] == common_pb2.PUT_OK
         more = await asyncio.gather(*(client.append_batch(_columns("R")) for _ in range(5)))
-        assert client._stream is stream and len(servicer.streams) >= 1  # one stream for all
+        assert client.appends.stream is stream and len(servicer.streams) >= 1  # one stream for all
         wrote = shard.cl.state.log_store.commitlog.wrote_offset
         release = threading.Event()
         busy = [shard.cl.state.executor.submit(release.wait, 10) for _ in range(shard.cl.state.executor._max_workers)]
@@ -437,7 +437,7 @@ def test_the_fronts_client_opens_a_broken_stream_again_and_sends_nothing_twice(s
         after = shard.cl.state.log_store.commitlog.wrote_offset  # written once, or not at all: never twice
         assert after - wrote in (0, more[0].result.sizes[0])
         again = await client.append_batch(_columns("R"))
-        assert client._stream is not stream and again.result.physical_offsets[0] == after
+        assert client.appends.stream is not stream and again.result.physical_offsets[0] == after
         await client.close_stream()
         await conn.reset()
 
@@ -455,6 +455,40 @@ def test_an_unreachable_commitlog_is_not_sent_anything(shard):
         with pytest.raises(ShardUnreachable):
             await client.append_batch(_columns("X"), timeout=10)
         assert time.monotonic() - t0 < 5
+        await conn.reset()
+
+    asyncio.run(run())
+
+
+def test_pop_calls_on_the_builders_stream_are_answered_as_their_unary_calls(shard):
+    """Acks, new invisible times and dead letters on the consume-queue builder's
+    PopStream (ConsumeQueueClient.pop_calls): each answered as its unary call."""
+    from mqstore.rpc.v1 import consume_queue_pb2 as cq
+    from mqstore.rpc.v1 import consume_queue_pb2_grpc
+    from mqstore.services.common.shard_clients import ConsumeQueueClient
+
+    endpoint = shard.cq.endpoint
+    conn = Connection(0, "cq", fixed(endpoint), consume_queue_pb2_grpc.ConsumeQueueServiceStub, shard.auth)
+    client = ConsumeQueueClient(conn)
+    ack = cq.AckPopRequest(group="G", topic="T", receipt_handles=["not a handle", "nor this"])
+    change = cq.ChangeInvisibleRequest(group="G", topic="T", receipt_handle="nope", invisible_ms=1000)
+    dead = cq.PopToDeadLetterRequest(group="G", topic="T", receipt_handle="nope")
+
+    async def run():
+        unary = consume_queue_pb2_grpc.ConsumeQueueServiceStub(internal_channel(endpoint, shard.auth))
+        md = shard.auth.metadata()
+        streamed = await asyncio.gather(client.ack_pop(ack), client.change_invisible(change))
+        assert list(streamed[0].outcomes) == list((await unary.AckPop(ack, metadata=md)).outcomes)
+        assert list(streamed[0].outcomes) == [cq.POP_MALFORMED] * 2
+        assert streamed[1] == await unary.ChangeInvisible(change, metadata=md)
+        for call in (cq.PopCall(), cq.PopCall(ack=cq.AckPopRequest(group="G", topic="bad topic!"))):
+            with pytest.raises(grpc.aio.AioRpcError) as e:
+                await client.pop_calls.call(call, 10)
+            assert e.value.code() is C.INVALID_ARGUMENT
+        got = await client.pop_to_dead_letter(dead)
+        assert got == await unary.PopToDeadLetter(dead, metadata=md)
+        assert client.pop_calls.stream.broken is None  # one stream for all of them
+        await client.pop_calls.close()
         await conn.reset()
 
     asyncio.run(run())

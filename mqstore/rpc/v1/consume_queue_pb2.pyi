@@ -20,6 +20,46 @@ POP_STALE: PopOutcome
 POP_EXPIRED: PopOutcome
 POP_MALFORMED: PopOutcome
 
+class PopCall(_message.Message):
+    __slots__ = ("id", "timeout_ms", "ack", "change_invisible", "dead_letter")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
+    ACK_FIELD_NUMBER: _ClassVar[int]
+    CHANGE_INVISIBLE_FIELD_NUMBER: _ClassVar[int]
+    DEAD_LETTER_FIELD_NUMBER: _ClassVar[int]
+    id: int
+    timeout_ms: int
+    ack: AckPopRequest
+    change_invisible: ChangeInvisibleRequest
+    dead_letter: PopToDeadLetterRequest
+    def __init__(self, id: _Optional[int] = ..., timeout_ms: _Optional[int] = ..., ack: _Optional[_Union[AckPopRequest, _Mapping]] = ..., change_invisible: _Optional[_Union[ChangeInvisibleRequest, _Mapping]] = ..., dead_letter: _Optional[_Union[PopToDeadLetterRequest, _Mapping]] = ...) -> None: ...
+
+class PopStreamRequest(_message.Message):
+    __slots__ = ("calls",)
+    CALLS_FIELD_NUMBER: _ClassVar[int]
+    calls: _containers.RepeatedCompositeFieldContainer[PopCall]
+    def __init__(self, calls: _Optional[_Iterable[_Union[PopCall, _Mapping]]] = ...) -> None: ...
+
+class PopAnswer(_message.Message):
+    __slots__ = ("id", "status", "ack", "change_invisible", "dead_letter")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    ACK_FIELD_NUMBER: _ClassVar[int]
+    CHANGE_INVISIBLE_FIELD_NUMBER: _ClassVar[int]
+    DEAD_LETTER_FIELD_NUMBER: _ClassVar[int]
+    id: int
+    status: _common_pb2.CallStatus
+    ack: AckPopResponse
+    change_invisible: ChangeInvisibleResponse
+    dead_letter: PopToDeadLetterResponse
+    def __init__(self, id: _Optional[int] = ..., status: _Optional[_Union[_common_pb2.CallStatus, _Mapping]] = ..., ack: _Optional[_Union[AckPopResponse, _Mapping]] = ..., change_invisible: _Optional[_Union[ChangeInvisibleResponse, _Mapping]] = ..., dead_letter: _Optional[_Union[PopToDeadLetterResponse, _Mapping]] = ...) -> None: ...
+
+class PopStreamResponse(_message.Message):
+    __slots__ = ("answers",)
+    ANSWERS_FIELD_NUMBER: _ClassVar[int]
+    answers: _containers.RepeatedCompositeFieldContainer[PopAnswer]
+    def __init__(self, answers: _Optional[_Iterable[_Union[PopAnswer, _Mapping]]] = ...) -> None: ...
+
 class PopRequest(_message.Message):
     __slots__ = ("group", "topic", "queue_ids", "max_messages", "invisible_ms", "wait_ms", "tag_expression", "fifo", "max_attempts", "dead_letter_queue_id")
     GROUP_FIELD_NUMBER: _ClassVar[int]

@@ -112,6 +112,11 @@ class ConsumeQueueServiceStub:
                 request_serializer=mqstore_dot_v1_dot_consume__queue__pb2.PopToDeadLetterRequest.SerializeToString,
                 response_deserializer=mqstore_dot_v1_dot_consume__queue__pb2.PopToDeadLetterResponse.FromString,
                 _registered_method=True)
+        self.PopStream = channel.stream_stream(
+                '/mqstore.v1.ConsumeQueueService/PopStream',
+                request_serializer=mqstore_dot_v1_dot_consume__queue__pb2.PopStreamRequest.SerializeToString,
+                response_deserializer=mqstore_dot_v1_dot_consume__queue__pb2.PopStreamResponse.FromString,
+                _registered_method=True)
 
 
 class ConsumeQueueServiceServicer:
@@ -237,6 +242,18 @@ class ConsumeQueueServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def PopStream(self, request_iterator, context):
+        """AckPop, ChangeInvisible and PopToDeadLetter over one long-lived stream (the
+        front's), as CommitLogService.AppendStream multiplexes appends: each request
+        carries one or more calls with the caller's ids, each call is answered as soon
+        as it is done, in any order, with the status its unary call would have ended
+        with; the secret is checked once, when the stream opens. Pops stay unary: a long
+        poll would hold one of the stream's places in flight for its whole wait.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ConsumeQueueServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -314,6 +331,11 @@ def add_ConsumeQueueServiceServicer_to_server(servicer, server):
                     servicer.PopToDeadLetter,
                     request_deserializer=mqstore_dot_v1_dot_consume__queue__pb2.PopToDeadLetterRequest.FromString,
                     response_serializer=mqstore_dot_v1_dot_consume__queue__pb2.PopToDeadLetterResponse.SerializeToString,
+            ),
+            'PopStream': grpc.stream_stream_rpc_method_handler(
+                    servicer.PopStream,
+                    request_deserializer=mqstore_dot_v1_dot_consume__queue__pb2.PopStreamRequest.FromString,
+                    response_serializer=mqstore_dot_v1_dot_consume__queue__pb2.PopStreamResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -722,6 +744,33 @@ class ConsumeQueueService:
             '/mqstore.v1.ConsumeQueueService/PopToDeadLetter',
             mqstore_dot_v1_dot_consume__queue__pb2.PopToDeadLetterRequest.SerializeToString,
             mqstore_dot_v1_dot_consume__queue__pb2.PopToDeadLetterResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PopStream(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/mqstore.v1.ConsumeQueueService/PopStream',
+            mqstore_dot_v1_dot_consume__queue__pb2.PopStreamRequest.SerializeToString,
+            mqstore_dot_v1_dot_consume__queue__pb2.PopStreamResponse.FromString,
             options,
             channel_credentials,
             insecure,
