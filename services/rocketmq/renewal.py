@@ -11,9 +11,16 @@ The handle the client holds is mapped to the current one when it acks, changes t
 invisible time or forwards to the DLQ. When the client says it terminates, its
 messages are released (visible again at once).
 
-The map lives in the front's memory: after a restart of the front an ack with a
-handle renewed since fails as stale and the message comes back once its invisible
-time passes (at least once, never lost).
+The map lives in the front's memory, which is right with N fronts (``serve --fronts
+N``): a client's calls ride one connection, so its acks reach the front that received
+and renews its messages. When that front dies (or restarts) the client reconnects to
+another; an ack with a handle renewed since fails as stale there, and the message comes
+back once its last invisible time passes (at most ``invisible_ms`` after the last
+renewal): delivered again, at least once, never lost (tests/rocketmq/test_two_fronts.py
+test_push_messages_come_back_after_their_front_dies). Keeping the handles valid across
+fronts would need the shard to accept a renewed message's original handle (its
+lineage), which also means a handle outliving its own deadline: not done, the
+redelivery is what "at least once" allows.
 """
 
 from __future__ import annotations

@@ -6,6 +6,15 @@ answer is theirs merged with the server's values, and several of those values ar
 load-bearing (protocol notes §5, Telemetry): a producer without
 ``publishing.max_body_size`` can send nothing, Java and Node clients throw without
 a backoff strategy, a push consumer without ``long_polling_timeout`` polls with 0.
+
+Sessions are each front's own (``serve --fronts N``): a client's calls, its Telemetry
+stream included, ride one HTTP/2 connection, so they reach the front that holds its
+session. When that front dies the client reconnects to another and resends its
+settings on a new stream; calls that come before them work there all the same: no
+call but the stream's own answers (and transaction check-backs, which need the
+stream) reads the settings, and the new front notes the session at the first call
+(tests/rocketmq/test_two_fronts.py test_calls_on_a_front_that_never_got_the_settings).
+The bounds (``max_sessions``, per user, settings bytes) are per front.
 """
 
 from __future__ import annotations
