@@ -10,7 +10,8 @@ a backoff strategy, a push consumer without ``long_polling_timeout`` polls with 
 Sessions are each front's own (``serve --fronts N``): a client's calls, its Telemetry
 stream included, ride one HTTP/2 connection, so they reach the front that holds its
 session. When that front dies the client reconnects to another and resends its
-settings on a new stream; calls that come before them work there all the same: no
+settings on a new stream (when it next syncs them: the Python client every 5 minutes);
+calls that come before them work there all the same: no
 call but the stream's own answers (and transaction check-backs, which need the
 stream) reads the settings, and the new front notes the session at the first call
 (tests/rocketmq/test_two_fronts.py test_calls_on_a_front_that_never_got_the_settings).
