@@ -134,7 +134,7 @@ class Stream:
 
 @pytest.fixture
 def quick_checks(stack):
-    svc = stack.front.messaging.transactions
+    svc = stack.queue_builders[0].transactions  # the shard keeps its transactions
     saved = (svc.timeout_ms, svc.check_interval_ms, svc.tick_s)
     svc.timeout_ms, svc.check_interval_ms, svc.tick_s = 1_000, 1_000, 0.2
     yield svc
