@@ -23,7 +23,8 @@ Two shapes (proto/mqstore/v1: CommitLogService.Tail, PutUnitsStream, PutKeysStre
   (``calls``, each with an ``id`` and its ``timeout_ms``: group-commit style), each
   call is answered as soon as it is done, in any order (``answers``, several to a
   message when several are ready), with its id and the unary call's status. A call
-  whose deadline passes fails alone with DEADLINE_EXCEEDED (the stream stays open);
+  whose deadline passes fails alone with DEADLINE_EXCEEDED (the stream stays open,
+  unless the peer has sent nothing since for ``SILENT_S``: presumed gone, it breaks);
   at most ``MAX_IN_FLIGHT`` calls are unanswered (a caller waits for room: the
   server never holds more than that of one stream). A broken stream fails the calls
   it wrote with its error (UNAVAILABLE when it just ended: their outcome is unknown,
@@ -67,6 +68,11 @@ _CODES = {c.value[0]: c for c in grpc.StatusCode}
 MAX_CREDIT = 64  # answers a feed's client may have granted and not taken
 MAX_IN_FLIGHT = 256  # calls of a call stream sent and not answered
 MAX_CALLS_PER_MESSAGE = 64  # calls written together in one message of a call stream
+# A call stream's call times out and the peer sent nothing since it was written, nor
+# for this long: the peer is presumed gone (a dead host answers nothing, and the
+# channel's keepalive is minutes) and the stream breaks, so the next call opens a new
+# one (found and connected again). A peer that is only slow for less keeps the stream.
+SILENT_S = 10.0
 A = TypeVar("A")
 
 
@@ -302,8 +308,10 @@ class CallStream:
         not_sent: Callable[[str], BaseException] | None = None,
         max_in_flight: int = MAX_IN_FLIGHT,
         max_per_message: int = MAX_CALLS_PER_MESSAGE,
+        silent_s: float = SILENT_S,
     ) -> None:
         self._call = call
+        self._silent_s = silent_s
         self.name = name
         self._request_type = request_type
         self._not_sent = not_sent or (lambda text: rpc_error(grpc.StatusCode.UNAVAILABLE, text))
@@ -315,6 +323,7 @@ class CallStream:
         self._wake = asyncio.Event()
         self.broken: BaseException | None = None
         loop = asyncio.get_running_loop()
+        self._heard = loop.time()  # when the peer last sent a message (or the stream opened)
         self._reader = loop.create_task(self._read(), name=f"stream-{name}-reader")
         self._writer = loop.create_task(self._write(), name=f"stream-{name}-writer")
 
@@ -356,7 +365,7 @@ class CallStream:
         self._waiting[call_id] = future
         self._outbox.append((call_id, item))
         self._wake.set()
-        timer = loop.call_later(timeout_s, self._late, call_id, timeout_s)
+        timer = loop.call_later(timeout_s, self._late, call_id, timeout_s, loop.time())
         try:
             return await future
         finally:
@@ -366,13 +375,18 @@ class CallStream:
             if self._outbox:  # the caller gave up (cancelled, or its deadline passed): not sent now
                 self._outbox = [(i, c) for i, c in self._outbox if i != call_id]
 
-    def _late(self, call_id: int, timeout_s: float) -> None:
+    def _late(self, call_id: int, timeout_s: float, sent_at: float) -> None:
         future = self._waiting.pop(call_id, None)
         if future is not None and not future.done():
             future.set_exception(
                 rpc_error(
                     grpc.StatusCode.DEADLINE_EXCEEDED, f"{self.name}: no answer to call {call_id} in {timeout_s} s"
                 )
+            )
+        silent = asyncio.get_running_loop().time() - self._heard
+        if self._heard < sent_at and silent >= self._silent_s:  # SILENT_S: presumed gone
+            self._break(
+                rpc_error(grpc.StatusCode.UNAVAILABLE, f"{self.name}: the peer sent nothing for {silent:.1f} s")
             )
 
     async def _write(self) -> None:
@@ -407,6 +421,7 @@ class CallStream:
                 if message is grpc.aio.EOF:
                     self._break(rpc_error(grpc.StatusCode.UNAVAILABLE, f"{self.name}: the peer ended the stream"))
                     return
+                self._heard = asyncio.get_running_loop().time()
                 waiting = self._waiting
                 for answer in message.answers:
                     future = waiting.pop(answer.id, None)  # none: its caller gave up (a late answer)
@@ -619,6 +634,7 @@ __all__ = [
     "MAX_CALLS_PER_MESSAGE",
     "MAX_CREDIT",
     "MAX_IN_FLIGHT",
+    "SILENT_S",
     "CallStream",
     "Credits",
     "OpenStreams",

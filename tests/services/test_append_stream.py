@@ -285,6 +285,43 @@ def test_calls_not_written_when_the_stream_breaks_fail_as_not_sent():
     asyncio.run(run())
 
 
+class _SilentCall:
+    """A stream call to a peer that is gone without a word: writes go out, nothing
+    ever comes back."""
+
+    def __init__(self) -> None:
+        self.cancelled = False
+
+    async def write(self, message) -> None:
+        pass
+
+    async def read(self):
+        await asyncio.sleep(3600)
+
+    def cancel(self) -> None:
+        self.cancelled = True
+
+
+def test_a_silent_peer_breaks_the_stream_once_a_call_times_out_but_a_slow_one_does_not():
+    async def run():
+        quiet = CallStream(_SilentCall(), "appends", commitlog_pb2.AppendStreamRequest, silent_s=0.2)
+        other = asyncio.ensure_future(quiet.call(_call("b"), 10))
+        with pytest.raises(grpc.aio.AioRpcError) as e:
+            await quiet.call(_call("a"), 0.3)
+        assert e.value.code() is C.DEADLINE_EXCEEDED  # the call's own deadline
+        with pytest.raises(grpc.aio.AioRpcError) as e:
+            await other
+        assert e.value.code() is C.UNAVAILABLE and quiet.broken is not None  # presumed gone
+        await quiet.close()
+        patient = CallStream(_SilentCall(), "appends", commitlog_pb2.AppendStreamRequest, silent_s=5)
+        with pytest.raises(grpc.aio.AioRpcError):
+            await patient.call(_call("a"), 0.1)
+        assert patient.broken is None  # silent for less than silent_s: only slow
+        await patient.close()
+
+    asyncio.run(run())
+
+
 # ---------------------------------------------------------------- the commitlog's AppendStream
 
 
