@@ -85,7 +85,10 @@ class BuilderHost:
         return self.state.wait_open(timeout)
 
     def status(self) -> dict:
-        return {**self.state.status(), "endpoint": self.endpoint}
+        out = {**self.state.status(), "endpoint": self.endpoint}
+        if self.transactions is not None:
+            out["transactions"] = self.transactions.status()
+        return out
 
     def close(self) -> None:
         """Stop serving, then close the builder (flushed, durable offset reported).

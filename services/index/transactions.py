@@ -258,6 +258,12 @@ def join_columns(*parts: common_pb2.MessageColumns) -> common_pb2.MessageColumns
     return out
 
 
+def _is_half(rec: MessageRecord, h: Half) -> bool:
+    """Whether ``rec`` is still the record of half ``h`` (not another one written at its
+    offset after a commitlog lost its tail)."""
+    return rec.topic == HALF_TOPIC and h.transaction_id in ("", rec.msg_id.upper())
+
+
 # ---------------------------------------------------------------------- the shard's state machine
 
 
@@ -357,6 +363,19 @@ class ShardTransactions:
             del self._locks[queue_offset]
 
     # ------------------------------------------------------------------ fronts
+
+    def status(self) -> dict:
+        """What the builder's status shows of the shard's transactions."""
+        st = self.halves
+        if st is None:
+            return {"started": False}
+        return {
+            "started": True,
+            "recovered": self.ready.is_set(),
+            "pending": len(st.pending),
+            "progress": list(st.saved),
+            "fronts": len(self._outboxes),
+        }
 
     def open_front(self, front: str) -> asyncio.Queue:
         """A front's CheckBacks stream opened: its check-backs go to the queue returned."""
@@ -490,7 +509,7 @@ class ShardTransactions:
         records = await self._read([h.physical_offset for h in due])
         for h in due:
             found = records.get(h.physical_offset)
-            if found is None:  # deleted by retention: nothing left to commit
+            if found is None or not _is_half(found[0], h):  # deleted by retention (or lost): nothing to commit
                 st.forget(h.queue_offset)
                 log.warning("transaction_half_gone", shard=self.shard, queue_offset=h.queue_offset, topic=h.topic)
                 continue

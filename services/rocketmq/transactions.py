@@ -182,6 +182,7 @@ class TransactionService:
         self.name = front_name()
         self._tasks: list[asyncio.Task] = []
         self._turn = 0
+        self._known: tuple[float, list[str]] | None = None  # (when, producer_topics then)
         self.linked: dict[int, bool] = {}  # shard -> its CheckBacks stream is open (status, tests)
 
     # ------------------------------------------------------------------ lifecycle
@@ -259,8 +260,12 @@ class TransactionService:
     # ------------------------------------------------------------------ check-backs
 
     def producer_topics(self) -> list[str]:
-        """The topics whose check-backs this front can pass on now."""
-        return sorted(t for t in set(self._topics()) if self._producers(t))
+        """The topics whose check-backs this front can pass on now (worked out once
+        per ``announce_s`` for every shard's stream)."""
+        now = time.monotonic()
+        if self._known is None or now - self._known[0] >= self.announce_s / 2:
+            self._known = (now, sorted(t for t in set(self._topics()) if self._producers(t)))
+        return self._known[1]
 
     async def _announcements(self, shard: int):
         """This front's FrontTopics: at once, then whenever they changed."""
