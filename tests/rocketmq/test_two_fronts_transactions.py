@@ -135,6 +135,43 @@ def test_a_check_back_reaches_a_producer_on_the_other_front(stack, clients, tx_t
     assert keeper.halves.pending == {}
 
 
+def test_a_front_that_goes_away_drops_out_and_the_checks_go_to_the_other(tmp_path, rmq, names):
+    topic, group = names
+    with LocalStack(tmp_path / "store", small_config(), rocketmq_port=0, fronts=2) as st:
+        assert st.wait_ready(60)
+        keeper = st.queue_builders[0].transactions
+        keeper.timeout_ms, keeper.check_interval_ms, keeper.tick_s = 3_000, 1_000, 0.2
+        with FrontClient(st.front_endpoint) as fc:
+            fc.update_topic(topic, message_type="TRANSACTION")
+        time.sleep(TOPIC_FRESH_S)
+        clients = Clients(rmq, st.rocketmq_endpoint)
+        try:
+            checker = make_checker(rmq, rmq.TransactionResolution.COMMIT)
+            producers = clients_on_each_front(st, lambda: clients.producer(topic, checker=checker))
+            receipts = [
+                producers[1].send(clients.message(topic, f"d{i}".encode()), producers[1].begin_transaction())
+                for i in range(3)
+            ]
+            end_at = time.monotonic() + 10
+            while len(keeper.routes.fronts()) < 2 and time.monotonic() < end_at:
+                time.sleep(0.05)
+            assert len(keeper.routes.fronts()) == 2
+            st.fronts[0].close()  # its streams end with it
+            end_at = time.monotonic() + 10
+            while len(keeper.routes.fronts()) > 1 and time.monotonic() < end_at:
+                time.sleep(0.05)
+            assert len(keeper.routes.fronts()) == 1
+            consumer = clients.simple(group, {topic: "*"})
+            got = receive_until(consumer, 3, timeout_s=30)
+            assert sorted(m.message_id for m in got) == sorted(r.message_id for r in receipts)
+            for m in got:
+                consumer.ack(m)
+            assert consumer.receive(32, 30) == []  # each committed once
+            assert {m.message_id for m in checker.checked} == {r.message_id for r in receipts}
+        finally:
+            clients.close()
+
+
 @pytest.mark.crash
 def test_the_shards_builder_killed_and_restarted_recovers_its_pending_halves(tmp_path, rmq):
     ray = pytest.importorskip("ray")
