@@ -881,11 +881,9 @@ class CommitLog:
             n = min(len(view) - pos, seg.end_offset - (offset + pos))
             at = offset + pos - seg.base_offset
             self._write_high = max(self._write_high, offset + pos + n)
-            run = bytearray(view[pos : pos + n])
-            head = bytes(run[:4])
-            run[:4] = _NO_SIZE[: len(head)]
-            seg.write(at, run)
-            seg.write(at, head)  # only now is the run visible
+            head = min(4, n)  # the run's first TOTALSIZE (zero on disk until then) goes last
+            seg.write(at + head, view[pos + head : pos + n])
+            seg.write(at, view[pos : pos + head])  # only now is the run visible
             pos += n
 
     def read_log_bytes(self, offset: int, max_bytes: int) -> bytes:
