@@ -47,6 +47,7 @@ INTERNAL_CALLS = {
         config=common_pb2.TopicConfig(topic="Owned", read_queue_nums=1, write_queue_nums=1, perm=6)
     ).SerializeToString(),
     "/mqstore.v1.ConsumeQueueService/GetProgress": b"",
+    "/mqstore.v1.TransactionService/End": b"",  # the shard's transactions (any id: a commit)
     "/mqstore.v1.IndexService/GetProgress": b"",
     "/mqstore.v1.DispatcherService/Status": b"",
 }
