@@ -76,7 +76,7 @@ log = structlog.get_logger(__name__)
 
 ANNOUNCE_S = 1.0  # the producer topics are announced again this long after they changed
 RELINK_S = 1.0  # a CheckBacks stream that broke is opened again after this
-WARN_EVERY_S = 30.0  # a shard's stream failures are logged as warnings at most this often
+WARN_EVERY_S = 30.0  # a shard's stream failing this long is a warning, then at most this often
 _RESOLUTIONS = {v2.COMMIT: tpb.RESOLUTION_COMMIT, v2.ROLLBACK: tpb.RESOLUTION_ROLLBACK}
 
 
@@ -279,25 +279,31 @@ class TransactionService:
                 yield tpb.FrontTopics(shards=len(self.shards), front=self.name, topics=now)
 
     async def _link(self, shard: int) -> None:
-        """Shard ``shard``'s CheckBacks stream, open as long as the front runs."""
+        """Shard ``shard``'s CheckBacks stream, open as long as the front runs (a
+        failure is a warning only once it lasts ``WARN_EVERY_S``: a builder starting or
+        restarting is normal; then at most every ``WARN_EVERY_S``)."""
         conn = self.shards[shard].transactions.conn
-        warned = 0.0
+        since = warned = None
         while True:
-            stub = None
+            stub = opened = None
             try:
                 stub = await conn.ready_stub()
                 call = stub.CheckBacks(self._announcements(shard), metadata=conn.metadata)  # the secret
                 self.linked[shard] = True
+                opened = time.monotonic()
                 async for check in call:
                     self._forward(check)
             except asyncio.CancelledError:
                 raise
             except Exception as e:  # noqa: BLE001 - the builder restarting: open it again
                 now = time.monotonic()
-                level = "warning" if now - warned > WARN_EVERY_S else "debug"
-                if level == "warning":
+                if since is None or (opened is not None and now - opened > WARN_EVERY_S):
+                    since = now  # a stream that stood a while broke: a new failure
+                if now - since >= WARN_EVERY_S and (warned is None or now - warned >= WARN_EVERY_S):
                     warned = now
-                getattr(log, level)("transaction_link_broken", shard=shard, error=str(e))
+                    log.warning("transaction_link_broken", shard=shard, error=str(e), for_s=round(now - since))
+                else:
+                    log.debug("transaction_link_broken", shard=shard, error=str(e))
                 if isinstance(e, grpc.aio.AioRpcError) and stub is not None:
                     await conn.reset(failed=stub)
             finally:
