@@ -50,8 +50,12 @@ described where it is hit): ``commitlog.written``, ``segment.rollover``,
 compiled write of many queues' runs: an errno fails those runs as their pwrite would),
 ``index.put``,
 ``retention.delete``, and with consume queues in RocksDB ``rocks.write``,
-``rocks.offsets_written``, ``rocks.units_flushed``; and ``recovery.scan_segment``
-(counts segments read).
+``rocks.offsets_written``, ``rocks.units_flushed``; a replica's files (store/ha/)
+``ha.file.write`` (an errno fails the epoch file's or brokerIdentity's write),
+``ha.file.tmp``, ``ha.file.bak``, and the steps of a truncation ``ha.truncate.marker``,
+``ha.truncate.epochs``, ``ha.truncate.checkpoint``, ``ha.truncate.commitlog``,
+``ha.truncate.done`` (ha/truncation.py); and ``recovery.scan_segment`` (counts
+segments read).
 
 Power-loss test mode (``power_loss.py``): ``enable_power_loss(store, image)`` in the
 writing process (or ``MQSTORE_POWER_STORE`` + ``MQSTORE_POWER_IMAGE`` in its
