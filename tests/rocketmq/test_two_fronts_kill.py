@@ -3,15 +3,19 @@ SIGKILLed while official producers and consumers run through both; they keep goi
 through the other front (their channels reconnect to the shared port), every send the
 client saw acknowledged is received (none lost; a message whose ack died with the
 front comes back after its invisible time), and Ray restarts the killed front, which
-serves again on the same port."""
+serves again on the same port. The fronts are placed with ``front_placement="spread"``
+(one node here: both land on it, on its address and the shared port), so routes name
+every front's address, asked of Ray, instead of the client's access point."""
 
 from __future__ import annotations
 
 import threading
 import time
 
+import grpc
 import pytest
 
+from mqstore.rpc.rocketmq_v2 import messaging_pb2 as v2
 from tests.rocketmq.conftest import Clients
 from tests.rocketmq.fronts import clients_on_each_front, front_of, kill_front, served, two_fronts, wait_restarted
 
@@ -23,7 +27,7 @@ INVISIBLE_S = 5  # a received message whose ack was lost comes back this soon
 
 @pytest.fixture(scope="module")
 def deployment(tmp_path_factory):
-    with two_fronts(tmp_path_factory.mktemp("two-fronts-ray"), NS) as dep:
+    with two_fronts(tmp_path_factory.mktemp("two-fronts-ray"), NS, front_placement="spread") as dep:
         yield dep
 
 
@@ -84,6 +88,28 @@ class Running:
         self._stop.set()
         for t in self._threads:
             t.join(60)
+
+
+def test_spread_routes_name_the_fronts(deployment):
+    """Spread fronts: a route names the fronts' own addresses (as Ray knows them), not
+    the access point the client used (here a DNS name)."""
+    host, port = deployment.rocketmq_endpoint.rsplit(":", 1)
+    with grpc.insecure_channel(deployment.rocketmq_endpoint) as ch:
+        route = ch.unary_unary(
+            "/apache.rocketmq.v2.MessagingService/QueryRoute",
+            request_serializer=v2.QueryRouteRequest.SerializeToString,
+            response_deserializer=v2.QueryRouteResponse.FromString,
+        )
+        asked = v2.Endpoints(scheme=v2.DOMAIN_NAME, addresses=[v2.Address(host="localhost", port=int(port))])
+        answer = route(
+            v2.QueryRouteRequest(topic=v2.Resource(name="SpreadRoute"), endpoints=asked),
+            metadata=[("x-mq-client-id", "spread-route")],
+            timeout=10,
+        )
+    assert answer.status.code == v2.OK, answer.status
+    named = {(a.host, a.port) for q in answer.message_queues for a in q.broker.endpoints.addresses}
+    assert named == {(host, int(port))}
+    assert {q.broker.endpoints.scheme for q in answer.message_queues} == {v2.IPv4}
 
 
 def test_a_front_killed_under_load(deployment, rmq):
