@@ -200,13 +200,13 @@ def deployment_processes(root_pid: int, shard_dirs: list[Path]) -> list[Proc]:
     return out
 
 
-def actor_pid(root_pid: int, shard_dirs: list[Path], role: str, shard: int = 0) -> int | None:
+def actor_pid(root_pid: int, shard_dirs: list[Path], role: str, shard: int = 0, *, front: int = 0) -> int | None:
     """The pid of ``role``'s actor (one of ROLES) of ``shard`` (the front: front
-    ``shard`` of ``serve --fronts N``, 0 by default), or None while there is none (it is
-    restarting, or not open yet)."""
+    ``front`` of ``serve --fronts N``, whatever ``shard``), or None while there is none
+    (it is restarting, or not open yet)."""
     if role not in ROLES:
         raise ValueError(f"role must be one of {', '.join(ROLES)}")
-    want = front_label(shard) if role == "front" else f"{role}-{shard}"
+    want = front_label(front) if role == "front" else f"{role}-{shard}"
     for p in deployment_processes(root_pid, shard_dirs):
         if p.label == want:
             return p.pid

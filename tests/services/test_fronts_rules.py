@@ -169,3 +169,17 @@ def test_serve_help_names_the_fronts_options():
     r = CliRunner().invoke(app, ["serve", "--help"], env={"COLUMNS": "200"})
     assert r.exit_code == 0
     assert "--fronts" in r.output and "--front-placement" in r.output
+
+
+def test_actor_pid_finds_each_front_whatever_the_shard(monkeypatch):
+    from mqstore.bench import processes
+
+    found = [
+        processes.Proc(10, "front", 0, 0),
+        processes.Proc(11, "front-1", 0, 0),
+        processes.Proc(12, "commitlog-1", 0, 0),
+    ]
+    monkeypatch.setattr(processes, "deployment_processes", lambda root, dirs: found)
+    assert processes.actor_pid(1, [], "front", 1) == 10  # soak's --kill-shard does not pick a front
+    assert processes.actor_pid(1, [], "front", front=1) == 11
+    assert processes.actor_pid(1, [], "commitlog", 1) == 12
