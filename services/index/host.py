@@ -1,5 +1,6 @@
 """A builder of one shard (consume queues or index) with its gRPC server, on its own
-event-loop thread, without Ray (the actor wraps it)."""
+event-loop thread, without Ray (the actor wraps it). The consume-queue builder's server
+also serves the shard's transactions (transactions.py), next to the queues they read."""
 
 from __future__ import annotations
 
