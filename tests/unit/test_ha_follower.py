@@ -221,3 +221,14 @@ def test_a_log_without_epochs_cannot_follow(tmp_path: Path, master) -> None:
         b = next_batch(m, me, f.wrote_offset, 4096)
         with pytest.raises(NoConsistentPointError):
             fol.append(f.wrote_offset, b.data if b else b"", epoch=1, epoch_start=0)
+
+
+def test_a_new_followers_store_hands_out_nothing_unconfirmed(tmp_path: Path, master) -> None:
+    m, me = master
+    with open_log(tmp_path / "f") as f:
+        assert f.replica_confirm_offset is None  # no epochs yet: not known as a replica's
+        fol = ReplicaFollower(f, EpochCache(tmp_path / "f"))
+        assert f.replica_confirm_offset == 0
+        b = next_batch(m, me, 0, 4096)
+        fol.append(b.offset, b.data, epoch=1, epoch_start=0)  # no confirm offset from the master yet
+        assert f.replica_confirm_offset == 0

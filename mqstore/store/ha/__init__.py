@@ -38,6 +38,8 @@ Master (the shard's commitlog actor in the master role):
      (nothing to send) -> ``on_caught_up(f)``; a lost stream -> ``remove(f)``.
      Every second or so ``shrink()`` (a follower not caught up for
      ``max_not_caught_up_ms`` leaves the set).
+  4. After retention deleted segments: ``cache.truncate_prefix_by_offset(
+     commitlog.min_offset)`` (on every replica), as RocketMQ does.
 Follower (the same actor in the follower role):
   1. Open the store. If it is empty and the master's oldest offset is above 0:
      close, ``start_empty_at(store_dir, master_min, segment_bytes)``, open again.

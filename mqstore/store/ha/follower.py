@@ -108,6 +108,8 @@ class ReplicaFollower:
         self.commitlog = commitlog
         self.epochs = epochs
         self._log = log.bind(store=str(commitlog.store_dir))
+        if commitlog.replica_confirm_offset is None:  # a new replica's store: nothing is confirmed yet
+            commitlog.set_confirm_offset(commitlog.min_offset)
 
     @property
     def end(self) -> int:
