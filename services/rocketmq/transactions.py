@@ -36,6 +36,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import itertools
 import os
 import socket
 import time
@@ -84,9 +85,13 @@ def _now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
+_FRONTS = itertools.count()  # fronts made in this process (LocalStack runs several)
+
+
 def front_name() -> str:
-    """This front's name on its CheckBacks streams (the shards' logs)."""
-    return f"{socket.gethostname()}:{os.getpid()}:{id(object()) & 0xFFFF:x}"
+    """A front's name on its CheckBacks streams (the shards' routes and logs): host,
+    process and which front of the process."""
+    return f"{socket.gethostname()}:{os.getpid()}:{next(_FRONTS)}"
 
 
 # ---------------------------------------------------------------------- records (pure)
