@@ -232,3 +232,20 @@ def test_commitlog_writes_the_ha_fields_without_disturbing_the_rest(tmp_path: Pa
     assert cp.physic_msg_timestamp > 0
     write_checkpoint(tmp_path, cp)
     assert read_checkpoint(tmp_path) == cp
+
+
+def test_rocketmqs_own_checkpoint_keeps_its_other_fields_when_confirm_moves(tmp_path: Path) -> None:
+    """tests/golden/checkpoint_v5 (written by RocketMQ 5.3.3's StoreCheckpoint): the
+    HA fields read as RocketMQ wrote them; a new confirmPhyOffset changes bytes 32..40 only."""
+    import dataclasses
+    import json
+
+    golden = Path(__file__).resolve().parents[1] / "golden"
+    raw = (golden / "checkpoint_v5").read_bytes()
+    want = json.loads((golden / "rocketmq_vectors.json").read_text())["checkpoint"]
+    cp = Checkpoint.decode(raw)
+    assert (cp.master_flushed_offset, cp.confirm_phy_offset) == (want["masterFlushedOffset"], want["confirmPhyOffset"])
+    (tmp_path / "checkpoint").write_bytes(raw)
+    write_checkpoint(tmp_path, dataclasses.replace(read_checkpoint(tmp_path), confirm_phy_offset=5))
+    new = (tmp_path / "checkpoint").read_bytes()
+    assert new[:32] == raw[:32] and new[40:] == raw[40:] and new[32:40] == (5).to_bytes(8, "big")
