@@ -827,7 +827,14 @@ class CommitLog:
             self._checkpoint = dataclasses.replace(self._checkpoint, master_flushed_offset=int(offset))
 
     def append_replicated(
-        self, offset: int, data, *, end: int, queue_offsets: dict[QueueKey, int], store_timestamp: int
+        self,
+        offset: int,
+        data,
+        *,
+        end: int,
+        queue_offsets: dict[QueueKey, int],
+        store_timestamp: int,
+        wait: bool = True,
     ) -> int:
         """Write bytes the master's commitlog holds at the same offsets (a follower;
         mqstore.store.ha.follower checked them and passes what it found): ``data``
@@ -839,7 +846,10 @@ class CommitLog:
 
         Returns the offset the follower may acknowledge: under sync flush what is
         fsynced once ``end`` is (or the sync flush timeout passed; StoreNotWritableError
-        if the flush failed), else the write position. Same lock as ``append``; disk failures as there."""
+        if the flush failed), else the write position. ``wait=False`` (sync flush)
+        starts the fsync and returns what is durable already, so a stream can write
+        its next batch meanwhile (``durable_offset`` / ``wait_durable`` tell the
+        rest). Same lock as ``append``; disk failures as there."""
         self._check_open()
         with self._put_lock:
             self._check_open()
@@ -864,8 +874,21 @@ class CommitLog:
         faults.hit("commitlog.written")
         if self.config.flush_mode is not FlushMode.SYNC:
             return end
+        return self.wait_durable(end, self.config.sync_flush_timeout_ms / 1000 if wait else 0.0)
+
+    @property
+    def durable_offset(self) -> int:
+        """What a replica may acknowledge: fsynced under sync flush, else written."""
+        return self._flusher.flushed_offset if self.config.flush_mode is FlushMode.SYNC else self._wrote
+
+    def wait_durable(self, end: int, timeout_s: float) -> int:
+        """Start making [.., end) durable and wait up to ``timeout_s`` for it (0: not
+        at all); returns ``durable_offset`` capped at ``end``. StoreNotWritableError if
+        the flush failed."""
+        if self.config.flush_mode is not FlushMode.SYNC:
+            return min(end, self._wrote)
         try:
-            ok = self._flusher.wait_flushed(end, self.config.sync_flush_timeout_ms / 1000)
+            ok = self._flusher.wait_flushed(end, timeout_s)
         except Exception as e:
             raise StoreNotWritableError(
                 f"flush failed, replicated bytes not durable: {e}", cause=cause_of(e, "flush_failed")

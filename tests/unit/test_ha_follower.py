@@ -232,3 +232,16 @@ def test_a_new_followers_store_hands_out_nothing_unconfirmed(tmp_path: Path, mas
         b = next_batch(m, me, 0, 4096)
         fol.append(b.offset, b.data, epoch=1, epoch_start=0)  # no confirm offset from the master yet
         assert f.replica_confirm_offset == 0
+
+
+def test_a_pipelined_follower_acknowledges_only_what_is_fsynced(tmp_path: Path, master) -> None:
+    m, me = master
+    with open_log(tmp_path / "f") as f:
+        fol = ReplicaFollower(f, EpochCache(tmp_path / "f"))
+        acks = []
+        while (b := next_batch(m, me, fol.end, 8192)) is not None:
+            acks.append(fol.append(b.offset, b.data, epoch=1, epoch_start=0, wait=False))
+            assert acks[-1] <= f.flushed_offset  # never past what is fsynced
+        assert fol.wait_durable(fol.end, 10) == m.wrote_offset == f.flushed_offset == fol.durable_offset
+        assert fol.append(fol.end, b"", epoch=1, epoch_start=0) == m.wrote_offset  # a heartbeat acks the durable end
+        assert same_bytes(m, f)

@@ -121,6 +121,15 @@ class ReplicaFollower:
         """No record and no epoch: a new follower (it starts at the master's oldest offset)."""
         return not len(self.epochs) and self.commitlog.wrote_offset == self.commitlog.min_offset
 
+    @property
+    def durable_offset(self) -> int:
+        """What may be acknowledged now: fsynced under sync flush, else written."""
+        return self.commitlog.durable_offset
+
+    def wait_durable(self, end: int, timeout_s: float) -> int:
+        """Wait up to ``timeout_s`` for [.., end) to be durable; returns what is."""
+        return self.commitlog.wait_durable(end, timeout_s)
+
     def consistent_point(self, master_epochs: list[EpochEntry], master_end: int) -> int:
         """How far the local log agrees with the master's (EpochCache.find_consistent_point
         with both ends); the local end when the follower is empty. Below the local end:
@@ -142,15 +151,18 @@ class ReplicaFollower:
             )
         return point
 
-    def append(self, offset: int, data, *, epoch: int, epoch_start: int, confirm_offset: int | None = None) -> int:
+    def append(
+        self, offset: int, data, *, epoch: int, epoch_start: int, confirm_offset: int | None = None, wait: bool = True
+    ) -> int:
         """Append one batch (module docstring, steps 1-5); returns the offset to
-        acknowledge. Nothing is written or persisted when it raises."""
+        acknowledge. Nothing is written or persisted when it raises. ``wait=False``
+        (sync flush): return once written, with what is durable already; the fsync
+        runs meanwhile (``durable_offset``, ``wait_durable``): a stream pipelines."""
         checked = check_batch(data, offset, self.commitlog.config.segment_bytes)
         end = self.end
         if offset != end:
             raise ReplicaOffsetError(f"batch at {offset}, but the log ends at {end}", expected=end, got=offset)
         self._accept_epoch(epoch, epoch_start, offset)
-        ack = end
         if len(memoryview(data)):
             ack = self.commitlog.append_replicated(
                 offset,
@@ -158,7 +170,10 @@ class ReplicaFollower:
                 end=checked.end,
                 queue_offsets=checked.queue_offsets,
                 store_timestamp=checked.store_timestamp,
+                wait=wait,
             )
+        else:  # a heartbeat: what is durable of what came before
+            ack = self.wait_durable(end, self.commitlog.config.sync_flush_timeout_ms / 1000 if wait else 0.0)
         if confirm_offset is not None:
             self.commitlog.set_confirm_offset(min(confirm_offset, self.commitlog.wrote_offset))
         return ack
