@@ -7,6 +7,7 @@ plain Python, no Ray or gRPC (issue 28; ../shared/notes/replication.md).
     epochs.py      EpochCache: epochs, consistent point            EpochFileCache
     follower.py    check_batch, ReplicaFollower: a follower's      AutoSwitchHAClient (transfer)
                    append; start_empty_at for a new follower
+    roles.py       take_epoch, check_master_epoch                 changeToMaster / changeToSlave
     source.py      next_batch: what a master sends a follower      AutoSwitchHAConnection (transfer)
     sync_state.py  SyncStateSet: acks, join/leave, confirm         AutoSwitchHAService
                    offset, min-in-sync
@@ -22,9 +23,9 @@ with an epoch file starts from the checkpoint's after a restart.
 Design for the services (next session): what each actor calls, in order.
 
 Master (the shard's commitlog actor in the master role):
-  1. ``EpochCache(store_dir)``; on election to ``epoch``: ``cache.append(epoch,
-     commitlog.wrote_offset)`` (persisted) before accepting a write; a lower epoch
-     than ``cache.last_epoch`` is refused (StaleEpochError).
+  1. ``EpochCache(store_dir)``; on election to ``epoch``: ``take_epoch(commitlog,
+     cache, epoch)`` (persisted) before accepting a write; a lower epoch than
+     ``cache.last_epoch`` is refused (StaleEpochError); ``sync_state.new_epoch(start)``.
   2. ``SyncStateSet(master_id, clock=..., min_in_sync=M)``; before each append
      ``check_writable()`` (InSyncReplicasNotEnoughError ->
      IN_SYNC_REPLICAS_NOT_ENOUGH); after each flush ``confirm_offset(flushed)`` ->
@@ -34,7 +35,7 @@ Master (the shard's commitlog actor in the master role):
      answers its epochs and end; then loop ``next_batch(commitlog, cache, from,
      max_bytes)`` -> send (offset, epoch, epoch start, confirm offset, bytes) and
      ``sync_state.on_transfer(f, commitlog.wrote_offset)``; on each ack
-     ``sync_state.on_ack(f, acked, commitlog.wrote_offset, epoch_start=...)``; idle
+     ``sync_state.on_ack(f, acked, commitlog.wrote_offset)``; idle
      (nothing to send) -> ``on_caught_up(f)``; a lost stream -> ``remove(f)``.
      Every second or so ``shrink()`` (a follower not caught up for
      ``max_not_caught_up_ms`` leaves the set).
@@ -43,13 +44,16 @@ Master (the shard's commitlog actor in the master role):
 Follower (the same actor in the follower role):
   1. Open the store. If it is empty and the master's oldest offset is above 0:
      close, ``start_empty_at(store_dir, master_min, segment_bytes)``, open again.
-  2. ``ReplicaFollower(commitlog, EpochCache(store_dir))``; handshake with the
-     master's epochs and end: ``follower.consistent_point(master_epochs,
-     master_end)``; if it is below the local end: stop, ``request_truncation``,
+  2. ``check_master_epoch(cache, master_epoch)`` (a deposed master is refused);
+     ``ReplicaFollower(commitlog, cache)``; handshake with the master's epochs and
+     end: ``follower.consistent_point(master_epochs, master_end)``; if it is below
+     the local end: stop, ``request_truncation``,
      close the shard (all four actors), open again (the open finishes the cut and
      the builders cut consume queues and index), then handshake again.
   3. For each batch: ``follower.append(offset, data, epoch=, epoch_start=,
-     confirm_offset=)`` -> the offset to acknowledge (durable under sync flush).
+     confirm_offset=)`` -> the offset to acknowledge (durable under sync flush;
+     ``wait=False`` pipelines: write the next batch while the fsync runs, ack
+     ``durable_offset``).
      A StaleEpochError means the sender is deposed; ReplicaOffsetError says where
      to resume; ReplicaBatchError: reconnect.
 """
@@ -63,6 +67,7 @@ from mqstore.store.ha.files import (
     write_epoch_entries,
 )
 from mqstore.store.ha.follower import CheckedBatch, ReplicaFollower, check_batch, start_empty_at
+from mqstore.store.ha.roles import check_master_epoch, take_epoch
 from mqstore.store.ha.source import Batch, next_batch
 from mqstore.store.ha.sync_state import HA_MAX_TIME_SLAVE_NOT_CATCHUP_MS, SetChange, SyncStateSet
 from mqstore.store.ha.truncation import (
@@ -83,6 +88,7 @@ __all__ = [
     "SyncStateSet",
     "TruncationReport",
     "check_batch",
+    "check_master_epoch",
     "complete_pending_truncation",
     "has_epoch_file",
     "next_batch",
@@ -91,6 +97,7 @@ __all__ = [
     "read_epoch_entries",
     "request_truncation",
     "start_empty_at",
+    "take_epoch",
     "truncate_store",
     "write_broker_identity",
     "write_epoch_entries",

@@ -158,11 +158,14 @@ class ReplicaFollower:
         acknowledge. Nothing is written or persisted when it raises. ``wait=False``
         (sync flush): return once written, with what is durable already; the fsync
         runs meanwhile (``durable_offset``, ``wait_durable``): a stream pipelines."""
-        checked = check_batch(data, offset, self.commitlog.config.segment_bytes)
         end = self.end
+        new_epoch = self._check_epoch(epoch, epoch_start, offset)  # a deposed sender first: cheap, clearest
+        checked = check_batch(data, offset, self.commitlog.config.segment_bytes)
         if offset != end:
             raise ReplicaOffsetError(f"batch at {offset}, but the log ends at {end}", expected=end, got=offset)
-        self._accept_epoch(epoch, epoch_start, offset)
+        if new_epoch:
+            self.epochs.append(epoch, epoch_start)  # persisted before any byte of the epoch
+            self._log.info("epoch_followed", epoch=epoch, start_offset=epoch_start)
         if len(memoryview(data)):
             ack = self.commitlog.append_replicated(
                 offset,
@@ -178,7 +181,9 @@ class ReplicaFollower:
             self.commitlog.set_confirm_offset(min(confirm_offset, self.commitlog.wrote_offset))
         return ack
 
-    def _accept_epoch(self, epoch: int, start: int, offset: int) -> None:
+    def _check_epoch(self, epoch: int, start: int, offset: int) -> bool:
+        """Whether the batch's epoch is new here (to persist once its bytes checked);
+        raises for an epoch this replica must refuse (module docstring, step 3)."""
         last = self.epochs.last_entry()
         if last is None:
             if self.commitlog.wrote_offset != self.commitlog.min_offset:
@@ -187,8 +192,7 @@ class ReplicaFollower:
                 raise ReplicaOffsetError(
                     f"epoch {epoch} starts at {start}, after the log's end {offset}", expected=offset, got=start
                 )
-            self.epochs.append(epoch, start)
-            return
+            return True
         if epoch < last.epoch:
             raise StaleEpochError(
                 f"a batch of epoch {epoch}, but this replica is in epoch {last.epoch}: the sender is deposed",
@@ -202,15 +206,14 @@ class ReplicaFollower:
                     epoch=epoch,
                     last_epoch=last.epoch,
                 )
-            return
+            return False
         if start != offset:
             raise ReplicaOffsetError(
                 f"epoch {epoch} starts at {start}, not at this log's end {offset}: find the consistent point",
                 expected=offset,
                 got=start,
             )
-        self.epochs.append(epoch, start)  # persisted before any byte of the epoch
-        self._log.info("epoch_followed", epoch=epoch, start_offset=start)
+        return True
 
 
 def start_empty_at(store_dir: str | Path, base_offset: int, segment_bytes: int, *, preallocate: bool = True) -> None:

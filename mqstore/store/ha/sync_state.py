@@ -150,7 +150,7 @@ class SyncStateSet:
         position now. Returns the change if the follower joined the set."""
         st = self.followers.setdefault(follower, FollowerState())
         st.acked = max(st.acked, acked)
-        if st.master_end_at_send >= 0 and acked >= st.master_end_at_send:
+        if acked >= st.master_end_at_send:  # (-1 before any batch: a first report counts, as RocketMQ's)
             caught = self._clock.now_ms() if acked >= master_end else st.sent_at_ms
             st.caught_up_ms = max(st.caught_up_ms, caught)
             if follower not in self._members and acked >= self._confirm and acked >= self._epoch_start:
