@@ -245,3 +245,37 @@ def test_a_pipelined_follower_acknowledges_only_what_is_fsynced(tmp_path: Path, 
         assert fol.wait_durable(fol.end, 10) == m.wrote_offset == f.flushed_offset == fol.durable_offset
         assert fol.append(fol.end, b"", epoch=1, epoch_start=0) == m.wrote_offset  # a heartbeat acks the durable end
         assert same_bytes(m, f)
+
+
+@settings(max_examples=examples(200), deadline=None)
+@given(st.data())
+def test_check_batch_accepts_exactly_whole_records(tmp_path_factory, data) -> None:
+    """Any slice [a, b) of a real segment that starts at a record (or its BLANK) is
+    accepted iff it ends at a record end, or past a whole BLANK head (then the
+    follower's end is the segment's end)."""
+    global _SEGMENT
+    if _SEGMENT is None:
+        root = tmp_path_factory.mktemp("slices")
+        with open_log(root / "m", FlushMode.ASYNC) as m:
+            fill(m, 16, per=9, body=500)  # past the first segment: it ends with a BLANK
+            chunk = m.scan(0, max_bytes=SEG, fields=False)
+            starts = [int(p) for p in chunk.physical_offsets]
+            blank = starts[-1] + int(chunk.sizes[-1])
+            assert chunk.next_offset == SEG > blank
+            _SEGMENT = (m.read_log_bytes(0, SEG), starts, blank)
+    seg, starts, blank = _SEGMENT
+    a = data.draw(st.sampled_from([*starts, blank]))
+    ends = {*starts, blank}
+    near = sorted({e + d for e in ends | {SEG} for d in (-1, 0, 1, 7, 8) if a <= e + d <= SEG})
+    b = data.draw(st.one_of(st.sampled_from(near), st.integers(a, SEG)))
+    whole = b in ends or b >= blank + 8 or b == a
+    try:
+        got = check_batch(seg[a:b], a, SEG)
+    except ReplicaBatchError:
+        assert not whole, (a, b)
+        return
+    assert whole, (a, b)
+    assert got.end == (SEG if b >= blank + 8 else b)
+
+
+_SEGMENT = None
