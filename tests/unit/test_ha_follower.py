@@ -247,23 +247,26 @@ def test_a_pipelined_follower_acknowledges_only_what_is_fsynced(tmp_path: Path, 
         assert same_bytes(m, f)
 
 
+@pytest.fixture(scope="module")
+def one_segment(tmp_path_factory) -> tuple[bytes, list[int], int]:
+    """A full first segment: its bytes, its records' starts, where its BLANK starts."""
+    root = tmp_path_factory.mktemp("slices")
+    with open_log(root / "m", FlushMode.ASYNC) as m:
+        fill(m, 16, per=9, body=500)  # past the first segment: it ends with a BLANK
+        chunk = m.scan(0, max_bytes=SEG, fields=False)
+        starts = [int(p) for p in chunk.physical_offsets]
+        blank = starts[-1] + int(chunk.sizes[-1])
+        assert chunk.next_offset == SEG > blank
+        return m.read_log_bytes(0, SEG), starts, blank
+
+
 @settings(max_examples=examples(200), deadline=None)
-@given(st.data())
-def test_check_batch_accepts_exactly_whole_records(tmp_path_factory, data) -> None:
+@given(data=st.data())
+def test_check_batch_accepts_exactly_whole_records(one_segment, data) -> None:
     """Any slice [a, b) of a real segment that starts at a record (or its BLANK) is
     accepted iff it ends at a record end, or past a whole BLANK head (then the
     follower's end is the segment's end)."""
-    global _SEGMENT
-    if _SEGMENT is None:
-        root = tmp_path_factory.mktemp("slices")
-        with open_log(root / "m", FlushMode.ASYNC) as m:
-            fill(m, 16, per=9, body=500)  # past the first segment: it ends with a BLANK
-            chunk = m.scan(0, max_bytes=SEG, fields=False)
-            starts = [int(p) for p in chunk.physical_offsets]
-            blank = starts[-1] + int(chunk.sizes[-1])
-            assert chunk.next_offset == SEG > blank
-            _SEGMENT = (m.read_log_bytes(0, SEG), starts, blank)
-    seg, starts, blank = _SEGMENT
+    seg, starts, blank = one_segment
     a = data.draw(st.sampled_from([*starts, blank]))
     ends = {*starts, blank}
     near = sorted({e + d for e in ends | {SEG} for d in (-1, 0, 1, 7, 8) if a <= e + d <= SEG})
@@ -276,6 +279,3 @@ def test_check_batch_accepts_exactly_whole_records(tmp_path_factory, data) -> No
         return
     assert whole, (a, b)
     assert got.end == (SEG if b >= blank + 8 else b)
-
-
-_SEGMENT = None
