@@ -11,6 +11,7 @@ import pytest
 from mqstore.errors import CorruptFileError
 from mqstore.store import CommitLog, MessageBatch
 from mqstore.store.checkpoint_file import read_checkpoint
+from mqstore.store.config import STORE_TYPE_ROCKSDB
 from mqstore.store.derived_offset import read_durable_offset
 from mqstore.store.ha import (
     EpochCache,
@@ -24,13 +25,14 @@ from mqstore.store.message_store import MessageStore
 from tests.ha_stores import SEG, TOPIC, build_stale_tail, check_truncated, config
 
 
-def test_truncate_store_cuts_the_log_epochs_and_derived_files(tmp_path: Path) -> None:
-    tail = build_stale_tail(tmp_path)
+@pytest.mark.parametrize("store_type", [None, STORE_TYPE_ROCKSDB], ids=["files", "rocksdb"])
+def test_truncate_store_cuts_the_log_epochs_and_derived_files(tmp_path: Path, store_type: str | None) -> None:
+    tail = build_stale_tail(tmp_path, store_type=store_type)
     assert tail.end // SEG > tail.point // SEG + 1  # the stale tail spans segments
-    report = truncate_store(tmp_path, tail.point, config())
+    report = truncate_store(tmp_path, tail.point, config(store_type))
     assert report.point == tail.point and report.epochs_dropped == [(2, tail.point)]
     assert report.deleted_segments
-    check_truncated(tmp_path, tail)
+    check_truncated(tmp_path, tail, store_type)
     assert read_durable_offset(tmp_path) is None or read_durable_offset(tmp_path) <= tail.point
 
 
