@@ -19,7 +19,9 @@ from mqstore.services.query.acl import Acl, Rule, User, auth_metadata
 @pytest.fixture
 def shared(tmp_path):
     path = tmp_path / "acl.json"
-    path.write_text(json.dumps({"users": [{"access_key": "admin", "secret_key": "admin-secret", "admin": True}], "rules": []}))
+    path.write_text(
+        json.dumps({"users": [{"access_key": "admin", "secret_key": "admin-secret", "admin": True}], "rules": []})
+    )
     a, b = Acl.load(path), Acl.load(path)
     for x in (a, b):
         x.fresh_s = 0.0  # look at the file on every call (the default looks once a second)
