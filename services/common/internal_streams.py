@@ -504,10 +504,13 @@ class OpenStreams:
     def __len__(self) -> int:
         return len(self._tasks)
 
-    def end(self) -> None:
-        for task in list(self._tasks):
+    def end(self) -> list[asyncio.Task]:
+        """Cancel every stream's task; returns them (to wait for their ends)."""
+        tasks = list(self._tasks)
+        for task in tasks:
             self._ending.add(task)
             task.cancel()
+        return tasks
 
 
 async def stop_server(server, streams: OpenStreams, grace_s: float = 1.0) -> None:
@@ -515,8 +518,10 @@ async def stop_server(server, streams: OpenStreams, grace_s: float = 1.0) -> Non
     and end its open streams at once."""
     stopping = asyncio.ensure_future(server.stop(grace_s))
     await asyncio.sleep(0.05)  # (new calls are refused from here on)
-    streams.end()
+    ending = streams.end()
     await stopping
+    if ending:  # each handler leaves the set as it ends: none is listed once this returns
+        await asyncio.wait(ending, timeout=grace_s)
 
 
 async def answer_in_order(

@@ -168,8 +168,10 @@ class Connection:
     async def _find(self, cap: float):
         """The stub, resolving the endpoint first: one resolution at a time, shared
         by every call waiting for it, each waiting at most its own budget (an actor
-        that restarts answers UNAVAILABLE)."""
-        while self._channel is None:
+        that restarts answers UNAVAILABLE). A waiter whose resolution's channel was
+        dropped before it ran (another waiter found it refusing) is unreachable too,
+        rather than starting a resolution of its own."""
+        if self._channel is None:
             if self._resolve is None:
                 if self.role == "ix":
                     raise Precondition(
@@ -189,6 +191,11 @@ class Connection:
                 ) from e
             except Exception as e:  # noqa: BLE001 - a dead or unknown actor: the caller may retry later
                 raise ShardUnreachable(f"shard {self.shard} can not be reached: {type(e).__name__}: {e}") from e
+            if self._channel is None:
+                raise ShardUnreachable(
+                    f"shard {self.shard} can not be reached: its {SERVICE_NAMES[self.role]} was found and "
+                    "dropped at once (refused or unavailable)"
+                )
         return self._stub
 
     def _resolved(self, f: asyncio.Future) -> None:
