@@ -536,7 +536,16 @@ class RocksQueues:
                     continue
                 if not fresh and o > nxt:
                     topic, qid = self._names[q]
-                    log.warning("consume_queue_gap", topic=topic, queue_id=qid, expected=nxt, got=o, action="taken")
+                    if int(self._min[q]) == int(self._max[q]) == nxt:
+                        # nothing below the gap (retention took the queue's units, a crash the
+                        # ones after): the queue starts at the unit taken, or pulls at its old
+                        # min would find nothing there and never move on
+                        self._min[q], self._min_phys[q] = o, p
+                        self._dirty[q] = True
+                        action = "taken as the queue's new min"
+                    else:
+                        action = "taken"
+                    log.warning("consume_queue_gap", topic=topic, queue_id=qid, expected=nxt, got=o, action=action)
                 nxt, last, fresh = o + 1, p, False
         return keep
 

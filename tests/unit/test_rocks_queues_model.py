@@ -118,3 +118,29 @@ def test_a_min_entry_lost_after_retention_is_moved_to_the_first_unit_left(tmp_pa
         assert cq.read_units(10, 10)["commitlog_offset"].tolist() == [i * 100 for i in range(10, 20)]
     finally:
         q.close()
+
+
+def test_an_emptied_queue_that_meets_a_gap_starts_at_the_unit_taken(tmp_path: Path) -> None:
+    """Retention took every unit of a queue (min = max = 10) and a crash lost the units
+    after them whose records retention deleted too (the fault point
+    rocks.offsets_written: crash_every_point saw it): the re-dispatch meets the queue's
+    next record at queue offset 20. The queue must start there; it kept its min at 10
+    with nothing stored in 10..19, and every pull at 10 answered 10 again."""
+    q = RocksQueues(tmp_path)
+    try:
+        q.dispatch(_batch([(i * 100, 0, 0, i) for i in range(10)], ["T0"]))
+        q.flush(thorough=True)
+        clean_all_queues(q, 1_000, {}, {})
+        assert (q.find("T0", 0).min_offset, q.find("T0", 0).max_offset) == (10, 10)
+        q.dispatch(_batch([(2_000 + i * 100, 0, 0, 20 + i) for i in range(5)], ["T0"]))
+        cq = q.find("T0", 0)
+        assert (cq.min_offset, cq.max_offset) == (20, 25)
+        assert cq.read_units(20, 10)["commitlog_offset"].tolist() == [2_000 + i * 100 for i in range(5)]
+        q.flush(thorough=True)
+    finally:
+        q.close()
+    q = RocksQueues(tmp_path)  # the new min is kept
+    try:
+        assert (q.find("T0", 0).min_offset, q.find("T0", 0).max_offset) == (20, 25)
+    finally:
+        q.close()
