@@ -44,6 +44,7 @@ def run(cmd: list[str], cwd: Path, env: dict | None = None) -> subprocess.Comple
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)  # builds the wheel, compiling every kernel: minutes on 2 busy cores
 def test_a_wheel_installs_and_the_command_works_anywhere(tmp_path: Path):
     """A normal install (a wheel in a fresh venv; dependencies from this venv) and this
     editable one, each run from a neutral folder and from the folder that holds a
