@@ -20,7 +20,9 @@ commitlog and the delay scheduler) keep the same rules; only their waiting diffe
 4. **After UNAVAILABLE** (or unreachable) the channel is dropped, so the next call
    finds the peer again (a restarted actor listens on a new port). A read is tried
    once more after ``retry_pause_s``; a send never (an append whose answer was lost
-   may have been stored: its caller decides).
+   may have been stored: its caller decides), unless nothing was sent because the
+   channel an earlier call left took no connection: the peer restarted on another
+   port, and any call finds it once more at once (the async client).
 
 Plain Python (no gRPC I/O): the clients ask these rules, then wait their own way.
 """
@@ -57,8 +59,10 @@ class ConnectRules:
         """Rule 4: a read is tried twice, a send once."""
         return range(2 if retry else 1)
 
-    def may_retry(self, attempt: int, retry: bool) -> bool:
-        return retry and attempt + 1 < len(self.attempts(retry))
+    def may_retry(self, attempt: int, retry: bool, *, moved: bool = False) -> bool:
+        """Rule 4 (``moved``: a channel kept from an earlier call took no connection, so
+        nothing was sent: any call, a send too, finds the peer once more)."""
+        return attempt == 0 and (retry or moved)
 
     def resolve_wait(self, cap: float | None = None) -> float:
         """Rule 1: how long to wait for the peer to be found (TimeoutError: the

@@ -134,8 +134,9 @@ class Connection:
         reads, whose callers retry or report). ShardUnreachable: nothing was sent."""
         rules = self.rules
         cap = resolve_cap if resolve_cap is not None else (RESOLVE_CAP_S if retry else SEND_RESOLVE_CAP_S)
-        for attempt in rules.attempts(retry):
-            stub = self._stub if self._channel is not None else await self._find(cap)
+        for attempt in range(2):
+            cached = self._channel is not None
+            stub = self._stub if cached else await self._find(cap)
             try:
                 if not rules.connected(self._channel.get_state(try_to_connect=True)):  # READY costs no coroutine
                     await self._connect(cap)
@@ -144,9 +145,11 @@ class Connection:
                 if not rules.drops_channel(e):
                     raise
                 await self.reset(failed=stub)
-                if not rules.may_retry(attempt, retry):
+                moved = cached and isinstance(e, ShardUnreachable)  # nothing sent; it may listen elsewhere now
+                if not rules.may_retry(attempt, retry, moved=moved):
                     raise
-                await asyncio.sleep(rules.retry_pause_s)
+                if not moved:
+                    await asyncio.sleep(rules.retry_pause_s)
         raise AssertionError("unreachable")
 
     @property

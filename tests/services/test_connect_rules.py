@@ -117,3 +117,44 @@ def test_a_peer_not_found_makes_calls_fail_at_once_for_the_backoff():
     with pytest.raises(PeerUnavailable) as e:
         peer.stub()
     assert "a moment ago" in str(e.value) and time.monotonic() - t0 < 0.1
+
+
+def test_a_send_finds_a_peer_that_moved_since_its_channel_was_made():
+    """The peer restarted on another port (a builder or commitlog Ray restarted): the
+    channel an earlier call left takes no connection, so nothing is sent and the call,
+    a send too, finds the peer once more at once instead of failing UNAVAILABLE
+    (the first receive after a builder's restart failed so)."""
+
+    class Offsets(commitlog_pb2_grpc.CommitLogServiceServicer):
+        async def GetOffsets(self, request, context):
+            return commitlog_pb2.GetOffsetsResponse()
+
+    async def serve() -> tuple[grpc.aio.Server, str]:
+        server = grpc.aio.server()
+        commitlog_pb2_grpc.add_CommitLogServiceServicer_to_server(Offsets(), server)
+        port = server.add_insecure_port("127.0.0.1:0")
+        await server.start()
+        return server, f"127.0.0.1:{port}"
+
+    async def main():
+        first, at_first = await serve()
+        where = [at_first]
+
+        async def resolve() -> str:
+            return where[-1]
+
+        conn = Connection(0, "cl", resolve, commitlog_pb2_grpc.CommitLogServiceStub, InternalAuth.new())
+        ask = commitlog_pb2.GetOffsetsRequest()
+        await conn.call(lambda s: s.GetOffsets, ask, retry=False)
+        await first.stop(None)
+        second, at_second = await serve()
+        where.append(at_second)
+        await asyncio.sleep(0.3)  # the kept channel notices its peer went away
+        await conn.call(lambda s: s.GetOffsets, ask, retry=False)
+        assert conn.endpoint == at_second
+        await second.stop(None)  # and a peer that is gone for good still fails the send
+        with pytest.raises(ShardUnreachable):
+            await conn.call(lambda s: s.GetOffsets, ask, retry=False)
+        await conn.reset()
+
+    asyncio.run(main())
