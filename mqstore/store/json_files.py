@@ -200,7 +200,15 @@ def write_config_json(path: Path, obj: object) -> None:
     writes to one path (the table managers hold a lock); two concurrent writers
     would share the ``.tmp``.
     """
-    data = _encode(obj)
+    replace_with_bak(path, _encode(obj), _is_decodable, points=("config.write", "config.write.tmp", "config.write.bak"))
+
+
+def replace_with_bak(path: Path, data: bytes, decodes: Callable[[Path], bool], *, points: tuple[str, str, str]) -> None:
+    """The module docstring's steps for any file kept with a ``.bak``: ``.tmp`` written
+    and fsynced, the previous content moved to ``.bak`` (only if ``decodes(path)``),
+    ``.tmp`` renamed over ``path``, the directory fsynced. ``points``: the fault points
+    of the write and after steps 1 and 2 (crash tests)."""
+    write, after_tmp, after_bak = points
     parent = path.parent
     if not parent.is_dir():
         parent.mkdir(parents=True, exist_ok=True)
@@ -210,23 +218,23 @@ def write_config_json(path: Path, obj: object) -> None:
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     faults.created(fd)
     try:
-        faults.hit("config.write", tmp)
+        faults.hit(write, tmp)
         view = memoryview(data)
         while view:
             view = view[os.write(fd, view) :]
         os.fsync(fd)
     except OSError as e:
-        note_sync_failure("config.write", tmp, e)
+        note_sync_failure(write, tmp, e)
         os.close(fd)
         tmp.unlink(missing_ok=True)  # <file> (or its .bak) keeps the old content
         raise
     os.close(fd)
     faults.synced(tmp)
-    faults.hit("config.write.tmp", tmp)  # step 1 done: <file> is still the old content
-    if _is_decodable(path):
+    faults.hit(after_tmp, tmp)  # step 1 done: <file> is still the old content
+    if decodes(path):
         os.replace(path, bak)
         fsync_dir(parent)
-        faults.hit("config.write.bak", bak)  # step 2 done: <file> is missing, .bak is the old content
+        faults.hit(after_bak, bak)  # step 2 done: <file> is missing, .bak is the old content
     os.replace(tmp, path)
     fsync_dir(parent)
 

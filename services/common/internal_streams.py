@@ -239,21 +239,11 @@ class RequestStream:
             self._break(rpc_error(grpc.StatusCode.CANCELLED, f"{self.name}: cancelled while writing"))
             raise
         except Exception as e:  # the stream ended under the write: its status (not the write's INTERNAL)
-            self._break(await self._ended(e))
+            self._break(await _ended(self, e))
         return future
 
     def _late(self, seq: int, timeout_s: float) -> None:
         self._break(rpc_error(grpc.StatusCode.DEADLINE_EXCEEDED, f"{self.name}: no answer to {seq} in {timeout_s} s"))
-
-    async def _ended(self, why: BaseException) -> grpc.aio.AioRpcError:
-        """The error of a stream a write failed on: the reader's (it read the
-        stream's status), else the call's status, else ``why`` as UNAVAILABLE."""
-        await asyncio.sleep(0)  # the reader may be about to see the status
-        if self.broken is not None:
-            return self.broken
-        if isinstance(why, grpc.aio.AioRpcError) and why.code() is not grpc.StatusCode.INTERNAL:
-            return why
-        return rpc_error(grpc.StatusCode.UNAVAILABLE, f"{self.name} ended: {why}")
 
     async def _read(self) -> None:
         try:
@@ -402,17 +392,7 @@ class CallStream:
         except asyncio.CancelledError:
             self._break(rpc_error(grpc.StatusCode.CANCELLED, f"{self.name}: closed"))
         except Exception as e:  # noqa: BLE001 - the stream ended under the write: its status
-            self._break(await self._ended(e))
-
-    async def _ended(self, why: BaseException) -> grpc.aio.AioRpcError:
-        """The error of a stream a write failed on: the reader's (it read the
-        stream's status), else the call's status, else ``why`` as UNAVAILABLE."""
-        await asyncio.sleep(0)  # the reader may be about to see the status
-        if self.broken is not None:
-            return self.broken
-        if isinstance(why, grpc.aio.AioRpcError) and why.code() is not grpc.StatusCode.INTERNAL:
-            return why
-        return rpc_error(grpc.StatusCode.UNAVAILABLE, f"{self.name} ended: {why}")
+            self._break(await _ended(self, e))
 
     async def _read(self) -> None:
         try:
@@ -511,6 +491,17 @@ class OpenStreams:
             self._ending.add(task)
             task.cancel()
         return tasks
+
+
+async def _ended(stream, why: BaseException) -> grpc.aio.AioRpcError:
+    """The error of a stream (RequestStream, CallStream) a write failed on: its reader's
+    (it read the stream's status), else the call's status, else ``why`` as UNAVAILABLE."""
+    await asyncio.sleep(0)  # the reader may be about to see the status
+    if stream.broken is not None:
+        return stream.broken
+    if isinstance(why, grpc.aio.AioRpcError) and why.code() is not grpc.StatusCode.INTERNAL:
+        return why
+    return rpc_error(grpc.StatusCode.UNAVAILABLE, f"{stream.name} ended: {why}")
 
 
 async def stop_server(server, streams: OpenStreams, grace_s: float = 1.0) -> None:

@@ -19,7 +19,6 @@ Fault points (faults.py): ``ha.file.write`` before the fsync of the ``.tmp``,
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
@@ -35,13 +34,11 @@ from mqstore.formats.epoch_file import (
     decode_epoch_file,
     encode_epoch_file,
 )
-from mqstore.store import faults
-from mqstore.store.mapped_file import fsync_dir, note_sync_failure
+from mqstore.store.json_files import replace_with_bak
 
 log = structlog.get_logger(__name__)
 T = TypeVar("T")
 BAK_SUFFIX = ".bak"
-TMP_SUFFIX = ".tmp"
 
 
 def _decodes(path: Path, decode: Callable[[bytes], object]) -> bool:
@@ -55,31 +52,7 @@ def _decodes(path: Path, decode: Callable[[bytes], object]) -> bool:
 def write_with_bak(path: Path, data: bytes, decode: Callable[[bytes], object]) -> None:
     """Replace ``path`` with ``data`` by the steps of the module docstring; OSError
     if the disk fails (the old content then stays readable)."""
-    parent = path.parent
-    parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + TMP_SUFFIX)
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    faults.created(fd)
-    try:
-        faults.hit("ha.file.write", tmp)
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
-        os.fsync(fd)
-    except OSError as e:
-        note_sync_failure("ha.file.write", tmp, e)
-        os.close(fd)
-        tmp.unlink(missing_ok=True)
-        raise
-    os.close(fd)
-    faults.synced(tmp)
-    faults.hit("ha.file.tmp", tmp)  # step 1 done
-    if _decodes(path, decode):
-        os.replace(path, path.with_name(path.name + BAK_SUFFIX))
-        fsync_dir(parent)
-        faults.hit("ha.file.bak", path)  # step 2 done: the file is missing, .bak is the old one
-    os.replace(tmp, path)
-    fsync_dir(parent)
+    replace_with_bak(path, data, lambda p: _decodes(p, decode), points=("ha.file.write", "ha.file.tmp", "ha.file.bak"))
 
 
 def read_with_bak(path: Path, decode: Callable[[bytes], T]) -> tuple[T | None, str]:
